@@ -1,0 +1,129 @@
+// Package db opens Sluice's database (PostgreSQL or an embedded SQLite file) through GORM,
+// applies the embedded migrations and runs work in serializable transactions with bounded retry.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Dialect names the SQL engine behind a DB.
+type Dialect string
+
+// The supported dialects.
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+// DB is an open database plus the policy for running transactions on it.
+type DB struct {
+	Gorm    *gorm.DB
+	SQL     *sql.DB
+	Dialect Dialect
+	Retry   RetryPolicy
+	log     *slog.Logger
+
+	retries atomic.Int64 // attempts repeated after a retryable failure
+	giveUps atomic.Int64 // transactions that ran out of attempts or of database
+}
+
+// Options tune Open; the zero value is sensible.
+type Options struct {
+	Logger       *slog.Logger
+	MaxOpenConns int // PostgreSQL pool size; default 32
+	Retry        RetryPolicy
+}
+
+// Open connects to url ("postgres://..." or "sqlite:PATH") and checks that it answers.
+func Open(ctx context.Context, url string, opts Options) (*DB, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Retry == (RetryPolicy{}) {
+		opts.Retry = DefaultRetryPolicy
+	}
+	cfg := &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true, // we open our own transactions where atomicity matters
+		PrepareStmt:            false,
+	}
+	d := &DB{Retry: opts.Retry, log: opts.Logger}
+	var err error
+	switch {
+	case strings.HasPrefix(url, "sqlite:"):
+		d.Dialect = SQLite
+		path := strings.TrimPrefix(url, "sqlite:")
+		if path == "" {
+			return nil, errors.New("db: sqlite: empty path")
+		}
+		if dir := filepath.Dir(path); dir != "." {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, fmt.Errorf("db: sqlite: create directory: %w", err)
+			}
+		}
+		// WAL lets readers proceed beside the writer; _txlock=immediate takes the write lock at BEGIN,
+		// so a read-modify-write never has to upgrade its lock (the classic SQLITE_BUSY deadlock);
+		// busy_timeout makes a second process (the CLI) wait instead of failing at once.
+		dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)" +
+			"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+		d.Gorm, err = gorm.Open(sqlite.Open(dsn), cfg)
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		d.Dialect = Postgres
+		d.Gorm, err = gorm.Open(postgres.Open(url), cfg)
+	default:
+		return nil, errors.New("db: DATABASE_URL must start with postgres:// or sqlite:")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("db: open %s: %w", d.Dialect, err)
+	}
+	d.SQL, err = d.Gorm.DB()
+	if err != nil {
+		return nil, fmt.Errorf("db: pool: %w", err)
+	}
+	switch d.Dialect {
+	case SQLite:
+		// One writer at a time is SQLite's model; a small pool serves concurrent readers.
+		d.SQL.SetMaxOpenConns(4)
+	case Postgres:
+		n := opts.MaxOpenConns
+		if n <= 0 {
+			n = 32
+		}
+		d.SQL.SetMaxOpenConns(n)
+		d.SQL.SetMaxIdleConns(n)
+	}
+	d.SQL.SetConnMaxIdleTime(5 * time.Minute)
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := d.SQL.PingContext(pingCtx); err != nil {
+		_ = d.SQL.Close()
+		return nil, fmt.Errorf("db: ping %s: %w", d.Dialect, err)
+	}
+	return d, nil
+}
+
+// Close releases the connection pool.
+func (d *DB) Close() error { return d.SQL.Close() }
+
+// Retries is how many transaction attempts were repeated after a retryable failure.
+func (d *DB) Retries() int64 { return d.retries.Load() }
+
+// GiveUps is how many transactions failed closed with ErrUnavailable.
+func (d *DB) GiveUps() int64 { return d.giveUps.Load() }
+
+// Ping reports whether the database answers.
+func (d *DB) Ping(ctx context.Context) error { return d.SQL.PingContext(ctx) }

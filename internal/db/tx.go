@@ -1,0 +1,144 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
+)
+
+// ErrUnavailable means a decision could not be made safely: the database is unreachable or
+// contention outlasted every retry. Callers must fail closed (HTTP 503), never open.
+var ErrUnavailable = errors.New("database unavailable")
+
+// RetryPolicy bounds how long a transaction keeps retrying.
+type RetryPolicy struct {
+	MaxAttempts int           // attempts in all, including the first
+	BaseDelay   time.Duration // backoff before the second attempt (full jitter)
+	MaxDelay    time.Duration // cap of one backoff
+	Budget      time.Duration // wall-clock budget of all attempts together
+}
+
+// DefaultRetryPolicy tolerates heavy contention on one hot key while keeping the worst case
+// (database gone) to a few seconds.
+var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 40, BaseDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond, Budget: 5 * time.Second}
+
+// Serializable runs fn in one SERIALIZABLE transaction, retrying serialization failures,
+// deadlocks and SQLite busy errors with jittered exponential backoff. When attempts, the time
+// budget or the database run out it returns an error wrapping ErrUnavailable. fn must be safe to
+// run more than once: it must not have effects outside the transaction.
+func (d *DB) Serializable(ctx context.Context, fn func(tx *gorm.DB) error) error {
+	return d.serializable(ctx, false, fn)
+}
+
+// ReadOnly is Serializable for work that never writes; PostgreSQL may run it without
+// serialization failures, and SQLite lets it run beside the writer.
+func (d *DB) ReadOnly(ctx context.Context, fn func(tx *gorm.DB) error) error {
+	return d.serializable(ctx, true, fn)
+}
+
+func (d *DB) serializable(ctx context.Context, readOnly bool, fn func(tx *gorm.DB) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d.Retry.Budget)
+	defer cancel()
+	opts := &sql.TxOptions{ReadOnly: readOnly}
+	if d.Dialect == Postgres {
+		opts.Isolation = sql.LevelSerializable
+	} // SQLite transactions are serializable by construction (one writer, snapshot readers).
+	var last error
+	for attempt := 1; ; attempt++ {
+		err := d.Gorm.WithContext(ctx).Transaction(fn, opts)
+		if err == nil {
+			return nil
+		}
+		last = err
+		switch {
+		case isRetryable(err):
+		case isUnavailable(err) || ctx.Err() != nil:
+			if parentGone(ctx) {
+				return fmt.Errorf("db: transaction: %w", err)
+			}
+			d.giveUps.Add(1)
+			return fmt.Errorf("db: %w: %v", ErrUnavailable, err)
+		default:
+			return err // a real error of fn's, or a bug: not ours to retry
+		}
+		if attempt >= d.Retry.MaxAttempts {
+			d.giveUps.Add(1)
+			return fmt.Errorf("db: %w after %d attempts: %v", ErrUnavailable, attempt, last)
+		}
+		d.retries.Add(1)
+		backoff := min(d.Retry.MaxDelay, d.Retry.BaseDelay<<min(attempt-1, 20))
+		timer := time.NewTimer(rand.N(backoff) + time.Microsecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			if parentGone(ctx) {
+				return fmt.Errorf("db: transaction: %w", context.Cause(ctx))
+			}
+			d.giveUps.Add(1)
+			return fmt.Errorf("db: %w: retry budget spent: %v", ErrUnavailable, last)
+		case <-timer.C:
+		}
+	}
+}
+
+// parentGone tells a caller that went away (request cancelled) from our own budget running out.
+func parentGone(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), context.Canceled)
+}
+
+// isRetryable reports errors that mean "another transaction got there first; try again".
+func isRetryable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.Code {
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return true
+		case "23505": // unique_violation: two first consumptions of one key raced to insert
+			return true
+		}
+		return false
+	}
+	msg := err.Error()
+	// SQLite (modernc): SQLITE_BUSY (5), SQLITE_LOCKED (6) and their extended codes.
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "SQLITE_LOCKED") ||
+		strings.Contains(msg, "database is locked") || strings.Contains(msg, "database table is locked")
+}
+
+// isUnavailable reports errors that mean the database itself cannot be reached.
+func isUnavailable(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		// Class 08: connection exception; 57P01-03: admin shutdown, crash shutdown, cannot connect now;
+		// 53: insufficient resources.
+		return strings.HasPrefix(pg.Code, "08") || strings.HasPrefix(pg.Code, "57P") || strings.HasPrefix(pg.Code, "53")
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") ||
+		strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection refused")
+}

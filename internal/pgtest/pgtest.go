@@ -1,0 +1,237 @@
+// Package pgtest runs a throwaway PostgreSQL server for tests and benchmarks: initdb into a
+// temporary directory, pg_ctl start on a free loopback port, and everything removed on Stop.
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+)
+
+// EnvURL names the variable that points tests at an existing PostgreSQL server.
+const EnvURL = "TEST_DATABASE_URL"
+
+// Server is a running throwaway PostgreSQL.
+type Server struct {
+	URL     string // superuser URL of the "postgres" database
+	Port    int
+	dir     string
+	bindir  string
+	cred    *syscall.Credential
+	logFile string
+}
+
+// BinDir finds PostgreSQL's server programs: pg_config --bindir, then PATH, then Debian's layout.
+func BinDir() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dir := strings.TrimSpace(string(out))
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	sort.Strings(matches)
+	if len(matches) > 0 {
+		return filepath.Dir(matches[len(matches)-1]), nil
+	}
+	return "", errors.New("pgtest: PostgreSQL server programs not found (install postgresql, or set TEST_DATABASE_URL)")
+}
+
+// Start initialises and starts a new server. initdb refuses to run as root, so as root the
+// server runs as the "postgres" user (or "nobody") in a directory it owns.
+func Start() (*Server, error) {
+	bindir, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "sluice-pg-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dir: dir, bindir: bindir, logFile: filepath.Join(dir, "server.log")}
+	if os.Geteuid() == 0 {
+		cred, err := unprivileged()
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		s.cred = cred
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	if err := s.run("initdb", "-D", s.dataDir(), "-A", "trust", "-U", "sluice", "-E", "UTF8", "--no-sync", "--locale=C"); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	if s.Port, err = freePort(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	s.URL = fmt.Sprintf("postgres://sluice@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
+	if err := s.Resume(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
+
+// Resume starts the server again after Pause, on the same port and data.
+func (s *Server) Resume() error {
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "+
+		"-c full_page_writes=off -c max_connections=500 -c shared_buffers=128MB", s.Port, s.dir)
+	return s.run("pg_ctl", "-D", s.dataDir(), "-l", s.logFile, "-o", opts, "-w", "-t", "60", "start")
+}
+
+// Pause stops the server immediately (fast shutdown) but keeps its data, to simulate an outage.
+func (s *Server) Pause() error {
+	return s.run("pg_ctl", "-D", s.dataDir(), "-m", "immediate", "-w", "stop")
+}
+
+// Stop shuts the server down and deletes its files.
+func (s *Server) Stop() {
+	_ = s.run("pg_ctl", "-D", s.dataDir(), "-m", "immediate", "-w", "stop")
+	_ = os.RemoveAll(s.dir)
+}
+
+func (s *Server) run(name string, args ...string) error {
+	cmd := exec.Command(filepath.Join(s.bindir, name), args...)
+	cmd.Dir = s.dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if s.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	}
+	if err := cmd.Run(); err != nil {
+		logTail, _ := os.ReadFile(s.logFile)
+		return fmt.Errorf("pgtest: %s: %w\n%s\n%s", name, err, out.String(), lastLines(string(logTail), 20))
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func unprivileged() (*syscall.Credential, error) {
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	}
+	return nil, errors.New("pgtest: running as root and no postgres/nobody user to run PostgreSQL as")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Main is for TestMain: unless TEST_DATABASE_URL is set it starts a throwaway server for the
+// package's tests, exports its URL and stops it afterwards.
+func Main(m *testing.M) {
+	if os.Getenv(EnvURL) != "" {
+		os.Exit(m.Run())
+	}
+	srv, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	_ = os.Setenv(EnvURL, srv.URL)
+	code := m.Run()
+	srv.Stop()
+	os.Exit(code)
+}
+
+// NewDatabase creates an empty database on the TEST_DATABASE_URL server for one test and drops
+// it when the test ends, so tests and packages never see each other's rows.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv(EnvURL)
+	if base == "" {
+		t.Fatalf("pgtest: %s is not set; call pgtest.Main from TestMain or run `make test`", EnvURL)
+	}
+	u, err := CreateDatabase(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DropDatabase(base, u) })
+	return u
+}
+
+// CreateDatabase makes a fresh, uniquely named database on the server at base and returns its URL.
+func CreateDatabase(base string) (string, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "t_" + hex.EncodeToString(b[:])
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		return "", err
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("pgtest: create database: %w", err)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+// DropDatabase removes a database made by CreateDatabase, disconnecting its sessions.
+func DropDatabase(base, dbURL string) error {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return err
+	}
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+strings.TrimPrefix(u.Path, "/")+" WITH (FORCE)")
+	return err
+}
