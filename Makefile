@@ -1,0 +1,37 @@
+# Sluice: `make run` starts the service on the embedded SQLite default; `make test` runs every
+# test (starting a throwaway PostgreSQL when TEST_DATABASE_URL is unset).
+GO       ?= go
+TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
+
+.PHONY: run build test test-short bench generate generate-check lint fmt vendor-htmx vendor-altcha
+
+run:
+	$(GO) run ./cmd/app serve
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sluice ./cmd/app
+
+test:
+	$(GO) vet ./...
+	$(GO) run ./internal/pgtest/withpg -- $(GO) test -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) run ./internal/pgtest/withpg -- $(GO) test -count=1 -short ./...
+
+bench:
+	$(GO) run ./cmd/bench
+
+generate:
+	$(TEMPL) generate
+
+# Fails when the committed *_templ.go files differ from what templ generates.
+generate-check: generate
+	git diff --exit-code -- '*_templ.go'
+
+fmt:
+	gofmt -w .
+
+lint:
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
+	$(GO) vet ./...
+	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed; skipped"; fi

@@ -1,0 +1,118 @@
+package limiter
+
+import "math"
+
+// decision is the pure outcome of one limit for one request.
+type decision struct {
+	ok         bool
+	retryAfter float64 // ms until the caller should retry or run reserved work; NaN when none
+	remaining  float64 // tokens left in the shards this decision used (after consumption if ok)
+	writes     []State // new state for each input shard; Exists=false means "leave untouched"
+}
+
+// decide applies one request to one or two shard states (DESIGN §3). states holds the shard the
+// engine picked, plus a second distinct one when the limit has two or more shards (the power of
+// two choices). It never mutates its inputs. A refusal writes nothing.
+func decide(def Definition, states []State, count float64, reserve bool, now, origin int64) decision {
+	p := def.shardParams()
+	views := make([]shardView, len(states))
+	for i, st := range states {
+		switch p.kind {
+		case TokenBucket:
+			views[i] = viewTokenBucket(p, st, now)
+		case FixedWindow:
+			views[i] = viewFixedWindow(p, st, now, origin)
+		case SlidingWindow:
+			views[i] = viewSlidingWindow(p, st, now)
+		}
+	}
+	best := 0
+	for i := range views {
+		if views[i].avail > views[best].avail {
+			best = i
+		}
+	}
+	// Use the fuller shard alone when it suffices (or when there is only one); otherwise pool both.
+	use := []int{best}
+	if views[best].avail < count && len(views) == 2 {
+		use = []int{0, 1}
+	}
+	var avail, rate float64
+	for _, i := range use {
+		avail += views[i].avail
+		rate += p.rate
+	}
+	d := decision{retryAfter: math.NaN(), writes: make([]State, len(states))}
+	after := avail - count
+	if p.kind == SlidingWindow {
+		if after < 0 {
+			d.retryAfter = retryAfterSliding(p, views, use, rate, count, now)
+			d.remaining = avail
+			return d
+		}
+		d.ok, d.remaining = true, after
+		// Split the count so that the pooled shards end with equal headroom (half the balance each).
+		left := count
+		for k, i := range use {
+			take := left
+			if k == 0 && len(use) == 2 {
+				take = math.Min(math.Max(views[i].avail-after/2, 0), left)
+			}
+			left -= take
+			c := append([]float64(nil), views[i].counters...)
+			c[len(c)-1] += take
+			d.writes[i] = State{Value: views[i].avail - take, TS: views[i].ts, Counters: c, Exists: true}
+		}
+		return d
+	}
+	if after < 0 {
+		deficit := -after
+		switch p.kind {
+		case TokenBucket:
+			// Time until the deficit refills, counted from the stored ts if a skewed clock put it ahead.
+			var lead int64
+			for _, i := range use {
+				lead = max(lead, views[i].ts-now)
+			}
+			d.retryAfter = float64(lead) + deficit*float64(p.period)/rate
+		case FixedWindow:
+			var ts int64
+			for _, i := range use {
+				ts = max(ts, views[i].ts)
+			}
+			d.retryAfter = float64(ts + p.period*int64(math.Ceil(deficit/rate)) - now) // ts + period*ceil(-value/rate) - now
+		}
+		if !reserve || deficit > p.maxReserved*float64(len(use)) {
+			d.remaining = avail
+			return d
+		}
+	}
+	d.ok, d.remaining = true, after
+	for _, i := range use {
+		d.writes[i] = State{Value: after / float64(len(use)), TS: views[i].ts, Exists: true}
+	}
+	return d
+}
+
+func retryAfterSliding(p shardParams, views []shardView, use []int, rate, count float64, now int64) float64 {
+	pooled := make([]shardView, len(use))
+	for k, i := range use {
+		pooled[k] = views[i]
+	}
+	return slidingRetryAt(p, pooled, rate, count) - float64(now)
+}
+
+// peek is the state of a shard brought forward to now without consuming, for getValue.
+func peek(def Definition, st State, now, origin int64) (value float64, ts int64) {
+	p := def.shardParams()
+	var v shardView
+	switch p.kind {
+	case TokenBucket:
+		v = viewTokenBucket(p, st, now)
+	case FixedWindow:
+		v = viewFixedWindow(p, st, now, origin)
+	case SlidingWindow:
+		v = viewSlidingWindow(p, st, now)
+	}
+	return v.avail, v.ts
+}

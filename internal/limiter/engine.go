@@ -1,0 +1,405 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/db"
+)
+
+// Engine decides limits inside serializable transactions. Several engines (in one process or
+// many) may share a database: the transaction, not the engine, is what keeps limits strict.
+type Engine struct {
+	db         *db.DB
+	now        func() time.Time
+	intN       func(n int) int
+	onDecision func(tenantID int64, name string, ok bool)
+}
+
+// Options tune an Engine; the zero value is production-ready.
+type Options struct {
+	Now        func() time.Time // the clock; one reading per transaction attempt
+	IntN       func(n int) int  // randomness for shard choice and jitter; must be goroutine-safe
+	OnDecision func(tenantID int64, name string, ok bool)
+}
+
+// NewEngine returns an engine on d.
+func NewEngine(d *db.DB, opts Options) *Engine {
+	e := &Engine{db: d, now: opts.Now, intN: opts.IntN, onDecision: opts.OnDecision}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.intN == nil {
+		e.intN = rand.IntN
+	}
+	return e
+}
+
+// Request asks for one limit.
+type Request struct {
+	Name    string
+	Key     string // "" is the limit's single global key
+	Count   float64
+	Reserve bool
+	Config  *Definition // inline definition, used only when name has no stored definition
+}
+
+// Decision is the outcome of one limit.
+type Decision struct {
+	Name       string
+	Key        string
+	OK         bool
+	RetryAfter *int64 // ms, rounded up; nil when there is nothing to wait for
+	Remaining  float64
+	Definition Definition
+}
+
+// BatchDecision is the all-or-nothing outcome of several limits.
+type BatchDecision struct {
+	OK         bool
+	RetryAfter *int64 // the largest retryAfter among refusals (or among reservations when all pass)
+	Results    []Decision
+}
+
+// Limit consumes count tokens of one limit if it allows them.
+func (e *Engine) Limit(ctx context.Context, tenantID int64, req Request) (Decision, error) {
+	b, err := e.Batch(ctx, tenantID, []Request{req}, true)
+	if err != nil {
+		return Decision{}, err
+	}
+	return b.Results[0], nil
+}
+
+// Check computes Limit's decision without consuming anything.
+func (e *Engine) Check(ctx context.Context, tenantID int64, req Request) (Decision, error) {
+	b, err := e.Batch(ctx, tenantID, []Request{req}, false)
+	if err != nil {
+		return Decision{}, err
+	}
+	return b.Results[0], nil
+}
+
+// stateKey identifies one shard row within a tenant.
+type stateKey struct {
+	name, key string
+	shard     int
+}
+
+// Batch decides several limits in one transaction, all or nothing: when any refuses, nothing is
+// written. With consume=false it only checks. Requests naming the same key see each other's
+// consumption in order.
+func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, consume bool) (BatchDecision, error) {
+	if len(reqs) == 0 {
+		return BatchDecision{}, invalidRequest("limits", "must name at least one limit")
+	}
+	for i := range reqs {
+		if err := validateRequest(&reqs[i]); err != nil {
+			return BatchDecision{}, err
+		}
+	}
+	// Shard choice happens once, outside the retried transaction, so retries replay one decision.
+	picks := make([][]int, len(reqs))
+	var out BatchDecision
+	run := func(tx *gorm.DB) error {
+		now := e.now().UnixMilli()
+		defs := map[string]Definition{}
+		overlay := map[stateKey]State{}
+		out = BatchDecision{OK: true, Results: make([]Decision, len(reqs))}
+		for i, req := range reqs {
+			def, err := resolveDefinition(tx, tenantID, req, defs)
+			if err != nil {
+				return err
+			}
+			if err := def.checkCount(req.Count, req.Reserve); err != nil {
+				return err
+			}
+			if len(picks[i]) == 0 || maxIndex(picks[i]) >= def.Shards {
+				picks[i] = e.pickShards(def.Shards)
+			}
+			states, err := loadStates(tx, tenantID, def, req.Name, req.Key, picks[i], overlay)
+			if err != nil {
+				return err
+			}
+			d := decide(def, states, req.Count, req.Reserve, now, originOf(def, tenantID, req.Name, req.Key))
+			out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.ok, Remaining: d.remaining, Definition: def}
+			if !math.IsNaN(d.retryAfter) {
+				ra := int64(math.Ceil(math.Max(d.retryAfter, 0)))
+				out.Results[i].RetryAfter = &ra
+			}
+			if !d.ok {
+				out.OK = false
+				continue
+			}
+			for j, w := range d.writes {
+				if w.Exists {
+					overlay[stateKey{req.Name, req.Key, picks[i][j]}] = w
+				}
+			}
+		}
+		if !consume || !out.OK {
+			return nil // a refusal (or a check) writes nothing
+		}
+		return saveStates(tx, tenantID, overlay)
+	}
+	var err error
+	if consume {
+		err = e.db.Serializable(ctx, run)
+	} else {
+		err = e.db.ReadOnly(ctx, run)
+	}
+	if err != nil {
+		return BatchDecision{}, fmt.Errorf("limiter: decide: %w", err)
+	}
+	e.finish(tenantID, &out, consume)
+	return out, nil
+}
+
+// finish adds jitter to refusals, picks the batch retryAfter and reports consumed outcomes.
+func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
+	for i := range out.Results {
+		r := &out.Results[i]
+		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 {
+			// Reservations are never jittered: their retryAfter is when the reserved work is due.
+			j := *r.RetryAfter + int64(e.intN(int(r.Definition.Jitter)))
+			r.RetryAfter = &j
+		}
+		// A refused batch carries the largest retryAfter among its refusals; an admitted one the
+		// largest among its reservations (when all of the reserved work may run).
+		if r.RetryAfter != nil && (out.OK || !r.OK) && (out.RetryAfter == nil || *r.RetryAfter > *out.RetryAfter) {
+			v := *r.RetryAfter
+			out.RetryAfter = &v
+		}
+		if consume && e.onDecision != nil {
+			e.onDecision(tenantID, r.Name, out.OK)
+		}
+	}
+}
+
+func maxIndex(s []int) int {
+	m := 0
+	for _, v := range s {
+		m = max(m, v)
+	}
+	return m
+}
+
+// pickShards picks one random shard, plus a second distinct one when there are two or more.
+func (e *Engine) pickShards(n int) []int {
+	if n <= 1 {
+		return []int{0}
+	}
+	a := e.intN(n)
+	b := e.intN(n - 1)
+	if b >= a {
+		b++
+	}
+	return []int{a, b}
+}
+
+func validateRequest(r *Request) error {
+	if !ValidName(r.Name) {
+		return invalidRequest("name", "must match ^[A-Za-z0-9_.:-]{1,128}$")
+	}
+	if r.Key != "" && !ValidKey(r.Key) {
+		return invalidRequest("key", "must be 1 to 256 bytes of UTF-8")
+	}
+	if r.Config != nil {
+		if err := r.Config.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func resolveDefinition(tx *gorm.DB, tenantID int64, req Request, cache map[string]Definition) (Definition, error) {
+	if d, ok := cache[req.Name]; ok && req.Config == nil {
+		return d, nil
+	}
+	stored, ok, err := loadDefinition(tx, tenantID, req.Name)
+	if err != nil {
+		return Definition{}, err
+	}
+	switch {
+	case ok && req.Config != nil:
+		return Definition{}, ErrDefinitionExists
+	case ok:
+		cache[req.Name] = stored.Definition
+		return stored.Definition, nil
+	case req.Config != nil:
+		return req.Config.normalized(), nil
+	default:
+		return Definition{}, ErrLimitNotFound
+	}
+}
+
+func originOf(def Definition, tenantID int64, name, key string) int64 {
+	if def.Kind != FixedWindow {
+		return 0
+	}
+	if def.Start != nil {
+		return *def.Start
+	}
+	return Offset(tenantID, name, key, def.Period)
+}
+
+type stateRow struct {
+	Shard    int
+	Value    float64
+	TS       int64 `gorm:"column:ts"`
+	Counters string
+}
+
+func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int, overlay map[stateKey]State) ([]State, error) {
+	out := make([]State, len(shards))
+	var missing []int
+	for i, s := range shards {
+		if st, ok := overlay[stateKey{name, key, s}]; ok {
+			out[i] = st
+		} else {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	var rows []stateRow
+	err := tx.Raw(`SELECT shard, value, ts, counters FROM limit_state
+		WHERE tenant_id = ? AND name = ? AND key = ? AND shard IN ?`, tenantID, name, key, missing).Scan(&rows).Error
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		for i, s := range shards {
+			if s == r.Shard && !out[i].Exists {
+				out[i] = State{Value: r.Value, TS: r.TS, Exists: true}
+				if def.Kind == SlidingWindow {
+					out[i].Counters = parseCounters(r.Counters, def.Resolution, def.shardParams().rate)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func saveStates(tx *gorm.DB, tenantID int64, states map[stateKey]State) error {
+	for k, st := range states {
+		counters := ""
+		if st.Counters != nil {
+			counters = formatCounters(st.Counters)
+		}
+		err := tx.Exec(`INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters)
+			VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant_id, name, key, shard)
+			DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters`,
+			tenantID, k.name, k.key, k.shard, st.Value, st.TS, counters).Error
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func deleteState(tx *gorm.DB, tenantID int64, name string, key *string) error {
+	if key == nil {
+		return tx.Exec(`DELETE FROM limit_state WHERE tenant_id = ? AND name = ?`, tenantID, name).Error
+	}
+	return tx.Exec(`DELETE FROM limit_state WHERE tenant_id = ? AND name = ? AND key = ?`, tenantID, name, *key).Error
+}
+
+// Reset deletes the state of one key (every shard), or of every key of name when key is nil.
+// It returns ErrLimitNotFound when name has neither a definition nor any state.
+func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *string) error {
+	if !ValidName(name) {
+		return ErrLimitNotFound
+	}
+	if key != nil && !ValidKey(*key) {
+		return invalidRequest("key", "must be 1 to 256 bytes of UTF-8")
+	}
+	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+		_, ok, err := loadDefinition(tx, tenantID, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			var n int64
+			if err := tx.Raw(`SELECT COUNT(*) FROM limit_state WHERE tenant_id = ? AND name = ?`, tenantID, name).Scan(&n).Error; err != nil {
+				return err
+			}
+			if n == 0 {
+				return ErrLimitNotFound
+			}
+		}
+		return deleteState(tx, tenantID, name, key)
+	})
+	if err != nil {
+		return fmt.Errorf("limiter: reset: %w", err)
+	}
+	return nil
+}
+
+// ShardValue is one shard's value computed to now.
+type ShardValue struct {
+	Shard int
+	Value float64
+	TS    int64
+}
+
+// Value is a key's current value: the sum over shards and each shard.
+type Value struct {
+	Value      float64
+	TS         int64
+	Shards     []ShardValue
+	Definition Definition
+}
+
+// GetValue computes a key's value to now without writing. It needs a stored definition.
+func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string) (Value, error) {
+	if !ValidName(name) {
+		return Value{}, ErrLimitNotFound
+	}
+	if key != "" && !ValidKey(key) {
+		return Value{}, invalidRequest("key", "must be 1 to 256 bytes of UTF-8")
+	}
+	var out Value
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		now := e.now().UnixMilli()
+		stored, ok, err := loadDefinition(tx, tenantID, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrLimitNotFound
+		}
+		def := stored.Definition
+		all := make([]int, def.Shards)
+		for i := range all {
+			all[i] = i
+		}
+		states, err := loadStates(tx, tenantID, def, name, key, all, nil)
+		if err != nil {
+			return err
+		}
+		out = Value{Definition: def, Shards: make([]ShardValue, len(states))}
+		origin := originOf(def, tenantID, name, key)
+		for i, st := range states {
+			v, ts := peek(def, st, now, origin)
+			out.Shards[i] = ShardValue{Shard: i, Value: v, TS: ts}
+			out.Value += v
+			out.TS = max(out.TS, ts)
+		}
+		return nil
+	})
+	if err != nil {
+		return Value{}, fmt.Errorf("limiter: get value: %w", err)
+	}
+	return out, nil
+}
+
+// IsNotFound reports whether err means the limit does not exist for this tenant.
+func IsNotFound(err error) bool { return errors.Is(err, ErrLimitNotFound) }

@@ -1,0 +1,328 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func ptr[T any](v T) *T { return &v }
+
+// fakeClock is a settable clock shared by the engine and the test.
+type fakeClock struct{ ms atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time        { return time.UnixMilli(c.ms.Load()) }
+func (c *fakeClock) Set(ms int64)          { c.ms.Store(ms) }
+func (c *fakeClock) Advance(ms int64)      { c.ms.Add(ms) }
+func newClock(start int64) *fakeClock      { c := &fakeClock{}; c.Set(start); return c }
+func (c *fakeClock) opts() limiter.Options { return limiter.Options{Now: c.Now} }
+
+// openDB opens and migrates a fresh database of the given dialect for one test.
+func openDB(t *testing.T, dialect db.Dialect) *db.DB {
+	t.Helper()
+	url := "sqlite:" + t.TempDir() + "/sluice.db"
+	if dialect == db.Postgres {
+		url = pgtest.NewDatabase(t)
+	}
+	d, err := db.Open(context.Background(), url, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// bothDatabases runs a test against SQLite and PostgreSQL.
+func bothDatabases(t *testing.T, fn func(t *testing.T, d *db.DB)) {
+	for _, dialect := range []db.Dialect{db.SQLite, db.Postgres} {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			fn(t, openDB(t, dialect))
+		})
+	}
+}
+
+const tenant = int64(1)
+
+func mustPut(t *testing.T, e *limiter.Engine, name string, def limiter.Definition) {
+	t.Helper()
+	if _, _, err := e.PutDefinition(context.Background(), tenant, name, def); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustLimit(t *testing.T, e *limiter.Engine, req limiter.Request) limiter.Decision {
+	t.Helper()
+	d, err := e.Limit(context.Background(), tenant, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func value(t *testing.T, e *limiter.Engine, name, key string) float64 {
+	t.Helper()
+	v, err := e.GetValue(context.Background(), tenant, name, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Value
+}
+
+func TestEngineTokenBucketWorkedExample(t *testing.T) {
+	bothDatabases(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := limiter.NewEngine(d, clock.opts())
+		mustPut(t, e, "msg", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+		if got := mustLimit(t, e, limiter.Request{Name: "msg", Key: "u1", Count: 5}); !got.OK || got.Remaining != 5 {
+			t.Fatalf("first consumption: %+v", got)
+		}
+		clock.Advance(6_000)
+		if v := value(t, e, "msg", "u1"); v != 6 {
+			t.Fatalf("after 6 s value = %v, want 6", v)
+		}
+		clock.Advance(24_000)
+		if v := value(t, e, "msg", "u1"); v != 10 {
+			t.Fatalf("after 30 s value = %v, want 10", v)
+		}
+		if v := value(t, e, "msg", "never-used"); v != 10 {
+			t.Fatalf("a key without state reads full: %v", v)
+		}
+	})
+}
+
+func TestEngineRefusalWritesNothing(t *testing.T) {
+	bothDatabases(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := limiter.NewEngine(d, clock.opts())
+		mustPut(t, e, "up", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+		mustLimit(t, e, limiter.Request{Name: "up", Key: "k", Count: 4})
+		got := mustLimit(t, e, limiter.Request{Name: "up", Key: "k", Count: 7})
+		if got.OK || got.RetryAfter == nil || *got.RetryAfter != 6_000 {
+			t.Fatalf("7 of 6: %+v", got)
+		}
+		if v := value(t, e, "up", "k"); v != 6 {
+			t.Fatalf("a refused large request drained the bucket: %v", v)
+		}
+		if c, err := e.Check(context.Background(), tenant, limiter.Request{Name: "up", Key: "k", Count: 6}); err != nil || !c.OK {
+			t.Fatalf("check: %+v %v", c, err)
+		}
+		if v := value(t, e, "up", "k"); v != 6 {
+			t.Fatalf("check consumed: %v", v)
+		}
+	})
+}
+
+func TestEngineReservationAndJitter(t *testing.T) {
+	bothDatabases(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := limiter.NewEngine(d, limiter.Options{Now: clock.Now, IntN: func(n int) int { return n - 1 }})
+		mustPut(t, e, "r", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000, MaxReserved: ptr(3.0), Jitter: 500})
+		mustLimit(t, e, limiter.Request{Name: "r", Count: 7})
+		got := mustLimit(t, e, limiter.Request{Name: "r", Count: 5, Reserve: true})
+		if !got.OK || *got.RetryAfter != 12_000 || got.Remaining != -2 {
+			t.Fatalf("reservation must not be jittered: %+v", got)
+		}
+		got = mustLimit(t, e, limiter.Request{Name: "r", Count: 2, Reserve: true})
+		if got.OK || *got.RetryAfter != 24_000+499 {
+			t.Fatalf("refusal gets retryAfter + jitter: %+v", got)
+		}
+	})
+}
+
+func TestEngineBatchIsAllOrNothing(t *testing.T) {
+	bothDatabases(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := limiter.NewEngine(d, clock.opts())
+		mustPut(t, e, "a", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+		mustPut(t, e, "b", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 60_000})
+		ctx := context.Background()
+		reqs := func(n float64) []limiter.Request {
+			return []limiter.Request{{Name: "a", Key: "x", Count: n}, {Name: "b", Key: "x", Count: n}}
+		}
+		if b, err := e.Batch(ctx, tenant, reqs(2), true); err != nil || !b.OK {
+			t.Fatalf("first batch: %+v %v", b, err)
+		}
+		b, err := e.Batch(ctx, tenant, reqs(1), true)
+		if err != nil || b.OK || !b.Results[0].OK || b.Results[1].OK {
+			t.Fatalf("b is empty so the batch must refuse: %+v %v", b, err)
+		}
+		if *b.RetryAfter != 30_000 {
+			t.Fatalf("batch retryAfter = %v, want b's 30000", *b.RetryAfter)
+		}
+		if v := value(t, e, "a", "x"); v != 8 {
+			t.Fatalf("a refused batch consumed a: %v", v)
+		}
+		// The same key twice in one batch sees its own consumption.
+		mustPut(t, e, "c", limiter.Definition{Kind: limiter.FixedWindow, Rate: 3, Period: 60_000})
+		b, _ = e.Batch(ctx, tenant, []limiter.Request{{Name: "c", Count: 2}, {Name: "c", Count: 2}}, true)
+		if b.OK {
+			t.Fatalf("2+2 of 3 admitted: %+v", b)
+		}
+	})
+}
+
+func TestEngineDefinitionsAndInlineConfig(t *testing.T) {
+	bothDatabases(t, func(t *testing.T, d *db.DB) {
+		e := limiter.NewEngine(d, newClock(1_700_000_000_000).opts())
+		ctx := context.Background()
+		inline := &limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: 1000}
+		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "none", Count: 1}); !errors.Is(err, limiter.ErrLimitNotFound) {
+			t.Fatalf("no definition, no config: %v", err)
+		}
+		if got, err := e.Limit(ctx, tenant, limiter.Request{Name: "none", Count: 1, Config: inline}); err != nil || !got.OK {
+			t.Fatalf("inline config: %+v %v", got, err)
+		}
+		_, created, err := e.PutDefinition(ctx, tenant, "stored", limiter.Definition{Kind: limiter.TokenBucket, Rate: 5, Period: 1000})
+		if err != nil || !created {
+			t.Fatalf("create: %v %v", created, err)
+		}
+		_, created, _ = e.PutDefinition(ctx, tenant, "stored", limiter.Definition{Kind: limiter.TokenBucket, Rate: 6, Period: 1000})
+		if created {
+			t.Fatal("replace reported created")
+		}
+		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "stored", Count: 1, Config: inline}); !errors.Is(err, limiter.ErrDefinitionExists) {
+			t.Fatalf("config with stored definition: %v", err)
+		}
+		if _, err := e.GetDefinition(ctx, tenant+1, "stored"); !errors.Is(err, limiter.ErrLimitNotFound) {
+			t.Fatalf("another tenant sees the definition: %v", err)
+		}
+		list, _ := e.ListDefinitions(ctx, tenant)
+		if len(list) != 1 || list[0].Definition.Rate != 6 {
+			t.Fatalf("list: %+v", list)
+		}
+		_, _, err = e.PutDefinition(ctx, tenant, "bad", limiter.Definition{Kind: limiter.TokenBucket, Rate: 0, Period: 1000})
+		var ve *limiter.ValidationError
+		if !errors.As(err, &ve) || ve.Fields[0].Field != "rate" {
+			t.Fatalf("invalid definition: %v", err)
+		}
+		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "stored", Count: 7}); !errors.Is(err, limiter.ErrCountExceedsCapacity) {
+			t.Fatalf("count > capacity: %v", err)
+		}
+		mustLimit(t, e, limiter.Request{Name: "stored", Key: "k", Count: 3})
+		if err := e.DeleteDefinition(ctx, tenant, "stored"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DeleteDefinition(ctx, tenant, "stored"); !errors.Is(err, limiter.ErrLimitNotFound) {
+			t.Fatalf("second delete: %v", err)
+		}
+		var rows int64
+		d.Gorm.Raw("SELECT COUNT(*) FROM limit_state WHERE name = 'stored'").Scan(&rows)
+		if rows != 0 {
+			t.Fatalf("deleting a definition left %d state rows", rows)
+		}
+	})
+}
+
+func TestEngineResetOneKeyAndAllKeys(t *testing.T) {
+	bothDatabases(t, func(t *testing.T, d *db.DB) {
+		e := limiter.NewEngine(d, newClock(1_700_000_000_000).opts())
+		ctx := context.Background()
+		mustPut(t, e, "s", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000, Shards: 4})
+		for _, k := range []string{"a", "b"} {
+			for range 10 {
+				mustLimit(t, e, limiter.Request{Name: "s", Key: k, Count: 5})
+			}
+		}
+		if v := value(t, e, "s", "a"); v != 50 {
+			t.Fatalf("sum over shards = %v, want 50", v)
+		}
+		if err := e.Reset(ctx, tenant, "s", ptr("a")); err != nil {
+			t.Fatal(err)
+		}
+		if value(t, e, "s", "a") != 100 || value(t, e, "s", "b") != 50 {
+			t.Fatal("reset of a key touched the wrong key")
+		}
+		if err := e.Reset(ctx, tenant, "s", nil); err != nil {
+			t.Fatal(err)
+		}
+		v, _ := e.GetValue(ctx, tenant, "s", "b")
+		if v.Value != 100 || len(v.Shards) != 4 || v.Shards[3].Value != 25 {
+			t.Fatalf("after reset all: %+v", v)
+		}
+		if err := e.Reset(ctx, tenant, "missing", nil); !errors.Is(err, limiter.ErrLimitNotFound) {
+			t.Fatalf("reset of an unknown limit: %v", err)
+		}
+	})
+}
+
+func TestEngineSlidingWindowWorkedExample(t *testing.T) {
+	bothDatabases(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_040_000) // a minute boundary
+		e := limiter.NewEngine(d, clock.opts())
+		for _, res := range []int{1, 2} {
+			name := "sw" + string(rune('0'+res))
+			mustPut(t, e, name, limiter.Definition{Kind: limiter.SlidingWindow, Rate: 100, Period: 60_000, Resolution: res})
+			clock.Set(1_700_000_040_000)
+			for range 100 {
+				mustLimit(t, e, limiter.Request{Name: name, Count: 1})
+				clock.Advance(150)
+			}
+			clock.Set(1_700_000_040_000 + 75_000)
+			n := 0
+			for mustLimit(t, e, limiter.Request{Name: name, Count: 1}).OK {
+				n++
+			}
+			if want := map[int]int{1: 25, 2: 50}[res]; n != want {
+				t.Fatalf("resolution %d: admitted %d at 1.25 min, want %d", res, n, want)
+			}
+		}
+	})
+}
+
+func TestEngineFailsClosedWhenTheDatabaseIsGone(t *testing.T) {
+	srv, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	d, err := db.Open(context.Background(), srv.URL, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e := limiter.NewEngine(d, limiter.Options{})
+	mustPut(t, e, "f", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 1000})
+	mustLimit(t, e, limiter.Request{Name: "f", Count: 1})
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		start := time.Now()
+		got, err := e.Limit(context.Background(), tenant, limiter.Request{Name: "f", Count: 1})
+		if !errors.Is(err, db.ErrUnavailable) || got.OK {
+			t.Fatalf("database gone: got %+v, %v; want ErrUnavailable", got, err)
+		}
+		if took := time.Since(start); took > 6*time.Second {
+			t.Fatalf("failing closed took %v", took)
+		}
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := e.Limit(context.Background(), tenant, limiter.Request{Name: "f", Count: 1})
+		if err == nil && got.OK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("did not recover after the database came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,175 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// definitionRow is the stored form of a definition (table limit_definitions).
+type definitionRow struct {
+	TenantID    int64  `gorm:"primaryKey"`
+	Name        string `gorm:"primaryKey"`
+	Kind        string
+	Rate        float64
+	Period      int64
+	Capacity    *float64
+	MaxReserved *float64
+	Shards      int
+	Start       *int64 `gorm:"column:start"`
+	Resolution  *int
+	Jitter      int64
+	IPFallback  bool      `gorm:"column:ip_fallback"`
+	CreatedAt   time.Time `gorm:"autoCreateTime:false"`
+	UpdatedAt   time.Time `gorm:"autoUpdateTime:false"`
+}
+
+func (definitionRow) TableName() string { return "limit_definitions" }
+
+// StoredDefinition is a definition with its name and timestamps.
+type StoredDefinition struct {
+	Name       string
+	Definition Definition
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+func (r definitionRow) toDomain() StoredDefinition {
+	d := Definition{
+		Kind: Kind(r.Kind), Rate: r.Rate, Period: r.Period, Capacity: r.Capacity, MaxReserved: r.MaxReserved,
+		Shards: r.Shards, Start: r.Start, Jitter: r.Jitter, IPFallback: r.IPFallback,
+	}
+	if r.Resolution != nil {
+		d.Resolution = *r.Resolution
+	}
+	return StoredDefinition{Name: r.Name, Definition: d.normalized(), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+// stateShapeChanged reports whether stored state of a becomes meaningless under b, in which case
+// replacing the definition drops the state (a new, full limit). Rate, capacity, maxReserved,
+// jitter and ipFallback changes keep the state, read under the new numbers.
+func stateShapeChanged(a, b Definition) bool {
+	a, b = a.normalized(), b.normalized()
+	return a.Kind != b.Kind || a.Period != b.Period || a.Shards != b.Shards || a.Resolution != b.Resolution ||
+		(a.Start == nil) != (b.Start == nil) || (a.Start != nil && *a.Start != *b.Start)
+}
+
+// PutDefinition creates or replaces the definition called name. created tells which.
+func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string, def Definition) (StoredDefinition, bool, error) {
+	if !ValidName(name) {
+		return StoredDefinition{}, false, invalidRequest("name", "must match ^[A-Za-z0-9_.:-]{1,128}$")
+	}
+	if err := def.Validate(); err != nil {
+		return StoredDefinition{}, false, err
+	}
+	def = def.normalized()
+	var out StoredDefinition
+	var created bool
+	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+		now := e.now().UTC()
+		var old definitionRow
+		err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Take(&old).Error
+		created = errors.Is(err, gorm.ErrRecordNotFound)
+		if err != nil && !created {
+			return err
+		}
+		row := definitionRow{
+			TenantID: tenantID, Name: name, Kind: string(def.Kind), Rate: def.Rate, Period: def.Period,
+			Capacity: def.Capacity, MaxReserved: def.MaxReserved, Shards: def.Shards, Start: def.Start,
+			Jitter: def.Jitter, IPFallback: def.IPFallback, CreatedAt: now, UpdatedAt: now,
+		}
+		if def.Kind == SlidingWindow {
+			row.Resolution = &def.Resolution
+		}
+		if created {
+			if err := tx.Create(&row).Error; err != nil {
+				return err
+			}
+		} else {
+			row.CreatedAt = old.CreatedAt
+			if err := tx.Select("*").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
+				return err
+			}
+			if stateShapeChanged(old.toDomain().Definition, def) {
+				if err := deleteState(tx, tenantID, name, nil); err != nil {
+					return err
+				}
+			}
+		}
+		out = row.toDomain()
+		return nil
+	})
+	if err != nil {
+		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
+	}
+	return out, created, nil
+}
+
+// GetDefinition returns the stored definition called name, or ErrLimitNotFound.
+func (e *Engine) GetDefinition(ctx context.Context, tenantID int64, name string) (StoredDefinition, error) {
+	var out StoredDefinition
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		row, ok, err := loadDefinition(tx, tenantID, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrLimitNotFound
+		}
+		out = row
+		return nil
+	})
+	if err != nil {
+		return StoredDefinition{}, fmt.Errorf("limiter: get definition: %w", err)
+	}
+	return out, nil
+}
+
+// ListDefinitions returns the tenant's definitions ordered by name.
+func (e *Engine) ListDefinitions(ctx context.Context, tenantID int64) ([]StoredDefinition, error) {
+	var rows []definitionRow
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Where("tenant_id = ?", tenantID).Order("name").Find(&rows).Error
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limiter: list definitions: %w", err)
+	}
+	out := make([]StoredDefinition, len(rows))
+	for i, r := range rows {
+		out[i] = r.toDomain()
+	}
+	return out, nil
+}
+
+// DeleteDefinition removes a definition and all of its state, or returns ErrLimitNotFound.
+func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string) error {
+	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+		res := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Delete(&definitionRow{})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return ErrLimitNotFound
+		}
+		return deleteState(tx, tenantID, name, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("limiter: delete definition: %w", err)
+	}
+	return nil
+}
+
+func loadDefinition(tx *gorm.DB, tenantID int64, name string) (StoredDefinition, bool, error) {
+	var row definitionRow
+	err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Take(&row).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return StoredDefinition{}, false, nil
+	}
+	if err != nil {
+		return StoredDefinition{}, false, err
+	}
+	return row.toDomain(), true, nil
+}
