@@ -69,7 +69,7 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	var out StoredDefinition
 	var created bool
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
-		now := e.now().UTC()
+		now := e.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
 		var old definitionRow
 		err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Take(&old).Error
 		created = errors.Is(err, gorm.ErrRecordNotFound)

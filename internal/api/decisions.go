@@ -1,0 +1,250 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// Keys the API derives itself live under these prefixes, which client keys may not use, so that a
+// client cannot spend an anonymous session's or an IP prefix's allowance by naming it.
+const (
+	sessionKeyPrefix = "session:"
+	ipKeyPrefix      = "ip:"
+)
+
+var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
+
+// ValidSessionID reports whether s looks like a session ID the widget flow creates.
+func ValidSessionID(s string) bool { return sessionIDRE.MatchString(s) }
+
+// SessionKey is the rate-limit key of an authorized anonymous session.
+func SessionKey(sessionID string) string {
+	sum := sha256.Sum256([]byte(sessionID))
+	return sessionKeyPrefix + hex.EncodeToString(sum[:16])
+}
+
+// ipPrefixKey is the lossy fallback key: the client's /24 (IPv4) or /48 (IPv6), hashed.
+func ipPrefixKey(ip string) string {
+	parsed := net.ParseIP(ip)
+	var prefix string
+	switch {
+	case parsed == nil:
+		prefix = "unknown"
+	case parsed.To4() != nil:
+		prefix = parsed.Mask(net.CIDRMask(24, 32)).String() + "/24"
+	default:
+		prefix = parsed.Mask(net.CIDRMask(48, 128)).String() + "/48"
+	}
+	sum := sha256.Sum256([]byte(prefix))
+	return ipKeyPrefix + hex.EncodeToString(sum[:16])
+}
+
+// item is one decision request in the API's terms, before keys are resolved.
+type item struct {
+	name    string
+	key     *string
+	session *string
+	count   *float64
+	reserve bool
+	config  *DefinitionBody
+}
+
+// toRequest validates an item and resolves its key (including anonymous sessions).
+func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Request, error) {
+	req := limiter.Request{Name: it.name, Count: 1, Reserve: it.reserve}
+	if !limiter.ValidName(it.name) {
+		return req, badRequest(field+"name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$")
+	}
+	if it.count != nil {
+		if *it.count < 0 || math.IsNaN(*it.count) || math.IsInf(*it.count, 0) {
+			return req, badRequest(field+"count", "count must be a number >= 0")
+		}
+		req.Count = *it.count
+	}
+	if it.config != nil {
+		def, err := it.config.ToDefinition()
+		if err != nil {
+			return req, err
+		}
+		req.Config = &def
+	}
+	switch {
+	case it.key != nil && it.session != nil:
+		return req, badRequest(field+"session", `give "key" or "session", not both`)
+	case it.key != nil:
+		k := *it.key
+		if !limiter.ValidKey(k) {
+			return req, badRequest(field+"key", "keys are 1 to 256 bytes of UTF-8")
+		}
+		if strings.HasPrefix(k, sessionKeyPrefix) || strings.HasPrefix(k, ipKeyPrefix) {
+			return req, badRequest(field+"key", `keys starting with "session:" or "ip:" are reserved; use "session" for anonymous sessions`)
+		}
+		req.Key = k
+	case it.session != nil:
+		key, err := s.sessionKey(c, it, *it.session, field)
+		if err != nil {
+			return req, err
+		}
+		req.Key = key
+	}
+	return req, nil
+}
+
+// sessionKey resolves an anonymous session: its own key when authorized, otherwise the hashed
+// client-IP prefix if the definition opts in, otherwise 403 session_not_authorized.
+func (s *Server) sessionKey(c *gin.Context, it item, sessionID, field string) (string, error) {
+	if !ValidSessionID(sessionID) {
+		return "", badRequest(field+"session", "session IDs are 16 to 128 characters of [A-Za-z0-9_-]")
+	}
+	ctx := c.Request.Context()
+	tenantID := tenantOf(c).TenantID
+	if s.sessions != nil {
+		ok, err := s.sessions.IsAuthorized(ctx, tenantID, sessionID)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return SessionKey(sessionID), nil
+		}
+	}
+	fallback := false
+	if it.config != nil {
+		fallback = it.config.IPFallback != nil && *it.config.IPFallback
+	} else if stored, err := s.engine.GetDefinition(ctx, tenantID, it.name); err == nil {
+		fallback = stored.Definition.IPFallback
+	} else if limiter.IsNotFound(err) {
+		return "", err
+	}
+	if fallback {
+		return ipPrefixKey(c.ClientIP()), nil
+	}
+	return "", errSessionNotAuthorized
+}
+
+func (s *Server) decideOne(c *gin.Context, consume bool) {
+	name := c.Param("name")
+	var body DecisionBody
+	if err := decodeJSON(c, &body); err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	req, err := s.toRequest(c, item{name: name, key: body.Key, session: body.Session, count: body.Count, reserve: body.Reserve, config: body.Config}, "")
+	if err != nil {
+		if pe, ok := err.(*problemError); ok && pe.p.Field == "name" {
+			err = limiter.ErrLimitNotFound // the name is part of the path: an impossible name is not found
+		}
+		writeProblem(c, s.log, err)
+		return
+	}
+	var d limiter.Decision
+	if consume {
+		d, err = s.engine.Limit(c.Request.Context(), tenantOf(c).TenantID, req)
+	} else {
+		d, err = s.engine.Check(c.Request.Context(), tenantOf(c).TenantID, req)
+	}
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	setRateLimitHeaders(c, []limiter.Decision{d})
+	if !d.OK && body.Throws {
+		s.tooMany(c, d)
+		return
+	}
+	c.JSON(http.StatusOK, toDecisionResponse(d))
+}
+
+func (s *Server) limitOne(c *gin.Context) { s.decideOne(c, true) }
+func (s *Server) checkOne(c *gin.Context) { s.decideOne(c, false) }
+
+func (s *Server) decideBatch(c *gin.Context, consume bool) {
+	var body BatchBody
+	if err := decodeJSON(c, &body); err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	if len(body.Limits) == 0 || len(body.Limits) > MaxBatch {
+		writeProblem(c, s.log, fieldf("limits", "limits must hold 1 to %d items", MaxBatch))
+		return
+	}
+	reqs := make([]limiter.Request, len(body.Limits))
+	for i, it := range body.Limits {
+		req, err := s.toRequest(c, item{name: it.Name, key: it.Key, session: it.Session, count: it.Count, reserve: it.Reserve, config: it.Config},
+			fmt.Sprintf("limits[%d].", i))
+		if err != nil {
+			writeProblem(c, s.log, err)
+			return
+		}
+		reqs[i] = req
+	}
+	b, err := s.engine.Batch(c.Request.Context(), tenantOf(c).TenantID, reqs, consume)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	setRateLimitHeaders(c, b.Results)
+	if !b.OK && body.Throws {
+		worst := b.Results[0]
+		for _, r := range b.Results {
+			if !r.OK && (worst.OK || (r.RetryAfter != nil && (worst.RetryAfter == nil || *r.RetryAfter > *worst.RetryAfter))) {
+				worst = r
+			}
+		}
+		s.tooMany(c, worst)
+		return
+	}
+	out := BatchResponse{OK: b.OK, RetryAfter: b.RetryAfter, Results: make([]DecisionResponse, len(b.Results))}
+	for i, r := range b.Results {
+		out.Results[i] = toDecisionResponse(r)
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) limitBatch(c *gin.Context) { s.decideBatch(c, true) }
+func (s *Server) checkBatch(c *gin.Context) { s.decideBatch(c, false) }
+
+// tooMany renders a refusal as 429 (throws: true) with Retry-After in whole seconds, rounded up.
+func (s *Server) tooMany(c *gin.Context, d limiter.Decision) {
+	p := NewProblem(http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf("limit %q refused the request", d.Name))
+	p.Name = d.Name
+	p.RetryAfter = d.RetryAfter
+	p.RequestID = c.GetString(RequestIDKey)
+	if d.RetryAfter != nil {
+		c.Header("Retry-After", retryAfterSeconds(*d.RetryAfter))
+	}
+	WriteProblem(c, p)
+}
+
+// setRateLimitHeaders writes the IETF draft headers (draft-ietf-httpapi-ratelimit-headers):
+// RateLimit-Policy: "name";q=<quota>;w=<window seconds> and RateLimit: "name";r=<remaining>;t=<seconds>.
+// t is the retryAfter when there is one, otherwise the time until the quota is whole again.
+func setRateLimitHeaders(c *gin.Context, ds []limiter.Decision) {
+	policies := make([]string, 0, len(ds))
+	limits := make([]string, 0, len(ds))
+	for _, d := range ds {
+		def := d.Definition
+		w := int64(math.Ceil(float64(def.Period) / 1000))
+		policies = append(policies, fmt.Sprintf("%q;q=%d;w=%d", d.Name, int64(math.Floor(def.Max())), w))
+		remaining := int64(math.Floor(math.Max(d.Remaining, 0)))
+		var t int64
+		if d.RetryAfter != nil {
+			t = int64(math.Ceil(float64(*d.RetryAfter) / 1000))
+		} else {
+			missing := math.Max(def.Max()-d.Remaining, 0)
+			t = int64(math.Ceil(missing * float64(def.Period) / def.Rate / 1000))
+		}
+		limits = append(limits, fmt.Sprintf("%q;r=%d;t=%d", d.Name, remaining, t))
+	}
+	c.Header("RateLimit-Policy", strings.Join(policies, ", "))
+	c.Header("RateLimit", strings.Join(limits, ", "))
+}

@@ -1,0 +1,195 @@
+package api
+
+import (
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// DefinitionBody is the JSON form of a limit definition (PUT body and inline config).
+type DefinitionBody struct {
+	Kind        string   `json:"kind"`
+	Rate        *float64 `json:"rate"`
+	Period      *int64   `json:"period"`
+	Capacity    *float64 `json:"capacity,omitempty"`
+	MaxReserved *float64 `json:"maxReserved,omitempty"`
+	Shards      *int     `json:"shards,omitempty"`
+	Start       *int64   `json:"start,omitempty"`
+	Resolution  *int     `json:"resolution,omitempty"`
+	Jitter      *int64   `json:"jitter,omitempty"`
+	IPFallback  *bool    `json:"ipFallback,omitempty"`
+}
+
+// ToDefinition converts and validates; field errors use the JSON names.
+func (b DefinitionBody) ToDefinition() (limiter.Definition, error) {
+	var missing []limiter.FieldError
+	if b.Kind == "" {
+		missing = append(missing, limiter.FieldError{Field: "kind", Message: "is required"})
+	}
+	if b.Rate == nil {
+		missing = append(missing, limiter.FieldError{Field: "rate", Message: "is required"})
+	}
+	if b.Period == nil {
+		missing = append(missing, limiter.FieldError{Field: "period", Message: "is required"})
+	}
+	// Explicit zeros are errors; absent fields take defaults (the domain type reads 0 as default).
+	if b.Shards != nil && *b.Shards < 1 {
+		missing = append(missing, limiter.FieldError{Field: "shards", Message: "must be between 1 and 1024"})
+	}
+	if b.Resolution != nil && *b.Resolution < 1 {
+		missing = append(missing, limiter.FieldError{Field: "resolution", Message: "must be between 1 and 60"})
+	}
+	if len(missing) > 0 {
+		return limiter.Definition{}, &limiter.ValidationError{Code: CodeInvalidConfig, Fields: missing}
+	}
+	d := limiter.Definition{Kind: limiter.Kind(b.Kind), Rate: *b.Rate, Period: *b.Period,
+		Capacity: b.Capacity, MaxReserved: b.MaxReserved, Start: b.Start}
+	if b.Shards != nil {
+		d.Shards = *b.Shards
+	}
+	if b.Resolution != nil {
+		d.Resolution = *b.Resolution
+	}
+	if b.Jitter != nil {
+		d.Jitter = *b.Jitter
+	}
+	if b.IPFallback != nil {
+		d.IPFallback = *b.IPFallback
+	}
+	return d, d.Validate()
+}
+
+// DefinitionResponse is a stored definition as the API returns it.
+type DefinitionResponse struct {
+	Name        string    `json:"name"`
+	Kind        string    `json:"kind"`
+	Rate        float64   `json:"rate"`
+	Period      int64     `json:"period"`
+	Capacity    *float64  `json:"capacity,omitempty"`
+	MaxReserved *float64  `json:"maxReserved,omitempty"`
+	Shards      int       `json:"shards"`
+	Start       *int64    `json:"start,omitempty"`
+	Resolution  *int      `json:"resolution,omitempty"`
+	Jitter      int64     `json:"jitter"`
+	IPFallback  bool      `json:"ipFallback"`
+	CreatedAt   time.Time `json:"createdAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+// ConfigResponse is a definition without name and timestamps (the config of a value response).
+type ConfigResponse struct {
+	Kind        string   `json:"kind"`
+	Rate        float64  `json:"rate"`
+	Period      int64    `json:"period"`
+	Capacity    *float64 `json:"capacity,omitempty"`
+	MaxReserved *float64 `json:"maxReserved,omitempty"`
+	Shards      int      `json:"shards"`
+	Start       *int64   `json:"start,omitempty"`
+	Resolution  *int     `json:"resolution,omitempty"`
+	Jitter      int64    `json:"jitter"`
+	IPFallback  bool     `json:"ipFallback"`
+}
+
+func toConfig(d limiter.Definition) ConfigResponse {
+	c := ConfigResponse{Kind: string(d.Kind), Rate: d.Rate, Period: d.Period, Capacity: d.Capacity,
+		MaxReserved: d.MaxReserved, Shards: max(d.Shards, 1), Start: d.Start, Jitter: d.Jitter, IPFallback: d.IPFallback}
+	if d.Kind == limiter.SlidingWindow {
+		r := max(d.Resolution, 1)
+		c.Resolution = &r
+	}
+	return c
+}
+
+func toDefinitionResponse(s limiter.StoredDefinition) DefinitionResponse {
+	c := toConfig(s.Definition)
+	return DefinitionResponse{Name: s.Name, Kind: c.Kind, Rate: c.Rate, Period: c.Period, Capacity: c.Capacity,
+		MaxReserved: c.MaxReserved, Shards: c.Shards, Start: c.Start, Resolution: c.Resolution, Jitter: c.Jitter,
+		IPFallback: c.IPFallback, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+}
+
+// DecisionBody is the body of POST /v1/limits/{name}/limit and /check.
+type DecisionBody struct {
+	Key     *string         `json:"key"`
+	Session *string         `json:"session"`
+	Count   *float64        `json:"count"`
+	Reserve bool            `json:"reserve"`
+	Throws  bool            `json:"throws"`
+	Config  *DefinitionBody `json:"config"`
+}
+
+// BatchItem is one limit of a batch.
+type BatchItem struct {
+	Name    string          `json:"name"`
+	Key     *string         `json:"key"`
+	Session *string         `json:"session"`
+	Count   *float64        `json:"count"`
+	Reserve bool            `json:"reserve"`
+	Config  *DefinitionBody `json:"config"`
+}
+
+// BatchBody is the body of POST /v1/limit and /v1/check.
+type BatchBody struct {
+	Limits []BatchItem `json:"limits"`
+	Throws bool        `json:"throws"`
+}
+
+// MaxBatch bounds the limits of one batch request.
+const MaxBatch = 100
+
+// ResetBody is the body of POST /v1/limits/{name}/reset.
+type ResetBody struct {
+	Key     *string `json:"key"`
+	AllKeys bool    `json:"allKeys"`
+}
+
+// DecisionResponse is one decision.
+type DecisionResponse struct {
+	OK         bool    `json:"ok"`
+	RetryAfter *int64  `json:"retryAfter"`
+	Remaining  float64 `json:"remaining"`
+	Name       string  `json:"name"`
+	Key        *string `json:"key"`
+}
+
+// BatchResponse is the outcome of a batch.
+type BatchResponse struct {
+	OK         bool               `json:"ok"`
+	RetryAfter *int64             `json:"retryAfter"`
+	Results    []DecisionResponse `json:"results"`
+}
+
+func toDecisionResponse(d limiter.Decision) DecisionResponse {
+	r := DecisionResponse{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: roundTokens(d.Remaining), Name: d.Name}
+	if d.Key != "" {
+		k := d.Key
+		r.Key = &k
+	}
+	return r
+}
+
+// roundTokens trims float noise (9.999999999999998) from token counts shown to clients.
+func roundTokens(v float64) float64 { return math.Round(v*1e9) / 1e9 }
+
+// ShardValueResponse is one shard of a value response.
+type ShardValueResponse struct {
+	Shard int     `json:"shard"`
+	Value float64 `json:"value"`
+	TS    int64   `json:"ts"`
+}
+
+// ValueResponse is GET /v1/limits/{name}/value.
+type ValueResponse struct {
+	Value  float64              `json:"value"`
+	TS     int64                `json:"ts"`
+	Shards []ShardValueResponse `json:"shards"`
+	Config ConfigResponse       `json:"config"`
+}
+
+func toValueResponse(v limiter.Value) ValueResponse {
+	out := ValueResponse{Value: roundTokens(v.Value), TS: v.TS, Config: toConfig(v.Definition), Shards: make([]ShardValueResponse, len(v.Shards))}
+	for i, s := range v.Shards {
+		out.Shards[i] = ShardValueResponse{Shard: s.Shard, Value: roundTokens(s.Value), TS: s.TS}
+	}
+	return out
+}
