@@ -1,12 +1,16 @@
 package api
 
 import (
+	"net/http"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
+
+var errPublishableKey = &problemError{NewProblem(http.StatusForbidden, CodeForbidden,
+	"publishable keys can only fetch captcha challenges; use a secret key")}
 
 // authenticate requires "Authorization: Bearer <secret key>" and stores the principal.
 func (s *Server) authenticate(c *gin.Context) {
@@ -16,7 +20,15 @@ func (s *Server) authenticate(c *gin.Context) {
 		writeProblem(c, s.log, tenants.ErrUnauthorized)
 		return
 	}
-	p, err := s.auth.Authenticate(c.Request.Context(), strings.TrimSpace(secret), tenants.KindSecret)
+	secret = strings.TrimSpace(secret)
+	if kind, err := tenants.ParseKey(secret); err == nil && kind == tenants.KindPublishable {
+		// A valid publishable key is known but not allowed here: it can only fetch captcha challenges.
+		if _, err := s.auth.Authenticate(c.Request.Context(), secret, tenants.KindPublishable); err == nil {
+			writeProblem(c, s.log, errPublishableKey)
+			return
+		}
+	}
+	p, err := s.auth.Authenticate(c.Request.Context(), secret, tenants.KindSecret)
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return

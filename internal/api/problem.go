@@ -162,4 +162,6 @@ func retryAfterSeconds(ms int64) string {
 	return strconv.FormatInt(int64(math.Ceil(float64(ms)/1000)), 10)
 }
 
-func fieldf(field, format string, args ...any) error { return badRequest(field, fmt.Sprintf(format, args...)) }
+func fieldf(field, format string, args ...any) error {
+	return badRequest(field, fmt.Sprintf(format, args...))
+}
