@@ -403,3 +403,55 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 
 // IsNotFound reports whether err means the limit does not exist for this tenant.
 func IsNotFound(err error) bool { return errors.Is(err, ErrLimitNotFound) }
+
+// KeyValue is one key of a limit with its current value (summed over the shards that have state).
+type KeyValue struct {
+	Key   string
+	Value float64
+	TS    int64
+}
+
+// RecentKeys lists up to n keys of name that have state, most recently written first, with their
+// values computed to now. Shards without state count as full.
+func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n int) ([]KeyValue, error) {
+	var out []KeyValue
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		stored, ok, err := loadDefinition(tx, tenantID, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrLimitNotFound
+		}
+		var keys []string
+		if err := tx.Raw(`SELECT key FROM limit_state WHERE tenant_id = ? AND name = ?
+			GROUP BY key ORDER BY MAX(ts) DESC, key LIMIT ?`, tenantID, name, n).Scan(&keys).Error; err != nil {
+			return err
+		}
+		now := e.now().UnixMilli()
+		def := stored.Definition
+		all := make([]int, def.Shards)
+		for i := range all {
+			all[i] = i
+		}
+		for _, k := range keys {
+			states, err := loadStates(tx, tenantID, def, name, k, all, nil)
+			if err != nil {
+				return err
+			}
+			kv := KeyValue{Key: k}
+			origin := originOf(def, tenantID, name, k)
+			for _, st := range states {
+				v, ts := peek(def, st, now, origin)
+				kv.Value += v
+				kv.TS = max(kv.TS, ts)
+			}
+			out = append(out, kv)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limiter: recent keys: %w", err)
+	}
+	return out, nil
+}

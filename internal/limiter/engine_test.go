@@ -326,3 +326,28 @@ func TestEngineFailsClosedWhenTheDatabaseIsGone(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func TestEngineRecentKeysListsKeysWithStateNewestFirst(t *testing.T) {
+	bothDatabases(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := limiter.NewEngine(d, clock.opts())
+		mustPut(t, e, "rk", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000, Shards: 2})
+		for _, k := range []string{"old", "mid", "new"} {
+			mustLimit(t, e, limiter.Request{Name: "rk", Key: k, Count: 3})
+			clock.Advance(1)
+		}
+		got, err := e.RecentKeys(context.Background(), tenant, "rk", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0].Key != "new" || got[1].Key != "mid" {
+			t.Fatalf("recent keys: %+v", got)
+		}
+		if got[0].Value < 6.99 || got[0].Value > 7.01 {
+			t.Fatalf("value of new = %v, want ~7", got[0].Value)
+		}
+		if _, err := e.RecentKeys(context.Background(), tenant+1, "rk", 2); !errors.Is(err, limiter.ErrLimitNotFound) {
+			t.Fatalf("another tenant: %v", err)
+		}
+	})
+}
