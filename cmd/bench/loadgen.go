@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// scenario is one load shape.
+type scenario struct {
+	name   string
+	conns  int
+	hot    bool // compared with pgbench's hot-key figure
+	sqlite bool
+	batch  bool
+	keys   int     // distinct keys (1 = one hot key)
+	rate   float64 // tokens per second per key (also the capacity)
+	shards int
+}
+
+func scenarios() []scenario {
+	return []scenario{
+		{name: "random-8", conns: 8, keys: 100_000, rate: 1000},
+		{name: "random-32", conns: 32, keys: 100_000, rate: 1000},
+		{name: "random-64", conns: 64, keys: 100_000, rate: 1000},
+		{name: "hot", conns: 32, hot: true, keys: 1, rate: 5000},
+		{name: "hot-shards10", conns: 32, hot: true, keys: 1, rate: 5000, shards: 10},
+		{name: "batch2", conns: 32, batch: true, keys: 100_000, rate: 1000},
+		{name: "sqlite-32", conns: 32, sqlite: true, keys: 100_000, rate: 1000},
+	}
+}
+
+// RunResult is one run of one scenario.
+type RunResult struct {
+	PerSecond float64
+	P50ms     float64
+	P99ms     float64
+	Errors    int64
+	Status5xx int64
+	Admitted  int64
+	Bound     float64
+	Over      bool
+}
+
+type worker struct {
+	latencies []time.Duration
+	admitted  map[int]int64
+	errors    int64
+	status5xx int64
+	total     int64
+}
+
+func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResult, error) {
+	ctx := context.Background()
+	def := fmt.Sprintf(`{"kind":"token bucket","rate":%g,"period":1000`, sc.rate)
+	if sc.shards > 1 {
+		def += fmt.Sprintf(`,"shards":%d`, sc.shards)
+	}
+	def += "}"
+	names := []string{name}
+	if sc.batch {
+		names = []string{name + "_a", name + "_b"}
+	}
+	for _, n := range names {
+		if err := s.put(ctx, n, def); err != nil {
+			return RunResult{}, err
+		}
+	}
+	transport := &http.Transport{MaxIdleConnsPerHost: sc.conns, MaxConnsPerHost: sc.conns, IdleConnTimeout: time.Minute}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: 10 * time.Second}
+	path := s.base + "/v1/limits/" + name + "/limit"
+	if sc.batch {
+		path = s.base + "/v1/limit"
+	}
+	workers := make([]*worker, sc.conns)
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := &worker{admitted: map[int]int64{}}
+		workers[i] = w
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, 99))
+			var body []byte
+			for time.Now().Before(deadline) {
+				k := r.IntN(sc.keys)
+				ks := strconv.Itoa(k)
+				if sc.batch {
+					body = []byte(`{"limits":[{"name":"` + names[0] + `","key":"k` + ks + `"},{"name":"` + names[1] + `","key":"k` + ks + `"}]}`)
+				} else {
+					body = []byte(`{"key":"k` + ks + `"}`)
+				}
+				req, _ := http.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+s.key)
+				req.Header.Set("Content-Type", "application/json")
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					w.errors++
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				w.latencies = append(w.latencies, time.Since(t0))
+				w.total++
+				switch {
+				case resp.StatusCode >= 500:
+					w.status5xx++
+					w.errors++
+				case resp.StatusCode != 200:
+					w.errors++
+				case bytes.HasPrefix(b, []byte(`{"ok":true`)):
+					w.admitted[k]++
+				}
+			}
+		}(uint64(i) + uint64(start.UnixNano()))
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	var all []time.Duration
+	res := RunResult{}
+	perKey := map[int]int64{}
+	var total int64
+	for _, w := range workers {
+		all = append(all, w.latencies...)
+		res.Errors += w.errors
+		res.Status5xx += w.status5xx
+		total += w.total
+		for k, n := range w.admitted {
+			perKey[k] += n
+			res.Admitted += n
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	if len(all) > 0 {
+		res.P50ms = float64(all[len(all)/2]) / 1e6
+		res.P99ms = float64(all[len(all)*99/100]) / 1e6
+	}
+	res.PerSecond = float64(total) / elapsed.Seconds()
+	// Every key's admitted total must stay within capacity + rate*T (T padded for clock rounding).
+	bound := sc.rate + sc.rate*(elapsed.Seconds()+0.01)
+	for _, n := range perKey {
+		if float64(n) > bound {
+			res.Over = true
+		}
+	}
+	if sc.keys == 1 {
+		res.Bound = bound
+	}
+	return res, nil
+}
+
+func summarize(sc scenario, runs []RunResult) Result {
+	r := Result{Scenario: sc.name, Connections: sc.conns}
+	var per, p50, p99 []float64
+	for _, x := range runs {
+		per, p50, p99 = append(per, x.PerSecond), append(p50, x.P50ms), append(p99, x.P99ms)
+		r.Errors += x.Errors
+		r.Status5xx += x.Status5xx
+		r.OverAdmitted = r.OverAdmitted || x.Over
+		r.Runs = append(r.Runs, x.PerSecond)
+	}
+	r.PerSecond, r.P50ms, r.P99ms = median(per), median(p50), median(p99)
+	mid := runs[len(runs)/2]
+	r.Admitted, r.Bound = mid.Admitted, mid.Bound
+	return r
+}

@@ -1,0 +1,374 @@
+// Command bench measures Sluice over real HTTP against the raw ceiling of its database.
+//
+// It starts a throwaway PostgreSQL (the same harness as `make test`), measures pgbench's
+// serializable read-modify-write ceiling on it (random key of 100,000, and one hot key with
+// retries), builds and starts Sluice as a separate process on the same server, creates a tenant,
+// a key and the limits, and drives each scenario with the load generator in loadgen.go. It prints
+// one table and writes it as JSON. It reports; it never fails on speed.
+//
+//	go run ./cmd/bench [-duration 8s] [-runs 3] [-out bench-results/bench.json]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/pgtest"
+)
+
+func main() {
+	duration := flag.Duration("duration", 8*time.Second, "length of each scenario run")
+	runs := flag.Int("runs", 3, "runs per scenario (the table shows medians)")
+	out := flag.String("out", "bench-results/bench.json", "where to write the JSON results")
+	only := flag.String("only", "", "comma-separated scenario names to run (default all)")
+	flag.Parse()
+	if err := bench(*duration, *runs, *out, *only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// Result is one scenario's median figures.
+type Result struct {
+	Scenario     string    `json:"scenario"`
+	Connections  int       `json:"connections"`
+	PerSecond    float64   `json:"decisionsPerSecond"`
+	P50ms        float64   `json:"p50ms"`
+	P99ms        float64   `json:"p99ms"`
+	Errors       int64     `json:"errors"`
+	Status5xx    int64     `json:"status5xx"`
+	Admitted     int64     `json:"admitted"`
+	Bound        float64   `json:"bound"` // the most the limit allows in the run (0: per-key bounds checked instead)
+	OverAdmitted bool      `json:"overAdmitted"`
+	RatioPgbench float64   `json:"ratioToPgbench"`
+	Runs         []float64 `json:"runsPerSecond"`
+}
+
+// Report is the JSON file.
+type Report struct {
+	Machine         string   `json:"machine"`
+	When            string   `json:"when"`
+	PgbenchRandom   float64  `json:"pgbenchRandomTPS"`
+	PgbenchHot      float64  `json:"pgbenchHotTPS"`
+	Results         []Result `json:"results"`
+	ServerPeakRSSMB float64  `json:"serverPeakRssMB"`
+}
+
+func bench(duration time.Duration, runs int, outPath, only string) error {
+	want := map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			want[s] = true
+		}
+	}
+	selected := func(name string) bool { return len(want) == 0 || want[name] }
+
+	work, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin := filepath.Join(work, "sluice")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/app")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+
+	srv, err := pgtest.Start()
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	dbURL, err := pgtest.CreateDatabase(srv.URL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: PostgreSQL on port %d\n", srv.Port)
+
+	report := Report{Machine: machine(), When: time.Now().UTC().Format(time.RFC3339)}
+	var randomTPS, hotTPS []float64
+	for range runs {
+		r, err := pgbench(srv, dbURL, false, duration)
+		if err != nil {
+			return err
+		}
+		h, err := pgbench(srv, dbURL, true, duration)
+		if err != nil {
+			return err
+		}
+		randomTPS, hotTPS = append(randomTPS, r), append(hotTPS, h)
+	}
+	report.PgbenchRandom, report.PgbenchHot = median(randomTPS), median(hotTPS)
+	fmt.Fprintf(os.Stderr, "bench: pgbench serializable RMW ceiling: random %.0f TPS, hot key %.0f TPS\n", report.PgbenchRandom, report.PgbenchHot)
+
+	pg, err := startSluice(bin, work, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pg.stop()
+	sqlite, err := startSluice(bin, work, "sqlite:"+filepath.Join(work, "bench.db"))
+	if err != nil {
+		return err
+	}
+	defer sqlite.stop()
+
+	for _, sc := range scenarios() {
+		if !selected(sc.name) {
+			continue
+		}
+		target := pg
+		if sc.sqlite {
+			target = sqlite
+		}
+		var per []RunResult
+		for i := range runs {
+			// A fresh limit name per run, so every run starts from full state.
+			rr, err := runScenario(target, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.name, err)
+			}
+			per = append(per, rr)
+			fmt.Fprintf(os.Stderr, "bench: %-14s run %d: %8.0f/s p50 %.2f ms p99 %.2f ms errors %d\n", sc.name, i+1, rr.PerSecond, rr.P50ms, rr.P99ms, rr.Errors)
+		}
+		res := summarize(sc, per)
+		ceiling := report.PgbenchRandom
+		if sc.hot {
+			ceiling = report.PgbenchHot
+		}
+		if ceiling > 0 {
+			res.RatioPgbench = res.PerSecond / ceiling
+		}
+		report.Results = append(report.Results, res)
+	}
+	report.ServerPeakRSSMB = max(pg.peakRSSMB(), sqlite.peakRSSMB())
+	printTable(os.Stdout, report)
+	if err := os.MkdirAll(filepath.Dir(outPath), 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(report, "", "  ")
+	if err := os.WriteFile(outPath, b, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", outPath)
+	return nil
+}
+
+func machine() string {
+	host, _ := os.Hostname()
+	cpu := "?"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	n := 0
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		n = strings.Count(string(b), "processor\t:")
+	}
+	return fmt.Sprintf("%s, %d cores, %s", host, n, cpu)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// pgbench measures one serializable read-modify-write of one row per transaction at 32 clients:
+// a random row of 100,000, or one hot row (serialization failures retried up to 1000 times).
+func pgbench(srv *pgtest.Server, dbURL string, hot bool, duration time.Duration) (float64, error) {
+	bindir, err := pgtest.BinDir()
+	if err != nil {
+		return 0, err
+	}
+	setup := exec.Command(filepath.Join(bindir, "psql"), dbURL, "-q", "-c",
+		`CREATE TABLE IF NOT EXISTS rmw (k int PRIMARY KEY, v double precision NOT NULL, ts bigint NOT NULL);
+		 INSERT INTO rmw SELECT g, 1000000, 0 FROM generate_series(1, 100000) g ON CONFLICT DO NOTHING;`)
+	if out, err := setup.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("pgbench setup: %w: %s", err, out)
+	}
+	key := `\set k random(1, 100000)`
+	if hot {
+		key = `\set k 1`
+	}
+	script := key + `
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT v, ts FROM rmw WHERE k = :k;
+UPDATE rmw SET v = v - 1, ts = ts + 1 WHERE k = :k;
+COMMIT;
+`
+	f, err := os.CreateTemp("", "rmw-*.sql")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	_, _ = f.WriteString(script)
+	_ = f.Close()
+	cmd := exec.Command(filepath.Join(bindir, "pgbench"), "-n", "-c", "32", "-j", "2", "-T", strconv.Itoa(int(duration.Seconds())),
+		"--max-tries=1000", "-f", f.Name(), dbURL)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: %w: %s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "tps = ") {
+			fields := strings.Fields(line)
+			return strconv.ParseFloat(fields[2], 64)
+		}
+	}
+	return 0, fmt.Errorf("pgbench: no tps in output: %s", out)
+}
+
+// sluice is a running Sluice process.
+type sluice struct {
+	cmd  *exec.Cmd
+	base string
+	key  string
+	env  []string
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startSluice(bin, work, dbURL string) (*sluice, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	s.env = append(os.Environ(), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
+		fmt.Sprintf("LISTEN_ADDR=127.0.0.1:%d", port), "SLUICE_ADMIN_EMAIL=", "SLUICE_ADMIN_PASSWORD=")
+	cli := func(args ...string) (string, error) {
+		c := exec.Command(bin, args...)
+		c.Env, c.Dir = s.env, work
+		out, err := c.CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%v: %w: %s", args, err, out)
+		}
+		return string(out), nil
+	}
+	if _, err := cli("migrate"); err != nil {
+		return nil, err
+	}
+	tenant := fmt.Sprintf("bench%d", port)
+	if _, err := cli("tenant", "create", tenant); err != nil {
+		return nil, err
+	}
+	out, err := cli("key", "create", "--tenant", tenant, "--label", "bench")
+	if err != nil {
+		return nil, err
+	}
+	s.key = strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+	s.cmd = exec.Command(bin, "serve")
+	s.cmd.Env, s.cmd.Dir = s.env, work
+	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(s.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("sluice did not become ready on %s", s.base)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *sluice) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = s.cmd.Process.Kill()
+		}
+		s.cmd = nil
+	}
+}
+
+// peakRSSMB is the server's high-water resident set (VmHWM) in MB.
+func (s *sluice) peakRSSMB() float64 {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func (s *sluice) put(ctx context.Context, name, body string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, s.base+"/v1/limits/"+name, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("PUT %s: %d %s", name, resp.StatusCode, b)
+	}
+	return nil
+}
+
+func printTable(w io.Writer, r Report) {
+	fmt.Fprintf(w, "\nSluice benchmark — %s — %s\n", r.Machine, r.When)
+	fmt.Fprintf(w, "pgbench serializable read-modify-write (32 clients): random key %.0f TPS, hot key %.0f TPS\n\n", r.PgbenchRandom, r.PgbenchHot)
+	fmt.Fprintf(w, "| %-14s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 16), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10))
+	for _, x := range r.Results {
+		bound := "per-key ok"
+		if x.Bound > 0 {
+			bound = fmt.Sprintf("%d / %.0f", x.Admitted, x.Bound)
+		}
+		if x.OverAdmitted {
+			bound += " OVER"
+		}
+		fmt.Fprintf(w, "| %-14s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench)
+	}
+	fmt.Fprintf(w, "\nserver peak RSS: %.0f MB\n", r.ServerPeakRSSMB)
+}
