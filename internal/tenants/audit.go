@@ -1,0 +1,92 @@
+package tenants
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+)
+
+// AuditEntry is one line of the audit log: who (Actor) did what (Action) to which object
+// (Target), within a tenant or, with TenantID nil, server-wide.
+type AuditEntry struct {
+	ID        int64
+	TenantID  *int64
+	Actor     string
+	Action    string
+	Target    string
+	Detail    string
+	CreatedAt time.Time
+}
+
+const (
+	defaultAuditLimit = 50
+	maxAuditLimit     = 1000
+	maxAuditField     = 1000 // bytes; longer actor/target/detail text is cut, never refused
+)
+
+// Audit records an entry. Methods of this package that change keys or log users in audit
+// themselves; other packages call this for definition changes, resets and the like. Never pass
+// secrets in any field.
+func (s *Service) Audit(ctx context.Context, tenantID *int64, actor, action, target, detail string) error {
+	if strings.TrimSpace(action) == "" {
+		return wrap("audit", invalid("empty action"))
+	}
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		return s.audit(tx, tenantID, actor, action, target, detail)
+	})
+	return wrap("audit", err)
+}
+
+// audit writes an entry inside the caller's transaction, so the entry exists if and only if the
+// change it describes was committed.
+func (s *Service) audit(tx *gorm.DB, tenantID *int64, actor, action, target, detail string) error {
+	return tx.Create(&auditRow{
+		TenantID:  tenantID,
+		Actor:     truncate(actor),
+		Action:    truncate(action),
+		Target:    truncate(target),
+		Detail:    truncate(detail),
+		CreatedAt: s.clock(),
+	}).Error
+}
+
+// AuditLog returns a tenant's most recent entries, newest first. limit <= 0 means 50; it is
+// capped at 1000.
+func (s *Service) AuditLog(ctx context.Context, tenantID int64, limit int) ([]AuditEntry, error) {
+	if limit <= 0 {
+		limit = defaultAuditLimit
+	}
+	limit = min(limit, maxAuditLimit)
+	var rows []auditRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Where("tenant_id = ?", tenantID).Order("id DESC").Limit(limit).Find(&rows).Error
+	})
+	if err != nil {
+		return nil, wrap("audit log", err)
+	}
+	out := make([]AuditEntry, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, AuditEntry{
+			ID: r.ID, TenantID: r.TenantID, Actor: r.Actor, Action: r.Action,
+			Target: r.Target, Detail: r.Detail, CreatedAt: utc(r.CreatedAt),
+		})
+	}
+	return out, nil
+}
+
+// truncate cuts s to maxAuditField bytes on a rune boundary, drops NUL bytes and makes it valid
+// UTF-8, because PostgreSQL TEXT refuses both and an audit entry must never fail on its text.
+func truncate(s string) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+	if len(s) <= maxAuditField {
+		return s
+	}
+	s = s[:maxAuditField]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

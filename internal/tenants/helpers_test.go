@@ -1,0 +1,163 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var testPepper = []byte("test-pepper-0123456789abcdef")
+
+// fakeClock is an injectable clock: tests move time explicitly instead of sleeping.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// env is one freshly migrated database with a Service over it.
+type env struct {
+	ctx   context.Context
+	db    *db.DB
+	svc   *Service
+	clock *fakeClock
+}
+
+// eachDB runs fn against a fresh SQLite file and a fresh PostgreSQL database, as parallel subtests.
+func eachDB(t *testing.T, fn func(t *testing.T, e *env), opts ...Option) {
+	t.Helper()
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			var url string
+			if dialect == "sqlite" {
+				url = "sqlite:" + filepath.Join(t.TempDir(), "sluice.db")
+			} else {
+				url = pgtest.NewDatabase(t)
+			}
+			fn(t, newEnv(t, url, opts...))
+		})
+	}
+}
+
+func newEnv(t *testing.T, url string, opts ...Option) *env {
+	t.Helper()
+	ctx := t.Context()
+	d, err := db.Open(ctx, url, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)}
+	svc := NewService(d, testPepper, clock.Now, opts...)
+	t.Cleanup(func() {
+		svc.Close()
+		_ = d.Close()
+	})
+	return &env{ctx: ctx, db: d, svc: svc, clock: clock}
+}
+
+func (e *env) tenant(t *testing.T, name string) Tenant {
+	t.Helper()
+	tn, err := e.svc.CreateTenant(e.ctx, name)
+	if err != nil {
+		t.Fatalf("CreateTenant(%q): %v", name, err)
+	}
+	return tn
+}
+
+func (e *env) key(t *testing.T, tenantID int64, kind KeyKind) (APIKey, string) {
+	t.Helper()
+	k, secret, err := e.svc.CreateKey(e.ctx, tenantID, kind, "test key", "tester")
+	if err != nil {
+		t.Fatalf("CreateKey: %v", err)
+	}
+	return k, secret
+}
+
+func (e *env) listKey(t *testing.T, tenantID int64, id string) APIKey {
+	t.Helper()
+	keys, err := e.svc.ListKeys(e.ctx, tenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.ID == id {
+			return k
+		}
+	}
+	t.Fatalf("key %s not listed for tenant %d", id, tenantID)
+	return APIKey{}
+}
+
+// rowsAsText returns every value of every row of table as text, to search for leaked secrets.
+func (e *env) rowsAsText(t *testing.T, table string) []string {
+	t.Helper()
+	rows, err := e.db.SQL.QueryContext(e.ctx, "SELECT * FROM "+table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vals {
+			switch v := v.(type) {
+			case string:
+				out = append(out, v)
+			case []byte:
+				out = append(out, string(v))
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func wantErr(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("error = %v, want %v", err, target)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,398 @@
+package tenants
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+)
+
+// KeyKind says what an API key may do.
+type KeyKind string
+
+// The kinds of API key.
+const (
+	// KindSecret keys ("sk_live_…") authenticate a tenant's backend to the whole /v1 API.
+	KindSecret KeyKind = "secret"
+	// KindPublishable keys ("pk_live_…") are embedded in web pages and can only fetch captcha
+	// challenges, so leaking one costs nothing but challenge traffic.
+	KindPublishable KeyKind = "publishable"
+)
+
+// Key layout: an 8-character prefix naming the kind, 22 base62 characters from crypto/rand
+// (22·log2(62) ≈ 131 bits, DESIGN §5 asks for ≥ 128) and a 6-character base62 checksum. The
+// checksum lets Authenticate reject typos and random guesses without a database query, and lets
+// secret scanners recognise real keys.
+const (
+	keyPrefixLen   = 8
+	keyBodyLen     = 22
+	keyChecksumLen = 6
+	// KeyLen is the length in bytes of every API key secret.
+	KeyLen = keyPrefixLen + keyBodyLen + keyChecksumLen
+
+	keyIDPrefix  = "key_"
+	keyIDBodyLen = 16
+	maxLabelLen  = 100
+)
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// APIKey describes a stored key. It never contains the secret: that is returned once, by CreateKey.
+type APIKey struct {
+	ID         string // "key_" + 16 base62 characters; safe to show and to log
+	TenantID   int64
+	Kind       KeyKind
+	Label      string
+	Hint       string // first 12 and last 4 characters of the secret, e.g. "sk_live_AbCd…wXyZ"
+	CreatedAt  time.Time
+	RevokedAt  *time.Time
+	LastUsedAt *time.Time // may lag real use by up to the flush interval
+}
+
+// Principal is who an API key authenticates as. The tenant always comes from here, never from
+// the request.
+type Principal struct {
+	TenantID int64
+	KeyID    string
+}
+
+func (k KeyKind) prefix() string {
+	switch k {
+	case KindSecret:
+		return "sk_live_"
+	case KindPublishable:
+		return "pk_live_"
+	}
+	return ""
+}
+
+// ParseKey checks that s is a well-formed API key (known prefix, length, base62 charset, valid
+// checksum) and returns its kind. It never touches the database; any failure wraps
+// ErrUnauthorized.
+func ParseKey(s string) (KeyKind, error) {
+	if len(s) != KeyLen {
+		return "", fmt.Errorf("malformed key: %w", ErrUnauthorized)
+	}
+	var kind KeyKind
+	switch s[:keyPrefixLen] {
+	case KindSecret.prefix():
+		kind = KindSecret
+	case KindPublishable.prefix():
+		kind = KindPublishable
+	default:
+		return "", fmt.Errorf("malformed key: %w", ErrUnauthorized)
+	}
+	for i := keyPrefixLen; i < len(s); i++ {
+		if strings.IndexByte(base62, s[i]) < 0 {
+			return "", fmt.Errorf("malformed key: %w", ErrUnauthorized)
+		}
+	}
+	body := s[:KeyLen-keyChecksumLen]
+	if !hmac.Equal([]byte(keyChecksum(body)), []byte(s[len(body):])) {
+		return "", fmt.Errorf("key checksum mismatch: %w", ErrUnauthorized)
+	}
+	return kind, nil
+}
+
+// keyChecksum is the first 8 bytes of SHA-256(prefix+body), reduced modulo 62^6 and written as
+// exactly 6 base62 digits. It is an integrity check, not a secret.
+func keyChecksum(prefixAndBody string) string {
+	sum := sha256.Sum256([]byte(prefixAndBody))
+	n := binary.BigEndian.Uint64(sum[:8])
+	var out [keyChecksumLen]byte
+	for i := keyChecksumLen - 1; i >= 0; i-- {
+		out[i] = base62[n%62]
+		n /= 62
+	}
+	return string(out[:])
+}
+
+// randomBase62 returns n uniformly random base62 characters from crypto/rand. Bytes >= 248 are
+// rejected so that every character is equally likely (248 = 4·62).
+func randomBase62(n int) string {
+	out := make([]byte, 0, n)
+	var buf [32]byte
+	for len(out) < n {
+		_, _ = rand.Read(buf[:]) // crypto/rand.Read never fails (it crashes the program instead)
+		for _, b := range buf {
+			if b < 248 && len(out) < n {
+				out = append(out, base62[b%62])
+			}
+		}
+	}
+	return string(out)
+}
+
+// validKeyID reports whether id has the shape of a key ID, so that arbitrary bytes (NUL,
+// invalid UTF-8) never reach a query, where PostgreSQL would reject them with an error.
+func validKeyID(id string) bool {
+	if len(id) != len(keyIDPrefix)+keyIDBodyLen || !strings.HasPrefix(id, keyIDPrefix) {
+		return false
+	}
+	for i := len(keyIDPrefix); i < len(id); i++ {
+		if strings.IndexByte(base62, id[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func newKeySecret(kind KeyKind) string {
+	body := kind.prefix() + randomBase62(keyBodyLen)
+	return body + keyChecksum(body)
+}
+
+// keyHint shows enough of a key to recognise it (prefix, 4 random characters, 4 checksum
+// characters) while revealing at most ~24 of its 131 random bits.
+func keyHint(secret string) string {
+	return secret[:12] + "…" + secret[len(secret)-4:]
+}
+
+// hashKey is what the database stores instead of the secret: HMAC-SHA256 under the server
+// pepper, so that a stolen database alone cannot even confirm a guessed key.
+func (s *Service) hashKey(secret string) string {
+	m := hmac.New(sha256.New, s.pepper)
+	m.Write([]byte(secret))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func keyFromRow(r apiKeyRow) APIKey {
+	return APIKey{
+		ID:         r.ID,
+		TenantID:   r.TenantID,
+		Kind:       KeyKind(r.Kind),
+		Label:      r.Label,
+		Hint:       r.Hint,
+		CreatedAt:  utc(r.CreatedAt),
+		RevokedAt:  utcPtr(r.RevokedAt),
+		LastUsedAt: utcPtr(r.LastUsedAt),
+	}
+}
+
+func validLabel(label string) (string, error) {
+	label = strings.TrimSpace(label)
+	if !utf8.ValidString(label) || utf8.RuneCountInString(label) > maxLabelLen {
+		return "", invalid("label must be valid UTF-8 of at most %d characters", maxLabelLen)
+	}
+	if strings.ContainsFunc(label, unicode.IsControl) {
+		return "", invalid("label must not contain control characters")
+	}
+	return label, nil
+}
+
+// CreateKey creates an API key of the given kind for a tenant and returns it with its secret.
+// The secret is shown this once: only its HMAC is stored. actor (who asked, for the audit log)
+// is recorded with the "key.create" entry in the same transaction. An unknown tenant is
+// ErrNotFound; a bad kind or label is ErrInvalid.
+func (s *Service) CreateKey(ctx context.Context, tenantID int64, kind KeyKind, label, actor string) (APIKey, string, error) {
+	if kind.prefix() == "" {
+		return APIKey{}, "", wrap("create key", invalid("unknown key kind %q", kind))
+	}
+	label, err := validLabel(label)
+	if err != nil {
+		return APIKey{}, "", wrap("create key", err)
+	}
+	// Generated outside the transaction: a retried attempt must store the secret we return.
+	secret := newKeySecret(kind)
+	row := apiKeyRow{
+		ID:        keyIDPrefix + randomBase62(keyIDBodyLen),
+		TenantID:  tenantID,
+		Kind:      string(kind),
+		Label:     label,
+		Hash:      s.hashKey(secret),
+		Hint:      keyHint(secret),
+		CreatedAt: s.clock(),
+	}
+	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		if err := first(tx, &tenantRow{}, "id = ?", tenantID); err != nil {
+			return err
+		}
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		return s.audit(tx, &tenantID, actor, "key.create", row.ID, fmt.Sprintf("%s key %q", kind, label))
+	})
+	if err != nil {
+		return APIKey{}, "", wrap("create key", err)
+	}
+	return keyFromRow(row), secret, nil
+}
+
+// ListKeys returns a tenant's keys, revoked ones included, oldest first.
+func (s *Service) ListKeys(ctx context.Context, tenantID int64) ([]APIKey, error) {
+	var rows []apiKeyRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Where("tenant_id = ?", tenantID).Order("created_at, id").Find(&rows).Error
+	})
+	if err != nil {
+		return nil, wrap("list keys", err)
+	}
+	out := make([]APIKey, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, keyFromRow(r))
+	}
+	return out, nil
+}
+
+// RevokeKey revokes one of a tenant's keys; from the moment it returns, Authenticate refuses the
+// key. A key of another tenant, or no key at all, is ErrNotFound. Revoking a revoked key is a
+// no-op. The "key.revoke" audit entry is written in the same transaction.
+func (s *Service) RevokeKey(ctx context.Context, tenantID int64, keyID, actor string) error {
+	if !validKeyID(keyID) {
+		return wrap("revoke key", ErrNotFound)
+	}
+	_, err := s.revokeKey(ctx, actor, func(tx *gorm.DB, row *apiKeyRow) error {
+		return first(tx, row, "id = ? AND tenant_id = ?", keyID, tenantID)
+	})
+	return wrap("revoke key", err)
+}
+
+// RevokeKeyAnyTenant is RevokeKey for the operator CLI, which knows neither the tenant nor,
+// often, the ID: it accepts the key's ID or the secret itself. A string that looks like a key
+// but fails the checksum is ErrInvalid (a typo must not be mistaken for "no such key").
+func (s *Service) RevokeKeyAnyTenant(ctx context.Context, secretOrID, actor string) (APIKey, error) {
+	var find func(tx *gorm.DB, row *apiKeyRow) error
+	switch {
+	case strings.HasPrefix(secretOrID, KindSecret.prefix()), strings.HasPrefix(secretOrID, KindPublishable.prefix()):
+		if _, err := ParseKey(secretOrID); err != nil {
+			return APIKey{}, wrap("revoke key", invalid("not a valid API key (checksum or length wrong)"))
+		}
+		hash := s.hashKey(secretOrID)
+		find = func(tx *gorm.DB, row *apiKeyRow) error { return first(tx, row, "hash = ?", hash) }
+	case validKeyID(secretOrID):
+		find = func(tx *gorm.DB, row *apiKeyRow) error { return first(tx, row, "id = ?", secretOrID) }
+	default:
+		return APIKey{}, wrap("revoke key", invalid("expected a key ID (key_…) or an API key secret"))
+	}
+	row, err := s.revokeKey(ctx, actor, find)
+	if err != nil {
+		return APIKey{}, wrap("revoke key", err)
+	}
+	return keyFromRow(row), nil
+}
+
+func (s *Service) revokeKey(ctx context.Context, actor string, find func(*gorm.DB, *apiKeyRow) error) (apiKeyRow, error) {
+	var row apiKeyRow
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		row = apiKeyRow{}
+		if err := find(tx, &row); err != nil {
+			return err
+		}
+		if row.RevokedAt != nil {
+			return nil
+		}
+		now := s.clock()
+		err := tx.Model(&apiKeyRow{}).Where("id = ? AND tenant_id = ?", row.ID, row.TenantID).
+			Update("revoked_at", now).Error
+		if err != nil {
+			return err
+		}
+		row.RevokedAt = &now
+		return s.audit(tx, &row.TenantID, actor, "key.revoke", row.ID, fmt.Sprintf("%s key %q", row.Kind, row.Label))
+	})
+	return row, err
+}
+
+// Authenticate returns the principal of a valid, unrevoked key of the given kind. Malformed
+// keys, bad checksums and the wrong kind are refused with ErrUnauthorized before any database
+// query; unknown and revoked keys are ErrUnauthorized too. Revocation takes effect at once: there
+// is no cache. A database failure is returned as such (wrapping db.ErrUnavailable when the
+// database is unreachable), so callers can fail with 503 instead of 401.
+func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind) (Principal, error) {
+	got, err := ParseKey(secret)
+	if err != nil {
+		return Principal{}, wrap("authenticate", err)
+	}
+	if got != kind {
+		return Principal{}, wrap("authenticate", fmt.Errorf("%s key used where a %s key is required: %w", got, kind, ErrUnauthorized))
+	}
+	// The only lookup not filtered by tenant: the key is what tells us the tenant.
+	var row apiKeyRow
+	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "hash = ?", s.hashKey(secret)) })
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Principal{}, wrap("authenticate", fmt.Errorf("unknown key: %w", ErrUnauthorized))
+	case err != nil:
+		return Principal{}, wrap("authenticate", err)
+	case row.RevokedAt != nil:
+		return Principal{}, wrap("authenticate", fmt.Errorf("revoked key: %w", ErrUnauthorized))
+	case row.Kind != string(kind):
+		return Principal{}, wrap("authenticate", fmt.Errorf("key kind mismatch: %w", ErrUnauthorized))
+	}
+	s.recordUse(row.ID, row.TenantID)
+	return Principal{TenantID: row.TenantID, KeyID: row.ID}, nil
+}
+
+// recordUse notes a key's use in memory; flushLoop writes it later, so that authenticating
+// stays a pure read.
+func (s *Service) recordUse(keyID string, tenantID int64) {
+	now := s.clock()
+	s.mu.Lock()
+	s.pending[keyID] = keyUse{tenantID: tenantID, at: now}
+	s.mu.Unlock()
+}
+
+func (s *Service) flushLoop() {
+	defer close(s.done)
+	t := time.NewTicker(s.flushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), max(s.flushInterval, 10*time.Second))
+			_ = s.Flush(ctx) // a failed batch is kept and retried on the next tick
+			cancel()
+			if s.flushed != nil {
+				select {
+				case s.flushed <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// Flush writes the recorded last-used times now. The background flusher calls it every flush
+// interval and Close calls it once more; on failure the times are kept for the next attempt.
+func (s *Service) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	batch := s.pending
+	s.pending = make(map[string]keyUse)
+	s.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		for id, u := range batch {
+			err := tx.Model(&apiKeyRow{}).Where("id = ? AND tenant_id = ?", id, u.tenantID).
+				Update("last_used_at", u.at).Error
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.mu.Lock()
+		for id, u := range batch {
+			if cur, ok := s.pending[id]; !ok || cur.at.Before(u.at) {
+				s.pending[id] = u
+			}
+		}
+		s.mu.Unlock()
+		return wrap("flush last used", err)
+	}
+	return nil
+}

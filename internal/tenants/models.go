@@ -1,0 +1,81 @@
+package tenants
+
+import "time"
+
+// GORM models: one per table of migrations/*/00001_initial.sql, with gorm tags only. They stay
+// unexported so that storage details (hashes, joined strings) never reach JSON or templates.
+
+type tenantRow struct {
+	ID                int64     `gorm:"column:id;primaryKey;autoIncrement"`
+	Name              string    `gorm:"column:name"`
+	AllowedOrigins    string    `gorm:"column:allowed_origins"` // newline-separated
+	CaptchaDifficulty int       `gorm:"column:captcha_difficulty"`
+	CreatedAt         time.Time `gorm:"column:created_at;autoCreateTime:false"`
+}
+
+func (tenantRow) TableName() string { return "tenants" }
+
+type apiKeyRow struct {
+	ID         string     `gorm:"column:id;primaryKey"`
+	TenantID   int64      `gorm:"column:tenant_id"`
+	Kind       string     `gorm:"column:kind"`
+	Label      string     `gorm:"column:label"`
+	Hash       string     `gorm:"column:hash"`
+	Hint       string     `gorm:"column:hint"`
+	CreatedAt  time.Time  `gorm:"column:created_at;autoCreateTime:false"`
+	RevokedAt  *time.Time `gorm:"column:revoked_at"`
+	LastUsedAt *time.Time `gorm:"column:last_used_at"`
+}
+
+func (apiKeyRow) TableName() string { return "api_keys" }
+
+type userRow struct {
+	ID           int64     `gorm:"column:id;primaryKey;autoIncrement"`
+	Email        string    `gorm:"column:email"`
+	PasswordHash string    `gorm:"column:password_hash"`
+	TenantID     *int64    `gorm:"column:tenant_id"`
+	IsOperator   bool      `gorm:"column:is_operator"`
+	CreatedAt    time.Time `gorm:"column:created_at;autoCreateTime:false"`
+}
+
+func (userRow) TableName() string { return "users" }
+
+type adminSessionRow struct {
+	ID        string     `gorm:"column:id;primaryKey"`
+	UserID    int64      `gorm:"column:user_id"`
+	CreatedAt time.Time  `gorm:"column:created_at;autoCreateTime:false"`
+	ExpiresAt time.Time  `gorm:"column:expires_at"`
+	RevokedAt *time.Time `gorm:"column:revoked_at"`
+}
+
+func (adminSessionRow) TableName() string { return "admin_sessions" }
+
+type settingRow struct {
+	Key   string `gorm:"column:key;primaryKey"`
+	Value string `gorm:"column:value"`
+}
+
+func (settingRow) TableName() string { return "settings" }
+
+type auditRow struct {
+	ID        int64     `gorm:"column:id;primaryKey;autoIncrement"`
+	TenantID  *int64    `gorm:"column:tenant_id"`
+	Actor     string    `gorm:"column:actor"`
+	Action    string    `gorm:"column:action"`
+	Target    string    `gorm:"column:target"`
+	Detail    string    `gorm:"column:detail"`
+	CreatedAt time.Time `gorm:"column:created_at;autoCreateTime:false"`
+}
+
+func (auditRow) TableName() string { return "audit_log" }
+
+// utc normalises a time read back from either dialect (PostgreSQL returns the session's zone).
+func utc(t time.Time) time.Time { return t.UTC() }
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

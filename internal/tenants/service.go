@@ -1,0 +1,137 @@
+// Package tenants stores Sluice's tenants, their API keys (secret and publishable), dashboard
+// users and admin sessions, server-wide settings and the audit log.
+//
+// Every method that touches a tenant-owned row takes the tenant ID as an explicit argument and
+// filters on it, so a caller holding tenant A's principal can never reach tenant B's rows by
+// passing B's row IDs. GORM models (models.go) never leave the package: methods return the
+// plain domain types declared next to them.
+package tenants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/db"
+)
+
+// Sentinel errors; callers check them with errors.Is and map them to HTTP statuses in one place.
+var (
+	// ErrNotFound means the row does not exist, or belongs to another tenant.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means a unique name (tenant name, user email) is already taken.
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid means an argument failed validation; the wrapping message says which.
+	ErrInvalid = errors.New("invalid")
+	// ErrUnauthorized means a credential (API key, password, admin session) was not accepted.
+	// It deliberately does not say why.
+	ErrUnauthorized = errors.New("unauthorized")
+)
+
+// DefaultFlushInterval is how often recorded key usage is written to the database. Writing
+// last_used_at on every request would turn every authenticated read into a write.
+const DefaultFlushInterval = 10 * time.Second
+
+// Service is the tenants store. It is safe for concurrent use. Call Close when done so that
+// pending last-used times are written.
+type Service struct {
+	db     *db.DB
+	pepper []byte
+	now    func() time.Time
+
+	flushInterval time.Duration
+	flushed       chan struct{} // tests only: receives (non-blocking) after each background flush
+
+	mu      sync.Mutex
+	pending map[string]keyUse // key ID -> latest use not yet written
+
+	dummyOnce sync.Once
+	dummyHash string // password hash verified when a login names an unknown email
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+type keyUse struct {
+	tenantID int64
+	at       time.Time
+}
+
+// Option tunes NewService.
+type Option func(*Service)
+
+// WithFlushInterval sets how often last-used times are written (DefaultFlushInterval if d <= 0).
+func WithFlushInterval(d time.Duration) Option {
+	return func(s *Service) {
+		if d > 0 {
+			s.flushInterval = d
+		}
+	}
+}
+
+// NewService returns a Service over d. pepper is the server secret that API key secrets are
+// HMAC-ed with before storage; now is the clock (time.Now if nil). It starts the background
+// last-used flusher, which Close stops.
+func NewService(d *db.DB, pepper []byte, now func() time.Time, opts ...Option) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	s := &Service{
+		db:            d,
+		pepper:        append([]byte(nil), pepper...),
+		now:           now,
+		flushInterval: DefaultFlushInterval,
+		pending:       make(map[string]keyUse),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	go s.flushLoop()
+	return s
+}
+
+// Close stops the background flusher and writes any pending last-used times. It is idempotent.
+func (s *Service) Close() {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Flush(ctx) // best effort: last-used times are advisory and the DB may be gone
+	})
+}
+
+// clock returns the current time in the form stored: UTC, at PostgreSQL's microsecond precision,
+// so that both dialects round-trip the same value.
+func (s *Service) clock() time.Time {
+	return s.now().UTC().Truncate(time.Microsecond)
+}
+
+// first loads one row into dst, turning "no row" into ErrNotFound.
+func first(tx *gorm.DB, dst any, query string, args ...any) error {
+	err := tx.Where(query, args...).Take(dst).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// wrap adds the package and operation to err, leaving sentinels reachable through errors.Is.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("tenants: %s: %w", op, err)
+}
+
+// invalid returns an ErrInvalid carrying a human-readable reason safe to show to the caller.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+}

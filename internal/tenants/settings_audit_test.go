@@ -1,0 +1,97 @@
+package tenants
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+func TestSetSettingIfAbsentHasOneWinnerUnderConcurrency(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		_, err := e.svc.Setting(e.ctx, "secret_key")
+		wantErr(t, err, ErrNotFound)
+
+		const n = 16
+		results := make([]string, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = e.svc.SetSettingIfAbsent(e.ctx, "secret_key", fmt.Sprintf("value-%d", i))
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i := range n {
+			must(t, errs[i])
+			if results[i] != results[0] {
+				t.Fatalf("caller %d got %q, caller 0 got %q: more than one winner", i, results[i], results[0])
+			}
+		}
+		if !strings.HasPrefix(results[0], "value-") {
+			t.Fatalf("winner %q was not offered by any caller", results[0])
+		}
+		stored, err := e.svc.Setting(e.ctx, "secret_key")
+		must(t, err)
+		if stored != results[0] {
+			t.Fatalf("Setting = %q, winners got %q", stored, results[0])
+		}
+		later, err := e.svc.SetSettingIfAbsent(e.ctx, "secret_key", "late")
+		must(t, err)
+		if later != results[0] {
+			t.Fatalf("a later SetSettingIfAbsent replaced the value with %q", later)
+		}
+	})
+}
+
+func TestKeyChangesAndLoginsAreAudited(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		tn, other := e.tenant(t, "acme"), e.tenant(t, "other")
+		dev, err := e.svc.CreateUser(e.ctx, "dev@acme.io", "correct horse battery", false, &tn.ID)
+		must(t, err)
+		k, secret, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "backend", "alice")
+		must(t, err)
+		must(t, e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "bob"))
+		must(t, e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "bob")) // no-op: must not audit twice
+		_, err = e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery")
+		must(t, err)
+		_, err = e.svc.Login(e.ctx, "dev@acme.io", "wrong password!")
+		wantErr(t, err, ErrUnauthorized)
+		must(t, e.svc.Audit(e.ctx, &other.ID, "carol", "limit.put", "sendMessage", "rate=10"))
+		must(t, e.svc.Audit(e.ctx, nil, "cli", "tenant.create", "acme", ""))
+		wantErr(t, e.svc.Audit(e.ctx, nil, "cli", " ", "", ""), ErrInvalid)
+
+		log, err := e.svc.AuditLog(e.ctx, tn.ID, 0)
+		must(t, err)
+		var got []string
+		for _, a := range log {
+			if a.TenantID == nil || *a.TenantID != tn.ID || !a.CreatedAt.Equal(e.clock.Now()) {
+				t.Fatalf("entry %+v", a)
+			}
+			if strings.Contains(a.Detail+a.Target+a.Actor, secret[8:30]) {
+				t.Fatalf("audit entry leaks the secret: %+v", a)
+			}
+			got = append(got, a.Actor+" "+a.Action+" "+a.Target)
+		}
+		want := []string{
+			fmt.Sprintf("dev@acme.io login.failed user:%d", dev.ID),
+			fmt.Sprintf("dev@acme.io login user:%d", dev.ID),
+			"bob key.revoke " + k.ID,
+			"alice key.create " + k.ID,
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("audit log, newest first:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		limited, err := e.svc.AuditLog(e.ctx, tn.ID, 1)
+		must(t, err)
+		if len(limited) != 1 || limited[0].Action != "login.failed" {
+			t.Fatalf("AuditLog(limit 1) = %+v", limited)
+		}
+	})
+}

@@ -1,0 +1,202 @@
+package tenants
+
+import (
+	"context"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Tenant is one customer of the service; every limit, key and session belongs to exactly one.
+type Tenant struct {
+	ID                int64
+	Name              string
+	AllowedOrigins    []string // origins ("https://host[:port]") allowed to fetch captcha challenges
+	CaptchaDifficulty int      // proof-of-work difficulty (maximum number the client searches)
+	CreatedAt         time.Time
+}
+
+// Captcha difficulty bounds: below the minimum the proof of work costs a bot nothing; above the
+// maximum a phone takes too long to solve it.
+const (
+	MinCaptchaDifficulty = 1000
+	MaxCaptchaDifficulty = 5_000_000
+	maxAllowedOrigins    = 100
+)
+
+// namePattern is the naming rule shared with limit names (DESIGN §4), so a tenant name is
+// always safe in URLs, logs and metric labels.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+func tenantFromRow(r tenantRow) Tenant {
+	var origins []string
+	if r.AllowedOrigins != "" {
+		origins = strings.Split(r.AllowedOrigins, "\n")
+	}
+	return Tenant{
+		ID:                r.ID,
+		Name:              r.Name,
+		AllowedOrigins:    origins,
+		CaptchaDifficulty: r.CaptchaDifficulty,
+		CreatedAt:         utc(r.CreatedAt),
+	}
+}
+
+// CreateTenant creates a tenant with the default captcha settings. The name must match
+// ^[A-Za-z0-9_.:-]{1,128}$ (ErrInvalid); a taken name is ErrConflict.
+func (s *Service) CreateTenant(ctx context.Context, name string) (Tenant, error) {
+	if !namePattern.MatchString(name) {
+		return Tenant{}, wrap("create tenant", invalid("name must match %s", namePattern))
+	}
+	var row tenantRow
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		// Check first so that the common duplicate case is a clean ErrConflict on both dialects;
+		// a concurrent insert that slips past is a unique violation, which db retries into this check.
+		var n int64
+		if err := tx.Model(&tenantRow{}).Where("name = ?", name).Count(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			return ErrConflict
+		}
+		row = tenantRow{Name: name, CaptchaDifficulty: 50000, CreatedAt: s.clock()}
+		return tx.Create(&row).Error
+	})
+	if err != nil {
+		return Tenant{}, wrap("create tenant", err)
+	}
+	return tenantFromRow(row), nil
+}
+
+// Tenant returns the tenant with the given ID, or ErrNotFound.
+func (s *Service) Tenant(ctx context.Context, id int64) (Tenant, error) {
+	var row tenantRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "id = ?", id) })
+	if err != nil {
+		return Tenant{}, wrap("tenant", err)
+	}
+	return tenantFromRow(row), nil
+}
+
+// TenantByName returns the tenant with the given name, or ErrNotFound.
+func (s *Service) TenantByName(ctx context.Context, name string) (Tenant, error) {
+	if !namePattern.MatchString(name) {
+		return Tenant{}, wrap("tenant by name", ErrNotFound) // cannot exist; and keeps odd bytes away from SQL
+	}
+	var row tenantRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "name = ?", name) })
+	if err != nil {
+		return Tenant{}, wrap("tenant by name", err)
+	}
+	return tenantFromRow(row), nil
+}
+
+// ListTenants returns every tenant ordered by name. It is for operators only.
+func (s *Service) ListTenants(ctx context.Context) ([]Tenant, error) {
+	var rows []tenantRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return tx.Order("name").Find(&rows).Error })
+	if err != nil {
+		return nil, wrap("list tenants", err)
+	}
+	out := make([]Tenant, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, tenantFromRow(r))
+	}
+	return out, nil
+}
+
+// UpdateCaptchaSettings replaces a tenant's allowed origins and captcha difficulty. Each origin
+// must be http(s)://host[:port] without path, query or credentials (a single trailing "/" is
+// tolerated and removed); origins are lower-cased and de-duplicated because browsers send the
+// Origin header in that canonical form. difficulty must be within
+// [MinCaptchaDifficulty, MaxCaptchaDifficulty]. Bad input is ErrInvalid; an unknown tenant is
+// ErrNotFound.
+func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int) error {
+	canon, err := NormalizeOrigins(origins)
+	if err != nil {
+		return wrap("update captcha settings", err)
+	}
+	if difficulty < MinCaptchaDifficulty || difficulty > MaxCaptchaDifficulty {
+		return wrap("update captcha settings", invalid("difficulty must be between %d and %d", MinCaptchaDifficulty, MaxCaptchaDifficulty))
+	}
+	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		res := tx.Model(&tenantRow{}).Where("id = ?", tenantID).Updates(map[string]any{
+			"allowed_origins":    strings.Join(canon, "\n"),
+			"captcha_difficulty": difficulty,
+		})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+	return wrap("update captcha settings", err)
+}
+
+// NormalizeOrigins validates origins (see UpdateCaptchaSettings) and returns them in canonical
+// form, or an error wrapping ErrInvalid that names the first bad one.
+func NormalizeOrigins(origins []string) ([]string, error) {
+	if len(origins) > maxAllowedOrigins {
+		return nil, invalid("at most %d allowed origins", maxAllowedOrigins)
+	}
+	out := make([]string, 0, len(origins))
+	for _, o := range origins {
+		c, err := normalizeOrigin(o)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+var hostPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
+
+func normalizeOrigin(raw string) (string, error) {
+	o := strings.ToLower(strings.TrimSpace(raw))
+	o = strings.TrimSuffix(o, "/")
+	bad := func(why string) (string, error) {
+		return "", invalid("origin %q: %s", raw, why)
+	}
+	if len(o) > 300 {
+		return bad("too long")
+	}
+	u, err := url.Parse(o)
+	if err != nil {
+		return bad("not a URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return bad("scheme must be http or https")
+	}
+	if u.Opaque != "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery || strings.Contains(o, "#") {
+		return bad("must be scheme://host[:port] with nothing after it")
+	}
+	host := u.Hostname()
+	switch {
+	case host == "":
+		return bad("missing host")
+	case strings.HasPrefix(u.Host, "["):
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() || a.Zone() != "" {
+			return bad("invalid IPv6 address")
+		}
+	case !hostPattern.MatchString(host):
+		return bad("invalid host")
+	}
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
+			return bad("invalid port")
+		}
+	}
+	return u.Scheme + "://" + u.Host, nil
+}

@@ -1,0 +1,97 @@
+package tenants
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestCreateTenantValidatesNamesAndRejectsDuplicates(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		tn := e.tenant(t, "Acme_1.prod:eu-west")
+		if tn.ID == 0 || tn.CaptchaDifficulty != 50000 || len(tn.AllowedOrigins) != 0 || !tn.CreatedAt.Equal(e.clock.Now()) {
+			t.Fatalf("created %+v", tn)
+		}
+		for _, bad := range []string{"", "has space", "slash/", strings.Repeat("a", 129), "ünïcode", "nul\x00"} {
+			_, err := e.svc.CreateTenant(e.ctx, bad)
+			wantErr(t, err, ErrInvalid)
+		}
+		_, err := e.svc.CreateTenant(e.ctx, "Acme_1.prod:eu-west")
+		wantErr(t, err, ErrConflict)
+
+		got, err := e.svc.Tenant(e.ctx, tn.ID)
+		must(t, err)
+		if got.Name != tn.Name || !got.CreatedAt.Equal(tn.CreatedAt) {
+			t.Fatalf("Tenant = %+v, want %+v", got, tn)
+		}
+		got, err = e.svc.TenantByName(e.ctx, tn.Name)
+		must(t, err)
+		if got.ID != tn.ID {
+			t.Fatalf("TenantByName = %+v", got)
+		}
+		_, err = e.svc.Tenant(e.ctx, tn.ID+1)
+		wantErr(t, err, ErrNotFound)
+		_, err = e.svc.TenantByName(e.ctx, "nope")
+		wantErr(t, err, ErrNotFound)
+		_, err = e.svc.TenantByName(e.ctx, "bad\x00name")
+		wantErr(t, err, ErrNotFound)
+
+		e.tenant(t, "0-first")
+		all, err := e.svc.ListTenants(e.ctx)
+		must(t, err)
+		if len(all) != 2 || all[0].Name != "0-first" || all[1].Name != tn.Name {
+			t.Fatalf("ListTenants = %+v", all)
+		}
+	})
+}
+
+func TestCaptchaSettingsRoundTrip(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		tn := e.tenant(t, "acme")
+		origins := []string{"https://Example.com/", "http://localhost:3000", "https://example.com", "https://[::1]:8443"}
+		must(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, origins, 250_000))
+		got, err := e.svc.Tenant(e.ctx, tn.ID)
+		must(t, err)
+		want := []string{"https://example.com", "http://localhost:3000", "https://[::1]:8443"}
+		if !slices.Equal(got.AllowedOrigins, want) || got.CaptchaDifficulty != 250_000 {
+			t.Fatalf("settings = %q / %d, want %q / 250000", got.AllowedOrigins, got.CaptchaDifficulty, want)
+		}
+		must(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MinCaptchaDifficulty))
+		got, err = e.svc.Tenant(e.ctx, tn.ID)
+		must(t, err)
+		if len(got.AllowedOrigins) != 0 || got.CaptchaDifficulty != MinCaptchaDifficulty {
+			t.Fatalf("after clearing: %+v", got)
+		}
+		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MinCaptchaDifficulty-1), ErrInvalid)
+		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MaxCaptchaDifficulty+1), ErrInvalid)
+		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, []string{"ftp://x.io"}, 5000), ErrInvalid)
+		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID+1, nil, 5000), ErrNotFound)
+	})
+}
+
+func TestNormalizeOriginsRefusesAnythingButSchemeHostPort(t *testing.T) {
+	for _, bad := range []string{
+		"", "example.com", "//example.com", "ftp://example.com", "javascript:alert(1)",
+		"https://example.com/path", "https://example.com//", "https://example.com?q=1", "https://example.com#x",
+		"https://user:pw@example.com", "https://*.example.com", "https://exa mple.com", "https://example.com:0",
+		"https://example.com:65536", "https://example.com:", "https://example.com:08", "https://[::1%25eth0]",
+		"https://-bad.com", "https://", "null",
+	} {
+		if _, err := NormalizeOrigins([]string{bad}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("NormalizeOrigins(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	got, err := NormalizeOrigins([]string{" HTTPS://Sub.Example.COM:8443 ", "http://127.0.0.1"})
+	must(t, err)
+	if !slices.Equal(got, []string{"https://sub.example.com:8443", "http://127.0.0.1"}) {
+		t.Fatalf("NormalizeOrigins = %q", got)
+	}
+	many := make([]string, maxAllowedOrigins+1)
+	for i := range many {
+		many[i] = "https://example.com"
+	}
+	if _, err := NormalizeOrigins(many); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("%d origins accepted", len(many))
+	}
+}

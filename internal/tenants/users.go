@@ -1,0 +1,296 @@
+package tenants
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/crypto/argon2"
+	"gorm.io/gorm"
+)
+
+// User is a dashboard user: an operator (all tenants, TenantID nil) or a member of one tenant.
+type User struct {
+	ID         int64
+	Email      string
+	TenantID   *int64
+	IsOperator bool
+	CreatedAt  time.Time
+}
+
+// Password rules. The maximum only stops absurd inputs; argon2 itself accepts any length.
+const (
+	MinPasswordLen = 10 // characters
+	maxPasswordLen = 1024
+	maxEmailLen    = 254
+)
+
+// argon2id parameters: OWASP's recommended minimum (19 MiB, 2 passes, 1 lane). They are stored
+// in every hash, so raising them later keeps old hashes verifiable.
+const (
+	argonMemory  = 19 * 1024
+	argonTime    = 2
+	argonThreads = 1
+	argonKeyLen  = 32
+	argonSaltLen = 16
+)
+
+func userFromRow(r userRow) User {
+	return User{ID: r.ID, Email: r.Email, TenantID: r.TenantID, IsOperator: r.IsOperator, CreatedAt: utc(r.CreatedAt)}
+}
+
+// normalizeEmail lower-cases and checks an address. Lower-casing makes the UNIQUE column
+// case-insensitive in practice: "Ann@x.io" and "ann@x.io" are one user.
+func normalizeEmail(email string) (string, error) {
+	e := strings.ToLower(strings.TrimSpace(email))
+	if e == "" || len(e) > maxEmailLen {
+		return "", invalid("email must be 1 to %d characters", maxEmailLen)
+	}
+	a, err := mail.ParseAddress(e)
+	if err != nil || a.Name != "" || a.Address != e || !strings.Contains(e, "@") {
+		return "", invalid("email %q is not a plain address like name@example.com", e)
+	}
+	return e, nil
+}
+
+// hashPassword returns a PHC-style argon2id string: $argon2id$v=19$m=…,t=…,p=…$salt$hash.
+func hashPassword(password string) string {
+	salt := make([]byte, argonSaltLen)
+	_, _ = rand.Read(salt)
+	key := argon2.IDKey([]byte(password), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
+	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, argonMemory, argonTime, argonThreads,
+		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key))
+}
+
+// verifyPassword checks password against a hash made by hashPassword. The parameters are read
+// from the hash but bounded, so a tampered row cannot make a login allocate gigabytes.
+func verifyPassword(encoded, password string) bool {
+	parts := strings.Split(encoded, "$")
+	if len(parts) != 6 || parts[1] != "argon2id" || parts[2] != fmt.Sprintf("v=%d", argon2.Version) {
+		return false
+	}
+	var m, t uint32
+	var p uint8
+	if _, err := fmt.Sscanf(parts[3], "m=%d,t=%d,p=%d", &m, &t, &p); err != nil {
+		return false
+	}
+	if m < 1024 || m > 1<<20 || t < 1 || t > 16 || p < 1 || p > 16 {
+		return false
+	}
+	salt, err1 := base64.RawStdEncoding.DecodeString(parts[4])
+	want, err2 := base64.RawStdEncoding.DecodeString(parts[5])
+	if err1 != nil || err2 != nil || len(salt) < 8 || len(want) < 16 || len(want) > 64 {
+		return false
+	}
+	got := argon2.IDKey([]byte(password), salt, t, m, p, uint32(len(want)))
+	return subtle.ConstantTimeCompare(got, want) == 1
+}
+
+// CreateUser creates a dashboard user. Exactly one of operator and tenantID must be set
+// (ErrInvalid otherwise); the tenant must exist (ErrNotFound). The email is lower-cased and must
+// be a plain address; the password needs at least MinPasswordLen characters and is stored only
+// as an argon2id hash. A taken email is ErrConflict.
+func (s *Service) CreateUser(ctx context.Context, email, password string, operator bool, tenantID *int64) (User, error) {
+	email, err := normalizeEmail(email)
+	if err != nil {
+		return User{}, wrap("create user", err)
+	}
+	if n := utf8.RuneCountInString(password); n < MinPasswordLen || len(password) > maxPasswordLen {
+		return User{}, wrap("create user", invalid("password must be %d to %d characters", MinPasswordLen, maxPasswordLen))
+	}
+	if operator == (tenantID != nil) {
+		return User{}, wrap("create user", invalid("a user is either an operator or a member of one tenant"))
+	}
+	// Hashing is deliberately slow: do it once, outside the (retryable) transaction.
+	row := userRow{Email: email, PasswordHash: hashPassword(password), TenantID: tenantID, IsOperator: operator}
+	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		row.ID, row.CreatedAt = 0, s.clock()
+		if tenantID != nil {
+			if err := first(tx, &tenantRow{}, "id = ?", *tenantID); err != nil {
+				return err
+			}
+		}
+		var n int64
+		if err := tx.Model(&userRow{}).Where("email = ?", email).Count(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			return ErrConflict
+		}
+		return tx.Create(&row).Error
+	})
+	if err != nil {
+		return User{}, wrap("create user", err)
+	}
+	return userFromRow(row), nil
+}
+
+// Login checks an email and password. Any mismatch is ErrUnauthorized, without saying which
+// part was wrong; an unknown email still costs one argon2id verification so that response time
+// does not reveal which emails exist. Successes ("login") and failures ("login.failed") are
+// audited; a failure for an unknown email records the address only if it looks like one, so a
+// password typed into the email field never lands in the log.
+func (s *Service) Login(ctx context.Context, email, password string) (User, error) {
+	var row userRow
+	normalized, err := normalizeEmail(email)
+	if err == nil {
+		err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "email = ?", normalized) })
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return User{}, wrap("login", err)
+		}
+	}
+	if err != nil { // not an address, or no such user
+		verifyPassword(s.dummyPasswordHash(), password)
+		actor := "(not an email address)"
+		if normalized != "" {
+			actor = normalized
+		}
+		_ = s.Audit(ctx, nil, actor, "login.failed", "", "unknown email")
+		return User{}, wrap("login", ErrUnauthorized)
+	}
+	if len(password) > maxPasswordLen || !verifyPassword(row.PasswordHash, password) {
+		_ = s.Audit(ctx, row.TenantID, row.Email, "login.failed", fmt.Sprintf("user:%d", row.ID), "wrong password")
+		return User{}, wrap("login", ErrUnauthorized)
+	}
+	// A login that cannot be audited is refused: the audit trail must not have holes.
+	if err := s.Audit(ctx, row.TenantID, row.Email, "login", fmt.Sprintf("user:%d", row.ID), ""); err != nil {
+		return User{}, wrap("login", err)
+	}
+	return userFromRow(row), nil
+}
+
+// dummyPasswordHash is a real hash of a random password, made on first need rather than in
+// NewService so that services which never log anyone in do not pay for it.
+func (s *Service) dummyPasswordHash() string {
+	s.dummyOnce.Do(func() { s.dummyHash = hashPassword(rand.Text()) })
+	return s.dummyHash
+}
+
+// User returns the user with the given ID, or ErrNotFound.
+func (s *Service) User(ctx context.Context, id int64) (User, error) {
+	var row userRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "id = ?", id) })
+	if err != nil {
+		return User{}, wrap("user", err)
+	}
+	return userFromRow(row), nil
+}
+
+// CountUsers returns how many users exist; zero means first start, when setup is offered.
+func (s *Service) CountUsers(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return tx.Model(&userRow{}).Count(&n).Error })
+	if err != nil {
+		return 0, wrap("count users", err)
+	}
+	return n, nil
+}
+
+// ListUsers returns the members of one tenant, or with tenantID nil every user (operators and
+// all tenants' members: for operator pages only), ordered by email.
+func (s *Service) ListUsers(ctx context.Context, tenantID *int64) ([]User, error) {
+	var rows []userRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		q := tx.Order("email")
+		if tenantID != nil {
+			q = q.Where("tenant_id = ?", *tenantID)
+		}
+		return q.Find(&rows).Error
+	})
+	if err != nil {
+		return nil, wrap("list users", err)
+	}
+	out := make([]User, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, userFromRow(r))
+	}
+	return out, nil
+}
+
+// adminSessionIDLen is the length of a session ID: 128 random bits in hex.
+const adminSessionIDLen = 32
+
+// CreateAdminSession starts a dashboard session for a user, valid for ttl. The returned ID is
+// 128 random bits in hex; the UI puts it in a signed cookie and checks it with AdminSession on
+// every request, which is what makes logout and revocation immediate.
+func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time.Duration) (string, time.Time, error) {
+	if ttl <= 0 {
+		return "", time.Time{}, wrap("create admin session", invalid("ttl must be positive"))
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	now := s.clock()
+	row := adminSessionRow{ID: hex.EncodeToString(b[:]), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		if err := first(tx, &userRow{}, "id = ?", userID); err != nil {
+			return err
+		}
+		return tx.Create(&row).Error
+	})
+	if err != nil {
+		return "", time.Time{}, wrap("create admin session", err)
+	}
+	return row.ID, row.ExpiresAt, nil
+}
+
+// AdminSession returns the user of a live session. Unknown, revoked and expired sessions are all
+// ErrUnauthorized; IDs of the wrong shape are refused without a query.
+func (s *Service) AdminSession(ctx context.Context, id string) (User, error) {
+	if !validSessionID(id) {
+		return User{}, wrap("admin session", ErrUnauthorized)
+	}
+	var sess adminSessionRow
+	var user userRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		if err := first(tx, &sess, "id = ?", id); err != nil {
+			return err
+		}
+		return first(tx, &user, "id = ?", sess.UserID)
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return User{}, wrap("admin session", ErrUnauthorized)
+	case err != nil:
+		return User{}, wrap("admin session", err)
+	case sess.RevokedAt != nil:
+		return User{}, wrap("admin session", fmt.Errorf("revoked: %w", ErrUnauthorized))
+	case !s.clock().Before(sess.ExpiresAt):
+		return User{}, wrap("admin session", fmt.Errorf("expired: %w", ErrUnauthorized))
+	}
+	return userFromRow(user), nil
+}
+
+// RevokeAdminSession ends a session at once (logout). An unknown ID is ErrNotFound; revoking a
+// revoked session is a no-op.
+func (s *Service) RevokeAdminSession(ctx context.Context, id string) error {
+	if !validSessionID(id) {
+		return wrap("revoke admin session", ErrNotFound)
+	}
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		var sess adminSessionRow
+		if err := first(tx, &sess, "id = ?", id); err != nil {
+			return err
+		}
+		if sess.RevokedAt != nil {
+			return nil
+		}
+		return tx.Model(&adminSessionRow{}).Where("id = ?", id).Update("revoked_at", s.clock()).Error
+	})
+	return wrap("revoke admin session", err)
+}
+
+func validSessionID(id string) bool {
+	if len(id) != adminSessionIDLen {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil && strings.ToLower(id) == id
+}

@@ -1,0 +1,171 @@
+package tenants
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPasswordsAreStoredAsArgon2idHashes(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		const password = "correct horse battery"
+		u1, err := e.svc.CreateUser(e.ctx, "Ops@Example.com", password, true, nil)
+		must(t, err)
+		if u1.Email != "ops@example.com" || !u1.IsOperator || u1.TenantID != nil || !u1.CreatedAt.Equal(e.clock.Now()) {
+			t.Fatalf("CreateUser = %+v", u1)
+		}
+		_, err = e.svc.CreateUser(e.ctx, "ops2@example.com", password, true, nil)
+		must(t, err)
+		var hashes []string
+		must(t, e.db.Gorm.WithContext(e.ctx).Table("users").Order("id").Pluck("password_hash", &hashes).Error)
+		if len(hashes) != 2 {
+			t.Fatalf("%d users stored", len(hashes))
+		}
+		for _, h := range hashes {
+			if !strings.HasPrefix(h, "$argon2id$v=19$m=19456,t=2,p=1$") || strings.Contains(h, password) {
+				t.Fatalf("password_hash %q is not an argon2id PHC string", h)
+			}
+		}
+		if hashes[0] == hashes[1] {
+			t.Fatal("same password gave the same hash: salt missing")
+		}
+		for _, v := range e.rowsAsText(t, "users") {
+			if strings.Contains(v, password) {
+				t.Fatalf("users row contains the password: %q", v)
+			}
+		}
+	})
+}
+
+func TestCreateUserValidatesInput(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		tn := e.tenant(t, "acme")
+		id := tn.ID
+		member, err := e.svc.CreateUser(e.ctx, "dev@acme.io", "0123456789", false, &id)
+		must(t, err)
+		if member.TenantID == nil || *member.TenantID != tn.ID || member.IsOperator {
+			t.Fatalf("member = %+v", member)
+		}
+		missing := tn.ID + 100
+		for name, c := range map[string]struct {
+			email, password string
+			operator        bool
+			tenant          *int64
+			want            error
+		}{
+			"short password":        {"a@b.io", "012345678", true, nil, ErrInvalid},
+			"bad email":             {"not-an-email", "0123456789", true, nil, ErrInvalid},
+			"display name":          {"Ann <ann@b.io>", "0123456789", true, nil, ErrInvalid},
+			"operator and member":   {"a@b.io", "0123456789", true, &id, ErrInvalid},
+			"neither":               {"a@b.io", "0123456789", false, nil, ErrInvalid},
+			"duplicate, other case": {"DEV@acme.io", "0123456789", true, nil, ErrConflict},
+			"unknown tenant":        {"x@acme.io", "0123456789", false, &missing, ErrNotFound},
+			"password far too long": {"a@b.io", strings.Repeat("p", 2000), true, nil, ErrInvalid},
+			"nine multibyte runes":  {"c@b.io", "ééééééééé", true, nil, ErrInvalid},
+		} {
+			_, err := e.svc.CreateUser(e.ctx, c.email, c.password, c.operator, c.tenant)
+			if !errorsIs(err, c.want) {
+				t.Errorf("%s: CreateUser = %v, want %v", name, err, c.want)
+			}
+		}
+		n, err := e.svc.CountUsers(e.ctx)
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("CountUsers = %d, want 1", n)
+		}
+	})
+}
+
+func TestLoginRefusesWrongPasswordAndUnknownEmail(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		created, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil)
+		must(t, err)
+		u, err := e.svc.Login(e.ctx, " OPS@example.com", "correct horse battery")
+		must(t, err)
+		if u.ID != created.ID {
+			t.Fatalf("Login = %+v, want user %d", u, created.ID)
+		}
+		for _, c := range [][2]string{
+			{"ops@example.com", "correct horse batterY"},
+			{"ops@example.com", ""},
+			{"nobody@example.com", "correct horse battery"},
+			{"", ""},
+			{"bad\x00email", "x"},
+		} {
+			_, err := e.svc.Login(e.ctx, c[0], c[1])
+			wantErr(t, err, ErrUnauthorized)
+		}
+	})
+}
+
+func TestUsersAreListedPerTenant(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		a, b := e.tenant(t, "a"), e.tenant(t, "b")
+		_, err := e.svc.CreateUser(e.ctx, "op@x.io", "0123456789", true, nil)
+		must(t, err)
+		_, err = e.svc.CreateUser(e.ctx, "a1@x.io", "0123456789", false, &a.ID)
+		must(t, err)
+		ub, err := e.svc.CreateUser(e.ctx, "b1@x.io", "0123456789", false, &b.ID)
+		must(t, err)
+		onlyB, err := e.svc.ListUsers(e.ctx, &b.ID)
+		must(t, err)
+		if len(onlyB) != 1 || onlyB[0].ID != ub.ID {
+			t.Fatalf("ListUsers(b) = %+v", onlyB)
+		}
+		all, err := e.svc.ListUsers(e.ctx, nil)
+		must(t, err)
+		if len(all) != 3 || all[0].Email != "a1@x.io" {
+			t.Fatalf("ListUsers(nil) = %+v", all)
+		}
+		got, err := e.svc.User(e.ctx, ub.ID)
+		must(t, err)
+		if got.Email != "b1@x.io" || *got.TenantID != b.ID {
+			t.Fatalf("User = %+v", got)
+		}
+		_, err = e.svc.User(e.ctx, ub.ID+100)
+		wantErr(t, err, ErrNotFound)
+	})
+}
+
+func TestAdminSessionExpiresAndCanBeRevoked(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		u, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil)
+		must(t, err)
+		id, expires, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+		must(t, err)
+		if len(id) != 32 || !expires.Equal(e.clock.Now().Add(time.Hour)) {
+			t.Fatalf("session %q expires %v", id, expires)
+		}
+		got, err := e.svc.AdminSession(e.ctx, id)
+		must(t, err)
+		if got.ID != u.ID {
+			t.Fatalf("AdminSession user = %+v", got)
+		}
+		e.clock.Advance(time.Hour - time.Microsecond)
+		_, err = e.svc.AdminSession(e.ctx, id)
+		must(t, err)
+		e.clock.Advance(time.Microsecond)
+		_, err = e.svc.AdminSession(e.ctx, id)
+		wantErr(t, err, ErrUnauthorized)
+
+		id2, _, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+		must(t, err)
+		if id2 == id {
+			t.Fatal("two sessions share an ID")
+		}
+		must(t, e.svc.RevokeAdminSession(e.ctx, id2))
+		_, err = e.svc.AdminSession(e.ctx, id2)
+		wantErr(t, err, ErrUnauthorized)
+		must(t, e.svc.RevokeAdminSession(e.ctx, id2)) // logout twice is fine
+
+		_, err = e.svc.AdminSession(e.ctx, strings.Repeat("0", 32))
+		wantErr(t, err, ErrUnauthorized)
+		_, err = e.svc.AdminSession(e.ctx, "'; DROP TABLE users; --")
+		wantErr(t, err, ErrUnauthorized)
+		wantErr(t, e.svc.RevokeAdminSession(e.ctx, strings.Repeat("0", 32)), ErrNotFound)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, u.ID+100, time.Hour)
+		wantErr(t, err, ErrNotFound)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, u.ID, 0)
+		wantErr(t, err, ErrInvalid)
+	})
+}
