@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	switch cmd {
 	case "serve":
-		return serve(ctx, cfg, stdout)
+		return serve(ctx, cfg, getenv, stdout)
 	case "migrate":
 		return migrateCmd(ctx, cfg, stdout)
 	case "tenant", "key", "user":
@@ -115,7 +115,7 @@ func loadSecrets(ctx context.Context, cfg config.Config, d *db.DB) (secrets, err
 	return s, nil
 }
 
-func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
+func serve(ctx context.Context, cfg config.Config, getenv func(string) string, stdout io.Writer) error {
 	log := newLogger(cfg, stdout)
 	log.Info("starting", "config", cfg.String())
 	d, err := openDatabase(ctx, cfg, log, false)
@@ -123,18 +123,38 @@ func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 		return err
 	}
 	defer d.Close()
+	ops, err := newOps(getenv, d, log) // metrics, decision hook fan-out, sweeper (ops_wiring.go)
+	if err != nil {
+		return err
+	}
 	keys, err := loadSecrets(ctx, cfg, d)
 	if err != nil {
 		return err
 	}
 	tenantSvc := tenants.NewService(d, keys.pepper, nil)
 	defer tenantSvc.Close()
-	engine := limiter.NewEngine(d, limiter.Options{})
-	apiSrv := api.New(api.Deps{Engine: engine, Auth: tenantSvc, Audit: tenantSvc, Logger: log})
+	dash := newDashboard(d, log) // admin UI + usage charts (ui_wiring.go)
+	defer dash.close()           // flushes usage counts; runs after engine.Close, before d.Close
+	engine := limiter.NewEngine(d, limiter.Options{OnDecision: fanOut(ops.metrics.OnDecision, dash.onDecision)})
+	defer engine.Close() // after the HTTP server drained, before the database closes
+	anon, err := newAnonymousSessions(ctx, cfg, d, keys, tenantSvc, engine, log) // captcha + /demo (captcha_wiring.go)
+	if err != nil {
+		return err
+	}
+	defer anon.close() // stops its sweeper before the database closes
+	apiSrv := api.New(api.Deps{Engine: engine, Auth: tenantSvc, Audit: tenantSvc, Sessions: anon.store, Extra: anon.extra(), Logger: log})
+	dashUI, err := dash.surface(ctx, cfg, log, tenantSvc, engine, keys)
+	if err != nil {
+		return err
+	}
 	router, err := httpserver.NewRouter(httpserver.Options{
 		Logger:         log,
 		TrustedProxies: cfg.TrustedProxies,
 		API:            apiSrv,
+		Surfaces:       append([]httpserver.Surface{dashUI}, anon.surfaces()...),
+		NotFound:       dash.notFound,
+		Metrics:        ops.metrics,
+		MetricsToken:   ops.cfg.MetricsToken,
 		Ready: func(ctx context.Context) error {
 			if err := d.Ping(ctx); err != nil {
 				return err
@@ -153,7 +173,11 @@ func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	if _, port, _ := net.SplitHostPort(cfg.ListenAddr); port == "0" {
 		base = "http://" + l.Addr().String() // tests listen on port 0 and read the real address here
 	}
+	startPprof(ctx, cfg.PprofAddr, log)
 	fmt.Fprintf(stdout, "Sluice is listening on %s (database %s)\n", base, d.Dialect)
+	dash.announce(stdout, base)
+	anon.listening(base)
+	defer ops.startSweeper(ctx, engine)() // stops first on the way out, before engine.Close
 	err = httpserver.Serve(ctx, l, router, 20*time.Second)
 	if errors.Is(err, context.Canceled) {
 		err = nil

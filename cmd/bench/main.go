@@ -34,8 +34,9 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per scenario (the table shows medians)")
 	out := flag.String("out", "bench-results/bench.json", "where to write the JSON results")
 	only := flag.String("only", "", "comma-separated scenario names to run (default all)")
+	skipPgbench := flag.Bool("skip-pgbench", false, "skip the pgbench ceiling (for quick profiling runs)")
 	flag.Parse()
-	if err := bench(*duration, *runs, *out, *only); err != nil {
+	if err := bench(*duration, *runs, *out, *only, *skipPgbench); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -67,7 +68,7 @@ type Report struct {
 	ServerPeakRSSMB float64  `json:"serverPeakRssMB"`
 }
 
-func bench(duration time.Duration, runs int, outPath, only string) error {
+func bench(duration time.Duration, runs int, outPath, only string, skipPgbench bool) error {
 	want := map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -102,6 +103,9 @@ func bench(duration time.Duration, runs int, outPath, only string) error {
 	report := Report{Machine: machine(), When: time.Now().UTC().Format(time.RFC3339)}
 	var randomTPS, hotTPS []float64
 	for range runs {
+		if skipPgbench {
+			break
+		}
 		r, err := pgbench(srv, dbURL, false, duration)
 		if err != nil {
 			return err
@@ -262,7 +266,7 @@ func startSluice(bin, work, dbURL string) (*sluice, error) {
 		return nil, err
 	}
 	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	s.env = append(os.Environ(), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
+	s.env = append(os.Environ(), "SLUICE_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
 		fmt.Sprintf("LISTEN_ADDR=127.0.0.1:%d", port), "SLUICE_ADMIN_EMAIL=", "SLUICE_ADMIN_PASSWORD=")
 	cli := func(args ...string) (string, error) {
 		c := exec.Command(bin, args...)

@@ -24,6 +24,7 @@ type Config struct {
 	MigrateAuto    bool // run migrations at start-up on PostgreSQL (always done on SQLite)
 	AdminEmail     string
 	AdminPassword  string
+	PprofAddr      string // when set (loopback only), net/http/pprof listens there for profiling
 }
 
 // FromEnv reads a Config from getenv. Unset variables take their defaults.
@@ -36,6 +37,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		MigrateAuto:   strings.EqualFold(getenv("MIGRATE"), "auto"),
 		AdminEmail:    getenv("SLUICE_ADMIN_EMAIL"),
 		AdminPassword: getenv("SLUICE_ADMIN_PASSWORD"),
+		PprofAddr:     getenv("SLUICE_PPROF_ADDR"),
 	}
 	if c.DatabaseURL == "" {
 		c.DatabaseURL = DefaultDatabaseURL
@@ -91,6 +93,12 @@ func (c Config) Validate() error {
 			if _, _, err := net.ParseCIDR(p); err != nil {
 				errs = append(errs, fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP nor a CIDR", p))
 			}
+		}
+	}
+	if c.PprofAddr != "" {
+		host, _, err := net.SplitHostPort(c.PprofAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			errs = append(errs, errors.New("SLUICE_PPROF_ADDR must be a loopback host:port, e.g. 127.0.0.1:6060"))
 		}
 	}
 	if (c.AdminEmail == "") != (c.AdminPassword == "") {

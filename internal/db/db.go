@@ -36,6 +36,7 @@ type DB struct {
 	Dialect Dialect
 	Retry   RetryPolicy
 	log     *slog.Logger
+	url     string // for LISTEN connections (listen.go); never logged
 
 	retries atomic.Int64 // attempts repeated after a retryable failure
 	giveUps atomic.Int64 // transactions that ran out of attempts or of database
@@ -61,7 +62,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		SkipDefaultTransaction: true, // we open our own transactions where atomicity matters
 		PrepareStmt:            false,
 	}
-	d := &DB{Retry: opts.Retry, log: opts.Logger}
+	d := &DB{Retry: opts.Retry, log: opts.Logger, url: url}
 	var err error
 	switch {
 	case strings.HasPrefix(url, "sqlite:"):

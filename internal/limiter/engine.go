@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -20,6 +20,10 @@ type Engine struct {
 	now        func() time.Time
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
+
+	pipe    *pipeline // nil: every decision runs its own transaction
+	closeMu sync.RWMutex
+	closed  bool
 }
 
 // Options tune an Engine; the zero value is production-ready.
@@ -27,6 +31,12 @@ type Options struct {
 	Now        func() time.Time // the clock; one reading per transaction attempt
 	IntN       func(n int) int  // randomness for shard choice and jitter; must be goroutine-safe
 	OnDecision func(tenantID int64, name string, ok bool)
+	// Workers is the number of group-commit workers (group.go): 0 picks a default for the
+	// dialect (4 on PostgreSQL, 1 on SQLite); a negative value disables grouping, so that every
+	// decision runs in a transaction of its own.
+	Workers int
+	// MaxGroup bounds the decisions of one group transaction; default 64.
+	MaxGroup int
 }
 
 // NewEngine returns an engine on d.
@@ -37,6 +47,19 @@ func NewEngine(d *db.DB, opts Options) *Engine {
 	}
 	if e.intN == nil {
 		e.intN = rand.IntN
+	}
+	workers, maxGroup := opts.Workers, opts.MaxGroup
+	if workers == 0 {
+		workers = 4
+		if d.Dialect == db.SQLite {
+			workers = 1 // one writer at a time is all SQLite has
+		}
+	}
+	if maxGroup <= 0 {
+		maxGroup = 64
+	}
+	if workers > 0 {
+		e.startPipeline(workers, maxGroup)
 	}
 	return e
 }
@@ -85,15 +108,9 @@ func (e *Engine) Check(ctx context.Context, tenantID int64, req Request) (Decisi
 	return b.Results[0], nil
 }
 
-// stateKey identifies one shard row within a tenant.
-type stateKey struct {
-	name, key string
-	shard     int
-}
-
 // Batch decides several limits in one transaction, all or nothing: when any refuses, nothing is
 // written. With consume=false it only checks. Requests naming the same key see each other's
-// consumption in order.
+// consumption in order. Concurrent calls are grouped into shared transactions (group.go).
 func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, consume bool) (BatchDecision, error) {
 	if len(reqs) == 0 {
 		return BatchDecision{}, invalidRequest("limits", "must name at least one limit")
@@ -103,61 +120,16 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 			return BatchDecision{}, err
 		}
 	}
-	// Shard choice happens once, outside the retried transaction, so retries replay one decision.
-	picks := make([][]int, len(reqs))
-	var out BatchDecision
-	run := func(tx *gorm.DB) error {
-		now := e.now().UnixMilli()
-		defs := map[string]Definition{}
-		overlay := map[stateKey]State{}
-		out = BatchDecision{OK: true, Results: make([]Decision, len(reqs))}
-		for i, req := range reqs {
-			def, err := resolveDefinition(tx, tenantID, req, defs)
-			if err != nil {
-				return err
-			}
-			if err := def.checkCount(req.Count, req.Reserve); err != nil {
-				return err
-			}
-			if len(picks[i]) == 0 || maxIndex(picks[i]) >= def.Shards {
-				picks[i] = e.pickShards(def.Shards)
-			}
-			states, err := loadStates(tx, tenantID, def, req.Name, req.Key, picks[i], overlay)
-			if err != nil {
-				return err
-			}
-			d := decide(def, states, req.Count, req.Reserve, now, originOf(def, tenantID, req.Name, req.Key))
-			out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.ok, Remaining: d.remaining, Definition: def}
-			if !math.IsNaN(d.retryAfter) {
-				ra := int64(math.Ceil(math.Max(d.retryAfter, 0)))
-				out.Results[i].RetryAfter = &ra
-			}
-			if !d.ok {
-				out.OK = false
-				continue
-			}
-			for j, w := range d.writes {
-				if w.Exists {
-					overlay[stateKey{req.Name, req.Key, picks[i][j]}] = w
-				}
-			}
-		}
-		if !consume || !out.OK {
-			return nil // a refusal (or a check) writes nothing
-		}
-		return saveStates(tx, tenantID, overlay)
-	}
-	var err error
-	if consume {
-		err = e.db.Serializable(ctx, run)
-	} else {
-		err = e.db.ReadOnly(ctx, run)
-	}
-	if err != nil {
+	j := &job{tenantID: tenantID, reqs: reqs, consume: consume, picks: make([][]int, len(reqs)), done: make(chan struct{})}
+	if e.pipe == nil {
+		e.runGroup([]*job{j})
+	} else if err := e.submit(ctx, j); err != nil {
 		return BatchDecision{}, fmt.Errorf("limiter: decide: %w", err)
 	}
-	e.finish(tenantID, &out, consume)
-	return out, nil
+	if j.err != nil {
+		return BatchDecision{}, j.err
+	}
+	return j.out, nil
 }
 
 // finish adds jitter to refusals, picks the batch retryAfter and reports consumed outcomes.
@@ -217,27 +189,6 @@ func validateRequest(r *Request) error {
 	return nil
 }
 
-func resolveDefinition(tx *gorm.DB, tenantID int64, req Request, cache map[string]Definition) (Definition, error) {
-	if d, ok := cache[req.Name]; ok && req.Config == nil {
-		return d, nil
-	}
-	stored, ok, err := loadDefinition(tx, tenantID, req.Name)
-	if err != nil {
-		return Definition{}, err
-	}
-	switch {
-	case ok && req.Config != nil:
-		return Definition{}, ErrDefinitionExists
-	case ok:
-		cache[req.Name] = stored.Definition
-		return stored.Definition, nil
-	case req.Config != nil:
-		return req.Config.normalized(), nil
-	default:
-		return Definition{}, ErrLimitNotFound
-	}
-}
-
 func originOf(def Definition, tenantID int64, name, key string) int64 {
 	if def.Kind != FixedWindow {
 		return 0
@@ -255,19 +206,9 @@ type stateRow struct {
 	Counters string
 }
 
-func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int, overlay map[stateKey]State) ([]State, error) {
+func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int) ([]State, error) {
 	out := make([]State, len(shards))
-	var missing []int
-	for i, s := range shards {
-		if st, ok := overlay[stateKey{name, key, s}]; ok {
-			out[i] = st
-		} else {
-			missing = append(missing, s)
-		}
-	}
-	if len(missing) == 0 {
-		return out, nil
-	}
+	missing := shards
 	var rows []stateRow
 	err := tx.Raw(`SELECT shard, value, ts, counters FROM limit_state
 		WHERE tenant_id = ? AND name = ? AND key = ? AND shard IN ?`, tenantID, name, key, missing).Scan(&rows).Error
@@ -285,24 +226,6 @@ func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, s
 		}
 	}
 	return out, nil
-}
-
-func saveStates(tx *gorm.DB, tenantID int64, states map[stateKey]State) error {
-	for k, st := range states {
-		counters := ""
-		if st.Counters != nil {
-			counters = formatCounters(st.Counters)
-		}
-		err := tx.Exec(`INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (tenant_id, name, key, shard)
-			DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters`,
-			tenantID, k.name, k.key, k.shard, st.Value, st.TS, counters).Error
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func deleteState(tx *gorm.DB, tenantID int64, name string, key *string) error {
@@ -381,7 +304,7 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 		for i := range all {
 			all[i] = i
 		}
-		states, err := loadStates(tx, tenantID, def, name, key, all, nil)
+		states, err := loadStates(tx, tenantID, def, name, key, all)
 		if err != nil {
 			return err
 		}
@@ -435,7 +358,7 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 			all[i] = i
 		}
 		for _, k := range keys {
-			states, err := loadStates(tx, tenantID, def, name, k, all, nil)
+			states, err := loadStates(tx, tenantID, def, name, k, all)
 			if err != nil {
 				return err
 			}

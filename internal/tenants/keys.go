@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/db"
 )
 
 // KeyKind says what an API key may do.
@@ -298,15 +300,21 @@ func (s *Service) revokeKey(ctx context.Context, actor string, find func(*gorm.D
 			return err
 		}
 		row.RevokedAt = &now
+		if err := db.Notify(tx, s.db.Dialect, revocationChannel, row.Hash); err != nil {
+			return err
+		}
 		return s.audit(tx, &row.TenantID, actor, "key.revoke", row.ID, fmt.Sprintf("%s key %q", row.Kind, row.Label))
 	})
+	if err == nil {
+		s.forgetKey(row.Hash)
+	}
 	return row, err
 }
 
 // Authenticate returns the principal of a valid, unrevoked key of the given kind. Malformed
 // keys, bad checksums and the wrong kind are refused with ErrUnauthorized before any database
-// query; unknown and revoked keys are ErrUnauthorized too. Revocation takes effect at once: there
-// is no cache. A database failure is returned as such (wrapping db.ErrUnavailable when the
+// query; unknown and revoked keys are ErrUnauthorized too. Successful lookups are cached briefly
+// (authcache.go); revocation evicts them at once on every instance. A database failure is returned as such (wrapping db.ErrUnavailable when the
 // database is unreachable), so callers can fail with 503 instead of 401.
 func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind) (Principal, error) {
 	got, err := ParseKey(secret)
@@ -316,9 +324,14 @@ func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind)
 	if got != kind {
 		return Principal{}, wrap("authenticate", fmt.Errorf("%s key used where a %s key is required: %w", got, kind, ErrUnauthorized))
 	}
+	hash := s.hashKey(secret)
+	if p, ok := s.cachedPrincipal(hash, kind); ok {
+		s.recordUse(p.KeyID, p.TenantID)
+		return p, nil
+	}
 	// The only lookup not filtered by tenant: the key is what tells us the tenant.
 	var row apiKeyRow
-	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "hash = ?", s.hashKey(secret)) })
+	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "hash = ?", hash) })
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return Principal{}, wrap("authenticate", fmt.Errorf("unknown key: %w", ErrUnauthorized))
@@ -329,8 +342,10 @@ func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind)
 	case row.Kind != string(kind):
 		return Principal{}, wrap("authenticate", fmt.Errorf("key kind mismatch: %w", ErrUnauthorized))
 	}
+	p := Principal{TenantID: row.TenantID, KeyID: row.ID}
+	s.cachePrincipal(hash, kind, p)
 	s.recordUse(row.ID, row.TenantID)
-	return Principal{TenantID: row.TenantID, KeyID: row.ID}, nil
+	return p, nil
 }
 
 // recordUse notes a key's use in memory; flushLoop writes it later, so that authenticating

@@ -49,6 +49,12 @@ type Service struct {
 	mu      sync.Mutex
 	pending map[string]keyUse // key ID -> latest use not yet written
 
+	// The authentication cache (authcache.go): key hash -> principal, for authCacheTTL.
+	authCacheTTL time.Duration
+	authMu       sync.RWMutex
+	authCache    map[string]cachedKey
+	stopListen   context.CancelFunc
+
 	dummyOnce sync.Once
 	dummyHash string // password hash verified when a login names an unknown email
 
@@ -74,6 +80,13 @@ func WithFlushInterval(d time.Duration) Option {
 	}
 }
 
+// WithAuthCacheTTL sets how long a successful key lookup is reused (DefaultAuthCacheTTL; 0
+// disables the cache). Revocation through this Service takes effect at once; through another
+// instance at once on PostgreSQL (LISTEN/NOTIFY), and within the TTL at worst.
+func WithAuthCacheTTL(d time.Duration) Option {
+	return func(s *Service) { s.authCacheTTL = max(d, 0) }
+}
+
 // NewService returns a Service over d. pepper is the server secret that API key secrets are
 // HMAC-ed with before storage; now is the clock (time.Now if nil). It starts the background
 // last-used flusher, which Close stops.
@@ -89,17 +102,23 @@ func NewService(d *db.DB, pepper []byte, now func() time.Time, opts ...Option) *
 		pending:       make(map[string]keyUse),
 		stop:          make(chan struct{}),
 		done:          make(chan struct{}),
+		authCacheTTL:  DefaultAuthCacheTTL,
+		authCache:     make(map[string]cachedKey),
 	}
 	for _, o := range opts {
 		o(s)
 	}
 	go s.flushLoop()
+	listenCtx, cancel := context.WithCancel(context.Background())
+	s.stopListen = cancel
+	d.Listen(listenCtx, revocationChannel, s.forgetKey)
 	return s
 }
 
 // Close stops the background flusher and writes any pending last-used times. It is idempotent.
 func (s *Service) Close() {
 	s.closeOnce.Do(func() {
+		s.stopListen()
 		close(s.stop)
 		<-s.done
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,0 +1,365 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"gorm.io/gorm"
+)
+
+// Group commit. Every decision is a job; a worker takes every job waiting in its queue (up to
+// maxGroup) and decides them all in ONE serializable transaction: one query for the definitions,
+// one for the state rows, one multi-row upsert, in arrival order, each job all-or-nothing on its
+// own. Jobs on the same (tenant, name, key) go to the same worker, so a hot key's decisions are
+// coalesced into one transaction instead of fighting each other with serialization failures.
+// Strictness is unchanged: the transaction still reads and writes every row it decides on, and
+// conflicting transactions of other workers or other processes are retried as before.
+
+// job is one Batch call waiting for its decision.
+type job struct {
+	tenantID int64
+	reqs     []Request
+	consume  bool
+	picks    [][]int // shard choices, kept across retries of the group
+	out      BatchDecision
+	err      error
+	done     chan struct{}
+}
+
+// rowKey identifies one state row.
+type rowKey struct {
+	tenantID  int64
+	name, key string
+	shard     int
+}
+
+type defKey struct {
+	tenantID int64
+	name     string
+}
+
+// pipeline is the set of group-commit workers of an engine.
+type pipeline struct {
+	queues   []chan *job
+	maxGroup int
+	wg       sync.WaitGroup
+	closing  sync.Once
+}
+
+func (e *Engine) startPipeline(workers, maxGroup int) {
+	p := &pipeline{queues: make([]chan *job, workers), maxGroup: maxGroup}
+	for i := range p.queues {
+		q := make(chan *job, 4*maxGroup)
+		p.queues[i] = q
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			group := make([]*job, 0, maxGroup)
+			for j := range q {
+				group = append(group[:0], j)
+			drain:
+				for len(group) < maxGroup {
+					select {
+					case next, ok := <-q:
+						if !ok {
+							break drain
+						}
+						group = append(group, next)
+					default:
+						break drain
+					}
+				}
+				e.runGroup(group)
+			}
+		}()
+	}
+	e.pipe = p
+}
+
+// Close finishes every queued decision and stops the workers. Decisions after Close run directly.
+func (e *Engine) Close() {
+	if e.pipe == nil {
+		return
+	}
+	e.pipe.closing.Do(func() {
+		e.closeMu.Lock()
+		e.closed = true
+		e.closeMu.Unlock()
+		for _, q := range e.pipe.queues {
+			close(q)
+		}
+		e.pipe.wg.Wait()
+	})
+}
+
+// submit queues j on the worker that owns its first key and waits for the decision.
+func (e *Engine) submit(ctx context.Context, j *job) error {
+	e.closeMu.RLock()
+	if e.closed {
+		e.closeMu.RUnlock()
+		e.runGroup([]*job{j})
+		return nil
+	}
+	h := fnv.New32a()
+	first := j.reqs[0]
+	_, _ = h.Write([]byte(strconv.FormatInt(j.tenantID, 10) + "\x00" + first.Name + "\x00" + first.Key))
+	q := e.pipe.queues[int(h.Sum32()%uint32(len(e.pipe.queues)))]
+	select {
+	case q <- j:
+		e.closeMu.RUnlock()
+	case <-ctx.Done():
+		e.closeMu.RUnlock()
+		return ctx.Err()
+	}
+	// Once queued the job will be decided; a caller that goes away only loses the answer (and, at
+	// worst, tokens it no longer wants: an under-admission, never an over-admission).
+	select {
+	case <-j.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runGroup decides jobs in one serializable transaction and completes each job.
+func (e *Engine) runGroup(jobs []*job) {
+	err := e.db.Serializable(context.Background(), func(tx *gorm.DB) error {
+		now := e.now().UnixMilli()
+		defs, err := loadDefinitions(tx, jobs)
+		if err != nil {
+			return err
+		}
+		defsOf := make([][]Definition, len(jobs))
+		var wanted []rowKey
+		for ji, j := range jobs {
+			j.err = nil
+			defsOf[ji], j.err = resolveDefinitions(j, defs)
+			if j.err != nil {
+				continue
+			}
+			for i, req := range j.reqs {
+				n := defsOf[ji][i].Shards
+				if len(j.picks[i]) == 0 || maxIndex(j.picks[i]) >= n {
+					j.picks[i] = e.pickShards(n)
+				}
+				for _, s := range j.picks[i] {
+					wanted = append(wanted, rowKey{j.tenantID, req.Name, req.Key, s})
+				}
+			}
+		}
+		stored, err := loadRows(tx, wanted)
+		if err != nil {
+			return err
+		}
+		overlay := map[rowKey]State{}
+		for ji, j := range jobs {
+			if j.err == nil {
+				j.out, j.err = decideJob(j, defsOf[ji], stored, overlay, now)
+			}
+		}
+		return saveRows(tx, overlay)
+	})
+	for _, j := range jobs {
+		if err != nil {
+			j.err = fmt.Errorf("limiter: decide: %w", err)
+		}
+		if j.err == nil {
+			e.finish(j.tenantID, &j.out, j.consume)
+		}
+		close(j.done)
+	}
+}
+
+// resolveDefinitions picks each request's definition: the stored one, or its inline config.
+func resolveDefinitions(j *job, stored map[defKey]Definition) ([]Definition, error) {
+	out := make([]Definition, len(j.reqs))
+	for i, req := range j.reqs {
+		d, ok := stored[defKey{j.tenantID, req.Name}]
+		switch {
+		case ok && req.Config != nil:
+			return nil, ErrDefinitionExists
+		case ok:
+			out[i] = d
+		case req.Config != nil:
+			out[i] = req.Config.normalized()
+		default:
+			return nil, ErrLimitNotFound
+		}
+		if err := out[i].checkCount(req.Count, req.Reserve); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// decideJob decides one job against the rows as the jobs before it in the group left them. Its
+// writes join the overlay only if every one of its limits allowed (all or nothing) and it consumes.
+func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overlay map[rowKey]State, now int64) (BatchDecision, error) {
+	out := BatchDecision{OK: true, Results: make([]Decision, len(j.reqs))}
+	local := map[rowKey]State{}
+	for i, req := range j.reqs {
+		def := defs[i]
+		states := make([]State, len(j.picks[i]))
+		for k, s := range j.picks[i] {
+			rk := rowKey{j.tenantID, req.Name, req.Key, s}
+			if st, ok := local[rk]; ok {
+				states[k] = st
+			} else if st, ok := overlay[rk]; ok {
+				states[k] = st
+			} else {
+				states[k] = stored[rk].state(def)
+			}
+		}
+		d := decide(def, states, req.Count, req.Reserve, now, originOf(def, j.tenantID, req.Name, req.Key))
+		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.ok, Remaining: d.remaining, Definition: def}
+		if !math.IsNaN(d.retryAfter) {
+			ra := int64(math.Ceil(math.Max(d.retryAfter, 0)))
+			out.Results[i].RetryAfter = &ra
+		}
+		if !d.ok {
+			out.OK = false
+			continue
+		}
+		for k, w := range d.writes {
+			if w.Exists {
+				local[rowKey{j.tenantID, req.Name, req.Key, j.picks[i][k]}] = w
+			}
+		}
+	}
+	if j.consume && out.OK {
+		for k, st := range local {
+			overlay[k] = st
+		}
+	}
+	return out, nil
+}
+
+// loadDefinitions reads every definition the jobs name, in one query.
+func loadDefinitions(tx *gorm.DB, jobs []*job) (map[defKey]Definition, error) {
+	seen := map[defKey]bool{}
+	var pairs [][]any
+	for _, j := range jobs {
+		for _, r := range j.reqs {
+			k := defKey{j.tenantID, r.Name}
+			if !seen[k] {
+				seen[k] = true
+				pairs = append(pairs, []any{j.tenantID, r.Name})
+			}
+		}
+	}
+	var rows []definitionRow
+	if err := tx.Where("(tenant_id, name) IN ?", pairs).Find(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[defKey]Definition, len(rows))
+	for _, r := range rows {
+		out[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
+	}
+	return out, nil
+}
+
+type fullStateRow struct {
+	TenantID int64
+	Name     string
+	Key      string
+	Shard    int
+	Value    float64
+	TS       int64 `gorm:"column:ts"`
+	Counters string
+	exists   bool
+}
+
+// state converts a stored row; a zero row (not found) is "no row", which reads as full.
+func (r fullStateRow) state(def Definition) State {
+	if !r.exists {
+		return State{}
+	}
+	st := State{Value: r.Value, TS: r.TS, Exists: true}
+	if def.Kind == SlidingWindow {
+		st.Counters = parseCounters(r.Counters, def.Resolution, def.shardParams().rate)
+	}
+	return st
+}
+
+// loadRows reads the wanted state rows in one query. Missing rows stay absent (full).
+func loadRows(tx *gorm.DB, wanted []rowKey) (map[rowKey]fullStateRow, error) {
+	out := make(map[rowKey]fullStateRow, len(wanted))
+	if len(wanted) == 0 {
+		return out, nil
+	}
+	sort.Slice(wanted, func(a, b int) bool { return rowLess(wanted[a], wanted[b]) })
+	tuples := make([][]any, 0, len(wanted))
+	for i, w := range wanted {
+		if i > 0 && w == wanted[i-1] {
+			continue
+		}
+		tuples = append(tuples, []any{w.tenantID, w.name, w.key, w.shard})
+	}
+	var rows []fullStateRow
+	err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state
+		WHERE (tenant_id, name, key, shard) IN ?`, tuples).Scan(&rows).Error
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		r.exists = true
+		out[rowKey{r.TenantID, r.Name, r.Key, r.Shard}] = r
+	}
+	return out, nil
+}
+
+func rowLess(a, b rowKey) bool {
+	if a.tenantID != b.tenantID {
+		return a.tenantID < b.tenantID
+	}
+	if a.name != b.name {
+		return a.name < b.name
+	}
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	return a.shard < b.shard
+}
+
+// saveRows upserts the changed rows in a fixed order (fewer deadlocks between transactions),
+// many rows per statement.
+func saveRows(tx *gorm.DB, rows map[rowKey]State) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	keys := make([]rowKey, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(a, b int) bool { return rowLess(keys[a], keys[b]) })
+	const chunk = 500
+	for start := 0; start < len(keys); start += chunk {
+		part := keys[start:min(start+chunk, len(keys))]
+		var sb strings.Builder
+		sb.WriteString("INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters) VALUES ")
+		args := make([]any, 0, 7*len(part))
+		for i, k := range part {
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			sb.WriteString("(?,?,?,?,?,?,?)")
+			st := rows[k]
+			counters := ""
+			if st.Counters != nil {
+				counters = formatCounters(st.Counters)
+			}
+			args = append(args, k.tenantID, k.name, k.key, k.shard, st.Value, st.TS, counters)
+		}
+		sb.WriteString(" ON CONFLICT (tenant_id, name, key, shard) DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters")
+		if err := tx.Exec(sb.String(), args...).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/pgtest"
+)
+
+// secondInstance opens another Service on the same database, as a second app process would.
+func secondInstance(t *testing.T, url string, opts ...Option) *Service {
+	t.Helper()
+	d, err := db.Open(context.Background(), url, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService(d, testPepper, nil, opts...)
+	t.Cleanup(func() { svc.Close(); _ = d.Close() })
+	return svc
+}
+
+// waitRefused polls until svc refuses secret, failing after limit.
+func waitRefused(t *testing.T, svc *Service, secret string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		_, err := svc.Authenticate(context.Background(), secret, KindSecret)
+		if errors.Is(err, ErrUnauthorized) {
+			return time.Since(start)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("revoked key still accepted after %v", limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	a := newEnv(t, url, WithAuthCacheTTL(time.Hour)) // only NOTIFY can evict within the test
+	b := secondInstance(t, url, WithAuthCacheTTL(time.Hour))
+	tn, err := a.svc.CreateTenant(a.ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := a.svc.CreateKey(a.ctx, tn.ID, KindSecret, "x", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second call is served from the cache
+		if _, err := b.Authenticate(a.ctx, secret, KindSecret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let b's LISTEN connection come up before the NOTIFY
+	if err := a.svc.RevokeKey(a.ctx, tn.ID, k.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.svc.Authenticate(a.ctx, secret, KindSecret); !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("the revoking instance still accepts the key: %v", err)
+	}
+	took := waitRefused(t, b, secret, 3*time.Second)
+	t.Logf("other instance refused the revoked key after %v", took)
+}
+
+func TestCachedKeyExpiresWithinTheTTLWithoutNotify(t *testing.T) {
+	url := "sqlite:" + filepath.Join(t.TempDir(), "sluice.db")
+	a := newEnv(t, url)
+	b := secondInstance(t, url, WithAuthCacheTTL(300*time.Millisecond))
+	tn, _ := a.svc.CreateTenant(a.ctx, "acme")
+	k, secret, _ := a.svc.CreateKey(a.ctx, tn.ID, KindSecret, "x", "test")
+	if _, err := b.Authenticate(a.ctx, secret, KindSecret); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.svc.RevokeKey(a.ctx, tn.ID, k.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if took := waitRefused(t, b, secret, time.Second); took > 500*time.Millisecond {
+		t.Fatalf("took %v, more than the 300 ms TTL allows", took)
+	}
+}
+
+func TestAuthCacheIsUsedForRepeatLookups(t *testing.T) {
+	e := newEnv(t, "sqlite:"+filepath.Join(t.TempDir(), "sluice.db"))
+	tn, _ := e.svc.CreateTenant(e.ctx, "acme")
+	_, secret, _ := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "x", "test")
+	if _, err := e.svc.Authenticate(e.ctx, secret, KindSecret); err != nil {
+		t.Fatal(err)
+	}
+	// With the database closed, only the cache can still answer.
+	_ = e.db.Close()
+	if _, err := e.svc.Authenticate(e.ctx, secret, KindSecret); err != nil {
+		t.Fatalf("repeat lookup was not served from the cache: %v", err)
+	}
+	if _, err := e.svc.Authenticate(e.ctx, secret, KindPublishable); err == nil {
+		t.Fatal("the cache ignored the key kind")
+	}
+}
