@@ -35,3 +35,7 @@ lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
 	$(GO) vet ./...
 	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed; skipped"; fi
+
+# Re-vendors htmx (pinned in the script) into web/static/htmx.
+vendor-htmx:
+	scripts/vendor-htmx.sh

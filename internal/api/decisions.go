@@ -22,6 +22,12 @@ const (
 	ipKeyPrefix      = "ip:"
 )
 
+// validKey is limiter.ValidKey without NUL: PostgreSQL text cannot hold a NUL byte, so such a key
+// would fail inside the database (a 500) instead of being refused as the client's mistake.
+func validKey(k string) bool { return limiter.ValidKey(k) && !strings.ContainsRune(k, 0) }
+
+const keyRule = "keys are 1 to 256 bytes of UTF-8 without NUL characters"
+
 var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
 
 // ValidSessionID reports whether s looks like a session ID the widget flow creates.
@@ -83,8 +89,8 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 		return req, badRequest(field+"session", `give "key" or "session", not both`)
 	case it.key != nil:
 		k := *it.key
-		if !limiter.ValidKey(k) {
-			return req, badRequest(field+"key", "keys are 1 to 256 bytes of UTF-8")
+		if !validKey(k) {
+			return req, badRequest(field+"key", keyRule)
 		}
 		if strings.HasPrefix(k, sessionKeyPrefix) || strings.HasPrefix(k, ipKeyPrefix) {
 			return req, badRequest(field+"key", `keys starting with "session:" or "ip:" are reserved; use "session" for anonymous sessions`)
@@ -225,6 +231,22 @@ func (s *Server) tooMany(c *gin.Context, d limiter.Decision) {
 	WriteProblem(c, p)
 }
 
+// maxHeaderSeconds caps header times: a valid but extreme definition (a tiny rate over a long
+// period) can need longer than int64 can count, and the conversion must not wrap negative.
+const maxHeaderSeconds = 1e15
+
+// headerSeconds converts ms to whole seconds, rounded up and clamped to [0, maxHeaderSeconds].
+func headerSeconds(ms float64) int64 {
+	sec := math.Ceil(ms / 1000)
+	switch {
+	case math.IsNaN(sec) || sec < 0:
+		return 0
+	case sec > maxHeaderSeconds:
+		return maxHeaderSeconds
+	}
+	return int64(sec)
+}
+
 // setRateLimitHeaders writes the IETF draft headers (draft-ietf-httpapi-ratelimit-headers):
 // RateLimit-Policy: "name";q=<quota>;w=<window seconds> and RateLimit: "name";r=<remaining>;t=<seconds>.
 // t is the retryAfter when there is one, otherwise the time until the quota is whole again.
@@ -238,10 +260,10 @@ func setRateLimitHeaders(c *gin.Context, ds []limiter.Decision) {
 		remaining := int64(math.Floor(math.Max(d.Remaining, 0)))
 		var t int64
 		if d.RetryAfter != nil {
-			t = int64(math.Ceil(float64(*d.RetryAfter) / 1000))
+			t = headerSeconds(float64(*d.RetryAfter))
 		} else {
 			missing := math.Max(def.Max()-d.Remaining, 0)
-			t = int64(math.Ceil(missing * float64(def.Period) / def.Rate / 1000))
+			t = headerSeconds(missing * float64(def.Period) / def.Rate)
 		}
 		limits = append(limits, fmt.Sprintf("%q;r=%d;t=%d", d.Name, remaining, t))
 	}

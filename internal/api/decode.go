@@ -37,7 +37,8 @@ func DecodeStrict(body []byte, dst any) error {
 	if len(body) > MaxBodyBytes {
 		return errTooLarge
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	// Only an object is a body: "null" would otherwise decode as an empty request and be obeyed.
+	if trimmed := bytes.TrimSpace(body); len(trimmed) == 0 || trimmed[0] != '{' {
 		return badRequest("", "the request body must be a JSON object")
 	}
 	if !utf8.Valid(body) {

@@ -12,7 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 )
 
@@ -47,15 +49,57 @@ func (d *DB) ReadOnly(ctx context.Context, fn func(tx *gorm.DB) error) error {
 }
 
 func (d *DB) serializable(ctx context.Context, readOnly bool, fn func(tx *gorm.DB) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d.Retry.Budget)
-	defer cancel()
 	opts := &sql.TxOptions{ReadOnly: readOnly}
 	if d.Dialect == Postgres {
 		opts.Isolation = sql.LevelSerializable
 	} // SQLite transactions are serializable by construction (one writer, snapshot readers).
+	return d.retry(ctx, func(ctx context.Context) error {
+		return d.Gorm.WithContext(ctx).Transaction(fn, opts)
+	})
+}
+
+// WithPgx runs attempt on one pooled PostgreSQL connection as *pgx.Conn, with Serializable's
+// retry policy. attempt owns the transaction: it must BEGIN ISOLATION LEVEL SERIALIZABLE and end
+// with COMMIT or ROLLBACK. It lets the hot path pipeline several statements per round trip, which
+// database/sql cannot. A connection left inside a transaction is discarded, never reused.
+func (d *DB) WithPgx(ctx context.Context, attempt func(ctx context.Context, conn *pgx.Conn) error) error {
+	if d.Dialect != Postgres {
+		return errors.New("db: WithPgx needs PostgreSQL")
+	}
+	return d.retry(ctx, func(ctx context.Context) error {
+		c, err := d.SQL.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		var attemptErr error
+		err = c.Raw(func(driverConn any) error {
+			conn := driverConn.(*stdlib.Conn).Conn()
+			attemptErr = attempt(ctx, conn)
+			if conn.PgConn().TxStatus() != 'I' { // still in a transaction: roll back or drop the connection
+				rbCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if _, err := conn.Exec(rbCtx, "ROLLBACK"); err != nil || conn.PgConn().TxStatus() != 'I' {
+					return driver.ErrBadConn
+				}
+			}
+			return nil
+		})
+		if attemptErr != nil {
+			return attemptErr
+		}
+		return err
+	})
+}
+
+// retry runs attempt until it succeeds, fails for a reason retrying cannot fix, or the attempts,
+// the time budget or the database run out (ErrUnavailable).
+func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d.Retry.Budget)
+	defer cancel()
 	var last error
-	for attempt := 1; ; attempt++ {
-		err := d.Gorm.WithContext(ctx).Transaction(fn, opts)
+	for n := 1; ; n++ {
+		err := attempt(ctx)
 		if err == nil {
 			return nil
 		}
@@ -71,12 +115,12 @@ func (d *DB) serializable(ctx context.Context, readOnly bool, fn func(tx *gorm.D
 		default:
 			return err // a real error of fn's, or a bug: not ours to retry
 		}
-		if attempt >= d.Retry.MaxAttempts {
+		if n >= d.Retry.MaxAttempts {
 			d.giveUps.Add(1)
-			return fmt.Errorf("db: %w after %d attempts: %v", ErrUnavailable, attempt, last)
+			return fmt.Errorf("db: %w after %d attempts: %v", ErrUnavailable, n, last)
 		}
 		d.retries.Add(1)
-		backoff := min(d.Retry.MaxDelay, d.Retry.BaseDelay<<min(attempt-1, 20))
+		backoff := min(d.Retry.MaxDelay, d.Retry.BaseDelay<<min(n-1, 20))
 		timer := time.NewTimer(rand.N(backoff) + time.Microsecond)
 		select {
 		case <-ctx.Done():

@@ -30,6 +30,15 @@ type Options struct {
 	Ready          func(ctx context.Context) error // readiness: database reachable, schema current
 	// NotFound renders unknown non-API paths; default a plain 404.
 	NotFound gin.HandlerFunc
+	// Metrics, when set, is served at /metrics and observes the latency of /v1 decisions.
+	Metrics Metrics
+	// MetricsToken, when set, is the bearer token /metrics requires (Authorization: Bearer ...).
+	// Unset, /metrics is open like any Prometheus target: expose the port only to the scraper.
+	MetricsToken string
+	// MaxBodyBytes caps every request body (the API caps its own lower); DefaultMaxBodyBytes when 0.
+	MaxBodyBytes int64
+	// RequestTimeout bounds every handler through its request context; DefaultRequestTimeout when 0.
+	RequestTimeout time.Duration
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -56,7 +65,10 @@ func NewRouter(o Options) (*gin.Engine, error) {
 			return
 		}
 		c.String(http.StatusInternalServerError, "internal error (request %s)", c.GetString(httpx.RequestIDKey))
-	}), httpx.AccessLog(o.Logger), httpx.SecurityHeaders())
+	}), httpx.AccessLog(o.Logger), httpx.SecurityHeaders(), limitBody(o.MaxBodyBytes), limitTime(o.RequestTimeout))
+	if o.Metrics != nil {
+		r.Use(observeDecisions(o.Metrics))
+	}
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", func(c *gin.Context) {
@@ -71,6 +83,9 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		}
 		c.JSON(http.StatusOK, gin.H{"status": "ready"})
 	})
+	if o.Metrics != nil {
+		r.GET("/metrics", metricsHandler(o.Metrics.Handler(), o.MetricsToken))
+	}
 	if o.API != nil {
 		o.API.Register(r)
 	}

@@ -22,6 +22,7 @@ type Engine struct {
 	onDecision func(tenantID int64, name string, ok bool)
 
 	pipe    *pipeline // nil: every decision runs its own transaction
+	hints   shardHints
 	closeMu sync.RWMutex
 	closed  bool
 }

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/db"
 )
 
 // Group commit. Every decision is a job; a worker takes every job waiting in its queue (up to
@@ -129,42 +132,14 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 
 // runGroup decides jobs in one serializable transaction and completes each job.
 func (e *Engine) runGroup(jobs []*job) {
-	err := e.db.Serializable(context.Background(), func(tx *gorm.DB) error {
-		now := e.now().UnixMilli()
-		defs, err := loadDefinitions(tx, jobs)
-		if err != nil {
-			return err
-		}
-		defsOf := make([][]Definition, len(jobs))
-		var wanted []rowKey
-		for ji, j := range jobs {
-			j.err = nil
-			defsOf[ji], j.err = resolveDefinitions(j, defs)
-			if j.err != nil {
-				continue
-			}
-			for i, req := range j.reqs {
-				n := defsOf[ji][i].Shards
-				if len(j.picks[i]) == 0 || maxIndex(j.picks[i]) >= n {
-					j.picks[i] = e.pickShards(n)
-				}
-				for _, s := range j.picks[i] {
-					wanted = append(wanted, rowKey{j.tenantID, req.Name, req.Key, s})
-				}
-			}
-		}
-		stored, err := loadRows(tx, wanted)
-		if err != nil {
-			return err
-		}
-		overlay := map[rowKey]State{}
-		for ji, j := range jobs {
-			if j.err == nil {
-				j.out, j.err = decideJob(j, defsOf[ji], stored, overlay, now)
-			}
-		}
-		return saveRows(tx, overlay)
-	})
+	var err error
+	if e.db.Dialect == db.Postgres {
+		err = e.db.WithPgx(context.Background(), func(ctx context.Context, conn *pgx.Conn) error {
+			return e.groupPgx(ctx, conn, jobs)
+		})
+	} else {
+		err = e.db.Serializable(context.Background(), func(tx *gorm.DB) error { return e.groupGorm(tx, jobs) })
+	}
 	for _, j := range jobs {
 		if err != nil {
 			j.err = fmt.Errorf("limiter: decide: %w", err)
@@ -174,6 +149,76 @@ func (e *Engine) runGroup(jobs []*job) {
 		}
 		close(j.done)
 	}
+}
+
+// groupGorm is one attempt of a group through GORM (SQLite): definitions, rows, decisions, writes.
+func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
+	now := e.now().UnixMilli()
+	defs, err := loadDefinitions(tx, definitionKeys(jobs))
+	if err != nil {
+		return err
+	}
+	defsOf, wanted := e.plan(jobs, defs)
+	stored, err := loadRows(tx, wanted)
+	if err != nil {
+		return err
+	}
+	return saveRows(tx, decideGroup(jobs, defsOf, stored, now))
+}
+
+// plan resolves every job's definitions and shard choices, and lists the rows they need. A job
+// whose definitions do not resolve gets its error and no rows.
+func (e *Engine) plan(jobs []*job, defs map[defKey]Definition) ([][]Definition, []rowKey) {
+	defsOf := make([][]Definition, len(jobs))
+	var wanted []rowKey
+	for ji, j := range jobs {
+		defsOf[ji], j.err = resolveDefinitions(j, defs)
+		if j.err != nil {
+			continue
+		}
+		for i, req := range j.reqs {
+			e.ensurePicks(j, i, defsOf[ji][i].Shards)
+			for _, s := range j.picks[i] {
+				wanted = append(wanted, rowKey{j.tenantID, req.Name, req.Key, s})
+			}
+		}
+	}
+	return defsOf, wanted
+}
+
+// ensurePicks keeps a request's shard choice across retries unless the shard count changed.
+func (e *Engine) ensurePicks(j *job, i, shards int) {
+	p := j.picks[i]
+	if len(p) == min(shards, 2) && maxIndex(p) < shards {
+		return
+	}
+	j.picks[i] = e.pickShards(shards)
+}
+
+// decideGroup decides the jobs in arrival order and returns the rows to write.
+func decideGroup(jobs []*job, defsOf [][]Definition, stored map[rowKey]fullStateRow, now int64) map[rowKey]State {
+	overlay := map[rowKey]State{}
+	for ji, j := range jobs {
+		if j.err == nil {
+			j.out, j.err = decideJob(j, defsOf[ji], stored, overlay, now)
+		}
+	}
+	return overlay
+}
+
+func definitionKeys(jobs []*job) []defKey {
+	seen := map[defKey]bool{}
+	var keys []defKey
+	for _, j := range jobs {
+		for _, r := range j.reqs {
+			k := defKey{j.tenantID, r.Name}
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
 }
 
 // resolveDefinitions picks each request's definition: the stored one, or its inline config.
@@ -240,18 +285,11 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 	return out, nil
 }
 
-// loadDefinitions reads every definition the jobs name, in one query.
-func loadDefinitions(tx *gorm.DB, jobs []*job) (map[defKey]Definition, error) {
-	seen := map[defKey]bool{}
-	var pairs [][]any
-	for _, j := range jobs {
-		for _, r := range j.reqs {
-			k := defKey{j.tenantID, r.Name}
-			if !seen[k] {
-				seen[k] = true
-				pairs = append(pairs, []any{j.tenantID, r.Name})
-			}
-		}
+// loadDefinitions reads the named definitions in one query.
+func loadDefinitions(tx *gorm.DB, keys []defKey) (map[defKey]Definition, error) {
+	pairs := make([][]any, len(keys))
+	for i, k := range keys {
+		pairs[i] = []any{k.tenantID, k.name}
 	}
 	var rows []definitionRow
 	if err := tx.Where("(tenant_id, name) IN ?", pairs).Find(&rows).Error; err != nil {

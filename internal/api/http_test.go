@@ -1,0 +1,502 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+func TestDefinitionLifecycleOverHTTP(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		def := map[string]any{"kind": "token bucket", "rate": 10, "period": 60000, "capacity": 20, "jitter": 5}
+		created := requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/sendMessage", a.key, def), http.StatusOK)
+		if created["name"] != "sendMessage" || created["kind"] != "token bucket" || number(t, created, "rate") != 10 ||
+			number(t, created, "period") != 60000 || number(t, created, "capacity") != 20 || number(t, created, "jitter") != 5 ||
+			number(t, created, "shards") != 1 {
+			t.Fatalf("created definition = %v", created)
+		}
+		for _, f := range []string{"createdAt", "updatedAt"} {
+			if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(created[f])); err != nil {
+				t.Fatalf("%s = %v: %v", f, created[f], err)
+			}
+		}
+
+		got := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/sendMessage", a.key, nil), http.StatusOK)
+		if got["name"] != "sendMessage" || number(t, got, "capacity") != 20 || got["createdAt"] != created["createdAt"] {
+			t.Fatalf("GET = %v, want %v", got, created)
+		}
+
+		replaced := requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/sendMessage", a.key,
+			map[string]any{"kind": "fixed window", "rate": 5, "period": 1000, "start": 0}), http.StatusOK)
+		if replaced["kind"] != "fixed window" || number(t, replaced, "rate") != 5 || replaced["capacity"] != nil {
+			t.Fatalf("replaced definition = %v", replaced)
+		}
+		h.define(t, a.key, "other.limit:v2", map[string]any{"kind": "sliding window", "rate": 3, "period": 6000, "resolution": 6})
+
+		list := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits", a.key, nil), http.StatusOK)
+		limits, _ := list["limits"].([]any)
+		names := map[string]bool{}
+		for _, l := range limits {
+			names[l.(map[string]any)["name"].(string)] = true
+		}
+		if len(limits) != 2 || !names["sendMessage"] || !names["other.limit:v2"] {
+			t.Fatalf("list = %v", list)
+		}
+
+		del := h.send(t, http.MethodDelete, "/v1/limits/sendMessage", a.key, nil)
+		if del.status != http.StatusNoContent || len(del.body) != 0 {
+			t.Fatalf("DELETE: %s", del)
+		}
+		requireProblem(t, h.send(t, http.MethodGet, "/v1/limits/sendMessage", a.key, nil), http.StatusNotFound, api.CodeLimitNotFound)
+		requireProblem(t, h.send(t, http.MethodDelete, "/v1/limits/sendMessage", a.key, nil), http.StatusNotFound, api.CodeLimitNotFound)
+	})
+}
+
+func TestEmptyListIsAnEmptyArrayNotNull(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		r := h.send(t, http.MethodGet, "/v1/limits", a.key, nil)
+		requireJSON(t, r, http.StatusOK)
+		if strings.TrimSpace(string(r.body)) != `{"limits":[]}` {
+			t.Fatalf("body = %s", r.body)
+		}
+	})
+}
+
+func TestDecisionsConsumeCheckValueAndReset(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "sendMessage", bucket10PerMinute)
+
+		d := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/sendMessage/limit", a.key, map[string]any{"key": "alice", "count": 3}), http.StatusOK)
+		if d["ok"] != true || d["retryAfter"] != nil || number(t, d, "remaining") != 7 || d["name"] != "sendMessage" || d["key"] != "alice" {
+			t.Fatalf("limit = %v", d)
+		}
+		// check computes the same decision and never writes.
+		for range 3 {
+			c := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/sendMessage/check", a.key, map[string]any{"key": "alice", "count": 2}), http.StatusOK)
+			if c["ok"] != true || math.Abs(number(t, c, "remaining")-5) > 0.5 {
+				t.Fatalf("check = %v", c)
+			}
+		}
+		v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/sendMessage/value?key=alice", a.key, nil), http.StatusOK)
+		if math.Abs(number(t, v, "value")-7) > 0.5 {
+			t.Fatalf("value after limit 3 and three checks = %v, want ~7", v)
+		}
+		ts := number(t, v, "ts")
+		if now := float64(time.Now().UnixMilli()); ts > now || ts < now-60000 {
+			t.Fatalf("ts = %v, now %v", ts, now)
+		}
+		shards, _ := v["shards"].([]any)
+		if len(shards) != 1 || math.Abs(number(t, shards[0].(map[string]any), "value")-7) > 0.5 {
+			t.Fatalf("shards = %v", v["shards"])
+		}
+		cfg, _ := v["config"].(map[string]any)
+		if cfg["kind"] != "token bucket" || number(t, cfg, "rate") != 10 || number(t, cfg, "period") != 60000 {
+			t.Fatalf("config = %v", v["config"])
+		}
+
+		// The global key (no "key") is a distinct key.
+		g := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/sendMessage/limit", a.key, map[string]any{}), http.StatusOK)
+		if g["ok"] != true || g["key"] != nil || number(t, g, "remaining") != 9 {
+			t.Fatalf("global-key limit = %v", g)
+		}
+
+		reset := h.send(t, http.MethodPost, "/v1/limits/sendMessage/reset", a.key, map[string]any{"key": "alice"})
+		if reset.status != http.StatusNoContent {
+			t.Fatalf("reset key: %s", reset)
+		}
+		v = requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/sendMessage/value?key=alice", a.key, nil), http.StatusOK)
+		if number(t, v, "value") != 10 {
+			t.Fatalf("value after reset = %v, want full (10)", v)
+		}
+		// the global key kept its state until allKeys resets everything
+		v = requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/sendMessage/value", a.key, nil), http.StatusOK)
+		if math.Abs(number(t, v, "value")-9) > 0.5 {
+			t.Fatalf("global value = %v, want ~9", v)
+		}
+		h.send(t, http.MethodPost, "/v1/limits/sendMessage/limit", a.key, map[string]any{"key": "bob", "count": 4})
+		reset = h.send(t, http.MethodPost, "/v1/limits/sendMessage/reset", a.key, map[string]any{"allKeys": true})
+		if reset.status != http.StatusNoContent {
+			t.Fatalf("reset allKeys: %s", reset)
+		}
+		for _, q := range []string{"", "?key=bob"} {
+			v = requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/sendMessage/value"+q, a.key, nil), http.StatusOK)
+			if number(t, v, "value") != 10 {
+				t.Fatalf("value%s after allKeys reset = %v", q, v)
+			}
+		}
+	})
+}
+
+func TestInlineConfigAppliesWhenNoDefinitionIsStored(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		body := map[string]any{"key": "k", "config": map[string]any{"kind": "fixed window", "rate": 2, "period": 60000}}
+		for i, wantOK := range []bool{true, true, false} {
+			d := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/adhoc/limit", a.key, body), http.StatusOK)
+			if d["ok"] != wantOK {
+				t.Fatalf("decision %d = %v, want ok=%v", i, d, wantOK)
+			}
+		}
+	})
+}
+
+func TestBatchLimitAndCheckDecideAll(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "perUser", bucket10PerMinute)
+		h.define(t, a.key, "global", frozenWindow)
+		batch := map[string]any{"limits": []any{
+			map[string]any{"name": "perUser", "key": "alice", "count": 2},
+			map[string]any{"name": "global", "count": 1},
+		}}
+		b := requireJSON(t, h.send(t, http.MethodPost, "/v1/limit", a.key, batch), http.StatusOK)
+		results, _ := b["results"].([]any)
+		if b["ok"] != true || b["retryAfter"] != nil || len(results) != 2 {
+			t.Fatalf("batch = %v", b)
+		}
+		r0, r1 := results[0].(map[string]any), results[1].(map[string]any)
+		if r0["name"] != "perUser" || r0["key"] != "alice" || number(t, r0, "remaining") != 8 ||
+			r1["name"] != "global" || r1["key"] != nil || number(t, r1, "remaining") != 9 {
+			t.Fatalf("results = %v", results)
+		}
+		c := requireJSON(t, h.send(t, http.MethodPost, "/v1/check", a.key, batch), http.StatusOK)
+		if c["ok"] != true {
+			t.Fatalf("check batch = %v", c)
+		}
+		v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/global/value", a.key, nil), http.StatusOK)
+		if number(t, v, "value") != 9 {
+			t.Fatalf("global value after limit+check batches = %v, want 9 (check must not consume)", v)
+		}
+		// both limits announce themselves in the headers
+		if p := b0Header(t, h, a.key, batch); !strings.Contains(p, `"perUser";q=10;w=60`) || !strings.Contains(p, `"global";q=10;w=315360000`) {
+			t.Fatalf("RateLimit-Policy = %q", p)
+		}
+	})
+}
+
+func b0Header(t *testing.T, h *harness, key string, batch any) string {
+	t.Helper()
+	r := h.send(t, http.MethodPost, "/v1/check", key, batch)
+	requireJSON(t, r, http.StatusOK)
+	return r.header.Get("RateLimit-Policy")
+}
+
+func TestBatchIsAllOrNothingAndReportsTheLargestRetryAfter(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "roomy", bucket10PerMinute)
+		h.define(t, a.key, "halfMinute", map[string]any{"kind": "token bucket", "rate": 2, "period": 60000})
+		h.define(t, a.key, "fullMinute", map[string]any{"kind": "token bucket", "rate": 1, "period": 60000})
+		h.send(t, http.MethodPost, "/v1/limits/halfMinute/limit", a.key, map[string]any{"key": "k", "count": 2})
+		h.send(t, http.MethodPost, "/v1/limits/fullMinute/limit", a.key, map[string]any{"key": "k", "count": 1})
+
+		batch := map[string]any{"limits": []any{
+			map[string]any{"name": "roomy", "key": "k", "count": 5},
+			map[string]any{"name": "halfMinute", "key": "k"},
+			map[string]any{"name": "fullMinute", "key": "k"},
+		}}
+		b := requireJSON(t, h.send(t, http.MethodPost, "/v1/limit", a.key, batch), http.StatusOK)
+		results := b["results"].([]any)
+		half, full := results[1].(map[string]any), results[2].(map[string]any)
+		if b["ok"] != false || half["ok"] != false || full["ok"] != false {
+			t.Fatalf("batch = %v", b)
+		}
+		ra, halfRA, fullRA := number(t, b, "retryAfter"), number(t, half, "retryAfter"), number(t, full, "retryAfter")
+		if ra != fullRA || fullRA <= halfRA || ra < 55000 || ra > 60000 || halfRA < 25000 || halfRA > 30000 {
+			t.Fatalf("retryAfter batch %v, halfMinute %v, fullMinute %v: want the largest (~60000)", ra, halfRA, fullRA)
+		}
+		// nothing was consumed: the roomy limit never saw its 5 tokens
+		v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/roomy/value?key=k", a.key, nil), http.StatusOK)
+		if number(t, v, "value") != 10 || len(v["shards"].([]any)) != 1 {
+			t.Fatalf("roomy value after refused batch = %v, want untouched 10", v)
+		}
+
+		// throws: the 429 names the limit with the largest retryAfter
+		batch["throws"] = true
+		r := h.send(t, http.MethodPost, "/v1/limit", a.key, batch)
+		p := requireProblem(t, r, http.StatusTooManyRequests, api.CodeRateLimited)
+		if p["name"] != "fullMinute" || number(t, p, "retryAfter") < 55000 {
+			t.Fatalf("429 problem = %v", p)
+		}
+		if want := strconv.FormatInt(int64(math.Ceil(number(t, p, "retryAfter")/1000)), 10); r.header.Get("Retry-After") != want {
+			t.Fatalf("Retry-After %q, want %q", r.header.Get("Retry-After"), want)
+		}
+		v = requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/roomy/value?key=k", a.key, nil), http.StatusOK)
+		if number(t, v, "value") != 10 {
+			t.Fatalf("roomy value after thrown batch = %v", v)
+		}
+	})
+}
+
+func TestDecisionsCarryRateLimitHeaders(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "sendMessage", bucket10PerMinute)
+		r := h.send(t, http.MethodPost, "/v1/limits/sendMessage/limit", a.key, map[string]any{"key": "alice"})
+		requireJSON(t, r, http.StatusOK)
+		if got := r.header.Get("RateLimit-Policy"); got != `"sendMessage";q=10;w=60` {
+			t.Fatalf("RateLimit-Policy = %q", got)
+		}
+		// 9 left; one token refills in 6 s
+		if got := r.header.Get("RateLimit"); got != `"sendMessage";r=9;t=6` {
+			t.Fatalf("RateLimit = %q", got)
+		}
+		r = h.send(t, http.MethodPost, "/v1/limits/sendMessage/check", a.key, map[string]any{"key": "alice", "count": 9})
+		requireJSON(t, r, http.StatusOK)
+		if got := r.header.Get("RateLimit"); !strings.HasPrefix(got, `"sendMessage";r=0;t=`) {
+			t.Fatalf("RateLimit after check of 9 = %q", got)
+		}
+		// a refusal: t is the retryAfter in seconds
+		h.send(t, http.MethodPost, "/v1/limits/sendMessage/limit", a.key, map[string]any{"key": "alice", "count": 9})
+		r = h.send(t, http.MethodPost, "/v1/limits/sendMessage/limit", a.key, map[string]any{"key": "alice", "count": 2})
+		d := requireJSON(t, r, http.StatusOK)
+		want := fmt.Sprintf(`"sendMessage";r=0;t=%d`, int64(math.Ceil(number(t, d, "retryAfter")/1000)))
+		if d["ok"] != false || r.header.Get("RateLimit") != want {
+			t.Fatalf("refusal %v with RateLimit %q, want %q", d, r.header.Get("RateLimit"), want)
+		}
+	})
+}
+
+func TestThrowsTurnsARefusalInto429WithRetryAfterRoundedUp(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		// 3 tokens per 10 s: one token takes 3333.3 ms, so Retry-After must round up to 4.
+		h.define(t, a.key, "login", map[string]any{"kind": "token bucket", "rate": 3, "period": 10000})
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/login/limit", a.key, map[string]any{"key": "ip1", "count": 3, "throws": true}), http.StatusOK)
+		r := h.send(t, http.MethodPost, "/v1/limits/login/limit", a.key, map[string]any{"key": "ip1", "throws": true})
+		p := requireProblem(t, r, http.StatusTooManyRequests, api.CodeRateLimited)
+		ra := number(t, p, "retryAfter")
+		if p["name"] != "login" || ra < 3000 || ra > 3334 {
+			t.Fatalf("problem = %v", p)
+		}
+		if got := r.header.Get("Retry-After"); got != "4" {
+			t.Fatalf("Retry-After = %q, want 4 (%v ms rounded up to whole seconds)", got, ra)
+		}
+		if !strings.HasPrefix(r.header.Get("RateLimit"), `"login";r=0;t=4`) {
+			t.Fatalf("RateLimit on 429 = %q", r.header.Get("RateLimit"))
+		}
+		// without throws the same refusal is a 200 with ok=false
+		d := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/login/check", a.key, map[string]any{"key": "ip1"}), http.StatusOK)
+		if d["ok"] != false {
+			t.Fatalf("check = %v", d)
+		}
+	})
+}
+
+func TestInputErrorsAreProblemsWithTheirCode(t *testing.T) {
+	long := strings.Repeat("k", 257)
+	cases := []struct {
+		name, method, path string
+		body               any
+		status             int
+		code, field        string
+	}{
+		{"unknown field", "POST", "/v1/limits/x/limit", `{"key":"a","colour":"red"}`, 400, api.CodeInvalidRequest, "colour"},
+		{"wrong type", "POST", "/v1/limits/x/limit", `{"key":"a","count":"three"}`, 400, api.CodeInvalidRequest, "count"},
+		{"malformed JSON", "POST", "/v1/limits/x/limit", `{"key":`, 400, api.CodeInvalidRequest, ""},
+		{"trailing data", "POST", "/v1/limits/x/limit", `{"key":"a"} {}`, 400, api.CodeInvalidRequest, ""},
+		{"empty body", "POST", "/v1/limits/x/limit", nil, 400, api.CodeInvalidRequest, ""},
+		{"empty key", "POST", "/v1/limits/x/limit", `{"key":""}`, 400, api.CodeInvalidRequest, "key"},
+		{"overlong key", "POST", "/v1/limits/x/limit", map[string]any{"key": long}, 400, api.CodeInvalidRequest, "key"},
+		{"reserved key prefix", "POST", "/v1/limits/x/limit", `{"key":"session:abc"}`, 400, api.CodeInvalidRequest, "key"},
+		{"key and session", "POST", "/v1/limits/x/check", `{"key":"a","session":"0123456789abcdef0123"}`, 400, api.CodeInvalidRequest, "session"},
+		{"negative count", "POST", "/v1/limits/x/limit", `{"count":-1}`, 400, api.CodeInvalidRequest, "count"},
+		{"reset without key or allKeys", "POST", "/v1/limits/x/reset", `{}`, 400, api.CodeInvalidRequest, "key"},
+		{"reset with key and allKeys", "POST", "/v1/limits/x/reset", `{"key":"a","allKeys":true}`, 400, api.CodeInvalidRequest, "allKeys"},
+		{"value with bad key", "GET", "/v1/limits/x/value?key=" + long, nil, 400, api.CodeInvalidRequest, "key"},
+		{"batch without limits", "POST", "/v1/limit", `{"limits":[]}`, 400, api.CodeInvalidRequest, "limits"},
+		{"batch with a bad name", "POST", "/v1/check", `{"limits":[{"name":"no spaces"}]}`, 400, api.CodeInvalidRequest, "limits[0].name"},
+		{"bad name on PUT", "PUT", "/v1/limits/" + strings.Repeat("n", 129), bucket10PerMinute, 400, api.CodeInvalidRequest, "name"},
+		{"missing rate", "PUT", "/v1/limits/y", `{"kind":"token bucket","period":1000}`, 400, api.CodeInvalidConfig, "rate"},
+		{"bad kind", "PUT", "/v1/limits/y", `{"kind":"leaky","rate":1,"period":1000}`, 400, api.CodeInvalidConfig, "kind"},
+		{"zero period", "PUT", "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":0}`, 400, api.CodeInvalidConfig, "period"},
+		{"huge rate", "PUT", "/v1/limits/y", `{"kind":"token bucket","rate":1e308,"period":1000}`, 400, api.CodeInvalidConfig, "rate"},
+		{"capacity on sliding window", "PUT", "/v1/limits/y", `{"kind":"sliding window","rate":1,"period":1000,"capacity":3}`, 400, api.CodeInvalidConfig, "capacity"},
+		{"zero shards", "PUT", "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":1000,"shards":0}`, 400, api.CodeInvalidConfig, "shards"},
+		{"bad inline config", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"token bucket","rate":-1,"period":1000}}`, 400, api.CodeInvalidConfig, "rate"},
+		{"count over capacity", "POST", "/v1/limits/x/limit", `{"count":11}`, 400, api.CodeCountExceedsCapacity, "count"},
+		{"count over capacity in batch", "POST", "/v1/check", `{"limits":[{"name":"x","count":11}]}`, 400, api.CodeCountExceedsCapacity, "count"},
+		{"config with stored definition", "POST", "/v1/limits/x/limit", map[string]any{"config": bucket10PerMinute}, 409, api.CodeDefinitionExists, "config"},
+		{"unknown limit", "POST", "/v1/limits/nope/limit", `{}`, 404, api.CodeLimitNotFound, ""},
+		{"unknown limit in batch", "POST", "/v1/limit", `{"limits":[{"name":"x"},{"name":"nope"}]}`, 404, api.CodeLimitNotFound, ""},
+		{"value of unknown limit", "GET", "/v1/limits/nope/value", nil, 404, api.CodeLimitNotFound, ""},
+		{"reset of unknown limit", "POST", "/v1/limits/nope/reset", `{"allKeys":true}`, 404, api.CodeLimitNotFound, ""},
+		{"impossible name on GET", "GET", "/v1/limits/" + strings.Repeat("n", 129), nil, 404, api.CodeLimitNotFound, ""},
+		{"unknown path", "GET", "/v1/nothing/here", nil, 404, api.CodeNotFound, ""},
+		{"unknown method", "PATCH", "/v1/limits/x", `{}`, 404, api.CodeNotFound, ""},
+		{"session without checker", "POST", "/v1/limits/x/limit", `{"session":"0123456789abcdef0123"}`, 403, api.CodeSessionNotAuthorized, ""},
+		{"session in batch", "POST", "/v1/limit", `{"limits":[{"name":"x","session":"0123456789abcdef0123"}]}`, 403, api.CodeSessionNotAuthorized, ""},
+		{"malformed session", "POST", "/v1/limits/x/limit", `{"session":"short"}`, 400, api.CodeInvalidRequest, "session"},
+		{"payload too large", "POST", "/v1/limits/x/limit", `{"key":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}`, 413, api.CodePayloadTooLarge, ""},
+		{"payload too large on PUT", "PUT", "/v1/limits/x", strings.Repeat(" ", api.MaxBodyBytes+1) + `{}`, 413, api.CodePayloadTooLarge, ""},
+	}
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "x", bucket10PerMinute)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				p := requireProblem(t, h.send(t, tc.method, tc.path, a.key, tc.body), tc.status, tc.code)
+				if got, _ := p["field"].(string); got != tc.field {
+					t.Fatalf("field = %q, want %q: %v", got, tc.field, p)
+				}
+			})
+		}
+		// none of the refused requests consumed anything
+		v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/x/value", a.key, nil), http.StatusOK)
+		if number(t, v, "value") != 10 {
+			t.Fatalf("x after refused requests = %v", v)
+		}
+	})
+}
+
+func TestSessionFallsBackToHashedClientIPWhenTheDefinitionAllowsIt(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		def := map[string]any{"kind": "token bucket", "rate": 2, "period": 60000, "ipFallback": true}
+		h.define(t, a.key, "anon", def)
+		body := map[string]any{"session": "0123456789abcdef0123"}
+		d := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/anon/limit", a.key, body), http.StatusOK)
+		key, _ := d["key"].(string)
+		if d["ok"] != true || !strings.HasPrefix(key, "ip:") || strings.Contains(key, "127.0.0") {
+			t.Fatalf("fallback decision = %v, want a hashed ip: key", d)
+		}
+		// another session from the same IP prefix shares the allowance
+		d = requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/anon/limit", a.key, map[string]any{"session": "another-session-id-0001"}), http.StatusOK)
+		if d["key"] != key || number(t, d, "remaining") > 0.1 {
+			t.Fatalf("second session = %v", d)
+		}
+		// inline config may opt in as well
+		inline := map[string]any{"session": "0123456789abcdef0123", "config": def}
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/anonInline/check", a.key, inline), http.StatusOK)
+		// the same session on a limit without ipFallback is refused
+		h.define(t, a.key, "strict", bucket10PerMinute)
+		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/strict/limit", a.key, body), http.StatusForbidden, api.CodeSessionNotAuthorized)
+	})
+}
+
+func TestAuthenticationFailuresAre401(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "x", bucket10PerMinute)
+		badChecksum := a.key[:len(a.key)-1] + flipBase62(a.key[len(a.key)-1])
+		// well-formed, valid checksum, but never issued by this server
+		unknown := reissue(t, h, a.key)
+		cases := map[string]string{
+			"no header":      "",
+			"bad scheme":     "Basic " + a.key,
+			"no secret":      "Bearer ",
+			"bad checksum":   "Bearer " + badChecksum,
+			"unknown key":    "Bearer " + unknown,
+			"not a key":      "Bearer hunter2",
+			"lowercase key":  "Bearer " + strings.ToLower(a.key),
+			"publishable pk": "Bearer pk_live_" + a.key[8:],
+		}
+		for name, auth := range cases {
+			t.Run(name, func(t *testing.T) {
+				r := sendAuth(t, h.srv.URL, http.MethodGet, "/v1/limits/x", auth, nil)
+				requireProblem(t, r, http.StatusUnauthorized, api.CodeUnauthorized)
+				if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+					t.Fatalf("WWW-Authenticate = %q", r.header.Get("WWW-Authenticate"))
+				}
+			})
+		}
+		// the scheme is case-insensitive
+		requireJSON(t, sendAuth(t, h.srv.URL, http.MethodGet, "/v1/limits/x", "bearer "+a.key, nil), http.StatusOK)
+	})
+}
+
+// reissue returns a well-formed key with a valid checksum that this server never issued: a key
+// created on another, throwaway database.
+func reissue(t *testing.T, _ *harness, _ string) string {
+	t.Helper()
+	other := newHarness(t, sqliteURL(t))
+	return other.newTenant(t, "elsewhere").key
+}
+
+func flipBase62(c byte) string {
+	if c == 'A' {
+		return "B"
+	}
+	return "A"
+}
+
+func TestRevokedKeyIsRefusedImmediately(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		requireJSON(t, h.send(t, http.MethodGet, "/v1/limits", a.key, nil), http.StatusOK)
+		if err := h.tenants.RevokeKey(context.Background(), a.id, a.keyID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		requireProblem(t, h.send(t, http.MethodGet, "/v1/limits", a.key, nil), http.StatusUnauthorized, api.CodeUnauthorized)
+	})
+}
+
+func TestPublishableKeyIsForbiddenOnSecretRoutes(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		_, pk, err := h.tenants.CreateKey(context.Background(), a.id, tenants.KindPublishable, "widget", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(pk, "pk_live_") {
+			t.Fatalf("publishable key %q", pk[:8])
+		}
+		requireProblem(t, h.send(t, http.MethodGet, "/v1/limits", pk, nil), http.StatusForbidden, api.CodeForbidden)
+		requireProblem(t, h.send(t, http.MethodPut, "/v1/limits/x", pk, bucket10PerMinute), http.StatusForbidden, api.CodeForbidden)
+		// and nothing was defined through it
+		list := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits", a.key, nil), http.StatusOK)
+		if n := len(list["limits"].([]any)); n != 0 {
+			t.Fatalf("%d limits defined through a publishable key", n)
+		}
+	})
+}
+
+func TestOpenAPIDocumentIsServedPublicly(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, sqliteURL(t))
+	r := h.send(t, http.MethodGet, "/v1/openapi.json", "", nil)
+	doc := requireJSON(t, r, http.StatusOK)
+	if doc["openapi"] != "3.1.0" || string(r.body) != string(api.OpenAPIDocument) {
+		t.Fatalf("served document differs from api.OpenAPIDocument: %s", r)
+	}
+}
+
+func TestClosedDatabaseFailsClosedWith503(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "x", bucket10PerMinute)
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/x/limit", a.key, map[string]any{"key": "k"}), http.StatusOK)
+		if err := h.db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, req := range []struct {
+			method, path string
+			body         any
+		}{
+			{"POST", "/v1/limits/x/limit", map[string]any{"key": "k"}},
+			{"POST", "/v1/limits/x/check", map[string]any{"key": "k"}},
+			{"POST", "/v1/limit", map[string]any{"limits": []any{map[string]any{"name": "x"}}}},
+			{"GET", "/v1/limits", nil},
+		} {
+			r := h.send(t, req.method, req.path, a.key, req.body)
+			requireProblem(t, r, http.StatusServiceUnavailable, api.CodeUnavailable)
+			if strings.Contains(string(r.body), `"ok"`) || strings.Contains(string(r.body), "sql") {
+				t.Fatalf("%s %s leaked a decision or internals: %s", req.method, req.path, r)
+			}
+			if r.header.Get("Retry-After") == "" {
+				t.Fatalf("503 without Retry-After: %s", r)
+			}
+		}
+	})
+}

@@ -1,0 +1,222 @@
+package api_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/api"
+)
+
+// publicRoutes are the only /v1 routes that answer without an API key. A new public route must
+// be listed here on purpose, or TestEveryNonPublicRouteRequiresAKey fails.
+var publicRoutes = map[string]bool{
+	"GET /v1/openapi.json": true,
+	// the captcha widget fetches challenges with a publishable key in the query, from browsers
+	"GET /v1/captcha/challenge":     true,
+	"OPTIONS /v1/captcha/challenge": true, // CORS preflight
+}
+
+// apiRoutes are the /v1 routes registered on the engine, in registration order.
+func apiRoutes(t testing.TB, r *gin.Engine) []gin.RouteInfo {
+	t.Helper()
+	var out []gin.RouteInfo
+	for _, ri := range r.Routes() {
+		if api.IsAPIPath(ri.Path) {
+			out = append(out, ri)
+		}
+	}
+	if len(out) < 11 {
+		t.Fatalf("only %d /v1 routes registered: %v", len(out), out)
+	}
+	return out
+}
+
+// concrete substitutes every path parameter (":p" or "*p") of a gin route with value.
+func concrete(route, value string) string {
+	parts := strings.Split(route, "/")
+	for i, p := range parts {
+		if strings.HasPrefix(p, ":") || strings.HasPrefix(p, "*") {
+			parts[i] = url.PathEscape(value)
+		}
+	}
+	return strings.Join(parts, "/")
+}
+
+// validRequest is a well-formed request for a route that names limit name, so that the only
+// reason for a refusal is whose limit it is. Routes this table does not know get "{}".
+func validRequest(ri gin.RouteInfo, name string) (path string, body any) {
+	path = concrete(ri.Path, name)
+	switch ri.Method + " " + ri.Path {
+	case "PUT /v1/limits/:name":
+		return path, bucket10PerMinute
+	case "POST /v1/limits/:name/limit", "POST /v1/limits/:name/check":
+		return path, map[string]any{"key": "alice"}
+	case "POST /v1/limits/:name/reset":
+		return path, map[string]any{"allKeys": true}
+	case "GET /v1/limits/:name/value":
+		return path + "?key=alice", nil
+	case "POST /v1/limit", "POST /v1/check":
+		return path, map[string]any{"limits": []any{map[string]any{"name": name, "key": "alice"}}}
+	case "POST /v1/sessions/authorize":
+		return path, map[string]any{"sessionId": "0123456789abcdef0123", "payload": "e30"}
+	}
+	if ri.Method == http.MethodGet || ri.Method == http.MethodDelete {
+		return path, nil
+	}
+	return path, "{}"
+}
+
+// normalized is a response body with what legitimately differs between two requests removed:
+// the request ID, timestamps, and the limit name asked about.
+func normalized(t testing.TB, r response, name, placeholder string) string {
+	t.Helper()
+	if len(r.body) == 0 {
+		return ""
+	}
+	var v any
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(string(r.body), name, placeholder)), &v); err != nil {
+		return strings.ReplaceAll(string(r.body), name, placeholder)
+	}
+	if m, ok := v.(map[string]any); ok {
+		for _, f := range []string{"requestId", "createdAt", "updatedAt"} {
+			delete(m, f)
+		}
+	}
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
+func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testing.T) {
+	eachFullDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "alpha")
+		b := h.newTenant(t, "bravo")
+		const bName = "bravo-secret"
+		h.define(t, b.key, bName, frozenWindow)
+		h.define(t, b.key, "bravo-untouched", frozenWindow)
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/"+bName+"/limit", b.key, map[string]any{"key": "alice", "count": 3}), http.StatusOK)
+
+		snapshot := func() []string {
+			t.Helper()
+			out := []string{string(requireJSONBody(t, h.send(t, http.MethodGet, "/v1/limits", b.key, nil)))}
+			for _, n := range []string{bName, "bravo-untouched"} {
+				for _, q := range []string{"", "?key=alice"} {
+					out = append(out, string(requireJSONBody(t, h.send(t, http.MethodGet, "/v1/limits/"+n+"/value"+q, b.key, nil))))
+				}
+			}
+			return out
+		}
+		before := snapshot()
+		if !strings.Contains(before[2], `"value":7,`) {
+			t.Fatalf("B's value of alice before the walk = %s, want 7", before[2])
+		}
+
+		routes := apiRoutes(t, h.router)
+		// Writes by A under B's name create A's own definition; run them last so that every other
+		// route still meets a name A does not have.
+		slices.SortStableFunc(routes, func(x, y gin.RouteInfo) int {
+			return boolInt(x.Method == http.MethodPut) - boolInt(y.Method == http.MethodPut)
+		})
+		for i, ri := range routes {
+			if publicRoutes[ri.Method+" "+ri.Path] {
+				continue
+			}
+			ghost := "ghost-" + string(rune('a'+i)) + "-never-defined"
+			path, body := validRequest(ri, bName)
+			gotB := h.send(t, ri.Method, path, a.key, body)
+			path, body = validRequest(ri, ghost)
+			gotGhost := h.send(t, ri.Method, path, a.key, body)
+
+			route := ri.Method + " " + ri.Path
+			if gotB.status != gotGhost.status || normalized(t, gotB, bName, "NAME") != normalized(t, gotGhost, ghost, "NAME") {
+				t.Errorf("%s: B's name is distinguishable from a name that does not exist:\n  B's:  %s\n  none: %s", route, gotB, gotGhost)
+			}
+			if strings.Contains(string(gotB.body), "bravo-untouched") {
+				t.Errorf("%s: response reveals another of B's limits: %s", route, gotB)
+			}
+			switch {
+			case route == "GET /v1/limits":
+				list := requireJSON(t, gotB, http.StatusOK)
+				if n := len(list["limits"].([]any)); n != 0 {
+					t.Errorf("A lists %d limits, all of them B's: %s", n, gotB)
+				}
+			case route == "PUT /v1/limits/:name":
+				// A may own a limit of the same name; it is A's, and B's is untouched (checked below).
+				if def := requireJSON(t, gotB, http.StatusOK); def["kind"] != "token bucket" {
+					t.Errorf("A's PUT = %v", def)
+				}
+			case strings.Contains(ri.Path, ":name"), route == "POST /v1/limit", route == "POST /v1/check":
+				requireProblem(t, gotB, http.StatusNotFound, api.CodeLimitNotFound)
+			default:
+				// A route this test does not know yet: at least it must not succeed on B's name.
+				if gotB.status < 300 {
+					t.Errorf("%s with B's name answered %s", route, gotB)
+				}
+			}
+		}
+
+		if after := snapshot(); !reflect.DeepEqual(before, after) {
+			t.Fatalf("B's state changed while A walked every route:\nbefore %q\nafter  %q", before, after)
+		}
+		// and A's same-named limit is A's alone
+		mine := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/"+bName, a.key, nil), http.StatusOK)
+		theirs := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/"+bName, b.key, nil), http.StatusOK)
+		if mine["kind"] != "token bucket" || theirs["kind"] != "fixed window" {
+			t.Fatalf("A's %v, B's %v", mine, theirs)
+		}
+	})
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func requireJSONBody(t testing.TB, r response) []byte {
+	t.Helper()
+	requireJSON(t, r, http.StatusOK)
+	return r.body
+}
+
+func TestEveryNonPublicRouteRequiresAKey(t *testing.T) {
+	t.Parallel()
+	h := newFullHarness(t, sqliteURL(t))
+	a := h.newTenant(t, "acme")
+	h.define(t, a.key, "x", bucket10PerMinute)
+	seen := map[string]bool{}
+	for _, ri := range apiRoutes(t, h.router) {
+		route := ri.Method + " " + ri.Path
+		seen[route] = true
+		path, body := validRequest(ri, "x")
+		r := h.send(t, ri.Method, path, "", body)
+		if publicRoutes[route] {
+			// public: an API key makes no difference (the route may check credentials of its own,
+			// such as the publishable key of the captcha challenge)
+			withKey := h.send(t, ri.Method, path, a.key, body)
+			if withKey.status != r.status || (r.status == http.StatusUnauthorized && withKey.status == http.StatusUnauthorized &&
+				problemOf(t, r)["detail"] != problemOf(t, withKey)["detail"]) {
+				t.Errorf("%s is listed as public but needs the API key: without %s, with %s", route, r, withKey)
+			}
+			continue
+		}
+		requireProblem(t, r, http.StatusUnauthorized, api.CodeUnauthorized)
+		// the same request with the key is accepted or refused for another reason: the 401 above
+		// came from the missing key, not from the request
+		if r := h.send(t, ri.Method, path, a.key, body); r.status == http.StatusUnauthorized {
+			t.Errorf("%s with a valid key: %s", route, r)
+		}
+	}
+	for route := range publicRoutes {
+		if !seen[route] {
+			t.Errorf("public route %s is not registered; remove it from publicRoutes", route)
+		}
+	}
+}

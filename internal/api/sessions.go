@@ -1,0 +1,443 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/captcha"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// Anonymous sessions (DESIGN §6): the captcha challenge a tenant's page fetches with its
+// publishable key, the authorization its backend asks for with a secret key, reading and
+// revoking sessions, and the JWK set that verifies session tokens offline.
+//
+// Routes (registered through Deps.Extra and, for the JWK set, as an httpserver surface):
+//
+//	GET     /v1/captcha/challenge?pk=&sid=   public (publishable key), CORS, rate limited
+//	OPTIONS /v1/captcha/challenge?pk=&sid=   CORS preflight
+//	POST    /v1/sessions/authorize            secret key
+//	GET     /v1/sessions/:sessionId           secret key
+//	DELETE  /v1/sessions/:sessionId           secret key
+//	GET     /.well-known/jwks.json            public
+
+// Defaults of SessionsDeps.
+const (
+	// DefaultSessionTTL is how long a solved captcha authorizes a session: a day, so that a
+	// visitor solves it about once per visit, and a leaked session ID is useful for one day at
+	// most. Solving again renews it.
+	DefaultSessionTTL = 24 * time.Hour
+	// DefaultChallengeTTL is how long the widget has to solve a challenge and the tenant's
+	// backend to submit it: a few minutes, so that solved challenges cannot be stockpiled.
+	DefaultChallengeTTL = 5 * time.Minute
+
+	// SystemTenantID is the tenant ID Sluice reserves for limits on its own endpoints; no real
+	// tenant has it (IDs start at 1).
+	SystemTenantID int64 = 0
+	// ChallengeIPLimitName and ChallengeKeyLimitName are the system limits on challenges.
+	ChallengeIPLimitName  = "system.captcha.ip"
+	ChallengeKeyLimitName = "system.captcha.key"
+)
+
+// DefaultChallengeIPLimit admits a burst of 60 challenges per client IP and one per second after
+// that: far more than a person reloading pages needs, far less than a challenge farm wants.
+var DefaultChallengeIPLimit = limiter.Definition{Kind: limiter.TokenBucket, Rate: 60, Period: 60_000}
+
+// DefaultChallengeKeyLimit admits 6000 challenges per minute per publishable key (a burst of
+// 6000, 100 per second sustained), bounding what one leaked key can cost the server.
+var DefaultChallengeKeyLimit = limiter.Definition{Kind: limiter.TokenBucket, Rate: 6000, Period: 60_000}
+
+// TenantSource looks up a tenant's captcha settings.
+type TenantSource interface {
+	Tenant(ctx context.Context, id int64) (tenants.Tenant, error)
+}
+
+// SessionsDeps are what NewSessions needs.
+type SessionsDeps struct {
+	Issuer  *captcha.Issuer
+	Store   *captcha.Store
+	Signer  *captcha.Signer
+	Auth    Authenticator // resolves publishable keys
+	Tenants TenantSource
+	// Limiter is Sluice's own engine; challenges are limited under SystemTenantID.
+	Limiter *limiter.Engine
+	Logger  *slog.Logger
+	// SessionTTL is how long an authorization lasts (DefaultSessionTTL when 0).
+	SessionTTL time.Duration
+	// ChallengeTTL is how long a challenge stays valid (DefaultChallengeTTL when 0).
+	ChallengeTTL time.Duration
+	// ChallengeIPLimit and ChallengeKeyLimit override the defaults (tests use small ones).
+	ChallengeIPLimit  *limiter.Definition
+	ChallengeKeyLimit *limiter.Definition
+}
+
+// Sessions serves the anonymous-session endpoints.
+type Sessions struct {
+	d        SessionsDeps
+	ipLimit  limiter.Definition
+	keyLimit limiter.Definition
+}
+
+// NewSessions checks d and returns the handlers.
+func NewSessions(d SessionsDeps) (*Sessions, error) {
+	if d.Issuer == nil || d.Store == nil || d.Signer == nil || d.Auth == nil || d.Tenants == nil || d.Limiter == nil {
+		return nil, errors.New("api: sessions: missing dependency")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.SessionTTL == 0 {
+		d.SessionTTL = DefaultSessionTTL
+	}
+	if d.ChallengeTTL == 0 {
+		d.ChallengeTTL = DefaultChallengeTTL
+	}
+	if d.SessionTTL < 0 || d.SessionTTL > captcha.MaxSessionTTL {
+		return nil, fmt.Errorf("api: sessions: session TTL %s outside (0, %s]", d.SessionTTL, captcha.MaxSessionTTL)
+	}
+	if d.ChallengeTTL < captcha.MinTTL || d.ChallengeTTL > captcha.MaxTTL {
+		return nil, fmt.Errorf("api: sessions: challenge TTL %s outside [%s, %s]", d.ChallengeTTL, captcha.MinTTL, captcha.MaxTTL)
+	}
+	s := &Sessions{d: d, ipLimit: DefaultChallengeIPLimit, keyLimit: DefaultChallengeKeyLimit}
+	if d.ChallengeIPLimit != nil {
+		s.ipLimit = *d.ChallengeIPLimit
+	}
+	if d.ChallengeKeyLimit != nil {
+		s.keyLimit = *d.ChallengeKeyLimit
+	}
+	for _, def := range []limiter.Definition{s.ipLimit, s.keyLimit} {
+		if err := def.Validate(); err != nil {
+			return nil, fmt.Errorf("api: sessions: challenge limit: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Routes registers the /v1 routes; it is an entry of Deps.Extra.
+func (s *Sessions) Routes(public, authed *gin.RouterGroup) {
+	public.GET("/captcha/challenge", s.challenge)
+	public.OPTIONS("/captcha/challenge", s.preflight)
+	authed.POST("/sessions/authorize", s.authorize)
+	authed.GET("/sessions/:sessionId", s.session)
+	authed.DELETE("/sessions/:sessionId", s.revoke)
+}
+
+// Register mounts GET /.well-known/jwks.json, outside /v1 where JWK sets are looked for; it
+// makes Sessions an httpserver.Surface.
+func (s *Sessions) Register(r *gin.Engine) {
+	r.GET("/.well-known/jwks.json", s.jwks)
+}
+
+// AuthorizeBody is the body of POST /v1/sessions/authorize.
+type AuthorizeBody struct {
+	SessionID *string `json:"sessionId"`
+	Payload   *string `json:"payload"`
+}
+
+// AuthorizeResponse is the answer of a successful authorization.
+type AuthorizeResponse struct {
+	Authorized bool      `json:"authorized"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	// Token is an EdDSA JWT (iss = the server's base URL, aud = "sluice:tenant:<id>",
+	// sub = SHA-256 hex of the session ID, exp = ExpiresAt), verifiable with the JWK set.
+	Token string `json:"token"`
+}
+
+// SessionResponse describes an authorized session.
+type SessionResponse struct {
+	SessionID    string    `json:"sessionId"`
+	Authorized   bool      `json:"authorized"`
+	AuthorizedAt time.Time `json:"authorizedAt"`
+	ExpiresAt    time.Time `json:"expiresAt"`
+}
+
+func (s *Sessions) fail(c *gin.Context, err error) {
+	if errors.Is(err, errAlreadyWritten) {
+		return
+	}
+	writeProblem(c, s.d.Logger, captchaProblem(err))
+}
+
+// captchaProblem turns the captcha package's sentinels into problems; anything else is left
+// for ProblemFor. A payload that fails verification is the client's mistake (400), with a detail
+// that says which check failed so that an integrator can fix it.
+func captchaProblem(err error) error {
+	bad := func(field, detail string) error { return badRequest(field, detail) }
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, captcha.ErrReplay):
+		return &problemError{NewProblem(http.StatusConflict, CodeConflict,
+			"this challenge has already been used to authorize a session; solve a new one")}
+	case errors.Is(err, captcha.ErrNotFound):
+		return &problemError{NewProblem(http.StatusNotFound, CodeNotFound, "no active authorization for this session")}
+	case errors.Is(err, captcha.ErrInvalidSessionID):
+		return bad("sessionId", "session IDs are 16 to 128 characters of [A-Za-z0-9_-]")
+	case errors.Is(err, captcha.ErrPayloadTooLarge):
+		return bad("payload", fmt.Sprintf("the payload is longer than %d bytes", captcha.MaxPayloadSize))
+	case errors.Is(err, captcha.ErrMalformedPayload):
+		return bad("payload", "the payload is not a solved challenge (base64 of the widget's JSON)")
+	case errors.Is(err, captcha.ErrTestMode):
+		return bad("payload", "the widget ran in test mode and solved nothing")
+	case errors.Is(err, captcha.ErrAlgorithm):
+		return bad("payload", "the challenge uses an algorithm this server does not issue")
+	case errors.Is(err, captcha.ErrSignature):
+		return bad("payload", "the challenge was not issued by this server, or was altered")
+	case errors.Is(err, captcha.ErrWrongSolution):
+		return bad("payload", "the solution does not solve the challenge")
+	case errors.Is(err, captcha.ErrExpired):
+		return bad("payload", "the challenge has expired; solve a new one")
+	case errors.Is(err, captcha.ErrDifficulty):
+		return bad("payload", "the challenge was issued at a lower difficulty than the tenant now requires; solve a new one")
+	case errors.Is(err, captcha.ErrWrongTenant):
+		return bad("payload", "the challenge was issued for another tenant")
+	case errors.Is(err, captcha.ErrWrongSession):
+		return bad("sessionId", "the challenge was issued for another session ID")
+	}
+	return err
+}
+
+var (
+	errNoPublishableKey = &problemError{NewProblem(http.StatusUnauthorized, CodeUnauthorized,
+		"pk must be the tenant's publishable key (pk_live_…); it is missing, malformed or revoked")}
+	errSecretKeyInBrowser = &problemError{NewProblem(http.StatusForbidden, CodeForbidden,
+		"secret keys must never reach a browser: use the tenant's publishable key (pk_live_…) here, and revoke this secret key if it was exposed")}
+	errOriginNotAllowed = &problemError{NewProblem(http.StatusForbidden, CodeForbidden,
+		"this origin is not among the tenant's allowed origins for captcha challenges")}
+)
+
+// challenge serves a challenge for one session of the tenant whose publishable key is pk.
+// Requests without an Origin header (same-origin GETs, servers) are served: CORS protects
+// browsers, the rate limits protect the server.
+func (s *Sessions) challenge(c *gin.Context) {
+	c.Header("Cache-Control", "no-store")
+	c.Header("Vary", "Origin")
+	t, origin, err := s.challengeTenant(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if origin != "" {
+		c.Header("Access-Control-Allow-Origin", origin)
+	}
+	pk := c.Query("pk")
+	if ok := s.spend(c, ChallengeKeyLimitName, s.keyLimit, "key:"+hashHex(pk)); !ok {
+		return
+	}
+	ch, err := s.d.Issuer.Create(t.ID, c.Query("sid"), clampDifficulty(t.CaptchaDifficulty), s.d.ChallengeTTL)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, ch)
+}
+
+// preflight answers the CORS preflight of a challenge request from an allowed origin.
+func (s *Sessions) preflight(c *gin.Context) {
+	c.Header("Cache-Control", "no-store")
+	c.Header("Vary", "Origin, Access-Control-Request-Method, Access-Control-Request-Headers")
+	_, origin, err := s.challengeTenant(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if origin == "" {
+		s.fail(c, badRequest("", "a CORS preflight needs an Origin header"))
+		return
+	}
+	h := c.Writer.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Set("Access-Control-Allow-Methods", "GET, OPTIONS")
+	// No credentials are ever allowed, so the usual request headers are safe to accept.
+	h.Set("Access-Control-Allow-Headers", "Accept, Accept-Language, Content-Language, Content-Type")
+	h.Set("Access-Control-Max-Age", "600")
+	c.Status(http.StatusNoContent)
+}
+
+// challengeTenant checks what challenge and preflight share: the session ID, the client's IP
+// budget, the publishable key and the Origin. It returns the tenant and the Origin to echo
+// ("" when the request has none).
+func (s *Sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, error) {
+	ctx := c.Request.Context()
+	pk := c.Query("pk")
+	// Syntax first, without the database: garbage costs nothing, and a secret key pasted into a
+	// page is refused loudly whether or not it is valid, without revealing which.
+	kind, err := tenants.ParseKey(pk)
+	switch {
+	case err == nil && kind == tenants.KindSecret:
+		return tenants.Tenant{}, "", errSecretKeyInBrowser
+	case err != nil:
+		return tenants.Tenant{}, "", errNoPublishableKey
+	}
+	if c.Request.Method != http.MethodOptions {
+		if err := captcha.ValidateSessionID(c.Query("sid")); err != nil {
+			return tenants.Tenant{}, "", badRequest("sid", "sid must be the session ID: 16 to 128 characters of [A-Za-z0-9_-]")
+		}
+	}
+	if ok := s.spend(c, ChallengeIPLimitName, s.ipLimit, "ip:"+hashHex(clientIPKey(c.ClientIP()))); !ok {
+		return tenants.Tenant{}, "", errAlreadyWritten
+	}
+	p, err := s.d.Auth.Authenticate(ctx, pk, tenants.KindPublishable)
+	if err != nil {
+		if errors.Is(err, tenants.ErrUnauthorized) {
+			return tenants.Tenant{}, "", errNoPublishableKey
+		}
+		return tenants.Tenant{}, "", err
+	}
+	t, err := s.d.Tenants.Tenant(ctx, p.TenantID)
+	if err != nil {
+		if errors.Is(err, tenants.ErrNotFound) {
+			return tenants.Tenant{}, "", errNoPublishableKey
+		}
+		return tenants.Tenant{}, "", err
+	}
+	origin := c.GetHeader("Origin")
+	if origin != "" && !slices.Contains(t.AllowedOrigins, strings.ToLower(origin)) {
+		return tenants.Tenant{}, "", errOriginNotAllowed
+	}
+	return t, origin, nil
+}
+
+// errAlreadyWritten tells a caller that the response (a 429) has been written.
+var errAlreadyWritten = errors.New("response written")
+
+// spend takes one token of a system limit for key and reports whether the request may go on;
+// otherwise it has written the 429 (or the 503 when the decision could not be made: the
+// challenge endpoint fails closed like every decision).
+func (s *Sessions) spend(c *gin.Context, name string, def limiter.Definition, key string) bool {
+	d, err := s.d.Limiter.Limit(c.Request.Context(), SystemTenantID, limiter.Request{Name: name, Key: key, Count: 1, Config: &def})
+	if err != nil {
+		s.fail(c, err)
+		return false
+	}
+	if d.OK {
+		return true
+	}
+	p := NewProblem(http.StatusTooManyRequests, CodeRateLimited, "too many captcha challenges; retry later")
+	p.Name = name
+	p.RetryAfter = d.RetryAfter
+	p.RequestID = c.GetString(RequestIDKey)
+	if d.RetryAfter != nil {
+		c.Header("Retry-After", retryAfterSeconds(*d.RetryAfter))
+	}
+	WriteProblem(c, p)
+	return false
+}
+
+// clientIPKey is what the per-IP challenge limit counts: the address for IPv4, the /64 for IPv6
+// (one subscriber usually holds a whole /64).
+func clientIPKey(ip string) string {
+	parsed := net.ParseIP(ip)
+	if parsed == nil || parsed.To4() != nil {
+		return ip
+	}
+	return parsed.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// hashHex keeps client IPs and keys out of the limit state table.
+func hashHex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+// clampDifficulty maps the stored difficulty into what the issuer accepts.
+func clampDifficulty(d int) int {
+	switch {
+	case d < 1:
+		return captcha.DefaultMaxNumber
+	case d > captcha.MaxMaxNumber:
+		return captcha.MaxMaxNumber
+	}
+	return d
+}
+
+// authorize verifies a solved challenge and authorizes the session it was issued for; each
+// challenge authorizes exactly once.
+func (s *Sessions) authorize(c *gin.Context) {
+	var body AuthorizeBody
+	if err := decodeJSON(c, &body); err != nil {
+		s.fail(c, err)
+		return
+	}
+	switch {
+	case body.SessionID == nil:
+		s.fail(c, badRequest("sessionId", "sessionId is required"))
+		return
+	case body.Payload == nil || *body.Payload == "":
+		s.fail(c, badRequest("payload", "payload is required: the widget's solved challenge"))
+		return
+	}
+	ctx := c.Request.Context()
+	tenantID := tenantOf(c).TenantID
+	t, err := s.d.Tenants.Tenant(ctx, tenantID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	solved, err := s.d.Issuer.Verify(*body.Payload, tenantID, *body.SessionID, clampDifficulty(t.CaptchaDifficulty))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	expiresAt, err := s.d.Store.Authorize(ctx, tenantID, *body.SessionID, solved, s.d.SessionTTL)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	token, err := s.d.Signer.Token(tenantID, solved.SessionHash, expiresAt)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, AuthorizeResponse{Authorized: true, ExpiresAt: expiresAt.UTC(), Token: token})
+}
+
+// session returns the session's active authorization; an impossible ID is simply not found.
+func (s *Sessions) session(c *gin.Context) {
+	id := c.Param("sessionId")
+	info, err := s.d.Store.Session(c.Request.Context(), tenantOf(c).TenantID, id)
+	if errors.Is(err, captcha.ErrInvalidSessionID) {
+		err = captcha.ErrNotFound
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, SessionResponse{SessionID: id, Authorized: true, AuthorizedAt: info.AuthorizedAt.UTC(), ExpiresAt: info.ExpiresAt.UTC()})
+}
+
+// revoke ends the session's authorization: its decisions are refused (or fall back to the IP
+// key) from the next request on.
+func (s *Sessions) revoke(c *gin.Context) {
+	err := s.d.Store.Revoke(c.Request.Context(), tenantOf(c).TenantID, c.Param("sessionId"))
+	if errors.Is(err, captcha.ErrInvalidSessionID) {
+		err = captcha.ErrNotFound
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// jwks serves the public key set; it changes only when SECRET_KEY does, so caches may keep it
+// for an hour.
+func (s *Sessions) jwks(c *gin.Context) {
+	c.Header("Cache-Control", "public, max-age=3600")
+	c.Header("Access-Control-Allow-Origin", "*")
+	c.Data(http.StatusOK, "application/json", s.d.Signer.JWKS())
+}

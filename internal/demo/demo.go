@@ -1,0 +1,381 @@
+// Package demo serves /demo: a small example tenant page that runs the anonymous-session flow
+// of DESIGN §6 in a browser, end to end, against the server it runs in.
+//
+// The page plays the tenant's website: it makes a random 128-bit session ID, renders the
+// vendored ALTCHA widget pointing at GET /v1/captcha/challenge with the demo tenant's
+// publishable key, and hands the solved payload to its "backend". The backend (this package's
+// /demo/api/* routes) plays the tenant's server: it holds the demo tenant's secret key in memory
+// and calls POST /v1/sessions/authorize and POST /v1/limits/demo.action/limit {"session"} with
+// it — in process, through the same router a real tenant reaches over HTTP, so the demo
+// exercises exactly the public API and nothing else.
+//
+// On first use the demo makes sure a tenant named "demo" exists, adds the server's own origins
+// to its allowed origins (it never removes any), defines the limit "demo.action" (a token bucket
+// of 3 per minute) unless the tenant already has one, and creates one publishable and one secret
+// key for this process. Keys are created per process because a secret is only ever shown once;
+// they are labelled "demo page" and "demo backend" and may be revoked from the dashboard.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/httpx"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// TenantName is the demo tenant; ActionLimit the limit its page spends.
+const (
+	TenantName  = "demo"
+	ActionLimit = "demo.action"
+)
+
+// actionDefinition is ActionLimit's definition: small enough that a visitor sees a refusal
+// after a few clicks.
+var actionDefinition = map[string]any{"kind": "token bucket", "rate": 3, "period": 60_000}
+
+// defaultDifficulty is used when the demo tenant's stored difficulty is out of bounds.
+const defaultDifficulty = 50_000
+
+// Tenants is what the demo needs of the tenant service.
+type Tenants interface {
+	TenantByName(ctx context.Context, name string) (tenants.Tenant, error)
+	CreateTenant(ctx context.Context, name string) (tenants.Tenant, error)
+	CreateKey(ctx context.Context, tenantID int64, kind tenants.KeyKind, label, actor string) (tenants.APIKey, string, error)
+	UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int) error
+}
+
+// Deps are what New needs.
+type Deps struct {
+	Tenants Tenants
+	// Widget holds altcha.min.js (the vendored web/static/altcha directory).
+	Widget fs.FS
+	// Origins the page is served from (BASE_URL); AddOrigin adds more once known.
+	Origins []string
+	Logger  *slog.Logger
+}
+
+//go:embed templates/page.html
+var pageHTML string
+
+//go:embed static
+var staticFiles embed.FS
+
+// Demo is the /demo surface.
+type Demo struct {
+	deps   Deps
+	page   *template.Template
+	assets map[string]asset
+	cop    *http.CrossOriginProtection
+	api    http.Handler // the router Register mounted the demo on
+
+	mu       sync.Mutex
+	origins  []string
+	synced   bool // origins are among the tenant's allowed origins
+	tenantID int64
+	pk, sk   string
+}
+
+type asset struct {
+	content []byte
+	etag    string
+}
+
+// New returns the demo; nothing touches the database before the first request.
+func New(d Deps) (*Demo, error) {
+	if d.Tenants == nil || d.Widget == nil {
+		return nil, errors.New("demo: missing dependency")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	page, err := template.New("page").Parse(pageHTML)
+	if err != nil {
+		return nil, fmt.Errorf("demo: page template: %w", err)
+	}
+	x := &Demo{deps: d, page: page, assets: map[string]asset{}, cop: http.NewCrossOriginProtection()}
+	for name, src := range map[string]struct {
+		fsys fs.FS
+		path string
+	}{
+		"demo.js":       {staticFiles, "static/demo.js"},
+		"demo.css":      {staticFiles, "static/demo.css"},
+		"altcha.min.js": {d.Widget, "altcha.min.js"},
+	} {
+		b, err := fs.ReadFile(src.fsys, src.path)
+		if err != nil {
+			return nil, fmt.Errorf("demo: asset %s: %w", name, err)
+		}
+		sum := sha256.Sum256(b)
+		x.assets[name] = asset{content: b, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+	}
+	for _, o := range d.Origins {
+		x.AddOrigin(o)
+	}
+	return x, nil
+}
+
+// AddOrigin adds an origin the page is served from (e.g. the real address when listening on
+// port 0); invalid ones are ignored. The tenant's allowed origins are updated on next use.
+func (x *Demo) AddOrigin(origin string) {
+	canon, err := tenants.NormalizeOrigins([]string{origin})
+	if err != nil {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !slices.Contains(x.origins, canon[0]) {
+		x.origins = append(x.origins, canon[0])
+		x.synced = false
+	}
+}
+
+// Register mounts the demo's routes on r and keeps r to call the API in process. It makes Demo
+// an httpserver.Surface.
+func (x *Demo) Register(r *gin.Engine) {
+	x.api = r
+	r.GET("/demo", x.index)
+	r.GET("/demo/static/:file", x.static)
+	r.POST("/demo/api/authorize", x.authorize)
+	r.POST("/demo/api/action", x.action)
+}
+
+type pageData struct {
+	PublishableKey string
+	ChallengePath  string
+	Action         string
+}
+
+func (x *Demo) index(c *gin.Context) {
+	pk, _, err := x.ensure(c.Request.Context())
+	if err != nil {
+		x.unavailable(c, err)
+		return
+	}
+	var b bytes.Buffer
+	if err := x.page.Execute(&b, pageData{PublishableKey: pk, ChallengePath: "/v1/captcha/challenge", Action: ActionLimit}); err != nil {
+		x.unavailable(c, err)
+		return
+	}
+	c.Header("Cache-Control", "no-store") // the page carries this process's publishable key
+	c.Data(http.StatusOK, "text/html; charset=utf-8", b.Bytes())
+}
+
+func (x *Demo) static(c *gin.Context) {
+	a, ok := x.assets[c.Param("file")]
+	if !ok {
+		c.String(http.StatusNotFound, "404 page not found")
+		return
+	}
+	c.Header("Cache-Control", "no-cache")
+	c.Header("ETag", a.etag)
+	http.ServeContent(c.Writer, c.Request, c.Param("file"), time.Time{}, bytes.NewReader(a.content))
+}
+
+func (x *Demo) unavailable(c *gin.Context, err error) {
+	x.deps.Logger.ErrorContext(c.Request.Context(), "demo unavailable", "request_id", c.GetString(httpx.RequestIDKey), "err", err)
+	c.String(http.StatusServiceUnavailable, "the demo is unavailable right now; see the server log")
+}
+
+// ensure prepares the demo tenant (see the package documentation) and returns the keys.
+func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.sk != "" && x.synced {
+		return x.pk, x.sk, nil
+	}
+	if x.api == nil {
+		return "", "", errors.New("demo: not registered on a router")
+	}
+	t, err := x.deps.Tenants.TenantByName(ctx, TenantName)
+	if errors.Is(err, tenants.ErrNotFound) {
+		t, err = x.deps.Tenants.CreateTenant(ctx, TenantName)
+		if errors.Is(err, tenants.ErrConflict) { // another instance was quicker
+			t, err = x.deps.Tenants.TenantByName(ctx, TenantName)
+		}
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("demo: tenant: %w", err)
+	}
+	if x.sk == "" || x.tenantID != t.ID {
+		_, pk, err := x.deps.Tenants.CreateKey(ctx, t.ID, tenants.KindPublishable, "demo page", "demo")
+		if err != nil {
+			return "", "", fmt.Errorf("demo: publishable key: %w", err)
+		}
+		_, sk, err := x.deps.Tenants.CreateKey(ctx, t.ID, tenants.KindSecret, "demo backend", "demo")
+		if err != nil {
+			return "", "", fmt.Errorf("demo: secret key: %w", err)
+		}
+		if err := x.defineAction(ctx, sk); err != nil {
+			return "", "", err
+		}
+		x.tenantID, x.pk, x.sk = t.ID, pk, sk
+	}
+	if !x.synced {
+		origins := slices.Clone(t.AllowedOrigins)
+		for _, o := range x.origins {
+			if !slices.Contains(origins, o) {
+				origins = append(origins, o)
+			}
+		}
+		difficulty := t.CaptchaDifficulty
+		if difficulty < tenants.MinCaptchaDifficulty || difficulty > tenants.MaxCaptchaDifficulty {
+			difficulty = defaultDifficulty
+		}
+		if len(origins) != len(t.AllowedOrigins) || difficulty != t.CaptchaDifficulty {
+			if err := x.deps.Tenants.UpdateCaptchaSettings(ctx, t.ID, origins, difficulty); err != nil {
+				return "", "", fmt.Errorf("demo: captcha settings: %w", err)
+			}
+		}
+		x.synced = true
+	}
+	return x.pk, x.sk, nil
+}
+
+// defineAction creates ActionLimit unless the tenant has it (an operator may have tuned it).
+func (x *Demo) defineAction(ctx context.Context, sk string) error {
+	res := x.call(ctx, nil, http.MethodGet, "/v1/limits/"+ActionLimit, sk, nil)
+	switch res.status {
+	case http.StatusOK:
+		return nil
+	case http.StatusNotFound:
+	default:
+		return fmt.Errorf("demo: read %s: HTTP %d: %s", ActionLimit, res.status, res.body.Bytes())
+	}
+	body, _ := json.Marshal(actionDefinition)
+	if res := x.call(ctx, nil, http.MethodPut, "/v1/limits/"+ActionLimit, sk, body); res.status != http.StatusOK {
+		return fmt.Errorf("demo: define %s: HTTP %d: %s", ActionLimit, res.status, res.body.Bytes())
+	}
+	return nil
+}
+
+// sessionBody is what the page posts to the demo backend.
+type sessionBody struct {
+	SessionID string `json:"sessionId"`
+	Payload   string `json:"payload,omitempty"`
+}
+
+// authorize is the tenant backend's half of the captcha: hand the solved payload to Sluice.
+func (x *Demo) authorize(c *gin.Context) {
+	body, sk, ok := x.backend(c)
+	if !ok {
+		return
+	}
+	raw, _ := json.Marshal(map[string]string{"sessionId": body.SessionID, "payload": body.Payload})
+	x.relay(c, x.call(c.Request.Context(), c.Request, http.MethodPost, "/v1/sessions/authorize", sk, raw))
+}
+
+// action is a rate-limited operation keyed by the anonymous session.
+func (x *Demo) action(c *gin.Context) {
+	body, sk, ok := x.backend(c)
+	if !ok {
+		return
+	}
+	raw, _ := json.Marshal(map[string]string{"session": body.SessionID})
+	x.relay(c, x.call(c.Request.Context(), c.Request, http.MethodPost, "/v1/limits/"+ActionLimit+"/limit", sk, raw))
+}
+
+// backend checks a page request (same origin only, a small JSON body) and returns the keys.
+func (x *Demo) backend(c *gin.Context) (sessionBody, string, bool) {
+	var body sessionBody
+	if err := x.cop.Check(c.Request); err != nil {
+		c.JSON(http.StatusForbidden, gin.H{"code": "forbidden", "detail": "cross-origin request refused"})
+		return body, "", false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, 16<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		c.JSON(http.StatusBadRequest, gin.H{"code": "invalid_request", "detail": "the body must be {\"sessionId\", \"payload\"?}"})
+		return body, "", false
+	}
+	_, sk, err := x.ensure(c.Request.Context())
+	if err != nil {
+		x.unavailable(c, err)
+		return body, "", false
+	}
+	return body, sk, true
+}
+
+// result is a recorded in-process API response.
+type result struct {
+	status int
+	header http.Header
+	body   bytes.Buffer
+}
+
+func (r *result) Header() http.Header { return r.header }
+func (r *result) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+func (r *result) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+// call sends one request to the API in process, with the demo's secret key, on behalf of the
+// browser request from (when not nil) so that the API sees the same client address.
+func (x *Demo) call(ctx context.Context, from *http.Request, method, path, sk string, body []byte) *result {
+	res := &result{header: http.Header{}}
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, path, rd)
+	if err != nil {
+		res.status = http.StatusInternalServerError
+		return res
+	}
+	req.Header.Set("Authorization", "Bearer "+sk)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if from != nil {
+		req.RemoteAddr = from.RemoteAddr
+		req.Host = from.Host
+		for _, h := range []string{"X-Forwarded-For", "X-Real-Ip"} {
+			if v := from.Header.Values(h); len(v) > 0 {
+				req.Header[h] = v
+			}
+		}
+	}
+	x.api.ServeHTTP(res, req)
+	if res.status == 0 {
+		res.status = http.StatusOK
+	}
+	return res
+}
+
+// relay answers the page with the API's response, as a tenant's backend might pass it on.
+func (x *Demo) relay(c *gin.Context, res *result) {
+	for _, h := range []string{"Retry-After", "RateLimit", "RateLimit-Policy"} {
+		if v := res.header.Get(h); v != "" {
+			c.Header(h, v)
+		}
+	}
+	c.Header("Cache-Control", "no-store")
+	ct := res.header.Get("Content-Type")
+	if ct == "" {
+		ct = "application/json"
+	}
+	c.Data(res.status, ct, res.body.Bytes())
+}

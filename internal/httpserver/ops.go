@@ -1,0 +1,106 @@
+package httpserver
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/api"
+)
+
+// DefaultMaxBodyBytes caps request bodies on every route. The API enforces its own, lower cap
+// (api.MaxBodyBytes) with a problem response; this one protects the dashboard, the demo and any
+// route that forgets to.
+const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultRequestTimeout bounds every handler's context. It is below the server's WriteTimeout so
+// that a handler whose database work is cut short can still write its 503, and below serve's
+// shutdown grace so that every request has ended before the database closes.
+const DefaultRequestTimeout = 15 * time.Second
+
+// Metrics is what the router needs from the metrics package.
+type Metrics interface {
+	Handler() http.Handler
+	ObserveDecision(route string, status int, d time.Duration)
+}
+
+// decisionRoutes are the /v1 routes whose latency is a decision's latency.
+var decisionRoutes = map[string]bool{
+	"/v1/limits/:name/limit": true,
+	"/v1/limits/:name/check": true,
+	"/v1/limit":              true,
+	"/v1/check":              true,
+}
+
+// observeDecisions times decision routes. gin matches the route before running the global
+// middleware, so FullPath is already the pattern (a bounded label), never the raw path.
+func observeDecisions(m Metrics) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		route := c.FullPath()
+		if !decisionRoutes[route] {
+			c.Next()
+			return
+		}
+		start := time.Now()
+		c.Next()
+		m.ObserveDecision(route, c.Writer.Status(), time.Since(start))
+	}
+}
+
+// limitBody rejects bodies declared larger than max at once and cuts off undeclared (chunked)
+// ones when they pass it.
+func limitBody(max int64) gin.HandlerFunc {
+	if max <= 0 {
+		max = DefaultMaxBodyBytes
+	}
+	return func(c *gin.Context) {
+		if c.Request.ContentLength > max {
+			c.Header("Connection", "close")
+			if api.IsAPIPath(c.Request.URL.Path) {
+				api.WriteProblem(c, api.NewProblem(http.StatusRequestEntityTooLarge, api.CodePayloadTooLarge, "the request body is too large"))
+			} else {
+				c.String(http.StatusRequestEntityTooLarge, "request body too large")
+			}
+			c.Abort()
+			return
+		}
+		if c.Request.Body != nil && c.Request.Body != http.NoBody {
+			c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, max)
+		}
+		c.Next()
+	}
+}
+
+// limitTime gives every handler a deadline through its request context, so a stuck database
+// call ends (and fails closed) instead of holding the connection until the write timeout.
+func limitTime(d time.Duration) gin.HandlerFunc {
+	if d <= 0 {
+		d = DefaultRequestTimeout
+	}
+	return func(c *gin.Context) {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), d)
+		defer cancel()
+		c.Request = c.Request.WithContext(ctx)
+		c.Next()
+	}
+}
+
+// metricsHandler serves h, behind a bearer token when one is configured.
+func metricsHandler(h http.Handler, token string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if token != "" {
+			got := c.GetHeader("Authorization")
+			want := "Bearer " + token
+			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+				c.Header("WWW-Authenticate", `Bearer realm="metrics"`)
+				c.String(http.StatusUnauthorized, "unauthorized")
+				c.Abort()
+				return
+			}
+		}
+		h.ServeHTTP(c.Writer, c.Request)
+	}
+}

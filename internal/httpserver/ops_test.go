@@ -1,0 +1,136 @@
+package httpserver_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/httpserver"
+	"github.com/sluice-dev/sluice/internal/metrics"
+)
+
+// fakeSurface registers routes shaped like the API's and the dashboard's.
+type fakeSurface struct{}
+
+func (fakeSurface) Register(r *gin.Engine) {
+	r.POST("/v1/limit", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) })
+	r.POST("/form", func(c *gin.Context) {
+		if _, err := io.ReadAll(c.Request.Body); err != nil {
+			c.String(http.StatusRequestEntityTooLarge, "too large")
+			return
+		}
+		c.String(http.StatusOK, "read")
+	})
+	r.GET("/slow", func(c *gin.Context) {
+		<-c.Request.Context().Done()
+		c.String(http.StatusServiceUnavailable, "deadline")
+	})
+}
+
+func newRouter(t *testing.T, o httpserver.Options) http.Handler {
+	t.Helper()
+	o.Surfaces = append(o.Surfaces, fakeSurface{})
+	r, err := httpserver.NewRouter(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func do(h http.Handler, method, path string, body io.Reader, header ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, body)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	var readyErr error
+	h := newRouter(t, httpserver.Options{Ready: func(context.Context) error { return readyErr }})
+	if rec := do(h, "GET", "/healthz", nil); rec.Code != 200 || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("healthz: %d %v", rec.Code, rec.Header())
+	}
+	if rec := do(h, "GET", "/readyz", nil); rec.Code != 200 {
+		t.Fatalf("readyz when ready: %d", rec.Code)
+	}
+	readyErr = errors.New("schema behind")
+	if rec := do(h, "GET", "/readyz", nil); rec.Code != 503 || strings.Contains(rec.Body.String(), "schema") {
+		t.Fatalf("readyz when not ready: %d %s (must be 503 and not leak the cause)", rec.Code, rec.Body)
+	}
+}
+
+func TestMetricsAreMountedAndTimeDecisionRoutes(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	h := newRouter(t, httpserver.Options{Metrics: m})
+	for range 3 {
+		if rec := do(h, "POST", "/v1/limit", strings.NewReader("{}")); rec.Code != 200 {
+			t.Fatal(rec.Code)
+		}
+	}
+	do(h, "GET", "/healthz", nil) // not a decision route: not timed
+	rec := do(h, "GET", "/metrics", nil)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `sluice_decision_duration_seconds_count{route="/v1/limit",status="2xx"} 3`) {
+		t.Fatalf("metrics: %d\n%s", rec.Code, rec.Body)
+	}
+	if strings.Contains(rec.Body.String(), `route="/healthz"`) {
+		t.Fatal("non-decision routes are timed as decisions")
+	}
+	if rec.Header().Get("X-Frame-Options") != "DENY" {
+		t.Fatal("security headers missing on /metrics")
+	}
+}
+
+func TestMetricsTokenIsRequiredWhenSet(t *testing.T) {
+	h := newRouter(t, httpserver.Options{Metrics: metrics.New(metrics.Options{}), MetricsToken: "s3cret-s3cret-s3cret"})
+	if rec := do(h, "GET", "/metrics", nil); rec.Code != 401 {
+		t.Fatalf("without token: %d", rec.Code)
+	}
+	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer wrong"); rec.Code != 401 {
+		t.Fatalf("wrong token: %d", rec.Code)
+	}
+	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer s3cret-s3cret-s3cret"); rec.Code != 200 {
+		t.Fatalf("right token: %d", rec.Code)
+	}
+}
+
+func TestEveryRouteHasABodyLimit(t *testing.T) {
+	h := newRouter(t, httpserver.Options{MaxBodyBytes: 1024})
+	big := strings.Repeat("x", 2048)
+	if rec := do(h, "POST", "/form", strings.NewReader(big)); rec.Code != 413 {
+		t.Fatalf("declared oversized body on a dashboard route: %d", rec.Code)
+	}
+	// Undeclared length (chunked): cut off while reading.
+	req := httptest.NewRequest("POST", "/form", io.MultiReader(strings.NewReader(big)))
+	req.ContentLength = -1
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 413 {
+		t.Fatalf("undeclared oversized body: %d", rec.Code)
+	}
+	if rec := do(h, "POST", "/form", strings.NewReader("small")); rec.Code != 200 {
+		t.Fatalf("small body: %d", rec.Code)
+	}
+	rec = do(h, "POST", "/v1/limit", strings.NewReader(big))
+	if rec.Code != 413 || rec.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(rec.Body.String(), `"payload_too_large"`) {
+		t.Fatalf("oversized API body: %d %s %s", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	}
+}
+
+func TestEveryHandlerHasADeadline(t *testing.T) {
+	h := newRouter(t, httpserver.Options{RequestTimeout: 50 * time.Millisecond})
+	start := time.Now()
+	rec := do(h, "GET", "/slow", nil)
+	if rec.Code != 503 || time.Since(start) > 2*time.Second {
+		t.Fatalf("slow handler: %d after %v", rec.Code, time.Since(start))
+	}
+}

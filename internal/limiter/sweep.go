@@ -1,0 +1,307 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Sweeping. A missing limit_state row means "full" (DESIGN §3), so a row whose state has become
+// indistinguishable from a missing one is dead weight: Sweep deletes such rows, keeping the state
+// table proportional to the keys that are actually limited right now rather than to every key
+// ever seen.
+//
+// "Indistinguishable" is exact, not approximate: a row is deleted only when the view the
+// decision functions build from it (viewTokenBucket, viewFixedWindow, viewSlidingWindow: the
+// available tokens, the ts a write would store, the sliding window's counters, sub-interval and
+// elapsed fraction) equals the view they build from no row, at the sweeping transaction's clock
+// reading and SweepClockGrace before it. Every decision, check, value and retryAfter is a
+// function of those views, so it comes out identical with or without the row, now and at any
+// later time (each kind only gets fuller as time passes without writes). Concretely:
+//   - token bucket: ts <= now and value + (now-ts)*rate/period >= max (per shard);
+//   - fixed window: the windows elapsed refill it to max, and its ts is the start of the window
+//     (aligned to the key's origin) containing now;
+//   - sliding window: every stored counter has left the window (now's sub-interval >= the stored
+//     one + resolution + 1), or the ones still inside are zero.
+//
+// A stored ts ahead of the clock (written by an instance whose clock runs fast) is never swept:
+// it is what stops that instance's skew from minting tokens. SweepClockGrace extends the same
+// protection to instances whose clock runs slightly slow: a row is swept only when it would read
+// as full to them too.
+//
+// Rows of names without a stored definition come from inline configs, which are not stored, so
+// their fullness cannot be proved. They are kept until their ts is InlineStateTTL old and then
+// deleted: inline configs get "state is forgotten 24 h after the last write" as their documented
+// retention. Limits whose state must outlive that (periods over a day, or reservations repaid
+// over more than a day) should be stored definitions.
+//
+// Races: each batch is scanned without a transaction, then re-read and deleted in one short
+// serializable transaction that re-evaluates every row and its definition at the transaction's
+// own clock. A decision that writes a row concurrently either commits first (the re-read sees the
+// new state and keeps it) or conflicts with the deletion and is retried by db.Serializable.
+
+// SweepClockGrace is how far behind the sweeper's clock another instance's clock may run without
+// a sweep handing it tokens it would not have had: rows must read as full that long ago too.
+const SweepClockGrace = time.Second
+
+// InlineStateTTL is how long the state of an inline-config limit (one with no stored definition)
+// is kept after its ts.
+const InlineStateTTL = 24 * time.Hour
+
+// DefaultSweepBatch is the batch size Sweep uses when given batch <= 0.
+const DefaultSweepBatch = 500
+
+// maxSweepBatch keeps every statement's bind parameters well under SQLite's and PostgreSQL's limits.
+const maxSweepBatch = 1000
+
+type sweepRow struct {
+	TenantID int64
+	Name     string
+	Key      string
+	Shard    int
+	Value    float64
+	TS       int64 `gorm:"column:ts"`
+	Counters string
+}
+
+type tenantName struct {
+	tenantID int64
+	name     string
+}
+
+// definitionLookup is a definition or its absence.
+type definitionLookup struct {
+	def Definition
+	ok  bool
+}
+
+// Sweep deletes limit_state rows whose state is provably the same as no row (see the comment
+// above), in batches of at most batch rows, each deleted in its own short serializable
+// transaction. It returns how many rows it deleted; on error, the rows deleted before it.
+func (e *Engine) Sweep(ctx context.Context, batch int) (deleted int, err error) {
+	if batch <= 0 {
+		batch = DefaultSweepBatch
+	}
+	batch = min(batch, maxSweepBatch)
+	// Definitions seen by the scan; the deleting transaction reads them again.
+	scanDefs := map[tenantName]definitionLookup{}
+	var cursor *sweepRow
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, fmt.Errorf("limiter: sweep: %w", err)
+		}
+		rows, err := e.scanState(ctx, cursor, batch)
+		if err != nil {
+			return deleted, fmt.Errorf("limiter: sweep: scan: %w", err)
+		}
+		if len(rows) == 0 {
+			return deleted, nil
+		}
+		cursor = &rows[len(rows)-1]
+		now := e.now().UnixMilli()
+		var candidates []sweepRow
+		for _, r := range rows {
+			tn := tenantName{r.TenantID, r.Name}
+			d, seen := scanDefs[tn]
+			if !seen {
+				def, ok, err := loadDefinition(e.db.Gorm.WithContext(ctx), r.TenantID, r.Name)
+				if err != nil {
+					return deleted, fmt.Errorf("limiter: sweep: definition: %w", err)
+				}
+				d = definitionLookup{def.Definition, ok}
+				scanDefs[tn] = d
+			}
+			if sweepable(d, r, now) {
+				candidates = append(candidates, r)
+			}
+		}
+		if len(candidates) > 0 {
+			n, err := e.deleteIfStillFull(ctx, candidates)
+			deleted += n
+			if err != nil {
+				return deleted, fmt.Errorf("limiter: sweep: delete: %w", err)
+			}
+		}
+		if len(rows) < batch {
+			return deleted, nil
+		}
+	}
+}
+
+// scanState reads the next batch of rows after cursor in primary-key order (keyset pagination,
+// so each page is an index range scan however large the table). It runs outside any transaction:
+// what it returns is only a list of candidates.
+func (e *Engine) scanState(ctx context.Context, cursor *sweepRow, batch int) ([]sweepRow, error) {
+	q := `SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state`
+	var args []any
+	if cursor != nil {
+		q += ` WHERE (tenant_id, name, key, shard) > (?, ?, ?, ?)`
+		args = append(args, cursor.TenantID, cursor.Name, cursor.Key, cursor.Shard)
+	}
+	q += ` ORDER BY tenant_id, name, key, shard LIMIT ?`
+	args = append(args, batch)
+	var rows []sweepRow
+	err := e.db.Gorm.WithContext(ctx).Raw(q, args...).Scan(&rows).Error
+	return rows, err
+}
+
+// deleteIfStillFull re-reads candidates and their definitions in one serializable transaction
+// and deletes those still provably full at the transaction's clock.
+func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []sweepRow) (int, error) {
+	var deleted int
+	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+		deleted = 0
+		now := e.now().UnixMilli()
+		where, args := pkMatch(candidates)
+		var current []sweepRow
+		if err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state WHERE `+where, args...).
+			Scan(&current).Error; err != nil {
+			return err
+		}
+		defs := map[tenantName]definitionLookup{}
+		var doomed []sweepRow
+		for _, r := range current {
+			tn := tenantName{r.TenantID, r.Name}
+			d, seen := defs[tn]
+			if !seen {
+				def, ok, err := loadDefinition(tx, r.TenantID, r.Name)
+				if err != nil {
+					return err
+				}
+				d = definitionLookup{def.Definition, ok}
+				defs[tn] = d
+			}
+			if sweepable(d, r, now) {
+				doomed = append(doomed, r)
+			}
+		}
+		if len(doomed) == 0 {
+			return nil
+		}
+		where, args = pkMatch(doomed)
+		res := tx.Exec(`DELETE FROM limit_state WHERE `+where, args...)
+		if res.Error != nil {
+			return res.Error
+		}
+		deleted = int(res.RowsAffected)
+		return nil
+	})
+	return deleted, err
+}
+
+// pkMatch is a WHERE clause matching exactly these rows by primary key. An OR of equalities
+// (rather than a row-value IN list) is planned as index lookups by both SQLite and PostgreSQL,
+// which keeps PostgreSQL's serializable read locks on these rows instead of the whole table.
+func pkMatch(rows []sweepRow) (string, []any) {
+	var b strings.Builder
+	args := make([]any, 0, 4*len(rows))
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(tenant_id = ? AND name = ? AND key = ? AND shard = ?)")
+		args = append(args, r.TenantID, r.Name, r.Key, r.Shard)
+	}
+	return b.String(), args
+}
+
+// sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before.
+func sweepable(d definitionLookup, r sweepRow, now int64) bool {
+	if !d.ok {
+		return r.TS <= now-InlineStateTTL.Milliseconds()
+	}
+	def := d.def.normalized()
+	if r.Shard < 0 || r.Shard >= def.Shards {
+		return false // cannot happen (a shard count change drops state); keep what we do not understand
+	}
+	p := def.shardParams()
+	origin := originOf(def, r.TenantID, r.Name, r.Key)
+	st := State{Value: r.Value, TS: r.TS, Exists: true}
+	if def.Kind == SlidingWindow {
+		st.Counters = parseCounters(r.Counters, def.Resolution, p.rate)
+	}
+	for _, t := range []int64{now - SweepClockGrace.Milliseconds(), now} {
+		if r.TS > t || !sameView(viewOf(p, st, t, origin), viewOf(p, State{}, t, origin)) {
+			return false
+		}
+	}
+	return true
+}
+
+func viewOf(p shardParams, st State, now, origin int64) shardView {
+	switch p.kind {
+	case TokenBucket:
+		return viewTokenBucket(p, st, now)
+	case FixedWindow:
+		return viewFixedWindow(p, st, now, origin)
+	default:
+		return viewSlidingWindow(p, st, now)
+	}
+}
+
+// sameView compares every field a decision reads.
+func sameView(a, b shardView) bool {
+	if a.avail != b.avail || a.ts != b.ts || a.n != b.n || a.f != b.f || len(a.counters) != len(b.counters) {
+		return false
+	}
+	for i := range a.counters {
+		if a.counters[i] != b.counters[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// SweepExpired deletes rows other packages leave to expire, table by table, in batches of at
+// most batch rows, each its own short transaction: captcha_used rows past expires_at (a consumed
+// challenge that has expired can no longer be replayed, since its signed expiry refuses it first)
+// and usage_stats rows whose bucket started more than usageRetention ago. The SQL lives here
+// because this is the one place that sweeps; it touches those tables only by their documented
+// columns.
+func (e *Engine) SweepExpired(ctx context.Context, batch int, usageRetention time.Duration) (captchaUsed, usage int, err error) {
+	if batch <= 0 {
+		batch = DefaultSweepBatch
+	}
+	now := e.now()
+	// The captcha store writes times in UTC at microsecond precision; compare like with like.
+	captchaUsed, err = e.deleteInBatches(ctx, `DELETE FROM captcha_used WHERE (tenant_id, challenge) IN
+		(SELECT tenant_id, challenge FROM captcha_used WHERE expires_at < ? LIMIT ?)`,
+		now.UTC().Truncate(time.Microsecond), batch)
+	if err != nil {
+		return captchaUsed, 0, fmt.Errorf("limiter: sweep captcha_used: %w", err)
+	}
+	usage, err = e.deleteInBatches(ctx, `DELETE FROM usage_stats WHERE (tenant_id, name, bucket_start) IN
+		(SELECT tenant_id, name, bucket_start FROM usage_stats WHERE bucket_start < ? LIMIT ?)`,
+		now.Add(-usageRetention).UnixMilli(), batch)
+	if err != nil {
+		return captchaUsed, usage, fmt.Errorf("limiter: sweep usage_stats: %w", err)
+	}
+	return captchaUsed, usage, nil
+}
+
+// deleteInBatches runs a "DELETE ... IN (SELECT ... LIMIT ?)" until it deletes fewer than batch
+// rows. (PostgreSQL has no DELETE ... LIMIT; the row-value IN subquery is portable.)
+func (e *Engine) deleteInBatches(ctx context.Context, q string, cutoff any, batch int) (int, error) {
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		var n int64
+		err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+			res := tx.Exec(q, cutoff, batch)
+			n = res.RowsAffected
+			return res.Error
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int(n)
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}

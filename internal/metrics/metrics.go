@@ -1,0 +1,212 @@
+// Package metrics exposes Sluice's Prometheus metrics on a registry of its own (never the global
+// default one, so that tests and several servers in one process never share counters):
+// decisions by tenant, limit and result, decision latency, serializable-transaction retries and
+// give-ups, connection pool statistics, sweeper progress and build information.
+//
+// Label cardinality is bounded: the first MaxLabelValues distinct tenants and limit names seen
+// get their own label values, every later one is folded into "other". Limit names come from
+// tenants (and inline configs are free-form), so an unbounded label would let one tenant grow the
+// scrape without limit.
+package metrics
+
+import (
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-dev/sluice/internal/db"
+)
+
+// DefaultMaxLabelValues is the default number of distinct tenant (and, separately, limit name)
+// label values before the rest are folded into OtherLabel.
+const DefaultMaxLabelValues = 100
+
+// OtherLabel is the label value that stands for every tenant or name beyond the bound.
+const OtherLabel = "other"
+
+// Options configure New. DB may be nil (then no database metrics are registered).
+type Options struct {
+	DB             *db.DB
+	MaxLabelValues int    // per label (tenant, name); DefaultMaxLabelValues when <= 0
+	Version        string // reported by sluice_build_info; from the build info when empty
+}
+
+// Metrics owns the registry and the instruments the rest of the program feeds.
+type Metrics struct {
+	reg       *prometheus.Registry
+	decisions *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	swept     *prometheus.CounterVec
+	sweepErrs prometheus.Counter
+	tenants   *boundedLabels
+	names     *boundedLabels
+}
+
+// New builds the registry with every collector registered.
+func New(o Options) *Metrics {
+	if o.MaxLabelValues <= 0 {
+		o.MaxLabelValues = DefaultMaxLabelValues
+	}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Consuming limit decisions by tenant ID, limit name and result (allowed or refused). " +
+				"Tenants and names beyond the first " + strconv.Itoa(o.MaxLabelValues) + " seen are counted as \"other\".",
+		}, []string{"tenant", "name", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_decision_duration_seconds",
+			Help: "Latency of /v1 decision requests (limit and check, single and batch) by route and status class.",
+			// Decisions are one short transaction; the tail is contention retries and the 5 s budget.
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route", "status"}),
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_sweep_deleted_rows_total",
+			Help: "Rows deleted by the background sweeper, by table.",
+		}, []string{"table"}),
+		sweepErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_sweep_errors_total",
+			Help: "Sweeper runs that ended with an error (they are retried at the next interval).",
+		}),
+		tenants: newBoundedLabels(o.MaxLabelValues),
+		names:   newBoundedLabels(o.MaxLabelValues),
+	}
+	m.reg.MustRegister(m.decisions, m.latency, m.swept, m.sweepErrs,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newBuildInfo(o.Version))
+	if o.DB != nil {
+		m.reg.MustRegister(newTxCollector(o.DB), collectors.NewDBStatsCollector(o.DB.SQL, string(o.DB.Dialect)))
+	}
+	return m
+}
+
+// Registry is the registry behind Handler, for tests and for extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, MaxRequestsInFlight: 4, Timeout: 10 * time.Second})
+}
+
+// OnDecision counts one consumed decision; it has the signature of limiter.Options.OnDecision.
+func (m *Metrics) OnDecision(tenantID int64, name string, ok bool) {
+	result := "refused"
+	if ok {
+		result = "allowed"
+	}
+	m.decisions.WithLabelValues(m.tenants.get(strconv.FormatInt(tenantID, 10)), m.names.get(name), result).Inc()
+}
+
+// ObserveDecision records the latency of one decision request. route is the route pattern (a
+// handful of values), status the HTTP status, folded to its class ("2xx", "4xx", ...).
+func (m *Metrics) ObserveDecision(route string, status int, d time.Duration) {
+	m.latency.WithLabelValues(route, statusClass(status)).Observe(d.Seconds())
+}
+
+// Swept records rows deleted by the sweeper from table.
+func (m *Metrics) Swept(table string, n int) {
+	if n > 0 {
+		m.swept.WithLabelValues(table).Add(float64(n))
+	}
+}
+
+// SweepFailed records a sweeper run that ended with an error.
+func (m *Metrics) SweepFailed() { m.sweepErrs.Inc() }
+
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
+
+// boundedLabels admits the first max distinct values and maps every later one to OtherLabel.
+type boundedLabels struct {
+	mu   sync.RWMutex
+	max  int
+	seen map[string]struct{}
+}
+
+func newBoundedLabels(max int) *boundedLabels {
+	return &boundedLabels{max: max, seen: make(map[string]struct{}, max)}
+}
+
+func (b *boundedLabels) get(v string) string {
+	b.mu.RLock()
+	_, ok := b.seen[v]
+	full := len(b.seen) >= b.max
+	b.mu.RUnlock()
+	if ok {
+		return v
+	}
+	if full || v == OtherLabel {
+		return OtherLabel // a real name "other" shares the bucket rather than spending a slot
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.seen[v]; ok {
+		return v
+	}
+	if len(b.seen) >= b.max {
+		return OtherLabel
+	}
+	b.seen[v] = struct{}{}
+	return v
+}
+
+// txCollector reads the database's retry counters at scrape time, so the hot path pays nothing.
+type txCollector struct {
+	db      *db.DB
+	retries *prometheus.Desc
+	giveUps *prometheus.Desc
+}
+
+func newTxCollector(d *db.DB) *txCollector {
+	return &txCollector{
+		db: d,
+		retries: prometheus.NewDesc("sluice_db_tx_retries_total",
+			"Serializable transaction attempts repeated after a serialization failure, deadlock or busy database.", nil, nil),
+		giveUps: prometheus.NewDesc("sluice_db_tx_giveups_total",
+			"Transactions that ran out of retries or of database and failed closed (HTTP 503).", nil, nil),
+	}
+}
+
+func (c *txCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.retries; ch <- c.giveUps }
+
+func (c *txCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(c.db.Retries()))
+	ch <- prometheus.MustNewConstMetric(c.giveUps, prometheus.CounterValue, float64(c.db.GiveUps()))
+}
+
+// newBuildInfo is sluice_build_info{version, revision, goversion} 1.
+func newBuildInfo(version string) prometheus.Collector {
+	revision, goVersion := "unknown", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVersion = bi.GoVersion
+		if version == "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	if version == "" {
+		version = "(devel)"
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "sluice_build_info",
+		Help:        "Always 1; the labels say which build is running.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	g.Set(1)
+	return g
+}

@@ -1,0 +1,265 @@
+package ui
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// Session cookies. In production the cookie is "__Host-sluice_session": Secure, Path=/, no
+// Domain, so no subdomain and no plain-HTTP page can set or overwrite it. Browsers refuse a
+// __Host- cookie without Secure, and refuse Secure cookies over plain HTTP, so when BASE_URL is
+// plain HTTP on a loopback host (local development and tests) the cookie is "sluice_session"
+// without Secure. Both are HttpOnly and SameSite=Strict.
+const (
+	cookieSecure   = "__Host-sluice_session"
+	cookieInsecure = "sluice_session"
+
+	jwtIssuer   = "sluice"
+	jwtAudience = "sluice-dashboard"
+)
+
+func (u *UI) cookieName() string {
+	if u.insecure {
+		return cookieInsecure
+	}
+	return cookieSecure
+}
+
+// sessionClaims is the JWT in the cookie. Its ID (jti) is an admin_sessions row, checked on
+// every request: the signature proves we issued the token, the row proves it is still live.
+type sessionClaims struct {
+	jwt.RegisteredClaims
+}
+
+func (u *UI) signSession(userID int64, sessionID string, expires time.Time) (string, error) {
+	now := u.now()
+	claims := sessionClaims{jwt.RegisteredClaims{
+		Issuer:    jwtIssuer,
+		Audience:  jwt.ClaimStrings{jwtAudience},
+		Subject:   strconv.FormatInt(userID, 10),
+		ID:        sessionID,
+		IssuedAt:  jwt.NewNumericDate(now),
+		NotBefore: jwt.NewNumericDate(now.Add(-time.Minute)), // tolerate small clock skew between instances
+		ExpiresAt: jwt.NewNumericDate(expires),
+	}}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(u.sessionKey)
+}
+
+// parseSession verifies a cookie's JWT: HS256 only (the algorithm is pinned, so "none", HS512 or
+// an RS256 header are refused whatever key they claim), our issuer and audience, and not expired
+// by our clock.
+func (u *UI) parseSession(token string) (sessionClaims, error) {
+	var claims sessionClaims
+	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return u.sessionKey, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithIssuer(jwtIssuer),
+		jwt.WithAudience(jwtAudience),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(u.now),
+	)
+	if err != nil {
+		return sessionClaims{}, fmt.Errorf("%w: %w", errRefused, err)
+	}
+	if claims.ID == "" || claims.Subject == "" {
+		return sessionClaims{}, fmt.Errorf("%w: token without subject or ID", errRefused)
+	}
+	return claims, nil
+}
+
+// startSession creates the admin_sessions row and sets the cookie.
+func (u *UI) startSession(c *gin.Context, user tenants.User) error {
+	id, expires, err := u.tenants.CreateAdminSession(c.Request.Context(), user.ID, u.ttl)
+	if err != nil {
+		return err
+	}
+	tok, err := u.signSession(user.ID, id, expires)
+	if err != nil {
+		return fmt.Errorf("sign session: %w", err)
+	}
+	u.setCookie(c, tok, int(time.Until(expires).Seconds()))
+	return nil
+}
+
+func (u *UI) setCookie(c *gin.Context, value string, maxAge int) {
+	http.SetCookie(c.Writer, &http.Cookie{
+		Name:     u.cookieName(),
+		Value:    value,
+		Path:     "/",
+		MaxAge:   maxAge,
+		Secure:   !u.insecure,
+		HttpOnly: true,
+		SameSite: http.SameSiteStrictMode,
+	})
+}
+
+// errRefused marks every reason a request is not logged in (no cookie, bad token, dead
+// session), as opposed to a failure to find out (the database is down).
+var errRefused = errors.New("not logged in")
+
+// principal is the logged-in user of a request.
+type principal struct {
+	user      tenants.User
+	sessionID string
+}
+
+const principalKey = "ui.principal"
+
+// currentUser resolves the cookie to a live session, or reports why not.
+func (u *UI) currentUser(c *gin.Context) (principal, error) {
+	ck, err := c.Request.Cookie(u.cookieName())
+	if err != nil || ck.Value == "" {
+		return principal{}, fmt.Errorf("%w: no session cookie", errRefused)
+	}
+	claims, err := u.parseSession(ck.Value)
+	if err != nil {
+		return principal{}, err
+	}
+	user, err := u.tenants.AdminSession(c.Request.Context(), claims.ID)
+	if errors.Is(err, tenants.ErrUnauthorized) {
+		return principal{}, fmt.Errorf("%w: %w", errRefused, err)
+	}
+	if err != nil {
+		return principal{}, err
+	}
+	if strconv.FormatInt(user.ID, 10) != claims.Subject {
+		return principal{}, fmt.Errorf("%w: token subject does not match its session", errRefused)
+	}
+	return principal{user: user, sessionID: claims.ID}, nil
+}
+
+// requireUser lets logged-in users through and sends everyone else to the login page (or, for
+// htmx fragment requests, answers 401 with HX-Redirect so the whole page goes there).
+func (u *UI) requireUser(c *gin.Context) {
+	p, err := u.currentUser(c)
+	if err == nil {
+		c.Set(principalKey, p)
+		c.Next()
+		return
+	}
+	if !errors.Is(err, errRefused) {
+		// A database failure must not look like a logout.
+		u.internalError(c, err)
+		return
+	}
+	login := "/login"
+	if c.Request.Method == http.MethodGet {
+		login += "?next=" + url.QueryEscape(c.Request.URL.RequestURI())
+	}
+	if c.GetHeader("HX-Request") == "true" {
+		c.Header("HX-Redirect", login)
+		c.AbortWithStatus(http.StatusUnauthorized)
+		return
+	}
+	redirect(c, login)
+}
+
+func principalOf(c *gin.Context) principal {
+	p, _ := c.Get(principalKey)
+	pr, _ := p.(principal)
+	return pr
+}
+
+// actor is how the audit log names the logged-in user.
+func actor(c *gin.Context) string { return "user:" + principalOf(c).user.Email }
+
+// requireOperator answers 404 (not 403: the page does not exist for them) to non-operators.
+func (u *UI) requireOperator(c *gin.Context) {
+	if !principalOf(c).user.IsOperator {
+		u.NotFound(c)
+		return
+	}
+	c.Next()
+}
+
+const tenantKey = "ui.tenant"
+
+// requireTenant loads the tenant named by the URL (:tid) and checks the user may see it:
+// operators see every tenant, members only their own. Anything else is a 404, so tenant IDs
+// cannot be probed.
+func (u *UI) requireTenant(c *gin.Context) {
+	id, err := strconv.ParseInt(c.Param("tid"), 10, 64)
+	user := principalOf(c).user
+	if err != nil || id <= 0 || (!user.IsOperator && (user.TenantID == nil || *user.TenantID != id)) {
+		u.NotFound(c)
+		return
+	}
+	t, err := u.tenants.Tenant(c.Request.Context(), id)
+	if errors.Is(err, tenants.ErrNotFound) {
+		u.NotFound(c)
+		return
+	}
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	c.Set(tenantKey, t)
+	c.Next()
+}
+
+func tenantOf(c *gin.Context) tenants.Tenant {
+	t, _ := c.Get(tenantKey)
+	tt, _ := t.(tenants.Tenant)
+	return tt
+}
+
+// csrfCheck refuses cross-origin state-changing requests (http.CrossOriginProtection: the
+// Sec-Fetch-Site header, or Origin against Host). Safe methods pass.
+func (u *UI) csrfCheck(c *gin.Context) {
+	if err := u.csrf.Check(c.Request); err != nil {
+		u.forbidden(c, "Cross-origin request refused. If you submitted a form, reload the page and try again.")
+		return
+	}
+	c.Next()
+}
+
+// Login rate limits: token buckets in tenant 0, which is reserved for the system (tenant IDs
+// start at 1). Both apply to every attempt, successful or not.
+var (
+	loginCapEmail        = 10.0
+	loginCapIP           = 50.0
+	defaultLoginPerEmail = limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 15 * 60_000, Capacity: &loginCapEmail}
+	defaultLoginPerIP    = limiter.Definition{Kind: limiter.TokenBucket, Rate: 50, Period: 15 * 60_000, Capacity: &loginCapIP}
+)
+
+const systemTenant = 0
+
+// allowLogin consumes one attempt for the email and one for the client IP, all or nothing. It
+// returns the seconds to wait when refused. Emails are hashed into the key so that no address
+// (or a password typed into the email field) is stored in limit_state.
+func (u *UI) allowLogin(c *gin.Context, email string) (ok bool, retryAfter int64, err error) {
+	sum := sha256.Sum256([]byte(strings.ToLower(strings.TrimSpace(email))))
+	ipKey := c.ClientIP()
+	if ipKey == "" {
+		ipKey = "unknown"
+	}
+	e, ip := u.loginEmail, u.loginIP
+	b, err := u.engine.Batch(c.Request.Context(), systemTenant, []limiter.Request{
+		{Name: "dashboard.login.email", Key: hex.EncodeToString(sum[:16]), Count: 1, Config: &e},
+		{Name: "dashboard.login.ip", Key: ipKey, Count: 1, Config: &ip},
+	}, true)
+	if err != nil {
+		return false, 0, err
+	}
+	if b.OK {
+		return true, 0, nil
+	}
+	wait := int64(1)
+	if b.RetryAfter != nil {
+		wait = max(1, (*b.RetryAfter+999)/1000)
+	}
+	return false, wait, nil
+}

@@ -1,0 +1,99 @@
+package ui
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// keysVM is the API keys page. NewSecret is set only in the response to the create form: the
+// secret is shown that once (the page is served with Cache-Control: no-store) and never again.
+type keysVM struct {
+	Layout    layoutVM
+	CreateURL string
+	Rows      []keyRow
+	NewSecret string
+	NewKeyID  string
+	Label     string
+	Kind      string
+	LabelErr  string
+}
+
+type keyRow struct {
+	ID        string
+	Kind      string
+	Label     string
+	Hint      string
+	Created   string
+	LastUsed  string
+	Revoked   string
+	RevokeURL string
+}
+
+func (u *UI) renderKeys(c *gin.Context, status int, vm keysVM) {
+	t := tenantOf(c)
+	l, err := u.layout(c, "API keys · "+t.Name, "keys")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	keys, err := u.tenants.ListKeys(c.Request.Context(), t.ID)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	vm.Layout, vm.CreateURL = l, tenantPath(t.ID, "/keys")
+	for _, k := range keys {
+		r := keyRow{ID: k.ID, Kind: string(k.Kind), Label: k.Label, Hint: k.Hint, Created: fmtTime(k.CreatedAt),
+			LastUsed: fmtTimePtr(k.LastUsedAt, "never"), RevokeURL: tenantPath(t.ID, "/keys/"+k.ID+"/revoke")}
+		if k.RevokedAt != nil {
+			r.Revoked = fmtTime(*k.RevokedAt)
+		}
+		vm.Rows = append(vm.Rows, r)
+	}
+	if vm.Kind == "" {
+		vm.Kind = string(tenants.KindSecret)
+	}
+	u.render(c, status, keysPage(vm))
+}
+
+func (u *UI) keysPage(c *gin.Context) { u.renderKeys(c, http.StatusOK, keysVM{}) }
+
+func (u *UI) createKey(c *gin.Context) {
+	kind := tenants.KeyKind(c.PostForm("kind"))
+	label := c.PostForm("label")
+	vm := keysVM{Label: label, Kind: string(kind)}
+	if kind != tenants.KindSecret && kind != tenants.KindPublishable {
+		vm.Kind, vm.LabelErr = string(tenants.KindSecret), "Choose a secret or a publishable key."
+		u.renderKeys(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
+	k, secret, err := u.tenants.CreateKey(c.Request.Context(), tenantOf(c).ID, kind, label, actor(c))
+	switch {
+	case errors.Is(err, tenants.ErrInvalid):
+		vm.LabelErr = invalidMessage(err)
+		u.renderKeys(c, http.StatusUnprocessableEntity, vm)
+		return
+	case err != nil:
+		u.internalError(c, err)
+		return
+	}
+	u.renderKeys(c, http.StatusCreated, keysVM{NewSecret: secret, NewKeyID: k.ID})
+}
+
+func (u *UI) revokeKey(c *gin.Context) {
+	t := tenantOf(c)
+	err := u.tenants.RevokeKey(c.Request.Context(), t.ID, c.Param("kid"), actor(c))
+	if errors.Is(err, tenants.ErrNotFound) {
+		u.NotFound(c)
+		return
+	}
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	redirect(c, tenantPath(t.ID, "/keys?msg=key-revoked"))
+}

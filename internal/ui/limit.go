@@ -1,0 +1,227 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// limitVM is one limit's page: its configuration, usage charts, a key lookup with per-shard
+// values, and the most recently used keys with their values and reset buttons.
+type limitVM struct {
+	Layout      layoutVM
+	Name        string
+	Kind        string
+	Summary     string
+	Config      []configRow
+	EditURL     string
+	ResetURL    string
+	ResetAllURL string
+	KeysURL     string
+	SelfURL     string
+	Keys        []keyValueVM
+	Lookup      *lookupVM
+	LookupKey   string
+	LookupError string
+	Error       string
+	Charts      []*chartVM
+}
+
+type configRow struct{ Label, Value string }
+
+type lookupVM struct {
+	Key    keyValueVM
+	Shards []shardVM
+}
+
+type shardVM struct {
+	Shard int
+	Value string
+	TS    string
+}
+
+// recentKeysShown is how many recent keys the limit page lists.
+const recentKeysShown = 20
+
+func configRows(d limiter.Definition) []configRow {
+	rows := []configRow{
+		{"Kind", string(d.Kind)},
+		{"Rate", fmtNum(d.Rate) + " per " + fmtMS(d.Period) + " (" + strconv.FormatInt(d.Period, 10) + " ms)"},
+		{"Maximum (capacity)", fmtNum(d.Max())},
+		{"Shards", strconv.Itoa(max(d.Shards, 1))},
+	}
+	if d.MaxReserved != nil {
+		rows = append(rows, configRow{"Max reserved", fmtNum(*d.MaxReserved)})
+	}
+	if d.Start != nil {
+		rows = append(rows, configRow{"Window start", strconv.FormatInt(*d.Start, 10) + " ms"})
+	}
+	if d.Kind == limiter.SlidingWindow {
+		rows = append(rows, configRow{"Resolution", strconv.Itoa(max(d.Resolution, 1))})
+	}
+	rows = append(rows, configRow{"Jitter", strconv.FormatInt(d.Jitter, 10) + " ms"})
+	if d.IPFallback {
+		rows = append(rows, configRow{"IP fallback", "on"})
+	}
+	return rows
+}
+
+func (u *UI) recentKeys(c *gin.Context, d limiter.StoredDefinition) ([]keyValueVM, error) {
+	keys, err := u.engine.RecentKeys(c.Request.Context(), tenantOf(c).ID, d.Name, recentKeysShown)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]keyValueVM, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, keyValue(k.Key, k.Value, d.Definition))
+	}
+	return out, nil
+}
+
+func (u *UI) limitPage(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	u.renderLimit(c, http.StatusOK, d, "")
+}
+
+// renderLimit renders the limit page; a ?key= query (even empty: the default key) looks a key
+// up. errMsg is shown at the top (a refused reset, say).
+func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition, errMsg string) {
+	t := tenantOf(c)
+	l, err := u.layout(c, d.Name+" · "+t.Name, "limits")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	vm := limitVM{
+		Layout: l, Name: d.Name, Kind: string(d.Definition.Kind), Summary: summary(d.Definition),
+		Config: configRows(d.Definition), Error: errMsg,
+		EditURL: limitPath(t.ID, d.Name, "/edit"), ResetURL: limitPath(t.ID, d.Name, "/reset"),
+		ResetAllURL: limitPath(t.ID, d.Name, "/reset-all"), KeysURL: limitPath(t.ID, d.Name, "/keys"),
+		SelfURL: limitPath(t.ID, d.Name, ""),
+	}
+	if vm.Keys, err = u.recentKeys(c, d); err != nil && !limiter.IsNotFound(err) {
+		u.internalError(c, err)
+		return
+	}
+	if _, has := c.Request.URL.Query()["key"]; has {
+		key := c.Query("key")
+		vm.LookupKey = key
+		if key != "" && !limiter.ValidKey(key) {
+			vm.LookupError = "Keys are 1 to 256 bytes of UTF-8."
+			status = http.StatusUnprocessableEntity
+		} else {
+			v, err := u.engine.GetValue(c.Request.Context(), t.ID, d.Name, key)
+			if err != nil && !limiter.IsNotFound(err) {
+				u.internalError(c, err)
+				return
+			}
+			if err == nil {
+				lk := &lookupVM{Key: keyValue(key, v.Value, v.Definition)}
+				for _, s := range v.Shards {
+					ts := "never used (full)"
+					if s.TS != 0 {
+						ts = fmtTime(timeMS(s.TS))
+					}
+					lk.Shards = append(lk.Shards, shardVM{Shard: s.Shard, Value: fmtNum(s.Value), TS: ts})
+				}
+				vm.Lookup = lk
+			}
+		}
+	}
+	for _, spec := range []chartSpec{chartHour, chartDay} {
+		ch, err := u.chart(c, t.ID, d.Name, spec.title, spec)
+		if err != nil {
+			u.internalError(c, err)
+			return
+		}
+		if ch != nil {
+			vm.Charts = append(vm.Charts, ch)
+		}
+	}
+	u.render(c, status, limitPage(vm))
+}
+
+// limitKeys is the htmx fragment refreshing the recent keys table body.
+func (u *UI) limitKeys(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	keys, err := u.recentKeys(c, d)
+	if err != nil && !limiter.IsNotFound(err) {
+		u.internalError(c, err)
+		return
+	}
+	t := tenantOf(c)
+	u.render(c, http.StatusOK, recentKeysBody(keys, limitPath(t.ID, d.Name, "/keys"), limitPath(t.ID, d.Name, "/reset")))
+}
+
+func (u *UI) resetKey(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	key := c.PostForm("key")
+	if !limiter.ValidKey(key) {
+		u.renderLimit(c, http.StatusUnprocessableEntity, d, "Cannot reset: keys are 1 to 256 bytes of UTF-8.")
+		return
+	}
+	t := tenantOf(c)
+	ctx := c.Request.Context()
+	if err := u.engine.Reset(ctx, t.ID, d.Name, &key); err != nil && !limiter.IsNotFound(err) {
+		u.internalError(c, err)
+		return
+	}
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.reset", d.Name+" key "+strconv.Quote(key), "")
+	redirect(c, limitPath(t.ID, d.Name, "?msg=key-reset&key="+url.QueryEscape(key)))
+}
+
+// resetAllVM is the confirmation step of "reset all keys": a page of its own, so it works
+// without JavaScript.
+type resetAllVM struct {
+	Layout layoutVM
+	Name   string
+	Action string
+	Cancel string
+}
+
+func (u *UI) resetAllConfirm(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	l, err := u.layout(c, "Reset all keys of "+d.Name, "limits")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	t := tenantOf(c)
+	u.render(c, http.StatusOK, resetAllPage(resetAllVM{Layout: l, Name: d.Name,
+		Action: limitPath(t.ID, d.Name, "/reset-all"), Cancel: limitPath(t.ID, d.Name, "")}))
+}
+
+func (u *UI) resetAll(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	t := tenantOf(c)
+	if c.PostForm("confirm") != "yes" {
+		redirect(c, limitPath(t.ID, d.Name, "/reset-all"))
+		return
+	}
+	ctx := c.Request.Context()
+	if err := u.engine.Reset(ctx, t.ID, d.Name, nil); err != nil && !limiter.IsNotFound(err) {
+		u.internalError(c, err)
+		return
+	}
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.reset", d.Name+" (all keys)", "")
+	redirect(c, limitPath(t.ID, d.Name, "?msg=all-reset"))
+}

@@ -1,0 +1,360 @@
+package ui
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// limitsVM is a tenant's limits with their live values.
+type limitsVM struct {
+	Layout    layoutVM
+	TenantID  int64
+	ValuesURL string
+	NewURL    string
+	Rows      []limitRow
+	Chart     *chartVM
+}
+
+type limitRow struct {
+	Name    string
+	URL     string
+	Kind    string
+	Summary string // "10 per 1 min, capacity 20, 4 shards"
+	Keys    []keyValueVM
+}
+
+type keyValueVM struct {
+	Key     string
+	Label   string // the key, or "(default key)"
+	Value   string
+	Max     string
+	Percent int // value / max, 0..100, for the meter
+}
+
+func summary(d limiter.Definition) string {
+	var b strings.Builder
+	b.WriteString(fmtNum(d.Rate) + " per " + fmtMS(d.Period))
+	if d.Capacity != nil && d.Kind != limiter.SlidingWindow {
+		b.WriteString(", capacity " + fmtNum(*d.Capacity))
+	}
+	if d.MaxReserved != nil {
+		b.WriteString(", reserve up to " + fmtNum(*d.MaxReserved))
+	}
+	if d.Shards > 1 {
+		b.WriteString(", " + strconv.Itoa(d.Shards) + " shards")
+	}
+	if d.Kind == limiter.SlidingWindow && d.Resolution > 1 {
+		b.WriteString(", resolution " + strconv.Itoa(d.Resolution))
+	}
+	if d.Jitter > 0 {
+		b.WriteString(", jitter " + fmtMS(d.Jitter))
+	}
+	return b.String()
+}
+
+func keyValue(key string, v float64, def limiter.Definition) keyValueVM {
+	kv := keyValueVM{Key: key, Label: key, Value: fmtNum(v), Max: fmtNum(def.Max())}
+	if key == "" {
+		kv.Label = "(default key)"
+	}
+	if m := def.Max(); m > 0 {
+		kv.Percent = int(math.Round(math.Max(0, math.Min(1, v/m)) * 100))
+	}
+	return kv
+}
+
+// liveKeysPerLimit is how many recent keys the limits list shows per limit.
+const liveKeysPerLimit = 3
+
+func (u *UI) limitRows(c *gin.Context) ([]limitRow, error) {
+	t := tenantOf(c)
+	ctx := c.Request.Context()
+	defs, err := u.engine.ListDefinitions(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]limitRow, 0, len(defs))
+	for _, d := range defs {
+		keys, err := u.engine.RecentKeys(ctx, t.ID, d.Name, liveKeysPerLimit)
+		if err != nil && !limiter.IsNotFound(err) { // deleted meanwhile: show it without keys
+			return nil, err
+		}
+		r := limitRow{Name: d.Name, URL: limitPath(t.ID, d.Name, ""), Kind: string(d.Definition.Kind), Summary: summary(d.Definition)}
+		for _, k := range keys {
+			r.Keys = append(r.Keys, keyValue(k.Key, k.Value, d.Definition))
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func (u *UI) limitsPage(c *gin.Context) {
+	l, err := u.layout(c, "Limits · "+tenantOf(c).Name, "limits")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	rows, err := u.limitRows(c)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	t := tenantOf(c)
+	vm := limitsVM{Layout: l, TenantID: t.ID, Rows: rows, ValuesURL: tenantPath(t.ID, "/limit-values"), NewURL: tenantPath(t.ID, "/new-limit")}
+	if vm.Chart, err = u.chart(c, t.ID, "", "All limits, last hour", chartHour); err != nil {
+		u.internalError(c, err)
+		return
+	}
+	u.render(c, http.StatusOK, limitsPage(vm))
+}
+
+// limitsValues is the htmx fragment that refreshes the limits table body.
+func (u *UI) limitsValues(c *gin.Context) {
+	rows, err := u.limitRows(c)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	t := tenantOf(c)
+	u.render(c, http.StatusOK, limitRowsBody(rows, tenantPath(t.ID, "/limit-values")))
+}
+
+// limitFormVM is the create/edit form. Values holds what the user typed (redisplayed on
+// error); Errors maps a field's JSON name (as the API reports it) to its message.
+type limitFormVM struct {
+	Layout  layoutVM
+	Editing bool
+	Action  string
+	Cancel  string
+	Name    string
+	Values  map[string]string
+	Errors  map[string]string
+	Warning string
+	Kinds   []string
+}
+
+var kinds = []string{string(limiter.TokenBucket), string(limiter.FixedWindow), string(limiter.SlidingWindow)}
+
+// maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
+const maxFieldLen = 40
+
+// parseLimitForm reads the form into the API's DefinitionBody and validates it with the API's
+// own rules (DefinitionBody.ToDefinition -> limiter.Definition.Validate), so the dashboard and
+// /v1 accept exactly the same definitions and name fields the same way.
+func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[string]string) {
+	vals := map[string]string{}
+	errs := map[string]string{}
+	get := func(f string) string {
+		v := strings.TrimSpace(c.PostForm(f))
+		vals[f] = v
+		return v
+	}
+	float := func(f string) *float64 {
+		s := get(f)
+		if s == "" {
+			return nil
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if len(s) > maxFieldLen || err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			errs[f] = "must be a number"
+			return nil
+		}
+		return &v
+	}
+	integer := func(f string) *int64 {
+		s := get(f)
+		if s == "" {
+			return nil
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		if len(s) > maxFieldLen || err != nil {
+			errs[f] = "must be a whole number"
+			return nil
+		}
+		return &v
+	}
+	smallInt := func(f string) *int {
+		v := integer(f)
+		if v == nil {
+			return nil
+		}
+		if *v < math.MinInt32 || *v > math.MaxInt32 {
+			errs[f] = "is out of range"
+			return nil
+		}
+		i := int(*v)
+		return &i
+	}
+	body := api.DefinitionBody{Kind: get("kind")}
+	body.Rate = float("rate")
+	body.Period = integer("period")
+	body.Capacity = float("capacity")
+	body.MaxReserved = float("maxReserved")
+	body.Shards = smallInt("shards")
+	body.Start = integer("start")
+	body.Resolution = smallInt("resolution")
+	body.Jitter = integer("jitter")
+	if c.PostForm("ipFallback") != "" {
+		t := true
+		body.IPFallback = &t
+		vals["ipFallback"] = "on"
+	}
+	def, err := body.ToDefinition()
+	var ve *limiter.ValidationError
+	if errors.As(err, &ve) {
+		for _, fe := range ve.Fields {
+			if _, seen := errs[fe.Field]; !seen { // a parse error says more than "is required"
+				errs[fe.Field] = fe.Message
+			}
+		}
+	}
+	return vals, def, errs
+}
+
+func definitionValues(d limiter.Definition) map[string]string {
+	v := map[string]string{
+		"kind":   string(d.Kind),
+		"rate":   strconv.FormatFloat(d.Rate, 'f', -1, 64),
+		"period": strconv.FormatInt(d.Period, 10),
+		"shards": strconv.Itoa(max(d.Shards, 1)),
+		"jitter": strconv.FormatInt(d.Jitter, 10),
+	}
+	if d.Capacity != nil {
+		v["capacity"] = strconv.FormatFloat(*d.Capacity, 'f', -1, 64)
+	}
+	if d.MaxReserved != nil {
+		v["maxReserved"] = strconv.FormatFloat(*d.MaxReserved, 'f', -1, 64)
+	}
+	if d.Start != nil {
+		v["start"] = strconv.FormatInt(*d.Start, 10)
+	}
+	if d.Kind == limiter.SlidingWindow {
+		v["resolution"] = strconv.Itoa(max(d.Resolution, 1))
+	}
+	if d.IPFallback {
+		v["ipFallback"] = "on"
+	}
+	return v
+}
+
+func (u *UI) renderLimitForm(c *gin.Context, status int, vm limitFormVM) {
+	title := "New limit"
+	if vm.Editing {
+		title = "Edit " + vm.Name
+	}
+	l, err := u.layout(c, title, "limits")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	vm.Layout, vm.Kinds = l, kinds
+	t := tenantOf(c)
+	if vm.Editing {
+		vm.Action, vm.Cancel = limitPath(t.ID, vm.Name, ""), limitPath(t.ID, vm.Name, "")
+	} else {
+		vm.Action, vm.Cancel = tenantPath(t.ID, "/limits"), tenantPath(t.ID, "/limits")
+	}
+	if vm.Values == nil {
+		vm.Values = map[string]string{}
+	}
+	if vm.Errors == nil {
+		vm.Errors = map[string]string{}
+	}
+	u.render(c, status, limitFormPage(vm))
+}
+
+func (u *UI) newLimitForm(c *gin.Context) {
+	u.renderLimitForm(c, http.StatusOK, limitFormVM{Values: map[string]string{"kind": string(limiter.TokenBucket), "period": "60000"}})
+}
+
+func (u *UI) createLimit(c *gin.Context) {
+	t := tenantOf(c)
+	name := strings.TrimSpace(c.PostForm("name"))
+	vals, def, errs := parseLimitForm(c)
+	ctx := c.Request.Context()
+	if !limiter.ValidName(name) {
+		errs["name"] = "must be 1 to 128 letters, digits and _ . : -"
+	} else if _, err := u.engine.GetDefinition(ctx, t.ID, name); err == nil {
+		errs["name"] = "a limit with this name exists; edit it instead"
+	} else if !limiter.IsNotFound(err) {
+		u.internalError(c, err)
+		return
+	}
+	vm := limitFormVM{Name: name, Values: vals, Errors: errs}
+	if len(errs) > 0 {
+		u.renderLimitForm(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
+	u.saveLimit(c, vm, def, "limit.create")
+}
+
+func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, action string) {
+	t := tenantOf(c)
+	ctx := c.Request.Context()
+	_, _, err := u.engine.PutDefinition(ctx, t.ID, vm.Name, def)
+	var ve *limiter.ValidationError
+	if errors.As(err, &ve) {
+		for _, fe := range ve.Fields {
+			vm.Errors[fe.Field] = fe.Message
+		}
+		u.renderLimitForm(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	detail := string(def.Kind) + " rate=" + strconv.FormatFloat(def.Rate, 'g', -1, 64) + " period=" + strconv.FormatInt(def.Period, 10)
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, detail)
+	redirect(c, limitPath(t.ID, vm.Name, "?msg=limit-saved"))
+}
+
+// limitName reads :name; an invalid name cannot exist, so it is a 404.
+func (u *UI) storedLimit(c *gin.Context) (limiter.StoredDefinition, bool) {
+	name := c.Param("name")
+	if !limiter.ValidName(name) {
+		u.NotFound(c)
+		return limiter.StoredDefinition{}, false
+	}
+	d, err := u.engine.GetDefinition(c.Request.Context(), tenantOf(c).ID, name)
+	if limiter.IsNotFound(err) {
+		u.NotFound(c)
+		return d, false
+	}
+	if err != nil {
+		u.internalError(c, err)
+		return d, false
+	}
+	return d, true
+}
+
+func (u *UI) editLimitForm(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	u.renderLimitForm(c, http.StatusOK, limitFormVM{Editing: true, Name: d.Name, Values: definitionValues(d.Definition),
+		Warning: "Changing the kind, period, shards, start or resolution resets every key of this limit."})
+}
+
+func (u *UI) updateLimit(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	vals, def, errs := parseLimitForm(c)
+	vm := limitFormVM{Editing: true, Name: d.Name, Values: vals, Errors: errs}
+	if len(errs) > 0 {
+		u.renderLimitForm(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
+	u.saveLimit(c, vm, def, "limit.update")
+}

@@ -1,0 +1,96 @@
+package ui
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// loginVM is the login page.
+type loginVM struct {
+	Layout layoutVM
+	Email  string
+	Next   string
+	Error  string
+}
+
+// home sends each visitor to where they belong.
+func (u *UI) home(c *gin.Context) {
+	p, err := u.currentUser(c)
+	switch {
+	case err != nil:
+		redirect(c, "/login")
+	case p.user.IsOperator:
+		redirect(c, "/tenants")
+	case p.user.TenantID != nil:
+		redirect(c, tenantPath(*p.user.TenantID, "/limits"))
+	default:
+		redirect(c, "/login")
+	}
+}
+
+func (u *UI) loginForm(c *gin.Context) {
+	if _, err := u.currentUser(c); err == nil {
+		redirect(c, "/")
+		return
+	}
+	vm := loginVM{Layout: u.bareLayout(c, "Log in"), Next: safeNext(c.Query("next"))}
+	u.render(c, http.StatusOK, loginPage(vm))
+}
+
+// login checks the rate limits first (so a refused attempt costs no argon2 work), then the
+// password, then starts a session.
+func (u *UI) login(c *gin.Context) {
+	email, password := c.PostForm("email"), c.PostForm("password")
+	vm := loginVM{Layout: u.bareLayout(c, "Log in"), Email: email, Next: safeNext(c.PostForm("next"))}
+	if len(email) > 320 {
+		vm.Email = ""
+	}
+	ok, wait, err := u.allowLogin(c, email)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	if !ok {
+		c.Header("Retry-After", strconv.FormatInt(wait, 10))
+		vm.Error = "Too many login attempts. Try again in " + strconv.FormatInt(wait, 10) + " seconds."
+		u.render(c, http.StatusTooManyRequests, loginPage(vm))
+		return
+	}
+	user, err := u.tenants.Login(c.Request.Context(), email, password)
+	if errors.Is(err, tenants.ErrUnauthorized) {
+		vm.Error = "Email or password is wrong."
+		u.render(c, http.StatusUnauthorized, loginPage(vm))
+		return
+	}
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	if err := u.startSession(c, user); err != nil {
+		u.internalError(c, err)
+		return
+	}
+	if vm.Next != "" {
+		redirect(c, vm.Next)
+		return
+	}
+	redirect(c, "/")
+}
+
+// logout revokes the session server-side (so a copied cookie dies too) and clears the cookie.
+func (u *UI) logout(c *gin.Context) {
+	if p, err := u.currentUser(c); err == nil {
+		if err := u.tenants.RevokeAdminSession(c.Request.Context(), p.sessionID); err != nil {
+			u.internalError(c, err)
+			return
+		}
+		_ = u.tenants.Audit(c.Request.Context(), p.user.TenantID, "user:"+p.user.Email, "logout", "user:"+strconv.FormatInt(p.user.ID, 10), "")
+	}
+	u.setCookie(c, "", -1)
+	redirect(c, "/login?msg=logged-out")
+}

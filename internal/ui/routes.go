@@ -1,0 +1,46 @@
+package ui
+
+import "github.com/gin-gonic/gin"
+
+// Register mounts every dashboard route and /static. This is the complete list.
+//
+// Every route passes the cross-origin check (state-changing requests from another origin are
+// 403); everything below /tenants needs a live session; /tenants/:tid/... also needs access to
+// that tenant (404 otherwise).
+func (u *UI) Register(r *gin.Engine) {
+	r.GET("/static/*filepath", u.static.serve)
+	r.HEAD("/static/*filepath", u.static.serve)
+
+	d := r.Group("", u.csrfCheck)
+	d.GET("/", u.home)
+	d.GET("/login", u.loginForm)
+	d.POST("/login", u.login)
+	d.POST("/logout", u.logout)
+	d.GET("/setup", u.setupForm)
+	d.POST("/setup", u.setup)
+
+	authed := d.Group("", u.requireUser)
+	op := authed.Group("", u.requireOperator)
+	op.GET("/tenants", u.tenantsPage)
+	op.POST("/tenants", u.createTenant)
+	op.GET("/tenants/go", u.switchTenant) // the operator's tenant switcher (a GET form)
+
+	t := authed.Group("/tenants/:tid", u.requireTenant)
+	t.GET("", u.tenantHome)
+	t.GET("/limits", u.limitsPage)
+	// Not below /limits/: "new" and "values" are valid limit names.
+	t.GET("/limit-values", u.limitsValues) // htmx fragment: the live values table body
+	t.GET("/new-limit", u.newLimitForm)
+	t.POST("/limits", u.createLimit)
+	t.GET("/limits/:name", u.limitPage)
+	t.GET("/limits/:name/keys", u.limitKeys) // htmx fragment: recent keys with values
+	t.GET("/limits/:name/edit", u.editLimitForm)
+	t.POST("/limits/:name", u.updateLimit)
+	t.POST("/limits/:name/reset", u.resetKey)
+	t.GET("/limits/:name/reset-all", u.resetAllConfirm)
+	t.POST("/limits/:name/reset-all", u.resetAll)
+	t.GET("/keys", u.keysPage)
+	t.POST("/keys", u.createKey)
+	t.POST("/keys/:kid/revoke", u.revokeKey)
+	t.GET("/audit", u.auditPage)
+}

@@ -1,0 +1,241 @@
+// Package ui is Sluice's admin dashboard: server-rendered templ pages, enhanced (never required)
+// by htmx, served by Gin next to the JSON API.
+//
+// Layout: routes.go lists every route; auth.go holds the session cookie (a signed JWT naming an
+// admin_sessions row), the login rate limit and the access checks; every page has its own file
+// with its handler and view model, next to its .templ (compiled to a committed *_templ.go).
+// Every tenant-scoped handler takes the tenant from the URL and answers 404 unless the logged-in
+// user is an operator or a member of that tenant.
+//
+// Browsers must be able to use every page without JavaScript: forms post and redirect, confirm
+// steps are pages of their own. htmx only refreshes live values in place. The CSP forbids inline
+// scripts, so the little JavaScript there is lives in web/static/app.js.
+package ui
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/httpx"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/usage"
+)
+
+// UsageSource answers the usage charts' queries (usage.Aggregator in production).
+type UsageSource interface {
+	Series(ctx context.Context, tenantID int64, name string, span, step time.Duration) ([]usage.Point, error)
+}
+
+// Deps are what New needs. Tenants, Engine, SessionKey, BaseURL and Static are required.
+type Deps struct {
+	Tenants *tenants.Service
+	Engine  *limiter.Engine
+	Usage   UsageSource // nil: no charts
+	Logger  *slog.Logger
+	// SessionKey signs session cookies (HS256). Derive it from the server secret; every instance
+	// must use the same key.
+	SessionKey []byte
+	// BaseURL is the public URL. A plain-HTTP loopback base URL (http://localhost:…,
+	// http://127.0.0.1:…) switches the session cookie to its development form; see cookieName.
+	BaseURL string
+	Static  fs.FS            // web/static
+	Now     func() time.Time // clock for session tokens; time.Now when nil
+	// SessionTTL is how long a login lasts; DefaultSessionTTL when zero.
+	SessionTTL time.Duration
+	// LoginPerEmail and LoginPerIP rate limit login attempts (token buckets of tenant 0, the
+	// system); defaults when nil.
+	LoginPerEmail, LoginPerIP *limiter.Definition
+}
+
+// DefaultSessionTTL is how long a dashboard login lasts.
+const DefaultSessionTTL = 12 * time.Hour
+
+// UI is the dashboard surface; register it with httpserver.Options.Surfaces.
+type UI struct {
+	tenants    *tenants.Service
+	engine     *limiter.Engine
+	usage      UsageSource
+	log        *slog.Logger
+	sessionKey []byte
+	baseURL    *url.URL
+	insecure   bool // development cookie: no __Host- prefix, no Secure flag
+	now        func() time.Time
+	ttl        time.Duration
+	loginEmail limiter.Definition
+	loginIP    limiter.Definition
+	static     *staticFiles
+	csrf       *http.CrossOriginProtection
+
+	setupMu    sync.Mutex
+	setupToken string // one-time first-operator token; "" when setup is not offered
+}
+
+// New builds the dashboard.
+func New(d Deps) (*UI, error) {
+	if d.Tenants == nil || d.Engine == nil || d.Static == nil {
+		return nil, errors.New("ui: Tenants, Engine and Static are required")
+	}
+	if len(d.SessionKey) < 32 {
+		return nil, errors.New("ui: the session key must be at least 32 bytes")
+	}
+	base, err := url.Parse(d.BaseURL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("ui: BaseURL %q is not an absolute http(s) URL", d.BaseURL)
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.SessionTTL <= 0 {
+		d.SessionTTL = DefaultSessionTTL
+	}
+	u := &UI{
+		tenants: d.Tenants, engine: d.Engine, usage: d.Usage, log: d.Logger,
+		sessionKey: append([]byte(nil), d.SessionKey...), baseURL: base,
+		insecure: base.Scheme == "http" && isLoopback(base.Hostname()),
+		now:      d.Now, ttl: d.SessionTTL,
+		loginEmail: defaultLoginPerEmail, loginIP: defaultLoginPerIP,
+	}
+	if d.LoginPerEmail != nil {
+		u.loginEmail = *d.LoginPerEmail
+	}
+	if d.LoginPerIP != nil {
+		u.loginIP = *d.LoginPerIP
+	}
+	for _, def := range []limiter.Definition{u.loginEmail, u.loginIP} {
+		if err := def.Validate(); err != nil {
+			return nil, fmt.Errorf("ui: login limit: %w", err)
+		}
+	}
+	if base.Scheme == "http" && !u.insecure {
+		d.Logger.Warn("dashboard: BASE_URL is plain HTTP on a non-loopback host; browsers will not send the Secure session cookie, so logins will not stick. Serve the dashboard over HTTPS.")
+	}
+	u.static, err = newStaticFiles(d.Static)
+	if err != nil {
+		return nil, err
+	}
+	u.csrf = http.NewCrossOriginProtection()
+	// Behind a proxy that rewrites Host, the public origin is still same-origin.
+	if err := u.csrf.AddTrustedOrigin(base.Scheme + "://" + base.Host); err != nil {
+		return nil, fmt.Errorf("ui: trusted origin: %w", err)
+	}
+	return u, nil
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Bootstrap prepares a first start. When users exist it does nothing and returns "". Otherwise,
+// with adminEmail and adminPassword set, it creates that operator; without them it makes a
+// one-time setup token, kept in memory, and returns the path of the setup link
+// ("/setup?token=…") for the caller to print with the base URL. The token is valid once, and
+// only while the database has no users.
+func (u *UI) Bootstrap(ctx context.Context, adminEmail, adminPassword string) (string, error) {
+	n, err := u.tenants.CountUsers(ctx)
+	if err != nil {
+		return "", fmt.Errorf("ui: bootstrap: %w", err)
+	}
+	if n > 0 {
+		return "", nil
+	}
+	if adminEmail != "" {
+		user, err := u.tenants.CreateUser(ctx, adminEmail, adminPassword, true, nil)
+		if err != nil {
+			return "", fmt.Errorf("ui: bootstrap: create operator from SLUICE_ADMIN_EMAIL: %w", err)
+		}
+		_ = u.tenants.Audit(ctx, nil, "system", "user.create", fmt.Sprintf("user:%d", user.ID), "operator "+user.Email+" from SLUICE_ADMIN_EMAIL")
+		return "", nil
+	}
+	u.setupMu.Lock()
+	defer u.setupMu.Unlock()
+	u.setupToken = rand.Text()
+	return "/setup?token=" + url.QueryEscape(u.setupToken), nil
+}
+
+// validSetupToken compares in constant time; an empty stored token (no setup offered) never matches.
+func (u *UI) validSetupToken(tok string) bool {
+	u.setupMu.Lock()
+	defer u.setupMu.Unlock()
+	return u.setupToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(u.setupToken)) == 1
+}
+
+// render writes a full page or fragment. It renders into a buffer first so that a template
+// failure becomes a clean error page rather than half a page.
+func (u *UI) render(c *gin.Context, status int, comp templ.Component) {
+	var buf bytes.Buffer
+	if err := comp.Render(c.Request.Context(), &buf); err != nil {
+		u.internalError(c, fmt.Errorf("render: %w", err))
+		return
+	}
+	// Pages carry tenant data and one-time secrets: never cache them.
+	c.Header("Cache-Control", "no-store")
+	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
+}
+
+// internalError logs the cause with the request ID and shows a page that says nothing more.
+func (u *UI) internalError(c *gin.Context, err error) {
+	id := c.GetString(httpx.RequestIDKey)
+	u.log.ErrorContext(c.Request.Context(), "dashboard error", "request_id", id, "path", c.FullPath(), "err", err)
+	var buf bytes.Buffer
+	_ = errorPage(u.bareLayout(c, "Error"), http.StatusInternalServerError, "Something went wrong",
+		"An internal error occurred (request "+id+"). It has been logged.").Render(c.Request.Context(), &buf)
+	c.Header("Cache-Control", "no-store")
+	c.Data(http.StatusInternalServerError, "text/html; charset=utf-8", buf.Bytes())
+	c.Abort()
+}
+
+// NotFound renders the dashboard's 404 page; pass it to httpserver.Options.NotFound.
+func (u *UI) NotFound(c *gin.Context) {
+	u.render(c, http.StatusNotFound, errorPage(u.bareLayout(c, "Not found"), http.StatusNotFound, "Not found",
+		"There is nothing here, or you are not allowed to see it."))
+	c.Abort()
+}
+
+func (u *UI) forbidden(c *gin.Context, detail string) {
+	u.render(c, http.StatusForbidden, errorPage(u.bareLayout(c, "Forbidden"), http.StatusForbidden, "Forbidden", detail))
+	c.Abort()
+}
+
+// redirect answers a form post (303 See Other, so the browser follows with a GET).
+func redirect(c *gin.Context, to string) {
+	c.Redirect(http.StatusSeeOther, to)
+	c.Abort()
+}
+
+// flashes are the fixed messages a redirect may ask the next page to show (?msg=…), so a URL
+// can never inject arbitrary text into a page.
+var flashes = map[string]string{
+	"tenant-created": "Tenant created.",
+	"limit-saved":    "Limit saved.",
+	"key-reset":      "Key reset: it is full again.",
+	"all-reset":      "Every key of this limit was reset.",
+	"key-revoked":    "API key revoked. It stops working immediately.",
+	"limit-deleted":  "Limit deleted.",
+	"welcome":        "Welcome to Sluice. Create a tenant to get started.",
+	"logged-out":     "You are logged out.",
+}
+
+func flash(c *gin.Context) string { return flashes[c.Query("msg")] }

@@ -1,0 +1,209 @@
+package usage_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/usage"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type clock struct{ ms atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+// start is 10:00:30 UTC on some day: half way through a minute.
+func newClock() *clock {
+	c := &clock{}
+	c.ms.Store(time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC).UnixMilli())
+	return c
+}
+
+func openDB(t *testing.T, dialect db.Dialect) *db.DB {
+	t.Helper()
+	url := "sqlite:" + t.TempDir() + "/usage.db"
+	if dialect == db.Postgres {
+		url = pgtest.NewDatabase(t)
+	}
+	d, err := db.Open(context.Background(), url, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+type row struct {
+	TenantID    int64
+	Name        string
+	BucketStart int64
+	Allowed     int64
+	Refused     int64
+}
+
+func rows(t *testing.T, d *db.DB) []row {
+	t.Helper()
+	var out []row
+	if err := d.Gorm.Raw(`SELECT tenant_id, name, bucket_start, allowed, refused FROM usage_stats ORDER BY tenant_id, name, bucket_start`).Scan(&out).Error; err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func forEachDialect(t *testing.T, f func(t *testing.T, d *db.DB)) {
+	for _, dialect := range []db.Dialect{db.SQLite, db.Postgres} {
+		t.Run(string(dialect), func(t *testing.T) {
+			if dialect == db.Postgres && testing.Short() {
+				t.Skip("PostgreSQL skipped in -short mode")
+			}
+			f(t, openDB(t, dialect))
+		})
+	}
+}
+
+func TestDecisionsAreCountedInMemoryAndFlushedAdditively(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		c := newClock()
+		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
+		defer a.Close()
+		for range 5 {
+			a.Record(1, "api", true)
+		}
+		a.Record(1, "api", false)
+		a.Record(2, "api", true)
+		a.Record(0, "dashboard.login.ip", true) // the system tenant is not counted
+		if got := rows(t, d); len(got) != 0 {
+			t.Fatalf("rows written before any flush (a write per decision?): %+v", got)
+		}
+		if err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		minute := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+		want := []row{{1, "api", minute, 5, 1}, {2, "api", minute, 1, 0}}
+		if got := rows(t, d); !equal(got, want) {
+			t.Fatalf("after first flush: got %+v, want %+v", got, want)
+		}
+		// The same minute again adds to the stored row instead of replacing it.
+		a.Record(1, "api", true)
+		a.Record(1, "api", false)
+		if err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want[0] = row{1, "api", minute, 6, 2}
+		if got := rows(t, d); !equal(got, want) {
+			t.Fatalf("after second flush: got %+v, want %+v", got, want)
+		}
+		// A second aggregator (another instance) adds to the same row too.
+		b := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
+		b.Record(1, "api", true)
+		b.Close()
+		want[0] = row{1, "api", minute, 7, 2}
+		if got := rows(t, d); !equal(got, want) {
+			t.Fatalf("after another instance flushed: got %+v, want %+v", got, want)
+		}
+	})
+}
+
+func equal(a, b []row) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCloseFlushesPendingCounts(t *testing.T) {
+	d := openDB(t, db.SQLite)
+	a := usage.New(d, usage.Options{Interval: time.Hour})
+	a.Record(7, "x", true)
+	a.Record(7, "x", false)
+	a.Close()
+	got := rows(t, d)
+	if len(got) != 1 || got[0].Allowed != 1 || got[0].Refused != 1 {
+		t.Fatalf("after Close: %+v", got)
+	}
+	a.Close() // idempotent
+}
+
+func TestBackgroundFlushRunsOnTheInterval(t *testing.T) {
+	d := openDB(t, db.SQLite)
+	flushed := make(chan error, 1)
+	a := usage.New(d, usage.Options{Interval: 10 * time.Millisecond, Flushed: flushed})
+	defer a.Close()
+	a.Record(3, "y", true)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case err := <-flushed:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rows(t, d); len(got) == 1 && got[0].Allowed == 1 {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no background flush wrote the count; rows: %+v", rows(t, d))
+		}
+	}
+}
+
+func TestSeriesBucketsStoredAndPendingCounts(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		c := newClock()
+		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
+		defer a.Close()
+		a.Record(1, "api", true) // 10:00
+		a.Record(1, "other", false)
+		if err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.Advance(2 * time.Minute) // 10:02:30
+		a.Record(1, "api", false)  // pending, not flushed
+		a.Record(2, "api", true)   // another tenant
+
+		pts, err := a.Series(ctx, 1, "api", time.Hour, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pts) != 60 {
+			t.Fatalf("len = %d, want 60", len(pts))
+		}
+		last := pts[59]
+		if !last.Start.Equal(time.Date(2026, 3, 1, 10, 2, 0, 0, time.UTC)) || last.Allowed != 0 || last.Refused != 1 {
+			t.Fatalf("last point = %+v, want 10:02 with the pending refusal", last)
+		}
+		if p := pts[57]; !p.Start.Equal(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)) || p.Allowed != 1 || p.Refused != 0 {
+			t.Fatalf("point 57 = %+v, want 10:00 with one allowed", p)
+		}
+		all, err := a.Series(ctx, 1, "", time.Hour, 15*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var allowed, refused int64
+		for _, p := range all {
+			allowed += p.Allowed
+			refused += p.Refused
+		}
+		if len(all) != 4 || allowed != 1 || refused != 2 {
+			t.Fatalf("all limits: %d points, %d allowed, %d refused; want 4, 1, 2", len(all), allowed, refused)
+		}
+		if _, err := a.Series(ctx, 1, "api", time.Hour, 90*time.Second); err == nil {
+			t.Fatal("a step that is not whole minutes was accepted")
+		}
+	})
+}
