@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the test's own lock
 
 	"github.com/sluice-dev/sluice/internal/pgtest"
 )
@@ -234,6 +237,7 @@ type outcome struct {
 	ok             bool
 	code           string
 	instance       int
+	name, key      string
 }
 
 // hammer sends decisions from workers goroutines until stop is closed. pick chooses the
@@ -255,7 +259,7 @@ func hammer(c *client, workers int, stop <-chan struct{}, pick func(worker, i in
 				default:
 				}
 				base, inst, name, key := pick(w, i)
-				o := outcome{sent: time.Now(), instance: inst}
+				o := outcome{sent: time.Now(), instance: inst, name: name, key: key}
 				status, body, err := c.do("POST", base+"/v1/limits/"+name+"/limit", map[string]any{"key": key})
 				o.answered = time.Now()
 				if err == nil {
@@ -453,22 +457,23 @@ func testCrash(t *testing.T, bin string) {
 	<-done
 
 	var knownFW, unknownFW, survivorAfter, survivorErrors int
-	var tbAdmitted [3][]span
+	tbAdmitted := map[string][]span{}
 	for _, o := range results {
-		if o.status == 0 || o.status >= 500 {
-			if o.instance == 1 {
-				survivorErrors++
-			}
+		switch {
+		case o.name == "fw" && o.status == 200 && o.ok:
+			knownFW++
+		case o.name == "fw" && o.status == 0 && o.instance == 0:
+			unknownFW++ // sent to the instance that was killed: it may have committed before dying
+		case o.name == "tb" && o.status == 200 && o.ok:
+			tbAdmitted[o.key] = append(tbAdmitted[o.key], span{o.sent, o.answered})
+		}
+		if o.instance == 1 && (o.status == 0 || o.status >= 500) {
+			survivorErrors++
 		}
 		if o.instance == 1 && o.sent.After(killedAt) && o.status == 200 {
 			survivorAfter++
 		}
 	}
-	for _, o := range results {
-		_ = o
-	}
-	// Re-derive names and keys: hammer does not keep them, so count by the pick rule instead.
-	knownFW, unknownFW, tbAdmitted = tally(results)
 	value := c.mustDo(t, "GET", b.base+"/v1/limits/fw/value?key=k0", nil, 200)["value"].(float64)
 	value += c.mustDo(t, "GET", b.base+"/v1/limits/fw/value?key=k1", nil, 200)["value"].(float64)
 	value += c.mustDo(t, "GET", b.base+"/v1/limits/fw/value?key=k2", nil, 200)["value"].(float64)
@@ -476,8 +481,8 @@ func testCrash(t *testing.T, bin string) {
 	if value < 0 || consumed < knownFW || consumed > knownFW+unknownFW {
 		t.Errorf("fixed window: %d consumed by the database, %d acknowledged, %d unknown (in flight at the kill)", consumed, knownFW, unknownFW)
 	}
-	for k := range tbAdmitted {
-		checkBucketBound(t, tbAdmitted[k], 20, 100)
+	for _, adm := range tbAdmitted {
+		checkBucketBound(t, adm, 20, 100)
 	}
 	if survivorAfter == 0 || survivorErrors > 0 {
 		t.Errorf("survivor: %d answers after the kill, %d errors", survivorAfter, survivorErrors)
@@ -500,27 +505,6 @@ func testCrash(t *testing.T, bin string) {
 	b.stop(t)
 	a2.stop(t)
 }
-
-// tally recomputes, from the pick rule of testCrash (even i: "fw", odd i: "tb", key k(i%3)),
-// the acknowledged and unknown fixed window consumptions and the token bucket admissions per key.
-// hammer's outcomes are in worker order, each worker's in sequence, so i is the position within
-// a worker's run; outcomes carry no worker ID, so tally uses the sequence number recorded below.
-func tally(results []outcome) (known, unknown int, tb [3][]span) {
-	for _, o := range results {
-		name, key := o.code2name()
-		switch {
-		case name == "fw" && o.status == 200 && o.ok:
-			known++
-		case name == "fw" && o.status == 0 && o.instance == 0:
-			unknown++ // sent to the instance that was killed: it may have committed
-		case name == "tb" && o.status == 200 && o.ok:
-			tb[key] = append(tb[key], span{o.sent, o.answered})
-		}
-	}
-	return known, unknown, tb
-}
-
-func (o outcome) code2name() (string, int) { return "", 0 }
 
 // span is when a request was sent and when its answer came: the decision happened in between.
 type span struct{ sent, answered time.Time }
@@ -550,6 +534,270 @@ func checkBucketBound(t *testing.T, adm []span, capacity, ratePerSecond float64)
 }
 
 func testSQLiteCrash(t *testing.T, bin string) {
+	env := appEnv("sqlite:" + filepath.Join(t.TempDir(), "sluice.db"))
+	app := startApp(t, bin, env)
+	c := newClient(tenantAndKey(t, bin, env, "acme"))
+	const capacity = 100_000
+	start := time.Now().UnixMilli() - 1000
+	c.mustDo(t, "PUT", app.base+"/v1/limits/fw", map[string]any{"kind": "fixed window", "rate": capacity, "period": 3_600_000, "start": start}, 200)
+
+	stop := make(chan struct{})
+	var killedAt time.Time
+	var mu sync.Mutex
+	var acked, inFlight []string
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("def-%d-%d", w, i)
+				sent := time.Now()
+				status, _, err := c.do("PUT", app.base+"/v1/limits/"+name, map[string]any{"kind": "token bucket", "rate": i + 1, "period": 1000})
+				mu.Lock()
+				switch {
+				case err == nil && status == 200:
+					acked = append(acked, name)
+				case err != nil && (killedAt.IsZero() || sent.Before(killedAt)):
+					inFlight = append(inFlight, name)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	var results []outcome
+	done := make(chan struct{})
+	go func() {
+		results = hammer(c, 4, stop, func(w, i int) (string, int, string, string) { return app.base, 0, "fw", "k" })
+		close(done)
+	}()
+	time.Sleep(time.Second)
+	mu.Lock()
+	killedAt = time.Now()
+	mu.Unlock()
+	app.kill(t)
+	close(stop)
+	wg.Wait()
+	<-done
+
+	var known, unknown int
+	for _, o := range results {
+		switch {
+		case o.status == 200 && o.ok:
+			known++
+		case o.status == 0 && o.sent.Before(killedAt):
+			unknown++
+		}
+	}
+	restartBegan := time.Now()
+	app2 := startApp(t, bin, env) // the same file, after a SIGKILL: must open cleanly
+	restart := time.Since(restartBegan)
+	if status, _, _ := c.do("GET", app2.base+"/readyz", nil); status != 200 {
+		t.Fatalf("/readyz after restart: %d", status)
+	}
+	for _, name := range acked {
+		c.mustDo(t, "GET", app2.base+"/v1/limits/"+name, nil, 200)
+	}
+	value := c.mustDo(t, "GET", app2.base+"/v1/limits/fw/value?key=k", nil, 200)["value"].(float64)
+	consumed := capacity - int(value)
+	if consumed < known || consumed > known+unknown {
+		t.Errorf("after restart %d tokens are consumed; %d consumptions were acknowledged, %d in flight at the kill", consumed, known, unknown)
+	}
+	t.Logf("sqlite crash: SIGKILL after %d acknowledged definitions (%d in flight) and %d acknowledged consumptions (%d in flight); "+
+		"restart took %v and found every acknowledged definition and %d consumed tokens",
+		len(acked), len(inFlight), known, unknown, restart.Round(time.Millisecond), consumed)
+	if len(acked) == 0 || known == 0 {
+		t.Errorf("the load did nothing before the kill")
+	}
+	app2.stop(t)
+}
+
+// envFunc turns an environment list into a getenv for run.
+func envFunc(env []string) func(string) string {
+	m := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return func(k string) string { return m[k] }
+}
+
+// serveInProcess runs `app serve` through run, as main does, until the returned cancel is called;
+// wait returns run's error.
+func serveInProcess(t *testing.T, env []string) (base string, out *logBuffer, cancel func(), wait func() error) {
+	t.Helper()
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	out = newLogBuffer()
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, []string{"serve"}, envFunc(env), strings.NewReader(""), out) }()
+	var once sync.Once
+	var err error
+	wait = func() error {
+		once.Do(func() {
+			select {
+			case err = <-errc:
+			case <-time.After(40 * time.Second):
+				err = fmt.Errorf("run did not return 40 s after cancel")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { cancelCtx(); _ = wait() })
+	select {
+	case err := <-errc:
+		t.Fatalf("run: %v\n%s", err, out)
+	case <-time.After(0):
+	}
+	return out.waitFor(t, listeningRE, 60*time.Second), out, cancelCtx, wait
+}
+
+// cliInProcess runs an admin subcommand through run and returns its output.
+func cliInProcess(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(context.Background(), args, envFunc(env), strings.NewReader(""), &out); err != nil {
+		t.Fatalf("app %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+// TestGracefulShutdownFinishesInFlightRequests holds a lock that decisions wait behind, starts
+// several, begins the shutdown while they wait, then releases the lock: every one of them must
+// still get its 200, new connections must be refused meanwhile, and run must return cleanly
+// (the database closes only after the last request).
+func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
+	dbURL := postgresForTest(t)
+	env := appEnv(dbURL, "LOG_LEVEL=info")
+	base, out, shutdown, wait := serveInProcess(t, env)
+	cliInProcess(t, env, "tenant", "create", "acme")
+	secret := strings.TrimSpace(strings.SplitN(cliInProcess(t, env, "key", "create", "--tenant", "acme"), "\n", 2)[0])
+	c := newClient(secret)
+	c.mustDo(t, "PUT", base+"/v1/limits/slow", map[string]any{"kind": "token bucket", "rate": 100, "period": 1000}, 200)
+	c.mustDo(t, "POST", base+"/v1/limits/slow/limit", map[string]any{"key": "warm"}, 200)
+
+	admin, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	lockTx, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockTx.ExecContext(ctx, "LOCK TABLE limit_state IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	type answer struct {
+		status int
+		ok     bool
+		err    error
+	}
+	answers := make(chan answer, n)
+	for i := range n {
+		go func() {
+			status, body, err := c.do("POST", base+"/v1/limits/slow/limit", map[string]any{"key": fmt.Sprint("k", i)})
+			answers <- answer{status, body["ok"] == true, err}
+		}()
+	}
+	// Wait until the decisions are blocked inside PostgreSQL behind the lock.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var waiting int
+		if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no decision ever waited for the lock")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let the other requests reach the server too
+	shutdownAt := time.Now()
+	shutdown()
+	// The listener closes at once: new connections are refused while the old requests wait.
+	addr := strings.TrimPrefix(base, "http://")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections 5 s after the shutdown began")
+		}
+	}
+	refusedAfter := time.Since(shutdownAt)
+	select {
+	case a := <-answers:
+		t.Fatalf("a request finished before the lock was released: %+v", a)
+	default:
+	}
+	if err := lockTx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		a := <-answers
+		if a.err != nil || a.status != 200 || !a.ok {
+			t.Errorf("in-flight request during shutdown: %+v", a)
+		}
+	}
+	if err := wait(); err != nil {
+		t.Fatalf("run after shutdown: %v", err)
+	}
+	if !strings.Contains(out.String(), "stopped") {
+		t.Errorf("no \"stopped\" log line:\n%s", out)
+	}
+	t.Logf("graceful shutdown: %d requests in flight behind a lock; new connections refused %v after the shutdown began; "+
+		"all %d answered 200 ok after the lock was released; run returned %v after the shutdown began",
+		n, refusedAfter.Round(time.Millisecond), n, time.Since(shutdownAt).Round(time.Millisecond))
+}
+
+// TestMetricsShowDecisionsLatencyAndRetries scrapes /metrics around a few decisions.
+func TestMetricsShowDecisionsLatencyAndRetries(t *testing.T) {
+	env := appEnv("sqlite:" + filepath.Join(t.TempDir(), "sluice.db"))
+	base, _, shutdown, wait := serveInProcess(t, env)
+	cliInProcess(t, env, "tenant", "create", "acme")
+	secret := strings.TrimSpace(strings.SplitN(cliInProcess(t, env, "key", "create", "--tenant", "acme"), "\n", 2)[0])
+	c := newClient(secret)
+	c.mustDo(t, "PUT", base+"/v1/limits/m", map[string]any{"kind": "fixed window", "rate": 3, "period": 3_600_000}, 200)
+	before := scrapeMetrics(t, base)
+	for range 5 {
+		c.mustDo(t, "POST", base+"/v1/limits/m/limit", map[string]any{"key": "k"}, 200)
+	}
+	c.mustDo(t, "POST", base+"/v1/limits/m/check", map[string]any{"key": "k"}, 200)
+	after := scrapeMetrics(t, base)
+	diff := func(prefix string) float64 { return metricValue(after, prefix) - metricValue(before, prefix) }
+	if got := diff(`sluice_decisions_total{name="m",result="allowed",tenant="1"}`); got != 3 {
+		t.Errorf("allowed decisions counted: %v, want 3", got)
+	}
+	if got := diff(`sluice_decisions_total{name="m",result="refused",tenant="1"}`); got != 2 {
+		t.Errorf("refused decisions counted: %v, want 2", got)
+	}
+	if got := diff(`sluice_decision_duration_seconds_count{route="/v1/limits/:name/limit",status="2xx"}`); got != 5 {
+		t.Errorf("decision latency observations: %v, want 5", got)
+	}
+	if got := diff(`sluice_decision_duration_seconds_count{route="/v1/limits/:name/check",status="2xx"}`); got != 1 {
+		t.Errorf("check latency observations: %v, want 1", got)
+	}
+	for _, name := range []string{"sluice_db_tx_retries_total", "sluice_db_tx_giveups_total", "go_sql_open_connections", "sluice_build_info"} {
+		if !strings.Contains(after, "\n"+name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	shutdown()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // postgresForTest is a fresh database on the shared test server, or on a dedicated one.
@@ -594,4 +842,23 @@ func metricValue(body, prefix string) float64 {
 	return sum
 }
 
-var _ = context.Background
+// TestHealthcheckCommandProbesTheServer is the Dockerfile's HEALTHCHECK: `app healthcheck`
+// succeeds while the server runs and fails once it is gone.
+func TestHealthcheckCommandProbesTheServer(t *testing.T) {
+	env := appEnv("sqlite:" + filepath.Join(t.TempDir(), "sluice.db"))
+	base, _, shutdown, wait := serveInProcess(t, env)
+	probeEnv := append(env, "LISTEN_ADDR=0.0.0.0:"+base[strings.LastIndex(base, ":")+1:])
+	if out := cliInProcess(t, probeEnv, "healthcheck"); !strings.Contains(out, "/healthz ok") {
+		t.Fatalf("healthcheck: %q", out)
+	}
+	if out := cliInProcess(t, probeEnv, "healthcheck", "--ready"); !strings.Contains(out, "/readyz ok") {
+		t.Fatalf("healthcheck --ready: %q", out)
+	}
+	shutdown()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), []string{"healthcheck"}, envFunc(probeEnv), strings.NewReader(""), io.Discard); err == nil {
+		t.Fatal("healthcheck succeeded with the server stopped")
+	}
+}

@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/metrics"
@@ -20,6 +24,10 @@ import (
 // newOps once the database is open, feeds ops.metrics to the router, and starts the sweeper
 // right before serving; the sweeper's stop function is deferred, so on shutdown it runs after
 // the HTTP server has drained and before the engine, the usage flusher and the database close.
+
+// version is set at link time (the Dockerfile passes -X main.version=$VERSION) and reported by
+// sluice_build_info; empty, the module version from the build info is used.
+var version string
 
 // DefaultSweepInterval is how often the sweeper runs when SWEEP_INTERVAL is unset.
 const DefaultSweepInterval = time.Minute
@@ -73,7 +81,7 @@ func newOps(getenv func(string) string, d *db.DB, log *slog.Logger) (*ops, error
 	if err != nil {
 		return nil, err
 	}
-	return &ops{cfg: cfg, metrics: metrics.New(metrics.Options{DB: d}), log: log}, nil
+	return &ops{cfg: cfg, metrics: metrics.New(metrics.Options{DB: d, Version: version}), log: log}, nil
 }
 
 // fanOut makes one limiter.Options.OnDecision out of several subscribers (metrics, the usage
@@ -142,4 +150,42 @@ func (o *ops) sweepOnce(ctx context.Context, e *limiter.Engine) {
 		return
 	}
 	o.log.Debug("sweep done", "limit_state_deleted", n, "duration", time.Since(start))
+}
+
+// healthcheckCmd is `app healthcheck [--ready]`: it asks the server listening on LISTEN_ADDR for
+// /healthz (or /readyz) and fails unless it answers 200. Distroless images have no shell or
+// curl, so the Dockerfile's HEALTHCHECK runs the binary itself.
+func healthcheckCmd(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
+	path := "/healthz"
+	for _, a := range args {
+		switch a {
+		case "--ready", "-ready":
+			path = "/readyz"
+		default:
+			return fmt.Errorf("usage: app healthcheck [--ready]")
+		}
+	}
+	host, port, err := net.SplitHostPort(cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("healthcheck: LISTEN_ADDR: %w", err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1" // listening on every interface: loopback is one of them
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s answered %d", path, resp.StatusCode)
+	}
+	fmt.Fprintf(stdout, "%s ok\n", path)
+	return nil
 }

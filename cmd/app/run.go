@@ -32,6 +32,7 @@ commands:
   key revoke KEY                         revoke a key by its secret or its ID
   user create --email E --password-stdin [--operator | --tenant NAME]
                                          create a dashboard user
+  healthcheck [--ready]                  probe the local server's /healthz (or /readyz)
 `
 
 // run is the whole program; main and the end-to-end tests call it.
@@ -51,6 +52,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return migrateCmd(ctx, cfg, stdout)
 	case "tenant", "key", "user":
 		return adminCmd(ctx, cfg, cmd, args, stdin, stdout)
+	case "healthcheck":
+		return healthcheckCmd(ctx, cfg, args, stdout)
 	case "help", "-h", "--help":
 		_, _ = io.WriteString(stdout, usage)
 		return nil

@@ -47,6 +47,7 @@ type RunResult struct {
 	Admitted  int64
 	Bound     float64
 	Over      bool
+	Retries   float64
 }
 
 type worker struct {
@@ -81,6 +82,7 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 		path = s.base + "/v1/limit"
 	}
 	workers := make([]*worker, sc.conns)
+	retriesBefore := s.scrapeCounter("sluice_db_tx_retries_total")
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -128,8 +130,8 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 	wg.Wait()
 	elapsed := time.Since(start)
 
+	res := RunResult{Retries: s.scrapeCounter("sluice_db_tx_retries_total") - retriesBefore}
 	var all []time.Duration
-	res := RunResult{}
 	perKey := map[int]int64{}
 	var total int64
 	for _, w := range workers {
@@ -173,6 +175,6 @@ func summarize(sc scenario, runs []RunResult) Result {
 	}
 	r.PerSecond, r.P50ms, r.P99ms = median(per), median(p50), median(p99)
 	mid := runs[len(runs)/2]
-	r.Admitted, r.Bound = mid.Admitted, mid.Bound
+	r.Admitted, r.Bound, r.Retries = mid.Admitted, mid.Bound, mid.Retries
 	return r
 }

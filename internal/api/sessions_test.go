@@ -612,19 +612,27 @@ func TestSessionsReadAndRevokeAreTenantScoped(t *testing.T) {
 }
 
 // BenchmarkSessionAuthorizeOverHTTP is the server's cost of one authorization end to end
-// (HTTP, key check, verification, the replay-safe transaction, token signing) on SQLite; the
-// challenge fetch and the proof of work are outside the timer.
+// (HTTP, key check, verification, the replay-safe transaction, token signing) on each database;
+// the challenge fetch and the proof of work are outside the timer.
 func BenchmarkSessionAuthorizeOverHTTP(b *testing.B) {
 	roomy := limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e9, Period: 1000}
-	h := newSessionHarness(b, sqliteURL(b), func(d *api.SessionsDeps) { d.ChallengeIPLimit, d.ChallengeKeyLimit = &roomy, &roomy })
-	a := h.newCaptchaTenant(b, "acme")
-	for b.Loop() {
-		b.StopTimer()
-		sid := newSessionID(b)
-		payload := h.solved(b, a.pk, sid)
-		b.StartTimer()
-		if r := h.authorize(b, a.key, sid, payload); r.status != http.StatusOK {
-			b.Fatalf("authorize: %s", r)
-		}
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		b.Run(dialect, func(b *testing.B) {
+			url := sqliteURL(b)
+			if dialect == "postgres" {
+				url = pgtest.NewDatabase(b)
+			}
+			h := newSessionHarness(b, url, func(d *api.SessionsDeps) { d.ChallengeIPLimit, d.ChallengeKeyLimit = &roomy, &roomy })
+			a := h.newCaptchaTenant(b, "acme")
+			for b.Loop() {
+				b.StopTimer()
+				sid := newSessionID(b)
+				payload := h.solved(b, a.pk, sid)
+				b.StartTimer()
+				if r := h.authorize(b, a.key, sid, payload); r.status != http.StatusOK {
+					b.Fatalf("authorize: %s", r)
+				}
+			}
+		})
 	}
 }

@@ -183,6 +183,6 @@ func isUnavailable(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") ||
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "database is closed") || strings.Contains(msg, "unexpected EOF") ||
 		strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection refused")
 }

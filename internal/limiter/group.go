@@ -264,7 +264,7 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 		d := decide(def, states, req.Count, req.Reserve, now, originOf(def, j.tenantID, req.Name, req.Key))
 		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.ok, Remaining: d.remaining, Definition: def}
 		if !math.IsNaN(d.retryAfter) {
-			ra := int64(math.Ceil(math.Max(d.retryAfter, 0)))
+			ra := retryAfterMillis(d.retryAfter)
 			out.Results[i].RetryAfter = &ra
 		}
 		if !d.ok {
@@ -400,4 +400,12 @@ func saveRows(tx *gorm.DB, rows map[rowKey]State) error {
 		}
 	}
 	return nil
+}
+
+// MaxRetryAfter caps retryAfter (ms, about 31,700 years): degenerate definitions (a rate of
+// 5e-324 per ten years) would otherwise overflow int64, and JSON numbers stay exact below 2^53.
+const MaxRetryAfter = int64(1e15)
+
+func retryAfterMillis(ms float64) int64 {
+	return int64(math.Ceil(math.Min(math.Max(ms, 0), float64(MaxRetryAfter))))
 }

@@ -103,7 +103,7 @@ func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
 // Resume starts the server again after Pause, on the same port and data.
 func (s *Server) Resume() error {
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off "+
-		"-c full_page_writes=off -c max_connections=500 -c shared_buffers=128MB", s.Port, s.dir)
+		"-c full_page_writes=off -c max_connections=500 -c shared_buffers=128MB -c max_pred_locks_per_transaction=1024", s.Port, s.dir)
 	return s.run("pg_ctl", "-D", s.dataDir(), "-l", s.logFile, "-o", opts, "-w", "-t", "60", "start")
 }
 
