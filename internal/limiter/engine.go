@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -23,6 +24,8 @@ type Engine struct {
 
 	pipe    *pipeline // nil: every decision runs its own transaction
 	hints   shardHints
+	groups  atomic.Int64 // group transactions committed or failed
+	jobs    atomic.Int64 // decisions (Batch calls) they carried
 	closeMu sync.RWMutex
 	closed  bool
 }
@@ -379,3 +382,7 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 	}
 	return out, nil
 }
+
+// GroupStats reports how many group transactions ran and how many decisions they carried; the
+// ratio is the average coalescing factor.
+func (e *Engine) GroupStats() (groups, jobs int64) { return e.groups.Load(), e.jobs.Load() }

@@ -132,6 +132,8 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 
 // runGroup decides jobs in one serializable transaction and completes each job.
 func (e *Engine) runGroup(jobs []*job) {
+	e.groups.Add(1)
+	e.jobs.Add(int64(len(jobs)))
 	var err error
 	if e.db.Dialect == db.Postgres {
 		err = e.db.WithPgx(context.Background(), func(ctx context.Context, conn *pgx.Conn) error {
