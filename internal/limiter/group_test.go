@@ -11,7 +11,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/pgtest"
 )
 
-
 func groupTestDB(t *testing.T, dialect db.Dialect) *db.DB {
 	t.Helper()
 	url := "sqlite:" + t.TempDir() + "/g.db"
@@ -55,7 +54,7 @@ func TestGroupDecidesJobsInArrivalOrderEachAllOrNothing(t *testing.T) {
 			newJob(1, true, Request{Name: "a", Key: "k", Count: 4}),
 			newJob(1, true, Request{Name: "b", Key: "k", Count: 2}),
 			newJob(1, true, Request{Name: "a", Key: "k", Count: 3}, Request{Name: "b", Key: "k", Count: 2}), // b refuses
-			newJob(1, false, Request{Name: "a", Key: "k", Count: 6}),                                          // a check
+			newJob(1, false, Request{Name: "a", Key: "k", Count: 6}),                                        // a check
 			newJob(1, true, Request{Name: "missing", Key: "k", Count: 1}),
 			newJob(1, true, Request{Name: "a", Key: "k", Count: 6}),
 			newJob(1, true, Request{Name: "a", Key: "k", Count: 1}), // nothing left
