@@ -138,9 +138,8 @@ func startApp(t *testing.T, bin string, env []string) *proc {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(t *testing.T) time.Duration {
+func (p *proc) stop(t *testing.T) {
 	t.Helper()
-	start := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +151,6 @@ func (p *proc) stop(t *testing.T) time.Duration {
 	if p.err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", p.err, p.out)
 	}
-	return time.Since(start)
 }
 
 func (p *proc) kill(t *testing.T) {
@@ -347,7 +345,7 @@ func testOutage(t *testing.T, bin string) {
 		t.Errorf("/readyz after recovery: %d", status)
 	}
 
-	var admitted, during, failedClosed, okAfter int
+	var admitted, during, okAfter int
 	var firstFail, firstOKAfter time.Time
 	var slowest time.Duration
 	first, last := results[0].sent, results[0].answered
@@ -370,7 +368,6 @@ func testOutage(t *testing.T, bin string) {
 			}
 		}
 		if o.status == http.StatusServiceUnavailable && o.code == "unavailable" && (firstFail.IsZero() || o.answered.Before(firstFail)) {
-			failedClosed++
 			firstFail = o.answered
 		}
 		if o.sent.After(resumed) && o.status == 200 {

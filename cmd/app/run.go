@@ -147,7 +147,7 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, s
 	}
 	defer anon.close() // stops its sweeper before the database closes
 	apiSrv := api.New(api.Deps{Engine: engine, Auth: tenantSvc, Audit: tenantSvc, Sessions: anon.store, Extra: anon.extra(), Logger: log})
-	dashUI, err := dash.surface(ctx, cfg, log, tenantSvc, engine, keys)
+	dashUI, err := dash.surface(ctx, cfg, log, tenantSvc, engine, anon.store, keys)
 	if err != nil {
 		return err
 	}

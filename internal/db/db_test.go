@@ -11,23 +11,13 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/dbtest"
 	"github.com/sluice-dev/sluice/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func open(t *testing.T, url string) *db.DB {
-	t.Helper()
-	d, err := db.Open(context.Background(), url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+func open(t *testing.T, url string) *db.DB { return dbtest.OpenURL(t, url) }
 
 // TestSerializableRetriesConflictsUntilEveryIncrementLands runs concurrent read-modify-write
 // transactions on one row: serialization failures (PostgreSQL) and busy errors (SQLite) must be

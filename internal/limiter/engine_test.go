@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/dbtest"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/pgtest"
 )
@@ -26,32 +27,10 @@ func newClock(start int64) *fakeClock      { c := &fakeClock{}; c.Set(start); re
 func (c *fakeClock) opts() limiter.Options { return limiter.Options{Now: c.Now} }
 
 // openDB opens and migrates a fresh database of the given dialect for one test.
-func openDB(t *testing.T, dialect db.Dialect) *db.DB {
-	t.Helper()
-	url := "sqlite:" + t.TempDir() + "/sluice.db"
-	if dialect == db.Postgres {
-		url = pgtest.NewDatabase(t)
-	}
-	d, err := db.Open(context.Background(), url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+func openDB(t *testing.T, dialect db.Dialect) *db.DB { return dbtest.Open(t, dialect) }
 
 // bothDatabases runs a test against SQLite and PostgreSQL.
-func bothDatabases(t *testing.T, fn func(t *testing.T, d *db.DB)) {
-	for _, dialect := range []db.Dialect{db.SQLite, db.Postgres} {
-		t.Run(string(dialect), func(t *testing.T) {
-			t.Parallel()
-			fn(t, openDB(t, dialect))
-		})
-	}
-}
+func bothDatabases(t *testing.T, fn func(t *testing.T, d *db.DB)) { dbtest.Each(t, fn) }
 
 const tenant = int64(1)
 

@@ -8,31 +8,12 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/dbtest"
 )
 
-func groupTestDB(t *testing.T, dialect db.Dialect) *db.DB {
-	t.Helper()
-	url := "sqlite:" + t.TempDir() + "/g.db"
-	if dialect == db.Postgres {
-		url = pgtest.NewDatabase(t)
-	}
-	d, err := db.Open(context.Background(), url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+func groupTestDB(t *testing.T, dialect db.Dialect) *db.DB { return dbtest.Open(t, dialect) }
 
-func forEachDialect(t *testing.T, fn func(t *testing.T, d *db.DB)) {
-	for _, dialect := range []db.Dialect{db.SQLite, db.Postgres} {
-		t.Run(string(dialect), func(t *testing.T) { t.Parallel(); fn(t, groupTestDB(t, dialect)) })
-	}
-}
+func forEachDialect(t *testing.T, fn func(t *testing.T, d *db.DB)) { dbtest.Each(t, fn) }
 
 func newJob(tenantID int64, consume bool, reqs ...Request) *job {
 	return &job{tenantID: tenantID, reqs: reqs, consume: consume, picks: make([][]int, len(reqs)), done: make(chan struct{})}

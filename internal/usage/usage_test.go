@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/dbtest"
 	"github.com/sluice-dev/sluice/internal/pgtest"
 	"github.com/sluice-dev/sluice/internal/usage"
 )
@@ -25,22 +26,7 @@ func newClock() *clock {
 	return c
 }
 
-func openDB(t *testing.T, dialect db.Dialect) *db.DB {
-	t.Helper()
-	url := "sqlite:" + t.TempDir() + "/usage.db"
-	if dialect == db.Postgres {
-		url = pgtest.NewDatabase(t)
-	}
-	d, err := db.Open(context.Background(), url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+func openDB(t *testing.T, dialect db.Dialect) *db.DB { return dbtest.Open(t, dialect) }
 
 type row struct {
 	TenantID    int64
