@@ -39,9 +39,10 @@ func (x *dashboard) onDecision(tenantID int64, name string, ok bool) {
 
 // surface builds the UI and prepares the first start: SLUICE_ADMIN_EMAIL/PASSWORD create the
 // first operator, otherwise an empty database gets a one-time setup link (see announce).
-func (x *dashboard) surface(ctx context.Context, cfg config.Config, log *slog.Logger, svc *tenants.Service, engine *limiter.Engine, keys secrets) (httpserver.Surface, error) {
+// sessions is the captcha store, whose authorized sessions the captcha page lists and revokes.
+func (x *dashboard) surface(ctx context.Context, cfg config.Config, log *slog.Logger, svc *tenants.Service, engine *limiter.Engine, sessions ui.CaptchaSessions, keys secrets) (httpserver.Surface, error) {
 	u, err := ui.New(ui.Deps{
-		Tenants: svc, Engine: engine, Usage: x.usage, Logger: log,
+		Tenants: svc, Engine: engine, Usage: x.usage, Captcha: sessions, Logger: log,
 		SessionKey: keys.derive("dashboard-session"),
 		BaseURL:    cfg.BaseURL,
 		Static:     web.Static(),

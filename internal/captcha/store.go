@@ -166,20 +166,47 @@ func (s *Store) Revoke(ctx context.Context, tenantID int64, sessionID string) er
 	if err := ValidateSessionID(sessionID); err != nil {
 		return err
 	}
+	return s.revokeHash(ctx, tenantID, HashSessionID(sessionID), "revoke")
+}
+
+// RevokeHash is Revoke for a caller that knows only the session's hash (HashSessionID), such as
+// the dashboard, which lists sessions by hash because the raw ID is never stored. A string that
+// is not a session hash matches nothing, so it is ErrNotFound like any other inactive session.
+func (s *Store) RevokeHash(ctx context.Context, tenantID int64, sessionHash string) error {
+	if !validSessionHash(sessionHash) {
+		return fmt.Errorf("captcha: revoke hash: %w", ErrNotFound)
+	}
+	return s.revokeHash(ctx, tenantID, sessionHash, "revoke hash")
+}
+
+// validSessionHash reports whether h has the form of HashSessionID: 64 lowercase hex digits.
+func validSessionHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Store) revokeHash(ctx context.Context, tenantID int64, hash, op string) error {
 	var n int64
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		now := dbTime(s.now())
 		res := tx.Exec(`UPDATE captcha_sessions SET revoked_at = ?
 			WHERE tenant_id = ? AND session_hash = ? AND revoked_at IS NULL AND expires_at > ?`,
-			now, tenantID, HashSessionID(sessionID), now)
+			now, tenantID, hash, now)
 		n = res.RowsAffected
 		return res.Error
 	})
 	if err != nil {
-		return fmt.Errorf("captcha: revoke: %w", err)
+		return fmt.Errorf("captcha: %s: %w", op, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("captcha: revoke: %w", ErrNotFound)
+		return fmt.Errorf("captcha: %s: %w", op, ErrNotFound)
 	}
 	return nil
 }

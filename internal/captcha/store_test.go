@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,6 +114,57 @@ func TestRevoke(t *testing.T) {
 		}
 		if !info.AuthorizedAt.Equal(c.Now()) {
 			t.Fatalf("AuthorizedAt = %s, want %s", info.AuthorizedAt, c.Now())
+		}
+	})
+}
+
+func TestRevokeHash(t *testing.T) {
+	dialects(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		c := newClock()
+		is, st := newIssuer(t, c.Now), NewStore(d, c.Now)
+		for _, id := range []string{sid, otherSID} {
+			if _, err := st.Authorize(ctx, tenant, id, solvedFor(t, is, tenant, id), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hash := HashSessionID(sid)
+		// Another tenant cannot revoke it, and strings that are not hashes match nothing.
+		for _, bad := range []struct {
+			tenant int64
+			hash   string
+		}{
+			{tenant + 1, hash},
+			{tenant, sid},
+			{tenant, strings.ToUpper(hash)},
+			{tenant, hash[:63]},
+			{tenant, "' OR 1=1 --"},
+			{tenant, ""},
+		} {
+			if err := st.RevokeHash(ctx, bad.tenant, bad.hash); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("RevokeHash(%d, %q): err = %v, want ErrNotFound", bad.tenant, bad.hash, err)
+			}
+		}
+		if ok, err := st.IsAuthorized(ctx, tenant, sid); err != nil || !ok {
+			t.Fatalf("refused revocations revoked the session: IsAuthorized = %v, %v", ok, err)
+		}
+		if err := st.RevokeHash(ctx, tenant, hash); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := st.IsAuthorized(ctx, tenant, sid); err != nil || ok {
+			t.Fatalf("after RevokeHash: IsAuthorized = %v, %v", ok, err)
+		}
+		// Only that session: the other one stays authorized.
+		if ok, err := st.IsAuthorized(ctx, tenant, otherSID); err != nil || !ok {
+			t.Fatalf("other session: IsAuthorized = %v, %v", ok, err)
+		}
+		if err := st.RevokeHash(ctx, tenant, hash); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("second RevokeHash: err = %v, want ErrNotFound", err)
+		}
+		// An expired session has nothing left to revoke.
+		c.Advance(time.Hour)
+		if err := st.RevokeHash(ctx, tenant, HashSessionID(otherSID)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("RevokeHash of expired: err = %v, want ErrNotFound", err)
 		}
 	})
 }

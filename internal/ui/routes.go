@@ -42,5 +42,9 @@ func (u *UI) Register(r *gin.Engine) {
 	t.GET("/keys", u.keysPage)
 	t.POST("/keys", u.createKey)
 	t.POST("/keys/:kid/revoke", u.revokeKey)
+	t.GET("/captcha", u.captchaPage)
+	t.POST("/captcha/settings", u.saveCaptchaSettings)
+	t.POST("/captcha/keys", u.createPublishableKey)
+	t.POST("/captcha/sessions/:hash/revoke", u.revokeSession)
 	t.GET("/audit", u.auditPage)
 }

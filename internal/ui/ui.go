@@ -31,6 +31,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/captcha"
 	"github.com/sluice-dev/sluice/internal/httpx"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
@@ -42,11 +43,19 @@ type UsageSource interface {
 	Series(ctx context.Context, tenantID int64, name string, span, step time.Duration) ([]usage.Point, error)
 }
 
+// CaptchaSessions lists and revokes a tenant's authorized captcha sessions (captcha.Store in
+// production). The dashboard knows sessions only by hash: raw session IDs are never stored.
+type CaptchaSessions interface {
+	ListSessions(ctx context.Context, tenantID int64, limit int) ([]captcha.SessionInfo, error)
+	RevokeHash(ctx context.Context, tenantID int64, sessionHash string) error
+}
+
 // Deps are what New needs. Tenants, Engine, SessionKey, BaseURL and Static are required.
 type Deps struct {
 	Tenants *tenants.Service
 	Engine  *limiter.Engine
-	Usage   UsageSource // nil: no charts
+	Usage   UsageSource     // nil: no charts
+	Captcha CaptchaSessions // nil: the captcha page lists no sessions
 	Logger  *slog.Logger
 	// SessionKey signs session cookies (HS256). Derive it from the server secret; every instance
 	// must use the same key.
@@ -71,6 +80,7 @@ type UI struct {
 	tenants    *tenants.Service
 	engine     *limiter.Engine
 	usage      UsageSource
+	captcha    CaptchaSessions
 	log        *slog.Logger
 	sessionKey []byte
 	baseURL    *url.URL
@@ -108,7 +118,7 @@ func New(d Deps) (*UI, error) {
 		d.SessionTTL = DefaultSessionTTL
 	}
 	u := &UI{
-		tenants: d.Tenants, engine: d.Engine, usage: d.Usage, log: d.Logger,
+		tenants: d.Tenants, engine: d.Engine, usage: d.Usage, captcha: d.Captcha, log: d.Logger,
 		sessionKey: append([]byte(nil), d.SessionKey...), baseURL: base,
 		insecure: base.Scheme == "http" && isLoopback(base.Hostname()),
 		now:      d.Now, ttl: d.SessionTTL,
@@ -228,14 +238,16 @@ func redirect(c *gin.Context, to string) {
 // flashes are the fixed messages a redirect may ask the next page to show (?msg=…), so a URL
 // can never inject arbitrary text into a page.
 var flashes = map[string]string{
-	"tenant-created": "Tenant created.",
-	"limit-saved":    "Limit saved.",
-	"key-reset":      "Key reset: it is full again.",
-	"all-reset":      "Every key of this limit was reset.",
-	"key-revoked":    "API key revoked. It stops working immediately.",
-	"limit-deleted":  "Limit deleted.",
-	"welcome":        "Welcome to Sluice. Create a tenant to get started.",
-	"logged-out":     "You are logged out.",
+	"tenant-created":  "Tenant created.",
+	"limit-saved":     "Limit saved.",
+	"key-reset":       "Key reset: it is full again.",
+	"all-reset":       "Every key of this limit was reset.",
+	"key-revoked":     "API key revoked. It stops working immediately.",
+	"limit-deleted":   "Limit deleted.",
+	"welcome":         "Welcome to Sluice. Create a tenant to get started.",
+	"logged-out":      "You are logged out.",
+	"captcha-saved":   "Captcha settings saved.",
+	"session-revoked": "Session revoked. It is no longer authorized.",
 }
 
 func flash(c *gin.Context) string { return flashes[c.Query("msg")] }

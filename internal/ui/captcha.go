@@ -1,0 +1,203 @@
+package ui
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/captcha"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// captchaVM is a tenant's captcha page (DESIGN §6): its publishable keys, allowed origins and
+// difficulty, the snippet that embeds the widget, and the sessions it has authorized.
+// NewSecret is set only in the response to the create-key form, as on the API keys page.
+type captchaVM struct {
+	Layout layoutVM
+
+	SettingsURL string
+	Origins     string // the textarea: one origin per line
+	Difficulty  string
+	MinDiff     int
+	MaxDiff     int
+	Errors      map[string]string // "origins", "difficulty", "pk-label"
+
+	KeyURL    string
+	KeysURL   string // the API keys page, where keys are revoked
+	Keys      []pkRow
+	Label     string
+	NewSecret string
+	NewKeyID  string
+
+	ScriptTag string
+	WidgetTag string
+
+	HasSessions   bool // a session store is configured
+	Sessions      []sessionRowVM
+	SessionsLimit int
+}
+
+type pkRow struct {
+	ID, Label, Hint, Created, Revoked string
+}
+
+type sessionRowVM struct {
+	Hash       string
+	HashPrefix string
+	Authorized string
+	Expires    string
+	RevokeURL  string
+}
+
+// sessionsShown is how many authorized sessions the page lists, most recent first.
+const sessionsShown = 100
+
+// sessionHashShown is how much of a session hash the list shows: enough to tell sessions apart
+// and to match one against HashSessionID of an ID the tenant holds.
+const sessionHashShown = 16
+
+// renderCaptcha completes vm and renders the page. With fromForm false the settings form shows
+// the tenant's stored settings; otherwise it keeps what was submitted.
+func (u *UI) renderCaptcha(c *gin.Context, status int, vm captchaVM, fromForm bool) {
+	t := tenantOf(c)
+	ctx := c.Request.Context()
+	l, err := u.layout(c, "Captcha · "+t.Name, "captcha")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	keys, err := u.tenants.ListKeys(ctx, t.ID)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	vm.Layout = l
+	vm.SettingsURL, vm.KeyURL, vm.KeysURL = tenantPath(t.ID, "/captcha/settings"), tenantPath(t.ID, "/captcha/keys"), tenantPath(t.ID, "/keys")
+	vm.MinDiff, vm.MaxDiff = tenants.MinCaptchaDifficulty, tenants.MaxCaptchaDifficulty
+	if !fromForm {
+		vm.Origins = strings.Join(t.AllowedOrigins, "\n")
+		vm.Difficulty = strconv.Itoa(t.CaptchaDifficulty)
+	}
+	for _, k := range keys {
+		if k.Kind != tenants.KindPublishable {
+			continue
+		}
+		r := pkRow{ID: k.ID, Label: k.Label, Hint: k.Hint, Created: fmtTime(k.CreatedAt)}
+		if k.RevokedAt != nil {
+			r.Revoked = fmtTime(*k.RevokedAt)
+		}
+		vm.Keys = append(vm.Keys, r)
+	}
+	// Only a key just created can be put into the snippet: Sluice keeps no copy of the secret.
+	pk := "PUBLISHABLE_KEY"
+	if vm.NewSecret != "" {
+		pk = vm.NewSecret
+	}
+	base := strings.TrimSuffix(u.baseURL.String(), "/")
+	vm.ScriptTag = `<script type="module" src="` + base + `/static/altcha/altcha.min.js"></script>`
+	vm.WidgetTag = `<altcha-widget challenge="` + base + `/v1/captcha/challenge?pk=` + pk + `&sid=SESSION_ID"></altcha-widget>`
+
+	if u.captcha != nil {
+		vm.HasSessions, vm.SessionsLimit = true, sessionsShown
+		sessions, err := u.captcha.ListSessions(ctx, t.ID, sessionsShown)
+		if err != nil {
+			u.internalError(c, err)
+			return
+		}
+		for _, s := range sessions {
+			vm.Sessions = append(vm.Sessions, sessionRowVM{
+				Hash: s.SessionHash, HashPrefix: s.SessionHash[:min(sessionHashShown, len(s.SessionHash))] + "…",
+				Authorized: fmtTime(s.AuthorizedAt), Expires: fmtTime(s.ExpiresAt),
+				RevokeURL: tenantPath(t.ID, "/captcha/sessions/"+s.SessionHash+"/revoke"),
+			})
+		}
+	}
+	u.render(c, status, captchaPage(vm))
+}
+
+func (u *UI) captchaPage(c *gin.Context) { u.renderCaptcha(c, http.StatusOK, captchaVM{}, false) }
+
+// saveCaptchaSettings validates each field on its own, so that both can show their error at
+// once, then stores them with UpdateCaptchaSettings (which validates again, authoritatively).
+func (u *UI) saveCaptchaSettings(c *gin.Context) {
+	t := tenantOf(c)
+	vm := captchaVM{Origins: c.PostForm("origins"), Difficulty: strings.TrimSpace(c.PostForm("difficulty")), Errors: map[string]string{}}
+	var origins []string
+	for line := range strings.Lines(vm.Origins) {
+		if o := strings.TrimSpace(line); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	if _, err := tenants.NormalizeOrigins(origins); err != nil {
+		vm.Errors["origins"] = invalidMessage(err)
+	}
+	difficulty, err := strconv.Atoi(vm.Difficulty)
+	if err != nil || difficulty < tenants.MinCaptchaDifficulty || difficulty > tenants.MaxCaptchaDifficulty {
+		vm.Errors["difficulty"] = fmt.Sprintf("Difficulty must be a whole number between %d and %d.", tenants.MinCaptchaDifficulty, tenants.MaxCaptchaDifficulty)
+	}
+	if len(vm.Errors) == 0 {
+		err = u.tenants.UpdateCaptchaSettings(c.Request.Context(), t.ID, origins, difficulty)
+		switch {
+		case errors.Is(err, tenants.ErrInvalid):
+			vm.Errors["origins"] = invalidMessage(err)
+		case errors.Is(err, tenants.ErrNotFound):
+			u.NotFound(c)
+			return
+		case err != nil:
+			u.internalError(c, err)
+			return
+		}
+	}
+	if len(vm.Errors) > 0 {
+		u.renderCaptcha(c, http.StatusUnprocessableEntity, vm, true)
+		return
+	}
+	canon, _ := tenants.NormalizeOrigins(origins) // validated above
+	detail := fmt.Sprintf("difficulty %d, origins %s", difficulty, strings.Join(canon, " "))
+	if len(canon) == 0 {
+		detail = fmt.Sprintf("difficulty %d, no origins", difficulty)
+	}
+	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "captcha.settings", "tenant:"+strconv.FormatInt(t.ID, 10), detail)
+	redirect(c, tenantPath(t.ID, "/captcha?msg=captcha-saved"))
+}
+
+// createPublishableKey creates a pk_live_ key; CreateKey writes its audit entry.
+func (u *UI) createPublishableKey(c *gin.Context) {
+	label := c.PostForm("label")
+	k, secret, err := u.tenants.CreateKey(c.Request.Context(), tenantOf(c).ID, tenants.KindPublishable, label, actor(c))
+	switch {
+	case errors.Is(err, tenants.ErrInvalid):
+		u.renderCaptcha(c, http.StatusUnprocessableEntity, captchaVM{Label: label, Errors: map[string]string{"pk-label": invalidMessage(err)}}, false)
+		return
+	case err != nil:
+		u.internalError(c, err)
+		return
+	}
+	u.renderCaptcha(c, http.StatusCreated, captchaVM{NewSecret: secret, NewKeyID: k.ID}, false)
+}
+
+// revokeSession ends an authorized session, named by its hash. A session that is not active
+// (unknown, another tenant's, already revoked or expired) is a 404.
+func (u *UI) revokeSession(c *gin.Context) {
+	t := tenantOf(c)
+	if u.captcha == nil {
+		u.NotFound(c)
+		return
+	}
+	hash := c.Param("hash")
+	err := u.captcha.RevokeHash(c.Request.Context(), t.ID, hash)
+	if errors.Is(err, captcha.ErrNotFound) {
+		u.NotFound(c)
+		return
+	}
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "session.revoke", "session:"+hash, "from the dashboard")
+	redirect(c, tenantPath(t.ID, "/captcha?msg=session-revoked"))
+}
