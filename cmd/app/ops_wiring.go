@@ -100,6 +100,10 @@ func fanOut(subs ...func(tenantID int64, name string, ok bool)) func(tenantID in
 	}
 }
 
+// sweepDutyCycle is the share of one database connection's time the background sweeper may
+// take; it rests between batches for the rest (limiter.Engine.SweepPaced).
+const sweepDutyCycle = 0.1
+
 // startSweeper runs the sweeper every SweepInterval (with ±10% jitter, so instances sharing a
 // database spread out) until ctx ends. The returned stop waits for a sweep in progress to end;
 // serve defers it, so it runs before the engine and the database close.
@@ -133,7 +137,7 @@ func (o *ops) startSweeper(ctx context.Context, e *limiter.Engine) (stop func())
 // tries again (a sweep is idempotent).
 func (o *ops) sweepOnce(ctx context.Context, e *limiter.Engine) {
 	start := time.Now()
-	n, err := e.Sweep(ctx, o.cfg.SweepBatch)
+	n, err := e.SweepPaced(ctx, o.cfg.SweepBatch, sweepDutyCycle)
 	o.metrics.Swept("limit_state", n)
 	if err == nil {
 		var c, u int

@@ -35,9 +35,8 @@ type Options struct {
 	Now        func() time.Time // the clock; one reading per transaction attempt
 	IntN       func(n int) int  // randomness for shard choice and jitter; must be goroutine-safe
 	OnDecision func(tenantID int64, name string, ok bool)
-	// Workers is the number of group-commit workers (group.go): 0 picks a default for the
-	// dialect (4 on PostgreSQL, 1 on SQLite); a negative value disables grouping, so that every
-	// decision runs in a transaction of its own.
+	// Workers is the number of group-commit workers (group.go): 0 means 1; a negative value
+	// disables grouping, so that every decision runs in a transaction of its own.
 	Workers int
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
@@ -54,10 +53,11 @@ func NewEngine(d *db.DB, opts Options) *Engine {
 	}
 	workers, maxGroup := opts.Workers, opts.MaxGroup
 	if workers == 0 {
-		workers = 4
-		if d.Dialect == db.SQLite {
-			workers = 1 // one writer at a time is all SQLite has
-		}
+		// One worker: its groups never conflict with each other, and one pipelined transaction at
+		// a time already carries tens of decisions. Measured on 2 cores (docs/performance.md):
+		// more workers on PostgreSQL turned random keys' SIREAD page locks into serialization
+		// retries and cut throughput; SQLite has one writer anyway.
+		workers = 1
 	}
 	if maxGroup <= 0 {
 		maxGroup = 64

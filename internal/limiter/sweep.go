@@ -82,10 +82,35 @@ type definitionLookup struct {
 // above), in batches of at most batch rows, each deleted in its own short serializable
 // transaction. It returns how many rows it deleted; on error, the rows deleted before it.
 func (e *Engine) Sweep(ctx context.Context, batch int) (deleted int, err error) {
+	return e.SweepPaced(ctx, batch, 1)
+}
+
+// SweepPaced is Sweep that rests between batches so that the sweeper takes at most dutyCycle
+// (0 < dutyCycle <= 1) of one connection's time: a sweep over a large table must not starve the
+// decisions it shares the database with (measured: an unpaced sweep of 300,000 full rows cut
+// decision throughput several-fold while it ran).
+func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (deleted int, err error) {
 	if batch <= 0 {
 		batch = DefaultSweepBatch
 	}
 	batch = min(batch, maxSweepBatch)
+	if dutyCycle <= 0 || dutyCycle > 1 {
+		dutyCycle = 1
+	}
+	rest := func(worked time.Duration) error {
+		if dutyCycle >= 1 {
+			return nil
+		}
+		pause := time.Duration(float64(worked) * (1 - dutyCycle) / dutyCycle)
+		t := time.NewTimer(min(pause, 5*time.Second))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}
 	// Definitions seen by the scan; the deleting transaction reads them again.
 	scanDefs := map[tenantName]definitionLookup{}
 	var cursor *sweepRow
@@ -93,6 +118,7 @@ func (e *Engine) Sweep(ctx context.Context, batch int) (deleted int, err error) 
 		if err := ctx.Err(); err != nil {
 			return deleted, fmt.Errorf("limiter: sweep: %w", err)
 		}
+		started := time.Now()
 		rows, err := e.scanState(ctx, cursor, batch)
 		if err != nil {
 			return deleted, fmt.Errorf("limiter: sweep: scan: %w", err)
@@ -127,6 +153,9 @@ func (e *Engine) Sweep(ctx context.Context, batch int) (deleted int, err error) 
 		}
 		if len(rows) < batch {
 			return deleted, nil
+		}
+		if err := rest(time.Since(started)); err != nil {
+			return deleted, fmt.Errorf("limiter: sweep: %w", err)
 		}
 	}
 }
