@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -74,12 +73,10 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 			return RunResult{}, err
 		}
 	}
-	transport := &http.Transport{MaxIdleConnsPerHost: sc.conns, MaxConnsPerHost: sc.conns, IdleConnTimeout: time.Minute}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: 10 * time.Second}
-	path := s.base + "/v1/limits/" + name + "/limit"
+	addr := strings.TrimPrefix(s.base, "http://")
+	path := "/v1/limits/" + name + "/limit"
 	if sc.batch {
-		path = s.base + "/v1/limit"
+		path = "/v1/limit"
 	}
 	workers := make([]*worker, sc.conns)
 	retriesBefore := s.scrapeCounter("sluice_db_tx_retries_total")
@@ -93,33 +90,45 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 		go func(seed uint64) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, 99))
+			var conn *rawConn
+			defer func() {
+				if conn != nil {
+					conn.close()
+				}
+			}()
 			var body []byte
 			for time.Now().Before(deadline) {
+				if conn == nil {
+					var err error
+					if conn, err = dialRaw(addr); err != nil {
+						w.errors++
+						time.Sleep(10 * time.Millisecond)
+						continue
+					}
+				}
 				k := r.IntN(sc.keys)
 				ks := strconv.Itoa(k)
+				body = body[:0]
 				if sc.batch {
-					body = []byte(`{"limits":[{"name":"` + names[0] + `","key":"k` + ks + `"},{"name":"` + names[1] + `","key":"k` + ks + `"}]}`)
+					body = append(body, `{"limits":[{"name":"`+names[0]+`","key":"k`+ks+`"},{"name":"`+names[1]+`","key":"k`+ks+`"}]}`...)
 				} else {
-					body = []byte(`{"key":"k` + ks + `"}`)
+					body = append(body, `{"key":"k`+ks+`"}`...)
 				}
-				req, _ := http.NewRequest(http.MethodPost, path, bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+s.key)
-				req.Header.Set("Content-Type", "application/json")
 				t0 := time.Now()
-				resp, err := client.Do(req)
+				status, b, err := conn.post(path, s.key, body)
 				if err != nil {
 					w.errors++
+					conn.close()
+					conn = nil
 					continue
 				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
 				w.latencies = append(w.latencies, time.Since(t0))
 				w.total++
 				switch {
-				case resp.StatusCode >= 500:
+				case status >= 500:
 					w.status5xx++
 					w.errors++
-				case resp.StatusCode != 200:
+				case status != 200:
 					w.errors++
 				case bytes.HasPrefix(b, []byte(`{"ok":true`)):
 					w.admitted[k]++
