@@ -23,7 +23,7 @@ func ValidateSessionID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-' {
 			return fmt.Errorf("captcha: session ID may only contain A-Z a-z 0-9 _ -: %w", ErrInvalidSessionID)
 		}
 	}

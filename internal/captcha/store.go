@@ -185,7 +185,7 @@ func validSessionHash(h string) bool {
 		return false
 	}
 	for i := 0; i < len(h); i++ {
-		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}

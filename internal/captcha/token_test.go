@@ -71,7 +71,7 @@ func TestTokenVerifiesAgainstJWKS(t *testing.T) {
 		t.Fatalf("header = %v", parsed.Header)
 	}
 	if claims.Issuer != testIssuer || claims.Subject != HashSessionID(sid) || claims.Tenant != tenant ||
-		!claims.ExpiresAt.Time.Equal(exp) || !claims.IssuedAt.Time.Equal(c.Now()) {
+		!claims.ExpiresAt.Equal(exp) || !claims.IssuedAt.Equal(c.Now()) {
 		t.Fatalf("claims = %+v", claims)
 	}
 	got, err := s.VerifyToken(tok, Audience(tenant))

@@ -88,7 +88,7 @@ func (c Config) Validate() error {
 	var errs []error
 	if !strings.HasPrefix(c.DatabaseURL, "sqlite:") &&
 		!strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
-		errs = append(errs, errors.New("DATABASE_URL must start with postgres:// or sqlite:"))
+		errs = append(errs, errors.New("DATABASE_URL must be postgres://… or sqlite:PATH"))
 	}
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
 		errs = append(errs, fmt.Errorf("LISTEN_ADDR: %w", err))

@@ -86,7 +86,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		d.Dialect = Postgres
 		d.Gorm, err = gorm.Open(postgres.Open(url), cfg)
 	default:
-		return nil, errors.New("db: DATABASE_URL must start with postgres:// or sqlite:")
+		return nil, errors.New("db: DATABASE_URL must be postgres://… or sqlite:PATH")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("db: open %s: %w", d.Dialect, err)

@@ -208,4 +208,3 @@ func wantStatus(t *testing.T, r response, want int) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
