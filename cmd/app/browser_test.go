@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,83 +13,6 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
-
-// chromiumPath finds the browser, or skips the test loudly (fails under CI=true, where a
-// silently skipped browser test would hide a broken dashboard).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	msg := "\n\n*** BROWSER TEST NOT RUN: no chromium on PATH (apt-get install chromium). ***\n" +
-		"*** The dashboard's end-to-end flow is UNTESTED in this run.               ***\n"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// server starts the real program through run, as main does, and returns its base URL and the
-// one-time setup link it printed.
-func startServer(t *testing.T) (base, setupURL string) {
-	t.Helper()
-	env := map[string]string{
-		"LISTEN_ADDR":  "127.0.0.1:0",
-		"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db"),
-		"LOG_LEVEL":    "warn",
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, []string{"serve"}, func(k string) string { return env[k] }, strings.NewReader(""), pw)
-		_ = pw.Close()
-		done <- err
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("server did not stop")
-		}
-	})
-	listening := regexp.MustCompile(`Sluice is listening on (http://\S+)`)
-	setup := regexp.MustCompile(`(http://\S+/setup\?token=\S+)`)
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default: // nobody listening any more: keep draining so the server never blocks
-			}
-		}
-	}()
-	deadline := time.After(30 * time.Second)
-	for base == "" || setupURL == "" {
-		select {
-		case l := <-lines:
-			if m := listening.FindStringSubmatch(l); m != nil {
-				base = m[1]
-			}
-			if m := setup.FindStringSubmatch(l); m != nil {
-				setupURL = m[1]
-			}
-		case err := <-done:
-			t.Fatalf("server exited early: %v", err)
-		case <-deadline:
-			t.Fatalf("no listening line and setup link within 30s (base %q, setup %q)", base, setupURL)
-		}
-	}
-	return base, setupURL
-}
 
 // v1 calls the JSON API as a tenant's backend would.
 func v1(t *testing.T, base, secret, path, body string) (int, map[string]any) {
@@ -112,26 +31,10 @@ func v1(t *testing.T, base, secret, path, body string) (int, map[string]any) {
 }
 
 func TestDashboardEndToEndInChromium(t *testing.T) {
-	chromium := chromiumPath(t)
-	base, setupURL := startServer(t)
-
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("no-default-browser-check", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 900),
-	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
+	chromium := chromiumPath(t, "The dashboard's end-to-end flow")
+	srv := startTestServer(t, nil, true)
+	base, setupURL := srv.base, srv.setupURL
+	ctx := newBrowser(t, chromium)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 75*time.Second)
 	defer cancelTimeout()
 
@@ -217,13 +120,15 @@ func TestDashboardEndToEndInChromium(t *testing.T) {
 		chromedp.WaitVisible("#new-secret"),
 	)
 	secret := read("secret", chromedp.Value("#new-secret"))
-	step("copy", chromedp.Click(`button[data-copy="new-secret"]`))
-	copyLabel := read("copy label", chromedp.Text(`button[data-copy="new-secret"]`))
 	if !strings.HasPrefix(secret, "sk_live_") {
 		t.Fatalf("secret = %q", secret)
 	}
-	if copyLabel == "Copy" {
-		t.Fatal("the copy button did nothing: is app.js loaded?")
+	// The clipboard write is asynchronous: wait (bounded) for the button to report it.
+	step("copy", chromedp.Click(`button[data-copy="new-secret"]`))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](
+		`document.querySelector('button[data-copy="new-secret"]').textContent !== "Copy"`,
+		chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+		t.Fatalf("the copy button did nothing (is app.js loaded?): %v", err)
 	}
 	step("key not shown again", chromedp.Reload(), chromedp.WaitVisible("#keys"))
 	keysAgain := read("keys page", chromedp.OuterHTML("html"))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -10,9 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -32,59 +28,15 @@ type demoServer struct {
 	base string
 }
 
-// startDemoServer runs `serve` on 127.0.0.1:0 over a fresh SQLite file and returns once it
-// printed its address.
+// startDemoServer runs the real program with an operator configured (the dashboard's
+// first-start setup is not what these tests are about).
 func startDemoServer(t *testing.T) demoServer {
 	t.Helper()
-	env := map[string]string{
-		"LISTEN_ADDR":  "127.0.0.1:0",
-		"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db"),
-		"LOG_LEVEL":    "warn",
-		// The dashboard's first-start setup is not what this test is about.
+	srv := startTestServer(t, map[string]string{
 		"SLUICE_ADMIN_EMAIL":    "ops@example.com",
 		"SLUICE_ADMIN_PASSWORD": "correct horse battery staple",
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, []string{"serve"}, func(k string) string { return env[k] }, strings.NewReader(""), pw)
-		_ = pw.Close()
-		done <- err
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("server did not stop within 30s")
-		}
-	})
-	listening := regexp.MustCompile(`Sluice is listening on (http://127\.0\.0\.1:\d+)`)
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() { // read to the end, so that the server never blocks on its log
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	select {
-	case base := <-found:
-		return demoServer{base: base}
-	case err := <-done:
-		t.Fatalf("server exited early: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("no \"Sluice is listening on\" line within 30s")
-	}
-	return demoServer{}
+	}, false)
+	return demoServer{base: srv.base}
 }
 
 // post sends JSON with extra headers and decodes a JSON answer.
@@ -219,23 +171,6 @@ func TestDemoFlowOverHTTP(t *testing.T) {
 	}
 }
 
-// demoChromium finds the browser, or skips loudly (fails under CI=true).
-func demoChromium(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	msg := "\n\n*** DEMO BROWSER TEST NOT RUN: no chromium (apt-get install chromium). ***\n" +
-		"*** The captcha widget is UNTESTED in a real browser in this run.      ***\n"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
 // widgetCheckbox is the widget's checkbox, wherever the widget renders it.
 const widgetCheckbox = `(() => { const w = document.querySelector('altcha-widget');
 	return (w.shadowRoot || w).querySelector('input[type="checkbox"]'); })()`
@@ -243,28 +178,9 @@ const widgetCheckbox = `(() => { const w = document.querySelector('altcha-widget
 // TestDemoInChromium solves the real widget in headless Chromium and spends the limit by
 // session, then measures the solve time over several fresh sessions.
 func TestDemoInChromium(t *testing.T) {
-	chromium := demoChromium(t)
+	chromium := chromiumPath(t, "The captcha widget")
 	s := startDemoServer(t)
-
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true),
-	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	// Start the browser on the context without a timeout (a timeout there would stop it).
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
+	ctx := newBrowser(t, chromium)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancelTimeout()
 	var (
