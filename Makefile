@@ -39,3 +39,7 @@ lint:
 # Re-vendors htmx (pinned in the script) into web/static/htmx.
 vendor-htmx:
 	scripts/vendor-htmx.sh
+
+# Re-vendors the ALTCHA widget (pinned in the script) into web/static/altcha.
+vendor-altcha:
+	scripts/vendor-altcha.sh

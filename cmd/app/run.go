@@ -121,6 +121,7 @@ func loadSecrets(ctx context.Context, cfg config.Config, d *db.DB) (secrets, err
 func serve(ctx context.Context, cfg config.Config, getenv func(string) string, stdout io.Writer) error {
 	log := newLogger(cfg, stdout)
 	log.Info("starting", "config", cfg.String())
+	tuneGC(getenv)
 	d, err := openDatabase(ctx, cfg, log, false)
 	if err != nil {
 		return err

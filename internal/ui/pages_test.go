@@ -421,6 +421,16 @@ func TestStaticFilesAreServedWithLongCacheAndPagesCarryCSP(t *testing.T) {
 			t.Fatalf("%s: Cache-Control = %q", src, cc)
 		}
 	}
+	// The captcha widget is loaded by tenants' pages on other origins (module scripts need CORS);
+	// the dashboard's own assets are not offered cross-origin.
+	widget := c.get("/static/altcha/altcha.min.js")
+	wantStatus(t, widget, http.StatusOK)
+	if got := widget.Header.Get("Access-Control-Allow-Origin"); got != "*" {
+		t.Fatalf("widget Access-Control-Allow-Origin = %q, want *", got)
+	}
+	if got := c.get("/static/app.js").Header.Get("Access-Control-Allow-Origin"); got != "" {
+		t.Fatalf("app.js Access-Control-Allow-Origin = %q, want none", got)
+	}
 	wantStatus(t, c.get("/static/"), http.StatusNotFound)
 	wantStatus(t, c.get("/static/../ui.go"), http.StatusNotFound)
 	wantStatus(t, c.get("/static/nope.js"), http.StatusNotFound)

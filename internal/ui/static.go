@@ -71,6 +71,12 @@ func (s *staticFiles) serve(c *gin.Context) {
 	}
 	c.Header("Cache-Control", "public, max-age=31536000, immutable")
 	c.Header("ETag", `"`+s.version[name]+`"`)
+	if strings.HasPrefix(name, "altcha/") {
+		// Tenants' own pages load the widget from here as a module script, which browsers fetch
+		// in CORS mode: the public widget files may be read from any origin.
+		c.Header("Access-Control-Allow-Origin", "*")
+		c.Header("Cross-Origin-Resource-Policy", "cross-origin")
+	}
 	// Embedded files have no modification time; ServeContent sets the type from the extension
 	// and handles Range and If-None-Match.
 	http.ServeContent(c.Writer, c.Request, name, time.Time{}, rs)
