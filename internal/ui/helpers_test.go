@@ -207,4 +207,3 @@ func wantStatus(t *testing.T, r response, want int) {
 		t.Fatalf("%s %s: status %d, want %d\n%s", r.Request.Method, r.Request.URL.Path, r.StatusCode, want, r.body)
 	}
 }
-
