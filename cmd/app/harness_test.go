@@ -58,13 +58,16 @@ func startTestServer(t *testing.T, env map[string]string, wantSetup bool) testSe
 			t.Error("server did not stop within 30s")
 		}
 	})
-	lines := make(chan string)
+	// Buffered, so that no start-up line is lost while the loop below is busy with the previous
+	// one; once the buffer is full (nobody reads any more) lines are dropped, so that the server
+	// never blocks on its log.
+	lines := make(chan string, 1024)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			select {
 			case lines <- sc.Text():
-			default: // nobody waiting any more: keep draining so the server never blocks on its log
+			default:
 			}
 		}
 	}()
