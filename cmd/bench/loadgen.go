@@ -47,6 +47,7 @@ type RunResult struct {
 	Bound     float64
 	Over      bool
 	Retries   float64
+	PerGroup  float64 // average decision requests per group transaction
 }
 
 type worker struct {
@@ -80,6 +81,7 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 	}
 	workers := make([]*worker, sc.conns)
 	retriesBefore := s.scrapeCounter("sluice_db_tx_retries_total")
+	groupsBefore, jobsBefore := s.scrapeCounter("sluice_decision_group_transactions_total"), s.scrapeCounter("sluice_decision_group_requests_total")
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -140,6 +142,9 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 	elapsed := time.Since(start)
 
 	res := RunResult{Retries: s.scrapeCounter("sluice_db_tx_retries_total") - retriesBefore}
+	if groups := s.scrapeCounter("sluice_decision_group_transactions_total") - groupsBefore; groups > 0 {
+		res.PerGroup = (s.scrapeCounter("sluice_decision_group_requests_total") - jobsBefore) / groups
+	}
 	var all []time.Duration
 	perKey := map[int]int64{}
 	var total int64
@@ -184,6 +189,6 @@ func summarize(sc scenario, runs []RunResult) Result {
 	}
 	r.PerSecond, r.P50ms, r.P99ms = median(per), median(p50), median(p99)
 	mid := runs[len(runs)/2]
-	r.Admitted, r.Bound, r.Retries = mid.Admitted, mid.Bound, mid.Retries
+	r.Admitted, r.Bound, r.Retries, r.PerGroup = mid.Admitted, mid.Bound, mid.Retries, mid.PerGroup
 	return r
 }

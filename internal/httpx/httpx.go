@@ -39,6 +39,9 @@ func AccessLog(log *slog.Logger) gin.HandlerFunc {
 		if status >= 500 {
 			level = slog.LevelError
 		}
+		if !log.Enabled(c.Request.Context(), level) {
+			return // spare the attributes (ClientIP parses headers) when the line is not wanted
+		}
 		log.LogAttrs(c.Request.Context(), level, "request",
 			slog.String("request_id", c.GetString(RequestIDKey)),
 			slog.String("method", c.Request.Method),

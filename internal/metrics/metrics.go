@@ -210,3 +210,28 @@ func newBuildInfo(version string) prometheus.Collector {
 	g.Set(1)
 	return g
 }
+
+// WatchGroups exports the engine's group-commit counters (read at scrape time): how many group
+// transactions ran and how many decisions they carried; their ratio is the coalescing factor.
+func (m *Metrics) WatchGroups(stats func() (groups, jobs int64)) {
+	m.reg.MustRegister(&groupCollector{
+		stats: stats,
+		groups: prometheus.NewDesc("sluice_decision_group_transactions_total",
+			"Group-commit transactions run (committed or failed).", nil, nil),
+		jobs: prometheus.NewDesc("sluice_decision_group_requests_total",
+			"Decision requests (single or batch) carried by group-commit transactions.", nil, nil),
+	})
+}
+
+type groupCollector struct {
+	stats        func() (int64, int64)
+	groups, jobs *prometheus.Desc
+}
+
+func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.groups; ch <- c.jobs }
+
+func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
+	g, j := c.stats()
+	ch <- prometheus.MustNewConstMetric(c.groups, prometheus.CounterValue, float64(g))
+	ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.CounterValue, float64(j))
+}
