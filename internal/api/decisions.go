@@ -22,12 +22,6 @@ const (
 	ipKeyPrefix      = "ip:"
 )
 
-// validKey is limiter.ValidKey without NUL: PostgreSQL text cannot hold a NUL byte, so such a key
-// would fail inside the database (a 500) instead of being refused as the client's mistake.
-func validKey(k string) bool { return limiter.ValidKey(k) && !strings.ContainsRune(k, 0) }
-
-const keyRule = "keys are 1 to 256 bytes of UTF-8 without NUL characters"
-
 var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
 
 // ValidSessionID reports whether s looks like a session ID the widget flow creates.
@@ -89,8 +83,8 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 		return req, badRequest(field+"session", `give "key" or "session", not both`)
 	case it.key != nil:
 		k := *it.key
-		if !validKey(k) {
-			return req, badRequest(field+"key", keyRule)
+		if !limiter.ValidKey(k) {
+			return req, badRequest(field+"key", limiter.KeyRule)
 		}
 		if strings.HasPrefix(k, sessionKeyPrefix) || strings.HasPrefix(k, ipKeyPrefix) {
 			return req, badRequest(field+"key", `keys starting with "session:" or "ip:" are reserved; use "session" for anonymous sessions`)

@@ -118,8 +118,8 @@ func (s *Server) reset(c *gin.Context) {
 	case !body.AllKeys && body.Key == nil:
 		writeProblem(c, s.log, badRequest("key", `give "key", or "allKeys": true to reset every key`))
 		return
-	case body.Key != nil && !validKey(*body.Key):
-		writeProblem(c, s.log, badRequest("key", keyRule))
+	case body.Key != nil && !limiter.ValidKey(*body.Key):
+		writeProblem(c, s.log, badRequest("key", limiter.KeyRule))
 		return
 	}
 	if err := s.engine.Reset(c.Request.Context(), tenantOf(c).TenantID, name, body.Key); err != nil {
@@ -141,8 +141,8 @@ func (s *Server) value(c *gin.Context) {
 		return
 	}
 	key, present := c.GetQuery("key")
-	if present && !validKey(key) {
-		writeProblem(c, s.log, badRequest("key", keyRule))
+	if present && !limiter.ValidKey(key) {
+		writeProblem(c, s.log, badRequest("key", limiter.KeyRule))
 		return
 	}
 	v, err := s.engine.GetValue(c.Request.Context(), tenantOf(c).TenantID, name, key)

@@ -127,19 +127,11 @@ func ProblemFor(err error) Problem {
 		return NewProblem(http.StatusNotFound, CodeNotFound, "not found")
 	case errors.Is(err, tenants.ErrConflict):
 		return NewProblem(http.StatusConflict, CodeConflict, "conflict")
-	case errors.Is(err, db.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		isPoolClosed(err):
+	case errors.Is(err, db.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return NewProblem(http.StatusServiceUnavailable, CodeUnavailable, "the decision could not be made safely; retry shortly")
 	default:
 		return NewProblem(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
-}
-
-// isPoolClosed recognises database/sql's unexported "database is closed" error: the process has
-// lost its database (shutdown, or a pool closed under the server), so the request must fail
-// closed with 503 like any other outage rather than be reported as an internal error.
-func isPoolClosed(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "sql: database is closed")
 }
 
 // writeProblem renders err as problem+json; 500s are logged with the request ID, never leaked.

@@ -38,8 +38,15 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 // ValidName reports whether s is an acceptable limit name.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
-// ValidKey reports whether s is an acceptable key: 1–256 bytes of valid UTF-8.
-func ValidKey(s string) bool { return s != "" && len(s) <= MaxKeyBytes && utf8.ValidString(s) }
+// KeyRule describes what ValidKey accepts, for error messages.
+const KeyRule = "keys are 1 to 256 bytes of UTF-8 without NUL characters"
+
+// ValidKey reports whether s is an acceptable key: 1–256 bytes of valid UTF-8 without NUL
+// (PostgreSQL text cannot hold a NUL byte, so such a key would fail inside the database instead of
+// being refused as the caller's mistake).
+func ValidKey(s string) bool {
+	return s != "" && len(s) <= MaxKeyBytes && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
 
 // Definition configures one limit. Units are milliseconds; Rate tokens are issued per Period.
 // Optional fields are pointers so that "absent" differs from zero.

@@ -183,7 +183,7 @@ func validateRequest(r *Request) error {
 		return invalidRequest("name", "must match ^[A-Za-z0-9_.:-]{1,128}$")
 	}
 	if r.Key != "" && !ValidKey(r.Key) {
-		return invalidRequest("key", "must be 1 to 256 bytes of UTF-8")
+		return invalidRequest("key", KeyRule)
 	}
 	if r.Config != nil {
 		if err := r.Config.Validate(); err != nil {
@@ -246,7 +246,7 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 		return ErrLimitNotFound
 	}
 	if key != nil && !ValidKey(*key) {
-		return invalidRequest("key", "must be 1 to 256 bytes of UTF-8")
+		return invalidRequest("key", KeyRule)
 	}
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		_, ok, err := loadDefinition(tx, tenantID, name)
@@ -291,7 +291,7 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 		return Value{}, ErrLimitNotFound
 	}
 	if key != "" && !ValidKey(key) {
-		return Value{}, invalidRequest("key", "must be 1 to 256 bytes of UTF-8")
+		return Value{}, invalidRequest("key", KeyRule)
 	}
 	var out Value
 	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
