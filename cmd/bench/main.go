@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -258,17 +257,8 @@ type sluice struct {
 	env  []string
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func startSluice(bin, work, dbURL string) (*sluice, error) {
-	port, err := freePort()
+	port, err := pgtest.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -60,23 +60,6 @@ func (b DefinitionBody) ToDefinition() (limiter.Definition, error) {
 	return d, d.Validate()
 }
 
-// DefinitionResponse is a stored definition as the API returns it.
-type DefinitionResponse struct {
-	Name        string    `json:"name"`
-	Kind        string    `json:"kind"`
-	Rate        float64   `json:"rate"`
-	Period      int64     `json:"period"`
-	Capacity    *float64  `json:"capacity,omitempty"`
-	MaxReserved *float64  `json:"maxReserved,omitempty"`
-	Shards      int       `json:"shards"`
-	Start       *int64    `json:"start,omitempty"`
-	Resolution  *int      `json:"resolution,omitempty"`
-	Jitter      int64     `json:"jitter"`
-	IPFallback  bool      `json:"ipFallback"`
-	CreatedAt   time.Time `json:"createdAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
-}
-
 // ConfigResponse is a definition without name and timestamps (the config of a value response).
 type ConfigResponse struct {
 	Kind        string   `json:"kind"`
@@ -101,11 +84,17 @@ func toConfig(d limiter.Definition) ConfigResponse {
 	return c
 }
 
+// DefinitionResponse is a stored definition as the API returns it: the config's fields between
+// the name and the timestamps (the embedded struct's fields are inlined by encoding/json).
+type DefinitionResponse struct {
+	Name string `json:"name"`
+	ConfigResponse
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
 func toDefinitionResponse(s limiter.StoredDefinition) DefinitionResponse {
-	c := toConfig(s.Definition)
-	return DefinitionResponse{Name: s.Name, Kind: c.Kind, Rate: c.Rate, Period: c.Period, Capacity: c.Capacity,
-		MaxReserved: c.MaxReserved, Shards: c.Shards, Start: c.Start, Resolution: c.Resolution, Jitter: c.Jitter,
-		IPFallback: c.IPFallback, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+	return DefinitionResponse{Name: s.Name, ConfigResponse: toConfig(s.Definition), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
 }
 
 // DecisionBody is the body of POST /v1/limits/{name}/limit and /check.

@@ -30,15 +30,25 @@ func (d *DB) provider() (*goose.Provider, error) {
 	return p, nil
 }
 
-// Migrate applies every pending migration. It refuses a schema newer than this binary knows.
-func (d *DB) Migrate(ctx context.Context) error {
+// versions returns the migration provider with the database's schema version and the latest
+// version this binary embeds.
+func (d *DB) versions(ctx context.Context) (*goose.Provider, int64, int64, error) {
 	p, err := d.provider()
 	if err != nil {
-		return err
+		return nil, 0, 0, err
 	}
 	current, target, err := p.GetVersions(ctx)
 	if err != nil {
-		return fmt.Errorf("db: migration versions: %w", err)
+		return nil, 0, 0, fmt.Errorf("db: migration versions: %w", err)
+	}
+	return p, current, target, nil
+}
+
+// Migrate applies every pending migration. It refuses a schema newer than this binary knows.
+func (d *DB) Migrate(ctx context.Context) error {
+	p, current, target, err := d.versions(ctx)
+	if err != nil {
+		return err
 	}
 	if current > target {
 		return fmt.Errorf("db: %w: database is at version %d, this binary knows up to %d", ErrSchemaNotCurrent, current, target)
@@ -55,13 +65,9 @@ func (d *DB) Migrate(ctx context.Context) error {
 
 // CheckSchema returns ErrSchemaNotCurrent unless the database is at exactly the latest version.
 func (d *DB) CheckSchema(ctx context.Context) error {
-	p, err := d.provider()
+	_, current, target, err := d.versions(ctx)
 	if err != nil {
 		return err
-	}
-	current, target, err := p.GetVersions(ctx)
-	if err != nil {
-		return fmt.Errorf("db: migration versions: %w", err)
 	}
 	if current != target {
 		return fmt.Errorf("db: %w: database at version %d, binary expects %d (run `app migrate` or set MIGRATE=auto)", ErrSchemaNotCurrent, current, target)

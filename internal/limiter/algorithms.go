@@ -107,6 +107,18 @@ func viewSlidingWindow(p shardParams, st State, now int64) shardView {
 	return shardView{avail: p.rate - est, ts: subIntervalStart(p, n), counters: counters, n: n, f: f}
 }
 
+// viewOf brings a shard of any kind forward to now (see the view functions above).
+func viewOf(p shardParams, st State, now, origin int64) shardView {
+	switch p.kind {
+	case TokenBucket:
+		return viewTokenBucket(p, st, now)
+	case FixedWindow:
+		return viewFixedWindow(p, st, now, origin)
+	default:
+		return viewSlidingWindow(p, st, now)
+	}
+}
+
 // estimate is sum(count of sub-intervals n-res+1 .. n) + count(n-res) * (1 - f).
 func estimate(counters []float64, f float64) float64 {
 	sum := 0.0

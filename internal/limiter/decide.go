@@ -17,14 +17,7 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 	p := def.shardParams()
 	views := make([]shardView, len(states))
 	for i, st := range states {
-		switch p.kind {
-		case TokenBucket:
-			views[i] = viewTokenBucket(p, st, now)
-		case FixedWindow:
-			views[i] = viewFixedWindow(p, st, now, origin)
-		case SlidingWindow:
-			views[i] = viewSlidingWindow(p, st, now)
-		}
+		views[i] = viewOf(p, st, now, origin)
 	}
 	best := 0
 	for i := range views {
@@ -104,15 +97,6 @@ func retryAfterSliding(p shardParams, views []shardView, use []int, rate, count 
 
 // peek is the state of a shard brought forward to now without consuming, for getValue.
 func peek(def Definition, st State, now, origin int64) (value float64, ts int64) {
-	p := def.shardParams()
-	var v shardView
-	switch p.kind {
-	case TokenBucket:
-		v = viewTokenBucket(p, st, now)
-	case FixedWindow:
-		v = viewFixedWindow(p, st, now, origin)
-	case SlidingWindow:
-		v = viewSlidingWindow(p, st, now)
-	}
+	v := viewOf(def.shardParams(), st, now, origin)
 	return v.avail, v.ts
 }

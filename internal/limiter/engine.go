@@ -203,31 +203,22 @@ func originOf(def Definition, tenantID int64, name, key string) int64 {
 	return Offset(tenantID, name, key, def.Period)
 }
 
-type stateRow struct {
-	Shard    int
-	Value    float64
-	TS       int64 `gorm:"column:ts"`
-	Counters string
-}
-
+// loadStates reads the given shards of one key; shards without a row read as "no row" (full).
 func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int) ([]State, error) {
-	out := make([]State, len(shards))
-	missing := shards
-	var rows []stateRow
-	err := tx.Raw(`SELECT shard, value, ts, counters FROM limit_state
-		WHERE tenant_id = ? AND name = ? AND key = ? AND shard IN ?`, tenantID, name, key, missing).Scan(&rows).Error
+	var rows []fullStateRow
+	err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state
+		WHERE tenant_id = ? AND name = ? AND key = ? AND shard IN ?`, tenantID, name, key, shards).Scan(&rows).Error
 	if err != nil {
 		return nil, err
 	}
+	byShard := make(map[int]fullStateRow, len(rows))
 	for _, r := range rows {
-		for i, s := range shards {
-			if s == r.Shard && !out[i].Exists {
-				out[i] = State{Value: r.Value, TS: r.TS, Exists: true}
-				if def.Kind == SlidingWindow {
-					out[i].Counters = parseCounters(r.Counters, def.Resolution, def.shardParams().rate)
-				}
-			}
-		}
+		r.exists = true
+		byShard[r.Shard] = r
+	}
+	out := make([]State, len(shards))
+	for i, s := range shards {
+		out[i] = byShard[s].state(def)
 	}
 	return out, nil
 }

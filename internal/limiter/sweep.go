@@ -57,25 +57,26 @@ const DefaultSweepBatch = 500
 // maxSweepBatch keeps every statement's bind parameters well under SQLite's and PostgreSQL's limits.
 const maxSweepBatch = 1000
 
-type sweepRow struct {
-	TenantID int64
-	Name     string
-	Key      string
-	Shard    int
-	Value    float64
-	TS       int64 `gorm:"column:ts"`
-	Counters string
-}
-
-type tenantName struct {
-	tenantID int64
-	name     string
-}
-
 // definitionLookup is a definition or its absence.
 type definitionLookup struct {
 	def Definition
 	ok  bool
+}
+
+// definitionCache reads each (tenant, name) definition once per pass.
+type definitionCache map[defKey]definitionLookup
+
+func (c definitionCache) get(tx *gorm.DB, r fullStateRow) (definitionLookup, error) {
+	k := defKey{r.TenantID, r.Name}
+	if d, seen := c[k]; seen {
+		return d, nil
+	}
+	def, ok, err := loadDefinition(tx, r.TenantID, r.Name)
+	if err != nil {
+		return definitionLookup{}, err
+	}
+	c[k] = definitionLookup{def.Definition, ok}
+	return c[k], nil
 }
 
 // Sweep deletes limit_state rows whose state is provably the same as no row (see the comment
@@ -112,8 +113,8 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 		}
 	}
 	// Definitions seen by the scan; the deleting transaction reads them again.
-	scanDefs := map[tenantName]definitionLookup{}
-	var cursor *sweepRow
+	scanDefs := definitionCache{}
+	var cursor *fullStateRow
 	for {
 		if err := ctx.Err(); err != nil {
 			return deleted, fmt.Errorf("limiter: sweep: %w", err)
@@ -128,17 +129,11 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 		}
 		cursor = &rows[len(rows)-1]
 		now := e.now().UnixMilli()
-		var candidates []sweepRow
+		var candidates []fullStateRow
 		for _, r := range rows {
-			tn := tenantName{r.TenantID, r.Name}
-			d, seen := scanDefs[tn]
-			if !seen {
-				def, ok, err := loadDefinition(e.db.Gorm.WithContext(ctx), r.TenantID, r.Name)
-				if err != nil {
-					return deleted, fmt.Errorf("limiter: sweep: definition: %w", err)
-				}
-				d = definitionLookup{def.Definition, ok}
-				scanDefs[tn] = d
+			d, err := scanDefs.get(e.db.Gorm.WithContext(ctx), r)
+			if err != nil {
+				return deleted, fmt.Errorf("limiter: sweep: definition: %w", err)
 			}
 			if sweepable(d, r, now) {
 				candidates = append(candidates, r)
@@ -163,7 +158,7 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 // scanState reads the next batch of rows after cursor in primary-key order (keyset pagination,
 // so each page is an index range scan however large the table). It runs outside any transaction:
 // what it returns is only a list of candidates.
-func (e *Engine) scanState(ctx context.Context, cursor *sweepRow, batch int) ([]sweepRow, error) {
+func (e *Engine) scanState(ctx context.Context, cursor *fullStateRow, batch int) ([]fullStateRow, error) {
 	q := `SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state`
 	var args []any
 	if cursor != nil {
@@ -172,36 +167,30 @@ func (e *Engine) scanState(ctx context.Context, cursor *sweepRow, batch int) ([]
 	}
 	q += ` ORDER BY tenant_id, name, key, shard LIMIT ?`
 	args = append(args, batch)
-	var rows []sweepRow
+	var rows []fullStateRow
 	err := e.db.Gorm.WithContext(ctx).Raw(q, args...).Scan(&rows).Error
 	return rows, err
 }
 
 // deleteIfStillFull re-reads candidates and their definitions in one serializable transaction
 // and deletes those still provably full at the transaction's clock.
-func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []sweepRow) (int, error) {
+func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRow) (int, error) {
 	var deleted int
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		deleted = 0
 		now := e.now().UnixMilli()
 		where, args := pkMatch(candidates)
-		var current []sweepRow
+		var current []fullStateRow
 		if err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state WHERE `+where, args...).
 			Scan(&current).Error; err != nil {
 			return err
 		}
-		defs := map[tenantName]definitionLookup{}
-		var doomed []sweepRow
+		defs := definitionCache{}
+		var doomed []fullStateRow
 		for _, r := range current {
-			tn := tenantName{r.TenantID, r.Name}
-			d, seen := defs[tn]
-			if !seen {
-				def, ok, err := loadDefinition(tx, r.TenantID, r.Name)
-				if err != nil {
-					return err
-				}
-				d = definitionLookup{def.Definition, ok}
-				defs[tn] = d
+			d, err := defs.get(tx, r)
+			if err != nil {
+				return err
 			}
 			if sweepable(d, r, now) {
 				doomed = append(doomed, r)
@@ -224,7 +213,7 @@ func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []sweepRow) (
 // pkMatch is a WHERE clause matching exactly these rows by primary key. An OR of equalities
 // (rather than a row-value IN list) is planned as index lookups by both SQLite and PostgreSQL,
 // which keeps PostgreSQL's serializable read locks on these rows instead of the whole table.
-func pkMatch(rows []sweepRow) (string, []any) {
+func pkMatch(rows []fullStateRow) (string, []any) {
 	var b strings.Builder
 	args := make([]any, 0, 4*len(rows))
 	for i, r := range rows {
@@ -238,7 +227,7 @@ func pkMatch(rows []sweepRow) (string, []any) {
 }
 
 // sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before.
-func sweepable(d definitionLookup, r sweepRow, now int64) bool {
+func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
 	if !d.ok {
 		return r.TS <= now-InlineStateTTL.Milliseconds()
 	}
@@ -248,27 +237,14 @@ func sweepable(d definitionLookup, r sweepRow, now int64) bool {
 	}
 	p := def.shardParams()
 	origin := originOf(def, r.TenantID, r.Name, r.Key)
-	st := State{Value: r.Value, TS: r.TS, Exists: true}
-	if def.Kind == SlidingWindow {
-		st.Counters = parseCounters(r.Counters, def.Resolution, p.rate)
-	}
+	r.exists = true
+	st := r.state(def)
 	for _, t := range []int64{now - SweepClockGrace.Milliseconds(), now} {
 		if r.TS > t || !sameView(viewOf(p, st, t, origin), viewOf(p, State{}, t, origin)) {
 			return false
 		}
 	}
 	return true
-}
-
-func viewOf(p shardParams, st State, now, origin int64) shardView {
-	switch p.kind {
-	case TokenBucket:
-		return viewTokenBucket(p, st, now)
-	case FixedWindow:
-		return viewFixedWindow(p, st, now, origin)
-	default:
-		return viewSlidingWindow(p, st, now)
-	}
 }
 
 // sameView compares every field a decision reads.

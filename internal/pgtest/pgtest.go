@@ -86,7 +86,7 @@ func Start() (*Server, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	if s.Port, err = freePort(); err != nil {
+	if s.Port, err = FreePort(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -154,7 +154,8 @@ func unprivileged() (*syscall.Credential, error) {
 	return nil, errors.New("pgtest: running as root and no postgres/nobody user to run PostgreSQL as")
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
