@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 
@@ -21,15 +22,15 @@ func (s *Server) authenticate(c *gin.Context) {
 		return
 	}
 	secret = strings.TrimSpace(secret)
-	if kind, err := tenants.ParseKey(secret); err == nil && kind == tenants.KindPublishable {
-		// A valid publishable key is known but not allowed here: it can only fetch captcha challenges.
-		if _, err := s.auth.Authenticate(c.Request.Context(), secret, tenants.KindPublishable); err == nil {
-			writeProblem(c, s.log, errPublishableKey)
-			return
-		}
-	}
 	p, err := s.auth.Authenticate(c.Request.Context(), secret, tenants.KindSecret)
 	if err != nil {
+		// Only on the refusal path: a valid publishable key is known but not allowed here (it can
+		// only fetch captcha challenges), which deserves 403 rather than 401.
+		if errors.Is(err, tenants.ErrUnauthorized) {
+			if _, perr := s.auth.Authenticate(c.Request.Context(), secret, tenants.KindPublishable); perr == nil {
+				err = errPublishableKey
+			}
+		}
 		writeProblem(c, s.log, err)
 		return
 	}
