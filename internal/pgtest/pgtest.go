@@ -37,6 +37,15 @@ type Server struct {
 	bindir  string
 	cred    *syscall.Credential
 	logFile string
+	opts    Options
+}
+
+// Options tune a server. The zero value is what tests want: fsync and full-page writes off, since
+// a throwaway server has nothing to protect across a crash of the machine.
+type Options struct {
+	// Durable keeps PostgreSQL's default durability (fsync, full_page_writes), as a deployment
+	// runs it: the benchmark measures with it, so that commit costs what it costs in production.
+	Durable bool
 }
 
 // BinDir finds PostgreSQL's server programs: pg_config --bindir, then PATH, then Debian's layout.
@@ -58,9 +67,12 @@ func BinDir() (string, error) {
 	return "", errors.New("pgtest: PostgreSQL server programs not found (install postgresql, or set TEST_DATABASE_URL)")
 }
 
-// Start initialises and starts a new server. initdb refuses to run as root, so as root the
+// Start initialises and starts a new server with the test settings (Options{}).
+func Start() (*Server, error) { return StartWith(Options{}) }
+
+// StartWith initialises and starts a new server. initdb refuses to run as root, so as root the
 // server runs as the "postgres" user (or "nobody") in a directory it owns.
-func Start() (*Server, error) {
+func StartWith(o Options) (*Server, error) {
 	bindir, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -69,7 +81,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, bindir: bindir, logFile: filepath.Join(dir, "server.log")}
+	s := &Server{dir: dir, bindir: bindir, logFile: filepath.Join(dir, "server.log"), opts: o}
 	if os.Geteuid() == 0 {
 		cred, err := unprivileged()
 		if err != nil {
@@ -102,8 +114,11 @@ func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
 
 // Resume starts the server again after Pause, on the same port and data.
 func (s *Server) Resume() error {
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off "+
-		"-c full_page_writes=off -c max_connections=500 -c shared_buffers=128MB -c max_pred_locks_per_transaction=1024", s.Port, s.dir)
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 "+
+		"-c max_connections=500 -c shared_buffers=128MB -c max_pred_locks_per_transaction=1024", s.Port, s.dir)
+	if !s.opts.Durable {
+		opts += " -c fsync=off -c full_page_writes=off"
+	}
 	return s.run("pg_ctl", "-D", s.dataDir(), "-l", s.logFile, "-o", opts, "-w", "-t", "60", "start")
 }
 
