@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -161,7 +162,7 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 		s.tooMany(c, d)
 		return
 	}
-	c.JSON(http.StatusOK, toDecisionResponse(d))
+	writeDecisionJSON(c, toDecisionResponse(d))
 }
 
 func (s *Server) limitOne(c *gin.Context) { s.decideOne(c, true) }
@@ -207,7 +208,7 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 	for i, r := range b.Results {
 		out.Results[i] = toDecisionResponse(r)
 	}
-	c.JSON(http.StatusOK, out)
+	writeDecisionJSON(c, out)
 }
 
 func (s *Server) limitBatch(c *gin.Context) { s.decideBatch(c, true) }
@@ -244,14 +245,22 @@ func headerSeconds(ms float64) int64 {
 // setRateLimitHeaders writes the IETF draft headers (draft-ietf-httpapi-ratelimit-headers):
 // RateLimit-Policy: "name";q=<quota>;w=<window seconds> and RateLimit: "name";r=<remaining>;t=<seconds>.
 // t is the retryAfter when there is one, otherwise the time until the quota is whole again.
+// They are built with strconv (%q is strconv.Quote) and stored under their canonical keys directly:
+// this runs on every decision.
 func setRateLimitHeaders(c *gin.Context, ds []limiter.Decision) {
-	policies := make([]string, 0, len(ds))
-	limits := make([]string, 0, len(ds))
-	for _, d := range ds {
+	policy := make([]byte, 0, 48*len(ds))
+	limit := make([]byte, 0, 48*len(ds))
+	for i, d := range ds {
+		if i > 0 {
+			policy, limit = append(policy, ", "...), append(limit, ", "...)
+		}
 		def := d.Definition
-		w := int64(math.Ceil(float64(def.Period) / 1000))
-		policies = append(policies, fmt.Sprintf("%q;q=%d;w=%d", d.Name, int64(math.Floor(def.Max())), w))
-		remaining := int64(math.Floor(math.Max(d.Remaining, 0)))
+		policy = strconv.AppendQuote(policy, d.Name)
+		policy = append(policy, ";q="...)
+		policy = strconv.AppendInt(policy, int64(math.Floor(def.Max())), 10)
+		policy = append(policy, ";w="...)
+		policy = strconv.AppendInt(policy, int64(math.Ceil(float64(def.Period)/1000)), 10)
+
 		var t int64
 		if d.RetryAfter != nil {
 			t = headerSeconds(float64(*d.RetryAfter))
@@ -259,8 +268,13 @@ func setRateLimitHeaders(c *gin.Context, ds []limiter.Decision) {
 			missing := math.Max(def.Max()-d.Remaining, 0)
 			t = headerSeconds(missing * float64(def.Period) / def.Rate)
 		}
-		limits = append(limits, fmt.Sprintf("%q;r=%d;t=%d", d.Name, remaining, t))
+		limit = strconv.AppendQuote(limit, d.Name)
+		limit = append(limit, ";r="...)
+		limit = strconv.AppendInt(limit, int64(math.Floor(math.Max(d.Remaining, 0))), 10)
+		limit = append(limit, ";t="...)
+		limit = strconv.AppendInt(limit, t, 10)
 	}
-	c.Header("RateLimit-Policy", strings.Join(policies, ", "))
-	c.Header("RateLimit", strings.Join(limits, ", "))
+	h := c.Writer.Header()
+	h["Ratelimit-Policy"] = []string{string(policy)} // textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
+	h["Ratelimit"] = []string{string(limit)}
 }

@@ -44,6 +44,14 @@ func DecodeStrict(body []byte, dst any) error {
 	if !utf8.Valid(body) {
 		return badRequest("", "the request body is not valid UTF-8")
 	}
+	if d, ok := dst.(*DecisionBody); ok && decodeDecisionFast(body, d) {
+		return nil
+	}
+	return decodeReflect(body, dst)
+}
+
+// decodeReflect is the general strict decoder (encoding/json).
+func decodeReflect(body []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
