@@ -109,10 +109,13 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 		e.runGroup([]*job{j})
 		return nil
 	}
-	h := fnv.New32a()
-	first := j.reqs[0]
-	_, _ = h.Write([]byte(strconv.FormatInt(j.tenantID, 10) + "\x00" + first.Name + "\x00" + first.Key))
-	q := e.pipe.queues[int(h.Sum32()%uint32(len(e.pipe.queues)))]
+	q := e.pipe.queues[0]
+	if n := len(e.pipe.queues); n > 1 {
+		h := fnv.New32a()
+		first := j.reqs[0]
+		_, _ = h.Write([]byte(strconv.FormatInt(j.tenantID, 10) + "\x00" + first.Name + "\x00" + first.Key))
+		q = e.pipe.queues[int(h.Sum32()%uint32(n))]
+	}
 	select {
 	case q <- j:
 		e.closeMu.RUnlock()
