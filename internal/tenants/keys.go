@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"hash"
 	"errors"
 	"fmt"
 	"strings"
@@ -163,9 +164,16 @@ func keyHint(secret string) string {
 // hashKey is what the database stores instead of the secret: HMAC-SHA256 under the server
 // pepper, so that a stolen database alone cannot even confirm a guessed key.
 func (s *Service) hashKey(secret string) string {
-	m := hmac.New(sha256.New, s.pepper)
+	m, _ := s.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, s.pepper)
+	}
+	m.Reset()
 	m.Write([]byte(secret))
-	return hex.EncodeToString(m.Sum(nil))
+	var sum [sha256.Size]byte
+	out := hex.EncodeToString(m.Sum(sum[:0]))
+	s.macs.Put(m)
+	return out
 }
 
 func keyFromRow(r apiKeyRow) APIKey {

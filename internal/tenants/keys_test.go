@@ -337,3 +337,15 @@ func TestFlushKeepsUsesWhenTheDatabaseFails(t *testing.T) {
 		}
 	}, WithFlushInterval(time.Hour))
 }
+
+// hashKey reuses pooled HMAC states; every result must still be HMAC-SHA256(pepper, secret).
+func TestHashKeyIsHMACOfThePepper(t *testing.T) {
+	s := &Service{pepper: []byte("pepper")}
+	for _, secret := range []string{"sk_live_a", "sk_live_b", "", "sk_live_a", strings.Repeat("x", 300)} {
+		m := hmac.New(sha256.New, []byte("pepper"))
+		m.Write([]byte(secret))
+		if got, want := s.hashKey(secret), hex.EncodeToString(m.Sum(nil)); got != want {
+			t.Fatalf("hashKey(%q) = %s, want %s", secret, got, want)
+		}
+	}
+}

@@ -41,6 +41,7 @@ const DefaultFlushInterval = 10 * time.Second
 type Service struct {
 	db     *db.DB
 	pepper []byte
+	macs   sync.Pool // HMAC-SHA256 keyed with pepper: Reset reuses the keyed state, New re-derives it
 	now    func() time.Time
 
 	flushInterval time.Duration
