@@ -3,7 +3,7 @@
 GO       ?= go
 TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
 
-.PHONY: run build test test-short bench generate generate-check lint fmt vendor-htmx vendor-altcha
+.PHONY: run build test test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
 	$(GO) run ./cmd/app serve
@@ -18,8 +18,19 @@ test:
 test-short:
 	$(GO) run ./internal/pgtest/withpg -- $(GO) test -count=1 -short ./...
 
+# Flags go through BENCH_FLAGS, e.g. make bench BENCH_FLAGS="-fsync=false -only random-32".
 bench:
-	$(GO) run ./cmd/bench
+	$(GO) run ./cmd/bench $(BENCH_FLAGS)
+
+# Runs every fuzz target for FUZZTIME each (make test runs their seed corpora only).
+FUZZTIME ?= 30s
+fuzz:
+	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd); do \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/p' $$f); do \
+			echo "== $$t ($$(dirname $$f))"; \
+			$(GO) test ./$$(dirname $$f) -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
+		done; \
+	done
 
 generate:
 	$(TEMPL) generate

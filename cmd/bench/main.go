@@ -35,8 +35,9 @@ func main() {
 	only := flag.String("only", "", "comma-separated scenario names to run (default all)")
 	skipPgbench := flag.Bool("skip-pgbench", false, "skip the pgbench ceiling (for quick profiling runs)")
 	fsync := flag.Bool("fsync", true, "run PostgreSQL durably, as deployed (false: fsync and full_page_writes off, as in make test)")
+	pairs := flag.Int("pairs", 3, "pgbench random / random-32 pairs run back to back at the end (0: none)")
 	flag.Parse()
-	if err := bench(*duration, *runs, *out, *only, *skipPgbench, *fsync); err != nil {
+	if err := bench(*duration, *runs, *out, *only, *skipPgbench, *fsync, *pairs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -69,9 +70,23 @@ type Report struct {
 	PgbenchHot      float64  `json:"pgbenchHotTPS"`
 	Results         []Result `json:"results"`
 	ServerPeakRSSMB float64  `json:"serverPeakRssMB"`
+	// Pairs are pgbench's random ceiling and random-32 measured back to back, each pair within
+	// seconds, so that the VM's drift over the whole run cannot bias their ratio.
+	Pairs           []Pair  `json:"pairs,omitempty"`
+	PairRatioMedian float64 `json:"pairRatioMedian,omitempty"`
 }
 
-func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, fsync bool) error {
+// Pair is one back-to-back measurement of the pgbench random ceiling and random-32.
+type Pair struct {
+	PgbenchTPS float64 `json:"pgbenchRandomTPS"`
+	PerSecond  float64 `json:"random32PerSecond"`
+	Ratio      float64 `json:"ratio"`
+	// Errors (5xx included) and over-admission of the random-32 run, as in the table.
+	Errors       int64 `json:"errors"`
+	OverAdmitted bool  `json:"overAdmitted"`
+}
+
+func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, fsync bool, pairs int) error {
 	want := map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -168,6 +183,11 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 		}
 		report.Results = append(report.Results, res)
 	}
+	if !skipPgbench && selected("random-32") {
+		if err := measurePairs(&report, srv, dbURL, pg, pairs, duration); err != nil {
+			return err
+		}
+	}
 	report.ServerPeakRSSMB = max(pg.peakRSSMB(), sqlite.peakRSSMB())
 	printTable(os.Stdout, report)
 	if err := os.MkdirAll(filepath.Dir(outPath), 0o755); err != nil {
@@ -206,6 +226,39 @@ func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// measurePairs runs pgbench's random ceiling and random-32 back to back, pairs times. On a shared
+// VM throughput drifts by tens of percent over minutes; a ratio of figures taken seconds apart is
+// much less exposed to that drift than the ceiling measured once at the start.
+func measurePairs(report *Report, srv *pgtest.Server, dbURL string, pg *sluice, pairs int, duration time.Duration) error {
+	var sc scenario
+	for _, s := range scenarios() {
+		if s.name == "random-32" {
+			sc = s
+		}
+	}
+	var ratios []float64
+	for i := range pairs {
+		tps, err := pgbench(srv, dbURL, false, duration)
+		if err != nil {
+			return err
+		}
+		if err := psql(dbURL, "DROP TABLE IF EXISTS rmw; CHECKPOINT;"); err != nil {
+			return err
+		}
+		rr, err := runScenario(pg, sc, fmt.Sprintf("pair_%d", i), duration)
+		if err != nil {
+			return fmt.Errorf("pair %d: %w", i, err)
+		}
+		p := Pair{PgbenchTPS: tps, PerSecond: rr.PerSecond, Ratio: rr.PerSecond / tps, Errors: rr.Errors + rr.Status5xx, OverAdmitted: rr.Over}
+		report.Pairs = append(report.Pairs, p)
+		ratios = append(ratios, p.Ratio)
+		fmt.Fprintf(os.Stderr, "bench: pair %d: pgbench random %.0f TPS, random-32 %.0f/s: %.2f× (errors %d, over-admitted %v)\n",
+			i+1, p.PgbenchTPS, p.PerSecond, p.Ratio, p.Errors, p.OverAdmitted)
+	}
+	report.PairRatioMedian = median(ratios)
+	return nil
 }
 
 // pgbench measures one serializable read-modify-write of one row per transaction at 32 clients:
@@ -374,6 +427,17 @@ func printTable(w io.Writer, r Report) {
 			bound += " OVER"
 		}
 		fmt.Fprintf(w, "| %-14s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup)
+	}
+	if len(r.Pairs) > 0 {
+		fmt.Fprintf(w, "\nback-to-back pairs, random-32 / pgbench random:")
+		for _, p := range r.Pairs {
+			fmt.Fprintf(w, " %.0f/%.0f = %.2f×", p.PerSecond, p.PgbenchTPS, p.Ratio)
+			if p.Errors > 0 || p.OverAdmitted {
+				fmt.Fprintf(w, " (errors %d, OVER %v)", p.Errors, p.OverAdmitted)
+			}
+			fmt.Fprint(w, ";")
+		}
+		fmt.Fprintf(w, " median %.2f×\n", r.PairRatioMedian)
 	}
 	fmt.Fprintf(w, "\nserver peak RSS: %.0f MB\n", r.ServerPeakRSSMB)
 }
