@@ -23,6 +23,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the test's own lock
 
+	"github.com/sluice-dev/sluice/internal/invariant"
 	"github.com/sluice-dev/sluice/internal/pgtest"
 )
 
@@ -454,7 +455,7 @@ func testCrash(t *testing.T, bin string) {
 	<-done
 
 	var knownFW, unknownFW, survivorAfter, survivorErrors int
-	tbAdmitted := map[string][]span{}
+	tbAdmitted := map[string][]invariant.Span{}
 	for _, o := range results {
 		switch {
 		case o.name == "fw" && o.status == 200 && o.ok:
@@ -462,7 +463,7 @@ func testCrash(t *testing.T, bin string) {
 		case o.name == "fw" && o.status == 0 && o.instance == 0:
 			unknownFW++ // sent to the instance that was killed: it may have committed before dying
 		case o.name == "tb" && o.status == 200 && o.ok:
-			tbAdmitted[o.key] = append(tbAdmitted[o.key], span{o.sent, o.answered})
+			tbAdmitted[o.key] = append(tbAdmitted[o.key], invariant.Span{Sent: o.sent, Answered: o.answered})
 		}
 		if o.instance == 1 && (o.status == 0 || o.status >= 500) {
 			survivorErrors++
@@ -479,7 +480,9 @@ func testCrash(t *testing.T, bin string) {
 		t.Errorf("fixed window: %d consumed by the database, %d acknowledged, %d unknown (in flight at the kill)", consumed, knownFW, unknownFW)
 	}
 	for _, adm := range tbAdmitted {
-		checkBucketBound(t, adm, 20, 100)
+		if err := invariant.TokenBucket(adm, 20, 100); err != nil {
+			t.Error(err)
+		}
 	}
 	if survivorAfter == 0 || survivorErrors > 0 {
 		t.Errorf("survivor: %d answers after the kill, %d errors", survivorAfter, survivorErrors)
@@ -504,32 +507,6 @@ func testCrash(t *testing.T, bin string) {
 }
 
 // span is when a request was sent and when its answer came: the decision happened in between.
-type span struct{ sent, answered time.Time }
-
-// checkBucketBound checks the token bucket invariant over every interval: the admissions known to
-// lie within [sent_i, answered_j] number at most capacity + rate/s * (answered_j - sent_i), plus
-// a token for the engine's millisecond clock.
-func checkBucketBound(t *testing.T, adm []span, capacity, ratePerSecond float64) {
-	t.Helper()
-	for _, first := range adm {
-		for _, last := range adm {
-			if last.answered.Before(first.sent) {
-				continue
-			}
-			n := 0
-			for _, a := range adm {
-				if !a.sent.Before(first.sent) && !a.answered.After(last.answered) {
-					n++
-				}
-			}
-			if bound := capacity + ratePerSecond*last.answered.Sub(first.sent).Seconds() + 1; float64(n) > bound {
-				t.Errorf("%d admissions within %v, bound %.2f", n, last.answered.Sub(first.sent), bound)
-				return
-			}
-		}
-	}
-}
-
 func testSQLiteCrash(t *testing.T, bin string) {
 	env := appEnv("sqlite:" + filepath.Join(t.TempDir(), "sluice.db"))
 	app := startApp(t, bin, env)

@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/metrics"
-	usagestats "github.com/sluice-dev/sluice/internal/usage"
 )
 
 // Operations wiring: metrics, the decision hook fan-out and the background sweeper. serve calls
@@ -133,18 +132,13 @@ func (o *ops) startSweeper(ctx context.Context, e *limiter.Engine) (stop func())
 	}
 }
 
-// sweepOnce runs one sweep of every table; failures are logged and counted, and the next tick
-// tries again (a sweep is idempotent).
+// sweepOnce runs one sweep of limit_state; failures are logged and counted, and the next tick
+// tries again (a sweep is idempotent). captcha_used and usage_stats are pruned by the packages
+// that own them: the captcha store's sweep and the usage flush.
 func (o *ops) sweepOnce(ctx context.Context, e *limiter.Engine) {
 	start := time.Now()
 	n, err := e.SweepPaced(ctx, o.cfg.SweepBatch, sweepDutyCycle)
 	o.metrics.Swept("limit_state", n)
-	if err == nil {
-		var c, u int
-		c, u, err = e.SweepExpired(ctx, o.cfg.SweepBatch, usagestats.Retention)
-		o.metrics.Swept("captcha_used", c)
-		o.metrics.Swept("usage_stats", u)
-	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return // shutting down

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/invariant"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -373,7 +374,7 @@ func TestSweepUnderConcurrentDecisionsNeverOverAdmits(t *testing.T) {
 		began := time.Now()
 		deadline := began.Add(run)
 		var mu sync.Mutex
-		var admitted [keys][]span
+		var admitted [keys][]invariant.Span
 		var sweeps, deleted atomic.Int64
 		var wg sync.WaitGroup
 		for g := range 8 {
@@ -387,7 +388,7 @@ func TestSweepUnderConcurrentDecisionsNeverOverAdmits(t *testing.T) {
 					got, err := e.Limit(ctx, tenant, limiter.Request{Name: "hot", Key: fmt.Sprint("k", key), Count: 1})
 					if err == nil && got.OK {
 						mu.Lock()
-						admitted[key] = append(admitted[key], span{now, time.Now()})
+						admitted[key] = append(admitted[key], invariant.Span{Sent: now, Answered: time.Now()})
 						mu.Unlock()
 					}
 				}
@@ -408,7 +409,9 @@ func TestSweepUnderConcurrentDecisionsNeverOverAdmits(t *testing.T) {
 		elapsed := time.Since(began)
 		total := 0
 		for k := range admitted {
-			checkBucketBound(t, admitted[k], 5, 100)
+			if err := invariant.TokenBucket(admitted[k], 5, 100); err != nil {
+				t.Fatal(err)
+			}
 			total += len(admitted[k])
 		}
 		if deleted.Load() == 0 {
@@ -420,58 +423,3 @@ func TestSweepUnderConcurrentDecisionsNeverOverAdmits(t *testing.T) {
 }
 
 // span is when a request was sent and when its answer came: the decision happened in between.
-type span struct{ sent, answered time.Time }
-
-// checkBucketBound checks the token bucket invariant over every interval: the admissions known to
-// lie within [sent_i, answered_j] number at most capacity + rate/s * (answered_j - sent_i), plus
-// a token for the engine's millisecond clock.
-func checkBucketBound(t *testing.T, adm []span, capacity, ratePerSecond float64) {
-	t.Helper()
-	for _, first := range adm {
-		for _, last := range adm {
-			if last.answered.Before(first.sent) {
-				continue
-			}
-			n := 0
-			for _, a := range adm {
-				if !a.sent.Before(first.sent) && !a.answered.After(last.answered) {
-					n++
-				}
-			}
-			if bound := capacity + ratePerSecond*last.answered.Sub(first.sent).Seconds() + 1; float64(n) > bound {
-				t.Fatalf("%d admissions within %v, bound %.2f", n, last.answered.Sub(first.sent), bound)
-			}
-		}
-	}
-}
-
-// TestSweepExpiredDeletesOldCaptchaReplaysAndUsageRows works by table: expired captcha_used rows
-// and usage rows beyond the retention go, the rest stay.
-func TestSweepExpiredDeletesOldCaptchaReplaysAndUsageRows(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
-		ctx := context.Background()
-		now := time.UnixMilli(1_700_000_000_000)
-		e := limiter.NewEngine(d, limiter.Options{Now: func() time.Time { return now }})
-		for i := range 25 {
-			exp := now.Add(time.Duration(i-20) * time.Minute).UTC().Truncate(time.Microsecond) // 20 expired, 5 live
-			if err := d.Gorm.Exec(`INSERT INTO captcha_used (tenant_id, challenge, expires_at) VALUES (?, ?, ?)`, 1, fmt.Sprint("c", i), exp).Error; err != nil {
-				t.Fatal(err)
-			}
-			bucket := now.Add(-7 * 24 * time.Hour).Add(time.Duration(i-20) * time.Minute).UnixMilli() // 20 older than 7 days
-			if err := d.Gorm.Exec(`INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused) VALUES (?, ?, ?, 1, 0)`, 1, "n", bucket).Error; err != nil {
-				t.Fatal(err)
-			}
-		}
-		c, u, err := e.SweepExpired(ctx, 7, 7*24*time.Hour)
-		if err != nil || c != 20 || u != 20 {
-			t.Fatalf("SweepExpired = %d captcha, %d usage, %v; want 20, 20", c, u, err)
-		}
-		var left int64
-		if err := d.Gorm.Raw(`SELECT COUNT(*) FROM captcha_used`).Scan(&left).Error; err != nil || left != 5 {
-			t.Fatalf("captcha_used rows left: %d, %v", left, err)
-		}
-		if err := d.Gorm.Raw(`SELECT COUNT(*) FROM usage_stats`).Scan(&left).Error; err != nil || left != 5 {
-			t.Fatalf("usage_stats rows left: %d, %v", left, err)
-		}
-	})
-}

@@ -193,3 +193,32 @@ func TestSeriesBucketsStoredAndPendingCounts(t *testing.T) {
 		}
 	})
 }
+
+// The flusher owns pruning: rows whose bucket started more than Retention ago go, the rest stay,
+// even when there is nothing new to write.
+func TestFlushPrunesRowsPastRetention(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		now := c.Now()
+		for i := range 25 {
+			bucket := now.Add(-usage.Retention).Add(time.Duration(i-20) * time.Minute).UnixMilli() // 20 past retention
+			if err := d.Gorm.Exec(`INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused) VALUES (?, ?, ?, 1, 0)`, 1, "n", bucket).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
+		defer a.Close()
+		if err := a.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got := rows(t, d)
+		if len(got) != 5 {
+			t.Fatalf("%d rows left, want the 5 within retention: %+v", len(got), got)
+		}
+		for _, r := range got {
+			if r.BucketStart < now.Add(-usage.Retention).UnixMilli() {
+				t.Fatalf("row past retention kept: %+v", r)
+			}
+		}
+	})
+}
