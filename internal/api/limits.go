@@ -16,6 +16,16 @@ func limitName(c *gin.Context) (string, bool) {
 	return name, limiter.ValidName(name)
 }
 
+// existingLimitName is limitName for the routes on a limit that must already exist: an impossible
+// name cannot name one, so the answer is 404 not_found (written here), not a 400.
+func (s *Server) existingLimitName(c *gin.Context) (string, bool) {
+	name, ok := limitName(c)
+	if !ok {
+		writeProblem(c, s.log, limiter.ErrLimitNotFound)
+	}
+	return name, ok
+}
+
 func (s *Server) actor(c *gin.Context) string { return "key:" + tenantOf(c).KeyID }
 
 func (s *Server) recordAudit(c *gin.Context, action, target, detail string) {
@@ -73,9 +83,8 @@ func (s *Server) listDefinitions(c *gin.Context) {
 }
 
 func (s *Server) getDefinition(c *gin.Context) {
-	name, ok := limitName(c)
+	name, ok := s.existingLimitName(c)
 	if !ok {
-		writeProblem(c, s.log, limiter.ErrLimitNotFound)
 		return
 	}
 	d, err := s.engine.GetDefinition(c.Request.Context(), tenantOf(c).TenantID, name)
@@ -87,9 +96,8 @@ func (s *Server) getDefinition(c *gin.Context) {
 }
 
 func (s *Server) deleteDefinition(c *gin.Context) {
-	name, ok := limitName(c)
+	name, ok := s.existingLimitName(c)
 	if !ok {
-		writeProblem(c, s.log, limiter.ErrLimitNotFound)
 		return
 	}
 	if err := s.engine.DeleteDefinition(c.Request.Context(), tenantOf(c).TenantID, name); err != nil {
@@ -101,9 +109,8 @@ func (s *Server) deleteDefinition(c *gin.Context) {
 }
 
 func (s *Server) reset(c *gin.Context) {
-	name, ok := limitName(c)
+	name, ok := s.existingLimitName(c)
 	if !ok {
-		writeProblem(c, s.log, limiter.ErrLimitNotFound)
 		return
 	}
 	var body ResetBody
@@ -135,9 +142,8 @@ func (s *Server) reset(c *gin.Context) {
 }
 
 func (s *Server) value(c *gin.Context) {
-	name, ok := limitName(c)
+	name, ok := s.existingLimitName(c)
 	if !ok {
-		writeProblem(c, s.log, limiter.ErrLimitNotFound)
 		return
 	}
 	key, present := c.GetQuery("key")
