@@ -23,8 +23,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the test's own lock
 
-	"github.com/sluice-dev/sluice/internal/invariant"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // Operations tests: they run Sluice the way an operator (or docker compose) does — the real
@@ -277,9 +276,9 @@ func hammer(c *client, workers int, stop <-chan struct{}, pick func(worker, i in
 }
 
 // dedicatedPostgres starts a PostgreSQL server of the test's own (one it may pause).
-func dedicatedPostgres(t *testing.T) *pgtest.Server {
+func dedicatedPostgres(t *testing.T) *testkit.Server {
 	t.Helper()
-	srv, err := pgtest.Start()
+	srv, err := testkit.Start()
 	if err != nil {
 		t.Skipf("PostgreSQL not available: %v", err)
 	}
@@ -455,7 +454,7 @@ func testCrash(t *testing.T, bin string) {
 	<-done
 
 	var knownFW, unknownFW, survivorAfter, survivorErrors int
-	tbAdmitted := map[string][]invariant.Span{}
+	tbAdmitted := map[string][]testkit.Span{}
 	for _, o := range results {
 		switch {
 		case o.name == "fw" && o.status == 200 && o.ok:
@@ -463,7 +462,7 @@ func testCrash(t *testing.T, bin string) {
 		case o.name == "fw" && o.status == 0 && o.instance == 0:
 			unknownFW++ // sent to the instance that was killed: it may have committed before dying
 		case o.name == "tb" && o.status == 200 && o.ok:
-			tbAdmitted[o.key] = append(tbAdmitted[o.key], invariant.Span{Sent: o.sent, Answered: o.answered})
+			tbAdmitted[o.key] = append(tbAdmitted[o.key], testkit.Span{Sent: o.sent, Answered: o.answered})
 		}
 		if o.instance == 1 && (o.status == 0 || o.status >= 500) {
 			survivorErrors++
@@ -480,7 +479,7 @@ func testCrash(t *testing.T, bin string) {
 		t.Errorf("fixed window: %d consumed by the database, %d acknowledged, %d unknown (in flight at the kill)", consumed, knownFW, unknownFW)
 	}
 	for _, adm := range tbAdmitted {
-		if err := invariant.TokenBucket(adm, 20, 100); err != nil {
+		if err := testkit.TokenBucket(adm, 20, 100); err != nil {
 			t.Error(err)
 		}
 	}
@@ -777,8 +776,8 @@ func TestMetricsShowDecisionsLatencyAndRetries(t *testing.T) {
 // postgresForTest is a fresh database on the shared test server, or on a dedicated one.
 func postgresForTest(t *testing.T) string {
 	t.Helper()
-	if os.Getenv(pgtest.EnvURL) != "" {
-		return pgtest.NewDatabase(t)
+	if os.Getenv(testkit.EnvURL) != "" {
+		return testkit.NewDatabase(t)
 	}
 	return dedicatedPostgres(t).URL
 }

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // exampleWalkthrough is the block format README.md follows (see walkthroughBlock). It is run by
@@ -132,7 +132,7 @@ func buildApp(t *testing.T, dir string) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	port, err := pgtest.FreePort()
+	port, err := testkit.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 func main() {
@@ -109,12 +109,12 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 
 	// Durable by default: both pgbench and Sluice pay for their commits as they would in
 	// production (the reference ceiling is also a durable one).
-	srv, err := pgtest.StartWith(pgtest.Options{Durable: fsync})
+	srv, err := testkit.StartWith(testkit.Options{Durable: fsync})
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
-	dbURL, err := pgtest.CreateDatabase(srv.URL)
+	dbURL, err := testkit.CreateDatabase(srv.URL)
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func median(v []float64) float64 {
 // measurePairs runs pgbench's random ceiling and random-32 back to back, pairs times. On a shared
 // VM throughput drifts by tens of percent over minutes; a ratio of figures taken seconds apart is
 // much less exposed to that drift than the ceiling measured once at the start.
-func measurePairs(report *Report, srv *pgtest.Server, dbURL string, pg *sluice, pairs int, duration time.Duration) error {
+func measurePairs(report *Report, srv *testkit.Server, dbURL string, pg *sluice, pairs int, duration time.Duration) error {
 	var sc scenario
 	for _, s := range scenarios() {
 		if s.name == "random-32" {
@@ -264,8 +264,8 @@ func measurePairs(report *Report, srv *pgtest.Server, dbURL string, pg *sluice, 
 
 // pgbench measures one serializable read-modify-write of one row per transaction at 32 clients:
 // a random row of 100,000, or one hot row (serialization failures retried up to 1000 times).
-func pgbench(srv *pgtest.Server, dbURL string, hot bool, duration time.Duration) (float64, error) {
-	bindir, err := pgtest.BinDir()
+func pgbench(srv *testkit.Server, dbURL string, hot bool, duration time.Duration) (float64, error) {
+	bindir, err := testkit.BinDir()
 	if err != nil {
 		return 0, err
 	}
@@ -316,7 +316,7 @@ type sluice struct {
 }
 
 func startSluice(bin, work, dbURL string) (*sluice, error) {
-	port, err := pgtest.FreePort()
+	port, err := testkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -461,7 +461,7 @@ func (s *sluice) scrapeCounter(name string) float64 {
 }
 
 func psql(dbURL, sql string) error {
-	bindir, err := pgtest.BinDir()
+	bindir, err := testkit.BinDir()
 	if err != nil {
 		return err
 	}

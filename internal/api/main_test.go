@@ -20,8 +20,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/pgtest"
 	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
 		os.Exit(m.Run())
 	}
-	pgtest.Main(m)
+	testkit.Main(m)
 }
 
 var testPepper = []byte("api-test-pepper-0123456789abcdef")
@@ -117,7 +117,7 @@ func eachFullDB(t *testing.T, fn func(t *testing.T, h *harness)) {
 			t.Parallel()
 			url := sqliteURL(t)
 			if dialect == "postgres" {
-				url = pgtest.NewDatabase(t)
+				url = testkit.NewDatabase(t)
 			}
 			fn(t, newFullHarness(t, url))
 		})
@@ -135,7 +135,7 @@ func eachDB(t *testing.T, fn func(t *testing.T, h *harness)) {
 			if dialect == "sqlite" {
 				url = sqliteURL(t)
 			} else {
-				url = pgtest.NewDatabase(t)
+				url = testkit.NewDatabase(t)
 			}
 			fn(t, newHarness(t, url))
 		})

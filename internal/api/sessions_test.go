@@ -25,8 +25,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/captcha"
 	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/pgtest"
 	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // testClock is the captcha's clock (issuer, store and signer): real time plus an offset that a
@@ -98,7 +98,7 @@ func eachSessionDB(t *testing.T, tune func(*api.SessionsDeps), fn func(t *testin
 			t.Parallel()
 			url := sqliteURL(t)
 			if dialect == "postgres" {
-				url = pgtest.NewDatabase(t)
+				url = testkit.NewDatabase(t)
 			}
 			fn(t, newSessionHarness(t, url, tune))
 		})
@@ -620,7 +620,7 @@ func BenchmarkSessionAuthorizeOverHTTP(b *testing.B) {
 		b.Run(dialect, func(b *testing.B) {
 			url := sqliteURL(b)
 			if dialect == "postgres" {
-				url = pgtest.NewDatabase(b)
+				url = testkit.NewDatabase(b)
 			}
 			h := newSessionHarness(b, url, func(d *api.SessionsDeps) { d.ChallengeIPLimit, d.ChallengeKeyLimit = &roomy, &roomy })
 			a := h.newCaptchaTenant(b, "acme")

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
 		os.Exit(m.Run())
 	}
-	pgtest.Main(m)
+	testkit.Main(m)
 }
 
 // clock is a settable fake clock, so expiry is tested without sleeping.
@@ -61,7 +61,7 @@ func dialects(t *testing.T, fn func(t *testing.T, d *db.DB)) {
 		t.Run(name, func(t *testing.T) {
 			url := "sqlite:" + t.TempDir() + "/x.db"
 			if name == "postgres" {
-				url = pgtest.NewDatabase(t)
+				url = testkit.NewDatabase(t)
 			}
 			ctx := context.Background()
 			d, err := db.Open(ctx, url, db.Options{})

@@ -11,19 +11,18 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/dbtest"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
-func open(t *testing.T, url string) *db.DB { return dbtest.OpenURL(t, url) }
+func open(t *testing.T, url string) *db.DB { return testkit.OpenURL(t, url) }
 
 // TestSerializableRetriesConflictsUntilEveryIncrementLands runs concurrent read-modify-write
 // transactions on one row: serialization failures (PostgreSQL) and busy errors (SQLite) must be
 // retried until every increment has been applied exactly once.
 func TestSerializableRetriesConflictsUntilEveryIncrementLands(t *testing.T) {
-	for name, url := range map[string]string{"sqlite": "sqlite:" + t.TempDir() + "/x.db", "postgres": pgtest.NewDatabase(t)} {
+	for name, url := range map[string]string{"sqlite": "sqlite:" + t.TempDir() + "/x.db", "postgres": testkit.NewDatabase(t)} {
 		t.Run(name, func(t *testing.T) {
 			d := open(t, url)
 			ctx := context.Background()
@@ -92,7 +91,7 @@ func TestErrorsOfTheCallbackAreNotRetried(t *testing.T) {
 }
 
 func TestGoneDatabaseFailsClosedWithinTheBudget(t *testing.T) {
-	srv, err := pgtest.Start()
+	srv, err := testkit.Start()
 	if err != nil {
 		t.Fatal(err)
 	}

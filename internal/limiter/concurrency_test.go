@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // hammerDuration is how long the concurrency test runs; SLUICE_HAMMER_SECONDS overrides it.
@@ -29,7 +29,7 @@ func hammerDuration() time.Duration {
 // app processes would have) and 40 goroutines against one PostgreSQL database, hammering an
 // unsharded key, a key with 10 shards and a two-limit batch, in real time.
 func TestConcurrentInstancesNeverOverAdmit(t *testing.T) {
-	url := pgtest.NewDatabase(t)
+	url := testkit.NewDatabase(t)
 	ctx := context.Background()
 	var engines []*limiter.Engine
 	var dbs []*db.DB

@@ -8,12 +8,11 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/dbtest"
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 func ptr[T any](v T) *T { return &v }
 
@@ -27,10 +26,10 @@ func newClock(start int64) *fakeClock      { c := &fakeClock{}; c.Set(start); re
 func (c *fakeClock) opts() limiter.Options { return limiter.Options{Now: c.Now} }
 
 // openDB opens and migrates a fresh database of the given dialect for one test.
-func openDB(t *testing.T, dialect db.Dialect) *db.DB { return dbtest.Open(t, dialect) }
+func openDB(t *testing.T, dialect db.Dialect) *db.DB { return testkit.Open(t, dialect) }
 
 // bothDatabases runs a test against SQLite and PostgreSQL.
-func bothDatabases(t *testing.T, fn func(t *testing.T, d *db.DB)) { dbtest.Each(t, fn) }
+func bothDatabases(t *testing.T, fn func(t *testing.T, d *db.DB)) { testkit.Each(t, fn) }
 
 const tenant = int64(1)
 
@@ -261,7 +260,7 @@ func TestEngineSlidingWindowWorkedExample(t *testing.T) {
 }
 
 func TestEngineFailsClosedWhenTheDatabaseIsGone(t *testing.T) {
-	srv, err := pgtest.Start()
+	srv, err := testkit.Start()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/dbtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
-func groupTestDB(t *testing.T, dialect db.Dialect) *db.DB { return dbtest.Open(t, dialect) }
+func groupTestDB(t *testing.T, dialect db.Dialect) *db.DB { return testkit.Open(t, dialect) }
 
-func forEachDialect(t *testing.T, fn func(t *testing.T, d *db.DB)) { dbtest.Each(t, fn) }
+func forEachDialect(t *testing.T, fn func(t *testing.T, d *db.DB)) { testkit.Each(t, fn) }
 
 func newJob(tenantID int64, consume bool, reqs ...Request) *job {
 	return &job{tenantID: tenantID, reqs: reqs, consume: consume, picks: make([][]int, len(reqs)), done: make(chan struct{})}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/invariant"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // sweepDefs are the stored definitions the sweeper tests churn through: every kind, shards,
@@ -374,7 +374,7 @@ func TestSweepUnderConcurrentDecisionsNeverOverAdmits(t *testing.T) {
 		began := time.Now()
 		deadline := began.Add(run)
 		var mu sync.Mutex
-		var admitted [keys][]invariant.Span
+		var admitted [keys][]testkit.Span
 		var sweeps, deleted atomic.Int64
 		var wg sync.WaitGroup
 		for g := range 8 {
@@ -388,7 +388,7 @@ func TestSweepUnderConcurrentDecisionsNeverOverAdmits(t *testing.T) {
 					got, err := e.Limit(ctx, tenant, limiter.Request{Name: "hot", Key: fmt.Sprint("k", key), Count: 1})
 					if err == nil && got.OK {
 						mu.Lock()
-						admitted[key] = append(admitted[key], invariant.Span{Sent: now, Answered: time.Now()})
+						admitted[key] = append(admitted[key], testkit.Span{Sent: now, Answered: time.Now()})
 						mu.Unlock()
 					}
 				}
@@ -409,7 +409,7 @@ func TestSweepUnderConcurrentDecisionsNeverOverAdmits(t *testing.T) {
 		elapsed := time.Since(began)
 		total := 0
 		for k := range admitted {
-			if err := invariant.TokenBucket(admitted[k], 5, 100); err != nil {
+			if err := testkit.TokenBucket(admitted[k], 5, 100); err != nil {
 				t.Fatal(err)
 			}
 			total += len(admitted[k])

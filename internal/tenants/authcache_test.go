@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // secondInstance opens another Service on the same database, as a second app process would.
@@ -43,7 +43,7 @@ func waitRefused(t *testing.T, svc *Service, secret string, limit time.Duration)
 }
 
 func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
-	url := pgtest.NewDatabase(t)
+	url := testkit.NewDatabase(t)
 	a := newEnv(t, url, WithAuthCacheTTL(time.Hour)) // only NOTIFY can evict within the test
 	b := secondInstance(t, url, WithAuthCacheTTL(time.Hour))
 	tn, err := a.svc.CreateTenant(a.ctx, "acme")

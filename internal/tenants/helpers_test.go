@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 var testPepper = []byte("test-pepper-0123456789abcdef")
 
@@ -52,7 +52,7 @@ func eachDB(t *testing.T, fn func(t *testing.T, e *env), opts ...Option) {
 			if dialect == "sqlite" {
 				url = "sqlite:" + filepath.Join(t.TempDir(), "sluice.db")
 			} else {
-				url = pgtest.NewDatabase(t)
+				url = testkit.NewDatabase(t)
 			}
 			fn(t, newEnv(t, url, opts...))
 		})

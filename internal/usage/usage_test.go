@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/dbtest"
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 	"github.com/sluice-dev/sluice/internal/usage"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 type clock struct{ ms atomic.Int64 }
 
@@ -26,7 +25,7 @@ func newClock() *clock {
 	return c
 }
 
-func openDB(t *testing.T, dialect db.Dialect) *db.DB { return dbtest.Open(t, dialect) }
+func openDB(t *testing.T, dialect db.Dialect) *db.DB { return testkit.Open(t, dialect) }
 
 type row struct {
 	TenantID    int64

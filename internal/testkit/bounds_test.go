@@ -1,4 +1,4 @@
-package invariant
+package testkit
 
 import (
 	"testing"

@@ -1,6 +1,11 @@
-// Package dbtest opens real, freshly migrated databases for tests: a SQLite file in the test's
-// temporary directory, or a new database on the PostgreSQL server of TEST_DATABASE_URL.
-package dbtest
+// Package testkit is what tests (and the benchmark) share, and nothing else imports: real,
+// freshly migrated databases of every dialect (Each, Open), a throwaway PostgreSQL server
+// (Start, Main; the withpg command runs `make test` beside one), and the checks of DESIGN
+// §3.4's bounds over admission histories observed from outside the engine (TokenBucket).
+package testkit
+
+// This file opens real databases: a SQLite file in the test's temporary directory, or a new
+// database on the PostgreSQL server of TEST_DATABASE_URL.
 
 import (
 	"context"
@@ -8,14 +13,13 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/pgtest"
 )
 
 // URL returns the URL of a fresh, empty database of dialect for t, removed when t ends.
 func URL(t testing.TB, dialect db.Dialect) string {
 	t.Helper()
 	if dialect == db.Postgres {
-		return pgtest.NewDatabase(t)
+		return NewDatabase(t)
 	}
 	return "sqlite:" + filepath.Join(t.TempDir(), "sluice.db")
 }

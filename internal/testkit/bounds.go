@@ -1,7 +1,8 @@
-// Package invariant checks admission histories observed from outside the engine (by clients
-// that note when they sent a request and when its answer came) against the bounds of DESIGN
-// §3.4. Tests in several packages share it, so that each states the bound the same way.
-package invariant
+package testkit
+
+// This file checks admission histories observed from outside the engine (by clients that note
+// when they sent a request and when its answer came) against the bounds of DESIGN §3.4. Tests in
+// several packages share it, so that each states the bound the same way.
 
 import (
 	"fmt"

@@ -1,6 +1,7 @@
-// Package pgtest runs a throwaway PostgreSQL server for tests and benchmarks: initdb into a
+package testkit
+
+// This file runs a throwaway PostgreSQL server for tests and benchmarks: initdb into a
 // temporary directory, pg_ctl start on a free loopback port, and everything removed on Stop.
-package pgtest
 
 import (
 	"bytes"
@@ -64,7 +65,7 @@ func BinDir() (string, error) {
 	if len(matches) > 0 {
 		return filepath.Dir(matches[len(matches)-1]), nil
 	}
-	return "", errors.New("pgtest: PostgreSQL server programs not found (install postgresql, or set TEST_DATABASE_URL)")
+	return "", errors.New("testkit: PostgreSQL server programs not found (install postgresql, or set TEST_DATABASE_URL)")
 }
 
 // Start initialises and starts a new server with the test settings (Options{}).
@@ -143,7 +144,7 @@ func (s *Server) run(name string, args ...string) error {
 	}
 	if err := cmd.Run(); err != nil {
 		logTail, _ := os.ReadFile(s.logFile)
-		return fmt.Errorf("pgtest: %s: %w\n%s\n%s", name, err, out.String(), lastLines(string(logTail), 20))
+		return fmt.Errorf("testkit: %s: %w\n%s\n%s", name, err, out.String(), lastLines(string(logTail), 20))
 	}
 	return nil
 }
@@ -166,7 +167,7 @@ func unprivileged() (*syscall.Credential, error) {
 		gid, _ := strconv.Atoi(u.Gid)
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 	}
-	return nil, errors.New("pgtest: running as root and no postgres/nobody user to run PostgreSQL as")
+	return nil, errors.New("testkit: running as root and no postgres/nobody user to run PostgreSQL as")
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -202,7 +203,7 @@ func NewDatabase(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv(EnvURL)
 	if base == "" {
-		t.Fatalf("pgtest: %s is not set; call pgtest.Main from TestMain or run `make test`", EnvURL)
+		t.Fatalf("testkit: %s is not set; call testkit.Main from TestMain or run `make test`", EnvURL)
 	}
 	u, err := CreateDatabase(base)
 	if err != nil {
@@ -225,7 +226,7 @@ func CreateDatabase(base string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", fmt.Errorf("pgtest: create database: %w", err)
+		return "", fmt.Errorf("testkit: create database: %w", err)
 	}
 	u, err := url.Parse(base)
 	if err != nil {

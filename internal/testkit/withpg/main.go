@@ -1,7 +1,7 @@
 // Command withpg runs a command with TEST_DATABASE_URL pointing at PostgreSQL: the caller's
 // server when the variable is already set, otherwise a throwaway server started for the run.
 //
-//	go run ./internal/pgtest/withpg -- go test ./...
+//	go run ./internal/testkit/withpg -- go test ./...
 package main
 
 import (
@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluice-dev/sluice/internal/pgtest"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 func main() {
@@ -28,14 +28,14 @@ func main() {
 }
 
 func run(args []string) int {
-	if os.Getenv(pgtest.EnvURL) == "" {
-		srv, err := pgtest.Start()
+	if os.Getenv(testkit.EnvURL) == "" {
+		srv, err := testkit.Start()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		defer srv.Stop()
-		_ = os.Setenv(pgtest.EnvURL, srv.URL)
+		_ = os.Setenv(testkit.EnvURL, srv.URL)
 		fmt.Fprintf(os.Stderr, "withpg: throwaway PostgreSQL on port %d\n", srv.Port)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
