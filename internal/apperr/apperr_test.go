@@ -1,0 +1,66 @@
+package apperr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+)
+
+func TestCopiesStillMatchTheirSentinel(t *testing.T) {
+	sentinel := New(NotFound, "no such thing")
+	wrapped := fmt.Errorf("store: %w", sentinel.Wrap(errors.New("driver said no")).WithField("id"))
+	if !errors.Is(wrapped, sentinel) {
+		t.Fatal("a wrapped copy no longer matches its sentinel")
+	}
+	if errors.Is(wrapped, New(NotFound, "no such thing")) {
+		t.Fatal("a copy matches another sentinel of the same code")
+	}
+	got := From(wrapped)
+	if got.Field != "id" || got.Status() != http.StatusNotFound || got.Message != "no such thing" {
+		t.Fatalf("From = %+v", got)
+	}
+	if sentinel.Field != "" || sentinel.Err != nil {
+		t.Fatal("making a copy changed the sentinel")
+	}
+}
+
+func TestFromClassifiesForeignErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code Code
+	}{
+		{errors.New("boom"), Internal},
+		{context.DeadlineExceeded, Unavailable},
+		{fmt.Errorf("tx: %w", context.Canceled), Unavailable},
+		{Invalid("count", "count must be positive"), InvalidRequest},
+	} {
+		if got := From(tc.err); got.Code != tc.code {
+			t.Errorf("From(%v).Code = %s, want %s", tc.err, got.Code, tc.code)
+		}
+	}
+	if From(nil) != nil {
+		t.Fatal("From(nil) is not nil")
+	}
+	if msg := From(errors.New("password=hunter2")).Message; msg != "internal error" {
+		t.Fatalf("an internal error leaks its text: %q", msg)
+	}
+}
+
+func TestEveryCodeHasAStatusAndATitle(t *testing.T) {
+	for code, e := range codes {
+		if e.status < 400 || e.title == "" {
+			t.Errorf("%s: status %d title %q", code, e.status, e.title)
+		}
+	}
+	if Code("nope").Status() != http.StatusInternalServerError {
+		t.Fatal("an unknown code is not a 500")
+	}
+}
+
+func TestSentence(t *testing.T) {
+	if got := Invalid("name", "names are 1 to 128 characters").Sentence(); got != "Names are 1 to 128 characters." {
+		t.Fatalf("Sentence = %q", got)
+	}
+}
