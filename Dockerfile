@@ -10,7 +10,7 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/sluice ./cmd/app \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/sluice-dev/sluice/internal/app.Version=${VERSION}" -o /out/sluice ./cmd/app \
  && mkdir -p /out/var/lib/sluice
 
 # static-debian12 has CA certificates and tzdata, no shell, no package manager; :nonroot runs as

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
@@ -19,16 +20,16 @@ func adminCmd(ctx context.Context, cfg config.Config, group string, args []strin
 		return fmt.Errorf("%s: missing subcommand\n%s", group, usage)
 	}
 	sub, args := args[0], args[1:]
-	d, err := openDatabase(ctx, cfg, newLogger(cfg, io.Discard), false)
+	d, err := app.Open(ctx, cfg, app.NewLogger(cfg, io.Discard), false)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	keys, err := loadSecrets(ctx, cfg, d)
+	keys, err := app.LoadSecrets(ctx, cfg, d)
 	if err != nil {
 		return err
 	}
-	svc := tenants.NewService(d, keys.pepper, nil)
+	svc := tenants.NewService(d, keys.Pepper, nil)
 	defer svc.Close()
 	const actor = "cli"
 

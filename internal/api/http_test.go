@@ -405,7 +405,7 @@ func TestAuthenticationFailuresAre401(t *testing.T) {
 		}
 		for name, auth := range cases {
 			t.Run(name, func(t *testing.T) {
-				r := sendAuth(t, h.srv.URL, http.MethodGet, "/v1/limits/x", auth, nil)
+				r := sendAuth(t, h.url, http.MethodGet, "/v1/limits/x", auth, nil)
 				requireProblem(t, r, http.StatusUnauthorized, api.CodeUnauthorized)
 				if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
 					t.Fatalf("WWW-Authenticate = %q", r.header.Get("WWW-Authenticate"))
@@ -413,7 +413,7 @@ func TestAuthenticationFailuresAre401(t *testing.T) {
 			})
 		}
 		// the scheme is case-insensitive
-		requireJSON(t, sendAuth(t, h.srv.URL, http.MethodGet, "/v1/limits/x", "bearer "+a.key, nil), http.StatusOK)
+		requireJSON(t, sendAuth(t, h.url, http.MethodGet, "/v1/limits/x", "bearer "+a.key, nil), http.StatusOK)
 	})
 }
 

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,9 +14,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
@@ -34,16 +32,15 @@ func TestMain(m *testing.M) {
 	testkit.Main(m)
 }
 
-var testPepper = []byte("api-test-pepper-0123456789abcdef")
-
-// harness is the real service over one real database: the router of cmd/app/run.go behind an
-// httptest server.
+// harness is the real application (app.New and app.Run, as `app serve` runs them) over one real
+// database, listening on a loopback port.
 type harness struct {
+	app     *app.App
 	db      *db.DB
 	tenants *tenants.Service
 	engine  *limiter.Engine
 	router  *gin.Engine
-	srv     *httptest.Server
+	url     string // where the server answers
 }
 
 func sqliteURL(tb testing.TB) string {
@@ -51,95 +48,23 @@ func sqliteURL(tb testing.TB) string {
 	return "sqlite:" + filepath.Join(tb.TempDir(), "sluice.db")
 }
 
-// openDB opens and migrates url.
-func openDB(tb testing.TB, url string) *db.DB {
+// startApp runs the application on url with o and returns its harness.
+func startApp(tb testing.TB, url string, o app.Options) *harness {
 	tb.Helper()
-	ctx := context.Background()
-	d, err := db.Open(ctx, url, db.Options{})
-	if err != nil {
-		tb.Fatalf("open %s: %v", url, err)
-	}
-	tb.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		tb.Fatalf("migrate: %v", err)
-	}
-	return d
-}
-
-// newRouter wires the API exactly as cmd/app/run.go does (serve).
-func newRouter(tb testing.TB, d *db.DB) (*gin.Engine, *tenants.Service, *limiter.Engine) {
-	tb.Helper()
-	log := slog.New(slog.DiscardHandler)
-	tenantSvc := tenants.NewService(d, testPepper, nil)
-	tb.Cleanup(tenantSvc.Close)
-	engine := limiter.NewEngine(d, limiter.Options{})
-	tb.Cleanup(engine.Close)
-	apiSrv := api.New(api.Deps{Engine: engine, Auth: tenantSvc, Audit: tenantSvc, Logger: log})
-	router, err := httpserver.NewRouter(httpserver.Options{
-		Logger: log,
-		API:    apiSrv,
-		Ready: func(ctx context.Context) error {
-			if err := d.Ping(ctx); err != nil {
-				return err
-			}
-			return d.CheckSchema(ctx)
-		},
-	})
-	if err != nil {
-		tb.Fatalf("router: %v", err)
-	}
-	return router, tenantSvc, engine
+	a := apptest.Start(tb, apptest.Config(url), o)
+	return &harness{app: a, db: a.DB, tenants: a.Tenants, engine: a.Engine, router: a.Router, url: a.BaseURL()}
 }
 
 func newHarness(tb testing.TB, url string) *harness {
 	tb.Helper()
-	d := openDB(tb, url)
-	router, svc, engine := newRouter(tb, d)
-	srv := httptest.NewServer(router)
-	tb.Cleanup(srv.Close)
-	return &harness{db: d, tenants: svc, engine: engine, router: router, srv: srv}
-}
-
-// newFullHarness is the router with every /v1 route cmd/app/run.go registers, the anonymous
-// session and captcha routes included (wired in sessions_test.go as captcha_wiring.go does), for
-// the tests that walk every route.
-func newFullHarness(tb testing.TB, url string) *harness {
-	tb.Helper()
-	return newSessionHarness(tb, url, nil).harness
-}
-
-// eachFullDB is eachDB over newFullHarness.
-func eachFullDB(t *testing.T, fn func(t *testing.T, h *harness)) {
-	t.Helper()
-	t.Parallel()
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		t.Run(dialect, func(t *testing.T) {
-			t.Parallel()
-			url := sqliteURL(t)
-			if dialect == "postgres" {
-				url = testkit.NewDatabase(t)
-			}
-			fn(t, newFullHarness(t, url))
-		})
-	}
+	return startApp(tb, url, app.Options{})
 }
 
 // eachDB runs fn on a fresh SQLite file and a fresh PostgreSQL database, as parallel subtests.
 func eachDB(t *testing.T, fn func(t *testing.T, h *harness)) {
 	t.Helper()
 	t.Parallel() // every test has databases of its own
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		t.Run(dialect, func(t *testing.T) {
-			t.Parallel()
-			var url string
-			if dialect == "sqlite" {
-				url = sqliteURL(t)
-			} else {
-				url = testkit.NewDatabase(t)
-			}
-			fn(t, newHarness(t, url))
-		})
-	}
+	testkit.EachURL(t, func(t *testing.T, url string) { fn(t, newHarness(t, url)) })
 }
 
 // tenantKey is a tenant with one secret key.
@@ -186,7 +111,7 @@ func truncate(s string, n int) string {
 // "Authorization: Bearer key" header when key is not empty.
 func (h *harness) send(t testing.TB, method, path, key string, body any) response {
 	t.Helper()
-	return sendAuth(t, h.srv.URL, method, path, bearer(key), body)
+	return sendAuth(t, h.url, method, path, bearer(key), body)
 }
 
 func bearer(key string) string {

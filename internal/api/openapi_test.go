@@ -43,7 +43,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		}
 	}
 
-	h := newFullHarness(t, sqliteURL(t))
+	h := newHarness(t, sqliteURL(t))
 	registered := map[string]bool{}
 	for _, ri := range apiRoutes(t, h.router) {
 		registered[ri.Method+" "+openAPIPath(ri.Path)] = true

@@ -7,13 +7,16 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// Register mounts every /v1 route. This is the complete list; the OpenAPI document is checked
-// against it by a test.
-func (s *Server) Register(r gin.IRouter) {
+// Register mounts every route of the API. This is the complete list; the OpenAPI document is
+// checked against it by a test.
+func (s *Server) Register(r *gin.Engine) {
 	v1 := r.Group("/v1")
 	v1.GET("/openapi.json", s.openAPI) // public: the contract holds no tenant data
+	// Public, authenticated by a publishable key in the query; CORS for the tenant's origins.
+	v1.GET("/captcha/challenge", s.anon.challenge)
+	v1.OPTIONS("/captcha/challenge", s.anon.preflight)
 
-	authed := v1.Group("", s.authenticate)
+	authed := v1.Group("", s.authenticate) // secret keys
 	authed.GET("/limits", s.listDefinitions)
 	authed.PUT("/limits/:name", s.putDefinition)
 	authed.GET("/limits/:name", s.getDefinition)
@@ -24,23 +27,39 @@ func (s *Server) Register(r gin.IRouter) {
 	authed.GET("/limits/:name/value", s.value)
 	authed.POST("/limit", s.limitBatch)
 	authed.POST("/check", s.checkBatch)
+	authed.POST("/sessions/authorize", s.anon.authorize)
+	authed.GET("/sessions/:sessionId", s.anon.session)
+	authed.DELETE("/sessions/:sessionId", s.anon.revoke)
 
-	for _, register := range s.extra {
-		register(v1, authed)
-	}
+	// Public, outside /v1 where JWK sets are looked for: verifies session tokens offline.
+	r.GET("/.well-known/jwks.json", s.anon.jwks)
 }
 
-// NotFound renders unknown /v1 paths as problems; the caller decides which paths are the API's.
+// DecisionRoutes are the route patterns whose latency is a decision's latency (the metrics
+// time them).
+func DecisionRoutes() []string {
+	return []string{"/v1/limits/:name/limit", "/v1/limits/:name/check", "/v1/limit", "/v1/check"}
+}
+
+// IsAPIPath reports whether path belongs to the API.
+func IsAPIPath(path string) bool { return path == "/v1" || strings.HasPrefix(path, "/v1/") }
+
+// Owns reports whether path belongs to the API, whose errors are problems (httpserver.ErrorRenderer).
+func (s *Server) Owns(path string) bool { return IsAPIPath(path) }
+
+// NotFound renders an unknown /v1 path as a problem.
 func (s *Server) NotFound(c *gin.Context) {
 	WriteProblem(c, NewProblem(http.StatusNotFound, CodeNotFound, "no such route"))
 }
 
-// IsAPIPath reports whether path belongs to this API.
-func IsAPIPath(path string) bool { return path == "/v1" || strings.HasPrefix(path, "/v1/") }
-
-// InternalError is the renderer for recovered panics on API paths.
-func InternalError(c *gin.Context) {
+// InternalError renders a recovered panic on an API path.
+func (s *Server) InternalError(c *gin.Context) {
 	p := NewProblem(http.StatusInternalServerError, CodeInternal, "internal error")
 	p.RequestID = c.GetString(RequestIDKey)
 	WriteProblem(c, p)
+}
+
+// TooLarge renders a body over the server-wide cap on an API path.
+func (s *Server) TooLarge(c *gin.Context) {
+	WriteProblem(c, NewProblem(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "the request body is too large"))
 }

@@ -94,7 +94,7 @@ func normalized(t testing.TB, r response, name, placeholder string) string {
 }
 
 func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testing.T) {
-	eachFullDB(t, func(t *testing.T, h *harness) {
+	eachDB(t, func(t *testing.T, h *harness) {
 		a := h.newTenant(t, "alpha")
 		b := h.newTenant(t, "bravo")
 		const bName = "bravo-secret"
@@ -188,7 +188,7 @@ func requireJSONBody(t testing.TB, r response) []byte {
 
 func TestEveryNonPublicRouteRequiresAKey(t *testing.T) {
 	t.Parallel()
-	h := newFullHarness(t, sqliteURL(t))
+	h := newHarness(t, sqliteURL(t))
 	a := h.newTenant(t, "acme")
 	h.define(t, a.key, "x", bucket10PerMinute)
 	seen := map[string]bool{}

@@ -6,16 +6,18 @@ package api
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/sluice-dev/sluice/internal/httpx"
+	"github.com/sluice-dev/sluice/internal/captcha"
+	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
 // RequestIDKey is where the request ID lives in the gin context.
-const RequestIDKey = httpx.RequestIDKey
+const RequestIDKey = httpserver.RequestIDKey
 
 // Authenticator resolves a secret API key to its tenant.
 type Authenticator interface {
@@ -32,33 +34,51 @@ type SessionChecker interface {
 	IsAuthorized(ctx context.Context, tenantID int64, sessionID string) (bool, error)
 }
 
+// TenantSource looks up a tenant's captcha settings.
+type TenantSource interface {
+	Tenant(ctx context.Context, id int64) (tenants.Tenant, error)
+}
+
 // Server holds the API's dependencies.
 type Server struct {
 	engine   *limiter.Engine
 	auth     Authenticator
 	audit    Auditor
 	sessions SessionChecker
+	anon     *sessions // the captcha and anonymous-session routes
 	log      *slog.Logger
-	extra    []func(public, authed *gin.RouterGroup)
 }
 
-// Deps are what New needs. Sessions may be nil: then every session is unauthorized.
+// Deps are what New needs; every field but the TTLs, the challenge limits and Logger is required.
 type Deps struct {
-	Engine   *limiter.Engine
-	Auth     Authenticator
-	Audit    Auditor
-	Sessions SessionChecker
-	Logger   *slog.Logger
-	// Extra registers routes owned by other packages (the captcha) under /v1, public or authed.
-	Extra []func(public, authed *gin.RouterGroup)
+	Engine  *limiter.Engine
+	Auth    Authenticator // secret and publishable keys
+	Audit   Auditor
+	Tenants TenantSource
+	// Captcha stores authorized sessions; decisions by anonymous session ask it.
+	Captcha *captcha.Store
+	Issuer  *captcha.Issuer // makes and verifies challenges
+	Signer  *captcha.Signer // signs session tokens
+	Logger  *slog.Logger
+	// SessionTTL is how long an authorization lasts (DefaultSessionTTL when 0).
+	SessionTTL time.Duration
+	// ChallengeTTL is how long a challenge stays valid (DefaultChallengeTTL when 0).
+	ChallengeTTL time.Duration
+	// ChallengeIPLimit and ChallengeKeyLimit override the defaults (tests use small ones).
+	ChallengeIPLimit  *limiter.Definition
+	ChallengeKeyLimit *limiter.Definition
 }
 
-// New returns the API server.
-func New(d Deps) *Server {
+// New checks d and returns the API server.
+func New(d Deps) (*Server, error) {
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{engine: d.Engine, auth: d.Auth, audit: d.Audit, sessions: d.Sessions, log: d.Logger, extra: d.Extra}
+	anon, err := newSessions(d)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{engine: d.Engine, auth: d.Auth, audit: d.Audit, sessions: d.Captcha, anon: anon, log: d.Logger}, nil
 }
 
 // tenantOf is the authenticated tenant; the tenant never comes from the request itself.
@@ -69,9 +89,3 @@ func tenantOf(c *gin.Context) tenants.Principal {
 }
 
 const principalKey = "principal"
-
-// Principal returns the authenticated principal, for routes other packages register.
-func Principal(c *gin.Context) tenants.Principal { return tenantOf(c) }
-
-// Fail renders err as a problem, for routes other packages register.
-func (s *Server) Fail(c *gin.Context, err error) { writeProblem(c, s.log, err) }

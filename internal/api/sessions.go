@@ -1,12 +1,10 @@
 package api
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -24,16 +22,9 @@ import (
 // publishable key, the authorization its backend asks for with a secret key, reading and
 // revoking sessions, and the JWK set that verifies session tokens offline.
 //
-// Routes (registered through Deps.Extra and, for the JWK set, as an httpserver surface):
-//
-//	GET     /v1/captcha/challenge?pk=&sid=   public (publishable key), CORS, rate limited
-//	OPTIONS /v1/captcha/challenge?pk=&sid=   CORS preflight
-//	POST    /v1/sessions/authorize            secret key
-//	GET     /v1/sessions/:sessionId           secret key
-//	DELETE  /v1/sessions/:sessionId           secret key
-//	GET     /.well-known/jwks.json            public
+// Their routes are in routes.go with every other route of the API.
 
-// Defaults of SessionsDeps.
+// Defaults of the captcha's Deps.
 const (
 	// DefaultSessionTTL is how long a solved captcha authorizes a session: a day, so that a
 	// visitor solves it about once per visit, and a leaked session ID is useful for one day at
@@ -59,44 +50,17 @@ var DefaultChallengeIPLimit = limiter.Definition{Kind: limiter.TokenBucket, Rate
 // 6000, 100 per second sustained), bounding what one leaked key can cost the server.
 var DefaultChallengeKeyLimit = limiter.Definition{Kind: limiter.TokenBucket, Rate: 6000, Period: 60_000}
 
-// TenantSource looks up a tenant's captcha settings.
-type TenantSource interface {
-	Tenant(ctx context.Context, id int64) (tenants.Tenant, error)
-}
-
-// SessionsDeps are what NewSessions needs.
-type SessionsDeps struct {
-	Issuer  *captcha.Issuer
-	Store   *captcha.Store
-	Signer  *captcha.Signer
-	Auth    Authenticator // resolves publishable keys
-	Tenants TenantSource
-	// Limiter is Sluice's own engine; challenges are limited under SystemTenantID.
-	Limiter *limiter.Engine
-	Logger  *slog.Logger
-	// SessionTTL is how long an authorization lasts (DefaultSessionTTL when 0).
-	SessionTTL time.Duration
-	// ChallengeTTL is how long a challenge stays valid (DefaultChallengeTTL when 0).
-	ChallengeTTL time.Duration
-	// ChallengeIPLimit and ChallengeKeyLimit override the defaults (tests use small ones).
-	ChallengeIPLimit  *limiter.Definition
-	ChallengeKeyLimit *limiter.Definition
-}
-
-// Sessions serves the anonymous-session endpoints.
-type Sessions struct {
-	d        SessionsDeps
+// sessions serves the anonymous-session endpoints.
+type sessions struct {
+	d        Deps
 	ipLimit  limiter.Definition
 	keyLimit limiter.Definition
 }
 
-// NewSessions checks d and returns the handlers.
-func NewSessions(d SessionsDeps) (*Sessions, error) {
-	if d.Issuer == nil || d.Store == nil || d.Signer == nil || d.Auth == nil || d.Tenants == nil || d.Limiter == nil {
+// newSessions checks the captcha part of d.
+func newSessions(d Deps) (*sessions, error) {
+	if d.Issuer == nil || d.Captcha == nil || d.Signer == nil || d.Auth == nil || d.Tenants == nil || d.Engine == nil {
 		return nil, errors.New("api: sessions: missing dependency")
-	}
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
 	}
 	if d.SessionTTL == 0 {
 		d.SessionTTL = DefaultSessionTTL
@@ -110,7 +74,7 @@ func NewSessions(d SessionsDeps) (*Sessions, error) {
 	if d.ChallengeTTL < captcha.MinTTL || d.ChallengeTTL > captcha.MaxTTL {
 		return nil, fmt.Errorf("api: sessions: challenge TTL %s outside [%s, %s]", d.ChallengeTTL, captcha.MinTTL, captcha.MaxTTL)
 	}
-	s := &Sessions{d: d, ipLimit: DefaultChallengeIPLimit, keyLimit: DefaultChallengeKeyLimit}
+	s := &sessions{d: d, ipLimit: DefaultChallengeIPLimit, keyLimit: DefaultChallengeKeyLimit}
 	if d.ChallengeIPLimit != nil {
 		s.ipLimit = *d.ChallengeIPLimit
 	}
@@ -123,21 +87,6 @@ func NewSessions(d SessionsDeps) (*Sessions, error) {
 		}
 	}
 	return s, nil
-}
-
-// Routes registers the /v1 routes; it is an entry of Deps.Extra.
-func (s *Sessions) Routes(public, authed *gin.RouterGroup) {
-	public.GET("/captcha/challenge", s.challenge)
-	public.OPTIONS("/captcha/challenge", s.preflight)
-	authed.POST("/sessions/authorize", s.authorize)
-	authed.GET("/sessions/:sessionId", s.session)
-	authed.DELETE("/sessions/:sessionId", s.revoke)
-}
-
-// Register mounts GET /.well-known/jwks.json, outside /v1 where JWK sets are looked for; it
-// makes Sessions an httpserver.Surface.
-func (s *Sessions) Register(r *gin.Engine) {
-	r.GET("/.well-known/jwks.json", s.jwks)
 }
 
 // AuthorizeBody is the body of POST /v1/sessions/authorize.
@@ -163,7 +112,7 @@ type SessionResponse struct {
 	ExpiresAt    time.Time `json:"expiresAt"`
 }
 
-func (s *Sessions) fail(c *gin.Context, err error) {
+func (s *sessions) fail(c *gin.Context, err error) {
 	if errors.Is(err, errAlreadyWritten) {
 		return
 	}
@@ -221,7 +170,7 @@ var (
 // challenge serves a challenge for one session of the tenant whose publishable key is pk.
 // Requests without an Origin header (same-origin GETs, servers) are served: CORS protects
 // browsers, the rate limits protect the server.
-func (s *Sessions) challenge(c *gin.Context) {
+func (s *sessions) challenge(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")
 	c.Header("Vary", "Origin")
 	t, origin, err := s.challengeTenant(c)
@@ -245,7 +194,7 @@ func (s *Sessions) challenge(c *gin.Context) {
 }
 
 // preflight answers the CORS preflight of a challenge request from an allowed origin.
-func (s *Sessions) preflight(c *gin.Context) {
+func (s *sessions) preflight(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")
 	c.Header("Vary", "Origin, Access-Control-Request-Method, Access-Control-Request-Headers")
 	_, origin, err := s.challengeTenant(c)
@@ -269,7 +218,7 @@ func (s *Sessions) preflight(c *gin.Context) {
 // challengeTenant checks what challenge and preflight share: the session ID, the client's IP
 // budget, the publishable key and the Origin. It returns the tenant and the Origin to echo
 // ("" when the request has none).
-func (s *Sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, error) {
+func (s *sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, error) {
 	ctx := c.Request.Context()
 	pk := c.Query("pk")
 	// Syntax first, without the database: garbage costs nothing, and a secret key pasted into a
@@ -316,8 +265,8 @@ var errAlreadyWritten = errors.New("response written")
 // spend takes one token of a system limit for key and reports whether the request may go on;
 // otherwise it has written the 429 (or the 503 when the decision could not be made: the
 // challenge endpoint fails closed like every decision).
-func (s *Sessions) spend(c *gin.Context, name string, def limiter.Definition, key string) bool {
-	d, err := s.d.Limiter.Limit(c.Request.Context(), SystemTenantID, limiter.Request{Name: name, Key: key, Count: 1, Config: &def})
+func (s *sessions) spend(c *gin.Context, name string, def limiter.Definition, key string) bool {
+	d, err := s.d.Engine.Limit(c.Request.Context(), SystemTenantID, limiter.Request{Name: name, Key: key, Count: 1, Config: &def})
 	if err != nil {
 		s.fail(c, err)
 		return false
@@ -365,7 +314,7 @@ func clampDifficulty(d int) int {
 
 // authorize verifies a solved challenge and authorizes the session it was issued for; each
 // challenge authorizes exactly once.
-func (s *Sessions) authorize(c *gin.Context) {
+func (s *sessions) authorize(c *gin.Context) {
 	var body AuthorizeBody
 	if err := decodeJSON(c, &body); err != nil {
 		s.fail(c, err)
@@ -391,7 +340,7 @@ func (s *Sessions) authorize(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	expiresAt, err := s.d.Store.Authorize(ctx, tenantID, *body.SessionID, solved, s.d.SessionTTL)
+	expiresAt, err := s.d.Captcha.Authorize(ctx, tenantID, *body.SessionID, solved, s.d.SessionTTL)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -406,9 +355,9 @@ func (s *Sessions) authorize(c *gin.Context) {
 }
 
 // session returns the session's active authorization; an impossible ID is simply not found.
-func (s *Sessions) session(c *gin.Context) {
+func (s *sessions) session(c *gin.Context) {
 	id := c.Param("sessionId")
-	info, err := s.d.Store.Session(c.Request.Context(), tenantOf(c).TenantID, id)
+	info, err := s.d.Captcha.Session(c.Request.Context(), tenantOf(c).TenantID, id)
 	if errors.Is(err, captcha.ErrInvalidSessionID) {
 		err = captcha.ErrNotFound
 	}
@@ -422,8 +371,8 @@ func (s *Sessions) session(c *gin.Context) {
 
 // revoke ends the session's authorization: its decisions are refused (or fall back to the IP
 // key) from the next request on.
-func (s *Sessions) revoke(c *gin.Context) {
-	err := s.d.Store.Revoke(c.Request.Context(), tenantOf(c).TenantID, c.Param("sessionId"))
+func (s *sessions) revoke(c *gin.Context) {
+	err := s.d.Captcha.Revoke(c.Request.Context(), tenantOf(c).TenantID, c.Param("sessionId"))
 	if errors.Is(err, captcha.ErrInvalidSessionID) {
 		err = captcha.ErrNotFound
 	}
@@ -436,7 +385,7 @@ func (s *Sessions) revoke(c *gin.Context) {
 
 // jwks serves the public key set; it changes only when SECRET_KEY does, so caches may keep it
 // for an hour.
-func (s *Sessions) jwks(c *gin.Context) {
+func (s *sessions) jwks(c *gin.Context) {
 	c.Header("Cache-Control", "public, max-age=3600")
 	c.Header("Access-Control-Allow-Origin", "*")
 	c.Data(http.StatusOK, "application/json", s.d.Signer.JWKS())

@@ -8,9 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,12 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/captcha"
-	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
@@ -36,10 +34,11 @@ type testClock struct{ offset atomic.Int64 }
 func (c *testClock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *testClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
-const testIssuer = "https://sluice.test"
+// testIssuer is the issuer of session tokens: the test application's BASE_URL.
+var testIssuer = apptest.Config("").BaseURL
 
-// sessionHarness is the real router with the anonymous-session routes wired as cmd/app wires
-// them (captcha_wiring.go), over one real database.
+// sessionHarness is the real application with a clock the captcha reads (issuer, store and
+// signer), over one real database.
 type sessionHarness struct {
 	*harness
 	store  *captcha.Store
@@ -47,62 +46,22 @@ type sessionHarness struct {
 	origin string // an origin every tenant made by newCaptchaTenant allows
 }
 
-func newSessionHarness(tb testing.TB, url string, tune func(*api.SessionsDeps)) *sessionHarness {
+// newSessionHarness starts the application on url; tune may tighten its challenge limits.
+func newSessionHarness(tb testing.TB, url string, tune func(*app.Options)) *sessionHarness {
 	tb.Helper()
-	d := openDB(tb, url)
-	log := slog.New(slog.DiscardHandler)
 	clock := &testClock{}
-	tenantSvc := tenants.NewService(d, testPepper, nil)
-	tb.Cleanup(tenantSvc.Close)
-	engine := limiter.NewEngine(d, limiter.Options{})
-	tb.Cleanup(engine.Close)
-	issuer, err := captcha.NewIssuer(bytes.Repeat([]byte("k"), 32), clock.now)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	signer, err := captcha.NewSigner(bytes.Repeat([]byte("s"), 32), testIssuer)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	store := captcha.NewStore(d, clock.now)
-	deps := api.SessionsDeps{
-		Issuer: issuer, Store: store, Signer: signer.WithClock(clock.now),
-		Auth: tenantSvc, Tenants: tenantSvc, Limiter: engine, Logger: log,
-	}
+	o := app.Options{Now: clock.now}
 	if tune != nil {
-		tune(&deps)
+		tune(&o)
 	}
-	sessions, err := api.NewSessions(deps)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	apiSrv := api.New(api.Deps{Engine: engine, Auth: tenantSvc, Audit: tenantSvc, Sessions: store, Logger: log,
-		Extra: []func(public, authed *gin.RouterGroup){sessions.Routes}})
-	router, err := httpserver.NewRouter(httpserver.Options{Logger: log, API: apiSrv, Surfaces: []httpserver.Surface{sessions}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := httptest.NewServer(router)
-	tb.Cleanup(srv.Close)
-	return &sessionHarness{
-		harness: &harness{db: d, tenants: tenantSvc, engine: engine, router: router, srv: srv},
-		store:   store, clock: clock, origin: "https://shop.example",
-	}
+	h := startApp(tb, url, o)
+	return &sessionHarness{harness: h, store: h.app.Captcha, clock: clock, origin: "https://shop.example"}
 }
 
 // eachSessionDB runs fn on SQLite and on PostgreSQL, as parallel subtests.
-func eachSessionDB(t *testing.T, tune func(*api.SessionsDeps), fn func(t *testing.T, h *sessionHarness)) {
+func eachSessionDB(t *testing.T, tune func(*app.Options), fn func(t *testing.T, h *sessionHarness)) {
 	t.Helper()
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		t.Run(dialect, func(t *testing.T) {
-			t.Parallel()
-			url := sqliteURL(t)
-			if dialect == "postgres" {
-				url = testkit.NewDatabase(t)
-			}
-			fn(t, newSessionHarness(t, url, tune))
-		})
-	}
+	testkit.EachURL(t, func(t *testing.T, url string) { fn(t, newSessionHarness(t, url, tune)) })
 }
 
 // captchaTenant is a tenant with a secret and a publishable key.
@@ -130,7 +89,7 @@ func (h *sessionHarness) newCaptchaTenant(t testing.TB, name string) captchaTena
 // request sends a request with extra headers (no body).
 func (h *sessionHarness) request(t testing.TB, method, path string, header map[string]string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, h.srv.URL+path, nil)
+	req, err := http.NewRequest(method, h.url+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +243,7 @@ func TestCaptchaChallengeIsRateLimitedPerKeyAndPerClientIP(t *testing.T) {
 	// Ten-minute periods: nothing refills noticeably while the test runs.
 	ipLimit := limiter.Definition{Kind: limiter.TokenBucket, Rate: 8, Period: 600_000}
 	keyLimit := limiter.Definition{Kind: limiter.TokenBucket, Rate: 5, Period: 600_000}
-	tune := func(d *api.SessionsDeps) { d.ChallengeIPLimit, d.ChallengeKeyLimit = &ipLimit, &keyLimit }
+	tune := func(d *app.Options) { d.ChallengeIPLimit, d.ChallengeKeyLimit = &ipLimit, &keyLimit }
 	eachSessionDB(t, tune, func(t *testing.T, h *sessionHarness) {
 		a := h.newCaptchaTenant(t, "acme")
 		b := h.newCaptchaTenant(t, "bravo")
@@ -419,7 +378,7 @@ func TestSessionAuthorizeConcurrentReplaysAdmitExactlyOne(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sessions/authorize", bytes.NewReader(body))
+				req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/sessions/authorize", bytes.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+a.key)
 				req.Header.Set("Content-Type", "application/json")
 				res, err := http.DefaultClient.Do(req)
@@ -616,13 +575,10 @@ func TestSessionsReadAndRevokeAreTenantScoped(t *testing.T) {
 // the challenge fetch and the proof of work are outside the timer.
 func BenchmarkSessionAuthorizeOverHTTP(b *testing.B) {
 	roomy := limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e9, Period: 1000}
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		b.Run(dialect, func(b *testing.B) {
-			url := sqliteURL(b)
-			if dialect == "postgres" {
-				url = testkit.NewDatabase(b)
-			}
-			h := newSessionHarness(b, url, func(d *api.SessionsDeps) { d.ChallengeIPLimit, d.ChallengeKeyLimit = &roomy, &roomy })
+	for _, dialect := range testkit.Dialects {
+		b.Run(string(dialect), func(b *testing.B) {
+			url := testkit.URL(b, dialect)
+			h := newSessionHarness(b, url, func(d *app.Options) { d.ChallengeIPLimit, d.ChallengeKeyLimit = &roomy, &roomy })
 			a := h.newCaptchaTenant(b, "acme")
 			for b.Loop() {
 				b.StopTimer()

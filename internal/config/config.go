@@ -1,14 +1,18 @@
-// Package config turns the process environment into a typed, validated Config.
+// Package config turns the process environment into a typed, validated Config. Every variable
+// the server reads is one row of the options table below (name, default, meaning, whether it is
+// a secret, parser); the README's configuration table is checked against it by a test.
 package config
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultDatabaseURL is the zero-setup embedded database.
@@ -26,50 +30,210 @@ type Config struct {
 	AdminEmail     string
 	AdminPassword  string
 	PprofAddr      string // when set (loopback only), net/http/pprof listens there for profiling
-	// DecisionWorkers is the number of group-commit workers (limiter.Options.Workers): 0 picks
-	// the default for the database, -1 gives every decision its own transaction.
-	DecisionWorkers int
+	// MetricsToken, when set, is the bearer token /metrics requires.
+	MetricsToken string
+	// SweepInterval is the time between sweeps of limit_state; 0 disables the sweeper.
+	SweepInterval time.Duration
+	// SweepBatch is the number of rows one sweeping transaction deletes at most.
+	SweepBatch int
+	// GCPercent is the garbage collector's target (GOGC); -1 turns the collector off.
+	GCPercent int
+	// MemoryLimit is the Go runtime's soft memory limit in bytes (GOMEMLIMIT); math.MaxInt64
+	// is none.
+	MemoryLimit int64
 }
 
-// FromEnv reads a Config from getenv. Unset variables take their defaults.
+// Defaults of the options whose default is a number or a duration.
+const (
+	DefaultSweepInterval = time.Minute
+	DefaultSweepBatch    = 500
+	// DefaultGCPercent and DefaultMemoryLimit trade a little memory for much less collection
+	// CPU: Sluice's live heap is small while every request allocates (docs/performance.md).
+	DefaultGCPercent   = 400
+	DefaultMemoryLimit = 256 << 20
+)
+
+// Option describes one environment variable.
+type Option struct {
+	Name    string
+	Default string // as documented: a literal value, or a description in parentheses
+	Doc     string
+	Secret  bool // never printed
+	parse   func(c *Config, v string) error
+}
+
+// set is an Option's parser for a plain string field.
+func set(field func(c *Config) *string) func(c *Config, v string) error {
+	return func(c *Config, v string) error { *field(c) = v; return nil }
+}
+
+var options = []Option{
+	{Name: "DATABASE_URL", Default: DefaultDatabaseURL, Doc: "`postgres://…` or `sqlite:PATH`",
+		parse: func(c *Config, v string) error {
+			if !strings.HasPrefix(v, "sqlite:") && !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
+				return errors.New("DATABASE_URL must be postgres://… or sqlite:PATH")
+			}
+			c.DatabaseURL = v
+			return nil
+		}},
+	{Name: "LISTEN_ADDR", Default: ":8080", Doc: "where the HTTP server listens",
+		parse: func(c *Config, v string) error {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return fmt.Errorf("LISTEN_ADDR: %w", err)
+			}
+			c.ListenAddr = v
+			return nil
+		}},
+	{Name: "BASE_URL", Default: "(from LISTEN_ADDR)", Doc: "the public URL: printed links, token issuer, trusted origin",
+		parse: set(func(c *Config) *string { return &c.BaseURL })},
+	{Name: "SECRET_KEY", Default: "(generated and stored in the database)", Secret: true,
+		Doc: "signs sessions, challenges and tokens, peppers key hashes; rotating it invalidates API keys and sessions",
+		parse: func(c *Config, v string) error {
+			if v != "" && len(v) < 32 {
+				return errors.New("SECRET_KEY must be at least 32 characters")
+			}
+			c.SecretKey = v
+			return nil
+		}},
+	{Name: "TRUSTED_PROXIES", Default: "(none)", Doc: "comma-separated IPs/CIDRs whose `X-Forwarded-For` is believed",
+		parse: func(c *Config, v string) error {
+			var errs []error
+			for _, p := range strings.Split(v, ",") {
+				if p = strings.TrimSpace(p); p == "" {
+					continue
+				}
+				if net.ParseIP(p) == nil {
+					if _, _, err := net.ParseCIDR(p); err != nil {
+						errs = append(errs, fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP nor a CIDR", p))
+						continue
+					}
+				}
+				c.TrustedProxies = append(c.TrustedProxies, p)
+			}
+			return errors.Join(errs...)
+		}},
+	{Name: "LOG_LEVEL", Default: "info", Doc: "`debug`, `info`, `warn`, `error`",
+		parse: func(c *Config, v string) error {
+			if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+				return fmt.Errorf("LOG_LEVEL: %w", err)
+			}
+			return nil
+		}},
+	{Name: "MIGRATE", Default: "", Doc: "`auto` migrates PostgreSQL at start-up (SQLite always migrates)",
+		parse: func(c *Config, v string) error { c.MigrateAuto = strings.EqualFold(v, "auto"); return nil }},
+	{Name: "SLUICE_ADMIN_EMAIL", Default: "", Doc: "with `SLUICE_ADMIN_PASSWORD`: the first operator, created at start instead of printing a setup link",
+		parse: set(func(c *Config) *string { return &c.AdminEmail })},
+	{Name: "SLUICE_ADMIN_PASSWORD", Default: "", Secret: true, Doc: "the first operator's password (with `SLUICE_ADMIN_EMAIL`)",
+		parse: set(func(c *Config) *string { return &c.AdminPassword })},
+	{Name: "METRICS_TOKEN", Default: "", Secret: true, Doc: "bearer token required on `/metrics` (at least 16 characters)",
+		parse: func(c *Config, v string) error {
+			if v != "" && len(v) < 16 {
+				return errors.New("METRICS_TOKEN must be at least 16 characters")
+			}
+			c.MetricsToken = v
+			return nil
+		}},
+	{Name: "SWEEP_INTERVAL", Default: "1m", Doc: "time between sweeps of expired limit state (a Go duration of at least 1s; `0` or `off` disables the sweeper)",
+		parse: func(c *Config, v string) error {
+			if v == "off" || v == "0" {
+				c.SweepInterval = 0
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second {
+				return errors.New("SWEEP_INTERVAL must be a duration of at least 1s (e.g. 1m), 0 or off")
+			}
+			c.SweepInterval = d
+			return nil
+		}},
+	{Name: "SWEEP_BATCH", Default: strconv.Itoa(DefaultSweepBatch), Doc: "rows per sweeping transaction (1 to 1000)",
+		parse: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				return errors.New("SWEEP_BATCH must be a whole number from 1 to 1000")
+			}
+			c.SweepBatch = n
+			return nil
+		}},
+	{Name: "SLUICE_PPROF_ADDR", Default: "", Doc: "loopback `host:port` serving `net/http/pprof`",
+		parse: func(c *Config, v string) error {
+			if v != "" {
+				host, _, err := net.SplitHostPort(v)
+				if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+					return errors.New("SLUICE_PPROF_ADDR must be a loopback host:port, e.g. 127.0.0.1:6060")
+				}
+			}
+			c.PprofAddr = v
+			return nil
+		}},
+	{Name: "GOGC", Default: strconv.Itoa(DefaultGCPercent), Doc: "the Go garbage collector's target percentage (`off` disables it)",
+		parse: func(c *Config, v string) error {
+			if v == "off" {
+				c.GCPercent = -1
+				return nil
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return errors.New("GOGC must be a positive whole number or off")
+			}
+			c.GCPercent = n
+			return nil
+		}},
+	{Name: "GOMEMLIMIT", Default: "256MiB", Doc: "the Go runtime's soft memory limit (bytes with an optional `KiB`, `MiB`, `GiB` or `TiB` suffix, or `off`)",
+		parse: func(c *Config, v string) error {
+			n, err := parseBytes(v)
+			if err != nil {
+				return fmt.Errorf("GOMEMLIMIT: %w", err)
+			}
+			c.MemoryLimit = n
+			return nil
+		}},
+}
+
+// parseBytes reads the Go runtime's GOMEMLIMIT syntax: a whole number of bytes with an optional
+// B, KiB, MiB, GiB or TiB suffix, or "off".
+func parseBytes(v string) (int64, error) {
+	if v == "off" {
+		return math.MaxInt64, nil
+	}
+	mult := int64(1)
+	for i, suffix := range []string{"TiB", "GiB", "MiB", "KiB", "B"} {
+		if strings.HasSuffix(v, suffix) {
+			v, mult = strings.TrimSuffix(v, suffix), int64(1)<<(10*(4-i))
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, errors.New("must be a number of bytes such as 512MiB, or off")
+	}
+	return n * mult, nil
+}
+
+// Options lists every environment variable the server reads, in the README's order.
+func Options() []Option { return options }
+
+// FromEnv reads a Config from getenv. Unset variables take their defaults; every problem is
+// reported at once.
 func FromEnv(getenv func(string) string) (Config, error) {
-	c := Config{
-		DatabaseURL:   getenv("DATABASE_URL"),
-		ListenAddr:    getenv("LISTEN_ADDR"),
-		BaseURL:       getenv("BASE_URL"),
-		SecretKey:     getenv("SECRET_KEY"),
-		MigrateAuto:   strings.EqualFold(getenv("MIGRATE"), "auto"),
-		AdminEmail:    getenv("SLUICE_ADMIN_EMAIL"),
-		AdminPassword: getenv("SLUICE_ADMIN_PASSWORD"),
-		PprofAddr:     getenv("SLUICE_PPROF_ADDR"),
-	}
-	if c.DatabaseURL == "" {
-		c.DatabaseURL = DefaultDatabaseURL
-	}
-	if c.ListenAddr == "" {
-		c.ListenAddr = ":8080"
-	}
-	for _, p := range strings.Split(getenv("TRUSTED_PROXIES"), ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			c.TrustedProxies = append(c.TrustedProxies, p)
+	var c Config
+	var errs []error
+	for _, o := range options {
+		v := strings.TrimSpace(getenv(o.Name))
+		if v == "" && !strings.HasPrefix(o.Default, "(") {
+			v = o.Default
+		}
+		if err := o.parse(&c, v); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	if w := getenv("SLUICE_DECISION_WORKERS"); w != "" {
-		n, err := strconv.Atoi(w)
-		if err != nil || n < -1 || n > 64 {
-			return c, errors.New("config: SLUICE_DECISION_WORKERS must be a whole number from -1 to 64")
-		}
-		c.DecisionWorkers = n
-	}
-	if lvl := getenv("LOG_LEVEL"); lvl != "" {
-		if err := c.LogLevel.UnmarshalText([]byte(lvl)); err != nil {
-			return c, fmt.Errorf("config: LOG_LEVEL: %w", err)
-		}
-	}
-	if c.BaseURL == "" {
+	if c.BaseURL == "" && c.ListenAddr != "" {
 		c.BaseURL = defaultBaseURL(c.ListenAddr)
 	}
-	return c, c.Validate()
+	if errs = append(errs, c.crossErrors()...); len(errs) > 0 {
+		return c, fmt.Errorf("config: %w", errors.Join(errs...))
+	}
+	return c, nil
 }
 
 func defaultBaseURL(listen string) string {
@@ -83,37 +247,17 @@ func defaultBaseURL(listen string) string {
 	return "http://" + net.JoinHostPort(host, port)
 }
 
-// Validate reports every problem with the configuration at once.
+// Validate checks a Config built in code (tests start from Default and change fields) as FromEnv
+// checks the environment.
 func (c Config) Validate() error {
-	var errs []error
-	if !strings.HasPrefix(c.DatabaseURL, "sqlite:") &&
-		!strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
-		errs = append(errs, errors.New("DATABASE_URL must be postgres://… or sqlite:PATH"))
-	}
-	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
-		errs = append(errs, fmt.Errorf("LISTEN_ADDR: %w", err))
-	}
-	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, errors.New("BASE_URL must be an absolute http(s) URL"))
-	}
-	if c.SecretKey != "" && len(c.SecretKey) < 32 {
-		errs = append(errs, errors.New("SECRET_KEY must be at least 32 characters"))
-	}
-	for _, p := range c.TrustedProxies {
-		if net.ParseIP(p) == nil {
-			if _, _, err := net.ParseCIDR(p); err != nil {
-				errs = append(errs, fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP nor a CIDR", p))
+	errs := c.crossErrors()
+	checks := map[string]string{"DATABASE_URL": c.DatabaseURL, "LISTEN_ADDR": c.ListenAddr, "SWEEP_BATCH": strconv.Itoa(c.SweepBatch)}
+	for _, o := range options {
+		if v, ok := checks[o.Name]; ok {
+			if err := o.parse(&Config{}, v); err != nil {
+				errs = append(errs, err)
 			}
 		}
-	}
-	if c.PprofAddr != "" {
-		host, _, err := net.SplitHostPort(c.PprofAddr)
-		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			errs = append(errs, errors.New("SLUICE_PPROF_ADDR must be a loopback host:port, e.g. 127.0.0.1:6060"))
-		}
-	}
-	if (c.AdminEmail == "") != (c.AdminPassword == "") {
-		errs = append(errs, errors.New("SLUICE_ADMIN_EMAIL and SLUICE_ADMIN_PASSWORD go together"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("config: %w", errors.Join(errs...))
@@ -121,17 +265,38 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// String prints the configuration with secrets redacted, for start-up logs.
-func (c Config) String() string {
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s",
-		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto, redact(c.SecretKey))
+// crossErrors are the problems no single variable's parser can see.
+func (c Config) crossErrors() []error {
+	var errs []error
+	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, errors.New("BASE_URL must be an absolute http(s) URL"))
+	}
+	if (c.AdminEmail == "") != (c.AdminPassword == "") {
+		errs = append(errs, errors.New("SLUICE_ADMIN_EMAIL and SLUICE_ADMIN_PASSWORD go together"))
+	}
+	return errs
 }
 
-func redact(s string) string {
-	if s == "" {
-		return "(generated)"
+// Default is the configuration of an empty environment.
+func Default() Config {
+	c, err := FromEnv(func(string) string { return "" })
+	if err != nil {
+		panic(err) // the defaults are constants: a failure is a bug in this file
 	}
-	return "[redacted]"
+	return c
+}
+
+// String prints the configuration with secrets redacted, for start-up logs.
+func (c Config) String() string {
+	secret := func(s string) string {
+		if s == "" {
+			return "(unset)"
+		}
+		return "[redacted]"
+	}
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q gogc=%d",
+		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
+		secret(c.SecretKey), secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.GCPercent)
 }
 
 // RedactURL hides the password of a database URL.

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -67,5 +70,70 @@ func TestTrustedProxiesAndLogLevelParse(t *testing.T) {
 	}
 	if _, err := FromEnv(env(map[string]string{"LOG_LEVEL": "loud"})); err == nil {
 		t.Fatal("bad LOG_LEVEL accepted")
+	}
+}
+
+func TestOperationsVariablesParse(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"SWEEP_INTERVAL": "90s", "SWEEP_BATCH": "20", "METRICS_TOKEN": "0123456789abcdef", "GOGC": "off", "GOMEMLIMIT": "1GiB"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SweepInterval != 90*time.Second || c.SweepBatch != 20 || c.MetricsToken != "0123456789abcdef" || c.GCPercent != -1 || c.MemoryLimit != 1<<30 {
+		t.Fatalf("parsed: %+v", c)
+	}
+	d := Default()
+	if d.SweepInterval != DefaultSweepInterval || d.SweepBatch != DefaultSweepBatch || d.GCPercent != DefaultGCPercent || d.MemoryLimit != DefaultMemoryLimit {
+		t.Fatalf("defaults: %+v", d)
+	}
+	if c, err := FromEnv(env(map[string]string{"SWEEP_INTERVAL": "off"})); err != nil || c.SweepInterval != 0 {
+		t.Fatalf("SWEEP_INTERVAL=off: %v %v", c.SweepInterval, err)
+	}
+	for name, bad := range map[string]string{"SWEEP_INTERVAL": "10ms", "SWEEP_BATCH": "0", "METRICS_TOKEN": "short", "GOGC": "-5", "GOMEMLIMIT": "lots"} {
+		if _, err := FromEnv(env(map[string]string{name: bad})); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: %v", name, bad, err)
+		}
+	}
+}
+
+func TestStringNamesNoSecret(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"METRICS_TOKEN": "metrics-token-very-secret", "SLUICE_ADMIN_EMAIL": "a@b.c", "SLUICE_ADMIN_PASSWORD": "admin-password-secret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.String(); strings.Contains(s, "very-secret") || strings.Contains(s, "password-secret") {
+		t.Fatalf("secrets printed: %s", s)
+	}
+}
+
+// TestReadmeConfigurationTableMatchesTheOptions keeps the README's configuration table the same
+// as the options table: every variable, its default and its meaning, in order.
+func TestReadmeConfigurationTableMatchesTheOptions(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	in := false
+	for _, line := range strings.Split(string(readme), "\n") {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			in = line == "## Configuration"
+		case in && strings.HasPrefix(line, "| `"):
+			got = append(got, line)
+		}
+	}
+	var want []string
+	for _, o := range Options() {
+		def := o.Default
+		switch {
+		case strings.HasPrefix(def, "("):
+			def = strings.Trim(def, "()")
+		case def != "":
+			def = "`" + def + "`"
+		}
+		want = append(want, fmt.Sprintf("| `%s` | %s | %s |", o.Name, def, o.Doc))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("README's configuration table differs from config.Options(); it should read:\n\n| variable | default | meaning |\n|---|---|---|\n%s", strings.Join(want, "\n"))
 	}
 }

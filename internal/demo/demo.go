@@ -36,7 +36,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/sluice-dev/sluice/internal/httpx"
+	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
@@ -189,7 +189,7 @@ func (x *Demo) static(c *gin.Context) {
 }
 
 func (x *Demo) unavailable(c *gin.Context, err error) {
-	x.deps.Logger.ErrorContext(c.Request.Context(), "demo unavailable", "request_id", c.GetString(httpx.RequestIDKey), "err", err)
+	x.deps.Logger.ErrorContext(c.Request.Context(), "demo unavailable", "request_id", c.GetString(httpserver.RequestIDKey), "err", err)
 	c.String(http.StatusServiceUnavailable, "the demo is unavailable right now; see the server log")
 }
 

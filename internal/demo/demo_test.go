@@ -1,11 +1,9 @@
 package demo_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -13,72 +11,35 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/gin-gonic/gin"
 
-	"github.com/sluice-dev/sluice/internal/api"
-	"github.com/sluice-dev/sluice/internal/captcha"
-	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/demo"
-	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
-// stack is the real API and the demo over one SQLite file.
+// stack is the real application (the API and the demo) over one SQLite file.
 type stack struct {
-	srv     *httptest.Server
+	url     string // where the server answers
 	tenants *tenants.Service
 	engine  *limiter.Engine
 	demo    *demo.Demo
 }
 
-func newStack(t *testing.T, origins ...string) *stack {
+// newStack runs the real application on a SQLite file, its BASE_URL http://localhost:8080 and a
+// stub in place of the vendored captcha widget.
+func newStack(t *testing.T) *stack {
 	t.Helper()
-	ctx := context.Background()
-	d, err := db.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "demo.db"), db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	svc := tenants.NewService(d, bytes.Repeat([]byte("p"), 32), nil)
-	t.Cleanup(svc.Close)
-	engine := limiter.NewEngine(d, limiter.Options{})
-	t.Cleanup(engine.Close)
-	issuer, err := captcha.NewIssuer(bytes.Repeat([]byte("k"), 32), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := captcha.NewSigner(bytes.Repeat([]byte("s"), 32), "http://localhost:8080")
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := captcha.NewStore(d, nil)
-	sessions, err := api.NewSessions(api.SessionsDeps{Issuer: issuer, Store: store, Signer: signer, Auth: svc, Tenants: svc, Limiter: engine})
-	if err != nil {
-		t.Fatal(err)
-	}
-	widget := fstest.MapFS{"altcha.min.js": {Data: []byte("/* widget */")}}
-	dm, err := demo.New(demo.Deps{Tenants: svc, Widget: widget, Origins: origins})
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiSrv := api.New(api.Deps{Engine: engine, Auth: svc, Audit: svc, Sessions: store,
-		Extra: []func(public, authed *gin.RouterGroup){sessions.Routes}})
-	router, err := httpserver.NewRouter(httpserver.Options{API: apiSrv, Surfaces: []httpserver.Surface{sessions, dm}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(router)
-	t.Cleanup(srv.Close)
-	return &stack{srv: srv, tenants: svc, engine: engine, demo: dm}
+	cfg := apptest.Config("sqlite:" + filepath.Join(t.TempDir(), "demo.db"))
+	cfg.BaseURL = "http://localhost:8080"
+	a := apptest.Start(t, cfg, app.Options{Widget: fstest.MapFS{"altcha.min.js": {Data: []byte("/* widget */")}}})
+	return &stack{url: a.BaseURL(), tenants: a.Tenants, engine: a.Engine, demo: a.Demo}
 }
 
 func (s *stack) get(t *testing.T, path string) (*http.Response, string) {
 	t.Helper()
-	res, err := http.Get(s.srv.URL + path)
+	res, err := http.Get(s.url + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +51,7 @@ func (s *stack) get(t *testing.T, path string) (*http.Response, string) {
 var pkRE = regexp.MustCompile(`data-pk="(pk_live_[A-Za-z0-9]+)"`)
 
 func TestDemoBootstrapAddsOriginsAndKeepsWhatTheOperatorSet(t *testing.T) {
-	s := newStack(t, "http://localhost:8080", "not an origin")
+	s := newStack(t)
 	ctx := context.Background()
 	// An operator already has a "demo" tenant with its own origin, difficulty and limit.
 	tn, err := s.tenants.CreateTenant(ctx, demo.TenantName)
@@ -104,6 +65,7 @@ func TestDemoBootstrapAddsOriginsAndKeepsWhatTheOperatorSet(t *testing.T) {
 	if _, _, err := s.engine.PutDefinition(ctx, tn.ID, demo.ActionLimit, tuned); err != nil {
 		t.Fatal(err)
 	}
+	s.demo.AddOrigin("not an origin")      // ignored
 	s.demo.AddOrigin("http://127.0.0.1:0") // not a valid origin: ignored
 	s.demo.AddOrigin("http://127.0.0.1:5555")
 
@@ -119,7 +81,8 @@ func TestDemoBootstrapAddsOriginsAndKeepsWhatTheOperatorSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"https://existing.example", "http://localhost:8080", "http://127.0.0.1:5555"}
+	// BASE_URL, then the address the server really listens on (added by app.Run), then ours.
+	want := []string{"https://existing.example", "http://localhost:8080", s.url, "http://127.0.0.1:5555"}
 	if !slices.Equal(got.AllowedOrigins, want) || got.CaptchaDifficulty != 2000 {
 		t.Fatalf("demo tenant origins %v difficulty %d, want %v and 2000", got.AllowedOrigins, got.CaptchaDifficulty, want)
 	}
@@ -138,7 +101,7 @@ func TestDemoBootstrapAddsOriginsAndKeepsWhatTheOperatorSet(t *testing.T) {
 		t.Fatalf("demo keys = %v (%v), want one publishable and one secret", keys, err)
 	}
 	// The page's key fetches challenges from the added origin.
-	req, _ := http.NewRequest(http.MethodGet, s.srv.URL+"/v1/captcha/challenge?pk="+m[1]+"&sid=AAAAAAAAAAAAAAAAAAAAAA", nil)
+	req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/captcha/challenge?pk="+m[1]+"&sid=AAAAAAAAAAAAAAAAAAAAAA", nil)
 	req.Header.Set("Origin", "http://127.0.0.1:5555")
 	cres, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -151,7 +114,7 @@ func TestDemoBootstrapAddsOriginsAndKeepsWhatTheOperatorSet(t *testing.T) {
 }
 
 func TestDemoCreatesItsTenantAndLimitOnFirstUse(t *testing.T) {
-	s := newStack(t, "http://localhost:8080")
+	s := newStack(t)
 	if res, _ := s.get(t, "/demo"); res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /demo: %d", res.StatusCode)
 	}
@@ -164,13 +127,13 @@ func TestDemoCreatesItsTenantAndLimitOnFirstUse(t *testing.T) {
 	if err != nil || def.Definition.Kind != limiter.TokenBucket || def.Definition.Rate != 3 || def.Definition.Period != 60_000 {
 		t.Fatalf("%s = %+v (%v), want a token bucket of 3 per minute", demo.ActionLimit, def, err)
 	}
-	if !slices.Equal(tn.AllowedOrigins, []string{"http://localhost:8080"}) {
+	if !slices.Equal(tn.AllowedOrigins, []string{"http://localhost:8080", s.url}) {
 		t.Fatalf("origins = %v", tn.AllowedOrigins)
 	}
 }
 
 func TestDemoServesItsAssetsAndRefusesBadBackendCalls(t *testing.T) {
-	s := newStack(t, "http://localhost:8080")
+	s := newStack(t)
 	for name, ctype := range map[string]string{"demo.js": "text/javascript", "demo.css": "text/css", "altcha.min.js": "text/javascript"} {
 		res, body := s.get(t, "/demo/static/"+name)
 		if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), ctype) || body == "" {
@@ -181,7 +144,7 @@ func TestDemoServesItsAssetsAndRefusesBadBackendCalls(t *testing.T) {
 		t.Errorf("unknown asset: %d", res.StatusCode)
 	}
 	for _, body := range []string{`not json`, `{"sessionId":"x","extra":1}`} {
-		res, err := http.Post(s.srv.URL+"/demo/api/action", "application/json", strings.NewReader(body))
+		res, err := http.Post(s.url+"/demo/api/action", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +154,7 @@ func TestDemoServesItsAssetsAndRefusesBadBackendCalls(t *testing.T) {
 		}
 	}
 	// The API's own refusals pass through: an impossible session ID is the API's 400.
-	res, err := http.Post(s.srv.URL+"/demo/api/action", "application/json", strings.NewReader(`{"sessionId":"x"}`))
+	res, err := http.Post(s.url+"/demo/api/action", "application/json", strings.NewReader(`{"sessionId":"x"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,7 @@
-// Package httpserver assembles the one HTTP server Sluice runs: shared middleware, trusted
-// proxies, the API, the dashboard, static files and health endpoints, with hardened timeouts.
+// Package httpserver assembles the one HTTP server Sluice runs out of the surfaces it is given
+// (the API, the dashboard, the demo): shared middleware, trusted proxies, the operations routes
+// (health, readiness, metrics), body and time limits, and hardened timeouts. It imports no
+// surface: a surface that renders its own errors for its paths says so through ErrorRenderer.
 package httpserver
 
 import (
@@ -11,27 +13,36 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/sluice-dev/sluice/internal/api"
-	"github.com/sluice-dev/sluice/internal/httpx"
 )
 
-// Surface is a part of the site that registers its own routes (the dashboard, the demo, ...).
+// Surface is a part of the site that registers its own routes (the API, the dashboard, ...).
 type Surface interface {
 	Register(r *gin.Engine)
+}
+
+// ErrorRenderer is implemented by a surface that answers its own paths' errors in its own format
+// (the API's problem+json): unknown routes, panics and bodies over the limit.
+type ErrorRenderer interface {
+	Owns(path string) bool
+	NotFound(c *gin.Context)
+	InternalError(c *gin.Context)
+	TooLarge(c *gin.Context)
 }
 
 // Options configure the router.
 type Options struct {
 	Logger         *slog.Logger
 	TrustedProxies []string // nil or empty: X-Forwarded-For is never believed
-	API            *api.Server
-	Surfaces       []Surface
-	Ready          func(ctx context.Context) error // readiness: database reachable, schema current
+	// Surfaces register their routes in order; those that are ErrorRenderers render the errors
+	// of the paths they own.
+	Surfaces []Surface
+	Ready    func(ctx context.Context) error // readiness: database reachable, schema current
 	// NotFound renders unknown non-API paths; default a plain 404.
 	NotFound gin.HandlerFunc
-	// Metrics, when set, is served at /metrics and observes the latency of /v1 decisions.
+	// Metrics, when set, is served at /metrics and observes the latency of DecisionRoutes.
 	Metrics Metrics
+	// DecisionRoutes are the route patterns whose latency is a decision's latency.
+	DecisionRoutes []string
 	// MetricsToken, when set, is the bearer token /metrics requires (Authorization: Bearer ...).
 	// Unset, /metrics is open like any Prometheus target: expose the port only to the scraper.
 	MetricsToken string
@@ -59,15 +70,29 @@ func NewRouter(o Options) (*gin.Engine, error) {
 	if len(o.TrustedProxies) == 0 {
 		r.ForwardedByClientIP = false
 	}
-	r.Use(httpx.RequestID(), httpx.Recover(o.Logger, func(c *gin.Context) {
-		if api.IsAPIPath(c.Request.URL.Path) {
-			api.InternalError(c)
+	var renderers []ErrorRenderer
+	for _, s := range o.Surfaces {
+		if er, ok := s.(ErrorRenderer); ok {
+			renderers = append(renderers, er)
+		}
+	}
+	owner := func(c *gin.Context) ErrorRenderer {
+		for _, er := range renderers {
+			if er.Owns(c.Request.URL.Path) {
+				return er
+			}
+		}
+		return nil
+	}
+	r.Use(RequestID(), Recover(o.Logger, func(c *gin.Context) {
+		if er := owner(c); er != nil {
+			er.InternalError(c)
 			return
 		}
-		c.String(http.StatusInternalServerError, "internal error (request %s)", c.GetString(httpx.RequestIDKey))
-	}), httpx.AccessLog(o.Logger), httpx.SecurityHeaders(), limitBody(o.MaxBodyBytes), limitTime(o.RequestTimeout))
+		c.String(http.StatusInternalServerError, "internal error (request %s)", c.GetString(RequestIDKey))
+	}), AccessLog(o.Logger), SecurityHeaders(), limitBody(o.MaxBodyBytes, owner), limitTime(o.RequestTimeout))
 	if o.Metrics != nil {
-		r.Use(observeDecisions(o.Metrics))
+		r.Use(observeDecisions(o.Metrics, o.DecisionRoutes))
 	}
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -86,15 +111,12 @@ func NewRouter(o Options) (*gin.Engine, error) {
 	if o.Metrics != nil {
 		r.GET("/metrics", metricsHandler(o.Metrics.Handler(), o.MetricsToken))
 	}
-	if o.API != nil {
-		o.API.Register(r)
-	}
 	for _, s := range o.Surfaces {
 		s.Register(r)
 	}
 	r.NoRoute(func(c *gin.Context) {
-		if api.IsAPIPath(c.Request.URL.Path) && o.API != nil {
-			o.API.NotFound(c)
+		if er := owner(c); er != nil {
+			er.NotFound(c)
 			return
 		}
 		if o.NotFound != nil {

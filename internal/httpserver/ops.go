@@ -7,12 +7,10 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/sluice-dev/sluice/internal/api"
 )
 
 // DefaultMaxBodyBytes caps request bodies on every route. The API enforces its own, lower cap
-// (api.MaxBodyBytes) with a problem response; this one protects the dashboard, the demo and any
+// with a problem response; this one protects the dashboard, the demo and any
 // route that forgets to.
 const DefaultMaxBodyBytes = 1 << 20
 
@@ -27,17 +25,13 @@ type Metrics interface {
 	ObserveDecision(route string, status int, d time.Duration)
 }
 
-// decisionRoutes are the /v1 routes whose latency is a decision's latency.
-var decisionRoutes = map[string]bool{
-	"/v1/limits/:name/limit": true,
-	"/v1/limits/:name/check": true,
-	"/v1/limit":              true,
-	"/v1/check":              true,
-}
-
-// observeDecisions times decision routes. gin matches the route before running the global
+// observeDecisions times the routes named. gin matches the route before running the global
 // middleware, so FullPath is already the pattern (a bounded label), never the raw path.
-func observeDecisions(m Metrics) gin.HandlerFunc {
+func observeDecisions(m Metrics, routes []string) gin.HandlerFunc {
+	decisionRoutes := map[string]bool{}
+	for _, r := range routes {
+		decisionRoutes[r] = true
+	}
 	return func(c *gin.Context) {
 		route := c.FullPath()
 		if !decisionRoutes[route] {
@@ -52,15 +46,15 @@ func observeDecisions(m Metrics) gin.HandlerFunc {
 
 // limitBody rejects bodies declared larger than max at once and cuts off undeclared (chunked)
 // ones when they pass it.
-func limitBody(max int64) gin.HandlerFunc {
+func limitBody(max int64, owner func(c *gin.Context) ErrorRenderer) gin.HandlerFunc {
 	if max <= 0 {
 		max = DefaultMaxBodyBytes
 	}
 	return func(c *gin.Context) {
 		if c.Request.ContentLength > max {
 			c.Header("Connection", "close")
-			if api.IsAPIPath(c.Request.URL.Path) {
-				api.WriteProblem(c, api.NewProblem(http.StatusRequestEntityTooLarge, api.CodePayloadTooLarge, "the request body is too large"))
+			if er := owner(c); er != nil {
+				er.TooLarge(c)
 			} else {
 				c.String(http.StatusRequestEntityTooLarge, "request body too large")
 			}

@@ -16,8 +16,23 @@ import (
 	"github.com/sluice-dev/sluice/internal/metrics"
 )
 
-// fakeSurface registers routes shaped like the API's and the dashboard's.
+// fakeSurface registers routes shaped like the API's and the dashboard's, and renders the errors
+// of /v1 paths as the API does (problem+json), so the router must hand them to it.
 type fakeSurface struct{}
+
+func (fakeSurface) Owns(path string) bool   { return strings.HasPrefix(path, "/v1/") }
+func (fakeSurface) NotFound(c *gin.Context) { problem(c, http.StatusNotFound, "not_found") }
+func (fakeSurface) InternalError(c *gin.Context) {
+	problem(c, http.StatusInternalServerError, "internal")
+}
+func (fakeSurface) TooLarge(c *gin.Context) {
+	problem(c, http.StatusRequestEntityTooLarge, "payload_too_large")
+}
+
+func problem(c *gin.Context, status int, code string) {
+	c.Header("Content-Type", "application/problem+json")
+	c.AbortWithStatusJSON(status, gin.H{"code": code})
+}
 
 func (fakeSurface) Register(r *gin.Engine) {
 	r.POST("/v1/limit", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) })
@@ -71,7 +86,7 @@ func TestHealthAndReadiness(t *testing.T) {
 
 func TestMetricsAreMountedAndTimeDecisionRoutes(t *testing.T) {
 	m := metrics.New(metrics.Options{})
-	h := newRouter(t, httpserver.Options{Metrics: m})
+	h := newRouter(t, httpserver.Options{Metrics: m, DecisionRoutes: []string{"/v1/limit"}})
 	for range 3 {
 		if rec := do(h, "POST", "/v1/limit", strings.NewReader("{}")); rec.Code != 200 {
 			t.Fatal(rec.Code)

@@ -57,3 +57,15 @@ func Each(t *testing.T, fn func(t *testing.T, d *db.DB)) {
 		})
 	}
 }
+
+// EachURL runs fn as a parallel subtest with the URL of a fresh, empty database of every
+// dialect, for tests that open it themselves (an application, two instances on one database).
+func EachURL(t *testing.T, fn func(t *testing.T, url string)) {
+	t.Helper()
+	for _, dialect := range Dialects {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			fn(t, URL(t, dialect))
+		})
+	}
+}

@@ -36,7 +36,6 @@ type captchaVM struct {
 	ScriptTag string
 	WidgetTag string
 
-	HasSessions   bool // a session store is configured
 	Sessions      []sessionRowVM
 	SessionsLimit int
 }
@@ -101,20 +100,18 @@ func (u *UI) renderCaptcha(c *gin.Context, status int, vm captchaVM, fromForm bo
 	vm.ScriptTag = `<script type="module" src="` + base + `/static/altcha/altcha.min.js"></script>`
 	vm.WidgetTag = `<altcha-widget challenge="` + base + `/v1/captcha/challenge?pk=` + pk + `&sid=SESSION_ID"></altcha-widget>`
 
-	if u.captcha != nil {
-		vm.HasSessions, vm.SessionsLimit = true, sessionsShown
-		sessions, err := u.captcha.ListSessions(ctx, t.ID, sessionsShown)
-		if err != nil {
-			u.internalError(c, err)
-			return
-		}
-		for _, s := range sessions {
-			vm.Sessions = append(vm.Sessions, sessionRowVM{
-				Hash: s.SessionHash, HashPrefix: s.SessionHash[:min(sessionHashShown, len(s.SessionHash))] + "…",
-				Authorized: fmtTime(s.AuthorizedAt), Expires: fmtTime(s.ExpiresAt),
-				RevokeURL: tenantPath(t.ID, "/captcha/sessions/"+s.SessionHash+"/revoke"),
-			})
-		}
+	vm.SessionsLimit = sessionsShown
+	sessions, err := u.captcha.ListSessions(ctx, t.ID, sessionsShown)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	for _, s := range sessions {
+		vm.Sessions = append(vm.Sessions, sessionRowVM{
+			Hash: s.SessionHash, HashPrefix: s.SessionHash[:min(sessionHashShown, len(s.SessionHash))] + "…",
+			Authorized: fmtTime(s.AuthorizedAt), Expires: fmtTime(s.ExpiresAt),
+			RevokeURL: tenantPath(t.ID, "/captcha/sessions/"+s.SessionHash+"/revoke"),
+		})
 	}
 	u.render(c, status, captchaPage(vm))
 }
@@ -184,10 +181,6 @@ func (u *UI) createPublishableKey(c *gin.Context) {
 // (unknown, another tenant's, already revoked or expired) is a 404.
 func (u *UI) revokeSession(c *gin.Context) {
 	t := tenantOf(c)
-	if u.captcha == nil {
-		u.NotFound(c)
-		return
-	}
 	hash := c.Param("hash")
 	err := u.captcha.RevokeHash(c.Request.Context(), t.ID, hash)
 	if errors.Is(err, captcha.ErrNotFound) {

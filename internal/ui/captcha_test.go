@@ -10,29 +10,13 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/captcha"
 	"github.com/sluice-dev/sluice/internal/tenants"
-	"github.com/sluice-dev/sluice/internal/ui"
 )
 
-// storeRef hands the UI a captcha store on the env's database, which newEnv opens only after
-// the options have run; the test fills st in right after newEnv.
-type storeRef struct{ st *captcha.Store }
-
-func (r *storeRef) ListSessions(ctx context.Context, tenantID int64, limit int) ([]captcha.SessionInfo, error) {
-	return r.st.ListSessions(ctx, tenantID, limit)
-}
-
-func (r *storeRef) RevokeHash(ctx context.Context, tenantID int64, sessionHash string) error {
-	return r.st.RevokeHash(ctx, tenantID, sessionHash)
-}
-
-// newCaptchaEnv is newEnv with the dashboard wired to a real captcha store on the same
-// SQLite database.
+// newCaptchaEnv is newEnv with the application's captcha store, whose sessions the dashboard lists.
 func newCaptchaEnv(t *testing.T) (*env, *captcha.Store) {
 	t.Helper()
-	ref := &storeRef{}
-	e := newEnv(t, func(d *ui.Deps) { d.Captcha = ref })
-	ref.st = captcha.NewStore(e.db, nil)
-	return e, ref.st
+	e := newEnv(t)
+	return e, e.app.Captcha
 }
 
 // authorize runs the real flow for sessionID of tn: issue a challenge, solve it, verify the
@@ -373,20 +357,8 @@ func TestCaptchaCrossOriginPostsAreRefused(t *testing.T) {
 		t.Fatal("a cross-origin post revoked the session")
 	}
 	// The same revoke from our own origin works: the check is what refused the others.
-	wantStatus(t, c.post(revokeURL, nil, "Sec-Fetch-Site", "same-origin", "Origin", e.srv.URL), http.StatusSeeOther)
+	wantStatus(t, c.post(revokeURL, nil, "Sec-Fetch-Site", "same-origin", "Origin", e.url), http.StatusSeeOther)
 	if ok, _ := st.IsAuthorized(ctx, tn.ID, sid); ok {
 		t.Fatal("the same-origin revoke did not revoke")
 	}
-}
-
-func TestCaptchaPageWithoutSessionStore(t *testing.T) {
-	e := newEnv(t)
-	e.operator()
-	tn := e.tenant("acme")
-	c := e.login(opEmail, opPassword)
-	d := c.get(tpath(tn, "/captcha")).doc(t)
-	if got := text(d, "#captcha-sessions .empty"); got != "Sessions are not available on this server." {
-		t.Fatalf("sessions section = %q", got)
-	}
-	wantStatus(t, c.post(tpath(tn, "/captcha/sessions/"+strings.Repeat("a", 64)+"/revoke"), nil), http.StatusNotFound)
 }

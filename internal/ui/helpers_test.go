@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -15,21 +14,24 @@ import (
 
 	"github.com/PuerkitoBio/goquery"
 
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/db"
-	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/ui"
 	"github.com/sluice-dev/sluice/internal/usage"
-	"github.com/sluice-dev/sluice/web"
 )
 
 const (
 	opEmail    = "op@example.com"
 	opPassword = "operator-password-1"
-	sessionKey = "0123456789abcdef0123456789abcdef-test-key"
 	cookieName = "sluice_session" // BaseURL is plain-HTTP loopback in these tests
 )
+
+// sessionKey signs dashboard session cookies: what the application derives from its secret.
+var sessionKey = string(app.NewSecrets(apptest.SecretKey).Derive("dashboard-session"))
 
 // clock is the UI's clock; tests move it to expire session tokens.
 type clock struct{ offset atomic.Int64 }
@@ -37,55 +39,32 @@ type clock struct{ offset atomic.Int64 }
 func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
-// env is the real dashboard on a real SQLite database behind the real router.
+// env is the real application (app.New and app.Run) on a real SQLite database.
 type env struct {
 	t      *testing.T
+	app    *app.App
 	db     *db.DB
 	svc    *tenants.Service
 	engine *limiter.Engine
 	usage  *usage.Aggregator
 	ui     *ui.UI
 	clock  *clock
-	srv    *httptest.Server
+	url    string // where the server answers
 }
 
-type option func(*ui.Deps)
+// option changes the test application's configuration or options before it starts.
+type option func(c *config.Config, o *app.Options)
 
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
-	ctx := context.Background()
-	d, err := db.Open(ctx, "sqlite:"+t.TempDir()+"/ui.db", db.Options{})
-	if err != nil {
-		t.Fatal(err)
+	clk := &clock{}
+	cfg := apptest.Config("sqlite:" + t.TempDir() + "/ui.db")
+	o := app.Options{Now: clk.Now}
+	for _, opt := range opts {
+		opt(&cfg, &o)
 	}
-	t.Cleanup(func() { _ = d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, db: d, clock: &clock{}}
-	e.svc = tenants.NewService(d, []byte("pepper"), nil)
-	t.Cleanup(e.svc.Close)
-	e.usage = usage.New(d, usage.Options{Interval: time.Hour})
-	t.Cleanup(e.usage.Close)
-	e.engine = limiter.NewEngine(d, limiter.Options{OnDecision: e.usage.Record})
-	deps := ui.Deps{
-		Tenants: e.svc, Engine: e.engine, Usage: e.usage, SessionKey: []byte(sessionKey),
-		BaseURL: "http://127.0.0.1", Static: web.Static(), Now: e.clock.Now,
-	}
-	for _, o := range opts {
-		o(&deps)
-	}
-	e.ui, err = ui.New(deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := httpserver.NewRouter(httpserver.Options{Surfaces: []httpserver.Surface{e.ui}, NotFound: e.ui.NotFound})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv = httptest.NewServer(r)
-	t.Cleanup(e.srv.Close)
-	return e
+	a := apptest.Start(t, cfg, o)
+	return &env{t: t, app: a, db: a.DB, svc: a.Tenants, engine: a.Engine, usage: a.Usage, ui: a.UI, clock: clk, url: a.BaseURL()}
 }
 
 func (e *env) operator() tenants.User {
@@ -161,13 +140,13 @@ func (c *client) do(req *http.Request) response {
 
 func (c *client) get(path string) response {
 	c.e.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, c.e.srv.URL+path, nil)
+	req, _ := http.NewRequest(http.MethodGet, c.e.url+path, nil)
 	return c.do(req)
 }
 
 func (c *client) post(path string, form url.Values, headers ...string) response {
 	c.e.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, c.e.srv.URL+path, strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, c.e.url+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -178,13 +157,13 @@ func (c *client) post(path string, form url.Values, headers ...string) response 
 // getWithCookie sends one GET with exactly the given session cookie value.
 func (e *env) getWithCookie(path, value string) response {
 	e.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
+	req, _ := http.NewRequest(http.MethodGet, e.url+path, nil)
 	req.AddCookie(&http.Cookie{Name: cookieName, Value: value})
 	return e.client().do(req)
 }
 
 func (c *client) cookie() string {
-	u, _ := url.Parse(c.e.srv.URL)
+	u, _ := url.Parse(c.e.url)
 	for _, ck := range c.c.Jar.Cookies(u) {
 		if ck.Name == cookieName {
 			return ck.Value

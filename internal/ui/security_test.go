@@ -13,6 +13,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/ui"
 )
@@ -45,7 +47,7 @@ func TestCrossOriginPostIsRefused(t *testing.T) {
 	wantStatus(t, e.client().post("/login", url.Values{"email": {opEmail}, "password": {opPassword}}, "Sec-Fetch-Site", "cross-site"), http.StatusForbidden)
 	wantStatus(t, c.post("/logout", nil, "Origin", "https://evil.example"), http.StatusForbidden)
 	// The same request from our own origin works: the check is what refused the others.
-	wantStatus(t, c.post(tpath(tn, "/keys"), form, "Sec-Fetch-Site", "same-origin", "Origin", e.srv.URL), http.StatusCreated)
+	wantStatus(t, c.post(tpath(tn, "/keys"), form, "Sec-Fetch-Site", "same-origin", "Origin", e.url), http.StatusCreated)
 	// Reading across origins (a link from elsewhere) is fine.
 	wantStatus(t, c.get(tpath(tn, "/limits")), http.StatusOK)
 }
@@ -208,7 +210,7 @@ func TestSessionCookieIsVerified(t *testing.T) {
 	})
 
 	t.Run("htmx fragment", func(t *testing.T) {
-		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/tenants", nil)
+		req, _ := http.NewRequest(http.MethodGet, e.url+"/tenants", nil)
 		req.Header.Set("HX-Request", "true")
 		res := e.client().do(req)
 		if res.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(res.Header.Get("HX-Redirect"), "/login") {
@@ -238,7 +240,7 @@ func TestSessionCookieAttributes(t *testing.T) {
 		}
 	})
 	t.Run("https", func(t *testing.T) {
-		e := newEnv(t, func(d *ui.Deps) { d.BaseURL = "https://sluice.example" })
+		e := newEnv(t, func(c *config.Config, _ *app.Options) { c.BaseURL = "https://sluice.example" })
 		e.operator()
 		res := e.client().post("/login", url.Values{"email": {opEmail}, "password": {opPassword}})
 		ck := findCookie(res, "__Host-sluice_session")
@@ -259,7 +261,7 @@ func findCookie(r response, name string) *http.Cookie {
 
 func TestLoginIsRateLimitedPerEmail(t *testing.T) {
 	perEmail := limiter.Definition{Kind: limiter.TokenBucket, Rate: 3, Period: 3_600_000}
-	e := newEnv(t, func(d *ui.Deps) { d.LoginPerEmail = &perEmail })
+	e := newEnv(t, func(_ *config.Config, o *app.Options) { o.LoginPerEmail = &perEmail })
 	e.operator()
 	for i := range 3 {
 		res := e.client().post("/login", url.Values{"email": {opEmail}, "password": {"wrong-password-" + strconv.Itoa(i)}})

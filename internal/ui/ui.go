@@ -32,7 +32,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/captcha"
-	"github.com/sluice-dev/sluice/internal/httpx"
+	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/usage"
@@ -55,7 +55,7 @@ type Deps struct {
 	Tenants *tenants.Service
 	Engine  *limiter.Engine
 	Usage   UsageSource     // nil: no charts
-	Captcha CaptchaSessions // nil: the captcha page lists no sessions
+	Captcha CaptchaSessions // the authorized sessions the captcha page lists and revokes
 	Logger  *slog.Logger
 	// SessionKey signs session cookies (HS256). Derive it from the server secret; every instance
 	// must use the same key.
@@ -98,8 +98,8 @@ type UI struct {
 
 // New builds the dashboard.
 func New(d Deps) (*UI, error) {
-	if d.Tenants == nil || d.Engine == nil || d.Static == nil {
-		return nil, errors.New("ui: Tenants, Engine and Static are required")
+	if d.Tenants == nil || d.Engine == nil || d.Captcha == nil || d.Static == nil {
+		return nil, errors.New("ui: Tenants, Engine, Captcha and Static are required")
 	}
 	if len(d.SessionKey) < 32 {
 		return nil, errors.New("ui: the session key must be at least 32 bytes")
@@ -207,7 +207,7 @@ func (u *UI) render(c *gin.Context, status int, comp templ.Component) {
 
 // internalError logs the cause with the request ID and shows a page that says nothing more.
 func (u *UI) internalError(c *gin.Context, err error) {
-	id := c.GetString(httpx.RequestIDKey)
+	id := c.GetString(httpserver.RequestIDKey)
 	u.log.ErrorContext(c.Request.Context(), "dashboard error", "request_id", id, "path", c.FullPath(), "err", err)
 	var buf bytes.Buffer
 	_ = errorPage(u.bareLayout(c, "Error"), http.StatusInternalServerError, "Something went wrong",

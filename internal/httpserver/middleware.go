@@ -1,6 +1,7 @@
-// Package httpx holds the HTTP middleware every surface shares: request IDs, access logs,
-// panic recovery and security headers.
-package httpx
+package httpserver
+
+// The middleware every surface shares: request IDs, access logs, panic recovery and security
+// headers. Surfaces import this package only for RequestIDKey.
 
 import (
 	"crypto/rand"

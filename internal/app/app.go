@@ -1,0 +1,270 @@
+// Package app is Sluice's composition root: New builds every component from one Config, and Run
+// starts the HTTP server and the background work and stops them in reverse order when its
+// context ends. `app serve` and every end-to-end and HTTP test use the same New and Run; nothing
+// else wires components together.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/captcha"
+	"github.com/sluice-dev/sluice/internal/config"
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/demo"
+	"github.com/sluice-dev/sluice/internal/httpserver"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/metrics"
+	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/ui"
+	"github.com/sluice-dev/sluice/internal/usage"
+	"github.com/sluice-dev/sluice/web"
+)
+
+// Version is set at link time (the Dockerfile passes -X …/internal/app.Version=$VERSION) and
+// reported by sluice_build_info; empty, the module version from the build info is used.
+var Version string
+
+// Options are what is not configuration: where start-up lines go, and the knobs tests turn to
+// move time or tighten limits without new environment variables. The zero value is production.
+type Options struct {
+	// Stdout receives the log and the start-up lines (the address, the setup link); os.Stdout
+	// when nil.
+	Stdout io.Writer
+	// Now is the clock of dashboard sessions and captcha challenges, sessions and tokens;
+	// time.Now when nil. Limit decisions never read it (they use the engine's clock).
+	Now func() time.Time
+	// ChallengeIPLimit, ChallengeKeyLimit, LoginPerEmail and LoginPerIP replace the built-in
+	// limits on Sluice's own endpoints when set.
+	ChallengeIPLimit, ChallengeKeyLimit *limiter.Definition
+	LoginPerEmail, LoginPerIP           *limiter.Definition
+	// Widget replaces the vendored captcha widget served by /demo (a test may serve a stub).
+	Widget fs.FS
+}
+
+// App is one running Sluice: every component, built once. Its fields are for the CLI and tests,
+// which call services directly (create a tenant, read a value) beside the HTTP surface.
+type App struct {
+	Config  config.Config
+	Log     *slog.Logger
+	DB      *db.DB
+	Tenants *tenants.Service
+	Engine  *limiter.Engine
+	Usage   *usage.Aggregator
+	Captcha *captcha.Store
+	Metrics *metrics.Metrics
+	API     *api.Server
+	UI      *ui.UI
+	Demo    *demo.Demo
+	Router  *gin.Engine
+
+	stdout    io.Writer
+	setupPath string        // one-time first-operator link, printed once listening
+	started   chan struct{} // closed once Run listens
+	addr      string        // the listener's address, once started
+}
+
+// Open opens the configured database and makes sure its schema is the one this binary knows:
+// SQLite (or MIGRATE=auto, or migrate) migrates, PostgreSQL otherwise requires `app migrate`.
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) (*db.DB, error) {
+	d, err := db.Open(ctx, cfg.DatabaseURL, db.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if migrate || d.Dialect == db.SQLite || cfg.MigrateAuto {
+		err = d.Migrate(ctx)
+	} else {
+		err = d.CheckSchema(ctx)
+	}
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// NewLogger is the process's logger: text lines at the configured level.
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.LogLevel}))
+}
+
+// New builds every component; it starts nothing (Run does). On error everything built so far is
+// closed again.
+func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	a := &App{Config: cfg, stdout: o.Stdout, started: make(chan struct{})}
+	a.Log = NewLogger(cfg, o.Stdout)
+	a.DB, err = Open(ctx, cfg, a.Log, false)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = a.DB.Close()
+		}
+	}()
+	keys, err := LoadSecrets(ctx, cfg, a.DB)
+	if err != nil {
+		return nil, err
+	}
+
+	a.Metrics = metrics.New(metrics.Options{DB: a.DB, Version: Version})
+	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil)
+	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log})
+	a.Engine = limiter.NewEngine(a.DB, limiter.Options{OnDecision: func(tenantID int64, name string, ok bool) {
+		a.Metrics.OnDecision(tenantID, name, ok)
+		a.Usage.Record(tenantID, name, ok)
+	}})
+	a.Metrics.WatchGroups(a.Engine.GroupStats)
+	a.Captcha = captcha.NewStore(a.DB, o.Now)
+
+	// The captcha's keys derive from SECRET_KEY, so every instance and every restart agrees on
+	// them; tokens name BASE_URL as their issuer.
+	issuer, err := captcha.NewIssuer(keys.Derive("captcha-hmac"), o.Now)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := captcha.NewSigner(keys.Derive("session-token"), cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if o.Now != nil {
+		signer = signer.WithClock(o.Now)
+	}
+	a.API, err = api.New(api.Deps{
+		Engine: a.Engine, Auth: a.Tenants, Audit: a.Tenants, Tenants: a.Tenants,
+		Captcha: a.Captcha, Issuer: issuer, Signer: signer, Logger: a.Log,
+		ChallengeIPLimit: o.ChallengeIPLimit, ChallengeKeyLimit: o.ChallengeKeyLimit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.UI, err = ui.New(ui.Deps{
+		Tenants: a.Tenants, Engine: a.Engine, Usage: a.Usage, Captcha: a.Captcha, Logger: a.Log,
+		SessionKey: keys.Derive("dashboard-session"), BaseURL: cfg.BaseURL, Static: web.Static(), Now: o.Now,
+		LoginPerEmail: o.LoginPerEmail, LoginPerIP: o.LoginPerIP,
+	})
+	if err != nil {
+		return nil, err
+	}
+	widget := o.Widget
+	if widget == nil {
+		if widget, err = fs.Sub(web.Static(), "altcha"); err != nil {
+			return nil, fmt.Errorf("captcha widget: %w", err)
+		}
+	}
+	a.Demo, err = demo.New(demo.Deps{Tenants: a.Tenants, Widget: widget, Origins: []string{cfg.BaseURL}, Logger: a.Log})
+	if err != nil {
+		return nil, err
+	}
+	// SLUICE_ADMIN_EMAIL/PASSWORD create the first operator; otherwise an empty database gets a
+	// one-time setup link, printed once the address is known.
+	if a.setupPath, err = a.UI.Bootstrap(ctx, cfg.AdminEmail, cfg.AdminPassword); err != nil {
+		return nil, err
+	}
+	a.Router, err = a.router()
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// router is the one HTTP handler: the operations routes, then each surface's route list.
+func (a *App) router() (*gin.Engine, error) {
+	return httpserver.NewRouter(httpserver.Options{
+		Logger:         a.Log,
+		TrustedProxies: a.Config.TrustedProxies,
+		Surfaces:       []httpserver.Surface{a.API, a.UI, a.Demo},
+		NotFound:       a.UI.NotFound,
+		Metrics:        a.Metrics,
+		MetricsToken:   a.Config.MetricsToken,
+		DecisionRoutes: api.DecisionRoutes(),
+		Ready: func(ctx context.Context) error {
+			if err := a.DB.Ping(ctx); err != nil {
+				return err
+			}
+			return a.DB.CheckSchema(ctx)
+		},
+	})
+}
+
+// Started is closed once Run listens; Addr is then the listener's address.
+func (a *App) Started() <-chan struct{} { return a.started }
+
+// Addr is the address Run listens on (LISTEN_ADDR, with the real port when it was 0).
+func (a *App) Addr() string { return a.addr }
+
+// BaseURL is where the server answers: BASE_URL, or the real address when LISTEN_ADDR's port is
+// 0 (tests).
+func (a *App) BaseURL() string {
+	if _, port, _ := net.SplitHostPort(a.Config.ListenAddr); port == "0" && a.addr != "" {
+		return "http://" + a.addr
+	}
+	return a.Config.BaseURL
+}
+
+// shutdownGrace is how long in-flight requests may take to finish once Run's context ends.
+const shutdownGrace = 20 * time.Second
+
+// Run listens, starts the background work and serves until ctx ends; then it stops accepting,
+// lets in-flight requests finish, stops the background work in the reverse order of its start
+// and closes the database. It returns nil on a clean stop.
+func (a *App) Run(ctx context.Context) error {
+	defer a.DB.Close() // last: everything below has stopped using it
+	tuneGC(a.Config)
+	l, err := net.Listen("tcp", a.Config.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	a.addr = l.Addr().String()
+	base := a.BaseURL()
+	a.Demo.AddOrigin(base) // the demo's tenant must allow the origin the page is really served from
+
+	// Started first, stopped last: the engine serves decisions until the HTTP server has drained;
+	// usage, metrics and key last-used times record what the engine decides.
+	var bg group
+	bg.start(ctx, "tenants", func(ctx context.Context) error { <-ctx.Done(); a.Tenants.Close(); return nil })
+	bg.start(ctx, "usage", func(ctx context.Context) error { <-ctx.Done(); a.Usage.Close(); return nil })
+	bg.start(ctx, "engine", func(ctx context.Context) error { <-ctx.Done(); a.Engine.Close(); return nil })
+	bg.start(ctx, "captcha sweeper", a.sweepCaptcha)
+	bg.start(ctx, "state sweeper", a.sweepState)
+	if a.Config.PprofAddr != "" {
+		bg.start(ctx, "pprof", a.servePprof)
+	}
+
+	a.Log.Info("starting", "config", a.Config.String())
+	fmt.Fprintf(a.stdout, "Sluice is listening on %s (database %s)\n", base, a.DB.Dialect)
+	if a.setupPath != "" {
+		fmt.Fprintf(a.stdout, "No users yet. Set up the first operator (this link works once): %s%s\n", base, a.setupPath)
+	}
+	close(a.started)
+	err = httpserver.Serve(ctx, l, a.Router, shutdownGrace)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	err = errors.Join(err, bg.stop())
+	a.Log.Info("stopped")
+	return err
+}
+
+// tuneGC applies GOGC and GOMEMLIMIT as configured (config: Sluice's defaults when unset).
+func tuneGC(cfg config.Config) {
+	debug.SetGCPercent(cfg.GCPercent)
+	debug.SetMemoryLimit(cfg.MemoryLimit)
+}

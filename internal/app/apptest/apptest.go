@@ -1,0 +1,70 @@
+// Package apptest starts the real application for tests: app.New and app.Run with a test
+// configuration, on a loopback port, stopped (and waited for) when the test ends. Tests use it
+// instead of wiring components by hand, so that they exercise what production runs.
+package apptest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/config"
+)
+
+// SecretKey is the SECRET_KEY of test applications.
+const SecretKey = "apptest-secret-key-0123456789abcdef"
+
+// Config is the configuration of a test application on databaseURL: a loopback port chosen by
+// the kernel, a fixed secret, migrations at start, no sweeper (tests sweep by hand) and only
+// warnings logged.
+func Config(databaseURL string) config.Config {
+	c := config.Default()
+	c.DatabaseURL = databaseURL
+	c.ListenAddr = "127.0.0.1:0"
+	c.BaseURL = "http://127.0.0.1"
+	c.SecretKey = SecretKey
+	c.MigrateAuto = true
+	c.SweepInterval = 0
+	c.LogLevel = slog.LevelWarn
+	return c
+}
+
+// Start runs the application with cfg and o until the test ends, and returns it once it listens
+// (App.BaseURL is then where it answers).
+func Start(tb testing.TB, cfg config.Config, o app.Options) *app.App {
+	tb.Helper()
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.New(ctx, cfg, o)
+	if err != nil {
+		cancel()
+		tb.Fatalf("apptest: app.New: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !strings.Contains(err.Error(), "context canceled") {
+				tb.Errorf("apptest: Run: %v", err)
+			}
+		case <-time.After(time.Minute):
+			tb.Errorf("apptest: Run had not returned a minute after its context ended")
+		}
+	})
+	select {
+	case <-a.Started():
+	case err := <-done:
+		tb.Fatalf("apptest: Run returned before listening: %v", err)
+	case <-time.After(time.Minute):
+		tb.Fatal("apptest: waited a minute for Run to listen")
+	}
+	return a
+}
