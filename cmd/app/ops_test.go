@@ -694,7 +694,15 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 			t.Fatal("no decision ever waited for the lock")
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let the other requests reach the server too
+	// Wait until every request has reached the server (one waits in PostgreSQL, the others
+	// behind it in the engine's queue).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if got := metricValue(scrapeMetrics(t, base), "sluice_decision_requests_in_flight"); got == n {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %d decision requests in flight on the server; %v", n, got)
+		}
+	}
 	shutdownAt := time.Now()
 	shutdown()
 	// The listener closes at once: new connections are refused while the old requests wait.

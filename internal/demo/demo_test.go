@@ -11,7 +11,6 @@ import (
 	"testing"
 	"testing/fstest"
 
-
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/demo"

@@ -23,6 +23,7 @@ const DefaultRequestTimeout = 15 * time.Second
 type Metrics interface {
 	Handler() http.Handler
 	ObserveDecision(route string, status int, d time.Duration)
+	DecisionInFlight(delta float64)
 }
 
 // observeDecisions times the routes named. gin matches the route before running the global
@@ -39,6 +40,8 @@ func observeDecisions(m Metrics, routes []string) gin.HandlerFunc {
 			return
 		}
 		start := time.Now()
+		m.DecisionInFlight(1)
+		defer m.DecisionInFlight(-1)
 		c.Next()
 		m.ObserveDecision(route, c.Writer.Status(), time.Since(start))
 	}

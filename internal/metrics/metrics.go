@@ -42,6 +42,7 @@ type Metrics struct {
 	reg       *prometheus.Registry
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	inFlight  prometheus.Gauge
 	swept     *prometheus.CounterVec
 	sweepErrs prometheus.Counter
 	tenants   *boundedLabels
@@ -66,6 +67,10 @@ func New(o Options) *Metrics {
 			// Decisions are one short transaction; the tail is contention retries and the 5 s budget.
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route", "status"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_decision_requests_in_flight",
+			Help: "/v1 decision requests the server has received and not yet answered.",
+		}),
 		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_sweep_deleted_rows_total",
 			Help: "Rows deleted by the background sweeper, by table.",
@@ -77,7 +82,7 @@ func New(o Options) *Metrics {
 		tenants: newBoundedLabels(o.MaxLabelValues),
 		names:   newBoundedLabels(o.MaxLabelValues),
 	}
-	m.reg.MustRegister(m.decisions, m.latency, m.swept, m.sweepErrs,
+	m.reg.MustRegister(m.decisions, m.latency, m.inFlight, m.swept, m.sweepErrs,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfo(o.Version))
@@ -109,6 +114,10 @@ func (m *Metrics) OnDecision(tenantID int64, name string, ok bool) {
 func (m *Metrics) ObserveDecision(route string, status int, d time.Duration) {
 	m.latency.WithLabelValues(route, statusClass(status)).Observe(d.Seconds())
 }
+
+// DecisionInFlight adds delta (+1 when a decision request arrives, -1 when it is answered) to
+// the requests in flight.
+func (m *Metrics) DecisionInFlight(delta float64) { m.inFlight.Add(delta) }
 
 // Swept records rows deleted by the sweeper from table.
 func (m *Metrics) Swept(table string, n int) {
