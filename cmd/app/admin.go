@@ -25,7 +25,7 @@ func adminCmd(ctx context.Context, cfg config.Config, group string, args []strin
 		return err
 	}
 	defer d.Close()
-	keys, err := app.LoadSecrets(ctx, cfg, d)
+	keys, err := app.LoadSecrets(ctx, cfg, d, app.NewLogger(cfg, io.Discard))
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 			_ = a.DB.Close()
 		}
 	}()
-	keys, err := LoadSecrets(ctx, cfg, a.DB)
+	keys, err := LoadSecrets(ctx, cfg, a.DB, a.Log)
 	if err != nil {
 		return nil, err
 	}

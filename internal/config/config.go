@@ -23,7 +23,7 @@ type Config struct {
 	DatabaseURL    string   // postgres://... or sqlite:PATH
 	ListenAddr     string   // host:port the HTTP server binds
 	BaseURL        string   // public URL, used in printed links
-	SecretKey      string   // signs sessions and challenges; generated and stored when empty
+	SecretKey      string   // the root secret; on SQLite generated into a file beside the database when empty
 	TrustedProxies []string // CIDRs or IPs whose X-Forwarded-For is believed; empty trusts none
 	LogLevel       slog.Level
 	MigrateAuto    bool // run migrations at start-up on PostgreSQL (always done on SQLite)
@@ -86,8 +86,8 @@ var options = []Option{
 		}},
 	{Name: "BASE_URL", Default: "(from LISTEN_ADDR)", Doc: "the public URL: printed links, token issuer, trusted origin",
 		parse: set(func(c *Config) *string { return &c.BaseURL })},
-	{Name: "SECRET_KEY", Default: "(generated and stored in the database)", Secret: true,
-		Doc: "signs sessions, challenges and tokens, peppers key hashes; rotating it invalidates API keys and sessions",
+	{Name: "SECRET_KEY", Default: "(required on PostgreSQL; on SQLite generated into `PATH.secret` beside the database, mode 0600)", Secret: true,
+		Doc: "the root secret (32+ characters): signs dashboard sessions, captcha challenges and session tokens, peppers API key hashes; never stored in the database; changing it invalidates every API key and session",
 		parse: func(c *Config, v string) error {
 			if v != "" && len(v) < 32 {
 				return errors.New("SECRET_KEY must be at least 32 characters")

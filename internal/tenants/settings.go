@@ -42,3 +42,11 @@ func (s *Service) SetSettingIfAbsent(ctx context.Context, key, value string) (st
 	}
 	return row.Value, nil
 }
+
+// DeleteSetting removes a server-wide setting; deleting one that is absent is not an error.
+func (s *Service) DeleteSetting(ctx context.Context, key string) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		return tx.Where("key = ?", key).Delete(&settingRow{}).Error
+	})
+	return wrap("delete setting", err)
+}

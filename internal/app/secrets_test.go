@@ -1,0 +1,228 @@
+package app_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+func TestPostgresRefusesToStartWithoutSecretKey(t *testing.T) {
+	cfg := apptest.Config(testkit.URL(t, db.Postgres))
+	cfg.SecretKey = ""
+	_, err := app.New(context.Background(), cfg, app.Options{Stdout: new(strings.Builder)})
+	if !errors.Is(err, app.ErrSecretKeyRequired) || !strings.Contains(err.Error(), "SECRET_KEY") || !strings.Contains(err.Error(), "openssl rand") {
+		t.Fatalf("start on PostgreSQL without SECRET_KEY: %v", err)
+	}
+}
+
+func TestSQLiteKeepsItsGeneratedSecretInAPrivateFileBesideTheDatabase(t *testing.T) {
+	url := testkit.URL(t, db.SQLite)
+	cfg := apptest.Config(url)
+	cfg.SecretKey = ""
+	a := apptest.Start(t, cfg, app.Options{})
+	st, err := os.Stat(app.SecretFile(url))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v, want mode 0600", st, err)
+	}
+	first, err := app.LoadSecrets(context.Background(), cfg, a.DB, a.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := app.LoadSecrets(context.Background(), cfg, a.DB, a.Log)
+	if err != nil || !hmac.Equal(first.Pepper, again.Pepper) {
+		t.Fatalf("the second load derived other keys (%v)", err)
+	}
+	if _, err := a.Tenants.Setting(context.Background(), "secret_key"); !errors.Is(err, tenants.ErrNotFound) {
+		t.Fatalf("the database holds a secret_key setting: %v", err)
+	}
+}
+
+// TestLegacyStoredSecretLeavesTheDatabase: a key an earlier version stored in the settings table
+// moves to the key file on SQLite (API keys stay valid) and is deleted on PostgreSQL once
+// SECRET_KEY is set; PostgreSQL without SECRET_KEY refuses and says how to keep the old key.
+func TestLegacyStoredSecretLeavesTheDatabase(t *testing.T) {
+	const legacy = "legacy-generated-root-secret-0123456789"
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		svc := tenants.NewService(d, nil, nil)
+		t.Cleanup(svc.Close)
+		if _, err := svc.SetSettingIfAbsent(ctx, "secret_key", legacy); err != nil {
+			t.Fatal(err)
+		}
+		cfg := apptest.Config("sqlite:" + t.TempDir() + "/copy.db")
+		cfg.SecretKey = ""
+		log := app.NewLogger(cfg, new(strings.Builder))
+		if d.Dialect == db.Postgres {
+			if _, err := app.LoadSecrets(ctx, cfg, d, log); !errors.Is(err, app.ErrSecretKeyRequired) || !strings.Contains(err.Error(), "SELECT value FROM settings") {
+				t.Fatalf("PostgreSQL with a stored key and no SECRET_KEY: %v", err)
+			}
+			cfg.SecretKey = legacy // what the message tells the operator to do
+		}
+		s, err := app.LoadSecrets(ctx, cfg, d, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hmac.Equal(s.Pepper, app.NewSecrets(legacy).Pepper) {
+			t.Fatal("the keys no longer derive from the stored secret: existing API keys would stop working")
+		}
+		if _, err := svc.Setting(ctx, "secret_key"); !errors.Is(err, tenants.ErrNotFound) {
+			t.Fatalf("the stored secret is still in the database: %v", err)
+		}
+		if d.Dialect == db.SQLite {
+			if b, err := os.ReadFile(app.SecretFile(cfg.DatabaseURL)); err != nil || strings.TrimSpace(string(b)) != legacy {
+				t.Fatalf("key file holds %q (%v), want the stored secret", b, err)
+			}
+		}
+	})
+}
+
+// TestACopyOfTheDatabaseOpensNothing plays a thief with a copy of the database (and, on
+// PostgreSQL, without SECRET_KEY): every value stored anywhere is tried as the root secret, to
+// forge a dashboard session cookie for the operator and to confirm a known API key against its
+// stored hash. Both must fail; the same attack with the real root secret must succeed, which
+// proves the attack would notice a root secret kept in the database.
+func TestACopyOfTheDatabaseOpensNothing(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		cfg := apptest.Config(dbURL)
+		if strings.HasPrefix(dbURL, "sqlite:") {
+			cfg.SecretKey = "" // the zero-setup default: the key is generated into a file
+		}
+		a := apptest.Start(t, cfg, app.Options{})
+		ctx := context.Background()
+		tn, err := a.Tenants.CreateTenant(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, apiKey, err := a.Tenants.CreateKey(ctx, tn.ID, tenants.KindSecret, "k", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		op, err := a.Tenants.CreateUser(ctx, "op@example.com", "operator-password-1", true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		res, err := noRedirect.PostForm(a.BaseURL()+"/login", url.Values{"email": {"op@example.com"}, "password": {"operator-password-1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("operator login: %d", res.StatusCode)
+		}
+
+		values := storedStrings(t, a.DB)
+		var keyHashes []string
+		if err := a.DB.Gorm.Raw(`SELECT hash FROM api_keys`).Scan(&keyHashes).Error; err != nil {
+			t.Fatal(err)
+		}
+		attack := func(root string) (confirmedKey, openedDashboard bool) {
+			s := app.NewSecrets(root)
+			m := hmac.New(sha256.New, s.Pepper)
+			m.Write([]byte(apiKey))
+			for _, h := range keyHashes {
+				if h == hex.EncodeToString(m.Sum(nil)) {
+					confirmedKey = true
+				}
+			}
+			for _, jti := range values { // a session ID, if one is stored as it is
+				tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+					Issuer: "sluice", Audience: jwt.ClaimStrings{"sluice-dashboard"}, Subject: strconv.FormatInt(op.ID, 10), ID: jti,
+					IssuedAt: jwt.NewNumericDate(time.Now()), ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour)),
+				}).SignedString(s.Derive("dashboard-session"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req, _ := http.NewRequest(http.MethodGet, a.BaseURL()+"/tenants", nil)
+				req.AddCookie(&http.Cookie{Name: "sluice_session", Value: tok})
+				res, err := noRedirect.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if res.StatusCode == http.StatusOK {
+					openedDashboard = true
+					break
+				}
+			}
+			return confirmedKey, openedDashboard
+		}
+		for _, root := range append(values, "") {
+			if key, dash := attack(root); key || dash {
+				t.Fatalf("a value stored in the database works as the root secret: confirms API key %v, opens the dashboard %v", key, dash)
+			}
+		}
+		root := cfg.SecretKey
+		if root == "" {
+			b, err := os.ReadFile(app.SecretFile(dbURL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			root = strings.TrimSpace(string(b))
+		}
+		if key, _ := attack(root); !key {
+			t.Fatal("the attack does not even work with the real root secret: it proves nothing")
+		}
+		t.Logf("%d stored values tried as the root secret; none confirmed the API key or opened the dashboard", len(values))
+	})
+}
+
+// storedStrings is every text value in every table of d.
+func storedStrings(t *testing.T, d *db.DB) []string {
+	t.Helper()
+	q := `SELECT name FROM sqlite_master WHERE type = 'table'`
+	if d.Dialect == db.Postgres {
+		q = `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`
+	}
+	var tables []string
+	if err := d.Gorm.Raw(q).Scan(&tables).Error; err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, table := range tables {
+		rows, err := d.SQL.Query(`SELECT * FROM "` + table + `"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vals {
+				switch v := v.(type) {
+				case string:
+					out = append(out, v)
+				case []byte:
+					out = append(out, string(v))
+				}
+			}
+		}
+		rows.Close()
+	}
+	return out
+}
