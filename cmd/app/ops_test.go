@@ -74,7 +74,10 @@ func (b *logBuffer) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Durati
 	}
 }
 
-var listeningRE = regexp.MustCompile(`Sluice is listening on (http://[^ ]+)`)
+var (
+	listeningRE = regexp.MustCompile(`Sluice is listening on (http://[^ ]+)`)
+	metricsRE   = regexp.MustCompile(`Metrics for Prometheus are on (http://\S+)`)
+)
 
 // buildBinary builds cmd/app once per top-level test into its temporary directory.
 func buildBinary(t *testing.T) string {
@@ -98,6 +101,7 @@ func appEnv(dbURL string, extra ...string) []string {
 		"HOME=" + os.TempDir(),
 		"DATABASE_URL=" + dbURL,
 		"LISTEN_ADDR=127.0.0.1:0",
+		"METRICS_ADDR=127.0.0.1:0",
 		"MIGRATE=auto",
 		"SECRET_KEY=ops-test-secret-key-0123456789abcdef",
 		"LOG_LEVEL=warn",
@@ -391,7 +395,7 @@ func testOutage(t *testing.T, bin string) {
 	if float64(admitted) > bound {
 		t.Errorf("admitted %d over %v, bound %.0f", admitted, span, bound)
 	}
-	metrics := scrapeMetrics(t, app.base)
+	metrics := scrapeMetrics(t, app.out.waitFor(t, metricsRE, 10*time.Second))
 	if v := metricValue(metrics, "sluice_db_tx_giveups_total"); v < 1 {
 		t.Errorf("sluice_db_tx_giveups_total = %v after an outage", v)
 	}
@@ -697,7 +701,7 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 	// Wait until every request has reached the server (one waits in PostgreSQL, the others
 	// behind it in the engine's queue).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if got := metricValue(scrapeMetrics(t, base), "sluice_decision_requests_in_flight"); got == n {
+		if got := metricValue(scrapeMetrics(t, out.waitFor(t, metricsRE, 10*time.Second)), "sluice_decision_requests_in_flight"); got == n {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("waited 10 s for %d decision requests in flight on the server; %v", n, got)
@@ -746,17 +750,24 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 // TestMetricsShowDecisionsLatencyAndRetries scrapes /metrics around a few decisions.
 func TestMetricsShowDecisionsLatencyAndRetries(t *testing.T) {
 	env := appEnv("sqlite:" + filepath.Join(t.TempDir(), "sluice.db"))
-	base, _, shutdown, wait := serveInProcess(t, env)
+	base, out, shutdown, wait := serveInProcess(t, env)
+	metricsURL := out.waitFor(t, metricsRE, 10*time.Second)
 	cliInProcess(t, env, "tenant", "create", "acme")
 	secret := strings.TrimSpace(strings.SplitN(cliInProcess(t, env, "key", "create", "--tenant", "acme"), "\n", 2)[0])
 	c := newClient(secret)
 	c.mustDo(t, "PUT", base+"/v1/limits/m", map[string]any{"kind": "fixed window", "rate": 3, "period": 3_600_000}, 200)
-	before := scrapeMetrics(t, base)
+	before := scrapeMetrics(t, metricsURL)
 	for range 5 {
 		c.mustDo(t, "POST", base+"/v1/limits/m/limit", map[string]any{"key": "k"}, 200)
 	}
 	c.mustDo(t, "POST", base+"/v1/limits/m/check", map[string]any{"key": "k"}, 200)
-	after := scrapeMetrics(t, base)
+	after := scrapeMetrics(t, metricsURL)
+	// They name every tenant's limits: never on the public listener without METRICS_TOKEN.
+	if res, err := http.Get(base + "/metrics"); err != nil || res.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET /metrics on the API listener: %v %v, want 404", res, err)
+	} else {
+		res.Body.Close()
+	}
 	diff := func(prefix string) float64 { return metricValue(after, prefix) - metricValue(before, prefix) }
 	if got := diff(`sluice_decisions_total{name="m",result="allowed",tenant="1"}`); got != 3 {
 		t.Errorf("allowed decisions counted: %v, want 3", got)
@@ -790,9 +801,9 @@ func postgresForTest(t *testing.T) string {
 	return dedicatedPostgres(t).URL
 }
 
-func scrapeMetrics(t *testing.T, base string) string {
+func scrapeMetrics(t *testing.T, metricsURL string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	resp, err := http.Get(metricsURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,8 +71,9 @@ type App struct {
 
 	stdout    io.Writer
 	setupPath string        // one-time first-operator link, printed once listening
-	started   chan struct{} // closed once Run listens
-	addr      string        // the listener's address, once started
+	started     chan struct{} // closed once Run listens
+	addr        string        // the listener's address, once started
+	metricsAddr string        // the metrics listener's address, once started ("" when off)
 }
 
 // Open opens the configured database and makes sure its schema is the one this binary knows:
@@ -210,6 +211,14 @@ func (a *App) Started() <-chan struct{} { return a.started }
 // Addr is the address Run listens on (LISTEN_ADDR, with the real port when it was 0).
 func (a *App) Addr() string { return a.addr }
 
+// MetricsURL is where the metrics listener serves /metrics once started ("" when it is off).
+func (a *App) MetricsURL() string {
+	if a.metricsAddr == "" {
+		return ""
+	}
+	return "http://" + a.metricsAddr + "/metrics"
+}
+
 // BaseURL is where the server answers: BASE_URL, or the real address when LISTEN_ADDR's port is
 // 0 (tests).
 func (a *App) BaseURL() string {
@@ -234,6 +243,14 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.addr = l.Addr().String()
 	base := a.BaseURL()
+	var metricsListener net.Listener
+	if a.Config.MetricsAddr != "" {
+		if metricsListener, err = net.Listen("tcp", a.Config.MetricsAddr); err != nil {
+			_ = l.Close()
+			return fmt.Errorf("listen for metrics (METRICS_ADDR): %w", err)
+		}
+		a.metricsAddr = metricsListener.Addr().String()
+	}
 	a.Demo.AddOrigin(base) // the demo's tenant must allow the origin the page is really served from
 
 	// Started first, stopped last: the engine serves decisions until the HTTP server has drained;
@@ -247,9 +264,17 @@ func (a *App) Run(ctx context.Context) error {
 	if a.Config.PprofAddr != "" {
 		bg.start(ctx, "pprof", a.servePprof)
 	}
+	if metricsListener != nil {
+		bg.start(ctx, "metrics listener", func(ctx context.Context) error {
+			return httpserver.Serve(ctx, metricsListener, httpserver.MetricsHandler(a.Metrics, a.Config.MetricsToken), 5*time.Second)
+		})
+	}
 
 	a.Log.Info("starting", "config", a.Config.String())
 	fmt.Fprintf(a.stdout, "Sluice is listening on %s (database %s)\n", base, a.DB.Dialect)
+	if u := a.MetricsURL(); u != "" {
+		fmt.Fprintf(a.stdout, "Metrics for Prometheus are on %s\n", u)
+	}
 	if a.setupPath != "" {
 		fmt.Fprintf(a.stdout, "No users yet. Set up the first operator (this link works once): %s%s\n", base, a.setupPath)
 	}

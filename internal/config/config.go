@@ -30,7 +30,10 @@ type Config struct {
 	AdminEmail     string
 	AdminPassword  string
 	PprofAddr      string // when set (loopback only), net/http/pprof listens there for profiling
-	// MetricsToken, when set, is the bearer token /metrics requires.
+	// MetricsAddr is the listener of /metrics (loopback by default); "" when off.
+	MetricsAddr string
+	// MetricsToken, when set, is the bearer token /metrics requires, and puts /metrics on the
+	// public listener too.
 	MetricsToken string
 	// SweepInterval is the time between sweeps of limit_state; 0 disables the sweeper.
 	SweepInterval time.Duration
@@ -125,7 +128,19 @@ var options = []Option{
 		parse: set(func(c *Config) *string { return &c.AdminEmail })},
 	{Name: "SLUICE_ADMIN_PASSWORD", Default: "", Secret: true, Doc: "the first operator's password (with `SLUICE_ADMIN_EMAIL`)",
 		parse: set(func(c *Config) *string { return &c.AdminPassword })},
-	{Name: "METRICS_TOKEN", Default: "", Secret: true, Doc: "bearer token required on `/metrics` (at least 16 characters)",
+	{Name: "METRICS_ADDR", Default: "127.0.0.1:9090", Doc: "the listener that serves `/metrics` alone, for the scraper (`off` for none)",
+		parse: func(c *Config, v string) error {
+			if v == "off" {
+				c.MetricsAddr = ""
+				return nil
+			}
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return fmt.Errorf("METRICS_ADDR: %w", err)
+			}
+			c.MetricsAddr = v
+			return nil
+		}},
+	{Name: "METRICS_TOKEN", Default: "", Secret: true, Doc: "bearer token `/metrics` then requires on both listeners; only with it is `/metrics` served on the public listener (at least 16 characters)",
 		parse: func(c *Config, v string) error {
 			if v != "" && len(v) < 16 {
 				return errors.New("METRICS_TOKEN must be at least 16 characters")
@@ -294,9 +309,9 @@ func (c Config) String() string {
 		}
 		return "[redacted]"
 	}
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q gogc=%d",
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q gogc=%d",
 		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
-		secret(c.SecretKey), secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.GCPercent)
+		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.GCPercent)
 }
 
 // RedactURL hides the password of a database URL.

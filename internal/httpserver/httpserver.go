@@ -43,8 +43,9 @@ type Options struct {
 	Metrics Metrics
 	// DecisionRoutes are the route patterns whose latency is a decision's latency.
 	DecisionRoutes []string
-	// MetricsToken, when set, is the bearer token /metrics requires (Authorization: Bearer ...).
-	// Unset, /metrics is open like any Prometheus target: expose the port only to the scraper.
+	// MetricsToken, when set, serves /metrics on this router behind that bearer token
+	// (Authorization: Bearer ...). Unset, /metrics is not served here: tenants' limit names and
+	// traffic are not for the public port (see MetricsHandler for the scraper's own listener).
 	MetricsToken string
 	// MaxBodyBytes caps every request body (the API caps its own lower); DefaultMaxBodyBytes when 0.
 	MaxBodyBytes int64
@@ -108,7 +109,7 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		}
 		c.JSON(http.StatusOK, gin.H{"status": "ready"})
 	})
-	if o.Metrics != nil {
+	if o.Metrics != nil && o.MetricsToken != "" {
 		r.GET("/metrics", metricsHandler(o.Metrics.Handler(), o.MetricsToken))
 	}
 	for _, s := range o.Surfaces {
@@ -126,6 +127,13 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		c.String(http.StatusNotFound, "404 page not found")
 	})
 	return r, nil
+}
+
+// MetricsHandler serves /metrics alone (behind token when set), for the metrics listener.
+func MetricsHandler(m Metrics, token string) http.Handler {
+	r := gin.New()
+	r.GET("/metrics", metricsHandler(m.Handler(), token))
+	return r
 }
 
 // Serve runs h on l until ctx ends, then shuts down gracefully: it stops accepting, lets

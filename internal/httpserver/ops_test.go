@@ -93,15 +93,20 @@ func TestMetricsAreMountedAndTimeDecisionRoutes(t *testing.T) {
 		}
 	}
 	do(h, "GET", "/healthz", nil) // not a decision route: not timed
-	rec := do(h, "GET", "/metrics", nil)
+	rec := do(httpserver.MetricsHandler(m, ""), "GET", "/metrics", nil)
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `sluice_decision_duration_seconds_count{route="/v1/limit",status="2xx"} 3`) {
 		t.Fatalf("metrics: %d\n%s", rec.Code, rec.Body)
 	}
 	if strings.Contains(rec.Body.String(), `route="/healthz"`) {
 		t.Fatal("non-decision routes are timed as decisions")
 	}
-	if rec.Header().Get("X-Frame-Options") != "DENY" {
-		t.Fatal("security headers missing on /metrics")
+}
+
+// TestMetricsAreNotOnThePublicListenerWithoutAToken: they name every tenant's limits.
+func TestMetricsAreNotOnThePublicListenerWithoutAToken(t *testing.T) {
+	h := newRouter(t, httpserver.Options{Metrics: metrics.New(metrics.Options{})})
+	if rec := do(h, "GET", "/metrics", nil); rec.Code != 404 {
+		t.Fatalf("GET /metrics on the public router without METRICS_TOKEN: %d, want 404", rec.Code)
 	}
 }
 
@@ -113,8 +118,12 @@ func TestMetricsTokenIsRequiredWhenSet(t *testing.T) {
 	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer wrong"); rec.Code != 401 {
 		t.Fatalf("wrong token: %d", rec.Code)
 	}
-	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer s3cret-s3cret-s3cret"); rec.Code != 200 {
+	rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer s3cret-s3cret-s3cret")
+	if rec.Code != 200 {
 		t.Fatalf("right token: %d", rec.Code)
+	}
+	if rec.Header().Get("X-Frame-Options") != "DENY" {
+		t.Fatal("security headers missing on /metrics")
 	}
 }
 

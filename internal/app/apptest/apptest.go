@@ -29,6 +29,7 @@ func Config(databaseURL string) config.Config {
 	c.SecretKey = SecretKey
 	c.MigrateAuto = true
 	c.SweepInterval = 0
+	c.MetricsAddr = "127.0.0.1:0"
 	c.LogLevel = slog.LevelWarn
 	return c
 }
