@@ -192,10 +192,10 @@ func keyFromRow(r apiKeyRow) APIKey {
 func validLabel(label string) (string, error) {
 	label = strings.TrimSpace(label)
 	if !utf8.ValidString(label) || utf8.RuneCountInString(label) > maxLabelLen {
-		return "", invalid("label must be valid UTF-8 of at most %d characters", maxLabelLen)
+		return "", invalid("label", "label must be valid UTF-8 of at most %d characters", maxLabelLen)
 	}
 	if strings.ContainsFunc(label, unicode.IsControl) {
-		return "", invalid("label must not contain control characters")
+		return "", invalid("label", "label must not contain control characters")
 	}
 	return label, nil
 }
@@ -206,7 +206,7 @@ func validLabel(label string) (string, error) {
 // ErrNotFound; a bad kind or label is ErrInvalid.
 func (s *Service) CreateKey(ctx context.Context, tenantID int64, kind KeyKind, label, actor string) (APIKey, string, error) {
 	if kind.prefix() == "" {
-		return APIKey{}, "", wrap("create key", invalid("unknown key kind %q", kind))
+		return APIKey{}, "", wrap("create key", invalid("kind", "unknown key kind %q", kind))
 	}
 	label, err := validLabel(label)
 	if err != nil {
@@ -275,14 +275,14 @@ func (s *Service) RevokeKeyAnyTenant(ctx context.Context, secretOrID, actor stri
 	switch {
 	case strings.HasPrefix(secretOrID, KindSecret.prefix()), strings.HasPrefix(secretOrID, KindPublishable.prefix()):
 		if _, err := ParseKey(secretOrID); err != nil {
-			return APIKey{}, wrap("revoke key", invalid("not a valid API key (checksum or length wrong)"))
+			return APIKey{}, wrap("revoke key", invalid("key", "not a valid API key (checksum or length wrong)"))
 		}
 		hash := s.hashKey(secretOrID)
 		find = func(tx *gorm.DB, row *apiKeyRow) error { return first(tx, row, "hash = ?", hash) }
 	case validKeyID(secretOrID):
 		find = func(tx *gorm.DB, row *apiKeyRow) error { return first(tx, row, "id = ?", secretOrID) }
 	default:
-		return APIKey{}, wrap("revoke key", invalid("expected a key ID (key_…) or an API key secret"))
+		return APIKey{}, wrap("revoke key", invalid("key", "expected a key ID (key_…) or an API key secret"))
 	}
 	row, err := s.revokeKey(ctx, actor, find)
 	if err != nil {

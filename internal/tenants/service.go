@@ -16,20 +16,23 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
 )
 
-// Sentinel errors; callers check them with errors.Is and map them to HTTP statuses in one place.
+// Sentinel errors; callers check them with errors.Is. Each carries its problem code and a
+// client-safe message (apperr), so a surface renders them without knowing this package.
 var (
 	// ErrNotFound means the row does not exist, or belongs to another tenant.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = apperr.New(apperr.NotFound, "not found")
 	// ErrConflict means a unique name (tenant name, user email) is already taken.
-	ErrConflict = errors.New("conflict")
-	// ErrInvalid means an argument failed validation; the wrapping message says which.
-	ErrInvalid = errors.New("invalid")
+	ErrConflict = apperr.New(apperr.Conflict, "conflict")
+	// ErrInvalid means an argument failed validation. The package returns copies of it whose
+	// Message says what is wrong and whose Field names the argument; errors.Is still matches.
+	ErrInvalid = apperr.New(apperr.InvalidRequest, "invalid input")
 	// ErrUnauthorized means a credential (API key, password, admin session) was not accepted.
 	// It deliberately does not say why.
-	ErrUnauthorized = errors.New("unauthorized")
+	ErrUnauthorized = apperr.New(apperr.Unauthorized, "the credentials were not accepted")
 )
 
 // DefaultFlushInterval is how often recorded key usage is written to the database. Writing
@@ -151,7 +154,10 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("tenants: %s: %w", op, err)
 }
 
-// invalid returns an ErrInvalid carrying a human-readable reason safe to show to the caller.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+// invalid returns a copy of ErrInvalid about field whose message is a human-readable reason,
+// safe to show to the caller.
+func invalid(field, format string, args ...any) error {
+	e := ErrInvalid.WithField(field)
+	e.Message = fmt.Sprintf(format, args...)
+	return e
 }
