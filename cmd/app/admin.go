@@ -28,8 +28,7 @@ func adminCmd(ctx context.Context, cfg config.Config, group string, args []strin
 	if err != nil {
 		return err
 	}
-	svc := tenants.NewService(d, keys.pepper, nil)
-	defer svc.Close()
+	svc := tenants.NewService(d, keys.pepper, nil) // nothing here needs its background work (Run)
 	const actor = "cli"
 
 	switch group + " " + sub {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -20,10 +18,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/web"
 )
-
-// sessionSweepInterval is how often expired captcha sessions (and consumed challenges) are
-// deleted. Expired rows are already ignored by every read; sweeping only bounds the tables.
-const sessionSweepInterval = 10 * time.Minute
 
 // anonymousSessions wires the captcha of DESIGN §6: the challenge, authorize, read and revoke
 // routes under /v1, the JWK set at /.well-known/jwks.json, the session checker decisions use
@@ -48,7 +42,7 @@ func newAnonymousSessions(ctx context.Context, cfg config.Config, d *db.DB, keys
 	if err != nil {
 		return nil, err
 	}
-	store := captcha.NewStore(d, nil)
+	store := captcha.NewStore(d, nil, captcha.WithLogger(log))
 	sessions, err := api.NewSessions(api.SessionsDeps{
 		Issuer: issuer, Store: store, Signer: signer,
 		Auth: svc, Tenants: svc, Limiter: engine, Logger: log,
@@ -65,7 +59,7 @@ func newAnonymousSessions(ctx context.Context, cfg config.Config, d *db.DB, keys
 		return nil, err
 	}
 	x := &anonymousSessions{store: store, sessions: sessions, demo: dm}
-	x.stop = x.startSweeper(ctx, log)
+	x.stop = background(log, "captcha sweep", store.Run) // expired sessions and used challenges
 	return x, nil
 }
 
@@ -83,29 +77,5 @@ func (x *anonymousSessions) surfaces() []httpserver.Surface {
 // its tenant allows that origin too.
 func (x *anonymousSessions) listening(base string) { x.demo.AddOrigin(base) }
 
-// close stops the sweeper; call it before the database closes.
+// close stops the store's sweep (Run); call it before the database closes.
 func (x *anonymousSessions) close() { x.stop() }
-
-func (x *anonymousSessions) startSweeper(ctx context.Context, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(sessionSweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			n, err := x.store.SweepExpired(ctx, time.Now(), 1000)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				log.Warn("captcha sweep failed", "err", err)
-			case err == nil:
-				log.Debug("captcha sweep done", "deleted", n)
-			}
-		}
-	})
-	return func() { cancel(); wg.Wait() }
-}

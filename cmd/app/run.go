@@ -101,8 +101,7 @@ func (s secrets) derive(purpose string) []byte {
 func loadSecrets(ctx context.Context, cfg config.Config, d *db.DB) (secrets, error) {
 	root := cfg.SecretKey
 	if root == "" {
-		boot := tenants.NewService(d, nil, nil)
-		defer boot.Close()
+		boot := tenants.NewService(d, nil, nil) // settings only: no background work to run
 		var b [32]byte
 		if _, err := rand.Read(b[:]); err != nil {
 			return secrets{}, err
@@ -136,7 +135,8 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, s
 		return err
 	}
 	tenantSvc := tenants.NewService(d, keys.pepper, nil)
-	defer tenantSvc.Close()
+	// last-used times and revocations from other instances, until the end of serve
+	defer background(log, "tenants", tenantSvc.Run)()
 	dash := newDashboard(d, log) // admin UI + usage charts (ui_wiring.go)
 	defer dash.close()           // flushes usage counts; runs after engine.Close, before d.Close
 	engine := limiter.NewEngine(d, limiter.Options{OnDecision: fanOut(ops.metrics.OnDecision, dash.onDecision), Workers: cfg.DecisionWorkers})
@@ -190,6 +190,22 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, s
 	}
 	log.Info("stopped")
 	return err
+}
+
+// background runs a component's Run until the returned stop is called, which ends Run's context
+// and waits for it to return; an error it returns is logged. Run gets a context of its own, not
+// serve's: serve's ends on a signal, before the HTTP server has drained, and the components'
+// final flushes must see every request.
+func background(log *slog.Logger, name string, run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := run(ctx); err != nil {
+			log.Warn("background work ended with an error", "component", name, "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 func migrateCmd(ctx context.Context, cfg config.Config, stdout io.Writer) error {

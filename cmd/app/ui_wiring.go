@@ -24,12 +24,15 @@ import (
 // once the listener knows its address.
 type dashboard struct {
 	usage     *usagestats.Aggregator
+	stopUsage func()
 	ui        *ui.UI
 	setupPath string
 }
 
 func newDashboard(d *db.DB, log *slog.Logger) *dashboard {
-	return &dashboard{usage: usagestats.New(d, usagestats.Options{Logger: log})}
+	x := &dashboard{usage: usagestats.New(d, usagestats.Options{Logger: log})}
+	x.stopUsage = background(log, "usage", x.usage.Run)
+	return x
 }
 
 // onDecision is limiter.Options.OnDecision.
@@ -68,4 +71,4 @@ func (x *dashboard) announce(stdout io.Writer, base string) {
 }
 
 // close flushes the usage counts; call it before the database closes.
-func (x *dashboard) close() { x.usage.Close() }
+func (x *dashboard) close() { x.stopUsage() }

@@ -71,7 +71,7 @@ func newRouter(tb testing.TB, d *db.DB) (*gin.Engine, *tenants.Service, *limiter
 	tb.Helper()
 	log := slog.New(slog.DiscardHandler)
 	tenantSvc := tenants.NewService(d, testPepper, nil)
-	tb.Cleanup(tenantSvc.Close)
+	testkit.Run(tb, tenantSvc.Run)
 	engine := limiter.NewEngine(d, limiter.Options{})
 	tb.Cleanup(engine.Close)
 	apiSrv := api.New(api.Deps{Engine: engine, Auth: tenantSvc, Audit: tenantSvc, Logger: log})

@@ -53,7 +53,7 @@ func newSessionHarness(tb testing.TB, url string, tune func(*api.SessionsDeps)) 
 	log := slog.New(slog.DiscardHandler)
 	clock := &testClock{}
 	tenantSvc := tenants.NewService(d, testPepper, nil)
-	tb.Cleanup(tenantSvc.Close)
+	testkit.Run(tb, tenantSvc.Run)
 	engine := limiter.NewEngine(d, limiter.Options{})
 	tb.Cleanup(engine.Close)
 	issuer, err := captcha.NewIssuer(bytes.Repeat([]byte("k"), 32), clock.now)

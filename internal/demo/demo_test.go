@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // stack is the real API and the demo over one SQLite file.
@@ -44,7 +45,7 @@ func newStack(t *testing.T, origins ...string) *stack {
 		t.Fatal(err)
 	}
 	svc := tenants.NewService(d, bytes.Repeat([]byte("p"), 32), nil)
-	t.Cleanup(svc.Close)
+	testkit.Run(t, svc.Run)
 	engine := limiter.NewEngine(d, limiter.Options{})
 	t.Cleanup(engine.Close)
 	issuer, err := captcha.NewIssuer(bytes.Repeat([]byte("k"), 32), nil)

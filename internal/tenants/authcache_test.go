@@ -3,7 +3,6 @@ package tenants
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,8 +17,9 @@ func secondInstance(t *testing.T, url string, opts ...Option) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = d.Close() })
 	svc := NewService(d, testPepper, nil, opts...)
-	t.Cleanup(func() { svc.Close(); _ = d.Close() })
+	testkit.Run(t, svc.Run)
 	return svc
 }
 
@@ -71,7 +71,7 @@ func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
 }
 
 func TestCachedKeyExpiresWithinTheTTLWithoutNotify(t *testing.T) {
-	url := "sqlite:" + filepath.Join(t.TempDir(), "sluice.db")
+	url := testkit.URL(t, db.SQLite)
 	a := newEnv(t, url)
 	b := secondInstance(t, url, WithAuthCacheTTL(300*time.Millisecond))
 	tn, _ := a.svc.CreateTenant(a.ctx, "acme")
@@ -88,7 +88,7 @@ func TestCachedKeyExpiresWithinTheTTLWithoutNotify(t *testing.T) {
 }
 
 func TestAuthCacheIsUsedForRepeatLookups(t *testing.T) {
-	e := newEnv(t, "sqlite:"+filepath.Join(t.TempDir(), "sluice.db"))
+	e := envOn(t, testkit.Open(t, db.SQLite))
 	tn, _ := e.svc.CreateTenant(e.ctx, "acme")
 	_, secret, _ := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "x", "test")
 	if _, err := e.svc.Authenticate(e.ctx, secret, KindSecret); err != nil {

@@ -356,7 +356,7 @@ func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind)
 	return p, nil
 }
 
-// recordUse notes a key's use in memory; flushLoop writes it later, so that authenticating
+// recordUse notes a key's use in memory; Run writes it later, so that authenticating
 // stays a pure read.
 func (s *Service) recordUse(keyID string, tenantID int64) {
 	now := s.clock()
@@ -365,30 +365,22 @@ func (s *Service) recordUse(keyID string, tenantID int64) {
 	s.mu.Unlock()
 }
 
-func (s *Service) flushLoop() {
-	defer close(s.done)
-	t := time.NewTicker(s.flushInterval)
-	defer t.Stop()
-	for {
+// backgroundFlush is one tick of Run's flush loop. A failed batch is kept and retried on the next
+// tick (or by Run's final flush).
+func (s *Service) backgroundFlush(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, max(s.flushInterval, 10*time.Second))
+	_ = s.Flush(ctx)
+	cancel()
+	if s.flushed != nil {
 		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), max(s.flushInterval, 10*time.Second))
-			_ = s.Flush(ctx) // a failed batch is kept and retried on the next tick
-			cancel()
-			if s.flushed != nil {
-				select {
-				case s.flushed <- struct{}{}:
-				default:
-				}
-			}
+		case s.flushed <- struct{}{}:
+		default:
 		}
 	}
 }
 
-// Flush writes the recorded last-used times now. The background flusher calls it every flush
-// interval and Close calls it once more; on failure the times are kept for the next attempt.
+// Flush writes the recorded last-used times now. Run calls it every flush interval and once more
+// on the way out; on failure the times are kept for the next attempt.
 func (s *Service) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	batch := s.pending

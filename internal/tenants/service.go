@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/loop"
 )
 
 // Sentinel errors; callers check them with errors.Is. Each carries its problem code and a
@@ -39,8 +40,12 @@ var (
 // last_used_at on every request would turn every authenticated read into a write.
 const DefaultFlushInterval = 10 * time.Second
 
-// Service is the tenants store. It is safe for concurrent use. Call Close when done so that
-// pending last-used times are written.
+// finalFlushTimeout bounds the flush Run makes on the way out, after ctx has ended.
+const finalFlushTimeout = 10 * time.Second
+
+// Service is the tenants store. It is safe for concurrent use. Its background work (writing
+// last-used times, hearing other instances' key revocations) runs in Run, which the owner starts
+// once and stops by ending its context.
 type Service struct {
 	db     *db.DB
 	pepper []byte
@@ -57,14 +62,9 @@ type Service struct {
 	authCacheTTL time.Duration
 	authMu       sync.RWMutex
 	authCache    map[string]cachedKey
-	stopListen   context.CancelFunc
 
 	dummyOnce sync.Once
 	dummyHash string // password hash verified when a login names an unknown email
-
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
 }
 
 type keyUse struct {
@@ -86,14 +86,14 @@ func WithFlushInterval(d time.Duration) Option {
 
 // WithAuthCacheTTL sets how long a successful key lookup is reused (DefaultAuthCacheTTL; 0
 // disables the cache). Revocation through this Service takes effect at once; through another
-// instance at once on PostgreSQL (LISTEN/NOTIFY), and within the TTL at worst.
+// instance at once on PostgreSQL (LISTEN/NOTIFY, while Run runs), and within the TTL at worst.
 func WithAuthCacheTTL(d time.Duration) Option {
 	return func(s *Service) { s.authCacheTTL = max(d, 0) }
 }
 
 // NewService returns a Service over d. pepper is the server secret that API key secrets are
-// HMAC-ed with before storage; now is the clock (time.Now if nil). It starts the background
-// last-used flusher, which Close stops.
+// HMAC-ed with before storage; now is the clock (time.Now if nil). It starts nothing: Run does
+// the background work.
 func NewService(d *db.DB, pepper []byte, now func() time.Time, opts ...Option) *Service {
 	if now == nil {
 		now = time.Now
@@ -104,31 +104,28 @@ func NewService(d *db.DB, pepper []byte, now func() time.Time, opts ...Option) *
 		now:           now,
 		flushInterval: DefaultFlushInterval,
 		pending:       make(map[string]keyUse),
-		stop:          make(chan struct{}),
-		done:          make(chan struct{}),
 		authCacheTTL:  DefaultAuthCacheTTL,
 		authCache:     make(map[string]cachedKey),
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	go s.flushLoop()
-	listenCtx, cancel := context.WithCancel(context.Background())
-	s.stopListen = cancel
-	d.Listen(listenCtx, revocationChannel, s.forgetKey)
 	return s
 }
 
-// Close stops the background flusher and writes any pending last-used times. It is idempotent.
-func (s *Service) Close() {
-	s.closeOnce.Do(func() {
-		s.stopListen()
-		close(s.stop)
-		<-s.done
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Flush(ctx) // best effort: last-used times are advisory and the DB may be gone
-	})
+// Run does the Service's background work until ctx ends: it writes recorded last-used times
+// every flush interval, and on PostgreSQL listens for keys revoked by other instances (evicting
+// them from the authentication cache). When ctx ends it waits for both to stop, flushes the
+// last-used times once more (with a fresh deadline of its own, since ctx is over) and returns
+// that flush's error, or nil. Call it once.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { loop.Every(ctx, s.flushInterval, 0, s.backgroundFlush) })
+	wg.Go(func() { _ = s.db.Listen(ctx, revocationChannel, s.forgetKey) })
+	wg.Wait()
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalFlushTimeout)
+	defer cancel()
+	return s.Flush(fctx)
 }
 
 // clock returns the current time in the form stored: UTC, at PostgreSQL's microsecond precision,

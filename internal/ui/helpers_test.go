@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
 	"github.com/sluice-dev/sluice/internal/ui"
 	"github.com/sluice-dev/sluice/internal/usage"
 	"github.com/sluice-dev/sluice/web"
@@ -64,9 +65,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 	}
 	e := &env{t: t, db: d, clock: &clock{}}
 	e.svc = tenants.NewService(d, []byte("pepper"), nil)
-	t.Cleanup(e.svc.Close)
+	testkit.Run(t, e.svc.Run)
 	e.usage = usage.New(d, usage.Options{Interval: time.Hour})
-	t.Cleanup(e.usage.Close)
+	testkit.Run(t, e.usage.Run)
 	e.engine = limiter.NewEngine(d, limiter.Options{OnDecision: e.usage.Record})
 	deps := ui.Deps{
 		Tenants: e.svc, Engine: e.engine, Usage: e.usage, SessionKey: []byte(sessionKey),
