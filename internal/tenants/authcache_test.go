@@ -23,6 +23,16 @@ func secondInstance(t *testing.T, url string, opts ...Option) *Service {
 	return svc
 }
 
+// waitListening waits until svc hears revocations made through other instances.
+func waitListening(t *testing.T, svc *Service) {
+	t.Helper()
+	select {
+	case <-svc.Listening():
+	case <-time.After(30 * time.Second):
+		t.Fatal("waited 30 s for the Service's LISTEN connection to come up")
+	}
+}
+
 // waitRefused polls until svc refuses secret, failing after limit.
 func waitRefused(t *testing.T, svc *Service, secret string, limit time.Duration) time.Duration {
 	t.Helper()
@@ -54,12 +64,17 @@ func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// LISTEN's (re)connect empties the cache, so b must be listening before it caches the key:
+	// otherwise a late connect, not the NOTIFY, could be what evicts it below.
+	waitListening(t, b)
 	for range 2 { // the second call is served from the cache
 		if _, err := b.Authenticate(a.ctx, secret, KindSecret); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let b's LISTEN connection come up before the NOTIFY
+	if _, ok := b.cachedPrincipal(b.hashKey(secret), KindSecret); !ok {
+		t.Fatal("the other instance did not cache the key; only a cached key proves the NOTIFY")
+	}
 	if err := a.svc.RevokeKey(a.ctx, tn.ID, k.ID, "test"); err != nil {
 		t.Fatal(err)
 	}

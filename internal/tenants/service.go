@@ -59,9 +59,11 @@ type Service struct {
 	pending map[string]keyUse // key ID -> latest use not yet written
 
 	// The authentication cache (authcache.go): key hash -> principal, for authCacheTTL.
-	authCacheTTL time.Duration
-	authMu       sync.RWMutex
-	authCache    map[string]cachedKey
+	authCacheTTL  time.Duration
+	authMu        sync.RWMutex
+	authCache     map[string]cachedKey
+	listening     chan struct{} // closed once revocations from other instances are heard
+	listeningOnce sync.Once
 
 	dummyOnce sync.Once
 	dummyHash string // password hash verified when a login names an unknown email
@@ -106,6 +108,7 @@ func NewService(d *db.DB, pepper []byte, now func() time.Time, opts ...Option) *
 		pending:       make(map[string]keyUse),
 		authCacheTTL:  DefaultAuthCacheTTL,
 		authCache:     make(map[string]cachedKey),
+		listening:     make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -119,13 +122,32 @@ func NewService(d *db.DB, pepper []byte, now func() time.Time, opts ...Option) *
 // last-used times once more (with a fresh deadline of its own, since ctx is over) and returns
 // that flush's error, or nil. Call it once.
 func (s *Service) Run(ctx context.Context) error {
+	if s.db.Dialect != db.Postgres {
+		s.markListening() // one process per SQLite file: there is nobody else to hear
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { loop.Every(ctx, s.flushInterval, 0, s.backgroundFlush) })
-	wg.Go(func() { _ = s.db.Listen(ctx, revocationChannel, s.forgetKey) })
+	wg.Go(func() { _ = s.db.Listen(ctx, revocationChannel, s.revoked) })
 	wg.Wait()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalFlushTimeout)
 	defer cancel()
 	return s.Flush(fctx)
+}
+
+// Listening is closed once the Service hears revocations made through other instances: on
+// PostgreSQL when Run's LISTEN connection is first established, on SQLite when Run starts. A
+// principal cached before then may have been evicted by the connect (see db.Listen), not by a
+// notification.
+func (s *Service) Listening() <-chan struct{} { return s.listening }
+
+func (s *Service) markListening() { s.listeningOnce.Do(func() { close(s.listening) }) }
+
+// revoked is the LISTEN callback: payload is a revoked key's hash, or "" after a (re)connect.
+func (s *Service) revoked(payload string) {
+	s.forgetKey(payload)
+	if payload == "" {
+		s.markListening()
+	}
 }
 
 // clock returns the current time in the form stored: UTC, at PostgreSQL's microsecond precision,
