@@ -128,3 +128,43 @@ func TestSchemaCheckRefusesAnUnmigratedDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Listen is run and waited for by its caller: it reports that LISTEN is in effect (fn("")),
+// delivers a committed NOTIFY, and returns once its context ends.
+func TestListenDeliversNotificationsAndReturnsWhenCtxEnds(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Listen(ctx, "sluice_test", func(payload string) { got <- payload })
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case p := <-got:
+			return p
+		case <-time.After(30 * time.Second):
+			t.Fatalf("waited 30 s for %s", what)
+			return ""
+		}
+	}
+	if p := next("the LISTEN connection to come up"); p != "" {
+		t.Fatalf("first call %q, want \"\" (connected: drop caches)", p)
+	}
+	err := d.Serializable(ctx, func(tx *gorm.DB) error { return db.Notify(tx, d.Dialect, "sluice_test", "hello") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := next("the notification"); p != "hello" {
+		t.Fatalf("payload %q, want hello", p)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("waited 30 s for Listen to return after its context ended")
+	}
+}

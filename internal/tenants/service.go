@@ -127,7 +127,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { loop.Every(ctx, s.flushInterval, 0, s.backgroundFlush) })
-	wg.Go(func() { _ = s.db.Listen(ctx, revocationChannel, s.revoked) })
+	wg.Go(func() { s.db.Listen(ctx, revocationChannel, s.revoked) })
 	wg.Wait()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalFlushTimeout)
 	defer cancel()
