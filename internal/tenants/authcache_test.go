@@ -13,12 +13,7 @@ import (
 // secondInstance opens another Service on the same database, as a second app process would.
 func secondInstance(t *testing.T, url string, opts ...Option) *Service {
 	t.Helper()
-	d, err := db.Open(context.Background(), url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	svc := NewService(d, testPepper, nil, opts...)
+	svc := NewService(testkit.OpenURL(t, url), testPepper, nil, opts...)
 	testkit.Run(t, svc.Run)
 	return svc
 }
@@ -53,7 +48,7 @@ func waitRefused(t *testing.T, svc *Service, secret string, limit time.Duration)
 }
 
 func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
-	url := testkit.NewDatabase(t)
+	url := testkit.URL(t, db.Postgres)
 	a := newEnv(t, url, WithAuthCacheTTL(time.Hour)) // only NOTIFY can evict within the test
 	b := secondInstance(t, url, WithAuthCacheTTL(time.Hour))
 	tn, err := a.svc.CreateTenant(a.ctx, "acme")
