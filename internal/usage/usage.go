@@ -85,11 +85,10 @@ func New(d *db.DB, o Options) *Aggregator {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{
+	return &Aggregator{
 		db: d, now: o.Now, log: o.Logger, interval: o.Interval, flushed: o.Flushed,
 		pending: make(map[counterKey]counts),
 	}
-	return a
 }
 
 // Record counts one decision. Its signature matches limiter.Options.OnDecision. Tenant 0 (the
@@ -134,10 +133,11 @@ func (a *Aggregator) Run(ctx context.Context) error {
 }
 
 func (a *Aggregator) backgroundFlush(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, a.interval+10*time.Second)
-	err := a.Flush(ctx)
+	fctx, cancel := context.WithTimeout(ctx, a.interval+10*time.Second)
+	err := a.Flush(fctx)
 	cancel()
-	if err != nil {
+	// A flush cut short by shutdown is no failure to report: Run's final flush retries it.
+	if err != nil && ctx.Err() == nil {
 		a.log.Warn("usage flush failed; counts kept for the next attempt", "err", err)
 	}
 	if a.flushed != nil {
