@@ -30,7 +30,6 @@ func adminCmd(ctx context.Context, cfg config.Config, group string, args []strin
 		return err
 	}
 	svc := tenants.NewService(d, keys.Pepper, nil)
-	defer svc.Close()
 	const actor = "cli"
 
 	switch group + " " + sub {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
@@ -129,9 +130,21 @@ func ProblemFor(err error) Problem {
 		return NewProblem(http.StatusConflict, CodeConflict, "conflict")
 	case errors.Is(err, db.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return NewProblem(http.StatusServiceUnavailable, CodeUnavailable, "the decision could not be made safely; retry shortly")
+	case errors.As(err, new(*apperr.Error)):
+		return appProblem(apperr.From(err))
 	default:
 		return NewProblem(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
+}
+
+// appProblem is the problem of an error that carries its meaning as data (apperr).
+func appProblem(e *apperr.Error) Problem {
+	p := NewProblem(e.Status(), string(e.Code), e.Message)
+	p.Field = e.Field
+	for _, f := range e.Fields {
+		p.Errors = append(p.Errors, FieldProblem{Field: f.Field, Detail: f.Message})
+	}
+	return p
 }
 
 // writeProblem renders err as problem+json; 500s are logged with the request ID, never leaked.

@@ -112,50 +112,13 @@ type SessionResponse struct {
 	ExpiresAt    time.Time `json:"expiresAt"`
 }
 
+// fail answers err. The captcha package's errors carry their problem (code, field and a
+// message that says which check failed, so that an integrator can fix it) as apperr data.
 func (s *sessions) fail(c *gin.Context, err error) {
 	if errors.Is(err, errAlreadyWritten) {
 		return
 	}
-	writeProblem(c, s.d.Logger, captchaProblem(err))
-}
-
-// captchaProblem turns the captcha package's sentinels into problems; anything else is left
-// for ProblemFor. A payload that fails verification is the client's mistake (400), with a detail
-// that says which check failed so that an integrator can fix it.
-func captchaProblem(err error) error {
-	bad := func(field, detail string) error { return badRequest(field, detail) }
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, captcha.ErrReplay):
-		return &problemError{NewProblem(http.StatusConflict, CodeConflict,
-			"this challenge has already been used to authorize a session; solve a new one")}
-	case errors.Is(err, captcha.ErrNotFound):
-		return &problemError{NewProblem(http.StatusNotFound, CodeNotFound, "no active authorization for this session")}
-	case errors.Is(err, captcha.ErrInvalidSessionID):
-		return bad("sessionId", "session IDs are 16 to 128 characters of [A-Za-z0-9_-]")
-	case errors.Is(err, captcha.ErrPayloadTooLarge):
-		return bad("payload", fmt.Sprintf("the payload is longer than %d bytes", captcha.MaxPayloadSize))
-	case errors.Is(err, captcha.ErrMalformedPayload):
-		return bad("payload", "the payload is not a solved challenge (base64 of the widget's JSON)")
-	case errors.Is(err, captcha.ErrTestMode):
-		return bad("payload", "the widget ran in test mode and solved nothing")
-	case errors.Is(err, captcha.ErrAlgorithm):
-		return bad("payload", "the challenge uses an algorithm this server does not issue")
-	case errors.Is(err, captcha.ErrSignature):
-		return bad("payload", "the challenge was not issued by this server, or was altered")
-	case errors.Is(err, captcha.ErrWrongSolution):
-		return bad("payload", "the solution does not solve the challenge")
-	case errors.Is(err, captcha.ErrExpired):
-		return bad("payload", "the challenge has expired; solve a new one")
-	case errors.Is(err, captcha.ErrDifficulty):
-		return bad("payload", "the challenge was issued at a lower difficulty than the tenant now requires; solve a new one")
-	case errors.Is(err, captcha.ErrWrongTenant):
-		return bad("payload", "the challenge was issued for another tenant")
-	case errors.Is(err, captcha.ErrWrongSession):
-		return bad("sessionId", "the challenge was issued for another session ID")
-	}
-	return err
+	writeProblem(c, s.d.Logger, err)
 }
 
 var (

@@ -133,7 +133,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		a.Usage.Record(tenantID, name, ok)
 	}})
 	a.Metrics.WatchGroups(a.Engine.GroupStats)
-	a.Captcha = captcha.NewStore(a.DB, o.Now)
+	a.Captcha = captcha.NewStore(a.DB, o.Now, captcha.WithLogger(a.Log))
 
 	// The captcha's keys derive from SECRET_KEY, so every instance and every restart agrees on
 	// them; tokens name BASE_URL as their issuer.
@@ -256,10 +256,10 @@ func (a *App) Run(ctx context.Context) error {
 	// Started first, stopped last: the engine serves decisions until the HTTP server has drained;
 	// usage, metrics and key last-used times record what the engine decides.
 	var bg group
-	bg.start(ctx, "tenants", func(ctx context.Context) error { <-ctx.Done(); a.Tenants.Close(); return nil })
-	bg.start(ctx, "usage", func(ctx context.Context) error { <-ctx.Done(); a.Usage.Close(); return nil })
+	bg.start(ctx, "tenants", a.Tenants.Run)
+	bg.start(ctx, "usage", a.Usage.Run)
 	bg.start(ctx, "engine", func(ctx context.Context) error { <-ctx.Done(); a.Engine.Close(); return nil })
-	bg.start(ctx, "captcha sweeper", a.sweepCaptcha)
+	bg.start(ctx, "captcha", a.Captcha.Run)
 	bg.start(ctx, "state sweeper", a.sweepState)
 	if a.Config.PprofAddr != "" {
 		bg.start(ctx, "pprof", a.servePprof)

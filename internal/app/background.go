@@ -71,23 +71,6 @@ func (a *App) sweepState(ctx context.Context) error {
 	return nil
 }
 
-// captchaSweepInterval is how often expired captcha sessions (and consumed challenges) are
-// deleted. Expired rows are already ignored by every read; sweeping only bounds the tables.
-const captchaSweepInterval = 10 * time.Minute
-
-func (a *App) sweepCaptcha(ctx context.Context) error {
-	loop.Every(ctx, captchaSweepInterval, 0.1, func(ctx context.Context) {
-		n, err := a.Captcha.SweepExpired(ctx, time.Now(), 1000)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			a.Log.Warn("captcha sweep failed", "err", err)
-		case err == nil:
-			a.Log.Debug("captcha sweep done", "deleted", n)
-		}
-	})
-	return nil
-}
-
 // servePprof serves net/http/pprof on SLUICE_PPROF_ADDR (loopback only, checked by config) for
 // profiling, until ctx ends.
 func (a *App) servePprof(ctx context.Context) error {

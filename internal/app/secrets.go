@@ -58,7 +58,6 @@ func SecretFile(databaseURL string) string { return strings.TrimPrefix(databaseU
 // once SECRET_KEY is set, is deleted.
 func LoadSecrets(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger) (Secrets, error) {
 	settings := tenants.NewService(d, nil, nil)
-	defer settings.Close()
 	legacy, err := settings.Setting(ctx, legacySecretSetting)
 	if err != nil && !errors.Is(err, tenants.ErrNotFound) {
 		return Secrets{}, fmt.Errorf("secret key: %w", err)

@@ -64,7 +64,6 @@ func TestLegacyStoredSecretLeavesTheDatabase(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		svc := tenants.NewService(d, nil, nil)
-		t.Cleanup(svc.Close)
 		if _, err := svc.SetSettingIfAbsent(ctx, "secret_key", legacy); err != nil {
 			t.Fatal(err)
 		}

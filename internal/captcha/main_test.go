@@ -1,14 +1,12 @@
 package captcha
 
 import (
-	"context"
 	"flag"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
@@ -51,28 +49,4 @@ func newIssuer(t testing.TB, now func() time.Time) *Issuer {
 		t.Fatal(err)
 	}
 	return is
-}
-
-// dialects runs fn once against a fresh SQLite file and once against a fresh PostgreSQL
-// database, both migrated.
-func dialects(t *testing.T, fn func(t *testing.T, d *db.DB)) {
-	t.Helper()
-	for _, name := range []string{"sqlite", "postgres"} {
-		t.Run(name, func(t *testing.T) {
-			url := "sqlite:" + t.TempDir() + "/x.db"
-			if name == "postgres" {
-				url = testkit.NewDatabase(t)
-			}
-			ctx := context.Background()
-			d, err := db.Open(ctx, url, db.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = d.Close() })
-			if err := d.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
-			fn(t, d)
-		})
-	}
 }

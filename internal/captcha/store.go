@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/loop"
 )
 
 // Store limits.
@@ -23,14 +25,44 @@ const (
 	// that an app instance whose clock runs behind (and so still accepts the challenge) can
 	// never find its row already swept by an instance whose clock runs ahead.
 	usedGrace = 10 * time.Minute
+
+	// DefaultSweepInterval is how often Run deletes expired sessions and consumed challenges.
+	// Expired rows are already ignored by every read; sweeping only bounds the tables.
+	DefaultSweepInterval = 10 * time.Minute
+	// sweepBatch is the most rows one sweep transaction deletes.
+	sweepBatch = 1000
 )
 
 // Store records consumed challenges and authorized sessions in the database. Session IDs are
 // stored only as HashSessionID. Every method takes the tenant explicitly and touches only that
 // tenant's rows.
 type Store struct {
-	db  *db.DB
-	now func() time.Time
+	db            *db.DB
+	now           func() time.Time
+	log           *slog.Logger
+	sweepInterval time.Duration
+	swept         func(deleted int, err error) // tests only: called after each background sweep
+}
+
+// StoreOption tunes NewStore.
+type StoreOption func(*Store)
+
+// WithLogger sets where Run reports failed sweeps (nowhere by default).
+func WithLogger(log *slog.Logger) StoreOption {
+	return func(s *Store) {
+		if log != nil {
+			s.log = log
+		}
+	}
+}
+
+// WithSweepInterval sets how often Run sweeps (DefaultSweepInterval if d <= 0).
+func WithSweepInterval(d time.Duration) StoreOption {
+	return func(s *Store) {
+		if d > 0 {
+			s.sweepInterval = d
+		}
+	}
 }
 
 // SessionInfo describes an active (authorized, unrevoked, unexpired) session.
@@ -54,12 +86,38 @@ func (r sessionRow) info() SessionInfo {
 	return SessionInfo{TenantID: r.TenantID, SessionHash: r.SessionHash, AuthorizedAt: r.CreatedAt.UTC(), ExpiresAt: r.ExpiresAt.UTC()}
 }
 
-// NewStore returns a Store on d reading time from now (time.Now when nil).
-func NewStore(d *db.DB, now func() time.Time) *Store {
+// NewStore returns a Store on d reading time from now (time.Now when nil). It starts nothing:
+// Run sweeps expired rows in the background.
+func NewStore(d *db.DB, now func() time.Time, opts ...StoreOption) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{db: d, now: now}
+	s := &Store{db: d, now: now, log: slog.New(slog.DiscardHandler), sweepInterval: DefaultSweepInterval}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Run deletes expired sessions and consumed challenges (SweepExpired, at the Store's clock)
+// every sweep interval until ctx ends, and returns nil once a sweep in progress has stopped.
+// A failed sweep is logged and simply repeated at the next interval. Call it once.
+func (s *Store) Run(ctx context.Context) error {
+	loop.Every(ctx, s.sweepInterval, 0, s.sweep)
+	return nil
+}
+
+func (s *Store) sweep(ctx context.Context) {
+	n, err := s.SweepExpired(ctx, s.now(), sweepBatch)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn("captcha sweep failed", "err", err)
+	case err == nil:
+		s.log.Debug("captcha sweep done", "deleted", n)
+	}
+	if s.swept != nil {
+		s.swept(n, err)
+	}
 }
 
 // dbTime is the form in which times go to the database: UTC, because SQLite compares the
@@ -242,7 +300,7 @@ func (s *Store) ListSessions(ctx context.Context, tenantID int64, limit int) ([]
 // Consumed challenges stay usedGrace past their expiry (see Authorize).
 func (s *Store) SweepExpired(ctx context.Context, now time.Time, batch int) (int, error) {
 	if batch <= 0 {
-		batch = 1000
+		batch = sweepBatch
 	}
 	cutoff := dbTime(now)
 	total := 0

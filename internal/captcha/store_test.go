@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // solvedFor issues and solves a challenge for session id of tenant tid and verifies it.
@@ -31,7 +32,7 @@ func solvedFor(t *testing.T, is *Issuer, tid int64, id string) Solved {
 }
 
 func TestAuthorizeThenSession(t *testing.T) {
-	dialects(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		c := newClock()
 		is, st := newIssuer(t, c.Now), NewStore(d, c.Now)
@@ -84,7 +85,7 @@ func TestAuthorizeThenSession(t *testing.T) {
 }
 
 func TestRevoke(t *testing.T) {
-	dialects(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		c := newClock()
 		is, st := newIssuer(t, c.Now), NewStore(d, c.Now)
@@ -119,7 +120,7 @@ func TestRevoke(t *testing.T) {
 }
 
 func TestRevokeHash(t *testing.T) {
-	dialects(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		c := newClock()
 		is, st := newIssuer(t, c.Now), NewStore(d, c.Now)
@@ -170,7 +171,7 @@ func TestRevokeHash(t *testing.T) {
 }
 
 func TestAuthorizeRefuses(t *testing.T) {
-	dialects(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		c := newClock()
 		is, st := newIssuer(t, c.Now), NewStore(d, c.Now)
@@ -199,7 +200,7 @@ func TestAuthorizeRefuses(t *testing.T) {
 }
 
 func TestConcurrentReplayHasOneWinner(t *testing.T) {
-	dialects(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		is, st := newIssuer(t, nil), NewStore(d, nil)
 		s := solvedFor(t, is, tenant, sid)
@@ -242,7 +243,7 @@ func TestConcurrentReplayHasOneWinner(t *testing.T) {
 }
 
 func TestConcurrentDistinctChallengesAllSucceed(t *testing.T) {
-	dialects(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		is, st := newIssuer(t, nil), NewStore(d, nil)
 		const n = 20
@@ -278,7 +279,7 @@ func TestConcurrentDistinctChallengesAllSucceed(t *testing.T) {
 }
 
 func TestListSessionsAndSweep(t *testing.T) {
-	dialects(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		c := newClock()
 		is, st := newIssuer(t, c.Now), NewStore(d, c.Now)
@@ -341,6 +342,55 @@ func TestListSessionsAndSweep(t *testing.T) {
 		}
 		if count("captcha_used") != 0 || count("captcha_sessions") != 0 {
 			t.Fatalf("after full sweep: %d used, %d sessions", count("captcha_used"), count("captcha_sessions"))
+		}
+	})
+}
+
+// Run owns the sweep: on its interval it deletes what has expired, at the Store's clock, and
+// returns once its context ends.
+func TestRunSweepsExpiredRowsOnTheInterval(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		c := newClock()
+		is := newIssuer(t, c.Now)
+		type sweep struct {
+			n   int
+			err error
+		}
+		swept := make(chan sweep, 1)
+		st := NewStore(d, c.Now, WithSweepInterval(time.Millisecond))
+		st.swept = func(n int, err error) {
+			select {
+			case swept <- sweep{n, err}:
+			default:
+			}
+		}
+		if _, err := st.Authorize(ctx, tenant, sid, solvedFor(t, is, tenant, sid), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		c.Advance(2 * time.Hour) // past the session's and the challenge's expiry
+		stop := testkit.Run(t, st.Run)
+		deleted := 0
+		for deleted < 2 {
+			select {
+			case s := <-swept:
+				if s.err != nil {
+					t.Fatal(s.err)
+				}
+				deleted += s.n
+			case <-time.After(30 * time.Second):
+				t.Fatalf("waited 30 s for background sweeps to delete 2 rows; %d so far", deleted)
+			}
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("Run returned %v", err)
+		}
+		var n int64
+		if err := d.Gorm.Raw(`SELECT (SELECT COUNT(*) FROM captcha_used) + (SELECT COUNT(*) FROM captcha_sessions)`).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("%d rows left after the sweep", n)
 		}
 	})
 }

@@ -16,57 +16,52 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-func open(t *testing.T, url string) *db.DB { return testkit.OpenURL(t, url) }
-
 // TestSerializableRetriesConflictsUntilEveryIncrementLands runs concurrent read-modify-write
 // transactions on one row: serialization failures (PostgreSQL) and busy errors (SQLite) must be
 // retried until every increment has been applied exactly once.
 func TestSerializableRetriesConflictsUntilEveryIncrementLands(t *testing.T) {
-	for name, url := range map[string]string{"sqlite": "sqlite:" + t.TempDir() + "/x.db", "postgres": testkit.NewDatabase(t)} {
-		t.Run(name, func(t *testing.T) {
-			d := open(t, url)
-			ctx := context.Background()
-			if err := d.Gorm.Exec(`INSERT INTO settings (key, value) VALUES ('n', '0')`).Error; err != nil {
-				t.Fatal(err)
-			}
-			var calls atomic.Int64
-			var wg sync.WaitGroup
-			const workers, each = 16, 10
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range each {
-						err := d.Serializable(ctx, func(tx *gorm.DB) error {
-							calls.Add(1)
-							var v string
-							if err := tx.Raw(`SELECT value FROM settings WHERE key = 'n'`).Scan(&v).Error; err != nil {
-								return err
-							}
-							n := 0
-							for _, c := range v {
-								n = n*10 + int(c-'0')
-							}
-							return tx.Exec(`UPDATE settings SET value = ? WHERE key = 'n'`, itoa(n+1)).Error
-						})
-						if err != nil {
-							t.Error(err)
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		if err := d.Gorm.Exec(`INSERT INTO settings (key, value) VALUES ('n', '0')`).Error; err != nil {
+			t.Fatal(err)
+		}
+		var calls atomic.Int64
+		var wg sync.WaitGroup
+		const workers, each = 16, 10
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range each {
+					err := d.Serializable(ctx, func(tx *gorm.DB) error {
+						calls.Add(1)
+						var v string
+						if err := tx.Raw(`SELECT value FROM settings WHERE key = 'n'`).Scan(&v).Error; err != nil {
+							return err
 						}
+						n := 0
+						for _, c := range v {
+							n = n*10 + int(c-'0')
+						}
+						return tx.Exec(`UPDATE settings SET value = ? WHERE key = 'n'`, itoa(n+1)).Error
+					})
+					if err != nil {
+						t.Error(err)
 					}
-				}()
-			}
-			wg.Wait()
-			var v string
-			d.Gorm.Raw(`SELECT value FROM settings WHERE key = 'n'`).Scan(&v)
-			if v != itoa(workers*each) {
-				t.Fatalf("counter = %s, want %d: an increment was lost or doubled", v, workers*each)
-			}
-			if name == "postgres" && d.Retries() == 0 {
-				t.Fatal("no retries counted under contention")
-			}
-			t.Logf("%s: %d attempts for %d increments, %d retries", name, calls.Load(), workers*each, d.Retries())
-		})
-	}
+				}
+			}()
+		}
+		wg.Wait()
+		var v string
+		d.Gorm.Raw(`SELECT value FROM settings WHERE key = 'n'`).Scan(&v)
+		if v != itoa(workers*each) {
+			t.Fatalf("counter = %s, want %d: an increment was lost or doubled", v, workers*each)
+		}
+		if d.Dialect == db.Postgres && d.Retries() == 0 {
+			t.Fatal("no retries counted under contention")
+		}
+		t.Logf("%s: %d attempts for %d increments, %d retries", d.Dialect, calls.Load(), workers*each, d.Retries())
+	})
 }
 
 func itoa(n int) string {
@@ -81,7 +76,7 @@ func itoa(n int) string {
 }
 
 func TestErrorsOfTheCallbackAreNotRetried(t *testing.T) {
-	d := open(t, "sqlite:"+t.TempDir()+"/x.db")
+	d := testkit.Open(t, db.SQLite)
 	mine := errors.New("mine")
 	calls := 0
 	err := d.Serializable(context.Background(), func(tx *gorm.DB) error { calls++; return mine })
@@ -118,7 +113,7 @@ func TestGoneDatabaseFailsClosedWithinTheBudget(t *testing.T) {
 }
 
 func TestSchemaCheckRefusesAnUnmigratedDatabase(t *testing.T) {
-	d, err := db.Open(context.Background(), "sqlite:"+t.TempDir()+"/x.db", db.Options{})
+	d, err := db.Open(context.Background(), testkit.URL(t, db.SQLite), db.Options{}) // not migrated
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,5 +126,45 @@ func TestSchemaCheckRefusesAnUnmigratedDatabase(t *testing.T) {
 	}
 	if err := d.CheckSchema(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Listen is run and waited for by its caller: it reports that LISTEN is in effect (fn("")),
+// delivers a committed NOTIFY, and returns once its context ends.
+func TestListenDeliversNotificationsAndReturnsWhenCtxEnds(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Listen(ctx, "sluice_test", func(payload string) { got <- payload })
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case p := <-got:
+			return p
+		case <-time.After(30 * time.Second):
+			t.Fatalf("waited 30 s for %s", what)
+			return ""
+		}
+	}
+	if p := next("the LISTEN connection to come up"); p != "" {
+		t.Fatalf("first call %q, want \"\" (connected: drop caches)", p)
+	}
+	err := d.Serializable(ctx, func(tx *gorm.DB) error { return db.Notify(tx, d.Dialect, "sluice_test", "hello") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := next("the notification"); p != "hello" {
+		t.Fatalf("payload %q, want hello", p)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("waited 30 s for Listen to return after its context ended")
 	}
 }

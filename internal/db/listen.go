@@ -19,29 +19,32 @@ func Notify(tx *gorm.DB, dialect Dialect, channel, payload string) error {
 }
 
 // Listen calls fn with every notification on channel until ctx ends, over a dedicated connection
-// that it re-opens after failures. After every (re)connect it calls fn("") first: notifications
-// may have been missed while disconnected, so listeners must drop whatever they cache. It
-// returns at once on SQLite, where there are no other instances to hear from.
+// that it re-opens after failures, and returns once ctx has ended and the connection is closed:
+// the caller runs it in its own Run and waits for it. After every (re)connect, once
+// LISTEN is in effect, it calls fn("") first: notifications may have been missed while
+// disconnected, so listeners must drop whatever they cache (and may take it as the sign that
+// they are listening). It returns at once on SQLite, where there are no other instances to
+// hear from.
 func (d *DB) Listen(ctx context.Context, channel string, fn func(payload string)) {
 	if d.Dialect != Postgres {
 		return
 	}
-	go func() {
-		backoff := 100 * time.Millisecond
-		for ctx.Err() == nil {
-			err := d.listenOnce(ctx, channel, fn)
-			if ctx.Err() != nil {
-				return
-			}
-			d.log.Warn("listen connection lost; reconnecting", "channel", channel, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Second)
+	backoff := 100 * time.Millisecond
+	for {
+		err := d.listenOnce(ctx, channel, fn)
+		if ctx.Err() != nil {
+			return
 		}
-	}()
+		d.log.Warn("listen connection lost; reconnecting", "channel", channel, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 func (d *DB) listenOnce(ctx context.Context, channel string, fn func(string)) error {

@@ -16,11 +16,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
 )
 
 // ErrUnavailable means a decision could not be made safely: the database is unreachable or
-// contention outlasted every retry. Callers must fail closed (HTTP 503), never open.
-var ErrUnavailable = errors.New("database unavailable")
+// contention outlasted every retry. Callers must fail closed (HTTP 503), never open. The errors
+// Serializable returns are copies of it (errors.Is holds) whose cause says what happened.
+var ErrUnavailable = apperr.New(apperr.Unavailable, apperr.UnavailableMessage)
 
 // RetryPolicy bounds how long a transaction keeps retrying.
 type RetryPolicy struct {
@@ -111,13 +114,13 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 				return fmt.Errorf("db: transaction: %w", err)
 			}
 			d.giveUps.Add(1)
-			return fmt.Errorf("db: %w: %v", ErrUnavailable, err)
+			return ErrUnavailable.Wrap(fmt.Errorf("db: %v", err))
 		default:
 			return err // a real error of fn's, or a bug: not ours to retry
 		}
 		if n >= d.Retry.MaxAttempts {
 			d.giveUps.Add(1)
-			return fmt.Errorf("db: %w after %d attempts: %v", ErrUnavailable, n, last)
+			return ErrUnavailable.Wrap(fmt.Errorf("db: after %d attempts: %v", n, last))
 		}
 		d.retries.Add(1)
 		backoff := min(d.Retry.MaxDelay, d.Retry.BaseDelay<<min(n-1, 20))
@@ -129,7 +132,7 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 				return fmt.Errorf("db: transaction: %w", context.Cause(ctx))
 			}
 			d.giveUps.Add(1)
-			return fmt.Errorf("db: %w: retry budget spent: %v", ErrUnavailable, last)
+			return ErrUnavailable.Wrap(fmt.Errorf("db: retry budget spent: %v", last))
 		case <-timer.C:
 		}
 	}

@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/metrics"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 func scrape(t *testing.T, m *metrics.Metrics) string {
@@ -62,11 +62,7 @@ func TestDecisionLabelsAreBoundedAndTheRestFoldIntoOther(t *testing.T) {
 }
 
 func TestScrapeShowsDatabaseRetriesPoolStatsBuildInfoAndLatency(t *testing.T) {
-	d, err := db.Open(context.Background(), "sqlite:"+t.TempDir()+"/m.db", db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := testkit.Open(t, db.SQLite)
 	m := metrics.New(metrics.Options{DB: d, Version: "v1.2.3"})
 	m.ObserveDecision("/v1/limit", 200, 3*time.Millisecond)
 	m.ObserveDecision("/v1/limit", 503, 5*time.Second)

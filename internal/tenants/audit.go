@@ -32,7 +32,7 @@ const (
 // secrets in any field.
 func (s *Service) Audit(ctx context.Context, tenantID *int64, actor, action, target, detail string) error {
 	if strings.TrimSpace(action) == "" {
-		return wrap("audit", invalid("empty action"))
+		return wrap("audit", invalid("action", "empty action"))
 	}
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		return s.audit(tx, tenantID, actor, action, target, detail)

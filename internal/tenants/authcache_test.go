@@ -3,7 +3,6 @@ package tenants
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,13 +13,19 @@ import (
 // secondInstance opens another Service on the same database, as a second app process would.
 func secondInstance(t *testing.T, url string, opts ...Option) *Service {
 	t.Helper()
-	d, err := db.Open(context.Background(), url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := NewService(d, testPepper, nil, opts...)
-	t.Cleanup(func() { svc.Close(); _ = d.Close() })
+	svc := NewService(testkit.OpenURL(t, url), testPepper, nil, opts...)
+	testkit.Run(t, svc.Run)
 	return svc
+}
+
+// waitListening waits until svc hears revocations made through other instances.
+func waitListening(t *testing.T, svc *Service) {
+	t.Helper()
+	select {
+	case <-svc.Listening():
+	case <-time.After(30 * time.Second):
+		t.Fatal("waited 30 s for the Service's LISTEN connection to come up")
+	}
 }
 
 // waitRefused polls until svc refuses secret, failing after limit.
@@ -43,7 +48,7 @@ func waitRefused(t *testing.T, svc *Service, secret string, limit time.Duration)
 }
 
 func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
-	url := testkit.NewDatabase(t)
+	url := testkit.URL(t, db.Postgres)
 	a := newEnv(t, url, WithAuthCacheTTL(time.Hour)) // only NOTIFY can evict within the test
 	b := secondInstance(t, url, WithAuthCacheTTL(time.Hour))
 	tn, err := a.svc.CreateTenant(a.ctx, "acme")
@@ -54,12 +59,17 @@ func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// LISTEN's (re)connect empties the cache, so b must be listening before it caches the key:
+	// otherwise a late connect, not the NOTIFY, could be what evicts it below.
+	waitListening(t, b)
 	for range 2 { // the second call is served from the cache
 		if _, err := b.Authenticate(a.ctx, secret, KindSecret); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let b's LISTEN connection come up before the NOTIFY
+	if _, ok := b.cachedPrincipal(b.hashKey(secret), KindSecret); !ok {
+		t.Fatal("the other instance did not cache the key; only a cached key proves the NOTIFY")
+	}
 	if err := a.svc.RevokeKey(a.ctx, tn.ID, k.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +81,7 @@ func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
 }
 
 func TestCachedKeyExpiresWithinTheTTLWithoutNotify(t *testing.T) {
-	url := "sqlite:" + filepath.Join(t.TempDir(), "sluice.db")
+	url := testkit.URL(t, db.SQLite)
 	a := newEnv(t, url)
 	b := secondInstance(t, url, WithAuthCacheTTL(300*time.Millisecond))
 	tn, _ := a.svc.CreateTenant(a.ctx, "acme")
@@ -88,7 +98,7 @@ func TestCachedKeyExpiresWithinTheTTLWithoutNotify(t *testing.T) {
 }
 
 func TestAuthCacheIsUsedForRepeatLookups(t *testing.T) {
-	e := newEnv(t, "sqlite:"+filepath.Join(t.TempDir(), "sluice.db"))
+	e := envOn(t, testkit.Open(t, db.SQLite))
 	tn, _ := e.svc.CreateTenant(e.ctx, "acme")
 	_, secret, _ := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "x", "test")
 	if _, err := e.svc.Authenticate(e.ctx, secret, KindSecret); err != nil {

@@ -3,7 +3,6 @@ package tenants
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -40,42 +39,28 @@ type env struct {
 	db    *db.DB
 	svc   *Service
 	clock *fakeClock
+	stop  func() error // ends svc.Run and waits for it (testkit.Run)
 }
 
-// eachDB runs fn against a fresh SQLite file and a fresh PostgreSQL database, as parallel subtests.
+// eachDB runs fn against a fresh database of every dialect (testkit.Each), with a running
+// Service over it.
 func eachDB(t *testing.T, fn func(t *testing.T, e *env), opts ...Option) {
 	t.Helper()
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		t.Run(dialect, func(t *testing.T) {
-			t.Parallel()
-			var url string
-			if dialect == "sqlite" {
-				url = "sqlite:" + filepath.Join(t.TempDir(), "sluice.db")
-			} else {
-				url = testkit.NewDatabase(t)
-			}
-			fn(t, newEnv(t, url, opts...))
-		})
-	}
+	testkit.Each(t, func(t *testing.T, d *db.DB) { fn(t, envOn(t, d, opts...)) })
 }
 
+// newEnv opens and migrates the database at url and runs a Service over it.
 func newEnv(t *testing.T, url string, opts ...Option) *env {
 	t.Helper()
-	ctx := t.Context()
-	d, err := db.Open(ctx, url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return envOn(t, testkit.OpenURL(t, url), opts...)
+}
+
+func envOn(t *testing.T, d *db.DB, opts ...Option) *env {
+	t.Helper()
 	clock := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)}
 	svc := NewService(d, testPepper, clock.Now, opts...)
-	t.Cleanup(func() {
-		svc.Close()
-		_ = d.Close()
-	})
-	return &env{ctx: ctx, db: d, svc: svc, clock: clock}
+	stop := testkit.Run(t, svc.Run)
+	return &env{ctx: t.Context(), db: d, svc: svc, clock: clock, stop: stop}
 }
 
 func (e *env) tenant(t *testing.T, name string) Tenant {

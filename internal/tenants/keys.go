@@ -192,10 +192,10 @@ func keyFromRow(r apiKeyRow) APIKey {
 func validLabel(label string) (string, error) {
 	label = strings.TrimSpace(label)
 	if !utf8.ValidString(label) || utf8.RuneCountInString(label) > maxLabelLen {
-		return "", invalid("label must be valid UTF-8 of at most %d characters", maxLabelLen)
+		return "", invalid("label", "label must be valid UTF-8 of at most %d characters", maxLabelLen)
 	}
 	if strings.ContainsFunc(label, unicode.IsControl) {
-		return "", invalid("label must not contain control characters")
+		return "", invalid("label", "label must not contain control characters")
 	}
 	return label, nil
 }
@@ -206,7 +206,7 @@ func validLabel(label string) (string, error) {
 // ErrNotFound; a bad kind or label is ErrInvalid.
 func (s *Service) CreateKey(ctx context.Context, tenantID int64, kind KeyKind, label, actor string) (APIKey, string, error) {
 	if kind.prefix() == "" {
-		return APIKey{}, "", wrap("create key", invalid("unknown key kind %q", kind))
+		return APIKey{}, "", wrap("create key", invalid("kind", "unknown key kind %q", kind))
 	}
 	label, err := validLabel(label)
 	if err != nil {
@@ -275,14 +275,14 @@ func (s *Service) RevokeKeyAnyTenant(ctx context.Context, secretOrID, actor stri
 	switch {
 	case strings.HasPrefix(secretOrID, KindSecret.prefix()), strings.HasPrefix(secretOrID, KindPublishable.prefix()):
 		if _, err := ParseKey(secretOrID); err != nil {
-			return APIKey{}, wrap("revoke key", invalid("not a valid API key (checksum or length wrong)"))
+			return APIKey{}, wrap("revoke key", invalid("key", "not a valid API key (checksum or length wrong)"))
 		}
 		hash := s.hashKey(secretOrID)
 		find = func(tx *gorm.DB, row *apiKeyRow) error { return first(tx, row, "hash = ?", hash) }
 	case validKeyID(secretOrID):
 		find = func(tx *gorm.DB, row *apiKeyRow) error { return first(tx, row, "id = ?", secretOrID) }
 	default:
-		return APIKey{}, wrap("revoke key", invalid("expected a key ID (key_…) or an API key secret"))
+		return APIKey{}, wrap("revoke key", invalid("key", "expected a key ID (key_…) or an API key secret"))
 	}
 	row, err := s.revokeKey(ctx, actor, find)
 	if err != nil {
@@ -356,7 +356,7 @@ func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind)
 	return p, nil
 }
 
-// recordUse notes a key's use in memory; flushLoop writes it later, so that authenticating
+// recordUse notes a key's use in memory; Run writes it later, so that authenticating
 // stays a pure read.
 func (s *Service) recordUse(keyID string, tenantID int64) {
 	now := s.clock()
@@ -365,30 +365,22 @@ func (s *Service) recordUse(keyID string, tenantID int64) {
 	s.mu.Unlock()
 }
 
-func (s *Service) flushLoop() {
-	defer close(s.done)
-	t := time.NewTicker(s.flushInterval)
-	defer t.Stop()
-	for {
+// backgroundFlush is one tick of Run's flush loop. A failed batch is kept and retried on the next
+// tick (or by Run's final flush).
+func (s *Service) backgroundFlush(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, max(s.flushInterval, 10*time.Second))
+	_ = s.Flush(ctx)
+	cancel()
+	if s.flushed != nil {
 		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), max(s.flushInterval, 10*time.Second))
-			_ = s.Flush(ctx) // a failed batch is kept and retried on the next tick
-			cancel()
-			if s.flushed != nil {
-				select {
-				case s.flushed <- struct{}{}:
-				default:
-				}
-			}
+		case s.flushed <- struct{}{}:
+		default:
 		}
 	}
 }
 
-// Flush writes the recorded last-used times now. The background flusher calls it every flush
-// interval and Close calls it once more; on failure the times are kept for the next attempt.
+// Flush writes the recorded last-used times now. Run calls it every flush interval and once more
+// on the way out; on failure the times are kept for the next attempt.
 func (s *Service) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	batch := s.pending

@@ -303,7 +303,7 @@ func TestLastUsedIsWrittenInTheBackground(t *testing.T) {
 	}, WithFlushInterval(5*time.Millisecond), notify)
 }
 
-func TestLastUsedIsNotWrittenPerRequestButOnClose(t *testing.T) {
+func TestLastUsedIsNotWrittenPerRequestButWhenRunEnds(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		tn := e.tenant(t, "acme")
 		k, secret := e.key(t, tn.ID, KindSecret)
@@ -312,9 +312,9 @@ func TestLastUsedIsNotWrittenPerRequestButOnClose(t *testing.T) {
 		if lu := e.listKey(t, tn.ID, k.ID).LastUsedAt; lu != nil {
 			t.Fatalf("LastUsedAt written synchronously (%v); it must be batched", lu)
 		}
-		e.svc.Close()
+		must(t, e.stop())
 		if lu := e.listKey(t, tn.ID, k.ID).LastUsedAt; lu == nil || !lu.Equal(e.clock.Now()) {
-			t.Fatalf("after Close LastUsedAt = %v, want %v", lu, e.clock.Now())
+			t.Fatalf("after Run returned LastUsedAt = %v, want %v", lu, e.clock.Now())
 		}
 	}, WithFlushInterval(time.Hour))
 }

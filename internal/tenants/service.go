@@ -16,28 +16,36 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/loop"
 )
 
-// Sentinel errors; callers check them with errors.Is and map them to HTTP statuses in one place.
+// Sentinel errors; callers check them with errors.Is. Each carries its problem code and a
+// client-safe message (apperr), so a surface renders them without knowing this package.
 var (
 	// ErrNotFound means the row does not exist, or belongs to another tenant.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = apperr.New(apperr.NotFound, "not found")
 	// ErrConflict means a unique name (tenant name, user email) is already taken.
-	ErrConflict = errors.New("conflict")
-	// ErrInvalid means an argument failed validation; the wrapping message says which.
-	ErrInvalid = errors.New("invalid")
+	ErrConflict = apperr.New(apperr.Conflict, "conflict")
+	// ErrInvalid means an argument failed validation. The package returns copies of it whose
+	// Message says what is wrong and whose Field names the argument; errors.Is still matches.
+	ErrInvalid = apperr.New(apperr.InvalidRequest, "invalid input")
 	// ErrUnauthorized means a credential (API key, password, admin session) was not accepted.
 	// It deliberately does not say why.
-	ErrUnauthorized = errors.New("unauthorized")
+	ErrUnauthorized = apperr.New(apperr.Unauthorized, "the credentials were not accepted")
 )
 
 // DefaultFlushInterval is how often recorded key usage is written to the database. Writing
 // last_used_at on every request would turn every authenticated read into a write.
 const DefaultFlushInterval = 10 * time.Second
 
-// Service is the tenants store. It is safe for concurrent use. Call Close when done so that
-// pending last-used times are written.
+// finalFlushTimeout bounds the flush Run makes on the way out, after ctx has ended.
+const finalFlushTimeout = 10 * time.Second
+
+// Service is the tenants store. It is safe for concurrent use. Its background work (writing
+// last-used times, hearing other instances' key revocations) runs in Run, which the owner starts
+// once and stops by ending its context.
 type Service struct {
 	db     *db.DB
 	pepper []byte
@@ -51,17 +59,14 @@ type Service struct {
 	pending map[string]keyUse // key ID -> latest use not yet written
 
 	// The authentication cache (authcache.go): key hash -> principal, for authCacheTTL.
-	authCacheTTL time.Duration
-	authMu       sync.RWMutex
-	authCache    map[string]cachedKey
-	stopListen   context.CancelFunc
+	authCacheTTL  time.Duration
+	authMu        sync.RWMutex
+	authCache     map[string]cachedKey
+	listening     chan struct{} // closed once revocations from other instances are heard
+	listeningOnce sync.Once
 
 	dummyOnce sync.Once
 	dummyHash string // password hash verified when a login names an unknown email
-
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
 }
 
 type keyUse struct {
@@ -83,14 +88,14 @@ func WithFlushInterval(d time.Duration) Option {
 
 // WithAuthCacheTTL sets how long a successful key lookup is reused (DefaultAuthCacheTTL; 0
 // disables the cache). Revocation through this Service takes effect at once; through another
-// instance at once on PostgreSQL (LISTEN/NOTIFY), and within the TTL at worst.
+// instance at once on PostgreSQL (LISTEN/NOTIFY, while Run runs), and within the TTL at worst.
 func WithAuthCacheTTL(d time.Duration) Option {
 	return func(s *Service) { s.authCacheTTL = max(d, 0) }
 }
 
 // NewService returns a Service over d. pepper is the server secret that API key secrets are
-// HMAC-ed with before storage; now is the clock (time.Now if nil). It starts the background
-// last-used flusher, which Close stops.
+// HMAC-ed with before storage; now is the clock (time.Now if nil). It starts nothing: Run does
+// the background work.
 func NewService(d *db.DB, pepper []byte, now func() time.Time, opts ...Option) *Service {
 	if now == nil {
 		now = time.Now
@@ -101,31 +106,48 @@ func NewService(d *db.DB, pepper []byte, now func() time.Time, opts ...Option) *
 		now:           now,
 		flushInterval: DefaultFlushInterval,
 		pending:       make(map[string]keyUse),
-		stop:          make(chan struct{}),
-		done:          make(chan struct{}),
 		authCacheTTL:  DefaultAuthCacheTTL,
 		authCache:     make(map[string]cachedKey),
+		listening:     make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	go s.flushLoop()
-	listenCtx, cancel := context.WithCancel(context.Background())
-	s.stopListen = cancel
-	d.Listen(listenCtx, revocationChannel, s.forgetKey)
 	return s
 }
 
-// Close stops the background flusher and writes any pending last-used times. It is idempotent.
-func (s *Service) Close() {
-	s.closeOnce.Do(func() {
-		s.stopListen()
-		close(s.stop)
-		<-s.done
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Flush(ctx) // best effort: last-used times are advisory and the DB may be gone
-	})
+// Run does the Service's background work until ctx ends: it writes recorded last-used times
+// every flush interval, and on PostgreSQL listens for keys revoked by other instances (evicting
+// them from the authentication cache). When ctx ends it waits for both to stop, flushes the
+// last-used times once more (with a fresh deadline of its own, since ctx is over) and returns
+// that flush's error, or nil. Call it once.
+func (s *Service) Run(ctx context.Context) error {
+	if s.db.Dialect != db.Postgres {
+		s.markListening() // one process per SQLite file: there is nobody else to hear
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { loop.Every(ctx, s.flushInterval, 0, s.backgroundFlush) })
+	wg.Go(func() { s.db.Listen(ctx, revocationChannel, s.revoked) })
+	wg.Wait()
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalFlushTimeout)
+	defer cancel()
+	return s.Flush(fctx)
+}
+
+// Listening is closed once the Service hears revocations made through other instances: on
+// PostgreSQL when Run's LISTEN connection is first established, on SQLite when Run starts. A
+// principal cached before then may have been evicted by the connect (see db.Listen), not by a
+// notification.
+func (s *Service) Listening() <-chan struct{} { return s.listening }
+
+func (s *Service) markListening() { s.listeningOnce.Do(func() { close(s.listening) }) }
+
+// revoked is the LISTEN callback: payload is a revoked key's hash, or "" after a (re)connect.
+func (s *Service) revoked(payload string) {
+	s.forgetKey(payload)
+	if payload == "" {
+		s.markListening()
+	}
 }
 
 // clock returns the current time in the form stored: UTC, at PostgreSQL's microsecond precision,
@@ -151,7 +173,10 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("tenants: %s: %w", op, err)
 }
 
-// invalid returns an ErrInvalid carrying a human-readable reason safe to show to the caller.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+// invalid returns a copy of ErrInvalid about field whose message is a human-readable reason,
+// safe to show to the caller.
+func invalid(field, format string, args ...any) error {
+	e := ErrInvalid.WithField(field)
+	e.Message = fmt.Sprintf(format, args...)
+	return e
 }

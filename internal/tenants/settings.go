@@ -23,7 +23,7 @@ func (s *Service) Setting(ctx context.Context, key string) (string, error) {
 // SECRET_KEY, exactly one wins and all of them get the winner's.
 func (s *Service) SetSettingIfAbsent(ctx context.Context, key, value string) (string, error) {
 	if key == "" {
-		return "", wrap("set setting", invalid("empty key"))
+		return "", wrap("set setting", invalid("key", "empty key"))
 	}
 	var row settingRow
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {

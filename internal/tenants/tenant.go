@@ -52,7 +52,7 @@ func tenantFromRow(r tenantRow) Tenant {
 // ^[A-Za-z0-9_.:-]{1,128}$ (ErrInvalid); a taken name is ErrConflict.
 func (s *Service) CreateTenant(ctx context.Context, name string) (Tenant, error) {
 	if !namePattern.MatchString(name) {
-		return Tenant{}, wrap("create tenant", invalid("name must match %s", namePattern))
+		return Tenant{}, wrap("create tenant", invalid("name", "name must match %s", namePattern))
 	}
 	var row tenantRow
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
@@ -123,7 +123,7 @@ func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, ori
 		return wrap("update captcha settings", err)
 	}
 	if difficulty < MinCaptchaDifficulty || difficulty > MaxCaptchaDifficulty {
-		return wrap("update captcha settings", invalid("difficulty must be between %d and %d", MinCaptchaDifficulty, MaxCaptchaDifficulty))
+		return wrap("update captcha settings", invalid("difficulty", "difficulty must be between %d and %d", MinCaptchaDifficulty, MaxCaptchaDifficulty))
 	}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		res := tx.Model(&tenantRow{}).Where("id = ?", tenantID).Updates(map[string]any{
@@ -145,7 +145,7 @@ func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, ori
 // form, or an error wrapping ErrInvalid that names the first bad one.
 func NormalizeOrigins(origins []string) ([]string, error) {
 	if len(origins) > maxAllowedOrigins {
-		return nil, invalid("at most %d allowed origins", maxAllowedOrigins)
+		return nil, invalid("origins", "at most %d allowed origins", maxAllowedOrigins)
 	}
 	out := make([]string, 0, len(origins))
 	for _, o := range origins {
@@ -166,7 +166,7 @@ func normalizeOrigin(raw string) (string, error) {
 	o := strings.ToLower(strings.TrimSpace(raw))
 	o = strings.TrimSuffix(o, "/")
 	bad := func(why string) (string, error) {
-		return "", invalid("origin %q: %s", raw, why)
+		return "", invalid("origins", "origin %q: %s", raw, why)
 	}
 	if len(o) > 300 {
 		return bad("too long")

@@ -52,11 +52,11 @@ func userFromRow(r userRow) User {
 func normalizeEmail(email string) (string, error) {
 	e := strings.ToLower(strings.TrimSpace(email))
 	if e == "" || len(e) > maxEmailLen {
-		return "", invalid("email must be 1 to %d characters", maxEmailLen)
+		return "", invalid("email", "email must be 1 to %d characters", maxEmailLen)
 	}
 	a, err := mail.ParseAddress(e)
 	if err != nil || a.Name != "" || a.Address != e || !strings.Contains(e, "@") {
-		return "", invalid("email %q is not a plain address like name@example.com", e)
+		return "", invalid("email", "email %q is not a plain address like name@example.com", e)
 	}
 	return e, nil
 }
@@ -104,10 +104,10 @@ func (s *Service) CreateUser(ctx context.Context, email, password string, operat
 		return User{}, wrap("create user", err)
 	}
 	if n := utf8.RuneCountInString(password); n < MinPasswordLen || len(password) > maxPasswordLen {
-		return User{}, wrap("create user", invalid("password must be %d to %d characters", MinPasswordLen, maxPasswordLen))
+		return User{}, wrap("create user", invalid("password", "password must be %d to %d characters", MinPasswordLen, maxPasswordLen))
 	}
 	if operator == (tenantID != nil) {
-		return User{}, wrap("create user", invalid("a user is either an operator or a member of one tenant"))
+		return User{}, wrap("create user", invalid("operator", "a user is either an operator or a member of one tenant"))
 	}
 	// Hashing is deliberately slow: do it once, outside the (retryable) transaction.
 	row := userRow{Email: email, PasswordHash: hashPassword(password), TenantID: tenantID, IsOperator: operator}
@@ -223,7 +223,7 @@ const adminSessionIDLen = 32
 // every request, which is what makes logout and revocation immediate.
 func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time.Duration) (string, time.Time, error) {
 	if ttl <= 0 {
-		return "", time.Time{}, wrap("create admin session", invalid("ttl must be positive"))
+		return "", time.Time{}, wrap("create admin session", invalid("ttl", "ttl must be positive"))
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])

@@ -1,9 +1,12 @@
 package tenants
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
 )
 
 func TestPasswordsAreStoredAsArgon2idHashes(t *testing.T) {
@@ -168,4 +171,33 @@ func TestAdminSessionExpiresAndCanBeRevoked(t *testing.T) {
 		_, _, err = e.svc.CreateAdminSession(e.ctx, u.ID, 0)
 		wantErr(t, err, ErrInvalid)
 	})
+}
+
+// An invalid argument is an ErrInvalid that carries, as data, the field and a message fit to
+// show: the dashboard renders it without cutting up the error text.
+func TestInvalidInputCarriesItsFieldAndAClientSafeMessage(t *testing.T) {
+	for _, tc := range []struct {
+		err          func() error
+		field, human string
+	}{
+		{func() error {
+			_, err := (&Service{}).CreateUser(context.Background(), "a@b.io", "short", true, nil)
+			return err
+		}, "password", "password must be 10 to 1024 characters"},
+		{func() error {
+			_, err := (&Service{}).CreateUser(context.Background(), "Ann <ann@b.io>", "0123456789", true, nil)
+			return err
+		}, "email", `email "ann <ann@b.io>" is not a plain address like name@example.com`},
+		{func() error { _, err := NormalizeOrigins([]string{"ftp://x.io"}); return err }, "origins", ""},
+	} {
+		err := tc.err()
+		wantErr(t, err, ErrInvalid)
+		e := apperr.From(err)
+		if e.Code != apperr.InvalidRequest || e.Field != tc.field || (tc.human != "" && e.Message != tc.human) {
+			t.Errorf("%v: code %q field %q message %q; want invalid_request, %q, %q", err, e.Code, e.Field, e.Message, tc.field, tc.human)
+		}
+		if strings.Contains(e.Message, "tenants:") || e.Message == ErrInvalid.Message {
+			t.Errorf("%v: the message %q is not the specific reason", err, e.Message)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/captcha"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
@@ -130,7 +131,7 @@ func (u *UI) saveCaptchaSettings(c *gin.Context) {
 		}
 	}
 	if _, err := tenants.NormalizeOrigins(origins); err != nil {
-		vm.Errors["origins"] = invalidMessage(err)
+		vm.Errors["origins"] = apperr.From(err).Sentence()
 	}
 	difficulty, err := strconv.Atoi(vm.Difficulty)
 	if err != nil || difficulty < tenants.MinCaptchaDifficulty || difficulty > tenants.MaxCaptchaDifficulty {
@@ -140,7 +141,7 @@ func (u *UI) saveCaptchaSettings(c *gin.Context) {
 		err = u.tenants.UpdateCaptchaSettings(c.Request.Context(), t.ID, origins, difficulty)
 		switch {
 		case errors.Is(err, tenants.ErrInvalid):
-			vm.Errors["origins"] = invalidMessage(err)
+			vm.Errors["origins"] = apperr.From(err).Sentence()
 		case errors.Is(err, tenants.ErrNotFound):
 			u.NotFound(c)
 			return
@@ -168,7 +169,7 @@ func (u *UI) createPublishableKey(c *gin.Context) {
 	k, secret, err := u.tenants.CreateKey(c.Request.Context(), tenantOf(c).ID, tenants.KindPublishable, label, actor(c))
 	switch {
 	case errors.Is(err, tenants.ErrInvalid):
-		u.renderCaptcha(c, http.StatusUnprocessableEntity, captchaVM{Label: label, Errors: map[string]string{"pk-label": invalidMessage(err)}}, false)
+		u.renderCaptcha(c, http.StatusUnprocessableEntity, captchaVM{Label: label, Errors: map[string]string{"pk-label": apperr.From(err).Sentence()}}, false)
 		return
 	case err != nil:
 		u.internalError(c, err)

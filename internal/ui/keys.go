@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
@@ -74,7 +75,7 @@ func (u *UI) createKey(c *gin.Context) {
 	k, secret, err := u.tenants.CreateKey(c.Request.Context(), tenantOf(c).ID, kind, label, actor(c))
 	switch {
 	case errors.Is(err, tenants.ErrInvalid):
-		vm.LabelErr = invalidMessage(err)
+		vm.LabelErr = apperr.From(err).Sentence()
 		u.renderKeys(c, http.StatusUnprocessableEntity, vm)
 		return
 	case err != nil:

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
@@ -49,7 +49,7 @@ func (u *UI) setup(c *gin.Context) {
 	user, err := u.tenants.CreateUser(ctx, vm.Email, password, true, nil)
 	switch {
 	case errors.Is(err, tenants.ErrInvalid):
-		vm.Error = invalidMessage(err)
+		vm.Error = apperr.From(err).Sentence()
 		u.render(c, http.StatusUnprocessableEntity, setupPage(vm))
 		return
 	case err != nil:
@@ -63,24 +63,4 @@ func (u *UI) setup(c *gin.Context) {
 		return
 	}
 	redirect(c, "/tenants?msg=welcome")
-}
-
-// invalidMessage extracts the human part of a tenants.ErrInvalid error
-// ("tenants: create user: password must be …: invalid" -> "Password must be …").
-func invalidMessage(err error) string {
-	s := err.Error()
-	if i := strings.LastIndex(s, ": "+tenants.ErrInvalid.Error()); i >= 0 {
-		s = s[:i]
-	}
-	for strings.HasPrefix(s, "tenants: ") {
-		if i := strings.Index(s[len("tenants: "):], ": "); i >= 0 {
-			s = s[len("tenants: ")+i+2:]
-		} else {
-			break
-		}
-	}
-	if s == "" {
-		return "Invalid input."
-	}
-	return strings.ToUpper(s[:1]) + s[1:] + "."
 }

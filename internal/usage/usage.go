@@ -6,7 +6,7 @@
 // upserts, one row per (tenant, name, minute) touched since the last flush: the decision path
 // never writes usage rows itself. Several instances may flush into the same rows; the upsert adds
 // to what is there. Counts not yet flushed are lost if the process crashes, which is acceptable
-// for charts; Close flushes them on a graceful shutdown.
+// for charts; Run flushes them once more on a graceful shutdown.
 package usage
 
 import (
@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/loop"
 )
 
 // Bucket is the width of one stored usage bucket.
@@ -68,13 +69,12 @@ type Aggregator struct {
 
 	flushMu   sync.Mutex // one flush at a time, so a failed flush's counts merge back in order
 	lastPrune time.Time
-
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
 }
 
-// New starts an Aggregator over d. Call Close to stop it and flush what is left.
+// finalFlushTimeout bounds the flush Run makes on the way out, after its context has ended.
+const finalFlushTimeout = 10 * time.Second
+
+// New returns an Aggregator over d. It starts nothing: Run flushes in the background.
 func New(d *db.DB, o Options) *Aggregator {
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval
@@ -85,13 +85,10 @@ func New(d *db.DB, o Options) *Aggregator {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{
+	return &Aggregator{
 		db: d, now: o.Now, log: o.Logger, interval: o.Interval, flushed: o.Flushed,
 		pending: make(map[counterKey]counts),
-		stop:    make(chan struct{}), done: make(chan struct{}),
 	}
-	go a.loop()
-	return a
 }
 
 // Record counts one decision. Its signature matches limiter.Options.OnDecision. Tenant 0 (the
@@ -121,42 +118,34 @@ func bucketStart(t time.Time) int64 {
 	return ms - ms%Bucket.Milliseconds()
 }
 
-func (a *Aggregator) loop() {
-	defer close(a.done)
-	t := time.NewTicker(a.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), a.interval+10*time.Second)
-			err := a.Flush(ctx)
-			cancel()
-			if err != nil {
-				a.log.Warn("usage flush failed; counts kept for the next attempt", "err", err)
-			}
-			if a.flushed != nil {
-				select {
-				case a.flushed <- err:
-				default:
-				}
-			}
-		}
+// Run flushes the recorded counts every interval until ctx ends, then waits for a flush in
+// progress, flushes once more (with a fresh deadline of its own, since ctx is over) and returns
+// that final flush's error, or nil. A failed background flush is logged and its counts kept for
+// the next one. Call it once.
+func (a *Aggregator) Run(ctx context.Context) error {
+	loop.Every(ctx, a.interval, 0, a.backgroundFlush)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalFlushTimeout)
+	defer cancel()
+	if err := a.Flush(fctx); err != nil {
+		return fmt.Errorf("usage: final flush: %w", err)
 	}
+	return nil
 }
 
-// Close stops the background flusher and flushes the remaining counts. It is idempotent.
-func (a *Aggregator) Close() {
-	a.closeOnce.Do(func() {
-		close(a.stop)
-		<-a.done
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Flush(ctx); err != nil {
-			a.log.Warn("usage: final flush failed", "err", err)
+func (a *Aggregator) backgroundFlush(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(ctx, a.interval+10*time.Second)
+	err := a.Flush(fctx)
+	cancel()
+	// A flush cut short by shutdown is no failure to report: Run's final flush retries it.
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("usage flush failed; counts kept for the next attempt", "err", err)
+	}
+	if a.flushed != nil {
+		select {
+		case a.flushed <- err:
+		default:
 		}
-	})
+	}
 }
 
 // upsert adds to the stored counters; portable to PostgreSQL, SQLite and CockroachDB.

@@ -25,8 +25,6 @@ func newClock() *clock {
 	return c
 }
 
-func openDB(t *testing.T, dialect db.Dialect) *db.DB { return testkit.Open(t, dialect) }
-
 type row struct {
 	TenantID    int64
 	Name        string
@@ -44,23 +42,12 @@ func rows(t *testing.T, d *db.DB) []row {
 	return out
 }
 
-func forEachDialect(t *testing.T, f func(t *testing.T, d *db.DB)) {
-	for _, dialect := range []db.Dialect{db.SQLite, db.Postgres} {
-		t.Run(string(dialect), func(t *testing.T) {
-			if dialect == db.Postgres && testing.Short() {
-				t.Skip("PostgreSQL skipped in -short mode")
-			}
-			f(t, openDB(t, dialect))
-		})
-	}
-}
-
 func TestDecisionsAreCountedInMemoryAndFlushedAdditively(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		c := newClock()
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
-		defer a.Close()
+		testkit.Run(t, a.Run)
 		for range 5 {
 			a.Record(1, "api", true)
 		}
@@ -90,8 +77,11 @@ func TestDecisionsAreCountedInMemoryAndFlushedAdditively(t *testing.T) {
 		}
 		// A second aggregator (another instance) adds to the same row too.
 		b := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
+		stopB := testkit.Run(t, b.Run)
 		b.Record(1, "api", true)
-		b.Close()
+		if err := stopB(); err != nil {
+			t.Fatal(err)
+		}
 		want[0] = row{1, "api", minute, 7, 2}
 		if got := rows(t, d); !equal(got, want) {
 			t.Fatalf("after another instance flushed: got %+v, want %+v", got, want)
@@ -111,24 +101,26 @@ func equal(a, b []row) bool {
 	return true
 }
 
-func TestCloseFlushesPendingCounts(t *testing.T) {
-	d := openDB(t, db.SQLite)
+func TestRunFlushesPendingCountsWhenItEnds(t *testing.T) {
+	d := testkit.Open(t, db.SQLite)
 	a := usage.New(d, usage.Options{Interval: time.Hour})
+	stop := testkit.Run(t, a.Run)
 	a.Record(7, "x", true)
 	a.Record(7, "x", false)
-	a.Close()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 	got := rows(t, d)
 	if len(got) != 1 || got[0].Allowed != 1 || got[0].Refused != 1 {
-		t.Fatalf("after Close: %+v", got)
+		t.Fatalf("after Run returned: %+v", got)
 	}
-	a.Close() // idempotent
 }
 
 func TestBackgroundFlushRunsOnTheInterval(t *testing.T) {
-	d := openDB(t, db.SQLite)
+	d := testkit.Open(t, db.SQLite)
 	flushed := make(chan error, 1)
 	a := usage.New(d, usage.Options{Interval: 10 * time.Millisecond, Flushed: flushed})
-	defer a.Close()
+	testkit.Run(t, a.Run)
 	a.Record(3, "y", true)
 	deadline := time.After(5 * time.Second)
 	for {
@@ -147,11 +139,11 @@ func TestBackgroundFlushRunsOnTheInterval(t *testing.T) {
 }
 
 func TestSeriesBucketsStoredAndPendingCounts(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		c := newClock()
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
-		defer a.Close()
+		testkit.Run(t, a.Run)
 		a.Record(1, "api", true) // 10:00
 		a.Record(1, "other", false)
 		if err := a.Flush(ctx); err != nil {
@@ -196,7 +188,7 @@ func TestSeriesBucketsStoredAndPendingCounts(t *testing.T) {
 // The flusher owns pruning: rows whose bucket started more than Retention ago go, the rest stay,
 // even when there is nothing new to write.
 func TestFlushPrunesRowsPastRetention(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		c := newClock()
 		now := c.Now()
 		for i := range 25 {
@@ -206,7 +198,7 @@ func TestFlushPrunesRowsPastRetention(t *testing.T) {
 			}
 		}
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
-		defer a.Close()
+		testkit.Run(t, a.Run)
 		if err := a.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
