@@ -69,8 +69,8 @@ type App struct {
 	Demo    *demo.Demo
 	Router  *gin.Engine
 
-	stdout    io.Writer
-	setupPath string        // one-time first-operator link, printed once listening
+	stdout      io.Writer
+	setupPath   string        // one-time first-operator link, printed once listening
 	started     chan struct{} // closed once Run listens
 	addr        string        // the listener's address, once started
 	metricsAddr string        // the metrics listener's address, once started ("" when off)

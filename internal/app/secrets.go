@@ -49,7 +49,9 @@ var ErrSecretKeyRequired = errors.New("SECRET_KEY is required with PostgreSQL: s
 	"the same on every instance (for example the output of `openssl rand -base64 48`); Sluice never stores it in the database")
 
 // SecretFile is where the SQLite default keeps its generated root secret: beside the database.
-func SecretFile(databaseURL string) string { return strings.TrimPrefix(databaseURL, "sqlite:") + ".secret" }
+func SecretFile(databaseURL string) string {
+	return strings.TrimPrefix(databaseURL, "sqlite:") + ".secret"
+}
 
 // LoadSecrets returns the server keys: from SECRET_KEY when set; on SQLite otherwise from the
 // key file beside the database, generated (mode 0600) on the first start; on PostgreSQL
