@@ -6,7 +6,7 @@ TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
 .PHONY: run build test test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
-	$(GO) run ./cmd/app serve
+	SLUICE_DEMO=$${SLUICE_DEMO:-true} $(GO) run ./cmd/app serve
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sluice ./cmd/app

@@ -35,6 +35,7 @@ func startDemoServer(t *testing.T) demoServer {
 	srv := startTestServer(t, map[string]string{
 		"SLUICE_ADMIN_EMAIL":    "ops@example.com",
 		"SLUICE_ADMIN_PASSWORD": "correct horse battery staple",
+		"SLUICE_DEMO":           "true",
 	}, false)
 	return demoServer{base: srv.base}
 }

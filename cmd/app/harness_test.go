@@ -33,6 +33,7 @@ func startTestServer(t *testing.T, env map[string]string, wantSetup bool) testSe
 	t.Helper()
 	full := map[string]string{
 		"LISTEN_ADDR":  "127.0.0.1:0",
+		"METRICS_ADDR": "127.0.0.1:0",
 		"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db"),
 		"LOG_LEVEL":    "warn",
 	}

@@ -170,6 +170,7 @@ func runWalkthrough(t *testing.T, block string) {
 		"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"DATABASE_URL="+dbURL,
 		"LISTEN_ADDR="+addr,
+		"METRICS_ADDR=127.0.0.1:0",
 		"BASE_URL="+base,
 		"BASE="+base,
 		"LOG_LEVEL=warn",

@@ -80,7 +80,7 @@ func (h *sessionHarness) newCaptchaTenant(t testing.TB, name string) captchaTena
 	if err != nil {
 		t.Fatalf("create publishable key: %v", err)
 	}
-	if err := h.tenants.UpdateCaptchaSettings(ctx, tk.id, []string{h.origin}, tenants.MinCaptchaDifficulty); err != nil {
+	if err := h.tenants.UpdateCaptchaSettings(ctx, tk.id, []string{h.origin}, tenants.MinCaptchaDifficulty, "test"); err != nil {
 		t.Fatalf("captcha settings: %v", err)
 	}
 	return captchaTenant{tenantKey: tk, pk: pk}
@@ -465,14 +465,14 @@ func TestSessionAuthorizeRefusesExpiredTamperedForeignAndMisboundPayloads(t *tes
 		requireProblem(t, h.authorize(t, "", sid, payload), http.StatusUnauthorized, api.CodeUnauthorized)
 
 		// Raising the difficulty retires challenges issued at the old one.
-		if err := h.tenants.UpdateCaptchaSettings(context.Background(), a.id, []string{h.origin}, 2*tenants.MinCaptchaDifficulty); err != nil {
+		if err := h.tenants.UpdateCaptchaSettings(context.Background(), a.id, []string{h.origin}, 2*tenants.MinCaptchaDifficulty, "test"); err != nil {
 			t.Fatal(err)
 		}
 		p := requireProblem(t, h.authorize(t, a.key, sid, payload), http.StatusBadRequest, api.CodeInvalidRequest)
 		if !strings.Contains(p["detail"].(string), "difficulty") {
 			t.Fatalf("stale difficulty: %v", p)
 		}
-		if err := h.tenants.UpdateCaptchaSettings(context.Background(), a.id, []string{h.origin}, tenants.MinCaptchaDifficulty); err != nil {
+		if err := h.tenants.UpdateCaptchaSettings(context.Background(), a.id, []string{h.origin}, tenants.MinCaptchaDifficulty, "test"); err != nil {
 			t.Fatal(err)
 		}
 

@@ -66,7 +66,7 @@ type App struct {
 	Metrics *metrics.Metrics
 	API     *api.Server
 	UI      *ui.UI
-	Demo    *demo.Demo
+	Demo    *demo.Demo // nil unless SLUICE_DEMO=true
 	Router  *gin.Engine
 
 	stdout      io.Writer
@@ -164,15 +164,17 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if err != nil {
 		return nil, err
 	}
-	widget := o.Widget
-	if widget == nil {
-		if widget, err = fs.Sub(web.Static(), "altcha"); err != nil {
-			return nil, fmt.Errorf("captcha widget: %w", err)
+	if cfg.Demo {
+		widget := o.Widget
+		if widget == nil {
+			if widget, err = fs.Sub(web.Static(), "altcha"); err != nil {
+				return nil, fmt.Errorf("captcha widget: %w", err)
+			}
 		}
-	}
-	a.Demo, err = demo.New(demo.Deps{Tenants: a.Tenants, Widget: widget, Origins: []string{cfg.BaseURL}, Logger: a.Log})
-	if err != nil {
-		return nil, err
+		a.Demo, err = demo.New(demo.Deps{Tenants: a.Tenants, KeySeed: keys.Derive("demo-keys"), Widget: widget, Origins: []string{cfg.BaseURL}, Logger: a.Log})
+		if err != nil {
+			return nil, err
+		}
 	}
 	// SLUICE_ADMIN_EMAIL/PASSWORD create the first operator; otherwise an empty database gets a
 	// one-time setup link, printed once the address is known.
@@ -188,10 +190,14 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 
 // router is the one HTTP handler: the operations routes, then each surface's route list.
 func (a *App) router() (*gin.Engine, error) {
+	surfaces := []httpserver.Surface{a.API, a.UI}
+	if a.Demo != nil {
+		surfaces = append(surfaces, a.Demo)
+	}
 	return httpserver.NewRouter(httpserver.Options{
 		Logger:         a.Log,
 		TrustedProxies: a.Config.TrustedProxies,
-		Surfaces:       []httpserver.Surface{a.API, a.UI, a.Demo},
+		Surfaces:       surfaces,
 		NotFound:       a.UI.NotFound,
 		Metrics:        a.Metrics,
 		MetricsToken:   a.Config.MetricsToken,
@@ -251,7 +257,9 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		a.metricsAddr = metricsListener.Addr().String()
 	}
-	a.Demo.AddOrigin(base) // the demo's tenant must allow the origin the page is really served from
+	if a.Demo != nil {
+		a.Demo.AddOrigin(base) // the demo's tenant must allow the origin the page is really served from
+	}
 
 	// Started first, stopped last: the engine serves decisions until the HTTP server has drained;
 	// usage, metrics and key last-used times record what the engine decides.
@@ -274,6 +282,9 @@ func (a *App) Run(ctx context.Context) error {
 	fmt.Fprintf(a.stdout, "Sluice is listening on %s (database %s)\n", base, a.DB.Dialect)
 	if u := a.MetricsURL(); u != "" {
 		fmt.Fprintf(a.stdout, "Metrics for Prometheus are on %s\n", u)
+	}
+	if a.Demo != nil {
+		fmt.Fprintf(a.stdout, "The captcha demo is on %s/demo\n", base)
 	}
 	if a.setupPath != "" {
 		fmt.Fprintf(a.stdout, "No users yet. Set up the first operator (this link works once): %s%s\n", base, a.setupPath)

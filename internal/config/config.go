@@ -30,6 +30,8 @@ type Config struct {
 	AdminEmail     string
 	AdminPassword  string
 	PprofAddr      string // when set (loopback only), net/http/pprof listens there for profiling
+	// Demo serves /demo, which creates and uses a tenant of its own.
+	Demo bool
 	// MetricsAddr is the listener of /metrics (loopback by default); "" when off.
 	MetricsAddr string
 	// MetricsToken, when set, is the bearer token /metrics requires, and puts /metrics on the
@@ -168,6 +170,15 @@ var options = []Option{
 				return errors.New("SWEEP_BATCH must be a whole number from 1 to 1000")
 			}
 			c.SweepBatch = n
+			return nil
+		}},
+	{Name: "SLUICE_DEMO", Default: "false", Doc: "`true` serves `/demo`, the captcha flow in a browser, on a tenant the demo creates (named `demo`); `make run` sets it",
+		parse: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("SLUICE_DEMO must be true or false")
+			}
+			c.Demo = b
 			return nil
 		}},
 	{Name: "SLUICE_PPROF_ADDR", Default: "", Doc: "loopback `host:port` serving `net/http/pprof`",
@@ -309,9 +320,9 @@ func (c Config) String() string {
 		}
 		return "[redacted]"
 	}
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q gogc=%d",
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t gogc=%d",
 		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
-		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.GCPercent)
+		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.GCPercent)
 }
 
 // RedactURL hides the password of a database URL.

@@ -9,16 +9,22 @@
 // it — in process, through the same router a real tenant reaches over HTTP, so the demo
 // exercises exactly the public API and nothing else.
 //
-// On first use the demo makes sure a tenant named "demo" exists, adds the server's own origins
-// to its allowed origins (it never removes any), defines the limit "demo.action" (a token bucket
-// of 3 per minute) unless the tenant already has one, and creates one publishable and one secret
-// key for this process. Keys are created per process because a secret is only ever shown once;
-// they are labelled "demo page" and "demo backend" and may be revoked from the dashboard.
+// The demo is served only when SLUICE_DEMO=true. On first use it creates its own tenant, named
+// "demo", and records in the settings that it did (so it never touches a tenant it did not
+// create: an operator's tenant of that name makes the demo unavailable instead); it adds the
+// server's own origins to the tenant's allowed origins (it never removes any), defines the limit
+// "demo.action" (a token bucket of 3 per minute) unless the tenant already has one, and makes
+// sure its two keys exist: a publishable one ("demo page") and a secret one ("demo backend"),
+// derived from the server's root secret, so that every instance and every restart uses the same
+// two keys and the database holds only their hashes. Every change it makes is audited as "demo".
+// Revoking either key from the dashboard switches the demo off until it is re-enabled with
+// a new root secret.
 package demo
 
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -31,6 +37,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -55,15 +62,29 @@ const defaultDifficulty = 50_000
 
 // Tenants is what the demo needs of the tenant service.
 type Tenants interface {
-	TenantByName(ctx context.Context, name string) (tenants.Tenant, error)
+	Tenant(ctx context.Context, id int64) (tenants.Tenant, error)
 	CreateTenant(ctx context.Context, name string) (tenants.Tenant, error)
-	CreateKey(ctx context.Context, tenantID int64, kind tenants.KeyKind, label, actor string) (tenants.APIKey, string, error)
-	UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int) error
+	EnsureKey(ctx context.Context, tenantID int64, kind tenants.KeyKind, label, secret, actor string) (tenants.APIKey, error)
+	UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int, actor string) error
+	Setting(ctx context.Context, key string) (string, error)
+	SetSettingIfAbsent(ctx context.Context, key, value string) (string, error)
+	Audit(ctx context.Context, tenantID *int64, actor, action, target, detail string) error
 }
+
+// actor names the demo in the audit log.
+const actor = "demo"
+
+// ownerSetting records the ID of the tenant the demo created.
+const ownerSetting = "demo.tenant_id"
+
+// ErrNotOurs is the demo's refusal to use a tenant named "demo" that it did not create.
+var ErrNotOurs = errors.New(`demo: a tenant named "demo" exists that the demo did not create; the demo never touches it (rename that tenant, or turn SLUICE_DEMO off)`)
 
 // Deps are what New needs.
 type Deps struct {
 	Tenants Tenants
+	// KeySeed (32+ secret bytes, derived from the root secret) determines the demo's two keys.
+	KeySeed []byte
 	// Widget holds altcha.min.js (the vendored web/static/altcha directory).
 	Widget fs.FS
 	// Origins the page is served from (BASE_URL); AddOrigin adds more once known.
@@ -85,11 +106,10 @@ type Demo struct {
 	cop    *http.CrossOriginProtection
 	api    http.Handler // the router Register mounted the demo on
 
-	mu       sync.Mutex
-	origins  []string
-	synced   bool // origins are among the tenant's allowed origins
-	tenantID int64
-	pk, sk   string
+	mu      sync.Mutex
+	origins []string
+	synced  bool // origins are among the tenant's allowed origins
+	pk, sk  string
 }
 
 type asset struct {
@@ -99,7 +119,7 @@ type asset struct {
 
 // New returns the demo; nothing touches the database before the first request.
 func New(d Deps) (*Demo, error) {
-	if d.Tenants == nil || d.Widget == nil {
+	if d.Tenants == nil || d.Widget == nil || len(d.KeySeed) < 32 {
 		return nil, errors.New("demo: missing dependency")
 	}
 	if d.Logger == nil {
@@ -203,29 +223,23 @@ func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
 	if x.api == nil {
 		return "", "", errors.New("demo: not registered on a router")
 	}
-	t, err := x.deps.Tenants.TenantByName(ctx, TenantName)
-	if errors.Is(err, tenants.ErrNotFound) {
-		t, err = x.deps.Tenants.CreateTenant(ctx, TenantName)
-		if errors.Is(err, tenants.ErrConflict) { // another instance was quicker
-			t, err = x.deps.Tenants.TenantByName(ctx, TenantName)
-		}
-	}
+	t, err := x.tenant(ctx)
 	if err != nil {
-		return "", "", fmt.Errorf("demo: tenant: %w", err)
+		return "", "", err
 	}
-	if x.sk == "" || x.tenantID != t.ID {
-		_, pk, err := x.deps.Tenants.CreateKey(ctx, t.ID, tenants.KindPublishable, "demo page", "demo")
-		if err != nil {
+	if x.sk == "" {
+		pk := tenants.DeriveKey(tenants.KindPublishable, x.seed("publishable"))
+		sk := tenants.DeriveKey(tenants.KindSecret, x.seed("secret"))
+		if _, err := x.deps.Tenants.EnsureKey(ctx, t.ID, tenants.KindPublishable, "demo page", pk, actor); err != nil {
 			return "", "", fmt.Errorf("demo: publishable key: %w", err)
 		}
-		_, sk, err := x.deps.Tenants.CreateKey(ctx, t.ID, tenants.KindSecret, "demo backend", "demo")
-		if err != nil {
+		if _, err := x.deps.Tenants.EnsureKey(ctx, t.ID, tenants.KindSecret, "demo backend", sk, actor); err != nil {
 			return "", "", fmt.Errorf("demo: secret key: %w", err)
 		}
 		if err := x.defineAction(ctx, sk); err != nil {
 			return "", "", err
 		}
-		x.tenantID, x.pk, x.sk = t.ID, pk, sk
+		x.pk, x.sk = pk, sk
 	}
 	if !x.synced {
 		origins := slices.Clone(t.AllowedOrigins)
@@ -239,13 +253,58 @@ func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
 			difficulty = defaultDifficulty
 		}
 		if len(origins) != len(t.AllowedOrigins) || difficulty != t.CaptchaDifficulty {
-			if err := x.deps.Tenants.UpdateCaptchaSettings(ctx, t.ID, origins, difficulty); err != nil {
+			if err := x.deps.Tenants.UpdateCaptchaSettings(ctx, t.ID, origins, difficulty, actor); err != nil {
 				return "", "", fmt.Errorf("demo: captcha settings: %w", err)
 			}
 		}
 		x.synced = true
 	}
 	return x.pk, x.sk, nil
+}
+
+// tenant returns the tenant the demo created, creating it on first use. Two instances starting
+// at once agree: only one creation of the name succeeds, and the other reads its record.
+func (x *Demo) tenant(ctx context.Context) (tenants.Tenant, error) {
+	owned := func() (tenants.Tenant, error) {
+		v, err := x.deps.Tenants.Setting(ctx, ownerSetting)
+		if err != nil {
+			return tenants.Tenant{}, err
+		}
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return tenants.Tenant{}, fmt.Errorf("demo: setting %s = %q: %w", ownerSetting, v, err)
+		}
+		return x.deps.Tenants.Tenant(ctx, id)
+	}
+	t, err := owned()
+	if !errors.Is(err, tenants.ErrNotFound) {
+		return t, err
+	}
+	t, err = x.deps.Tenants.CreateTenant(ctx, TenantName)
+	if errors.Is(err, tenants.ErrConflict) {
+		if t, err := owned(); err == nil { // another instance created it a moment ago
+			return t, nil
+		}
+		return tenants.Tenant{}, ErrNotOurs
+	}
+	if err != nil {
+		return tenants.Tenant{}, fmt.Errorf("demo: tenant: %w", err)
+	}
+	id := strconv.FormatInt(t.ID, 10)
+	if _, err := x.deps.Tenants.SetSettingIfAbsent(ctx, ownerSetting, id); err != nil {
+		return tenants.Tenant{}, fmt.Errorf("demo: record its tenant: %w", err)
+	}
+	if err := x.deps.Tenants.Audit(ctx, &t.ID, actor, "tenant.create", "tenant:"+id, "created by the demo (SLUICE_DEMO=true)"); err != nil {
+		return tenants.Tenant{}, fmt.Errorf("demo: audit: %w", err)
+	}
+	return t, nil
+}
+
+// seed is the secret that determines one of the demo's keys.
+func (x *Demo) seed(purpose string) []byte {
+	m := hmac.New(sha256.New, x.deps.KeySeed)
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
 }
 
 // defineAction creates ActionLimit unless the tenant has it (an operator may have tuned it).

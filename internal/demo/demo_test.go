@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/demo"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
@@ -26,14 +28,27 @@ type stack struct {
 	demo    *demo.Demo
 }
 
-// newStack runs the real application on a SQLite file, its BASE_URL http://localhost:8080 and a
-// stub in place of the vendored captcha widget.
+// newStack runs the real application with SLUICE_DEMO=true on a SQLite file, its BASE_URL
+// http://localhost:8080 and a stub in place of the vendored captcha widget.
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	cfg := apptest.Config("sqlite:" + filepath.Join(t.TempDir(), "demo.db"))
+	s, _ := startStack(t, demoConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "demo.db")))
+	return s
+}
+
+func demoConfig(t *testing.T, dbURL string) config.Config {
+	t.Helper()
+	cfg := apptest.Config(dbURL)
 	cfg.BaseURL = "http://localhost:8080"
-	a := apptest.Start(t, cfg, app.Options{Widget: fstest.MapFS{"altcha.min.js": {Data: []byte("/* widget */")}}})
-	return &stack{url: a.BaseURL(), tenants: a.Tenants, engine: a.Engine, demo: a.Demo}
+	cfg.Demo = true
+	return cfg
+}
+
+// startStack runs the application with cfg; stop ends it (for restarts).
+func startStack(t *testing.T, cfg config.Config) (*stack, func()) {
+	t.Helper()
+	a, stop := apptest.StartStoppable(t, cfg, app.Options{Widget: fstest.MapFS{"altcha.min.js": {Data: []byte("/* widget */")}}})
+	return &stack{url: a.BaseURL(), tenants: a.Tenants, engine: a.Engine, demo: a.Demo}, stop
 }
 
 func (s *stack) get(t *testing.T, path string) (*http.Response, string) {
@@ -49,26 +64,64 @@ func (s *stack) get(t *testing.T, path string) (*http.Response, string) {
 
 var pkRE = regexp.MustCompile(`data-pk="(pk_live_[A-Za-z0-9]+)"`)
 
-func TestDemoBootstrapAddsOriginsAndKeepsWhatTheOperatorSet(t *testing.T) {
+func TestDemoIsOffUnlessEnabled(t *testing.T) {
+	cfg := apptest.Config("sqlite:" + filepath.Join(t.TempDir(), "demo.db"))
+	a := apptest.Start(t, cfg, app.Options{})
+	for _, path := range []string{"/demo", "/demo/static/demo.js"} {
+		res, err := http.Get(a.BaseURL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotFound {
+			t.Fatalf("GET %s without SLUICE_DEMO: %d, want 404", path, res.StatusCode)
+		}
+	}
+	if _, err := a.Tenants.TenantByName(context.Background(), demo.TenantName); !errors.Is(err, tenants.ErrNotFound) {
+		t.Fatalf("a demo tenant exists although the demo is off: %v", err)
+	}
+}
+
+// TestDemoNeverTouchesATenantItDidNotCreate: an operator's own tenant named "demo" keeps its
+// origins, difficulty, keys and limits; the demo is unavailable instead.
+func TestDemoNeverTouchesATenantItDidNotCreate(t *testing.T) {
 	s := newStack(t)
 	ctx := context.Background()
-	// An operator already has a "demo" tenant with its own origin, difficulty and limit.
 	tn, err := s.tenants.CreateTenant(ctx, demo.TenantName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.tenants.UpdateCaptchaSettings(ctx, tn.ID, []string{"https://existing.example"}, 2000); err != nil {
+	if err := s.tenants.UpdateCaptchaSettings(ctx, tn.ID, []string{"https://existing.example"}, 2000, "operator"); err != nil {
 		t.Fatal(err)
 	}
 	tuned := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 1000}
 	if _, _, err := s.engine.PutDefinition(ctx, tn.ID, demo.ActionLimit, tuned); err != nil {
 		t.Fatal(err)
 	}
-	s.demo.AddOrigin("not an origin")      // ignored
-	s.demo.AddOrigin("http://127.0.0.1:0") // not a valid origin: ignored
-	s.demo.AddOrigin("http://127.0.0.1:5555")
+	if res, _ := s.get(t, "/demo"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("GET /demo with an operator's tenant named demo: %d, want 503", res.StatusCode)
+	}
+	got, err := s.tenants.TenantByName(ctx, demo.TenantName)
+	if err != nil || !slices.Equal(got.AllowedOrigins, []string{"https://existing.example"}) || got.CaptchaDifficulty != 2000 {
+		t.Fatalf("the operator's tenant changed: %+v (%v)", got, err)
+	}
+	if keys, err := s.tenants.ListKeys(ctx, tn.ID); err != nil || len(keys) != 0 {
+		t.Fatalf("the demo made keys on the operator's tenant: %v (%v)", keys, err)
+	}
+	def, err := s.engine.GetDefinition(ctx, tn.ID, demo.ActionLimit)
+	if err != nil || def.Definition.Kind != limiter.FixedWindow || def.Definition.Rate != 10 {
+		t.Fatalf("the operator's %s was replaced: %+v (%v)", demo.ActionLimit, def, err)
+	}
+}
 
-	res, page := s.get(t, "/demo")
+// TestDemoKeepsItsKeysAndWhatTheOperatorSetAcrossRestarts: the demo's own tenant, tuned by an
+// operator, keeps the operator's origins, difficulty and limit after a restart; the demo adds
+// the origins it is served from, reuses its two keys (no new key per process) and audits
+// every change it makes.
+func TestDemoKeepsItsKeysAndWhatTheOperatorSetAcrossRestarts(t *testing.T) {
+	cfg := demoConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "demo.db"))
+	first, stop := startStack(t, cfg)
+	res, page := first.get(t, "/demo")
 	m := pkRE.FindStringSubmatch(page)
 	if res.StatusCode != http.StatusOK || m == nil || res.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("GET /demo: %d %v\n%s", res.StatusCode, res.Header, page)
@@ -76,11 +129,35 @@ func TestDemoBootstrapAddsOriginsAndKeepsWhatTheOperatorSet(t *testing.T) {
 	if strings.Contains(page, "<script>") || !strings.Contains(page, `src="/demo/static/demo.js"`) {
 		t.Fatal("the page must load its script from a file: the CSP forbids inline scripts")
 	}
+	ctx := context.Background()
+	tn, err := first.tenants.TenantByName(ctx, demo.TenantName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operator tunes the demo's tenant.
+	if err := first.tenants.UpdateCaptchaSettings(ctx, tn.ID, []string{"https://existing.example"}, 2000, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	tuned := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 1000}
+	if _, _, err := first.engine.PutDefinition(ctx, tn.ID, demo.ActionLimit, tuned); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	s, _ := startStack(t, cfg)
+	s.demo.AddOrigin("not an origin")      // ignored
+	s.demo.AddOrigin("http://127.0.0.1:0") // not a valid origin: ignored
+	s.demo.AddOrigin("http://127.0.0.1:5555")
+	_, again := s.get(t, "/demo")
+	if m2 := pkRE.FindStringSubmatch(again); m2 == nil || m2[1] != m[1] {
+		t.Fatalf("after a restart the page has another publishable key")
+	}
 	got, err := s.tenants.TenantByName(ctx, demo.TenantName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// BASE_URL, then the address the server really listens on (added by app.Run), then ours.
+	// The operator's origin, then BASE_URL, the address the server listens on now (added by
+	// app.Run), and ours.
 	want := []string{"https://existing.example", "http://localhost:8080", s.url, "http://127.0.0.1:5555"}
 	if !slices.Equal(got.AllowedOrigins, want) || got.CaptchaDifficulty != 2000 {
 		t.Fatalf("demo tenant origins %v difficulty %d, want %v and 2000", got.AllowedOrigins, got.CaptchaDifficulty, want)
@@ -89,15 +166,22 @@ func TestDemoBootstrapAddsOriginsAndKeepsWhatTheOperatorSet(t *testing.T) {
 	if err != nil || def.Definition.Kind != limiter.FixedWindow || def.Definition.Rate != 10 {
 		t.Fatalf("the operator's %s was replaced: %+v (%v)", demo.ActionLimit, def, err)
 	}
-
-	// Keys are made once per process, not per page view.
-	_, again := s.get(t, "/demo")
-	if m2 := pkRE.FindStringSubmatch(again); m2 == nil || m2[1] != m[1] {
-		t.Fatalf("second page view has another publishable key")
-	}
 	keys, err := s.tenants.ListKeys(ctx, tn.ID)
 	if err != nil || len(keys) != 2 {
-		t.Fatalf("demo keys = %v (%v), want one publishable and one secret", keys, err)
+		t.Fatalf("demo keys after a restart = %v (%v), want the same publishable and secret key", keys, err)
+	}
+	entries, err := s.tenants.AuditLog(ctx, tn.ID, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDemo := map[string]int{}
+	for _, e := range entries {
+		if e.Actor == "demo" {
+			byDemo[e.Action]++
+		}
+	}
+	if byDemo["tenant.create"] != 1 || byDemo["key.create"] != 2 || byDemo["captcha.settings"] != 2 {
+		t.Fatalf("the demo's audited changes = %v, want its tenant, two keys and two origin updates", byDemo)
 	}
 	// The page's key fetches challenges from the added origin.
 	req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/captcha/challenge?pk="+m[1]+"&sid=AAAAAAAAAAAAAAAAAAAAAA", nil)

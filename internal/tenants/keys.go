@@ -17,6 +17,8 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
+
 	"github.com/sluice-dev/sluice/internal/db"
 )
 
@@ -153,6 +155,71 @@ func validKeyID(id string) bool {
 func newKeySecret(kind KeyKind) string {
 	body := kind.prefix() + randomBase62(keyBodyLen)
 	return body + keyChecksum(body)
+}
+
+// DeriveKey returns the API key of kind that seed determines: the same seed gives the same key,
+// so a component of the server itself (the demo) can keep using its keys across restarts
+// without the database ever holding them. seed must be a secret of at least 32 bytes (derived
+// from the server's root secret).
+func DeriveKey(kind KeyKind, seed []byte) string {
+	out := make([]byte, 0, keyBodyLen)
+	for counter := byte(0); len(out) < keyBodyLen; counter++ {
+		m := hmac.New(sha256.New, seed)
+		m.Write([]byte{counter})
+		for _, b := range m.Sum(nil) {
+			if b < 248 && len(out) < keyBodyLen { // as randomBase62: every character equally likely
+				out = append(out, base62[b%62])
+			}
+		}
+	}
+	body := kind.prefix() + string(out)
+	return body + keyChecksum(body)
+}
+
+// ErrKeyRevoked is EnsureKey's answer for a key that exists but was revoked: whoever revoked it
+// meant it to stop working.
+var ErrKeyRevoked = apperr.New(apperr.Conflict, "the key has been revoked")
+
+// EnsureKey makes sure the key secret (of kind, for the tenant) exists, creating it (audited as
+// actor) on first use; it is how DeriveKey's keys are stored. A revoked key is ErrKeyRevoked;
+// the same secret belonging to another tenant is ErrConflict.
+func (s *Service) EnsureKey(ctx context.Context, tenantID int64, kind KeyKind, label, secret, actor string) (APIKey, error) {
+	if got, err := ParseKey(secret); err != nil || got != kind {
+		return APIKey{}, wrap("ensure key", invalid("key", "not a valid %s API key", kind))
+	}
+	label, err := validLabel(label)
+	if err != nil {
+		return APIKey{}, wrap("ensure key", err)
+	}
+	hash := s.hashKey(secret)
+	id := keyIDPrefix + randomBase62(keyIDBodyLen) // outside the transaction: a retry stores the same row
+	var row apiKeyRow
+	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		row = apiKeyRow{}
+		err := first(tx, &row, "hash = ?", hash)
+		switch {
+		case err == nil && row.TenantID != tenantID:
+			return ErrConflict
+		case err == nil && row.RevokedAt != nil:
+			return ErrKeyRevoked
+		case err == nil:
+			return nil
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		if err := first(tx, &tenantRow{}, "id = ?", tenantID); err != nil {
+			return err
+		}
+		row = apiKeyRow{ID: id, TenantID: tenantID, Kind: string(kind), Label: label, Hash: hash, Hint: keyHint(secret), CreatedAt: s.clock()}
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		return s.audit(tx, &tenantID, actor, "key.create", row.ID, fmt.Sprintf("%s key %q", kind, label))
+	})
+	if err != nil {
+		return APIKey{}, wrap("ensure key", err)
+	}
+	return keyFromRow(row), nil
 }
 
 // keyHint shows enough of a key to recognise it (prefix, 4 random characters, 4 checksum

@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -116,8 +117,8 @@ func (s *Service) ListTenants(ctx context.Context) ([]Tenant, error) {
 // tolerated and removed); origins are lower-cased and de-duplicated because browsers send the
 // Origin header in that canonical form. difficulty must be within
 // [MinCaptchaDifficulty, MaxCaptchaDifficulty]. Bad input is ErrInvalid; an unknown tenant is
-// ErrNotFound.
-func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int) error {
+// ErrNotFound. The change is audited as actor in the same transaction.
+func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int, actor string) error {
 	canon, err := NormalizeOrigins(origins)
 	if err != nil {
 		return wrap("update captcha settings", err)
@@ -136,7 +137,11 @@ func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, ori
 		if res.RowsAffected == 0 {
 			return ErrNotFound
 		}
-		return nil
+		detail := fmt.Sprintf("difficulty %d, origins %s", difficulty, strings.Join(canon, " "))
+		if len(canon) == 0 {
+			detail = fmt.Sprintf("difficulty %d, no origins", difficulty)
+		}
+		return s.audit(tx, &tenantID, actor, "captcha.settings", "tenant:"+strconv.FormatInt(tenantID, 10), detail)
 	})
 	return wrap("update captcha settings", err)
 }

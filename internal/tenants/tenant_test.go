@@ -50,23 +50,23 @@ func TestCaptchaSettingsRoundTrip(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		tn := e.tenant(t, "acme")
 		origins := []string{"https://Example.com/", "http://localhost:3000", "https://example.com", "https://[::1]:8443"}
-		must(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, origins, 250_000))
+		must(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, origins, 250_000, "test"))
 		got, err := e.svc.Tenant(e.ctx, tn.ID)
 		must(t, err)
 		want := []string{"https://example.com", "http://localhost:3000", "https://[::1]:8443"}
 		if !slices.Equal(got.AllowedOrigins, want) || got.CaptchaDifficulty != 250_000 {
 			t.Fatalf("settings = %q / %d, want %q / 250000", got.AllowedOrigins, got.CaptchaDifficulty, want)
 		}
-		must(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MinCaptchaDifficulty))
+		must(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MinCaptchaDifficulty, "test"))
 		got, err = e.svc.Tenant(e.ctx, tn.ID)
 		must(t, err)
 		if len(got.AllowedOrigins) != 0 || got.CaptchaDifficulty != MinCaptchaDifficulty {
 			t.Fatalf("after clearing: %+v", got)
 		}
-		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MinCaptchaDifficulty-1), ErrInvalid)
-		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MaxCaptchaDifficulty+1), ErrInvalid)
-		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, []string{"ftp://x.io"}, 5000), ErrInvalid)
-		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID+1, nil, 5000), ErrNotFound)
+		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MinCaptchaDifficulty-1, "test"), ErrInvalid)
+		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, nil, MaxCaptchaDifficulty+1, "test"), ErrInvalid)
+		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID, []string{"ftp://x.io"}, 5000, "test"), ErrInvalid)
+		wantErr(t, e.svc.UpdateCaptchaSettings(e.ctx, tn.ID+1, nil, 5000, "test"), ErrNotFound)
 	})
 }
 

@@ -138,7 +138,7 @@ func (u *UI) saveCaptchaSettings(c *gin.Context) {
 		vm.Errors["difficulty"] = fmt.Sprintf("Difficulty must be a whole number between %d and %d.", tenants.MinCaptchaDifficulty, tenants.MaxCaptchaDifficulty)
 	}
 	if len(vm.Errors) == 0 {
-		err = u.tenants.UpdateCaptchaSettings(c.Request.Context(), t.ID, origins, difficulty)
+		err = u.tenants.UpdateCaptchaSettings(c.Request.Context(), t.ID, origins, difficulty, actor(c))
 		switch {
 		case errors.Is(err, tenants.ErrInvalid):
 			vm.Errors["origins"] = apperr.From(err).Sentence()
@@ -154,12 +154,6 @@ func (u *UI) saveCaptchaSettings(c *gin.Context) {
 		u.renderCaptcha(c, http.StatusUnprocessableEntity, vm, true)
 		return
 	}
-	canon, _ := tenants.NormalizeOrigins(origins) // validated above
-	detail := fmt.Sprintf("difficulty %d, origins %s", difficulty, strings.Join(canon, " "))
-	if len(canon) == 0 {
-		detail = fmt.Sprintf("difficulty %d, no origins", difficulty)
-	}
-	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "captcha.settings", "tenant:"+strconv.FormatInt(t.ID, 10), detail)
 	redirect(c, tenantPath(t.ID, "/captcha?msg=captcha-saved"))
 }
 

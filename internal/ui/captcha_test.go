@@ -290,7 +290,7 @@ func TestCaptchaPageOfAnotherTenantIsNotFound(t *testing.T) {
 	e, st := newCaptchaEnv(t)
 	a, b := e.tenant("a-corp"), e.tenant("b-corp")
 	ctx := context.Background()
-	if err := e.svc.UpdateCaptchaSettings(ctx, b.ID, []string{"https://b.example"}, 70000); err != nil {
+	if err := e.svc.UpdateCaptchaSettings(ctx, b.ID, []string{"https://b.example"}, 70000, "test"); err != nil {
 		t.Fatal(err)
 	}
 	const bSID = "b-session-0123456789abcdef"

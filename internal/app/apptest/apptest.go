@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +38,14 @@ func Config(databaseURL string) config.Config {
 // (App.BaseURL is then where it answers).
 func Start(tb testing.TB, cfg config.Config, o app.Options) *app.App {
 	tb.Helper()
+	a, _ := StartStoppable(tb, cfg, o)
+	return a
+}
+
+// StartStoppable is Start with a stop function, for tests that restart the application: stop
+// ends Run and waits for it (at the latest when the test ends); calling it again does nothing.
+func StartStoppable(tb testing.TB, cfg config.Config, o app.Options) (*app.App, func()) {
+	tb.Helper()
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
 	}
@@ -48,20 +57,24 @@ func Start(tb testing.TB, cfg config.Config, o app.Options) *app.App {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	tb.Cleanup(func() {
-		// A test that closed the database on purpose (to see Sluice fail closed) has also made
-		// the final flushes fail: that is what it asked for, not an error of Run.
-		closedByTest := a.DB.SQL.PingContext(context.Background()) != nil
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !closedByTest {
-				tb.Errorf("apptest: Run: %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			// A test that closed the database on purpose (to see Sluice fail closed) has also
+			// made the final flushes fail: that is what it asked for, not an error of Run.
+			closedByTest := a.DB.SQL.PingContext(context.Background()) != nil
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && !closedByTest {
+					tb.Errorf("apptest: Run: %v", err)
+				}
+			case <-time.After(time.Minute):
+				tb.Errorf("apptest: Run had not returned a minute after its context ended")
 			}
-		case <-time.After(time.Minute):
-			tb.Errorf("apptest: Run had not returned a minute after its context ended")
-		}
-	})
+		})
+	}
+	tb.Cleanup(stop)
 	select {
 	case <-a.Started():
 	case err := <-done:
@@ -69,5 +82,5 @@ func Start(tb testing.TB, cfg config.Config, o app.Options) *app.App {
 	case <-time.After(time.Minute):
 		tb.Fatal("apptest: waited a minute for Run to listen")
 	}
-	return a
+	return a, stop
 }
