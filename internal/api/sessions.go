@@ -133,19 +133,21 @@ var (
 // challenge serves a challenge for one session of the tenant whose publishable key is pk.
 // Requests without an Origin header (same-origin GETs, servers) are served: CORS protects
 // browsers, the rate limits protect the server.
+//
+// A browser reads an answer only when it carries Access-Control-Allow-Origin, so every answer to
+// an allowed origin carries it, refusals (400, 429, 503) included: the widget then shows the
+// problem instead of an opaque network error. The per-IP refusal comes before the tenant is
+// known (it spares the database a key lookup); it names no tenant, so any origin may read it.
 func (s *sessions) challenge(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")
 	c.Header("Vary", "Origin")
-	t, origin, err := s.challengeTenant(c)
+	t, _, err := s.challengeTenant(c)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	if origin != "" {
-		c.Header("Access-Control-Allow-Origin", origin)
-	}
 	pk := c.Query("pk")
-	if ok := s.spend(c, ChallengeKeyLimitName, s.keyLimit, "key:"+hashHex(pk)); !ok {
+	if ok := s.spend(c, ChallengeKeyLimitName, s.keyLimit, "key:"+hashHex(pk), nil); !ok {
 		return
 	}
 	ch, err := s.d.Issuer.Create(t.ID, c.Query("sid"), clampDifficulty(t.CaptchaDifficulty), s.d.ChallengeTTL)
@@ -193,12 +195,12 @@ func (s *sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, erro
 	case err != nil:
 		return tenants.Tenant{}, "", errNoPublishableKey
 	}
-	if c.Request.Method != http.MethodOptions {
-		if err := captcha.ValidateSessionID(c.Query("sid")); err != nil {
-			return tenants.Tenant{}, "", badRequest("sid", "sid must be the session ID: 16 to 128 characters of [A-Za-z0-9_-]")
+	origin := c.GetHeader("Origin")
+	if !s.spend(c, ChallengeIPLimitName, s.ipLimit, "ip:"+hashHex(clientIPKey(c.ClientIP())), func() {
+		if origin != "" {
+			c.Header("Access-Control-Allow-Origin", origin)
 		}
-	}
-	if ok := s.spend(c, ChallengeIPLimitName, s.ipLimit, "ip:"+hashHex(clientIPKey(c.ClientIP()))); !ok {
+	}) {
 		return tenants.Tenant{}, "", errAlreadyWritten
 	}
 	p, err := s.d.Auth.Authenticate(ctx, pk, tenants.KindPublishable)
@@ -215,9 +217,16 @@ func (s *sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, erro
 		}
 		return tenants.Tenant{}, "", err
 	}
-	origin := c.GetHeader("Origin")
 	if origin != "" && !slices.Contains(t.AllowedOrigins, strings.ToLower(origin)) {
 		return tenants.Tenant{}, "", errOriginNotAllowed
+	}
+	if origin != "" {
+		c.Header("Access-Control-Allow-Origin", origin) // an allowed origin reads every answer from here on
+	}
+	if c.Request.Method != http.MethodOptions {
+		if err := captcha.ValidateSessionID(c.Query("sid")); err != nil {
+			return tenants.Tenant{}, "", badRequest("sid", "sid must be the session ID: 16 to 128 characters of [A-Za-z0-9_-]")
+		}
 	}
 	return t, origin, nil
 }
@@ -228,15 +237,21 @@ var errAlreadyWritten = errors.New("response written")
 // spend takes one token of a system limit for key and reports whether the request may go on;
 // otherwise it has written the 429 (or the 503 when the decision could not be made: the
 // challenge endpoint fails closed like every decision).
-func (s *sessions) spend(c *gin.Context, name string, def limiter.Definition, key string) bool {
+// refused, when not nil, is called before a refusal is written (to set headers).
+func (s *sessions) spend(c *gin.Context, name string, def limiter.Definition, key string, refused func()) bool {
+	if refused == nil {
+		refused = func() {}
+	}
 	d, err := s.d.Engine.Limit(c.Request.Context(), SystemTenantID, limiter.Request{Name: name, Key: key, Count: 1, Config: &def})
 	if err != nil {
+		refused()
 		s.fail(c, err)
 		return false
 	}
 	if d.OK {
 		return true
 	}
+	refused()
 	p := NewProblem(http.StatusTooManyRequests, CodeRateLimited, "too many captcha challenges; retry later")
 	p.Name = name
 	p.RetryAfter = d.RetryAfter

@@ -239,6 +239,25 @@ func TestCaptchaChallengeServesPublishableKeysFromAllowedOriginsOnly(t *testing.
 	})
 }
 
+// TestCaptchaRefusalsAreReadableByAnAllowedOrigin: a 400 to the widget on an allowed origin
+// carries the CORS header, so the browser shows the problem rather than a network error; a
+// foreign origin still reads nothing.
+func TestCaptchaRefusalsAreReadableByAnAllowedOrigin(t *testing.T) {
+	eachSessionDB(t, nil, func(t *testing.T, h *sessionHarness) {
+		a := h.newCaptchaTenant(t, "acme")
+		r := h.request(t, http.MethodGet, challengePath(a.pk, "too-short"), map[string]string{"Origin": h.origin})
+		p := requireProblem(t, r, http.StatusBadRequest, api.CodeInvalidRequest)
+		if p["field"] != "sid" || r.header.Get("Access-Control-Allow-Origin") != h.origin {
+			t.Fatalf("bad sid from an allowed origin: %v, ACAO %q", p, r.header.Get("Access-Control-Allow-Origin"))
+		}
+		r = h.request(t, http.MethodGet, challengePath(a.pk, "too-short"), map[string]string{"Origin": "https://evil.example"})
+		requireProblem(t, r, http.StatusForbidden, api.CodeForbidden)
+		if got := r.header.Get("Access-Control-Allow-Origin"); got != "" {
+			t.Fatalf("a foreign origin may read the refusal: ACAO %q", got)
+		}
+	})
+}
+
 func TestCaptchaChallengeIsRateLimitedPerKeyAndPerClientIP(t *testing.T) {
 	// Ten-minute periods: nothing refills noticeably while the test runs.
 	ipLimit := limiter.Definition{Kind: limiter.TokenBucket, Rate: 8, Period: 600_000}
@@ -267,9 +286,13 @@ func TestCaptchaChallengeIsRateLimitedPerKeyAndPerClientIP(t *testing.T) {
 		// Another tenant's key has its own budget, but the same client IP has two left.
 		requireJSON(t, get(b.pk), http.StatusOK)
 		requireJSON(t, get(b.pk), http.StatusOK)
-		p = requireProblem(t, get(b.pk), http.StatusTooManyRequests, api.CodeRateLimited)
+		r = get(b.pk)
+		p = requireProblem(t, r, http.StatusTooManyRequests, api.CodeRateLimited)
 		if p["name"] != api.ChallengeIPLimitName {
 			t.Fatalf("per-IP refusal = %v", p)
+		}
+		if r.header.Get("Access-Control-Allow-Origin") != h.origin {
+			t.Fatal("the per-IP 429 to an allowed origin must be readable by the widget")
 		}
 		// The limits are Sluice's own (tenant 0): the tenants' limits are untouched.
 		list := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits", a.key, nil), http.StatusOK)
