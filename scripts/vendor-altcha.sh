@@ -11,19 +11,8 @@ set -eu
 VERSION="${1:-3.2.2}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DEST="$ROOT/web/static/altcha"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-
-(cd "$TMP" && npm pack --silent "altcha@$VERSION" >/dev/null)
-tar -xzf "$TMP/altcha-$VERSION.tgz" -C "$TMP"
-PKG="$TMP/package"
-
-# Refuse a tarball that is not the version asked for (npm resolves ranges and tags too).
-GOT="$(sed -n 's/^[[:space:]]*"version":[[:space:]]*"\([^"]*\)".*/\1/p' "$PKG/package.json" | head -n 1)"
-if [ "$GOT" != "$VERSION" ]; then
-	echo "vendor-altcha: asked for $VERSION, npm gave $GOT" >&2
-	exit 1
-fi
+. "$ROOT/scripts/npm-tarball.sh"
+fetch_tarball altcha "$VERSION"
 
 rm -rf "$DEST.new"
 mkdir -p "$DEST.new/external" "$DEST.new/workers"
@@ -42,7 +31,6 @@ cp "$PKG/dist/workers/sha.js" "$DEST.new/workers/sha.js"
 cp "$PKG/LICENSE.txt" "$DEST.new/LICENSE.txt"
 echo "$VERSION" > "$DEST.new/VERSION"
 
-INTEGRITY="$(cd "$TMP" && sha256sum "altcha-$VERSION.tgz" | cut -d' ' -f1)"
 cat > "$DEST.new/README.md" <<README
 # Vendored ALTCHA widget
 

@@ -9,26 +9,14 @@ set -eu
 VERSION="${1:-2.0.11}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DEST="$ROOT/web/static/htmx"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-
-(cd "$TMP" && npm pack --silent "htmx.org@$VERSION" >/dev/null)
-tar -xzf "$TMP/htmx.org-$VERSION.tgz" -C "$TMP"
-PKG="$TMP/package"
-
-# Refuse a tarball that is not the version asked for (npm resolves ranges and tags too).
-GOT="$(sed -n 's/^[[:space:]]*"version":[[:space:]]*"\([^"]*\)".*/\1/p' "$PKG/package.json" | head -n 1)"
-if [ "$GOT" != "$VERSION" ]; then
-	echo "vendor-htmx: asked for $VERSION, npm gave $GOT" >&2
-	exit 1
-fi
+. "$ROOT/scripts/npm-tarball.sh"
+fetch_tarball htmx.org "$VERSION"
 
 rm -rf "$DEST.new"
 mkdir -p "$DEST.new"
 cp "$PKG/dist/htmx.min.js" "$DEST.new/htmx.min.js"
 cp "$PKG/LICENSE" "$DEST.new/LICENSE"
 echo "$VERSION" > "$DEST.new/VERSION"
-INTEGRITY="$(cd "$TMP" && sha256sum "htmx.org-$VERSION.tgz" | cut -d' ' -f1)"
 cat > "$DEST.new/README.md" <<README
 # Vendored htmx
 
