@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
@@ -220,7 +221,8 @@ const adminSessionIDLen = 32
 
 // CreateAdminSession starts a dashboard session for a user, valid for ttl. The returned ID is
 // 128 random bits in hex; the UI puts it in a signed cookie and checks it with AdminSession on
-// every request, which is what makes logout and revocation immediate.
+// every request, which is what makes logout and revocation immediate. Only its SHA-256 is
+// stored: the ID itself is returned once and kept by nobody but the cookie.
 func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time.Duration) (string, time.Time, error) {
 	if ttl <= 0 {
 		return "", time.Time{}, wrap("create admin session", invalid("ttl", "ttl must be positive"))
@@ -228,7 +230,8 @@ func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	now := s.clock()
-	row := adminSessionRow{ID: hex.EncodeToString(b[:]), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	id := hex.EncodeToString(b[:])
+	row := adminSessionRow{IDHash: hashSessionID(id), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		if err := first(tx, &userRow{}, "id = ?", userID); err != nil {
 			return err
@@ -238,7 +241,7 @@ func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time
 	if err != nil {
 		return "", time.Time{}, wrap("create admin session", err)
 	}
-	return row.ID, row.ExpiresAt, nil
+	return id, row.ExpiresAt, nil
 }
 
 // AdminSession returns the user of a live session. Unknown, revoked and expired sessions are all
@@ -250,7 +253,7 @@ func (s *Service) AdminSession(ctx context.Context, id string) (User, error) {
 	var sess adminSessionRow
 	var user userRow
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		if err := first(tx, &sess, "id = ?", id); err != nil {
+		if err := first(tx, &sess, "id_hash = ?", hashSessionID(id)); err != nil {
 			return err
 		}
 		return first(tx, &user, "id = ?", sess.UserID)
@@ -276,15 +279,22 @@ func (s *Service) RevokeAdminSession(ctx context.Context, id string) error {
 	}
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		var sess adminSessionRow
-		if err := first(tx, &sess, "id = ?", id); err != nil {
+		if err := first(tx, &sess, "id_hash = ?", hashSessionID(id)); err != nil {
 			return err
 		}
 		if sess.RevokedAt != nil {
 			return nil
 		}
-		return tx.Model(&adminSessionRow{}).Where("id = ?", id).Update("revoked_at", s.clock()).Error
+		return tx.Model(&adminSessionRow{}).Where("id_hash = ?", sess.IDHash).Update("revoked_at", s.clock()).Error
 	})
 	return wrap("revoke admin session", err)
+}
+
+// hashSessionID is what admin_sessions stores for a session ID. A plain SHA-256 is enough (no
+// salt, no stretching): the ID is 128 random bits, so there is nothing to guess offline.
+func hashSessionID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
 }
 
 func validSessionID(id string) bool {
