@@ -52,15 +52,21 @@ func (u *UI) signSession(userID int64, sessionID string, expires time.Time) (str
 		Subject:   strconv.FormatInt(userID, 10),
 		ID:        sessionID,
 		IssuedAt:  jwt.NewNumericDate(now),
-		NotBefore: jwt.NewNumericDate(now.Add(-time.Minute)), // tolerate small clock skew between instances
+		NotBefore: jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(expires),
 	}}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(u.sessionKey)
 }
 
+// sessionLeeway is the clock skew tolerated between instances: a cookie issued by an instance
+// whose clock runs up to a minute ahead (iat and nbf "in the future") is accepted, and exp is
+// read with the same minute. Revocation does not depend on it: the admin_sessions row is checked
+// on every request, and its own expiry uses the database row's time.
+const sessionLeeway = time.Minute
+
 // parseSession verifies a cookie's JWT: HS256 only (the algorithm is pinned, so "none", HS512 or
-// an RS256 header are refused whatever key they claim), our issuer and audience, and not expired
-// by our clock.
+// an RS256 header are refused whatever key they claim), our issuer and audience, and iat, nbf and
+// exp by our clock give or take sessionLeeway.
 func (u *UI) parseSession(token string) (sessionClaims, error) {
 	var claims sessionClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return u.sessionKey, nil },
@@ -69,6 +75,7 @@ func (u *UI) parseSession(token string) (sessionClaims, error) {
 		jwt.WithAudience(jwtAudience),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
+		jwt.WithLeeway(sessionLeeway),
 		jwt.WithTimeFunc(u.now),
 	)
 	if err != nil {

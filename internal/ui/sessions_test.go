@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
@@ -69,5 +72,26 @@ func TestAdminSessionIDsAreStoredOnlyHashed(t *testing.T) {
 		wantStatus(t, e.getWithCookie("/tenants", tok), http.StatusOK)
 		wantStatus(t, c.post("/logout", nil), http.StatusSeeOther)
 		refused(t, e.getWithCookie("/tenants", tok))
+	})
+}
+
+// Instances behind one load balancer never have exactly the same clock: a cookie issued by an
+// instance whose clock runs ahead must work on one whose clock lags (within the leeway).
+func TestSessionWorksAcrossInstancesWithSkewedClocks(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		const skew = 30 * time.Second
+		ahead := newEnv(t, onDatabase(url), func(_ *config.Config, o *app.Options) {
+			o.Now = func() time.Time { return time.Now().Add(skew) }
+		})
+		lagging := newEnv(t, onDatabase(url))
+		ahead.operator()
+		c := ahead.login(opEmail, opPassword)
+		tok := c.cookie()
+		wantStatus(t, ahead.getWithCookie("/tenants", tok), http.StatusOK)
+		wantStatus(t, lagging.getWithCookie("/tenants", tok), http.StatusOK)
+
+		// And the other way round: a cookie from the lagging instance works on the one ahead.
+		back := lagging.login(opEmail, opPassword)
+		wantStatus(t, ahead.getWithCookie("/tenants", back.cookie()), http.StatusOK)
 	})
 }
