@@ -59,9 +59,9 @@ func TestKeyChangesAndLoginsAreAudited(t *testing.T) {
 		must(t, err)
 		must(t, e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "bob"))
 		must(t, e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "bob")) // no-op: must not audit twice
-		_, err = e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery")
+		_, err = e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery", "192.0.2.1")
 		must(t, err)
-		_, err = e.svc.Login(e.ctx, "dev@acme.io", "wrong password!")
+		_, err = e.svc.Login(e.ctx, "dev@acme.io", "wrong password!", "192.0.2.1")
 		wantErr(t, err, ErrUnauthorized)
 		must(t, e.svc.Audit(e.ctx, &other.ID, "carol", "limit.put", "sendMessage", "rate=10"))
 		must(t, e.svc.Audit(e.ctx, nil, "cli", "tenant.create", "acme", ""))

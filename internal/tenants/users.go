@@ -134,12 +134,15 @@ func (s *Service) CreateUser(ctx context.Context, email, password string, operat
 	return userFromRow(row), nil
 }
 
-// Login checks an email and password. Any mismatch is ErrUnauthorized, without saying which
-// part was wrong; an unknown email still costs one argon2id verification so that response time
-// does not reveal which emails exist. Successes ("login") and failures ("login.failed") are
-// audited; a failure for an unknown email records the address only if it looks like one, so a
-// password typed into the email field never lands in the log.
-func (s *Service) Login(ctx context.Context, email, password string) (User, error) {
+// Login checks an email and password for a client at clientAddr. Any mismatch is
+// ErrUnauthorized, without saying which part was wrong; an unknown email still costs one
+// argon2id verification so that response time does not reveal which emails exist. Successes
+// ("login") and failures ("login.failed") are audited with the client address, in the user's
+// tenant (none for operators and unknown emails); a failure for an unknown email records the
+// address only if it looks like one, so a password typed into the email field never lands in
+// the log.
+func (s *Service) Login(ctx context.Context, email, password, clientAddr string) (User, error) {
+	client := "client " + clientAddr
 	var row userRow
 	normalized, err := normalizeEmail(email)
 	if err == nil {
@@ -154,15 +157,15 @@ func (s *Service) Login(ctx context.Context, email, password string) (User, erro
 		if normalized != "" {
 			actor = normalized
 		}
-		_ = s.Audit(ctx, nil, actor, "login.failed", "", "unknown email")
+		_ = s.Audit(ctx, nil, actor, "login.failed", "", client+"; unknown email")
 		return User{}, wrap("login", ErrUnauthorized)
 	}
 	if len(password) > maxPasswordLen || !verifyPassword(row.PasswordHash, password) {
-		_ = s.Audit(ctx, row.TenantID, row.Email, "login.failed", fmt.Sprintf("user:%d", row.ID), "wrong password")
+		_ = s.Audit(ctx, row.TenantID, row.Email, "login.failed", fmt.Sprintf("user:%d", row.ID), client+"; wrong password")
 		return User{}, wrap("login", ErrUnauthorized)
 	}
 	// A login that cannot be audited is refused: the audit trail must not have holes.
-	if err := s.Audit(ctx, row.TenantID, row.Email, "login", fmt.Sprintf("user:%d", row.ID), ""); err != nil {
+	if err := s.Audit(ctx, row.TenantID, row.Email, "login", fmt.Sprintf("user:%d", row.ID), client); err != nil {
 		return User{}, wrap("login", err)
 	}
 	return userFromRow(row), nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -234,30 +235,71 @@ func (u *UI) csrfCheck(c *gin.Context) {
 }
 
 // Login rate limits: token buckets in tenant 0, which is reserved for the system (tenant IDs
-// start at 1). Both apply to every attempt, successful or not.
+// start at 1). Only failed passwords spend tokens, and every attempt first checks, spending
+// nothing, that none of its buckets is empty: a refused attempt costs no argon2 work, and a
+// user who types the password right is never slowed by their own successes.
+//
+//   - per account and client address: 10 failures per 15 minutes. This is the limit a guesser
+//     meets, and it cannot touch the real user, who logs in from another address.
+//   - per client address (an IPv6 address counts as its /64): 50 failures per 15 minutes, over
+//     all accounts, so one address cannot spray guesses across many accounts.
+//   - per account: 5,000 failures per hour, only a ceiling on a guessing attack spread over many
+//     addresses. A stranger needs at least 25 addresses (/64s) working for an hour to reach it;
+//     below that, nobody can lock an account out.
+//
+// The check and the spending are two steps, so concurrent failures may overshoot a limit by the
+// number in flight; that is a few guesses, not a bypass.
 var (
-	loginCapEmail        = 10.0
-	loginCapIP           = 50.0
-	defaultLoginPerEmail = limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 15 * 60_000, Capacity: &loginCapEmail}
-	defaultLoginPerIP    = limiter.Definition{Kind: limiter.TokenBucket, Rate: 50, Period: 15 * 60_000, Capacity: &loginCapIP}
+	loginCapAccountIP        = 10.0
+	loginCapIP               = 50.0
+	loginCapAccount          = 5000.0
+	defaultLoginPerAccountIP = limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 15 * 60_000, Capacity: &loginCapAccountIP}
+	defaultLoginPerIP        = limiter.Definition{Kind: limiter.TokenBucket, Rate: 50, Period: 15 * 60_000, Capacity: &loginCapIP}
+	defaultLoginPerAccount   = limiter.Definition{Kind: limiter.TokenBucket, Rate: 5000, Period: 60 * 60_000, Capacity: &loginCapAccount}
 )
 
 const systemTenant = 0
 
-// allowLogin consumes one attempt for the email and one for the client IP, all or nothing. It
-// returns the seconds to wait when refused. Emails are hashed into the key so that no address
-// (or a password typed into the email field) is stored in limit_state.
-func (u *UI) allowLogin(c *gin.Context, email string) (ok bool, retryAfter int64, err error) {
-	sum := sha256.Sum256([]byte(strings.ToLower(strings.TrimSpace(email))))
-	ipKey := c.ClientIP()
-	if ipKey == "" {
-		ipKey = "unknown"
+// loginLimit names each login limit for the engine and for the audit log's lockout entries.
+var loginLimitNames = [...]string{"dashboard.login.account_ip", "dashboard.login.ip", "dashboard.login.account"}
+
+// clientAddress is the address the login limits and the audit log know a client by: gin's
+// ClientIP (X-Forwarded-For only from TRUSTED_PROXIES), with IPv6 cut to its /64, which one
+// subscriber usually holds whole.
+func clientAddress(c *gin.Context) string {
+	ip := c.ClientIP()
+	a, err := netip.ParseAddr(ip)
+	switch {
+	case err != nil:
+		if ip == "" {
+			return "unknown"
+		}
+		return ip
+	case a.Is4() || a.Is4In6():
+		return a.Unmap().String()
+	default:
+		return netip.PrefixFrom(a, 64).Masked().String()
 	}
-	e, ip := u.loginEmail, u.loginIP
-	b, err := u.engine.Batch(c.Request.Context(), systemTenant, []limiter.Request{
-		{Name: "dashboard.login.email", Key: hex.EncodeToString(sum[:16]), Count: 1, Config: &e},
-		{Name: "dashboard.login.ip", Key: ipKey, Count: 1, Config: &ip},
-	}, true)
+}
+
+// loginRequests are the engine requests of one login attempt. Emails are hashed into the keys,
+// so no address (or a password typed into the email field) is stored in limit_state.
+func (u *UI) loginRequests(email, addr string, count float64) []limiter.Request {
+	norm := strings.ToLower(strings.TrimSpace(email))
+	account := sha256.Sum256([]byte(norm))
+	accountIP := sha256.Sum256([]byte(norm + "\x00" + addr))
+	perAccountIP, perIP, perAccount := u.loginAccountIP, u.loginIP, u.loginAccount
+	return []limiter.Request{
+		{Name: loginLimitNames[0], Key: hex.EncodeToString(accountIP[:16]), Count: count, Config: &perAccountIP},
+		{Name: loginLimitNames[1], Key: addr, Count: count, Config: &perIP},
+		{Name: loginLimitNames[2], Key: hex.EncodeToString(account[:16]), Count: count, Config: &perAccount},
+	}
+}
+
+// allowLogin reports, spending nothing, whether a login attempt for email from addr may be
+// checked at all, and when refused how many seconds to wait.
+func (u *UI) allowLogin(c *gin.Context, email, addr string) (ok bool, retryAfter int64, err error) {
+	b, err := u.engine.Batch(c.Request.Context(), systemTenant, u.loginRequests(email, addr, 1), false)
 	if err != nil {
 		return false, 0, err
 	}
@@ -269,4 +311,42 @@ func (u *UI) allowLogin(c *gin.Context, email string) (ok bool, retryAfter int64
 		wait = max(1, (*b.RetryAfter+999)/1000)
 	}
 	return false, wait, nil
+}
+
+// loginFailed spends one token of each login limit for a failed password, and audits a lockout
+// for each limit that this failure emptied: the next attempt it covers will be refused.
+func (u *UI) loginFailed(c *gin.Context, email, addr string) error {
+	ctx := c.Request.Context()
+	b, err := u.engine.Batch(ctx, systemTenant, u.loginRequests(email, addr, 1), true)
+	if err != nil || !b.OK {
+		return err // !OK: a concurrent failure emptied a bucket first, and audited it
+	}
+	who := auditEmail(email)
+	for _, r := range b.Results {
+		if r.Remaining >= 1 {
+			continue
+		}
+		detail := "client " + addr + "; too many failed logins for this account from this address"
+		switch r.Name {
+		case loginLimitNames[1]:
+			detail = "client " + addr + "; too many failed logins from this address"
+		case loginLimitNames[2]:
+			detail = "client " + addr + "; too many failed logins for this account from all addresses"
+		}
+		if err := u.tenants.Audit(ctx, nil, who, "login.locked", r.Name, detail); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// auditEmail is how the audit log names the account of a login attempt: the address as typed
+// (trimmed, lower-cased) if it looks like one, so that a password typed into the email field
+// never lands in the log.
+func auditEmail(email string) string {
+	e := strings.ToLower(strings.TrimSpace(email))
+	if len(e) > 254 || strings.ContainsAny(e, " \t") || strings.Count(e, "@") != 1 || strings.HasPrefix(e, "@") || strings.HasSuffix(e, "@") {
+		return "(not an email address)"
+	}
+	return e
 }
