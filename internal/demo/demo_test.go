@@ -32,7 +32,11 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	cfg := apptest.Config("sqlite:" + filepath.Join(t.TempDir(), "demo.db"))
 	cfg.BaseURL = "http://localhost:8080"
-	a := apptest.Start(t, cfg, app.Options{Widget: fstest.MapFS{"altcha.min.js": {Data: []byte("/* widget */")}}})
+	a := apptest.Start(t, cfg, app.Options{Widget: fstest.MapFS{
+		"external/altcha.min.js": {Data: []byte("/* widget */")},
+		"external/altcha.css":    {Data: []byte("/* widget styles */")},
+		"workers/sha.js":         {Data: []byte("/* worker */")},
+	}})
 	return &stack{url: a.BaseURL(), tenants: a.Tenants, engine: a.Engine, demo: a.Demo}
 }
 
@@ -133,7 +137,7 @@ func TestDemoCreatesItsTenantAndLimitOnFirstUse(t *testing.T) {
 
 func TestDemoServesItsAssetsAndRefusesBadBackendCalls(t *testing.T) {
 	s := newStack(t)
-	for name, ctype := range map[string]string{"demo.js": "text/javascript", "demo.css": "text/css", "altcha.min.js": "text/javascript"} {
+	for name, ctype := range map[string]string{"demo.js": "text/javascript", "demo.css": "text/css", "altcha.min.js": "text/javascript", "altcha.css": "text/css", "altcha-sha.js": "text/javascript"} {
 		res, body := s.get(t, "/demo/static/"+name)
 		if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), ctype) || body == "" {
 			t.Errorf("%s: %d %q", name, res.StatusCode, res.Header.Get("Content-Type"))
