@@ -9,7 +9,8 @@
 //
 // Browsers must be able to use every page without JavaScript: forms post and redirect, confirm
 // steps are pages of their own. htmx only refreshes live values in place. The CSP forbids inline
-// scripts, so the little JavaScript there is lives in web/static/app.js.
+// scripts and styles, so the little JavaScript there is lives in web/static/app.js, the CSS in
+// web/static/app.css, and no template may use a style attribute (the meters are SVG).
 package ui
 
 import (
