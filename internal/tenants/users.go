@@ -153,11 +153,7 @@ func (s *Service) Login(ctx context.Context, email, password, clientAddr string)
 	}
 	if err != nil { // not an address, or no such user
 		verifyPassword(s.dummyPasswordHash(), password)
-		actor := "(not an email address)"
-		if normalized != "" {
-			actor = normalized
-		}
-		_ = s.Audit(ctx, nil, actor, "login.failed", "", client+"; unknown email")
+		_ = s.Audit(ctx, nil, loginActor(email), "login.failed", "", client+"; unknown email")
 		return User{}, wrap("login", ErrUnauthorized)
 	}
 	if len(password) > maxPasswordLen || !verifyPassword(row.PasswordHash, password) {
@@ -169,6 +165,23 @@ func (s *Service) Login(ctx context.Context, email, password, clientAddr string)
 		return User{}, wrap("login", err)
 	}
 	return userFromRow(row), nil
+}
+
+// AuditLockout records that a login limit now refuses attempts for email from clientAddr
+// ("login.locked", server-wide: lockouts are for operators to see). limit names the limit that
+// ran out and reason says what it counts. The account is named as Login names it, so a password
+// typed into the email field never lands in the log.
+func (s *Service) AuditLockout(ctx context.Context, email, clientAddr, limit, reason string) error {
+	return s.Audit(ctx, nil, loginActor(email), "login.locked", limit, "client "+clientAddr+"; "+reason)
+}
+
+// loginActor is how the audit log names the account of a login attempt: the normalized address,
+// or a placeholder when the text is not an address.
+func loginActor(email string) string {
+	if e, err := normalizeEmail(email); err == nil {
+		return e
+	}
+	return "(not an email address)"
 }
 
 // dummyPasswordHash is a real hash of a random password, made on first need rather than in

@@ -260,8 +260,16 @@ var (
 
 const systemTenant = 0
 
-// loginLimit names each login limit for the engine and for the audit log's lockout entries.
-var loginLimitNames = [...]string{"dashboard.login.account_ip", "dashboard.login.ip", "dashboard.login.account"}
+// loginLimitNames name the login limits for the engine and for the audit log's lockout entries,
+// in the order of loginRequests; loginLimitReasons say in the log what each counts.
+var (
+	loginLimitNames   = [...]string{"dashboard.login.account_ip", "dashboard.login.ip", "dashboard.login.account"}
+	loginLimitReasons = [...]string{
+		"too many failed logins for this account from this address",
+		"too many failed logins from this address",
+		"too many failed logins for this account from all addresses",
+	}
+)
 
 // clientAddress is the address the login limits and the audit log know a client by: gin's
 // ClientIP (X-Forwarded-For only from TRUSTED_PROXIES), with IPv6 cut to its /64, which one
@@ -321,32 +329,13 @@ func (u *UI) loginFailed(c *gin.Context, email, addr string) error {
 	if err != nil || !b.OK {
 		return err // !OK: a concurrent failure emptied a bucket first, and audited it
 	}
-	who := auditEmail(email)
-	for _, r := range b.Results {
+	for i, r := range b.Results {
 		if r.Remaining >= 1 {
 			continue
 		}
-		detail := "client " + addr + "; too many failed logins for this account from this address"
-		switch r.Name {
-		case loginLimitNames[1]:
-			detail = "client " + addr + "; too many failed logins from this address"
-		case loginLimitNames[2]:
-			detail = "client " + addr + "; too many failed logins for this account from all addresses"
-		}
-		if err := u.tenants.Audit(ctx, nil, who, "login.locked", r.Name, detail); err != nil {
+		if err := u.tenants.AuditLockout(ctx, email, addr, r.Name, loginLimitReasons[i]); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// auditEmail is how the audit log names the account of a login attempt: the address as typed
-// (trimmed, lower-cased) if it looks like one, so that a password typed into the email field
-// never lands in the log.
-func auditEmail(email string) string {
-	e := strings.ToLower(strings.TrimSpace(email))
-	if len(e) > 254 || strings.ContainsAny(e, " \t") || strings.Count(e, "@") != 1 || strings.HasPrefix(e, "@") || strings.HasSuffix(e, "@") {
-		return "(not an email address)"
-	}
-	return e
 }
