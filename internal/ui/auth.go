@@ -271,18 +271,23 @@ var (
 	}
 )
 
-// clientAddress is the address the login limits and the audit log know a client by: gin's
-// ClientIP (X-Forwarded-For only from TRUSTED_PROXIES), with IPv6 cut to its /64, which one
-// subscriber usually holds whole.
+// clientAddress is the address the audit log and the login limits know a client by: gin's
+// ClientIP (X-Forwarded-For only from TRUSTED_PROXIES).
 func clientAddress(c *gin.Context) string {
-	ip := c.ClientIP()
-	a, err := netip.ParseAddr(ip)
+	if ip := c.ClientIP(); ip != "" {
+		return ip
+	}
+	return "unknown"
+}
+
+// limitAddress is the key of a client address in the login limits: an IPv4 address itself, an
+// IPv6 address its /64, which one subscriber usually holds whole (a limit per IPv6 address
+// would give every attacker 2^64 fresh addresses).
+func limitAddress(addr string) string {
+	a, err := netip.ParseAddr(addr)
 	switch {
 	case err != nil:
-		if ip == "" {
-			return "unknown"
-		}
-		return ip
+		return addr
 	case a.Is4() || a.Is4In6():
 		return a.Unmap().String()
 	default:
@@ -293,6 +298,7 @@ func clientAddress(c *gin.Context) string {
 // loginRequests are the engine requests of one login attempt. Emails are hashed into the keys,
 // so no address (or a password typed into the email field) is stored in limit_state.
 func (u *UI) loginRequests(email, addr string, count float64) []limiter.Request {
+	addr = limitAddress(addr)
 	norm := strings.ToLower(strings.TrimSpace(email))
 	account := sha256.Sum256([]byte(norm))
 	accountIP := sha256.Sum256([]byte(norm + "\x00" + addr))

@@ -148,3 +148,22 @@ func TestLoginsFailuresAndLockoutsAreInTheOperatorsAuditLog(t *testing.T) {
 		wantStatus(t, member.get("/audit"), http.StatusNotFound)
 	})
 }
+
+// An IPv6 client is limited by its /64: hopping between the addresses of one subscriber's
+// network does not buy a guesser more attempts, while another network is not affected.
+func TestLoginLimitsCountAnIPv6ClientByItsSlash64(t *testing.T) {
+	perAccountIP := limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 3_600_000}
+	e := newEnv(t, behindProxy, func(_ *config.Config, o *app.Options) { o.LoginPerAccountIP = &perAccountIP })
+	e.operator()
+	wantStatus(t, e.client().loginFrom("2001:db8:1:2::a", opEmail, "wrong-password-1"), http.StatusUnauthorized)
+	wantStatus(t, e.client().loginFrom("2001:db8:1:2::b", opEmail, "wrong-password-2"), http.StatusUnauthorized)
+	wantStatus(t, e.client().loginFrom("2001:db8:1:2:ffff::c", opEmail, opPassword), http.StatusTooManyRequests)
+	if res := e.client().loginFrom("2001:db8:1:3::a", opEmail, opPassword); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the operator from another /64: status %d, want 303", res.StatusCode)
+	}
+	// The audit log keeps the full address.
+	c := e.login(opEmail, opPassword)
+	if body := c.get("/audit").body; !strings.Contains(body, "client 2001:db8:1:2::b") {
+		t.Fatal("the security log does not show the full IPv6 address of a failed login")
+	}
+}
