@@ -244,8 +244,10 @@ func (u *UI) csrfCheck(c *gin.Context) {
 //   - per client address (an IPv6 address counts as its /64): 50 failures per 15 minutes, over
 //     all accounts, so one address cannot spray guesses across many accounts.
 //   - per account: 5,000 failures per hour, only a ceiling on a guessing attack spread over many
-//     addresses. A stranger needs at least 25 addresses (/64s) working for an hour to reach it;
-//     below that, nobody can lock an account out.
+//     addresses. One address gets at most 50 failures an hour at one account (10 at once, 10
+//     more every 15 minutes), so a stranger needs 100 addresses (/64s) busy for an hour to reach
+//     it; below that, nobody can lock an account out. Reaching it locks the account for everyone
+//     until it refills (a token every 0.72 s, so it lets a trickle through): the price of capping distributed guessing.
 //
 // The check and the spending are two steps, so concurrent failures may overshoot a limit by the
 // number in flight; that is a few guesses, not a bypass.
@@ -297,23 +299,23 @@ func limitAddress(addr string) string {
 
 // loginRequests are the engine requests of one login attempt. Emails are hashed into the keys,
 // so no address (or a password typed into the email field) is stored in limit_state.
-func (u *UI) loginRequests(email, addr string, count float64) []limiter.Request {
+func (u *UI) loginRequests(email, addr string) []limiter.Request {
 	addr = limitAddress(addr)
 	norm := strings.ToLower(strings.TrimSpace(email))
 	account := sha256.Sum256([]byte(norm))
 	accountIP := sha256.Sum256([]byte(norm + "\x00" + addr))
 	perAccountIP, perIP, perAccount := u.loginAccountIP, u.loginIP, u.loginAccount
 	return []limiter.Request{
-		{Name: loginLimitNames[0], Key: hex.EncodeToString(accountIP[:16]), Count: count, Config: &perAccountIP},
-		{Name: loginLimitNames[1], Key: addr, Count: count, Config: &perIP},
-		{Name: loginLimitNames[2], Key: hex.EncodeToString(account[:16]), Count: count, Config: &perAccount},
+		{Name: loginLimitNames[0], Key: hex.EncodeToString(accountIP[:16]), Count: 1, Config: &perAccountIP},
+		{Name: loginLimitNames[1], Key: addr, Count: 1, Config: &perIP},
+		{Name: loginLimitNames[2], Key: hex.EncodeToString(account[:16]), Count: 1, Config: &perAccount},
 	}
 }
 
 // allowLogin reports, spending nothing, whether a login attempt for email from addr may be
 // checked at all, and when refused how many seconds to wait.
 func (u *UI) allowLogin(c *gin.Context, email, addr string) (ok bool, retryAfter int64, err error) {
-	b, err := u.engine.Batch(c.Request.Context(), systemTenant, u.loginRequests(email, addr, 1), false)
+	b, err := u.engine.Batch(c.Request.Context(), systemTenant, u.loginRequests(email, addr), false)
 	if err != nil {
 		return false, 0, err
 	}
@@ -331,7 +333,7 @@ func (u *UI) allowLogin(c *gin.Context, email, addr string) (ok bool, retryAfter
 // for each limit that this failure emptied: the next attempt it covers will be refused.
 func (u *UI) loginFailed(c *gin.Context, email, addr string) error {
 	ctx := c.Request.Context()
-	b, err := u.engine.Batch(ctx, systemTenant, u.loginRequests(email, addr, 1), true)
+	b, err := u.engine.Batch(ctx, systemTenant, u.loginRequests(email, addr), true)
 	if err != nil || !b.OK {
 		return err // !OK: a concurrent failure emptied a bucket first, and audited it
 	}
