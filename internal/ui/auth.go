@@ -247,7 +247,7 @@ func (u *UI) csrfCheck(c *gin.Context) {
 //     addresses. One address gets at most 50 failures an hour at one account (10 at once, 10
 //     more every 15 minutes), so a stranger needs 100 addresses (/64s) busy for an hour to reach
 //     it; below that, nobody can lock an account out. Reaching it locks the account for everyone
-//     until it refills (a token every 0.72 s, so it lets a trickle through): the price of capping distributed guessing.
+//     but a trickle (a token every 0.72 s): the price of capping distributed guessing.
 //
 // The check and the spending are two steps, so concurrent failures may overshoot a limit by the
 // number in flight; that is a few guesses, not a bypass.
