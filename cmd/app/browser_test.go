@@ -37,6 +37,7 @@ func TestDashboardEndToEndInChromium(t *testing.T) {
 	ctx := newBrowser(t, chromium)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 75*time.Second)
 	defer cancelTimeout()
+	watch := watchPage(t, ctx)
 
 	fail := func(name string, err error) {
 		t.Helper()
@@ -231,4 +232,7 @@ func TestDashboardEndToEndInChromium(t *testing.T) {
 	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/login") {
 		t.Fatalf("old cookie after logout: %d %q", res.StatusCode, res.Header.Get("Location"))
 	}
+	// Every page the browser loaded on the way carried the security headers, and the CSP
+	// blocked nothing while they worked (htmx refreshes, the copy button, the chart).
+	watch.wantSecureResponses(t, base, "/setup", "/login", "/tenants", "/tenants/")
 }

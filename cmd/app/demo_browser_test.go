@@ -184,6 +184,7 @@ func TestDemoInChromium(t *testing.T) {
 	ctx := newBrowser(t, chromium)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancelTimeout()
+	watch := watchPage(t, ctx)
 	var (
 		consoleMu sync.Mutex
 		console   []string
@@ -296,6 +297,8 @@ func TestDemoInChromium(t *testing.T) {
 	t.Logf("headless Chromium, difficulty %d: widget click-to-verified median %.0f ms over %d solves %v; "+
 		"click-to-authorized (incl. backend) median %.0f ms %v",
 		captcha.DefaultMaxNumber, median(solves), len(solves), solves, median(walls), walls)
+	// The widget (its styles and its proof-of-work worker included) works under the strict CSP.
+	watch.wantSecureResponses(t, s.base, "/demo")
 	consoleMu.Lock()
 	defer consoleMu.Unlock()
 	if len(console) > 0 {

@@ -3,15 +3,21 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
 
@@ -135,4 +141,127 @@ func newBrowser(t *testing.T, chromium string) context.Context {
 		t.Fatalf("start chromium: %v", err)
 	}
 	return ctx
+}
+
+// pageWatch records, for one browser tab, the response headers of every document it loads and
+// every Content Security Policy violation, so that a browser test can assert that the pages it
+// drove carried the security headers and worked without the CSP blocking anything.
+type pageWatch struct {
+	mu         sync.Mutex
+	documents  []documentResponse
+	violations []string
+}
+
+// documentResponse is one page load: its URL, status and response headers (lower-cased names).
+type documentResponse struct {
+	url     string
+	status  int64
+	headers map[string]string
+}
+
+// cspListener reports every securitypolicyviolation event of every document to the test. A
+// script added through the DevTools protocol runs outside the page's CSP.
+const cspListener = `document.addEventListener('securitypolicyviolation', (e) => {
+	window.sluiceCSPViolation(e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline') + ' at ' + e.sourceFile + ':' + e.lineNumber);
+});`
+
+// watchPage starts recording on the tab of ctx; call it before the first navigation.
+func watchPage(t *testing.T, ctx context.Context) *pageWatch {
+	t.Helper()
+	w := &pageWatch{}
+	err := chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *network.EventResponseReceived:
+			if ev.Type != network.ResourceTypeDocument || ev.Response == nil {
+				return
+			}
+			h := map[string]string{}
+			for k, v := range ev.Response.Headers {
+				h[strings.ToLower(k)] = fmt.Sprint(v)
+			}
+			w.mu.Lock()
+			w.documents = append(w.documents, documentResponse{url: ev.Response.URL, status: ev.Response.Status, headers: h})
+			w.mu.Unlock()
+		case *log.EventEntryAdded:
+			// Chromium also logs each violation; this catches those of workers and of documents
+			// the listener could not reach.
+			if ev.Entry != nil && strings.Contains(ev.Entry.Text, "Content Security Policy") {
+				w.mu.Lock()
+				w.violations = append(w.violations, "console: "+ev.Entry.Text)
+				w.mu.Unlock()
+			}
+		case *runtime.EventConsoleAPICalled:
+			for _, a := range ev.Args {
+				if strings.Contains(string(a.Value), "Content Security Policy") || strings.Contains(a.Description, "Content Security Policy") {
+					w.mu.Lock()
+					w.violations = append(w.violations, "console: "+string(a.Value)+a.Description)
+					w.mu.Unlock()
+				}
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("watch the page: %v", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.ExposeFunc("sluiceCSPViolation", func(_ context.Context, v string) (chromedp.Void, error) {
+		w.mu.Lock()
+		w.violations = append(w.violations, v)
+		w.mu.Unlock()
+		return chromedp.Void{}, nil
+	})); err != nil {
+		t.Fatalf("expose the CSP violation hook: %v", err)
+	}
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspListener}); err != nil {
+		t.Fatalf("add the CSP violation listener: %v", err)
+	}
+	return w
+}
+
+// wantSecureResponses fails the test unless some document was loaded from each of the paths
+// (prefixes of the URL path under base), every document from base carried the security
+// headers, and no CSP violation was seen.
+func (w *pageWatch) wantSecureResponses(t *testing.T, base string, paths ...string) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[string]bool{}
+	for _, d := range w.documents {
+		if !strings.HasPrefix(d.url, base+"/") {
+			continue
+		}
+		for _, p := range paths {
+			if strings.HasPrefix(strings.TrimPrefix(d.url, base), p) {
+				seen[p] = true
+			}
+		}
+		csp := d.headers["content-security-policy"]
+		for _, want := range []string{"default-src 'self'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "base-uri 'self'", "form-action 'self'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s (%d): Content-Security-Policy %q lacks %q", d.url, d.status, csp, want)
+			}
+		}
+		if strings.Contains(csp, "'unsafe-inline'") || strings.Contains(csp, "'unsafe-eval'") {
+			t.Errorf("%s: Content-Security-Policy %q allows inline code or eval", d.url, csp)
+		}
+		for name, want := range map[string]string{
+			"x-content-type-options": "nosniff",
+			"referrer-policy":        "same-origin",
+			"x-frame-options":        "DENY",
+		} {
+			if got := d.headers[name]; got != want {
+				t.Errorf("%s: %s = %q, want %q", d.url, name, got, want)
+			}
+		}
+		if hsts := d.headers["strict-transport-security"]; hsts != "" {
+			t.Errorf("%s: Strict-Transport-Security %q over plain HTTP with no trusted proxy", d.url, hsts)
+		}
+	}
+	for _, p := range paths {
+		if !seen[p] {
+			t.Errorf("the browser loaded no document under %s%s (documents: %d)", base, p, len(w.documents))
+		}
+	}
+	if len(w.violations) > 0 {
+		t.Errorf("Content Security Policy violations:\n%s", strings.Join(w.violations, "\n"))
+	}
 }

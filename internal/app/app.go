@@ -45,10 +45,11 @@ type Options struct {
 	// Now is the clock of dashboard sessions and captcha challenges, sessions and tokens;
 	// time.Now when nil. Limit decisions never read it (they use the engine's clock).
 	Now func() time.Time
-	// ChallengeIPLimit, ChallengeKeyLimit, LoginPerEmail and LoginPerIP replace the built-in
-	// limits on Sluice's own endpoints when set.
-	ChallengeIPLimit, ChallengeKeyLimit *limiter.Definition
-	LoginPerEmail, LoginPerIP           *limiter.Definition
+	// ChallengeIPLimit, ChallengeKeyLimit and the Login limits (failed dashboard logins per
+	// account and client address, per client address, per account) replace the built-in limits
+	// on Sluice's own endpoints when set.
+	ChallengeIPLimit, ChallengeKeyLimit            *limiter.Definition
+	LoginPerAccountIP, LoginPerIP, LoginPerAccount *limiter.Definition
 	// Widget replaces the vendored captcha widget served by /demo (a test may serve a stub).
 	Widget fs.FS
 }
@@ -159,7 +160,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	a.UI, err = ui.New(ui.Deps{
 		Tenants: a.Tenants, Engine: a.Engine, Usage: a.Usage, Captcha: a.Captcha, Logger: a.Log,
 		SessionKey: keys.Derive("dashboard-session"), BaseURL: cfg.BaseURL, Static: web.Static(), Now: o.Now,
-		LoginPerEmail: o.LoginPerEmail, LoginPerIP: o.LoginPerIP,
+		LoginPerAccountIP: o.LoginPerAccountIP, LoginPerIP: o.LoginPerIP, LoginPerAccount: o.LoginPerAccount,
 	})
 	if err != nil {
 		return nil, err

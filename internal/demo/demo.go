@@ -85,7 +85,10 @@ type Deps struct {
 	Tenants Tenants
 	// KeySeed (32+ secret bytes, derived from the root secret) determines the demo's two keys.
 	KeySeed []byte
-	// Widget holds altcha.min.js (the vendored web/static/altcha directory).
+	// Widget is the vendored web/static/altcha directory. The page uses its strict-CSP build
+	// (external/altcha.min.js with external/altcha.css, and workers/sha.js as the
+	// proof-of-work worker), because the self-contained build injects a <style> element and
+	// starts its workers from blob: URLs, which the CSP refuses.
 	Widget fs.FS
 	// Origins the page is served from (BASE_URL); AddOrigin adds more once known.
 	Origins []string
@@ -136,7 +139,9 @@ func New(d Deps) (*Demo, error) {
 	}{
 		"demo.js":       {staticFiles, "static/demo.js"},
 		"demo.css":      {staticFiles, "static/demo.css"},
-		"altcha.min.js": {d.Widget, "altcha.min.js"},
+		"altcha.min.js": {d.Widget, "external/altcha.min.js"},
+		"altcha.css":    {d.Widget, "external/altcha.css"},
+		"altcha-sha.js": {d.Widget, "workers/sha.js"},
 	} {
 		b, err := fs.ReadFile(src.fsys, src.path)
 		if err != nil {

@@ -47,7 +47,11 @@ func demoConfig(t *testing.T, dbURL string) config.Config {
 // startStack runs the application with cfg; stop ends it (for restarts).
 func startStack(t *testing.T, cfg config.Config) (*stack, func()) {
 	t.Helper()
-	a, stop := apptest.StartStoppable(t, cfg, app.Options{Widget: fstest.MapFS{"altcha.min.js": {Data: []byte("/* widget */")}}})
+	a, stop := apptest.StartStoppable(t, cfg, app.Options{Widget: fstest.MapFS{
+		"external/altcha.min.js": {Data: []byte("/* widget */")},
+		"external/altcha.css":    {Data: []byte("/* widget styles */")},
+		"workers/sha.js":         {Data: []byte("/* worker */")},
+	}})
 	return &stack{url: a.BaseURL(), tenants: a.Tenants, engine: a.Engine, demo: a.Demo}, stop
 }
 
@@ -217,7 +221,7 @@ func TestDemoCreatesItsTenantAndLimitOnFirstUse(t *testing.T) {
 
 func TestDemoServesItsAssetsAndRefusesBadBackendCalls(t *testing.T) {
 	s := newStack(t)
-	for name, ctype := range map[string]string{"demo.js": "text/javascript", "demo.css": "text/css", "altcha.min.js": "text/javascript"} {
+	for name, ctype := range map[string]string{"demo.js": "text/javascript", "demo.css": "text/css", "altcha.min.js": "text/javascript", "altcha.css": "text/css", "altcha-sha.js": "text/javascript"} {
 		res, body := s.get(t, "/demo/static/"+name)
 		if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), ctype) || body == "" {
 			t.Errorf("%s: %d %q", name, res.StatusCode, res.Header.Get("Content-Type"))

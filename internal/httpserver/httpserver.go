@@ -71,6 +71,10 @@ func NewRouter(o Options) (*gin.Engine, error) {
 	if len(o.TrustedProxies) == 0 {
 		r.ForwardedByClientIP = false
 	}
+	proxies, err := parseProxies(o.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("httpserver: trusted proxies: %w", err)
+	}
 	var renderers []ErrorRenderer
 	for _, s := range o.Surfaces {
 		if er, ok := s.(ErrorRenderer); ok {
@@ -91,7 +95,7 @@ func NewRouter(o Options) (*gin.Engine, error) {
 			return
 		}
 		c.String(http.StatusInternalServerError, "internal error (request %s)", c.GetString(RequestIDKey))
-	}), AccessLog(o.Logger), SecurityHeaders(), limitBody(o.MaxBodyBytes, owner), limitTime(o.RequestTimeout))
+	}), AccessLog(o.Logger), SecurityHeaders(proxies), limitBody(o.MaxBodyBytes, owner), limitTime(o.RequestTimeout))
 	if o.Metrics != nil {
 		r.Use(observeDecisions(o.Metrics, o.DecisionRoutes))
 	}

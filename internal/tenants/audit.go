@@ -56,16 +56,27 @@ func (s *Service) audit(tx *gorm.DB, tenantID *int64, actor, action, target, det
 // AuditLog returns a tenant's most recent entries, newest first. limit <= 0 means 50; it is
 // capped at 1000.
 func (s *Service) AuditLog(ctx context.Context, tenantID int64, limit int) ([]AuditEntry, error) {
+	return s.auditLog(ctx, "audit log", limit, func(tx *gorm.DB) *gorm.DB { return tx.Where("tenant_id = ?", tenantID) })
+}
+
+// ServerAuditLog returns the most recent server-wide entries (TenantID nil: operators' logins,
+// failed logins of unknown accounts, lockouts, tenant creation), newest first. It is for
+// operators only. limit <= 0 means 50; it is capped at 1000.
+func (s *Service) ServerAuditLog(ctx context.Context, limit int) ([]AuditEntry, error) {
+	return s.auditLog(ctx, "server audit log", limit, func(tx *gorm.DB) *gorm.DB { return tx.Where("tenant_id IS NULL") })
+}
+
+func (s *Service) auditLog(ctx context.Context, op string, limit int, scope func(*gorm.DB) *gorm.DB) ([]AuditEntry, error) {
 	if limit <= 0 {
 		limit = defaultAuditLimit
 	}
 	limit = min(limit, maxAuditLimit)
 	var rows []auditRow
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		return tx.Where("tenant_id = ?", tenantID).Order("id DESC").Limit(limit).Find(&rows).Error
+		return scope(tx).Order("id DESC").Limit(limit).Find(&rows).Error
 	})
 	if err != nil {
-		return nil, wrap("audit log", err)
+		return nil, wrap(op, err)
 	}
 	out := make([]AuditEntry, 0, len(rows))
 	for _, r := range rows {

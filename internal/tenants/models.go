@@ -40,8 +40,10 @@ type userRow struct {
 
 func (userRow) TableName() string { return "users" }
 
+// adminSessionRow is a dashboard session. The raw session ID lives only in the cookie; the row
+// holds its SHA-256 (hashSessionID), so a copy of the database yields no usable session.
 type adminSessionRow struct {
-	ID        string     `gorm:"column:id;primaryKey"`
+	IDHash    string     `gorm:"column:id_hash;primaryKey"`
 	UserID    int64      `gorm:"column:user_id"`
 	CreatedAt time.Time  `gorm:"column:created_at;autoCreateTime:false"`
 	ExpiresAt time.Time  `gorm:"column:expires_at"`

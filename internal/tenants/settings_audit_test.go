@@ -59,9 +59,9 @@ func TestKeyChangesAndLoginsAreAudited(t *testing.T) {
 		must(t, err)
 		must(t, e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "bob"))
 		must(t, e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "bob")) // no-op: must not audit twice
-		_, err = e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery")
+		_, err = e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery", "192.0.2.1")
 		must(t, err)
-		_, err = e.svc.Login(e.ctx, "dev@acme.io", "wrong password!")
+		_, err = e.svc.Login(e.ctx, "dev@acme.io", "wrong password!", "192.0.2.1")
 		wantErr(t, err, ErrUnauthorized)
 		must(t, e.svc.Audit(e.ctx, &other.ID, "carol", "limit.put", "sendMessage", "rate=10"))
 		must(t, e.svc.Audit(e.ctx, nil, "cli", "tenant.create", "acme", ""))
@@ -92,6 +92,48 @@ func TestKeyChangesAndLoginsAreAudited(t *testing.T) {
 		must(t, err)
 		if len(limited) != 1 || limited[0].Action != "login.failed" {
 			t.Fatalf("AuditLog(limit 1) = %+v", limited)
+		}
+	})
+}
+
+// Operator-level events (no tenant) are in the server audit log and nowhere else; failed logins
+// and lockouts name the client address and never a password, even one typed as the email.
+func TestServerAuditLogHoldsLoginsFailuresAndLockouts(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		tn := e.tenant(t, "acme")
+		op, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil)
+		must(t, err)
+		_, err = e.svc.CreateUser(e.ctx, "dev@acme.io", "correct horse battery", false, &tn.ID)
+		must(t, err)
+		_, err = e.svc.Login(e.ctx, "ops@example.com", "correct horse battery", "203.0.113.7")
+		must(t, err)
+		_, err = e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery", "203.0.113.8")
+		must(t, err)
+		_, err = e.svc.Login(e.ctx, "secret password typed as email", "x", "198.51.100.1")
+		wantErr(t, err, ErrUnauthorized)
+		must(t, e.svc.AuditLockout(e.ctx, " OPS@example.com", "198.51.100.2", "dashboard.login.account_ip", "too many"))
+		must(t, e.svc.AuditLockout(e.ctx, "secret password typed as email", "198.51.100.1", "dashboard.login.ip", "too many"))
+
+		log, err := e.svc.ServerAuditLog(e.ctx, 0)
+		must(t, err)
+		var got []string
+		for _, a := range log {
+			if a.TenantID != nil {
+				t.Fatalf("server audit log holds a tenant's entry: %+v", a)
+			}
+			if strings.Contains(a.Actor+a.Target+a.Detail, "secret password") {
+				t.Fatalf("an entry records what was typed as the email: %+v", a)
+			}
+			got = append(got, a.Actor+" "+a.Action+" "+a.Target+" | "+a.Detail)
+		}
+		want := []string{
+			"(not an email address) login.locked dashboard.login.ip | client 198.51.100.1; too many",
+			"ops@example.com login.locked dashboard.login.account_ip | client 198.51.100.2; too many",
+			"(not an email address) login.failed  | client 198.51.100.1; unknown email",
+			fmt.Sprintf("ops@example.com login user:%d | client 203.0.113.7", op.ID),
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("server audit log, newest first:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	})
 }

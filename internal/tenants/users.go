@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
@@ -133,12 +134,15 @@ func (s *Service) CreateUser(ctx context.Context, email, password string, operat
 	return userFromRow(row), nil
 }
 
-// Login checks an email and password. Any mismatch is ErrUnauthorized, without saying which
-// part was wrong; an unknown email still costs one argon2id verification so that response time
-// does not reveal which emails exist. Successes ("login") and failures ("login.failed") are
-// audited; a failure for an unknown email records the address only if it looks like one, so a
-// password typed into the email field never lands in the log.
-func (s *Service) Login(ctx context.Context, email, password string) (User, error) {
+// Login checks an email and password for a client at clientAddr. Any mismatch is
+// ErrUnauthorized, without saying which part was wrong; an unknown email still costs one
+// argon2id verification so that response time does not reveal which emails exist. Successes
+// ("login") and failures ("login.failed") are audited with the client address, in the user's
+// tenant (none for operators and unknown emails); a failure for an unknown email records the
+// address only if it looks like one, so a password typed into the email field never lands in
+// the log.
+func (s *Service) Login(ctx context.Context, email, password, clientAddr string) (User, error) {
+	client := "client " + clientAddr
 	var row userRow
 	normalized, err := normalizeEmail(email)
 	if err == nil {
@@ -149,22 +153,35 @@ func (s *Service) Login(ctx context.Context, email, password string) (User, erro
 	}
 	if err != nil { // not an address, or no such user
 		verifyPassword(s.dummyPasswordHash(), password)
-		actor := "(not an email address)"
-		if normalized != "" {
-			actor = normalized
-		}
-		_ = s.Audit(ctx, nil, actor, "login.failed", "", "unknown email")
+		_ = s.Audit(ctx, nil, loginActor(email), "login.failed", "", client+"; unknown email")
 		return User{}, wrap("login", ErrUnauthorized)
 	}
 	if len(password) > maxPasswordLen || !verifyPassword(row.PasswordHash, password) {
-		_ = s.Audit(ctx, row.TenantID, row.Email, "login.failed", fmt.Sprintf("user:%d", row.ID), "wrong password")
+		_ = s.Audit(ctx, row.TenantID, row.Email, "login.failed", fmt.Sprintf("user:%d", row.ID), client+"; wrong password")
 		return User{}, wrap("login", ErrUnauthorized)
 	}
 	// A login that cannot be audited is refused: the audit trail must not have holes.
-	if err := s.Audit(ctx, row.TenantID, row.Email, "login", fmt.Sprintf("user:%d", row.ID), ""); err != nil {
+	if err := s.Audit(ctx, row.TenantID, row.Email, "login", fmt.Sprintf("user:%d", row.ID), client); err != nil {
 		return User{}, wrap("login", err)
 	}
 	return userFromRow(row), nil
+}
+
+// AuditLockout records that a login limit now refuses attempts for email from clientAddr
+// ("login.locked", server-wide: lockouts are for operators to see). limit names the limit that
+// ran out and reason says what it counts. The account is named as Login names it, so a password
+// typed into the email field never lands in the log.
+func (s *Service) AuditLockout(ctx context.Context, email, clientAddr, limit, reason string) error {
+	return s.Audit(ctx, nil, loginActor(email), "login.locked", limit, "client "+clientAddr+"; "+reason)
+}
+
+// loginActor is how the audit log names the account of a login attempt: the normalized address,
+// or a placeholder when the text is not an address.
+func loginActor(email string) string {
+	if e, err := normalizeEmail(email); err == nil {
+		return e
+	}
+	return "(not an email address)"
 }
 
 // dummyPasswordHash is a real hash of a random password, made on first need rather than in
@@ -220,7 +237,8 @@ const adminSessionIDLen = 32
 
 // CreateAdminSession starts a dashboard session for a user, valid for ttl. The returned ID is
 // 128 random bits in hex; the UI puts it in a signed cookie and checks it with AdminSession on
-// every request, which is what makes logout and revocation immediate.
+// every request, which is what makes logout and revocation immediate. Only its SHA-256 is
+// stored: the ID itself is returned once and kept by nobody but the cookie.
 func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time.Duration) (string, time.Time, error) {
 	if ttl <= 0 {
 		return "", time.Time{}, wrap("create admin session", invalid("ttl", "ttl must be positive"))
@@ -228,7 +246,8 @@ func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	now := s.clock()
-	row := adminSessionRow{ID: hex.EncodeToString(b[:]), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	id := hex.EncodeToString(b[:])
+	row := adminSessionRow{IDHash: hashSessionID(id), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		if err := first(tx, &userRow{}, "id = ?", userID); err != nil {
 			return err
@@ -238,7 +257,7 @@ func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time
 	if err != nil {
 		return "", time.Time{}, wrap("create admin session", err)
 	}
-	return row.ID, row.ExpiresAt, nil
+	return id, row.ExpiresAt, nil
 }
 
 // AdminSession returns the user of a live session. Unknown, revoked and expired sessions are all
@@ -250,7 +269,7 @@ func (s *Service) AdminSession(ctx context.Context, id string) (User, error) {
 	var sess adminSessionRow
 	var user userRow
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		if err := first(tx, &sess, "id = ?", id); err != nil {
+		if err := first(tx, &sess, "id_hash = ?", hashSessionID(id)); err != nil {
 			return err
 		}
 		return first(tx, &user, "id = ?", sess.UserID)
@@ -276,15 +295,22 @@ func (s *Service) RevokeAdminSession(ctx context.Context, id string) error {
 	}
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		var sess adminSessionRow
-		if err := first(tx, &sess, "id = ?", id); err != nil {
+		if err := first(tx, &sess, "id_hash = ?", hashSessionID(id)); err != nil {
 			return err
 		}
 		if sess.RevokedAt != nil {
 			return nil
 		}
-		return tx.Model(&adminSessionRow{}).Where("id = ?", id).Update("revoked_at", s.clock()).Error
+		return tx.Model(&adminSessionRow{}).Where("id_hash = ?", sess.IDHash).Update("revoked_at", s.clock()).Error
 	})
 	return wrap("revoke admin session", err)
+}
+
+// hashSessionID is what admin_sessions stores for a session ID. A plain SHA-256 is enough (no
+// salt, no stretching): the ID is 128 random bits, so there is nothing to guess offline.
+func hashSessionID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
 }
 
 func validSessionID(id string) bool {

@@ -83,7 +83,7 @@ func TestLoginRefusesWrongPasswordAndUnknownEmail(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		created, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil)
 		must(t, err)
-		u, err := e.svc.Login(e.ctx, " OPS@example.com", "correct horse battery")
+		u, err := e.svc.Login(e.ctx, " OPS@example.com", "correct horse battery", "192.0.2.1")
 		must(t, err)
 		if u.ID != created.ID {
 			t.Fatalf("Login = %+v, want user %d", u, created.ID)
@@ -95,7 +95,7 @@ func TestLoginRefusesWrongPasswordAndUnknownEmail(t *testing.T) {
 			{"", ""},
 			{"bad\x00email", "x"},
 		} {
-			_, err := e.svc.Login(e.ctx, c[0], c[1])
+			_, err := e.svc.Login(e.ctx, c[0], c[1], "192.0.2.1")
 			wantErr(t, err, ErrUnauthorized)
 		}
 	})

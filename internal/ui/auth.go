@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -52,15 +53,21 @@ func (u *UI) signSession(userID int64, sessionID string, expires time.Time) (str
 		Subject:   strconv.FormatInt(userID, 10),
 		ID:        sessionID,
 		IssuedAt:  jwt.NewNumericDate(now),
-		NotBefore: jwt.NewNumericDate(now.Add(-time.Minute)), // tolerate small clock skew between instances
+		NotBefore: jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(expires),
 	}}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(u.sessionKey)
 }
 
+// sessionLeeway is the clock skew tolerated between instances: a cookie issued by an instance
+// whose clock runs up to a minute ahead (iat and nbf "in the future") is accepted, and exp is
+// read with the same minute. Revocation does not depend on it: the admin_sessions row is checked
+// on every request, and its own expiry uses the database row's time.
+const sessionLeeway = time.Minute
+
 // parseSession verifies a cookie's JWT: HS256 only (the algorithm is pinned, so "none", HS512 or
-// an RS256 header are refused whatever key they claim), our issuer and audience, and not expired
-// by our clock.
+// an RS256 header are refused whatever key they claim), our issuer and audience, and iat, nbf and
+// exp by our clock give or take sessionLeeway.
 func (u *UI) parseSession(token string) (sessionClaims, error) {
 	var claims sessionClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return u.sessionKey, nil },
@@ -69,6 +76,7 @@ func (u *UI) parseSession(token string) (sessionClaims, error) {
 		jwt.WithAudience(jwtAudience),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
+		jwt.WithLeeway(sessionLeeway),
 		jwt.WithTimeFunc(u.now),
 	)
 	if err != nil {
@@ -227,30 +235,87 @@ func (u *UI) csrfCheck(c *gin.Context) {
 }
 
 // Login rate limits: token buckets in tenant 0, which is reserved for the system (tenant IDs
-// start at 1). Both apply to every attempt, successful or not.
+// start at 1). Only failed passwords spend tokens, and every attempt first checks, spending
+// nothing, that none of its buckets is empty: a refused attempt costs no argon2 work, and a
+// user who types the password right is never slowed by their own successes.
+//
+//   - per account and client address: 10 failures per 15 minutes. This is the limit a guesser
+//     meets, and it cannot touch the real user, who logs in from another address.
+//   - per client address (an IPv6 address counts as its /64): 50 failures per 15 minutes, over
+//     all accounts, so one address cannot spray guesses across many accounts.
+//   - per account: 5,000 failures per hour, only a ceiling on a guessing attack spread over many
+//     addresses. One address gets at most 50 failures an hour at one account (10 at once, 10
+//     more every 15 minutes), so a stranger needs 100 addresses (/64s) busy for an hour to reach
+//     it; below that, nobody can lock an account out. Reaching it locks the account for everyone
+//     but a trickle (a token every 0.72 s): the price of capping distributed guessing.
+//
+// The check and the spending are two steps, so concurrent failures may overshoot a limit by the
+// number in flight; that is a few guesses, not a bypass.
 var (
-	loginCapEmail        = 10.0
-	loginCapIP           = 50.0
-	defaultLoginPerEmail = limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 15 * 60_000, Capacity: &loginCapEmail}
-	defaultLoginPerIP    = limiter.Definition{Kind: limiter.TokenBucket, Rate: 50, Period: 15 * 60_000, Capacity: &loginCapIP}
+	loginCapAccountIP        = 10.0
+	loginCapIP               = 50.0
+	loginCapAccount          = 5000.0
+	defaultLoginPerAccountIP = limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 15 * 60_000, Capacity: &loginCapAccountIP}
+	defaultLoginPerIP        = limiter.Definition{Kind: limiter.TokenBucket, Rate: 50, Period: 15 * 60_000, Capacity: &loginCapIP}
+	defaultLoginPerAccount   = limiter.Definition{Kind: limiter.TokenBucket, Rate: 5000, Period: 60 * 60_000, Capacity: &loginCapAccount}
 )
 
 const systemTenant = 0
 
-// allowLogin consumes one attempt for the email and one for the client IP, all or nothing. It
-// returns the seconds to wait when refused. Emails are hashed into the key so that no address
-// (or a password typed into the email field) is stored in limit_state.
-func (u *UI) allowLogin(c *gin.Context, email string) (ok bool, retryAfter int64, err error) {
-	sum := sha256.Sum256([]byte(strings.ToLower(strings.TrimSpace(email))))
-	ipKey := c.ClientIP()
-	if ipKey == "" {
-		ipKey = "unknown"
+// loginLimitNames name the login limits for the engine and for the audit log's lockout entries,
+// in the order of loginRequests; loginLimitReasons say in the log what each counts.
+var (
+	loginLimitNames   = [...]string{"dashboard.login.account_ip", "dashboard.login.ip", "dashboard.login.account"}
+	loginLimitReasons = [...]string{
+		"too many failed logins for this account from this address",
+		"too many failed logins from this address",
+		"too many failed logins for this account from all addresses",
 	}
-	e, ip := u.loginEmail, u.loginIP
-	b, err := u.engine.Batch(c.Request.Context(), systemTenant, []limiter.Request{
-		{Name: "dashboard.login.email", Key: hex.EncodeToString(sum[:16]), Count: 1, Config: &e},
-		{Name: "dashboard.login.ip", Key: ipKey, Count: 1, Config: &ip},
-	}, true)
+)
+
+// clientAddress is the address the audit log and the login limits know a client by: gin's
+// ClientIP (X-Forwarded-For only from TRUSTED_PROXIES).
+func clientAddress(c *gin.Context) string {
+	if ip := c.ClientIP(); ip != "" {
+		return ip
+	}
+	return "unknown"
+}
+
+// limitAddress is the key of a client address in the login limits: an IPv4 address itself, an
+// IPv6 address its /64, which one subscriber usually holds whole (a limit per IPv6 address
+// would give every attacker 2^64 fresh addresses).
+func limitAddress(addr string) string {
+	a, err := netip.ParseAddr(addr)
+	switch {
+	case err != nil:
+		return addr
+	case a.Is4() || a.Is4In6():
+		return a.Unmap().String()
+	default:
+		return netip.PrefixFrom(a, 64).Masked().String()
+	}
+}
+
+// loginRequests are the engine requests of one login attempt. Emails are hashed into the keys,
+// so no address (or a password typed into the email field) is stored in limit_state.
+func (u *UI) loginRequests(email, addr string) []limiter.Request {
+	addr = limitAddress(addr)
+	norm := strings.ToLower(strings.TrimSpace(email))
+	account := sha256.Sum256([]byte(norm))
+	accountIP := sha256.Sum256([]byte(norm + "\x00" + addr))
+	perAccountIP, perIP, perAccount := u.loginAccountIP, u.loginIP, u.loginAccount
+	return []limiter.Request{
+		{Name: loginLimitNames[0], Key: hex.EncodeToString(accountIP[:16]), Count: 1, Config: &perAccountIP},
+		{Name: loginLimitNames[1], Key: addr, Count: 1, Config: &perIP},
+		{Name: loginLimitNames[2], Key: hex.EncodeToString(account[:16]), Count: 1, Config: &perAccount},
+	}
+}
+
+// allowLogin reports, spending nothing, whether a login attempt for email from addr may be
+// checked at all, and when refused how many seconds to wait.
+func (u *UI) allowLogin(c *gin.Context, email, addr string) (ok bool, retryAfter int64, err error) {
+	b, err := u.engine.Batch(c.Request.Context(), systemTenant, u.loginRequests(email, addr), false)
 	if err != nil {
 		return false, 0, err
 	}
@@ -262,4 +327,23 @@ func (u *UI) allowLogin(c *gin.Context, email string) (ok bool, retryAfter int64
 		wait = max(1, (*b.RetryAfter+999)/1000)
 	}
 	return false, wait, nil
+}
+
+// loginFailed spends one token of each login limit for a failed password, and audits a lockout
+// for each limit that this failure emptied: the next attempt it covers will be refused.
+func (u *UI) loginFailed(c *gin.Context, email, addr string) error {
+	ctx := c.Request.Context()
+	b, err := u.engine.Batch(ctx, systemTenant, u.loginRequests(email, addr), true)
+	if err != nil || !b.OK {
+		return err // !OK: a concurrent failure emptied a bucket first, and audited it
+	}
+	for i, r := range b.Results {
+		if r.Remaining >= 1 {
+			continue
+		}
+		if err := u.tenants.AuditLockout(ctx, email, addr, r.Name, loginLimitReasons[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

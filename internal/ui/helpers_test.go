@@ -20,9 +20,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
 	"github.com/sluice-dev/sluice/internal/ui"
 	"github.com/sluice-dev/sluice/internal/usage"
 )
+
+// TestMain gives the tests that run on every dialect (testkit.EachURL) a PostgreSQL server.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 const (
 	opEmail    = "op@example.com"
@@ -54,6 +58,12 @@ type env struct {
 
 // option changes the test application's configuration or options before it starts.
 type option func(c *config.Config, o *app.Options)
+
+// onDatabase runs the test application on the database at url (testkit.EachURL) instead of a
+// SQLite file of its own.
+func onDatabase(url string) option {
+	return func(c *config.Config, _ *app.Options) { c.DatabaseURL = url }
+}
 
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()

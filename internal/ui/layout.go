@@ -20,7 +20,7 @@ type layoutVM struct {
 	IsOperator bool
 	Tenant     *tenantRef // the tenant whose pages are shown, if any
 	Tenants    []tenantRef
-	Nav        string // "limits", "keys", "audit", "tenants"
+	Nav        string // "limits", "keys", "audit", "tenants", "server-audit"
 	Flash      string
 }
 

@@ -43,14 +43,15 @@ func (u *UI) loginForm(c *gin.Context) {
 }
 
 // login checks the rate limits first (so a refused attempt costs no argon2 work), then the
-// password, then starts a session.
+// password, then starts a session. Only a wrong password spends the limits' tokens.
 func (u *UI) login(c *gin.Context) {
 	email, password := c.PostForm("email"), c.PostForm("password")
 	vm := loginVM{Layout: u.bareLayout(c, "Log in"), Email: email, Next: safeNext(c.PostForm("next"))}
 	if len(email) > 320 {
 		vm.Email = ""
 	}
-	ok, wait, err := u.allowLogin(c, email)
+	addr := clientAddress(c)
+	ok, wait, err := u.allowLogin(c, email, addr)
 	if err != nil {
 		u.internalError(c, err)
 		return
@@ -61,8 +62,12 @@ func (u *UI) login(c *gin.Context) {
 		u.render(c, http.StatusTooManyRequests, loginPage(vm))
 		return
 	}
-	user, err := u.tenants.Login(c.Request.Context(), email, password)
+	user, err := u.tenants.Login(c.Request.Context(), email, password, addr)
 	if errors.Is(err, tenants.ErrUnauthorized) {
+		if err := u.loginFailed(c, email, addr); err != nil {
+			u.internalError(c, err)
+			return
+		}
 		vm.Error = "Email or password is wrong."
 		u.render(c, http.StatusUnauthorized, loginPage(vm))
 		return

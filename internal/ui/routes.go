@@ -24,6 +24,7 @@ func (u *UI) Register(r *gin.Engine) {
 	op.GET("/tenants", u.tenantsPage)
 	op.POST("/tenants", u.createTenant)
 	op.GET("/tenants/go", u.switchTenant) // the operator's tenant switcher (a GET form)
+	op.GET("/audit", u.serverAuditPage)   // server-wide events: operators' logins, failures, lockouts
 
 	t := authed.Group("/tenants/:tid", u.requireTenant)
 	t.GET("", u.tenantHome)

@@ -6,7 +6,6 @@ import (
 	"crypto/rsa"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,36 +256,6 @@ func findCookie(r response, name string) *http.Cookie {
 		}
 	}
 	return nil
-}
-
-func TestLoginIsRateLimitedPerEmail(t *testing.T) {
-	perEmail := limiter.Definition{Kind: limiter.TokenBucket, Rate: 3, Period: 3_600_000}
-	e := newEnv(t, func(_ *config.Config, o *app.Options) { o.LoginPerEmail = &perEmail })
-	e.operator()
-	for i := range 3 {
-		res := e.client().post("/login", url.Values{"email": {opEmail}, "password": {"wrong-password-" + strconv.Itoa(i)}})
-		wantStatus(t, res, http.StatusUnauthorized)
-		if got := text(res.doc(t), "#login-error"); got != "Email or password is wrong." {
-			t.Fatalf("error = %q", got)
-		}
-	}
-	// Even the right password is refused now, with a clear message and Retry-After.
-	res := e.client().post("/login", url.Values{"email": {"OP@example.com "}, "password": {opPassword}})
-	wantStatus(t, res, http.StatusTooManyRequests)
-	if got := text(res.doc(t), "#login-error"); !strings.HasPrefix(got, "Too many login attempts. Try again in") {
-		t.Fatalf("error = %q", got)
-	}
-	if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 1 {
-		t.Fatalf("Retry-After = %q", res.Header.Get("Retry-After"))
-	}
-	if findCookie(res, cookieName) != nil {
-		t.Fatal("a refused login set a cookie")
-	}
-	// Another email is not affected.
-	if _, err := e.svc.CreateUser(context.Background(), "other@example.com", "other-password-1", true, nil); err != nil {
-		t.Fatal(err)
-	}
-	e.login("other@example.com", "other-password-1")
 }
 
 func TestSetupLinkCreatesFirstOperatorOnceWithHashedPassword(t *testing.T) {

@@ -9,7 +9,8 @@
 //
 // Browsers must be able to use every page without JavaScript: forms post and redirect, confirm
 // steps are pages of their own. htmx only refreshes live values in place. The CSP forbids inline
-// scripts, so the little JavaScript there is lives in web/static/app.js.
+// scripts and styles, so the little JavaScript there is lives in web/static/app.js, the CSS in
+// web/static/app.css, and no template may use a style attribute (the meters are SVG).
 package ui
 
 import (
@@ -67,9 +68,10 @@ type Deps struct {
 	Now     func() time.Time // clock for session tokens; time.Now when nil
 	// SessionTTL is how long a login lasts; DefaultSessionTTL when zero.
 	SessionTTL time.Duration
-	// LoginPerEmail and LoginPerIP rate limit login attempts (token buckets of tenant 0, the
-	// system); defaults when nil.
-	LoginPerEmail, LoginPerIP *limiter.Definition
+	// LoginPerAccountIP, LoginPerIP and LoginPerAccount limit failed logins per account and
+	// client address, per client address and per account (token buckets of tenant 0, the
+	// system; see defaultLoginPerAccountIP); defaults when nil.
+	LoginPerAccountIP, LoginPerIP, LoginPerAccount *limiter.Definition
 }
 
 // DefaultSessionTTL is how long a dashboard login lasts.
@@ -87,10 +89,10 @@ type UI struct {
 	insecure   bool // development cookie: no __Host- prefix, no Secure flag
 	now        func() time.Time
 	ttl        time.Duration
-	loginEmail limiter.Definition
-	loginIP    limiter.Definition
-	static     *staticFiles
-	csrf       *http.CrossOriginProtection
+	// login limits: see defaultLoginPerAccountIP
+	loginAccountIP, loginIP, loginAccount limiter.Definition
+	static                                *staticFiles
+	csrf                                  *http.CrossOriginProtection
 
 	setupMu    sync.Mutex
 	setupToken string // one-time first-operator token; "" when setup is not offered
@@ -122,15 +124,17 @@ func New(d Deps) (*UI, error) {
 		sessionKey: append([]byte(nil), d.SessionKey...), baseURL: base,
 		insecure: base.Scheme == "http" && isLoopback(base.Hostname()),
 		now:      d.Now, ttl: d.SessionTTL,
-		loginEmail: defaultLoginPerEmail, loginIP: defaultLoginPerIP,
+		loginAccountIP: defaultLoginPerAccountIP, loginIP: defaultLoginPerIP, loginAccount: defaultLoginPerAccount,
 	}
-	if d.LoginPerEmail != nil {
-		u.loginEmail = *d.LoginPerEmail
+	for _, o := range []struct {
+		set *limiter.Definition
+		dst *limiter.Definition
+	}{{d.LoginPerAccountIP, &u.loginAccountIP}, {d.LoginPerIP, &u.loginIP}, {d.LoginPerAccount, &u.loginAccount}} {
+		if o.set != nil {
+			*o.dst = *o.set
+		}
 	}
-	if d.LoginPerIP != nil {
-		u.loginIP = *d.LoginPerIP
-	}
-	for _, def := range []limiter.Definition{u.loginEmail, u.loginIP} {
+	for _, def := range []limiter.Definition{u.loginAccountIP, u.loginIP, u.loginAccount} {
 		if err := def.Validate(); err != nil {
 			return nil, fmt.Errorf("ui: login limit: %w", err)
 		}

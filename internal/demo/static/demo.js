@@ -37,6 +37,10 @@ function problemText(status, data) {
   return `${status} ${data?.code ?? ''}${data?.detail ? `: ${data.detail}` : ''}`;
 }
 
+// The widget's strict-CSP build ships no proof-of-work code of its own: register the vendored
+// SHA-256 worker, a same-origin script (the CSP allows workers from 'self' only).
+globalThis.$altcha.algorithms.set('SHA-256', () => new Worker('/demo/static/altcha-sha.js'));
+
 // The widget, pointed at this session's challenge.
 const widget = document.createElement('altcha-widget');
 const challenge = new URL(root.dataset.challenge, location.href);

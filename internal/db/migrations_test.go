@@ -1,0 +1,74 @@
+package db_test
+
+import (
+	"context"
+	"io/fs"
+	"testing"
+	"time"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/testkit"
+	"github.com/sluice-dev/sluice/migrations"
+)
+
+// Migration 00002 stores dashboard sessions by hash only. Rows written before it hold raw
+// session IDs, which a copy of the database would turn into working cookies: the migration
+// deletes them (everyone logs in again) and keeps the users.
+func TestMigrationDeletesRawAdminSessionIDs(t *testing.T) {
+	for _, dialect := range testkit.Dialects {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d, err := db.Open(ctx, testkit.URL(t, dialect), db.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Close() })
+			sub, err := fs.Sub(migrations.FS, string(dialect))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gd := goose.DialectPostgres
+			if dialect == db.SQLite {
+				gd = goose.DialectSQLite3
+			}
+			p, err := goose.NewProvider(gd, d.SQL, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.UpTo(ctx, 1); err != nil {
+				t.Fatalf("migrate to version 1: %v", err)
+			}
+			now := time.Now().UTC()
+			for _, q := range []struct {
+				sql  string
+				args []any
+			}{
+				{`INSERT INTO users (id, email, password_hash, is_operator, created_at) VALUES (1, 'op@example.com', 'x', TRUE, ?)`, []any{now}},
+				{`INSERT INTO admin_sessions (id, user_id, created_at, expires_at) VALUES ('00112233445566778899aabbccddeeff', 1, ?, ?)`, []any{now, now.Add(time.Hour)}},
+			} {
+				if err := d.Gorm.Exec(q.sql, q.args...).Error; err != nil {
+					t.Fatalf("%s: %v", q.sql, err)
+				}
+			}
+			if err := d.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var n int64
+			if err := d.Gorm.Raw(`SELECT COUNT(*) FROM admin_sessions`).Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Fatalf("%d admin_sessions rows with raw IDs survived the migration", n)
+			}
+			if err := d.Gorm.Raw(`SELECT COUNT(*) FROM admin_sessions WHERE id_hash = ''`).Scan(&n).Error; err != nil {
+				t.Fatalf("admin_sessions has no id_hash column after the migration: %v", err)
+			}
+			if err := d.Gorm.Raw(`SELECT COUNT(*) FROM users`).Scan(&n).Error; err != nil || n != 1 {
+				t.Fatalf("users after the migration: %d (%v), want the one user kept", n, err)
+			}
+		})
+	}
+}

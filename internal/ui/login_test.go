@@ -1,0 +1,169 @@
+package ui_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/config"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// behindProxy makes the test application believe X-Forwarded-For from the loopback address the
+// test client connects from, so that requests can come from any client address.
+func behindProxy(c *config.Config, _ *app.Options) { c.TrustedProxies = []string{"127.0.0.1"} }
+
+// loginFrom posts the login form as the client at addr.
+func (c *client) loginFrom(addr, email, password string) response {
+	c.e.t.Helper()
+	return c.post("/login", url.Values{"email": {email}, "password": {password}}, "X-Forwarded-For", addr)
+}
+
+// A stranger who fails a thousand logins for the operator's email, from addresses of its own,
+// does not lock the operator out: limits that refuse are per account and address, and per
+// address; the account-wide ceiling is far above what this costs.
+func TestStrangerCannotLockTheOperatorOut(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, onDatabase(dbURL), behindProxy)
+		e.operator()
+		const attempts, addresses = 1000, 20
+		refusedByLimit := 0
+		for i := range attempts {
+			addr := "198.51.100." + strconv.Itoa(1+i%addresses)
+			res := e.client().loginFrom(addr, opEmail, "wrong-password-"+strconv.Itoa(i))
+			switch res.StatusCode {
+			case http.StatusUnauthorized:
+			case http.StatusTooManyRequests:
+				refusedByLimit++
+			default:
+				t.Fatalf("stranger's attempt %d from %s: status %d, want 401 or 429", i, addr, res.StatusCode)
+			}
+		}
+		if refusedByLimit == 0 {
+			t.Fatalf("none of %d failed logins from %d addresses was refused by a limit", attempts, addresses)
+		}
+		c := e.client()
+		res := c.loginFrom("203.0.113.7", opEmail, opPassword)
+		if res.StatusCode != http.StatusSeeOther || c.cookie() == "" {
+			t.Fatalf("the operator's own login after the stranger's %d failures: status %d, want 303 with a cookie\n%s",
+				attempts, res.StatusCode, res.body)
+		}
+	})
+}
+
+// After too many failures for one account from one address, that address is refused even
+// with the right password (with Retry-After and without argon2 work); the same account from
+// another address and other accounts from the same address still log in.
+func TestLoginIsLimitedPerAccountAndAddress(t *testing.T) {
+	perAccountIP := limiter.Definition{Kind: limiter.TokenBucket, Rate: 3, Period: 3_600_000}
+	e := newEnv(t, behindProxy, func(_ *config.Config, o *app.Options) { o.LoginPerAccountIP = &perAccountIP })
+	e.operator()
+	const guesser = "198.51.100.9"
+	for i := range 3 {
+		res := e.client().loginFrom(guesser, opEmail, "wrong-password-"+strconv.Itoa(i))
+		wantStatus(t, res, http.StatusUnauthorized)
+		if got := text(res.doc(t), "#login-error"); got != "Email or password is wrong." {
+			t.Fatalf("error = %q", got)
+		}
+	}
+	res := e.client().loginFrom(guesser, "OP@example.com ", opPassword)
+	wantStatus(t, res, http.StatusTooManyRequests)
+	if got := text(res.doc(t), "#login-error"); !strings.HasPrefix(got, "Too many login attempts. Try again in") {
+		t.Fatalf("error = %q", got)
+	}
+	if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Fatalf("Retry-After = %q", res.Header.Get("Retry-After"))
+	}
+	if findCookie(res, cookieName) != nil {
+		t.Fatal("a refused login set a cookie")
+	}
+	if _, err := e.svc.CreateUser(context.Background(), "other@example.com", "other-password-1", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.client().loginFrom(guesser, "other@example.com", "other-password-1"); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("another account from the guesser's address: status %d, want 303", res.StatusCode)
+	}
+	if res := e.client().loginFrom("203.0.113.7", opEmail, opPassword); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the operator from its own address: status %d, want 303", res.StatusCode)
+	}
+}
+
+// Successful logins, failed logins and lockouts reach the operators' audit page with the
+// client address, and never with the password.
+func TestLoginsFailuresAndLockoutsAreInTheOperatorsAuditLog(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		perAccountIP := limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 3_600_000}
+		e := newEnv(t, onDatabase(dbURL), behindProxy, func(_ *config.Config, o *app.Options) { o.LoginPerAccountIP = &perAccountIP })
+		e.operator()
+		const secret = "hunter2-never-logged"
+		wantStatus(t, e.client().loginFrom("198.51.100.1", opEmail, secret), http.StatusUnauthorized)
+		wantStatus(t, e.client().loginFrom("198.51.100.2", "nobody@example.com", secret+"-2"), http.StatusUnauthorized)
+		for range 2 {
+			wantStatus(t, e.client().loginFrom("198.51.100.3", opEmail, secret+"-3"), http.StatusUnauthorized)
+		}
+		wantStatus(t, e.client().loginFrom("198.51.100.3", opEmail, opPassword), http.StatusTooManyRequests)
+		c := e.client()
+		wantStatus(t, c.loginFrom("203.0.113.7", opEmail, opPassword), http.StatusSeeOther)
+
+		res := c.get("/audit")
+		wantStatus(t, res, http.StatusOK)
+		if strings.Contains(res.body, secret) {
+			t.Fatal("the audit page shows a password")
+		}
+		type entry struct{ actor, action, detail string }
+		var got []entry
+		res.doc(t).Find("#audit tbody tr").Each(func(_ int, s *goquery.Selection) {
+			got = append(got, entry{strings.TrimSpace(s.Find(".actor").Text()), strings.TrimSpace(s.Find(".action").Text()), strings.TrimSpace(s.Find(".detail").Text())})
+		})
+		want := []entry{ // newest first
+			{opEmail, "login", "client 203.0.113.7"},
+			{opEmail, "login.locked", "client 198.51.100.3"},
+			{opEmail, "login.failed", "client 198.51.100.3"},
+			{opEmail, "login.failed", "client 198.51.100.3"},
+			{"nobody@example.com", "login.failed", "client 198.51.100.2"},
+			{opEmail, "login.failed", "client 198.51.100.1"},
+		}
+		if len(got) != len(want) {
+			t.Fatalf("audit rows %+v, want %d", got, len(want))
+		}
+		for i, w := range want {
+			if got[i].actor != w.actor || got[i].action != w.action || !strings.Contains(got[i].detail, w.detail) {
+				t.Fatalf("row %d = %+v, want %+v (all: %+v)", i, got[i], w, got)
+			}
+		}
+
+		// Tenant members do not see the server's audit log.
+		tn := e.tenant("acme")
+		if _, err := e.svc.CreateUser(context.Background(), "dev@acme.io", "member-password-1", false, &tn.ID); err != nil {
+			t.Fatal(err)
+		}
+		member := e.login("dev@acme.io", "member-password-1")
+		wantStatus(t, member.get("/audit"), http.StatusNotFound)
+	})
+}
+
+// An IPv6 client is limited by its /64: hopping between the addresses of one subscriber's
+// network does not buy a guesser more attempts, while another network is not affected.
+func TestLoginLimitsCountAnIPv6ClientByItsSlash64(t *testing.T) {
+	perAccountIP := limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 3_600_000}
+	e := newEnv(t, behindProxy, func(_ *config.Config, o *app.Options) { o.LoginPerAccountIP = &perAccountIP })
+	e.operator()
+	wantStatus(t, e.client().loginFrom("2001:db8:1:2::a", opEmail, "wrong-password-1"), http.StatusUnauthorized)
+	wantStatus(t, e.client().loginFrom("2001:db8:1:2::b", opEmail, "wrong-password-2"), http.StatusUnauthorized)
+	wantStatus(t, e.client().loginFrom("2001:db8:1:2:ffff::c", opEmail, opPassword), http.StatusTooManyRequests)
+	if res := e.client().loginFrom("2001:db8:1:3::a", opEmail, opPassword); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the operator from another /64: status %d, want 303", res.StatusCode)
+	}
+	// The audit log keeps the full address.
+	c := e.login(opEmail, opPassword)
+	if body := c.get("/audit").body; !strings.Contains(body, "client 2001:db8:1:2::b") {
+		t.Fatal("the security log does not show the full IPv6 address of a failed login")
+	}
+}
