@@ -138,7 +138,7 @@ func (e *Engine) runGroup(jobs []*job) {
 	e.groups.Add(1)
 	e.jobs.Add(int64(len(jobs)))
 	var err error
-	if e.db.Dialect == db.Postgres {
+	if e.db.Dialect == db.Postgres && !forceGormGroups {
 		err = e.db.WithPgx(context.Background(), func(ctx context.Context, conn *pgx.Conn) error {
 			return e.groupPgx(ctx, conn, jobs)
 		})
@@ -158,6 +158,11 @@ func (e *Engine) runGroup(jobs []*job) {
 
 // groupGorm is one attempt of a group through GORM (SQLite): definitions, rows, decisions, writes.
 func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
+	if e.db.Dialect == db.Postgres { // see groupPgx
+		if err := tx.Exec("SET LOCAL enable_seqscan = off").Error; err != nil {
+			return err
+		}
+	}
 	now := e.now().UnixMilli()
 	defs, err := loadDefinitions(tx, definitionKeys(jobs))
 	if err != nil {
