@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // Engine decides limits inside serializable transactions. Several engines (in one process or
@@ -186,25 +186,13 @@ func validateRequest(r *Request) error {
 		return invalidRequest("key", KeyRule)
 	}
 	if r.Config != nil {
-		if err := r.Config.Validate(); err != nil {
-			return err
-		}
+		return fromAlgo(r.Config.Validate())
 	}
 	return nil
 }
 
-func originOf(def Definition, tenantID int64, name, key string) int64 {
-	if def.Kind != FixedWindow {
-		return 0
-	}
-	if def.Start != nil {
-		return *def.Start
-	}
-	return Offset(tenantID, name, key, def.Period)
-}
-
 // loadStates reads the given shards of one key; shards without a row read as "no row" (full).
-func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int) ([]State, error) {
+func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int) ([]algo.State, error) {
 	var rows []fullStateRow
 	err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state
 		WHERE tenant_id = ? AND name = ? AND key = ? AND shard IN ?`, tenantID, name, key, shards).Scan(&rows).Error
@@ -216,7 +204,7 @@ func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, s
 		r.exists = true
 		byShard[r.Shard] = r
 	}
-	out := make([]State, len(shards))
+	out := make([]algo.State, len(shards))
 	for i, s := range shards {
 		out[i] = byShard[s].state(def)
 	}
@@ -304,9 +292,9 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 			return err
 		}
 		out = Value{Definition: def, Shards: make([]ShardValue, len(states))}
-		origin := originOf(def, tenantID, name, key)
+		origin := algo.Origin(def, tenantID, name, key)
 		for i, st := range states {
-			v, ts := peek(def, st, now, origin)
+			v, ts := algo.Peek(def, st, now, origin)
 			out.Shards[i] = ShardValue{Shard: i, Value: v, TS: ts}
 			out.Value += v
 			out.TS = max(out.TS, ts)
@@ -318,9 +306,6 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 	}
 	return out, nil
 }
-
-// IsNotFound reports whether err means the limit does not exist for this tenant.
-func IsNotFound(err error) bool { return errors.Is(err, ErrLimitNotFound) }
 
 // KeyValue is one key of a limit with its current value (summed over the shards that have state).
 type KeyValue struct {
@@ -358,9 +343,9 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 				return err
 			}
 			kv := KeyValue{Key: k}
-			origin := originOf(def, tenantID, name, k)
+			origin := algo.Origin(def, tenantID, name, k)
 			for _, st := range states {
-				v, ts := peek(def, st, now, origin)
+				v, ts := algo.Peek(def, st, now, origin)
 				kv.Value += v
 				kv.TS = max(kv.TS, ts)
 			}

@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // Group commit. Every decision is a job; a worker takes every job waiting in its queue (up to
@@ -206,8 +207,8 @@ func (e *Engine) ensurePicks(j *job, i, shards int) {
 }
 
 // decideGroup decides the jobs in arrival order and returns the rows to write.
-func decideGroup(jobs []*job, defsOf [][]Definition, stored map[rowKey]fullStateRow, now int64) map[rowKey]State {
-	overlay := map[rowKey]State{}
+func decideGroup(jobs []*job, defsOf [][]Definition, stored map[rowKey]fullStateRow, now int64) map[rowKey]algo.State {
+	overlay := map[rowKey]algo.State{}
 	for ji, j := range jobs {
 		if j.err == nil {
 			j.out, j.err = decideJob(j, defsOf[ji], stored, overlay, now)
@@ -242,12 +243,12 @@ func resolveDefinitions(j *job, stored map[defKey]Definition) ([]Definition, err
 		case ok:
 			out[i] = d
 		case req.Config != nil:
-			out[i] = req.Config.normalized()
+			out[i] = req.Config.Normalized()
 		default:
 			return nil, ErrLimitNotFound
 		}
-		if err := out[i].checkCount(req.Count, req.Reserve); err != nil {
-			return nil, err
+		if err := out[i].CheckCount(req.Count, req.Reserve); err != nil {
+			return nil, fromAlgo(err)
 		}
 	}
 	return out, nil
@@ -255,12 +256,12 @@ func resolveDefinitions(j *job, stored map[defKey]Definition) ([]Definition, err
 
 // decideJob decides one job against the rows as the jobs before it in the group left them. Its
 // writes join the overlay only if every one of its limits allowed (all or nothing) and it consumes.
-func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overlay map[rowKey]State, now int64) (BatchDecision, error) {
+func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) (BatchDecision, error) {
 	out := BatchDecision{OK: true, Results: make([]Decision, len(j.reqs))}
-	local := map[rowKey]State{}
+	local := map[rowKey]algo.State{}
 	for i, req := range j.reqs {
 		def := defs[i]
-		states := make([]State, len(j.picks[i]))
+		states := make([]algo.State, len(j.picks[i]))
 		for k, s := range j.picks[i] {
 			rk := rowKey{j.tenantID, req.Name, req.Key, s}
 			if st, ok := local[rk]; ok {
@@ -271,17 +272,17 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 				states[k] = stored[rk].state(def)
 			}
 		}
-		d := decide(def, states, req.Count, req.Reserve, now, originOf(def, j.tenantID, req.Name, req.Key))
-		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.ok, Remaining: d.remaining, Definition: def}
-		if !math.IsNaN(d.retryAfter) {
-			ra := retryAfterMillis(d.retryAfter)
+		d := algo.Decide(def, states, req.Count, req.Reserve, now, algo.Origin(def, j.tenantID, req.Name, req.Key))
+		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.OK, Remaining: d.Remaining, Definition: def}
+		if !math.IsNaN(d.RetryAfter) {
+			ra := algo.RetryAfterMillis(d.RetryAfter)
 			out.Results[i].RetryAfter = &ra
 		}
-		if !d.ok {
+		if !d.OK {
 			out.OK = false
 			continue
 		}
-		for k, w := range d.writes {
+		for k, w := range d.Writes {
 			if w.Exists {
 				local[rowKey{j.tenantID, req.Name, req.Key, j.picks[i][k]}] = w
 			}
@@ -324,13 +325,13 @@ type fullStateRow struct {
 }
 
 // state converts a stored row; a zero row (not found) is "no row", which reads as full.
-func (r fullStateRow) state(def Definition) State {
+func (r fullStateRow) state(def Definition) algo.State {
 	if !r.exists {
-		return State{}
+		return algo.State{}
 	}
-	st := State{Value: r.Value, TS: r.TS, Exists: true}
+	st := algo.State{Value: r.Value, TS: r.TS, Exists: true}
 	if def.Kind == SlidingWindow {
-		st.Counters = parseCounters(r.Counters, def.Resolution, def.shardParams().rate)
+		st.Counters = algo.ParseCounters(def, r.Counters)
 	}
 	return st
 }
@@ -377,7 +378,7 @@ func rowLess(a, b rowKey) bool {
 
 // saveRows upserts the changed rows in a fixed order (fewer deadlocks between transactions),
 // many rows per statement.
-func saveRows(tx *gorm.DB, rows map[rowKey]State) error {
+func saveRows(tx *gorm.DB, rows map[rowKey]algo.State) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -400,7 +401,7 @@ func saveRows(tx *gorm.DB, rows map[rowKey]State) error {
 			st := rows[k]
 			counters := ""
 			if st.Counters != nil {
-				counters = formatCounters(st.Counters)
+				counters = algo.FormatCounters(st.Counters)
 			}
 			args = append(args, k.tenantID, k.name, k.key, k.shard, st.Value, st.TS, counters)
 		}
@@ -410,12 +411,4 @@ func saveRows(tx *gorm.DB, rows map[rowKey]State) error {
 		}
 	}
 	return nil
-}
-
-// MaxRetryAfter caps retryAfter (ms, about 31,700 years): degenerate definitions (a rate of
-// 5e-324 per ten years) would otherwise overflow int64, and JSON numbers stay exact below 2^53.
-const MaxRetryAfter = int64(1e15)
-
-func retryAfterMillis(ms float64) int64 {
-	return int64(math.Ceil(math.Min(math.Max(ms, 0), float64(MaxRetryAfter))))
 }

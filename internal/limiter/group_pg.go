@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // The PostgreSQL hot path: a group transaction in two round trips, pipelined with pgx.
@@ -217,7 +219,7 @@ func rowArgs(keys []rowKey) []any {
 
 // writeArgs lists the rows to write in a fixed order, so that concurrent groups take row locks in
 // the same order and do not deadlock.
-func writeArgs(rows map[rowKey]State) []any {
+func writeArgs(rows map[rowKey]algo.State) []any {
 	keys := make([]rowKey, 0, len(rows))
 	for k := range rows {
 		keys = append(keys, k)
@@ -229,7 +231,7 @@ func writeArgs(rows map[rowKey]State) []any {
 		st := rows[k]
 		values[i], ts[i] = st.Value, st.TS
 		if st.Counters != nil {
-			counters[i] = formatCounters(st.Counters)
+			counters[i] = algo.FormatCounters(st.Counters)
 		}
 	}
 	return append(args, values, ts, counters)

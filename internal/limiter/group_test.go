@@ -15,6 +15,8 @@ func groupTestDB(t *testing.T, dialect db.Dialect) *db.DB { return testkit.Open(
 
 func forEachDialect(t *testing.T, fn func(t *testing.T, d *db.DB)) { testkit.Each(t, fn) }
 
+func ptr[T any](v T) *T { return &v }
+
 func newJob(tenantID int64, consume bool, reqs ...Request) *job {
 	return &job{tenantID: tenantID, reqs: reqs, consume: consume, picks: make([][]int, len(reqs)), done: make(chan struct{})}
 }

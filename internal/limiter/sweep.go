@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // Sweeping. A missing limit_state row means "full" (DESIGN §3), so a row whose state has become
@@ -14,8 +16,8 @@ import (
 // table proportional to the keys that are actually limited right now rather than to every key
 // ever seen.
 //
-// "Indistinguishable" is exact, not approximate: a row is deleted only when the view the
-// decision functions build from it (viewTokenBucket, viewFixedWindow, viewSlidingWindow: the
+// "Indistinguishable" is exact, not approximate (algo.ReadsAsMissing): a row is deleted only when
+// the view the decision functions build from it (algo's views of each kind: the
 // available tokens, the ts a write would store, the sliding window's counters, sub-interval and
 // elapsed fraction) equals the view they build from no row, at the sweeping transaction's clock
 // reading and SweepClockGrace before it. Every decision, check, value and retryAfter is a
@@ -231,31 +233,11 @@ func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
 	if !d.ok {
 		return r.TS <= now-InlineStateTTL.Milliseconds()
 	}
-	def := d.def.normalized()
+	def := d.def.Normalized()
 	if r.Shard < 0 || r.Shard >= def.Shards {
 		return false // cannot happen (a shard count change drops state); keep what we do not understand
 	}
-	p := def.shardParams()
-	origin := originOf(def, r.TenantID, r.Name, r.Key)
 	r.exists = true
-	st := r.state(def)
-	for _, t := range []int64{now - SweepClockGrace.Milliseconds(), now} {
-		if r.TS > t || !sameView(viewOf(p, st, t, origin), viewOf(p, State{}, t, origin)) {
-			return false
-		}
-	}
-	return true
-}
-
-// sameView compares every field a decision reads.
-func sameView(a, b shardView) bool {
-	if a.avail != b.avail || a.ts != b.ts || a.n != b.n || a.f != b.f || len(a.counters) != len(b.counters) {
-		return false
-	}
-	for i := range a.counters {
-		if a.counters[i] != b.counters[i] {
-			return false
-		}
-	}
-	return true
+	return algo.ReadsAsMissing(def, r.state(def), algo.Origin(def, r.TenantID, r.Name, r.Key),
+		now-SweepClockGrace.Milliseconds(), now)
 }
