@@ -193,29 +193,19 @@ func validateRequest(r *Request) error {
 
 // loadStates reads the given shards of one key; shards without a row read as "no row" (full).
 func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int) ([]algo.State, error) {
-	var rows []fullStateRow
-	err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state
-		WHERE tenant_id = ? AND name = ? AND key = ? AND shard IN ?`, tenantID, name, key, shards).Scan(&rows).Error
+	keys := make([]rowKey, len(shards))
+	for i, s := range shards {
+		keys[i] = rowKey{tenantID, name, key, s}
+	}
+	rows, err := loadRows(tx, keys)
 	if err != nil {
 		return nil, err
 	}
-	byShard := make(map[int]fullStateRow, len(rows))
-	for _, r := range rows {
-		r.exists = true
-		byShard[r.Shard] = r
-	}
 	out := make([]algo.State, len(shards))
-	for i, s := range shards {
-		out[i] = byShard[s].state(def)
+	for i, k := range keys {
+		out[i] = rows[k].state(def)
 	}
 	return out, nil
-}
-
-func deleteState(tx *gorm.DB, tenantID int64, name string, key *string) error {
-	if key == nil {
-		return tx.Exec(`DELETE FROM limit_state WHERE tenant_id = ? AND name = ?`, tenantID, name).Error
-	}
-	return tx.Exec(`DELETE FROM limit_state WHERE tenant_id = ? AND name = ? AND key = ?`, tenantID, name, *key).Error
 }
 
 // Reset deletes the state of one key (every shard), or of every key of name when key is nil.
@@ -233,8 +223,8 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 			return err
 		}
 		if !ok {
-			var n int64
-			if err := tx.Raw(`SELECT COUNT(*) FROM limit_state WHERE tenant_id = ? AND name = ?`, tenantID, name).Scan(&n).Error; err != nil {
+			n, err := countState(tx, tenantID, name)
+			if err != nil {
 				return err
 			}
 			if n == 0 {
@@ -326,9 +316,8 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 		if !ok {
 			return ErrLimitNotFound
 		}
-		var keys []string
-		if err := tx.Raw(`SELECT key FROM limit_state WHERE tenant_id = ? AND name = ?
-			GROUP BY key ORDER BY MAX(ts) DESC, key LIMIT ?`, tenantID, name, n).Scan(&keys).Error; err != nil {
+		keys, err := recentKeys(tx, tenantID, name, n)
+		if err != nil {
 			return err
 		}
 		now := e.now().UnixMilli()

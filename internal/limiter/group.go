@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -160,7 +158,7 @@ func (e *Engine) runGroup(jobs []*job) {
 // groupGorm is one attempt of a group through GORM (SQLite): definitions, rows, decisions, writes.
 func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 	if e.db.Dialect == db.Postgres { // see groupPgx
-		if err := tx.Exec("SET LOCAL enable_seqscan = off").Error; err != nil {
+		if err := tx.Exec(pgNoSeqScan).Error; err != nil {
 			return err
 		}
 	}
@@ -294,121 +292,4 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 		}
 	}
 	return out, nil
-}
-
-// loadDefinitions reads the named definitions in one query.
-func loadDefinitions(tx *gorm.DB, keys []defKey) (map[defKey]Definition, error) {
-	pairs := make([][]any, len(keys))
-	for i, k := range keys {
-		pairs[i] = []any{k.tenantID, k.name}
-	}
-	var rows []definitionRow
-	if err := tx.Where("(tenant_id, name) IN ?", pairs).Find(&rows).Error; err != nil {
-		return nil, err
-	}
-	out := make(map[defKey]Definition, len(rows))
-	for _, r := range rows {
-		out[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
-	}
-	return out, nil
-}
-
-type fullStateRow struct {
-	TenantID int64
-	Name     string
-	Key      string
-	Shard    int
-	Value    float64
-	TS       int64 `gorm:"column:ts"`
-	Counters string
-	exists   bool
-}
-
-// state converts a stored row; a zero row (not found) is "no row", which reads as full.
-func (r fullStateRow) state(def Definition) algo.State {
-	if !r.exists {
-		return algo.State{}
-	}
-	st := algo.State{Value: r.Value, TS: r.TS, Exists: true}
-	if def.Kind == SlidingWindow {
-		st.Counters = algo.ParseCounters(def, r.Counters)
-	}
-	return st
-}
-
-// loadRows reads the wanted state rows in one query. Missing rows stay absent (full).
-func loadRows(tx *gorm.DB, wanted []rowKey) (map[rowKey]fullStateRow, error) {
-	out := make(map[rowKey]fullStateRow, len(wanted))
-	if len(wanted) == 0 {
-		return out, nil
-	}
-	sort.Slice(wanted, func(a, b int) bool { return rowLess(wanted[a], wanted[b]) })
-	tuples := make([][]any, 0, len(wanted))
-	for i, w := range wanted {
-		if i > 0 && w == wanted[i-1] {
-			continue
-		}
-		tuples = append(tuples, []any{w.tenantID, w.name, w.key, w.shard})
-	}
-	var rows []fullStateRow
-	err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state
-		WHERE (tenant_id, name, key, shard) IN ?`, tuples).Scan(&rows).Error
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rows {
-		r.exists = true
-		out[rowKey{r.TenantID, r.Name, r.Key, r.Shard}] = r
-	}
-	return out, nil
-}
-
-func rowLess(a, b rowKey) bool {
-	if a.tenantID != b.tenantID {
-		return a.tenantID < b.tenantID
-	}
-	if a.name != b.name {
-		return a.name < b.name
-	}
-	if a.key != b.key {
-		return a.key < b.key
-	}
-	return a.shard < b.shard
-}
-
-// saveRows upserts the changed rows in a fixed order (fewer deadlocks between transactions),
-// many rows per statement.
-func saveRows(tx *gorm.DB, rows map[rowKey]algo.State) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	keys := make([]rowKey, 0, len(rows))
-	for k := range rows {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(a, b int) bool { return rowLess(keys[a], keys[b]) })
-	const chunk = 500
-	for start := 0; start < len(keys); start += chunk {
-		part := keys[start:min(start+chunk, len(keys))]
-		var sb strings.Builder
-		sb.WriteString("INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters) VALUES ")
-		args := make([]any, 0, 7*len(part))
-		for i, k := range part {
-			if i > 0 {
-				sb.WriteString(",")
-			}
-			sb.WriteString("(?,?,?,?,?,?,?)")
-			st := rows[k]
-			counters := ""
-			if st.Counters != nil {
-				counters = algo.FormatCounters(st.Counters)
-			}
-			args = append(args, k.tenantID, k.name, k.key, k.shard, st.Value, st.TS, counters)
-		}
-		sb.WriteString(" ON CONFLICT (tenant_id, name, key, shard) DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters")
-		if err := tx.Exec(sb.String(), args...).Error; err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -63,12 +62,11 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	var created bool
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		now := e.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
-		var old definitionRow
-		err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Take(&old).Error
-		created = errors.Is(err, gorm.ErrRecordNotFound)
-		if err != nil && !created {
+		old, found, err := loadDefinition(tx, tenantID, name)
+		if err != nil {
 			return err
 		}
+		created = !found
 		row := definitionRow{
 			TenantID: tenantID, Name: name, Kind: string(def.Kind), Rate: def.Rate, Period: def.Period,
 			Capacity: def.Capacity, MaxReserved: def.MaxReserved, Shards: def.Shards, Start: def.Start,
@@ -86,7 +84,7 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			if err := tx.Select("*").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
 				return err
 			}
-			if algo.StateShapeChanged(old.toDomain().Definition, def) {
+			if algo.StateShapeChanged(old.Definition, def) {
 				if err := deleteState(tx, tenantID, name, nil); err != nil {
 					return err
 				}
@@ -153,16 +151,4 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		return fmt.Errorf("limiter: delete definition: %w", err)
 	}
 	return nil
-}
-
-func loadDefinition(tx *gorm.DB, tenantID int64, name string) (StoredDefinition, bool, error) {
-	var row definitionRow
-	err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Take(&row).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return StoredDefinition{}, false, nil
-	}
-	if err != nil {
-		return StoredDefinition{}, false, err
-	}
-	return row.toDomain(), true, nil
 }

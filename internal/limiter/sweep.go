@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -122,7 +121,8 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 			return deleted, fmt.Errorf("limiter: sweep: %w", err)
 		}
 		started := time.Now()
-		rows, err := e.scanState(ctx, cursor, batch)
+		// The scan runs outside any transaction: what it returns is only a list of candidates.
+		rows, err := scanState(e.db.Gorm.WithContext(ctx), cursor, batch)
 		if err != nil {
 			return deleted, fmt.Errorf("limiter: sweep: scan: %w", err)
 		}
@@ -157,75 +157,41 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 	}
 }
 
-// scanState reads the next batch of rows after cursor in primary-key order (keyset pagination,
-// so each page is an index range scan however large the table). It runs outside any transaction:
-// what it returns is only a list of candidates.
-func (e *Engine) scanState(ctx context.Context, cursor *fullStateRow, batch int) ([]fullStateRow, error) {
-	q := `SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state`
-	var args []any
-	if cursor != nil {
-		q += ` WHERE (tenant_id, name, key, shard) > (?, ?, ?, ?)`
-		args = append(args, cursor.TenantID, cursor.Name, cursor.Key, cursor.Shard)
-	}
-	q += ` ORDER BY tenant_id, name, key, shard LIMIT ?`
-	args = append(args, batch)
-	var rows []fullStateRow
-	err := e.db.Gorm.WithContext(ctx).Raw(q, args...).Scan(&rows).Error
-	return rows, err
-}
-
 // deleteIfStillFull re-reads candidates and their definitions in one serializable transaction
 // and deletes those still provably full at the transaction's clock.
 func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRow) (int, error) {
+	keys := make([]rowKey, len(candidates))
+	for i, r := range candidates {
+		keys[i] = r.key()
+	}
 	var deleted int
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		deleted = 0
 		now := e.now().UnixMilli()
-		where, args := pkMatch(candidates)
-		var current []fullStateRow
-		if err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state WHERE `+where, args...).
-			Scan(&current).Error; err != nil {
+		current, err := loadRows(tx, keys)
+		if err != nil {
 			return err
 		}
 		defs := definitionCache{}
-		var doomed []fullStateRow
-		for _, r := range current {
+		var doomed []rowKey
+		for _, k := range keys {
+			r, ok := current[k]
+			if !ok {
+				continue
+			}
 			d, err := defs.get(tx, r)
 			if err != nil {
 				return err
 			}
 			if sweepable(d, r, now) {
-				doomed = append(doomed, r)
+				doomed = append(doomed, k)
 			}
 		}
-		if len(doomed) == 0 {
-			return nil
-		}
-		where, args = pkMatch(doomed)
-		res := tx.Exec(`DELETE FROM limit_state WHERE `+where, args...)
-		if res.Error != nil {
-			return res.Error
-		}
-		deleted = int(res.RowsAffected)
-		return nil
+		n, err := deleteRows(tx, doomed)
+		deleted = int(n)
+		return err
 	})
 	return deleted, err
-}
-
-// pkMatch is a WHERE clause matching exactly these rows by primary key. An OR of equalities
-// (rather than a row-value IN list) is planned as index lookups by both SQLite and PostgreSQL,
-// which keeps PostgreSQL's serializable read locks on these rows instead of the whole table.
-func pkMatch(rows []fullStateRow) (string, []any) {
-	var b strings.Builder
-	args := make([]any, 0, 4*len(rows))
-	for i, r := range rows {
-		if i > 0 {
-			b.WriteString(" OR ")
-		}
-		b.WriteString("(tenant_id = ? AND name = ? AND key = ? AND shard = ?)")
-		args = append(args, r.TenantID, r.Name, r.Key, r.Shard)
-	}
-	return b.String(), args
 }
 
 // sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before.
