@@ -139,7 +139,7 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, s
 	defer tenantSvc.Close()
 	dash := newDashboard(d, log) // admin UI + usage charts (ui_wiring.go)
 	defer dash.close()           // flushes usage counts; runs after engine.Close, before d.Close
-	engine := limiter.NewEngine(d, limiter.Options{OnDecision: fanOut(ops.metrics.OnDecision, dash.onDecision), Workers: cfg.DecisionWorkers})
+	engine := limiter.NewEngine(d, limiter.Options{OnDecision: fanOut(ops.metrics.OnDecision, dash.onDecision)})
 	defer engine.Close() // after the HTTP server drained, before the database closes
 	ops.metrics.WatchGroups(engine.GroupStats)
 	// captcha, anonymous sessions, JWKS and /demo (captcha_wiring.go)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 )
 
@@ -26,9 +25,6 @@ type Config struct {
 	AdminEmail     string
 	AdminPassword  string
 	PprofAddr      string // when set (loopback only), net/http/pprof listens there for profiling
-	// DecisionWorkers is the number of group-commit workers (limiter.Options.Workers): 0 picks
-	// the default for the database, -1 gives every decision its own transaction.
-	DecisionWorkers int
 }
 
 // FromEnv reads a Config from getenv. Unset variables take their defaults.
@@ -53,13 +49,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		if p = strings.TrimSpace(p); p != "" {
 			c.TrustedProxies = append(c.TrustedProxies, p)
 		}
-	}
-	if w := getenv("SLUICE_DECISION_WORKERS"); w != "" {
-		n, err := strconv.Atoi(w)
-		if err != nil || n < -1 || n > 64 {
-			return c, errors.New("config: SLUICE_DECISION_WORKERS must be a whole number from -1 to 64")
-		}
-		c.DecisionWorkers = n
 	}
 	if lvl := getenv("LOG_LEVEL"); lvl != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(lvl)); err != nil {

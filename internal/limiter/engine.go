@@ -22,7 +22,7 @@ type Engine struct {
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
 
-	pipe    *pipeline // nil: every decision runs its own transaction
+	pipe    *pipeline
 	hints   shardHints
 	groups  atomic.Int64 // group transactions committed or failed
 	jobs    atomic.Int64 // decisions (Batch calls) they carried
@@ -35,9 +35,6 @@ type Options struct {
 	Now        func() time.Time // the clock; one reading per transaction attempt
 	IntN       func(n int) int  // randomness for shard choice and jitter; must be goroutine-safe
 	OnDecision func(tenantID int64, name string, ok bool)
-	// Workers is the number of group-commit workers (group.go): 0 means 1; a negative value
-	// disables grouping, so that every decision runs in a transaction of its own.
-	Workers int
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
 }
@@ -51,20 +48,15 @@ func NewEngine(d *db.DB, opts Options) *Engine {
 	if e.intN == nil {
 		e.intN = rand.IntN
 	}
-	workers, maxGroup := opts.Workers, opts.MaxGroup
-	if workers == 0 {
-		// One worker: its groups never conflict with each other, and one pipelined transaction at
-		// a time already carries tens of decisions. Measured on 2 cores (docs/performance.md):
-		// more workers on PostgreSQL turned random keys' SIREAD page locks into serialization
-		// retries and cut throughput; SQLite has one writer anyway.
-		workers = 1
-	}
+	maxGroup := opts.MaxGroup
 	if maxGroup <= 0 {
 		maxGroup = 64
 	}
-	if workers > 0 {
-		e.startPipeline(workers, maxGroup)
-	}
+	// One group-commit worker: its groups never conflict with each other, and one pipelined
+	// transaction at a time already carries tens of decisions. Measured on 2 cores
+	// (docs/performance.md): more workers on PostgreSQL turned random keys' SIREAD page locks into
+	// serialization retries and cut throughput; SQLite has one writer anyway.
+	e.startPipeline(maxGroup)
 	return e
 }
 
@@ -125,9 +117,7 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 		}
 	}
 	j := &job{tenantID: tenantID, reqs: reqs, consume: consume, picks: make([][]int, len(reqs)), done: make(chan struct{})}
-	if e.pipe == nil {
-		e.runGroup([]*job{j})
-	} else if err := e.submit(ctx, j); err != nil {
+	if err := e.submit(ctx, j); err != nil {
 		return BatchDecision{}, fmt.Errorf("limiter: decide: %w", err)
 	}
 	if j.err != nil {

@@ -3,9 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math"
-	"strconv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -18,10 +16,10 @@ import (
 // Group commit. Every decision is a job; a worker takes every job waiting in its queue (up to
 // maxGroup) and decides them all in ONE serializable transaction: one query for the definitions,
 // one for the state rows, one multi-row upsert, in arrival order, each job all-or-nothing on its
-// own. Jobs on the same (tenant, name, key) go to the same worker, so a hot key's decisions are
-// coalesced into one transaction instead of fighting each other with serialization failures.
-// Strictness is unchanged: the transaction still reads and writes every row it decides on, and
-// conflicting transactions of other workers or other processes are retried as before.
+// own. One worker decides every group of its engine, so a hot key's decisions are coalesced into
+// one transaction instead of fighting each other with serialization failures. Strictness is
+// unchanged: the transaction still reads and writes every row it decides on, and conflicting
+// transactions of other processes are retried as before.
 
 // job is one Batch call waiting for its decision.
 type job struct {
@@ -46,41 +44,37 @@ type defKey struct {
 	name     string
 }
 
-// pipeline is the set of group-commit workers of an engine.
+// pipeline is the group-commit worker of an engine and its queue.
 type pipeline struct {
-	queues   []chan *job
+	queue    chan *job
 	maxGroup int
 	wg       sync.WaitGroup
 	closing  sync.Once
 }
 
-func (e *Engine) startPipeline(workers, maxGroup int) {
-	p := &pipeline{queues: make([]chan *job, workers), maxGroup: maxGroup}
-	for i := range p.queues {
-		q := make(chan *job, 4*maxGroup)
-		p.queues[i] = q
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			group := make([]*job, 0, maxGroup)
-			for j := range q {
-				group = append(group[:0], j)
-			drain:
-				for len(group) < maxGroup {
-					select {
-					case next, ok := <-q:
-						if !ok {
-							break drain
-						}
-						group = append(group, next)
-					default:
+func (e *Engine) startPipeline(maxGroup int) {
+	p := &pipeline{queue: make(chan *job, 4*maxGroup), maxGroup: maxGroup}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		group := make([]*job, 0, maxGroup)
+		for j := range p.queue {
+			group = append(group[:0], j)
+		drain:
+			for len(group) < maxGroup {
+				select {
+				case next, ok := <-p.queue:
+					if !ok {
 						break drain
 					}
+					group = append(group, next)
+				default:
+					break drain
 				}
-				e.runGroup(group)
 			}
-		}()
-	}
+			e.runGroup(group)
+		}
+	}()
 	e.pipe = p
 }
 
@@ -93,14 +87,12 @@ func (e *Engine) Close() {
 		e.closeMu.Lock()
 		e.closed = true
 		e.closeMu.Unlock()
-		for _, q := range e.pipe.queues {
-			close(q)
-		}
+		close(e.pipe.queue)
 		e.pipe.wg.Wait()
 	})
 }
 
-// submit queues j on the worker that owns its first key and waits for the decision.
+// submit queues j for the worker and waits for the decision.
 func (e *Engine) submit(ctx context.Context, j *job) error {
 	e.closeMu.RLock()
 	if e.closed {
@@ -108,15 +100,8 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 		e.runGroup([]*job{j})
 		return nil
 	}
-	q := e.pipe.queues[0]
-	if n := len(e.pipe.queues); n > 1 {
-		h := fnv.New32a()
-		first := j.reqs[0]
-		_, _ = h.Write([]byte(strconv.FormatInt(j.tenantID, 10) + "\x00" + first.Name + "\x00" + first.Key))
-		q = e.pipe.queues[int(h.Sum32()%uint32(n))]
-	}
 	select {
-	case q <- j:
+	case e.pipe.queue <- j:
 		e.closeMu.RUnlock()
 	case <-ctx.Done():
 		e.closeMu.RUnlock()

@@ -27,7 +27,7 @@ func newJob(tenantID int64, consume bool, reqs ...Request) *job {
 func TestGroupDecidesJobsInArrivalOrderEachAllOrNothing(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
-		e := NewEngine(d, Options{Workers: -1, Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
+		e := NewEngine(d, Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
 		for name, rate := range map[string]float64{"a": 10, "b": 3} {
 			if _, _, err := e.PutDefinition(ctx, 1, name, Definition{Kind: TokenBucket, Rate: rate, Period: 3_600_000}); err != nil {
 				t.Fatal(err)
@@ -75,7 +75,7 @@ func TestGroupDecidesJobsInArrivalOrderEachAllOrNothing(t *testing.T) {
 func TestConcurrentDecisionsOnOneKeyAreCoalescedAndExact(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
-		e := NewEngine(d, Options{Workers: 1, MaxGroup: 64})
+		e := NewEngine(d, Options{MaxGroup: 64})
 		defer e.Close()
 		if _, _, err := e.PutDefinition(ctx, 1, "hot", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000, Start: ptr(int64(0))}); err != nil {
 			t.Fatal(err)
@@ -121,7 +121,7 @@ func TestConcurrentDecisionsOnOneKeyAreCoalescedAndExact(t *testing.T) {
 func TestStaleShardHintFetchesTheRowsItMissed(t *testing.T) {
 	d := groupTestDB(t, db.Postgres)
 	ctx := context.Background()
-	frozen := Options{Workers: -1, Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }}
+	frozen := Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }}
 	a, b := NewEngine(d, frozen), NewEngine(d, frozen)
 	if _, _, err := a.PutDefinition(ctx, 1, "s", Definition{Kind: TokenBucket, Rate: 40, Period: 3_600_000}); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestStaleShardHintFetchesTheRowsItMissed(t *testing.T) {
 func TestCloseFinishesQueuedDecisions(t *testing.T) {
 	d := groupTestDB(t, db.SQLite)
 	ctx := context.Background()
-	e := NewEngine(d, Options{Workers: 2, Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
+	e := NewEngine(d, Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
 	if _, _, err := e.PutDefinition(ctx, 1, "c", Definition{Kind: TokenBucket, Rate: 1000, Period: 3_600_000}); err != nil {
 		t.Fatal(err)
 	}
