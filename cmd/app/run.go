@@ -140,7 +140,11 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, s
 	dash := newDashboard(d, log) // admin UI + usage charts (ui_wiring.go)
 	defer dash.close()           // flushes usage counts; runs after engine.Close, before d.Close
 	engine := limiter.NewEngine(d, limiter.Options{OnDecision: fanOut(ops.metrics.OnDecision, dash.onDecision)})
-	defer engine.Close() // after the HTTP server drained, before the database closes
+	// The group-commit worker stops after the HTTP server drained, before the database closes.
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- engine.Run(engineCtx) }()
+	defer func() { stopEngine(); <-engineDone }()
 	ops.metrics.WatchGroups(engine.GroupStats)
 	// captcha, anonymous sessions, JWKS and /demo (captcha_wiring.go)
 	anon, err := newAnonymousSessions(ctx, cfg, d, keys, tenantSvc, engine, log)

@@ -73,7 +73,9 @@ func newRouter(tb testing.TB, d *db.DB) (*gin.Engine, *tenants.Service, *limiter
 	tenantSvc := tenants.NewService(d, testPepper, nil)
 	tb.Cleanup(tenantSvc.Close)
 	engine := limiter.NewEngine(d, limiter.Options{})
-	tb.Cleanup(engine.Close)
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	go engine.Run(engineCtx)
+	tb.Cleanup(stopEngine)
 	apiSrv := api.New(api.Deps{Engine: engine, Auth: tenantSvc, Audit: tenantSvc, Logger: log})
 	router, err := httpserver.NewRouter(httpserver.Options{
 		Logger: log,

@@ -46,7 +46,9 @@ func newStack(t *testing.T, origins ...string) *stack {
 	svc := tenants.NewService(d, bytes.Repeat([]byte("p"), 32), nil)
 	t.Cleanup(svc.Close)
 	engine := limiter.NewEngine(d, limiter.Options{})
-	t.Cleanup(engine.Close)
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	go engine.Run(engineCtx)
+	t.Cleanup(stopEngine)
 	issuer, err := captcha.NewIssuer(bytes.Repeat([]byte("k"), 32), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,12 +21,13 @@ type Engine struct {
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
 
-	pipe    *pipeline
-	hints   shardHints
-	groups  atomic.Int64 // group transactions committed or failed
-	jobs    atomic.Int64 // decisions (Batch calls) they carried
-	closeMu sync.RWMutex
-	closed  bool
+	queue    chan *job     // decisions waiting for the group-commit worker (Run)
+	maxGroup int           // most decisions in one group transaction
+	started  atomic.Bool   // Run has been called
+	stopped  chan struct{} // closed when Run has returned
+	hints    shardHints
+	groups   atomic.Int64 // group transactions committed or failed
+	jobs     atomic.Int64 // decisions (Batch calls) they carried
 }
 
 // Options tune an Engine; the zero value is production-ready.
@@ -39,9 +39,9 @@ type Options struct {
 	MaxGroup int
 }
 
-// NewEngine returns an engine on d.
+// NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, now: opts.Now, intN: opts.IntN, onDecision: opts.OnDecision}
+	e := &Engine{db: d, now: opts.Now, intN: opts.IntN, onDecision: opts.OnDecision, stopped: make(chan struct{})}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -56,7 +56,7 @@ func NewEngine(d *db.DB, opts Options) *Engine {
 	// transaction at a time already carries tens of decisions. Measured on 2 cores
 	// (docs/performance.md): more workers on PostgreSQL turned random keys' SIREAD page locks into
 	// serialization retries and cut throughput; SQLite has one writer anyway.
-	e.startPipeline(maxGroup)
+	e.maxGroup, e.queue = maxGroup, make(chan *job, 4*maxGroup)
 	return e
 }
 
@@ -106,7 +106,8 @@ func (e *Engine) Check(ctx context.Context, tenantID int64, req Request) (Decisi
 
 // Batch decides several limits in one transaction, all or nothing: when any refuses, nothing is
 // written. With consume=false it only checks. Requests naming the same key see each other's
-// consumption in order. Concurrent calls are grouped into shared transactions (group.go).
+// consumption in order. Concurrent calls are grouped into shared transactions (group.go) by the
+// worker Run runs; without it, the call fails closed with ErrUnavailable when ctx ends.
 func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, consume bool) (BatchDecision, error) {
 	if len(reqs) == 0 {
 		return BatchDecision{}, invalidRequest("limits", "must name at least one limit")

@@ -2,9 +2,9 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
@@ -44,29 +44,29 @@ type defKey struct {
 	name     string
 }
 
-// pipeline is the group-commit worker of an engine and its queue.
-type pipeline struct {
-	queue    chan *job
-	maxGroup int
-	wg       sync.WaitGroup
-	closing  sync.Once
-}
-
-func (e *Engine) startPipeline(maxGroup int) {
-	p := &pipeline{queue: make(chan *job, 4*maxGroup), maxGroup: maxGroup}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		group := make([]*job, 0, maxGroup)
-		for j := range p.queue {
+// Run runs the engine's group-commit worker until ctx ends, then refuses what is still queued
+// (those decisions fail closed with ErrUnavailable) and returns. The group in progress when ctx
+// ends is finished first. Decisions need Run: without it they wait for their own context and
+// then fail closed. Run may be called once per engine; it returns an error only when misused.
+func (e *Engine) Run(ctx context.Context) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("limiter: Run called twice on one engine")
+	}
+	defer e.refuseQueued()
+	group := make([]*job, 0, e.maxGroup)
+	for {
+		if ctx.Err() != nil { // checked first: a busy queue must not delay the stop
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case j := <-e.queue:
 			group = append(group[:0], j)
 		drain:
-			for len(group) < maxGroup {
+			for len(group) < e.maxGroup {
 				select {
-				case next, ok := <-p.queue:
-					if !ok {
-						break drain
-					}
+				case next := <-e.queue:
 					group = append(group, next)
 				default:
 					break drain
@@ -74,47 +74,51 @@ func (e *Engine) startPipeline(maxGroup int) {
 			}
 			e.runGroup(group)
 		}
-	}()
-	e.pipe = p
-}
-
-// Close finishes every queued decision and stops the workers. Decisions after Close run directly.
-func (e *Engine) Close() {
-	if e.pipe == nil {
-		return
 	}
-	e.pipe.closing.Do(func() {
-		e.closeMu.Lock()
-		e.closed = true
-		e.closeMu.Unlock()
-		close(e.pipe.queue)
-		e.pipe.wg.Wait()
-	})
 }
 
-// submit queues j for the worker and waits for the decision.
+// refuseQueued marks the engine stopped and fails every queued decision closed.
+func (e *Engine) refuseQueued() {
+	close(e.stopped)
+	for {
+		select {
+		case j := <-e.queue:
+			j.err = ErrUnavailable
+			close(j.done)
+		default:
+			return
+		}
+	}
+}
+
+// submit queues j for the worker and waits for the decision. It fails closed with ErrUnavailable
+// when Run has stopped, or when ctx ends before the decision is made (Run not running, or too slow).
 func (e *Engine) submit(ctx context.Context, j *job) error {
-	e.closeMu.RLock()
-	if e.closed {
-		e.closeMu.RUnlock()
-		e.runGroup([]*job{j})
-		return nil
-	}
 	select {
-	case e.pipe.queue <- j:
-		e.closeMu.RUnlock()
+	case e.queue <- j:
+	case <-e.stopped:
+		return ErrUnavailable
 	case <-ctx.Done():
-		e.closeMu.RUnlock()
-		return ctx.Err()
+		return ErrUnavailable.Wrap(ctx.Err())
 	}
-	// Once queued the job will be decided; a caller that goes away only loses the answer (and, at
-	// worst, tokens it no longer wants: an under-admission, never an over-admission).
+	// Once queued the job will be decided unless Run stops first; a caller that goes away only
+	// loses the answer (and, at worst, tokens it no longer wants: an under-admission, never an
+	// over-admission). A decision that was made wins over a stop or a cancellation racing it.
 	select {
 	case <-j.done:
 		return nil
+	case <-e.stopped:
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	select {
+	case <-j.done:
+		return nil
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return ErrUnavailable.Wrap(err)
+	}
+	return ErrUnavailable
 }
 
 // runGroup decides jobs in one serializable transaction and completes each job.

@@ -68,6 +68,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 	e.usage = usage.New(d, usage.Options{Interval: time.Hour})
 	t.Cleanup(e.usage.Close)
 	e.engine = limiter.NewEngine(d, limiter.Options{OnDecision: e.usage.Record})
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	go e.engine.Run(engineCtx)
+	t.Cleanup(stopEngine)
 	deps := ui.Deps{
 		Tenants: e.svc, Engine: e.engine, Usage: e.usage, SessionKey: []byte(sessionKey),
 		BaseURL: "http://127.0.0.1", Static: web.Static(), Now: e.clock.Now,
