@@ -9,6 +9,8 @@ package main
 // Each runs on its own database of the same server. Every pair runs each selected scenario on
 // both builds back to back, A first in odd pairs and B first in even ones, so that the VM's drift
 // over minutes falls on both sides alike; the ratio B/A of each pair is the figure to read.
+// Measured on the shared 2-core VM (docs/performance.md, 2026-11-25), an A/A run still favoured
+// B by a median of 10%: run a comparison both ways round before believing a small difference.
 
 import (
 	"encoding/json"
