@@ -138,7 +138,7 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, s
 	tenantSvc := tenants.NewService(d, keys.pepper, nil)
 	defer tenantSvc.Close()
 	dash := newDashboard(d, log) // admin UI + usage charts (ui_wiring.go)
-	defer dash.close()           // flushes usage counts; runs after engine.Close, before d.Close
+	defer dash.close()           // flushes usage counts; runs after the engine stopped, before d.Close
 	engine := limiter.NewEngine(d, limiter.Options{OnDecision: fanOut(ops.metrics.OnDecision, dash.onDecision)})
 	// The group-commit worker stops after the HTTP server drained, before the database closes.
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
@@ -187,7 +187,7 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, s
 	fmt.Fprintf(stdout, "Sluice is listening on %s (database %s)\n", base, d.Dialect)
 	dash.announce(stdout, base)
 	anon.listening(base)
-	defer ops.startSweeper(ctx, engine)() // stops first on the way out, before engine.Close
+	defer ops.startSweeper(ctx, engine)() // stops first on the way out, before the engine stops
 	err = httpserver.Serve(ctx, l, router, 20*time.Second)
 	if errors.Is(err, context.Canceled) {
 		err = nil
