@@ -71,16 +71,15 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 		dirB = "."
 	}
 	var selected []scenario
+	withSQLite := false
 	for _, sc := range scenarios() {
-		if sc.sqlite {
-			continue
-		}
 		if only == "" || strings.Contains(","+only+",", ","+sc.name+",") {
 			selected = append(selected, sc)
+			withSQLite = withSQLite || sc.sqlite
 		}
 	}
 	if len(selected) == 0 {
-		return fmt.Errorf("compare: no PostgreSQL scenario selected by -only %q", only)
+		return fmt.Errorf("compare: no scenario selected by -only %q", only)
 	}
 	work, err := os.MkdirTemp("", "sluice-compare-")
 	if err != nil {
@@ -99,7 +98,7 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 		return err
 	}
 	defer srv.Stop()
-	var procs [2]*sluice
+	var procs, sqliteProcs [2]*sluice
 	for i, bin := range []string{binA, binB} {
 		dbURL, err := testkit.CreateDatabase(srv.URL)
 		if err != nil {
@@ -115,6 +114,13 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 		}
 		defer p.stop()
 		procs[i] = p
+		if withSQLite {
+			if p, err = startSluice(bin, dir, "sqlite:"+filepath.Join(dir, "bench.db")); err != nil {
+				return err
+			}
+			defer p.stop()
+			sqliteProcs[i] = p
+		}
 	}
 	report := CompareReport{Machine: machine(), When: time.Now().UTC().Format(time.RFC3339), PgFsync: fsync,
 		A: "this tree", B: fmt.Sprintf("%s, tags %q", dirB, tagsB)}
@@ -126,7 +132,11 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 		for _, sc := range selected {
 			cp := ComparePair{Scenario: sc.name, Pair: i + 1, AFirst: order[0] == 0}
 			for _, which := range order {
-				rr, err := runScenario(procs[which], sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
+				target := procs[which]
+				if sc.sqlite {
+					target = sqliteProcs[which]
+				}
+				rr, err := runScenario(target, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
 				if err != nil {
 					return fmt.Errorf("%s on %s: %w", sc.name, "AB"[which:which+1], err)
 				}
