@@ -7,6 +7,7 @@
 // one table and writes it as JSON. It reports; it never fails on speed.
 //
 //	go run ./cmd/bench [-duration 8s] [-runs 3] [-out bench-results/bench.json]
+//	go run ./cmd/bench -compare-tags TAGS | -compare-dir DIR [-only random-32,hot] [-pairs 3]
 package main
 
 import (
@@ -35,8 +36,17 @@ func main() {
 	only := flag.String("only", "", "comma-separated scenario names to run (default all)")
 	skipPgbench := flag.Bool("skip-pgbench", false, "skip the pgbench ceiling (for quick profiling runs)")
 	fsync := flag.Bool("fsync", true, "run PostgreSQL durably, as deployed (false: fsync and full_page_writes off, as in make test)")
-	pairs := flag.Int("pairs", 3, "pgbench random / random-32 pairs run back to back at the end (0: none)")
+	pairs := flag.Int("pairs", 3, "pgbench random / random-32 pairs run back to back at the end (0: none); with -compare-*, the A/B pairs")
+	compareDir := flag.String("compare-dir", "", "comparison mode (compare.go): build B from this tree")
+	compareTags := flag.String("compare-tags", "", "comparison mode (compare.go): build B with these build tags")
 	flag.Parse()
+	if *compareDir != "" || *compareTags != "" {
+		if err := compare(*duration, *out, *only, *compareDir, *compareTags, *fsync, *pairs); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := bench(*duration, *runs, *out, *only, *skipPgbench, *fsync, *pairs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -162,7 +162,7 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 		s.tooMany(c, d)
 		return
 	}
-	writeDecisionJSON(c, toDecisionResponse(d))
+	c.JSON(http.StatusOK, toDecisionResponse(d))
 }
 
 func (s *Server) limitOne(c *gin.Context) { s.decideOne(c, true) }
@@ -208,7 +208,7 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 	for i, r := range b.Results {
 		out.Results[i] = toDecisionResponse(r)
 	}
-	writeDecisionJSON(c, out)
+	c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) limitBatch(c *gin.Context) { s.decideBatch(c, true) }

@@ -44,9 +44,6 @@ func DecodeStrict(body []byte, dst any) error {
 	if !utf8.Valid(body) {
 		return badRequest("", "the request body is not valid UTF-8")
 	}
-	if d, ok := dst.(*DecisionBody); ok && decodeDecisionFast(body, d) {
-		return nil
-	}
 	return decodeReflect(body, dst)
 }
 

@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -98,29 +97,26 @@ var errSessionNotAuthorized = &problemError{NewProblem(http.StatusForbidden, Cod
 // ProblemFor maps any error to its problem. It is the one place errors become HTTP statuses.
 func ProblemFor(err error) Problem {
 	var pe *problemError
+	var ae *apperr.Error
 	var ve *limiter.ValidationError
 	switch {
 	case errors.As(err, &pe):
 		return pe.p
-	case errors.As(err, &ve):
-		p := NewProblem(http.StatusBadRequest, ve.Code, ve.Error())
-		p.Detail = strings.TrimPrefix(p.Detail, "limiter: "+ve.Code+": ")
+	case errors.As(err, &ae): // the limiter's errors
+		p := NewProblem(ae.Status(), string(ae.Code), ae.Message)
+		p.Field = ae.Field
+		for _, f := range ae.Fields {
+			p.Errors = append(p.Errors, FieldProblem{Field: f.Field, Detail: f.Message})
+		}
+		return p
+	case errors.As(err, &ve): // DefinitionBody.ToDefinition's
+		p := NewProblem(http.StatusBadRequest, ve.Code, ve.Detail())
 		if len(ve.Fields) > 0 {
 			p.Field = ve.Fields[0].Field
 		}
 		for _, f := range ve.Fields {
 			p.Errors = append(p.Errors, FieldProblem{Field: f.Field, Detail: f.Message})
 		}
-		return p
-	case errors.Is(err, limiter.ErrCountExceedsCapacity):
-		p := NewProblem(http.StatusBadRequest, CodeCountExceedsCapacity, "count is more than this limit can ever admit at once")
-		p.Field = "count"
-		return p
-	case errors.Is(err, limiter.ErrLimitNotFound):
-		return NewProblem(http.StatusNotFound, CodeLimitNotFound, "no such limit")
-	case errors.Is(err, limiter.ErrDefinitionExists):
-		p := NewProblem(http.StatusConflict, CodeDefinitionExists, "a stored definition exists for this name; omit config")
-		p.Field = "config"
 		return p
 	case errors.Is(err, tenants.ErrUnauthorized):
 		return NewProblem(http.StatusUnauthorized, CodeUnauthorized, "missing, malformed or revoked API key")

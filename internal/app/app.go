@@ -267,7 +267,7 @@ func (a *App) Run(ctx context.Context) error {
 	var bg group
 	bg.start(ctx, "tenants", a.Tenants.Run)
 	bg.start(ctx, "usage", a.Usage.Run)
-	bg.start(ctx, "engine", func(ctx context.Context) error { <-ctx.Done(); a.Engine.Close(); return nil })
+	bg.start(ctx, "engine", a.Engine.Run)
 	bg.start(ctx, "captcha", a.Captcha.Run)
 	bg.start(ctx, "state sweeper", a.sweepState)
 	if a.Config.PprofAddr != "" {

@@ -40,7 +40,7 @@ func TestConcurrentInstancesNeverOverAdmit(t *testing.T) {
 		}
 		defer d.Close()
 		dbs = append(dbs, d)
-		engines = append(engines, limiter.NewEngine(d, limiter.Options{}))
+		engines = append(engines, newEngine(t, d, limiter.Options{}))
 	}
 	if err := dbs[0].Migrate(ctx); err != nil {
 		t.Fatal(err)
@@ -144,11 +144,11 @@ func TestConcurrentInstancesNeverOverAdmit(t *testing.T) {
 // stays within capacity + rate*(elapsed + skew), while an engine that believed its own clock over
 // the stored ts would mint a further skew's worth of tokens at every switch.
 func TestSkewedClocksCannotMintTokens(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		const skew = 5_000
 		base := int64(1_700_000_000_000)
 		slow, fast := newClock(base), newClock(base+skew)
-		engines := []*limiter.Engine{limiter.NewEngine(d, slow.opts()), limiter.NewEngine(d, fast.opts())}
+		engines := []*limiter.Engine{newEngine(t, d, slow.opts()), newEngine(t, d, fast.opts())}
 		mustPut(t, engines[0], "skew", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
 		r := rand.New(rand.NewPCG(1, 2))
 		admitted := 0
@@ -178,8 +178,8 @@ func TestSkewedClocksCannotMintTokens(t *testing.T) {
 }
 
 func TestCheckNeverWritesEvenUnderContention(t *testing.T) {
-	d := openDB(t, db.Postgres)
-	e := limiter.NewEngine(d, limiter.Options{})
+	d := testkit.Open(t, db.Postgres)
+	e := newEngine(t, d, limiter.Options{})
 	mustPut(t, e, "c", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000})
 	var wg sync.WaitGroup
 	for range 16 {

@@ -2,16 +2,15 @@ package limiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // Engine decides limits inside serializable transactions. Several engines (in one process or
@@ -22,12 +21,13 @@ type Engine struct {
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
 
-	pipe    *pipeline // nil: every decision runs its own transaction
-	hints   shardHints
-	groups  atomic.Int64 // group transactions committed or failed
-	jobs    atomic.Int64 // decisions (Batch calls) they carried
-	closeMu sync.RWMutex
-	closed  bool
+	queue    chan *job     // decisions waiting for the group-commit worker (Run)
+	maxGroup int           // most decisions in one group transaction
+	started  atomic.Bool   // Run has been called
+	stopped  chan struct{} // closed when Run has returned
+	hints    shardHints
+	groups   atomic.Int64 // group transactions committed or failed
+	jobs     atomic.Int64 // decisions (Batch calls) they carried
 }
 
 // Options tune an Engine; the zero value is production-ready.
@@ -35,36 +35,28 @@ type Options struct {
 	Now        func() time.Time // the clock; one reading per transaction attempt
 	IntN       func(n int) int  // randomness for shard choice and jitter; must be goroutine-safe
 	OnDecision func(tenantID int64, name string, ok bool)
-	// Workers is the number of group-commit workers (group.go): 0 means 1; a negative value
-	// disables grouping, so that every decision runs in a transaction of its own.
-	Workers int
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
 }
 
-// NewEngine returns an engine on d.
+// NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, now: opts.Now, intN: opts.IntN, onDecision: opts.OnDecision}
+	e := &Engine{db: d, now: opts.Now, intN: opts.IntN, onDecision: opts.OnDecision, stopped: make(chan struct{})}
 	if e.now == nil {
 		e.now = time.Now
 	}
 	if e.intN == nil {
 		e.intN = rand.IntN
 	}
-	workers, maxGroup := opts.Workers, opts.MaxGroup
-	if workers == 0 {
-		// One worker: its groups never conflict with each other, and one pipelined transaction at
-		// a time already carries tens of decisions. Measured on 2 cores (docs/performance.md):
-		// more workers on PostgreSQL turned random keys' SIREAD page locks into serialization
-		// retries and cut throughput; SQLite has one writer anyway.
-		workers = 1
-	}
+	maxGroup := opts.MaxGroup
 	if maxGroup <= 0 {
 		maxGroup = 64
 	}
-	if workers > 0 {
-		e.startPipeline(workers, maxGroup)
-	}
+	// One group-commit worker: its groups never conflict with each other, and one pipelined
+	// transaction at a time already carries tens of decisions. Measured on 2 cores
+	// (docs/performance.md): more workers on PostgreSQL turned random keys' SIREAD page locks into
+	// serialization retries and cut throughput; SQLite has one writer anyway.
+	e.maxGroup, e.queue = maxGroup, make(chan *job, 4*maxGroup)
 	return e
 }
 
@@ -114,7 +106,8 @@ func (e *Engine) Check(ctx context.Context, tenantID int64, req Request) (Decisi
 
 // Batch decides several limits in one transaction, all or nothing: when any refuses, nothing is
 // written. With consume=false it only checks. Requests naming the same key see each other's
-// consumption in order. Concurrent calls are grouped into shared transactions (group.go).
+// consumption in order. Concurrent calls are grouped into shared transactions (group.go) by the
+// worker Run runs; without it, the call fails closed with ErrUnavailable when ctx ends.
 func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, consume bool) (BatchDecision, error) {
 	if len(reqs) == 0 {
 		return BatchDecision{}, invalidRequest("limits", "must name at least one limit")
@@ -125,9 +118,7 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 		}
 	}
 	j := &job{tenantID: tenantID, reqs: reqs, consume: consume, picks: make([][]int, len(reqs)), done: make(chan struct{})}
-	if e.pipe == nil {
-		e.runGroup([]*job{j})
-	} else if err := e.submit(ctx, j); err != nil {
+	if err := e.submit(ctx, j); err != nil {
 		return BatchDecision{}, fmt.Errorf("limiter: decide: %w", err)
 	}
 	if j.err != nil {
@@ -186,48 +177,26 @@ func validateRequest(r *Request) error {
 		return invalidRequest("key", KeyRule)
 	}
 	if r.Config != nil {
-		if err := r.Config.Validate(); err != nil {
-			return err
-		}
+		return fromAlgo(r.Config.Validate())
 	}
 	return nil
 }
 
-func originOf(def Definition, tenantID int64, name, key string) int64 {
-	if def.Kind != FixedWindow {
-		return 0
-	}
-	if def.Start != nil {
-		return *def.Start
-	}
-	return Offset(tenantID, name, key, def.Period)
-}
-
 // loadStates reads the given shards of one key; shards without a row read as "no row" (full).
-func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int) ([]State, error) {
-	var rows []fullStateRow
-	err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state
-		WHERE tenant_id = ? AND name = ? AND key = ? AND shard IN ?`, tenantID, name, key, shards).Scan(&rows).Error
+func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, shards []int) ([]algo.State, error) {
+	keys := make([]rowKey, len(shards))
+	for i, s := range shards {
+		keys[i] = rowKey{tenantID, name, key, s}
+	}
+	rows, err := loadRows(tx, keys)
 	if err != nil {
 		return nil, err
 	}
-	byShard := make(map[int]fullStateRow, len(rows))
-	for _, r := range rows {
-		r.exists = true
-		byShard[r.Shard] = r
-	}
-	out := make([]State, len(shards))
-	for i, s := range shards {
-		out[i] = byShard[s].state(def)
+	out := make([]algo.State, len(shards))
+	for i, k := range keys {
+		out[i] = rows[k].state(def)
 	}
 	return out, nil
-}
-
-func deleteState(tx *gorm.DB, tenantID int64, name string, key *string) error {
-	if key == nil {
-		return tx.Exec(`DELETE FROM limit_state WHERE tenant_id = ? AND name = ?`, tenantID, name).Error
-	}
-	return tx.Exec(`DELETE FROM limit_state WHERE tenant_id = ? AND name = ? AND key = ?`, tenantID, name, *key).Error
 }
 
 // Reset deletes the state of one key (every shard), or of every key of name when key is nil.
@@ -245,8 +214,8 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 			return err
 		}
 		if !ok {
-			var n int64
-			if err := tx.Raw(`SELECT COUNT(*) FROM limit_state WHERE tenant_id = ? AND name = ?`, tenantID, name).Scan(&n).Error; err != nil {
+			n, err := countState(tx, tenantID, name)
+			if err != nil {
 				return err
 			}
 			if n == 0 {
@@ -304,9 +273,9 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 			return err
 		}
 		out = Value{Definition: def, Shards: make([]ShardValue, len(states))}
-		origin := originOf(def, tenantID, name, key)
+		origin := algo.Origin(def, tenantID, name, key)
 		for i, st := range states {
-			v, ts := peek(def, st, now, origin)
+			v, ts := algo.Peek(def, st, now, origin)
 			out.Shards[i] = ShardValue{Shard: i, Value: v, TS: ts}
 			out.Value += v
 			out.TS = max(out.TS, ts)
@@ -318,9 +287,6 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 	}
 	return out, nil
 }
-
-// IsNotFound reports whether err means the limit does not exist for this tenant.
-func IsNotFound(err error) bool { return errors.Is(err, ErrLimitNotFound) }
 
 // KeyValue is one key of a limit with its current value (summed over the shards that have state).
 type KeyValue struct {
@@ -341,9 +307,8 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 		if !ok {
 			return ErrLimitNotFound
 		}
-		var keys []string
-		if err := tx.Raw(`SELECT key FROM limit_state WHERE tenant_id = ? AND name = ?
-			GROUP BY key ORDER BY MAX(ts) DESC, key LIMIT ?`, tenantID, name, n).Scan(&keys).Error; err != nil {
+		keys, err := recentKeys(tx, tenantID, name, n)
+		if err != nil {
 			return err
 		}
 		now := e.now().UnixMilli()
@@ -358,9 +323,9 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 				return err
 			}
 			kv := KeyValue{Key: k}
-			origin := originOf(def, tenantID, name, k)
+			origin := algo.Origin(def, tenantID, name, k)
 			for _, st := range states {
-				v, ts := peek(def, st, now, origin)
+				v, ts := algo.Peek(def, st, now, origin)
 				kv.Value += v
 				kv.TS = max(kv.TS, ts)
 			}

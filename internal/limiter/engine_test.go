@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testkit"
@@ -25,11 +26,13 @@ func (c *fakeClock) Advance(ms int64)      { c.ms.Add(ms) }
 func newClock(start int64) *fakeClock      { c := &fakeClock{}; c.Set(start); return c }
 func (c *fakeClock) opts() limiter.Options { return limiter.Options{Now: c.Now} }
 
-// openDB opens and migrates a fresh database of the given dialect for one test.
-func openDB(t *testing.T, dialect db.Dialect) *db.DB { return testkit.Open(t, dialect) }
-
-// bothDatabases runs a test against SQLite and PostgreSQL.
-func bothDatabases(t *testing.T, fn func(t *testing.T, d *db.DB)) { testkit.Each(t, fn) }
+// newEngine returns an engine on d whose group-commit worker runs until the test ends.
+func newEngine(t testing.TB, d *db.DB, opts limiter.Options) *limiter.Engine {
+	t.Helper()
+	e := limiter.NewEngine(d, opts)
+	testkit.Run(t, e.Run)
+	return e
+}
 
 const tenant = int64(1)
 
@@ -59,9 +62,9 @@ func value(t *testing.T, e *limiter.Engine, name, key string) float64 {
 }
 
 func TestEngineTokenBucketWorkedExample(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		clock := newClock(1_700_000_000_000)
-		e := limiter.NewEngine(d, clock.opts())
+		e := newEngine(t, d, clock.opts())
 		mustPut(t, e, "msg", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
 		if got := mustLimit(t, e, limiter.Request{Name: "msg", Key: "u1", Count: 5}); !got.OK || got.Remaining != 5 {
 			t.Fatalf("first consumption: %+v", got)
@@ -81,9 +84,9 @@ func TestEngineTokenBucketWorkedExample(t *testing.T) {
 }
 
 func TestEngineRefusalWritesNothing(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		clock := newClock(1_700_000_000_000)
-		e := limiter.NewEngine(d, clock.opts())
+		e := newEngine(t, d, clock.opts())
 		mustPut(t, e, "up", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
 		mustLimit(t, e, limiter.Request{Name: "up", Key: "k", Count: 4})
 		got := mustLimit(t, e, limiter.Request{Name: "up", Key: "k", Count: 7})
@@ -103,9 +106,9 @@ func TestEngineRefusalWritesNothing(t *testing.T) {
 }
 
 func TestEngineReservationAndJitter(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		clock := newClock(1_700_000_000_000)
-		e := limiter.NewEngine(d, limiter.Options{Now: clock.Now, IntN: func(n int) int { return n - 1 }})
+		e := newEngine(t, d, limiter.Options{Now: clock.Now, IntN: func(n int) int { return n - 1 }})
 		mustPut(t, e, "r", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000, MaxReserved: ptr(3.0), Jitter: 500})
 		mustLimit(t, e, limiter.Request{Name: "r", Count: 7})
 		got := mustLimit(t, e, limiter.Request{Name: "r", Count: 5, Reserve: true})
@@ -120,9 +123,9 @@ func TestEngineReservationAndJitter(t *testing.T) {
 }
 
 func TestEngineBatchIsAllOrNothing(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		clock := newClock(1_700_000_000_000)
-		e := limiter.NewEngine(d, clock.opts())
+		e := newEngine(t, d, clock.opts())
 		mustPut(t, e, "a", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
 		mustPut(t, e, "b", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 60_000})
 		ctx := context.Background()
@@ -152,8 +155,8 @@ func TestEngineBatchIsAllOrNothing(t *testing.T) {
 }
 
 func TestEngineDefinitionsAndInlineConfig(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
-		e := limiter.NewEngine(d, newClock(1_700_000_000_000).opts())
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
 		ctx := context.Background()
 		inline := &limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: 1000}
 		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "none", Count: 1}); !errors.Is(err, limiter.ErrLimitNotFound) {
@@ -204,8 +207,8 @@ func TestEngineDefinitionsAndInlineConfig(t *testing.T) {
 }
 
 func TestEngineResetOneKeyAndAllKeys(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
-		e := limiter.NewEngine(d, newClock(1_700_000_000_000).opts())
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
 		ctx := context.Background()
 		mustPut(t, e, "s", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000, Shards: 4})
 		for _, k := range []string{"a", "b"} {
@@ -236,9 +239,9 @@ func TestEngineResetOneKeyAndAllKeys(t *testing.T) {
 }
 
 func TestEngineSlidingWindowWorkedExample(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		clock := newClock(1_700_000_040_000) // a minute boundary
-		e := limiter.NewEngine(d, clock.opts())
+		e := newEngine(t, d, clock.opts())
 		for _, res := range []int{1, 2} {
 			name := "sw" + string(rune('0'+res))
 			mustPut(t, e, name, limiter.Definition{Kind: limiter.SlidingWindow, Rate: 100, Period: 60_000, Resolution: res})
@@ -273,7 +276,7 @@ func TestEngineFailsClosedWhenTheDatabaseIsGone(t *testing.T) {
 	if err := d.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	e := limiter.NewEngine(d, limiter.Options{})
+	e := newEngine(t, d, limiter.Options{})
 	mustPut(t, e, "f", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 1000})
 	mustLimit(t, e, limiter.Request{Name: "f", Count: 1})
 	if err := srv.Pause(); err != nil {
@@ -306,9 +309,9 @@ func TestEngineFailsClosedWhenTheDatabaseIsGone(t *testing.T) {
 }
 
 func TestEngineRecentKeysListsKeysWithStateNewestFirst(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		clock := newClock(1_700_000_000_000)
-		e := limiter.NewEngine(d, clock.opts())
+		e := newEngine(t, d, clock.opts())
 		mustPut(t, e, "rk", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000, Shards: 2})
 		for _, k := range []string{"old", "mid", "new"} {
 			mustLimit(t, e, limiter.Request{Name: "rk", Key: k, Count: 3})
@@ -326,6 +329,42 @@ func TestEngineRecentKeysListsKeysWithStateNewestFirst(t *testing.T) {
 		}
 		if _, err := e.RecentKeys(context.Background(), tenant+1, "rk", 2); !errors.Is(err, limiter.ErrLimitNotFound) {
 			t.Fatalf("another tenant: %v", err)
+		}
+	})
+}
+
+// TestDecisionsWithoutRunFailClosedWhenTheirContextEnds: NewEngine starts nothing, so without Run
+// a decision is never made; it fails closed with an unavailable error (HTTP 503) once its context
+// ends, and consumes nothing.
+func TestDecisionsWithoutRunFailClosedWhenTheirContextEnds(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := limiter.NewEngine(d, limiter.Options{})
+		mustPut(t, e, "idle", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		type result struct {
+			d   limiter.Decision
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			got, err := e.Limit(ctx, tenant, limiter.Request{Name: "idle", Key: "k", Count: 1})
+			done <- result{got, err}
+		}()
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("waited 30 s for a decision without Run to fail closed")
+		}
+		if r.d.OK || !errors.Is(r.err, limiter.ErrUnavailable) || !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Fatalf("without Run: %+v, %v; want ErrUnavailable after the deadline", r.d, r.err)
+		}
+		if got := apperr.From(r.err); got.Status() != 503 || got.Message != apperr.UnavailableMessage {
+			t.Fatalf("without Run the client sees %d %q, want 503 unavailable", got.Status(), got.Message)
+		}
+		if v := value(t, e, "idle", "k"); v != 10 {
+			t.Fatalf("a decision without Run consumed: value %v", v)
 		}
 	})
 }

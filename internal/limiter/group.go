@@ -2,27 +2,24 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // Group commit. Every decision is a job; a worker takes every job waiting in its queue (up to
 // maxGroup) and decides them all in ONE serializable transaction: one query for the definitions,
 // one for the state rows, one multi-row upsert, in arrival order, each job all-or-nothing on its
-// own. Jobs on the same (tenant, name, key) go to the same worker, so a hot key's decisions are
-// coalesced into one transaction instead of fighting each other with serialization failures.
-// Strictness is unchanged: the transaction still reads and writes every row it decides on, and
-// conflicting transactions of other workers or other processes are retried as before.
+// own. One worker decides every group of its engine, so a hot key's decisions are coalesced into
+// one transaction instead of fighting each other with serialization failures. Strictness is
+// unchanged: the transaction still reads and writes every row it decides on, and conflicting
+// transactions of other processes are retried as before.
 
 // job is one Batch call waiting for its decision.
 type job struct {
@@ -47,90 +44,81 @@ type defKey struct {
 	name     string
 }
 
-// pipeline is the set of group-commit workers of an engine.
-type pipeline struct {
-	queues   []chan *job
-	maxGroup int
-	wg       sync.WaitGroup
-	closing  sync.Once
-}
-
-func (e *Engine) startPipeline(workers, maxGroup int) {
-	p := &pipeline{queues: make([]chan *job, workers), maxGroup: maxGroup}
-	for i := range p.queues {
-		q := make(chan *job, 4*maxGroup)
-		p.queues[i] = q
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			group := make([]*job, 0, maxGroup)
-			for j := range q {
-				group = append(group[:0], j)
-			drain:
-				for len(group) < maxGroup {
-					select {
-					case next, ok := <-q:
-						if !ok {
-							break drain
-						}
-						group = append(group, next)
-					default:
-						break drain
-					}
-				}
-				e.runGroup(group)
-			}
-		}()
+// Run runs the engine's group-commit worker until ctx ends, then refuses what is still queued
+// (those decisions fail closed with ErrUnavailable) and returns. The group in progress when ctx
+// ends is finished first. Decisions need Run: without it they wait for their own context and
+// then fail closed. Run may be called once per engine; it returns an error only when misused.
+func (e *Engine) Run(ctx context.Context) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("limiter: Run called twice on one engine")
 	}
-	e.pipe = p
-}
-
-// Close finishes every queued decision and stops the workers. Decisions after Close run directly.
-func (e *Engine) Close() {
-	if e.pipe == nil {
-		return
-	}
-	e.pipe.closing.Do(func() {
-		e.closeMu.Lock()
-		e.closed = true
-		e.closeMu.Unlock()
-		for _, q := range e.pipe.queues {
-			close(q)
+	defer e.refuseQueued()
+	group := make([]*job, 0, e.maxGroup)
+	for {
+		if ctx.Err() != nil { // checked first: a busy queue must not delay the stop
+			return nil
 		}
-		e.pipe.wg.Wait()
-	})
+		select {
+		case <-ctx.Done():
+			return nil
+		case j := <-e.queue:
+			group = append(group[:0], j)
+		drain:
+			for len(group) < e.maxGroup {
+				select {
+				case next := <-e.queue:
+					group = append(group, next)
+				default:
+					break drain
+				}
+			}
+			e.runGroup(group)
+		}
+	}
 }
 
-// submit queues j on the worker that owns its first key and waits for the decision.
+// refuseQueued marks the engine stopped and fails every queued decision closed.
+func (e *Engine) refuseQueued() {
+	close(e.stopped)
+	for {
+		select {
+		case j := <-e.queue:
+			j.err = ErrUnavailable
+			close(j.done)
+		default:
+			return
+		}
+	}
+}
+
+// submit queues j for the worker and waits for the decision. It fails closed with ErrUnavailable
+// when Run has stopped, or when ctx ends before the decision is made (Run not running, or too slow).
 func (e *Engine) submit(ctx context.Context, j *job) error {
-	e.closeMu.RLock()
-	if e.closed {
-		e.closeMu.RUnlock()
-		e.runGroup([]*job{j})
-		return nil
-	}
-	q := e.pipe.queues[0]
-	if n := len(e.pipe.queues); n > 1 {
-		h := fnv.New32a()
-		first := j.reqs[0]
-		_, _ = h.Write([]byte(strconv.FormatInt(j.tenantID, 10) + "\x00" + first.Name + "\x00" + first.Key))
-		q = e.pipe.queues[int(h.Sum32()%uint32(n))]
-	}
 	select {
-	case q <- j:
-		e.closeMu.RUnlock()
+	case e.queue <- j:
+	case <-e.stopped:
+		return ErrUnavailable
 	case <-ctx.Done():
-		e.closeMu.RUnlock()
-		return ctx.Err()
+		return ErrUnavailable.Wrap(ctx.Err())
 	}
-	// Once queued the job will be decided; a caller that goes away only loses the answer (and, at
-	// worst, tokens it no longer wants: an under-admission, never an over-admission).
+	// Once queued the job will be decided unless Run stops first; a caller that goes away only
+	// loses the answer (and, at worst, tokens it no longer wants: an under-admission, never an
+	// over-admission). A decision that was made wins over a stop or a cancellation racing it.
 	select {
 	case <-j.done:
 		return nil
+	case <-e.stopped:
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	select {
+	case <-j.done:
+		return nil
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return ErrUnavailable.Wrap(err)
+	}
+	return ErrUnavailable
 }
 
 // runGroup decides jobs in one serializable transaction and completes each job.
@@ -138,7 +126,7 @@ func (e *Engine) runGroup(jobs []*job) {
 	e.groups.Add(1)
 	e.jobs.Add(int64(len(jobs)))
 	var err error
-	if e.db.Dialect == db.Postgres {
+	if e.db.Dialect == db.Postgres && !forceGormGroups {
 		err = e.db.WithPgx(context.Background(), func(ctx context.Context, conn *pgx.Conn) error {
 			return e.groupPgx(ctx, conn, jobs)
 		})
@@ -158,6 +146,11 @@ func (e *Engine) runGroup(jobs []*job) {
 
 // groupGorm is one attempt of a group through GORM (SQLite): definitions, rows, decisions, writes.
 func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
+	if e.db.Dialect == db.Postgres { // see groupPgx
+		if err := tx.Exec(pgNoSeqScan).Error; err != nil {
+			return err
+		}
+	}
 	now := e.now().UnixMilli()
 	defs, err := loadDefinitions(tx, definitionKeys(jobs))
 	if err != nil {
@@ -201,8 +194,8 @@ func (e *Engine) ensurePicks(j *job, i, shards int) {
 }
 
 // decideGroup decides the jobs in arrival order and returns the rows to write.
-func decideGroup(jobs []*job, defsOf [][]Definition, stored map[rowKey]fullStateRow, now int64) map[rowKey]State {
-	overlay := map[rowKey]State{}
+func decideGroup(jobs []*job, defsOf [][]Definition, stored map[rowKey]fullStateRow, now int64) map[rowKey]algo.State {
+	overlay := map[rowKey]algo.State{}
 	for ji, j := range jobs {
 		if j.err == nil {
 			j.out, j.err = decideJob(j, defsOf[ji], stored, overlay, now)
@@ -237,12 +230,12 @@ func resolveDefinitions(j *job, stored map[defKey]Definition) ([]Definition, err
 		case ok:
 			out[i] = d
 		case req.Config != nil:
-			out[i] = req.Config.normalized()
+			out[i] = req.Config.Normalized()
 		default:
 			return nil, ErrLimitNotFound
 		}
-		if err := out[i].checkCount(req.Count, req.Reserve); err != nil {
-			return nil, err
+		if err := out[i].CheckCount(req.Count, req.Reserve); err != nil {
+			return nil, fromAlgo(err)
 		}
 	}
 	return out, nil
@@ -250,12 +243,12 @@ func resolveDefinitions(j *job, stored map[defKey]Definition) ([]Definition, err
 
 // decideJob decides one job against the rows as the jobs before it in the group left them. Its
 // writes join the overlay only if every one of its limits allowed (all or nothing) and it consumes.
-func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overlay map[rowKey]State, now int64) (BatchDecision, error) {
+func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) (BatchDecision, error) {
 	out := BatchDecision{OK: true, Results: make([]Decision, len(j.reqs))}
-	local := map[rowKey]State{}
+	local := map[rowKey]algo.State{}
 	for i, req := range j.reqs {
 		def := defs[i]
-		states := make([]State, len(j.picks[i]))
+		states := make([]algo.State, len(j.picks[i]))
 		for k, s := range j.picks[i] {
 			rk := rowKey{j.tenantID, req.Name, req.Key, s}
 			if st, ok := local[rk]; ok {
@@ -266,17 +259,17 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 				states[k] = stored[rk].state(def)
 			}
 		}
-		d := decide(def, states, req.Count, req.Reserve, now, originOf(def, j.tenantID, req.Name, req.Key))
-		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.ok, Remaining: d.remaining, Definition: def}
-		if !math.IsNaN(d.retryAfter) {
-			ra := retryAfterMillis(d.retryAfter)
+		d := algo.Decide(def, states, req.Count, req.Reserve, now, algo.Origin(def, j.tenantID, req.Name, req.Key))
+		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.OK, Remaining: d.Remaining, Definition: def}
+		if !math.IsNaN(d.RetryAfter) {
+			ra := algo.RetryAfterMillis(d.RetryAfter)
 			out.Results[i].RetryAfter = &ra
 		}
-		if !d.ok {
+		if !d.OK {
 			out.OK = false
 			continue
 		}
-		for k, w := range d.writes {
+		for k, w := range d.Writes {
 			if w.Exists {
 				local[rowKey{j.tenantID, req.Name, req.Key, j.picks[i][k]}] = w
 			}
@@ -288,129 +281,4 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 		}
 	}
 	return out, nil
-}
-
-// loadDefinitions reads the named definitions in one query.
-func loadDefinitions(tx *gorm.DB, keys []defKey) (map[defKey]Definition, error) {
-	pairs := make([][]any, len(keys))
-	for i, k := range keys {
-		pairs[i] = []any{k.tenantID, k.name}
-	}
-	var rows []definitionRow
-	if err := tx.Where("(tenant_id, name) IN ?", pairs).Find(&rows).Error; err != nil {
-		return nil, err
-	}
-	out := make(map[defKey]Definition, len(rows))
-	for _, r := range rows {
-		out[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
-	}
-	return out, nil
-}
-
-type fullStateRow struct {
-	TenantID int64
-	Name     string
-	Key      string
-	Shard    int
-	Value    float64
-	TS       int64 `gorm:"column:ts"`
-	Counters string
-	exists   bool
-}
-
-// state converts a stored row; a zero row (not found) is "no row", which reads as full.
-func (r fullStateRow) state(def Definition) State {
-	if !r.exists {
-		return State{}
-	}
-	st := State{Value: r.Value, TS: r.TS, Exists: true}
-	if def.Kind == SlidingWindow {
-		st.Counters = parseCounters(r.Counters, def.Resolution, def.shardParams().rate)
-	}
-	return st
-}
-
-// loadRows reads the wanted state rows in one query. Missing rows stay absent (full).
-func loadRows(tx *gorm.DB, wanted []rowKey) (map[rowKey]fullStateRow, error) {
-	out := make(map[rowKey]fullStateRow, len(wanted))
-	if len(wanted) == 0 {
-		return out, nil
-	}
-	sort.Slice(wanted, func(a, b int) bool { return rowLess(wanted[a], wanted[b]) })
-	tuples := make([][]any, 0, len(wanted))
-	for i, w := range wanted {
-		if i > 0 && w == wanted[i-1] {
-			continue
-		}
-		tuples = append(tuples, []any{w.tenantID, w.name, w.key, w.shard})
-	}
-	var rows []fullStateRow
-	err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state
-		WHERE (tenant_id, name, key, shard) IN ?`, tuples).Scan(&rows).Error
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rows {
-		r.exists = true
-		out[rowKey{r.TenantID, r.Name, r.Key, r.Shard}] = r
-	}
-	return out, nil
-}
-
-func rowLess(a, b rowKey) bool {
-	if a.tenantID != b.tenantID {
-		return a.tenantID < b.tenantID
-	}
-	if a.name != b.name {
-		return a.name < b.name
-	}
-	if a.key != b.key {
-		return a.key < b.key
-	}
-	return a.shard < b.shard
-}
-
-// saveRows upserts the changed rows in a fixed order (fewer deadlocks between transactions),
-// many rows per statement.
-func saveRows(tx *gorm.DB, rows map[rowKey]State) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	keys := make([]rowKey, 0, len(rows))
-	for k := range rows {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(a, b int) bool { return rowLess(keys[a], keys[b]) })
-	const chunk = 500
-	for start := 0; start < len(keys); start += chunk {
-		part := keys[start:min(start+chunk, len(keys))]
-		var sb strings.Builder
-		sb.WriteString("INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters) VALUES ")
-		args := make([]any, 0, 7*len(part))
-		for i, k := range part {
-			if i > 0 {
-				sb.WriteString(",")
-			}
-			sb.WriteString("(?,?,?,?,?,?,?)")
-			st := rows[k]
-			counters := ""
-			if st.Counters != nil {
-				counters = formatCounters(st.Counters)
-			}
-			args = append(args, k.tenantID, k.name, k.key, k.shard, st.Value, st.TS, counters)
-		}
-		sb.WriteString(" ON CONFLICT (tenant_id, name, key, shard) DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters")
-		if err := tx.Exec(sb.String(), args...).Error; err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// MaxRetryAfter caps retryAfter (ms, about 31,700 years): degenerate definitions (a rate of
-// 5e-324 per ten years) would otherwise overflow int64, and JSON numbers stay exact below 2^53.
-const MaxRetryAfter = int64(1e15)
-
-func retryAfterMillis(ms float64) int64 {
-	return int64(math.Ceil(math.Min(math.Max(ms, 0), float64(MaxRetryAfter))))
 }

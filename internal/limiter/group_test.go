@@ -3,7 +3,9 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,9 +13,27 @@ import (
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
-func groupTestDB(t *testing.T, dialect db.Dialect) *db.DB { return testkit.Open(t, dialect) }
+// newEngine returns an engine on d whose group-commit worker runs until the test ends.
+func newEngine(t testing.TB, d *db.DB, opts Options) *Engine {
+	t.Helper()
+	e := NewEngine(d, opts)
+	testkit.Run(t, e.Run)
+	return e
+}
 
-func forEachDialect(t *testing.T, fn func(t *testing.T, d *db.DB)) { testkit.Each(t, fn) }
+// await fails t unless ch is closed (or receives) within 30 s.
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30 s for %s", what)
+		panic("unreachable")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func newJob(tenantID int64, consume bool, reqs ...Request) *job {
 	return &job{tenantID: tenantID, reqs: reqs, consume: consume, picks: make([][]int, len(reqs)), done: make(chan struct{})}
@@ -23,9 +43,9 @@ func newJob(tenantID int64, consume bool, reqs ...Request) *job {
 // earlier job is seen by a later one, a refused batch in the middle writes nothing, a job whose
 // limit does not exist fails alone, and a check in the group consumes nothing.
 func TestGroupDecidesJobsInArrivalOrderEachAllOrNothing(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
-		e := NewEngine(d, Options{Workers: -1, Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
+		e := NewEngine(d, Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
 		for name, rate := range map[string]float64{"a": 10, "b": 3} {
 			if _, _, err := e.PutDefinition(ctx, 1, name, Definition{Kind: TokenBucket, Rate: rate, Period: 3_600_000}); err != nil {
 				t.Fatal(err)
@@ -71,10 +91,9 @@ func TestGroupDecidesJobsInArrivalOrderEachAllOrNothing(t *testing.T) {
 // key through one worker: they share transactions (fewer groups than decisions), and exactly the
 // capacity is admitted — no more, no less — with no retries needed inside the process.
 func TestConcurrentDecisionsOnOneKeyAreCoalescedAndExact(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
-		e := NewEngine(d, Options{Workers: 1, MaxGroup: 64})
-		defer e.Close()
+		e := newEngine(t, d, Options{MaxGroup: 64})
 		if _, _, err := e.PutDefinition(ctx, 1, "hot", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000, Start: ptr(int64(0))}); err != nil {
 			t.Fatal(err)
 		}
@@ -117,10 +136,10 @@ func TestConcurrentDecisionsOnOneKeyAreCoalescedAndExact(t *testing.T) {
 // TestStaleShardHintFetchesTheRowsItMissed changes a limit's shard count on one engine while the
 // other remembers the old count: the decision must use the definition read in its transaction.
 func TestStaleShardHintFetchesTheRowsItMissed(t *testing.T) {
-	d := groupTestDB(t, db.Postgres)
+	d := testkit.Open(t, db.Postgres)
 	ctx := context.Background()
-	frozen := Options{Workers: -1, Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }}
-	a, b := NewEngine(d, frozen), NewEngine(d, frozen)
+	frozen := Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }}
+	a, b := newEngine(t, d, frozen), newEngine(t, d, frozen)
 	if _, _, err := a.PutDefinition(ctx, 1, "s", Definition{Kind: TokenBucket, Rate: 40, Period: 3_600_000}); err != nil {
 		t.Fatal(err)
 	}
@@ -151,13 +170,19 @@ func TestStaleShardHintFetchesTheRowsItMissed(t *testing.T) {
 	}
 }
 
-func TestCloseFinishesQueuedDecisions(t *testing.T) {
-	d := groupTestDB(t, db.SQLite)
+// TestRunFinishesItsDecisionsAndFailsClosedOnceStopped: decisions made while Run runs all
+// succeed; once Run has returned, a decision fails closed at once, even with a context that never
+// ends, instead of hanging or running without the worker.
+func TestRunFinishesItsDecisionsAndFailsClosedOnceStopped(t *testing.T) {
+	d := testkit.Open(t, db.SQLite)
 	ctx := context.Background()
-	e := NewEngine(d, Options{Workers: 2, Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
+	e := NewEngine(d, Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
 	if _, _, err := e.PutDefinition(ctx, 1, "c", Definition{Kind: TokenBucket, Rate: 1000, Period: 3_600_000}); err != nil {
 		t.Fatal(err)
 	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- e.Run(runCtx) }()
 	var wg sync.WaitGroup
 	errs := make(chan error, 50)
 	for range 50 {
@@ -170,16 +195,80 @@ func TestCloseFinishesQueuedDecisions(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	e.Close()
+	stop()
+	if err := await(t, ran, "Run to return after its context ended"); err != nil {
+		t.Fatal(err)
+	}
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
 	}
-	// After Close, decisions still work (directly) rather than hang.
-	if got, err := e.Limit(ctx, 1, Request{Name: "c", Key: "k", Count: 1}); err != nil || !got.OK {
-		t.Fatalf("after close: %+v %v", got, err)
+	after := make(chan error, 1)
+	go func() {
+		_, err := e.Limit(ctx, 1, Request{Name: "c", Key: "k", Count: 1})
+		after <- err
+	}()
+	if err := await(t, after, "a decision after Run stopped to fail closed"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after Run stopped: %v, want ErrUnavailable", err)
 	}
-	if v, _ := e.GetValue(ctx, 1, "c", "k"); v.Value != 1000-51 {
-		t.Fatalf("value %v, want %d", v.Value, 1000-51)
+	if v, _ := e.GetValue(ctx, 1, "c", "k"); v.Value != 1000-50 {
+		t.Fatalf("value %v, want %d", v.Value, 1000-50)
+	}
+	if err := e.Run(ctx); err == nil {
+		t.Fatal("a second Run was accepted")
+	}
+}
+
+// TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued stops Run while its worker is inside a
+// group and two more decisions wait in the queue: the group in progress completes, the queued
+// decisions fail closed with ErrUnavailable (they never hang), and Run returns.
+func TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued(t *testing.T) {
+	d := testkit.Open(t, db.SQLite)
+	ctx := context.Background()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	e := NewEngine(d, Options{Now: func() time.Time {
+		if armed.CompareAndSwap(true, false) { // the first group's clock reading: hold the worker there
+			close(entered)
+			<-release
+		}
+		return time.UnixMilli(1_700_000_000_000)
+	}})
+	if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- e.Run(runCtx) }()
+	armed.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		got, err := e.Limit(ctx, 1, Request{Name: "q", Key: "k", Count: 1})
+		if err == nil && !got.OK {
+			err = errors.New("refused")
+		}
+		first <- err
+	}()
+	await(t, entered, "the worker to begin the first group")
+	queued := []*job{newJob(1, true, Request{Name: "q", Key: "k", Count: 1}), newJob(1, false, Request{Name: "q", Key: "k", Count: 1})}
+	for _, j := range queued {
+		e.queue <- j
+	}
+	stop()
+	close(release)
+	if err := await(t, ran, "Run to return after its context ended"); err != nil {
+		t.Fatal(err)
+	}
+	if err := await(t, first, "the decision of the group in progress"); err != nil {
+		t.Fatalf("the group in progress: %v", err)
+	}
+	for i, j := range queued {
+		await(t, j.done, fmt.Sprintf("queued decision %d to be refused", i))
+		if !errors.Is(j.err, ErrUnavailable) {
+			t.Fatalf("queued decision %d: %v, want ErrUnavailable", i, j.err)
+		}
+	}
+	if v, _ := e.GetValue(ctx, 1, "q", "k"); v.Value != 9 {
+		t.Fatalf("value %v, want 9: only the group in progress consumed", v.Value)
 	}
 }

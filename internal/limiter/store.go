@@ -2,11 +2,12 @@ package limiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // definitionRow is the stored form of a definition (table limit_definitions).
@@ -45,16 +46,7 @@ func (r definitionRow) toDomain() StoredDefinition {
 	if r.Resolution != nil {
 		d.Resolution = *r.Resolution
 	}
-	return StoredDefinition{Name: r.Name, Definition: d.normalized(), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
-}
-
-// stateShapeChanged reports whether stored state of a becomes meaningless under b, in which case
-// replacing the definition drops the state (a new, full limit). Rate, capacity, maxReserved,
-// jitter and ipFallback changes keep the state, read under the new numbers.
-func stateShapeChanged(a, b Definition) bool {
-	a, b = a.normalized(), b.normalized()
-	return a.Kind != b.Kind || a.Period != b.Period || a.Shards != b.Shards || a.Resolution != b.Resolution ||
-		(a.Start == nil) != (b.Start == nil) || (a.Start != nil && *a.Start != *b.Start)
+	return StoredDefinition{Name: r.Name, Definition: d.Normalized(), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
 
 // PutDefinition creates or replaces the definition called name. created tells which.
@@ -63,19 +55,18 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 		return StoredDefinition{}, false, invalidRequest("name", "must match ^[A-Za-z0-9_.:-]{1,128}$")
 	}
 	if err := def.Validate(); err != nil {
-		return StoredDefinition{}, false, err
+		return StoredDefinition{}, false, fromAlgo(err)
 	}
-	def = def.normalized()
+	def = def.Normalized()
 	var out StoredDefinition
 	var created bool
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		now := e.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
-		var old definitionRow
-		err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Take(&old).Error
-		created = errors.Is(err, gorm.ErrRecordNotFound)
-		if err != nil && !created {
+		old, found, err := loadDefinition(tx, tenantID, name)
+		if err != nil {
 			return err
 		}
+		created = !found
 		row := definitionRow{
 			TenantID: tenantID, Name: name, Kind: string(def.Kind), Rate: def.Rate, Period: def.Period,
 			Capacity: def.Capacity, MaxReserved: def.MaxReserved, Shards: def.Shards, Start: def.Start,
@@ -93,7 +84,7 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			if err := tx.Select("*").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
 				return err
 			}
-			if stateShapeChanged(old.toDomain().Definition, def) {
+			if algo.StateShapeChanged(old.Definition, def) {
 				if err := deleteState(tx, tenantID, name, nil); err != nil {
 					return err
 				}
@@ -160,16 +151,4 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		return fmt.Errorf("limiter: delete definition: %w", err)
 	}
 	return nil
-}
-
-func loadDefinition(tx *gorm.DB, tenantID int64, name string) (StoredDefinition, bool, error) {
-	var row definitionRow
-	err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Take(&row).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return StoredDefinition{}, false, nil
-	}
-	if err != nil {
-		return StoredDefinition{}, false, err
-	}
-	return row.toDomain(), true, nil
 }

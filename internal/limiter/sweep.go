@@ -3,10 +3,11 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // Sweeping. A missing limit_state row means "full" (DESIGN §3), so a row whose state has become
@@ -14,8 +15,8 @@ import (
 // table proportional to the keys that are actually limited right now rather than to every key
 // ever seen.
 //
-// "Indistinguishable" is exact, not approximate: a row is deleted only when the view the
-// decision functions build from it (viewTokenBucket, viewFixedWindow, viewSlidingWindow: the
+// "Indistinguishable" is exact, not approximate (algo.ReadsAsMissing): a row is deleted only when
+// the view the decision functions build from it (algo's views of each kind: the
 // available tokens, the ts a write would store, the sliding window's counters, sub-interval and
 // elapsed fraction) equals the view they build from no row, at the sweeping transaction's clock
 // reading and SweepClockGrace before it. Every decision, check, value and retryAfter is a
@@ -120,7 +121,8 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 			return deleted, fmt.Errorf("limiter: sweep: %w", err)
 		}
 		started := time.Now()
-		rows, err := e.scanState(ctx, cursor, batch)
+		// The scan runs outside any transaction: what it returns is only a list of candidates.
+		rows, err := scanState(e.db.Gorm.WithContext(ctx), cursor, batch)
 		if err != nil {
 			return deleted, fmt.Errorf("limiter: sweep: scan: %w", err)
 		}
@@ -155,75 +157,41 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 	}
 }
 
-// scanState reads the next batch of rows after cursor in primary-key order (keyset pagination,
-// so each page is an index range scan however large the table). It runs outside any transaction:
-// what it returns is only a list of candidates.
-func (e *Engine) scanState(ctx context.Context, cursor *fullStateRow, batch int) ([]fullStateRow, error) {
-	q := `SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state`
-	var args []any
-	if cursor != nil {
-		q += ` WHERE (tenant_id, name, key, shard) > (?, ?, ?, ?)`
-		args = append(args, cursor.TenantID, cursor.Name, cursor.Key, cursor.Shard)
-	}
-	q += ` ORDER BY tenant_id, name, key, shard LIMIT ?`
-	args = append(args, batch)
-	var rows []fullStateRow
-	err := e.db.Gorm.WithContext(ctx).Raw(q, args...).Scan(&rows).Error
-	return rows, err
-}
-
 // deleteIfStillFull re-reads candidates and their definitions in one serializable transaction
 // and deletes those still provably full at the transaction's clock.
 func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRow) (int, error) {
+	keys := make([]rowKey, len(candidates))
+	for i, r := range candidates {
+		keys[i] = r.key()
+	}
 	var deleted int
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		deleted = 0
 		now := e.now().UnixMilli()
-		where, args := pkMatch(candidates)
-		var current []fullStateRow
-		if err := tx.Raw(`SELECT tenant_id, name, key, shard, value, ts, counters FROM limit_state WHERE `+where, args...).
-			Scan(&current).Error; err != nil {
+		current, err := loadRows(tx, keys)
+		if err != nil {
 			return err
 		}
 		defs := definitionCache{}
-		var doomed []fullStateRow
-		for _, r := range current {
+		var doomed []rowKey
+		for _, k := range keys {
+			r, ok := current[k]
+			if !ok {
+				continue
+			}
 			d, err := defs.get(tx, r)
 			if err != nil {
 				return err
 			}
 			if sweepable(d, r, now) {
-				doomed = append(doomed, r)
+				doomed = append(doomed, k)
 			}
 		}
-		if len(doomed) == 0 {
-			return nil
-		}
-		where, args = pkMatch(doomed)
-		res := tx.Exec(`DELETE FROM limit_state WHERE `+where, args...)
-		if res.Error != nil {
-			return res.Error
-		}
-		deleted = int(res.RowsAffected)
-		return nil
+		n, err := deleteRows(tx, doomed)
+		deleted = int(n)
+		return err
 	})
 	return deleted, err
-}
-
-// pkMatch is a WHERE clause matching exactly these rows by primary key. An OR of equalities
-// (rather than a row-value IN list) is planned as index lookups by both SQLite and PostgreSQL,
-// which keeps PostgreSQL's serializable read locks on these rows instead of the whole table.
-func pkMatch(rows []fullStateRow) (string, []any) {
-	var b strings.Builder
-	args := make([]any, 0, 4*len(rows))
-	for i, r := range rows {
-		if i > 0 {
-			b.WriteString(" OR ")
-		}
-		b.WriteString("(tenant_id = ? AND name = ? AND key = ? AND shard = ?)")
-		args = append(args, r.TenantID, r.Name, r.Key, r.Shard)
-	}
-	return b.String(), args
 }
 
 // sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before.
@@ -231,31 +199,11 @@ func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
 	if !d.ok {
 		return r.TS <= now-InlineStateTTL.Milliseconds()
 	}
-	def := d.def.normalized()
+	def := d.def.Normalized()
 	if r.Shard < 0 || r.Shard >= def.Shards {
 		return false // cannot happen (a shard count change drops state); keep what we do not understand
 	}
-	p := def.shardParams()
-	origin := originOf(def, r.TenantID, r.Name, r.Key)
 	r.exists = true
-	st := r.state(def)
-	for _, t := range []int64{now - SweepClockGrace.Milliseconds(), now} {
-		if r.TS > t || !sameView(viewOf(p, st, t, origin), viewOf(p, State{}, t, origin)) {
-			return false
-		}
-	}
-	return true
-}
-
-// sameView compares every field a decision reads.
-func sameView(a, b shardView) bool {
-	if a.avail != b.avail || a.ts != b.ts || a.n != b.n || a.f != b.f || len(a.counters) != len(b.counters) {
-		return false
-	}
-	for i := range a.counters {
-		if a.counters[i] != b.counters[i] {
-			return false
-		}
-	}
-	return true
+	return algo.ReadsAsMissing(def, r.state(def), algo.Origin(def, r.TenantID, r.Name, r.Key),
+		now-SweepClockGrace.Milliseconds(), now)
 }

@@ -115,88 +115,86 @@ func sweepScale(t *testing.T) (decisions, keys int) {
 // decisions on keys that come back after that are still identical.
 func TestSweepKeepsOnlyUnfullStateAndNeverChangesADecision(t *testing.T) {
 	decisions, keys := sweepScale(t)
-	for _, dialect := range []db.Dialect{db.SQLite, db.Postgres} {
-		t.Run(string(dialect), func(t *testing.T) {
-			t.Parallel()
-			const start = int64(1_700_000_000_000)
-			steps := churn(7, decisions, keys, start)
-			swept, plain := openDB(t, dialect), openDB(t, dialect)
-			clockA, clockB := newClock(start), newClock(start)
-			a := limiter.NewEngine(swept, limiter.Options{Now: clockA.Now, IntN: seededIntN(1)})
-			b := limiter.NewEngine(plain, limiter.Options{Now: clockB.Now, IntN: seededIntN(1)})
-			for _, name := range sweepNames {
-				mustPut(t, a, name, sweepDefs[name])
-				mustPut(t, b, name, sweepDefs[name])
-			}
-			ctx := context.Background()
-			run := func(e *limiter.Engine, clock *fakeClock, steps []sweepStep, out []stepResult, afterStep func(i int)) {
-				for i, st := range steps {
-					clock.Set(st.at)
-					reqs := append([]limiter.Request(nil), st.reqs...)
-					dec, err := e.Batch(ctx, tenant, reqs, st.consume)
-					out[i] = stepResult{dec: dec}
-					if err != nil {
-						out[i].err = err.Error()
-					}
-					if afterStep != nil {
-						afterStep(i)
-					}
-				}
-			}
-
-			resA, resB := make([]stepResult, len(steps)), make([]stepResult, len(steps))
-			var totalDeleted, maxRows int
-			began := time.Now()
-			var wg sync.WaitGroup
-			wg.Go(func() { run(b, clockB, steps, resB, nil) })
-			run(a, clockA, steps, resA, func(i int) {
-				if (i+1)%(len(steps)/10) != 0 && i != len(steps)-1 {
-					return
-				}
-				maxRows = max(maxRows, len(stateRows(t, swept)))
-				n, err := a.Sweep(ctx, 200)
+	testkit.Each(t, func(t *testing.T, swept *db.DB) {
+		const start = int64(1_700_000_000_000)
+		steps := churn(7, decisions, keys, start)
+		dialect := swept.Dialect
+		plain := testkit.Open(t, dialect)
+		clockA, clockB := newClock(start), newClock(start)
+		a := newEngine(t, swept, limiter.Options{Now: clockA.Now, IntN: seededIntN(1)})
+		b := newEngine(t, plain, limiter.Options{Now: clockB.Now, IntN: seededIntN(1)})
+		for _, name := range sweepNames {
+			mustPut(t, a, name, sweepDefs[name])
+			mustPut(t, b, name, sweepDefs[name])
+		}
+		ctx := context.Background()
+		run := func(e *limiter.Engine, clock *fakeClock, steps []sweepStep, out []stepResult, afterStep func(i int)) {
+			for i, st := range steps {
+				clock.Set(st.at)
+				reqs := append([]limiter.Request(nil), st.reqs...)
+				dec, err := e.Batch(ctx, tenant, reqs, st.consume)
+				out[i] = stepResult{dec: dec}
 				if err != nil {
-					t.Fatalf("sweep after step %d: %v", i, err)
+					out[i].err = err.Error()
 				}
-				totalDeleted += n
-				if (i+1)%(len(steps)/2) == 0 || i == len(steps)-1 {
-					checkOnlyUnfullRemain(t, a, swept, clockA)
+				if afterStep != nil {
+					afterStep(i)
 				}
-			})
-			wg.Wait()
-			compareResults(t, steps, resA, resB)
-			remaining := len(stateRows(t, swept))
-			unswept := len(stateRows(t, plain))
-			if totalDeleted == 0 || remaining >= unswept {
-				t.Fatalf("sweeping deleted %d rows; %d remain against %d without sweeping", totalDeleted, remaining, unswept)
 			}
+		}
 
-			// A day later every key is full again: a sweep must leave nothing behind.
-			later := steps[len(steps)-1].at + 86_400_000
-			clockA.Set(later)
-			n, err := a.Sweep(ctx, 0)
-			if err != nil {
-				t.Fatal(err)
+		resA, resB := make([]stepResult, len(steps)), make([]stepResult, len(steps))
+		var totalDeleted, maxRows int
+		began := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() { run(b, clockB, steps, resB, nil) })
+		run(a, clockA, steps, resA, func(i int) {
+			if (i+1)%(len(steps)/10) != 0 && i != len(steps)-1 {
+				return
 			}
-			if left := stateRows(t, swept); len(left) != 0 {
-				t.Fatalf("after a quiet day %d rows survive the sweep, e.g. %+v", len(left), left[0])
+			maxRows = max(maxRows, len(stateRows(t, swept)))
+			n, err := a.Sweep(ctx, 200)
+			if err != nil {
+				t.Fatalf("sweep after step %d: %v", i, err)
 			}
 			totalDeleted += n
-
-			// The early keys come back: decisions on the swept database (no rows) and on the unswept
-			// one (all the old, full rows) must still agree.
-			again := churn(8, min(decisions/10, 4_000), keys/4, later)
-			resA, resB = make([]stepResult, len(again)), make([]stepResult, len(again))
-			wg.Go(func() { run(b, clockB, again, resB, nil) })
-			run(a, clockA, again, resA, nil)
-			wg.Wait()
-			compareResults(t, again, resA, resB)
-			t.Logf("%s: %d decisions in %d transactions over %d keys (+%d after a quiet day); swept %d rows; "+
-				"table peaked at %d rows before a sweep, %d rows after the last churn sweep vs %d unswept; %v",
-				dialect, decisions, len(steps), keys, min(decisions/10, 4_000), totalDeleted, maxRows, remaining, unswept,
-				time.Since(began).Round(time.Millisecond))
+			if (i+1)%(len(steps)/2) == 0 || i == len(steps)-1 {
+				checkOnlyUnfullRemain(t, a, swept, clockA)
+			}
 		})
-	}
+		wg.Wait()
+		compareResults(t, steps, resA, resB)
+		remaining := len(stateRows(t, swept))
+		unswept := len(stateRows(t, plain))
+		if totalDeleted == 0 || remaining >= unswept {
+			t.Fatalf("sweeping deleted %d rows; %d remain against %d without sweeping", totalDeleted, remaining, unswept)
+		}
+
+		// A day later every key is full again: a sweep must leave nothing behind.
+		later := steps[len(steps)-1].at + 86_400_000
+		clockA.Set(later)
+		n, err := a.Sweep(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := stateRows(t, swept); len(left) != 0 {
+			t.Fatalf("after a quiet day %d rows survive the sweep, e.g. %+v", len(left), left[0])
+		}
+		totalDeleted += n
+
+		// The early keys come back: decisions on the swept database (no rows) and on the unswept
+		// one (all the old, full rows) must still agree.
+		again := churn(8, min(decisions/10, 4_000), keys/4, later)
+		resA, resB = make([]stepResult, len(again)), make([]stepResult, len(again))
+		wg.Go(func() { run(b, clockB, again, resB, nil) })
+		run(a, clockA, again, resA, nil)
+		wg.Wait()
+		compareResults(t, again, resA, resB)
+		t.Logf("%s: %d decisions in %d transactions over %d keys (+%d after a quiet day); swept %d rows; "+
+			"table peaked at %d rows before a sweep, %d rows after the last churn sweep vs %d unswept; %v",
+			dialect, decisions, len(steps), keys, min(decisions/10, 4_000), totalDeleted, maxRows, remaining, unswept,
+			time.Since(began).Round(time.Millisecond))
+	})
 }
 
 func compareResults(t *testing.T, steps []sweepStep, a, b []stepResult) {
@@ -268,12 +266,12 @@ func (c *hookClock) Now() time.Time {
 // scanned it as a candidate (its first clock reading follows the scan) and before the deleting
 // transaction re-reads it: the re-read must see the consumption and keep the row.
 func TestSweepKeepsARowConsumedBetweenScanAndDelete(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		clock := &hookClock{}
 		clock.Set(1_700_000_000_000)
-		sweeper := limiter.NewEngine(d, limiter.Options{Now: clock.Now})
-		other := limiter.NewEngine(d, limiter.Options{Now: clock.fakeClock.Now})
+		sweeper := newEngine(t, d, limiter.Options{Now: clock.Now})
+		other := newEngine(t, d, limiter.Options{Now: clock.fakeClock.Now})
 		mustPut(t, other, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
 		if got := mustLimit(t, other, limiter.Request{Name: "tb", Key: "k", Count: 10}); !got.OK {
 			t.Fatal(got)
@@ -309,11 +307,11 @@ func TestSweepKeepsARowConsumedBetweenScanAndDelete(t *testing.T) {
 // TestSweepNeverDeletesStateAheadOfItsClock: a fast instance's ts in the future is what keeps its
 // skew from minting tokens, so a sweeper with a slower clock must leave it, full or not.
 func TestSweepNeverDeletesStateAheadOfItsClock(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		fast, slow := newClock(1_700_000_060_000), newClock(1_700_000_000_000)
-		ef := limiter.NewEngine(d, fast.opts())
-		es := limiter.NewEngine(d, slow.opts())
+		ef := newEngine(t, d, fast.opts())
+		es := newEngine(t, d, slow.opts())
 		mustPut(t, ef, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
 		mustPut(t, ef, "sw", limiter.Definition{Kind: limiter.SlidingWindow, Rate: 10, Period: 1000})
 		mustLimit(t, ef, limiter.Request{Name: "tb", Key: "k", Count: 0}) // full, ts a minute ahead
@@ -332,10 +330,10 @@ func TestSweepNeverDeletesStateAheadOfItsClock(t *testing.T) {
 // so inline-config state is kept for InlineStateTTL after its ts and then deleted; state of a
 // stored definition with the same age but not yet full stays.
 func TestSweepForgetsInlineStateAfterItsTTL(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		clock := newClock(1_700_000_000_000)
-		e := limiter.NewEngine(d, clock.opts())
+		e := newEngine(t, d, clock.opts())
 		inline := &limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 7 * 86_400_000}
 		mustLimit(t, e, limiter.Request{Name: "adhoc", Key: "k", Count: 1, Config: inline})
 		mustPut(t, e, "weekly", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 7 * 86_400_000})
@@ -360,9 +358,9 @@ func TestSweepForgetsInlineStateAfterItsTTL(t *testing.T) {
 // deletions. The
 // token bucket bound capacity + rate*T/period must hold for every key.
 func TestSweepUnderConcurrentDecisionsNeverOverAdmits(t *testing.T) {
-	bothDatabases(t, func(t *testing.T, d *db.DB) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
-		e := limiter.NewEngine(d, limiter.Options{})
+		e := newEngine(t, d, limiter.Options{})
 		// 100 tokens per second, burst 5: full again 50 ms after a burst.
 		mustPut(t, e, "hot", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 1000, Capacity: ptr(5.0)})
 		const cycle, burst = 1300 * time.Millisecond, 50 * time.Millisecond

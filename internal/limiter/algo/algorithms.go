@@ -1,4 +1,4 @@
-package limiter
+package algo
 
 import (
 	"hash/fnv"
@@ -44,6 +44,18 @@ func Offset(tenantID int64, name, key string, period int64) int64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(strconv.FormatInt(tenantID, 10) + "\x00" + name + "\x00" + key))
 	return int64(h.Sum64() % uint64(period))
+}
+
+// Origin is where the windows of one key are aligned: a fixed window's start, or its stable
+// per-key Offset without one; 0 for the other kinds, which do not use it.
+func Origin(def Definition, tenantID int64, name, key string) int64 {
+	if def.Kind != FixedWindow {
+		return 0
+	}
+	if def.Start != nil {
+		return *def.Start
+	}
+	return Offset(tenantID, name, key, def.Period)
 }
 
 // viewTokenBucket refills a token bucket shard: value + elapsed*rate/period, capped at max.
@@ -162,7 +174,8 @@ func slidingRetryAt(p shardParams, views []shardView, rate, count float64) float
 	return math.Inf(1) // only when count > rate, which validation rules out
 }
 
-func formatCounters(c []float64) string {
+// FormatCounters is the stored form of a sliding window's counters.
+func FormatCounters(c []float64) string {
 	parts := make([]string, len(c))
 	for i, v := range c {
 		parts[i] = strconv.FormatFloat(v, 'g', -1, 64)
@@ -170,9 +183,12 @@ func formatCounters(c []float64) string {
 	return strings.Join(parts, ",")
 }
 
-// parseCounters reads the stored counter list; a damaged list reads as "window full", which
-// refuses rather than admits until the counters age out.
-func parseCounters(s string, res int, rate float64) []float64 {
+// ParseCounters reads the stored counter list of one shard of a sliding window def (normalized);
+// a damaged list reads as "window full", which refuses rather than admits until the counters age
+// out.
+func ParseCounters(def Definition, s string) []float64 {
+	p := def.shardParams()
+	res, rate := p.resolution, p.rate
 	out := make([]float64, res+1)
 	parts := strings.Split(s, ",")
 	if s == "" || len(parts) != res+1 {

@@ -1,7 +1,9 @@
-// Package limiter decides rate limits. Its pure part (this file, the algorithm files and decide.go)
-// has no I/O: state in, clock reading in, decision and new state out. The engine (engine.go) runs
-// those functions inside serializable database transactions.
-package limiter
+// Package algo is the pure limit math of DESIGN §3: definitions and their validation, the three
+// algorithms, shards and the power of two choices, retryAfter, and when stored state reads like
+// no state at all. It has no I/O and imports nothing of the project and no database library:
+// state in, clock reading in, decision and new state out. The engine (package limiter) runs it
+// inside serializable database transactions and turns its errors into the project's vocabulary.
+package algo
 
 import (
 	"errors"
@@ -69,30 +71,38 @@ type FieldError struct {
 	Message string
 }
 
-// ValidationError lists what is wrong with a definition; its Code is "invalid_config" or
-// "invalid_request".
+// The codes of a ValidationError (the problem codes of DESIGN §4 they stand for).
+const (
+	CodeInvalidConfig  = "invalid_config"
+	CodeInvalidRequest = "invalid_request"
+)
+
+// ValidationError lists what is wrong with a definition or a request; its Code is
+// CodeInvalidConfig or CodeInvalidRequest. It is algo's own type because algo imports nothing of
+// the project: the engine converts it into the project's error vocabulary.
 type ValidationError struct {
 	Code   string
 	Fields []FieldError
 }
 
-func (e *ValidationError) Error() string {
+// Detail is every field's problem, "field: message" joined by "; ".
+func (e *ValidationError) Detail() string {
 	parts := make([]string, len(e.Fields))
 	for i, f := range e.Fields {
 		parts[i] = f.Field + ": " + f.Message
 	}
-	return "limiter: " + e.Code + ": " + strings.Join(parts, "; ")
+	return strings.Join(parts, "; ")
 }
 
-// Sentinel errors of the engine; the API maps each to its problem code.
-var (
-	ErrLimitNotFound        = errors.New("limit not found")
-	ErrDefinitionExists     = errors.New("a stored definition exists for this name")
-	ErrCountExceedsCapacity = errors.New("count exceeds what the limit can ever admit")
-)
+func (e *ValidationError) Error() string { return e.Code + ": " + e.Detail() }
 
-func invalidRequest(field, msg string) error {
-	return &ValidationError{Code: "invalid_request", Fields: []FieldError{{field, msg}}}
+// ErrCountExceedsCapacity means a request can never succeed: its count is more than the limit
+// can ever admit at once (DESIGN §3.4).
+var ErrCountExceedsCapacity = errors.New("count exceeds what the limit can ever admit")
+
+// InvalidRequest is a ValidationError of CodeInvalidRequest about one field.
+func InvalidRequest(field, msg string) *ValidationError {
+	return &ValidationError{Code: CodeInvalidRequest, Fields: []FieldError{{field, msg}}}
 }
 
 func finiteIn(v, lo, hi float64) bool { return !math.IsNaN(v) && v >= lo && v <= hi }
@@ -157,13 +167,13 @@ func (d Definition) Validate() error {
 		add("capacity", "0 admits nothing; set maxReserved to allow reservations, or raise capacity")
 	}
 	if len(fe) > 0 {
-		return &ValidationError{Code: "invalid_config", Fields: fe}
+		return &ValidationError{Code: CodeInvalidConfig, Fields: fe}
 	}
 	return nil
 }
 
-// normalized fills defaults. Call only on a valid definition.
-func (d Definition) normalized() Definition {
+// Normalized fills defaults. Call only on a valid definition.
+func (d Definition) Normalized() Definition {
 	if d.Shards == 0 {
 		d.Shards = 1
 	}
@@ -192,7 +202,7 @@ type shardParams struct {
 }
 
 func (d Definition) shardParams() shardParams {
-	d = d.normalized()
+	d = d.Normalized()
 	n := float64(d.Shards)
 	p := shardParams{kind: d.Kind, rate: d.Rate / n, period: d.Period, max: d.Max() / n, maxReserved: math.Inf(1), resolution: d.Resolution}
 	if d.MaxReserved != nil {
@@ -201,15 +211,17 @@ func (d Definition) shardParams() shardParams {
 	return p
 }
 
-// checkCount rejects requests that can never succeed, before any state is read.
-func (d Definition) checkCount(count float64, reserve bool) error {
+// CheckCount rejects requests that can never succeed, before any state is read: a
+// *ValidationError for a count or reserve that is invalid in itself, ErrCountExceedsCapacity for
+// a count this limit can never admit.
+func (d Definition) CheckCount(count float64, reserve bool) error {
 	if !finiteIn(count, 0, maxAmount) {
-		return invalidRequest("count", fmt.Sprintf("must be a number >= 0 and <= %g", float64(maxAmount)))
+		return InvalidRequest("count", fmt.Sprintf("must be a number >= 0 and <= %g", float64(maxAmount)))
 	}
 	if reserve && d.Kind == SlidingWindow {
-		return invalidRequest("reserve", "sliding windows cannot reserve")
+		return InvalidRequest("reserve", "sliding windows cannot reserve")
 	}
-	d = d.normalized()
+	d = d.Normalized()
 	p := d.shardParams()
 	// One decision reaches one shard, or two combined (DESIGN §3.4: with shards, count must fit
 	// in the capacity of two shards, reservation or not).
@@ -221,4 +233,13 @@ func (d Definition) checkCount(count float64, reserve bool) error {
 		return ErrCountExceedsCapacity
 	}
 	return nil
+}
+
+// StateShapeChanged reports whether stored state of a becomes meaningless under b, in which case
+// replacing the definition drops the state (a new, full limit). Rate, capacity, maxReserved,
+// jitter and ipFallback changes keep the state, read under the new numbers.
+func StateShapeChanged(a, b Definition) bool {
+	a, b = a.Normalized(), b.Normalized()
+	return a.Kind != b.Kind || a.Period != b.Period || a.Shards != b.Shards || a.Resolution != b.Resolution ||
+		(a.Start == nil) != (b.Start == nil) || (a.Start != nil && *a.Start != *b.Start)
 }

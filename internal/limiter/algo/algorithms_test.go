@@ -1,4 +1,4 @@
-package limiter
+package algo
 
 import (
 	"math"
@@ -24,27 +24,27 @@ func runSteps(t *testing.T, def Definition, steps []step) State {
 	if err := def.Validate(); err != nil {
 		t.Fatalf("invalid definition: %v", err)
 	}
-	def = def.normalized()
+	def = def.Normalized()
 	var st State
 	for i, s := range steps {
-		if err := def.checkCount(s.count, s.reserve); err != nil {
+		if err := def.CheckCount(s.count, s.reserve); err != nil {
 			t.Fatalf("step %d: checkCount: %v", i, err)
 		}
-		d := decide(def, []State{st}, s.count, s.reserve, s.at, 0)
-		if d.ok != s.wantOK {
-			t.Fatalf("step %d at %d: ok = %v, want %v (remaining %v, retryAfter %v)", i, s.at, d.ok, s.wantOK, d.remaining, d.retryAfter)
+		d := Decide(def, []State{st}, s.count, s.reserve, s.at, 0)
+		if d.OK != s.wantOK {
+			t.Fatalf("step %d at %d: ok = %v, want %v (remaining %v, retryAfter %v)", i, s.at, d.OK, s.wantOK, d.Remaining, d.RetryAfter)
 		}
-		if math.IsNaN(s.wantRA) != math.IsNaN(d.retryAfter) || (!math.IsNaN(s.wantRA) && math.Abs(d.retryAfter-s.wantRA) > 1e-6) {
-			t.Fatalf("step %d at %d: retryAfter = %v, want %v", i, s.at, d.retryAfter, s.wantRA)
+		if math.IsNaN(s.wantRA) != math.IsNaN(d.RetryAfter) || (!math.IsNaN(s.wantRA) && math.Abs(d.RetryAfter-s.wantRA) > 1e-6) {
+			t.Fatalf("step %d at %d: retryAfter = %v, want %v", i, s.at, d.RetryAfter, s.wantRA)
 		}
-		if math.Abs(d.remaining-s.wantLeft) > 1e-9 {
-			t.Fatalf("step %d at %d: remaining = %v, want %v", i, s.at, d.remaining, s.wantLeft)
+		if math.Abs(d.Remaining-s.wantLeft) > 1e-9 {
+			t.Fatalf("step %d at %d: remaining = %v, want %v", i, s.at, d.Remaining, s.wantLeft)
 		}
-		if !d.ok && d.writes[0].Exists {
-			t.Fatalf("step %d: a refusal wrote state %+v", i, d.writes[0])
+		if !d.OK && d.Writes[0].Exists {
+			t.Fatalf("step %d: a refusal wrote state %+v", i, d.Writes[0])
 		}
-		if d.ok {
-			st = d.writes[0]
+		if d.OK {
+			st = d.Writes[0]
 		}
 	}
 	return st
@@ -59,7 +59,7 @@ func TestTokenBucketRefillsOneTokenPerSixSecondsAndFullyAfterThirty(t *testing.T
 		at   int64
 		want float64
 	}{{6_000, 6}, {12_000, 7}, {29_999, 10 - 1.0/6000}, {30_000, 10}, {90_000, 10}} {
-		if v, _ := peek(def, st, c.at, 0); math.Abs(v-c.want) > 1e-9 {
+		if v, _ := Peek(def, st, c.at, 0); math.Abs(v-c.want) > 1e-9 {
 			t.Errorf("value at %d ms = %v, want %v", c.at, v, c.want)
 		}
 	}
@@ -128,10 +128,10 @@ func TestFixedWindowWithoutStartUsesAStablePerKeyOffset(t *testing.T) {
 		t.Fatalf("offsets of 8 keys collapse to %d values", len(distinct))
 	}
 	// The first window of a key starts at its offset.
-	def := Definition{Kind: FixedWindow, Rate: 1, Period: minute}.normalized()
-	d := decide(def, []State{{}}, 1, false, 5*minute+a+10, a)
-	if !d.ok || d.writes[0].TS != 5*minute+a {
-		t.Fatalf("window start = %d, want %d", d.writes[0].TS, 5*minute+a)
+	def := Definition{Kind: FixedWindow, Rate: 1, Period: minute}.Normalized()
+	d := Decide(def, []State{{}}, 1, false, 5*minute+a+10, a)
+	if !d.OK || d.Writes[0].TS != 5*minute+a {
+		t.Fatalf("window start = %d, want %d", d.Writes[0].TS, 5*minute+a)
 	}
 }
 
@@ -146,14 +146,14 @@ func slidingHistory(t *testing.T, def Definition) State {
 }
 
 func admitAt(def Definition, st State, at int64) (int, float64) {
-	def = def.normalized()
+	def = def.Normalized()
 	n := 0
 	for {
-		d := decide(def, []State{st}, 1, false, at, 0)
-		if !d.ok {
-			return n, d.retryAfter
+		d := Decide(def, []State{st}, 1, false, at, 0)
+		if !d.OK {
+			return n, d.RetryAfter
 		}
-		st = d.writes[0]
+		st = d.Writes[0]
 		n++
 	}
 }
@@ -191,12 +191,12 @@ func TestSlidingWindowRetryAfterWhenTheWindowIsFull(t *testing.T) {
 }
 
 func TestSlidingWindowStorageIsBoundedByResolution(t *testing.T) {
-	def := Definition{Kind: SlidingWindow, Rate: 1000, Period: minute, Resolution: 6}.normalized()
+	def := Definition{Kind: SlidingWindow, Rate: 1000, Period: minute, Resolution: 6}.Normalized()
 	var st State
 	for i := range 500 {
-		d := decide(def, []State{st}, 1, false, int64(i)*997, 0)
-		if d.ok {
-			st = d.writes[0]
+		d := Decide(def, []State{st}, 1, false, int64(i)*997, 0)
+		if d.OK {
+			st = d.Writes[0]
 		}
 		if len(st.Counters) > 7 {
 			t.Fatalf("%d counters after %d requests", len(st.Counters), i)
@@ -222,50 +222,50 @@ func TestCountAboveCapacityCanNeverSucceed(t *testing.T) {
 		{Definition{Kind: TokenBucket, Rate: 100, Period: minute, Shards: 10}, 21, true, true},
 	}
 	for i, c := range cases {
-		err := c.def.checkCount(c.count, c.reserve)
+		err := c.def.CheckCount(c.count, c.reserve)
 		if (err != nil) != c.wantErr {
 			t.Errorf("case %d: checkCount(%v, reserve=%v) = %v, want error %v", i, c.count, c.reserve, err, c.wantErr)
 		}
 	}
-	if err := (Definition{Kind: SlidingWindow, Rate: 10, Period: minute}).checkCount(1, true); err == nil {
+	if err := (Definition{Kind: SlidingWindow, Rate: 10, Period: minute}).CheckCount(1, true); err == nil {
 		t.Error("a sliding window accepted reserve")
 	}
 }
 
 func TestShardsUseTheFullerOfTwoAndPoolWhenNeitherSuffices(t *testing.T) {
-	def := Definition{Kind: TokenBucket, Rate: 40, Period: minute, Shards: 4}.normalized() // 10 per shard
+	def := Definition{Kind: TokenBucket, Rate: 40, Period: minute, Shards: 4}.Normalized() // 10 per shard
 	a := State{Value: 3, TS: 0, Exists: true}
 	b := State{Value: 8, TS: 0, Exists: true}
-	d := decide(def, []State{a, b}, 5, false, 0, 0)
-	if !d.ok || d.writes[0].Exists || d.writes[1].Value != 3 {
+	d := Decide(def, []State{a, b}, 5, false, 0, 0)
+	if !d.OK || d.Writes[0].Exists || d.Writes[1].Value != 3 {
 		t.Fatalf("fuller shard alone: %+v", d)
 	}
-	d = decide(def, []State{a, b}, 9, false, 0, 0)
-	if !d.ok || d.writes[0].Value != 1 || d.writes[1].Value != 1 {
+	d = Decide(def, []State{a, b}, 9, false, 0, 0)
+	if !d.OK || d.Writes[0].Value != 1 || d.Writes[1].Value != 1 {
 		t.Fatalf("pooled: each shard should keep half of 3+8-9: %+v", d)
 	}
-	d = decide(def, []State{a, b}, 12, false, 0, 0)
-	if d.ok || d.writes[0].Exists || d.writes[1].Exists {
+	d = Decide(def, []State{a, b}, 12, false, 0, 0)
+	if d.OK || d.Writes[0].Exists || d.Writes[1].Exists {
 		t.Fatalf("12 > 3+8 must be refused without writes: %+v", d)
 	}
 	// The pooled deficit of 1 refills at twice one shard's rate: 1 token at 20/min = 3 s.
-	if math.Abs(d.retryAfter-3_000) > 1e-6 {
-		t.Fatalf("retryAfter = %v, want 3000", d.retryAfter)
+	if math.Abs(d.RetryAfter-3_000) > 1e-6 {
+		t.Fatalf("retryAfter = %v, want 3000", d.RetryAfter)
 	}
 }
 
 func TestSlidingWindowShardsPoolHeadroom(t *testing.T) {
-	def := Definition{Kind: SlidingWindow, Rate: 30, Period: minute, Shards: 3}.normalized() // 10 per shard
+	def := Definition{Kind: SlidingWindow, Rate: 30, Period: minute, Shards: 3}.Normalized() // 10 per shard
 	a := State{TS: 0, Counters: []float64{0, 6}, Exists: true}
 	b := State{TS: 0, Counters: []float64{0, 7}, Exists: true}
-	d := decide(def, []State{a, b}, 5, false, 1000, 0)
-	if !d.ok || d.remaining != 2 {
+	d := Decide(def, []State{a, b}, 5, false, 1000, 0)
+	if !d.OK || d.Remaining != 2 {
 		t.Fatalf("pooled 4+3 headroom for 5: %+v", d)
 	}
-	if d.writes[0].Value != 1 || d.writes[1].Value != 1 {
-		t.Fatalf("each shard should end with half the headroom: %+v %+v", d.writes[0], d.writes[1])
+	if d.Writes[0].Value != 1 || d.Writes[1].Value != 1 {
+		t.Fatalf("each shard should end with half the headroom: %+v %+v", d.Writes[0], d.Writes[1])
 	}
-	if got := d.writes[0].Counters[1] + d.writes[1].Counters[1]; got != 18 {
+	if got := d.Writes[0].Counters[1] + d.Writes[1].Counters[1]; got != 18 {
 		t.Fatalf("counters sum %v, want 18", got)
 	}
 }
@@ -276,14 +276,14 @@ func TestStoredTimestampNeverMovesBackwards(t *testing.T) {
 		{Kind: FixedWindow, Rate: 10, Period: minute, Start: ptr(int64(0))},
 		{Kind: SlidingWindow, Rate: 10, Period: minute, Resolution: 4},
 	} {
-		def = def.normalized()
-		st := decide(def, []State{{}}, 1, false, 100_000, 0).writes[0]
-		d := decide(def, []State{st}, 1, false, 40_000, 0) // a clock 60 s behind
-		if d.ok && d.writes[0].TS < st.TS {
-			t.Errorf("%s: ts moved back from %d to %d", def.Kind, st.TS, d.writes[0].TS)
+		def = def.Normalized()
+		st := Decide(def, []State{{}}, 1, false, 100_000, 0).Writes[0]
+		d := Decide(def, []State{st}, 1, false, 40_000, 0) // a clock 60 s behind
+		if d.OK && d.Writes[0].TS < st.TS {
+			t.Errorf("%s: ts moved back from %d to %d", def.Kind, st.TS, d.Writes[0].TS)
 		}
-		if d.ok && d.writes[0].Value > st.Value {
-			t.Errorf("%s: a slow clock minted tokens: %v -> %v", def.Kind, st.Value, d.writes[0].Value)
+		if d.OK && d.Writes[0].Value > st.Value {
+			t.Errorf("%s: a slow clock minted tokens: %v -> %v", def.Kind, st.Value, d.Writes[0].Value)
 		}
 	}
 }

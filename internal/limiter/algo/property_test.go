@@ -1,4 +1,4 @@
-package limiter
+package algo
 
 import (
 	"math"
@@ -29,7 +29,7 @@ func randomDefinition(r *rand.Rand, kind Kind) Definition {
 	case SlidingWindow:
 		d.Resolution = 1 + r.IntN(8)
 	}
-	return d.normalized()
+	return d.Normalized()
 }
 
 // refTokenBucket is an independent exact (rational) model of §3.1.
@@ -174,7 +174,7 @@ func TestPropertyDecisionsMatchReferenceAndNeverExceedBounds(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		kind := []Kind{TokenBucket, FixedWindow, SlidingWindow}[seed%3]
 		d := randomDefinition(r, kind)
-		origin := originOf(d, 1, "p", "k")
+		origin := Origin(d, 1, "p", "k")
 		var st State
 		var tb refTokenBucket
 		var fw refFixedWindow
@@ -185,10 +185,10 @@ func TestPropertyDecisionsMatchReferenceAndNeverExceedBounds(t *testing.T) {
 			now += int64(r.IntN(int(d.Period/3) + 1))
 			count := float64(1 + r.IntN(int(math.Max(1, d.Max()/2))))
 			reserve := kind != SlidingWindow && d.MaxReserved != nil && r.IntN(4) == 0
-			if d.checkCount(count, reserve) != nil {
+			if d.CheckCount(count, reserve) != nil {
 				continue
 			}
-			got := decide(d, []State{st}, count, reserve, now, origin)
+			got := Decide(d, []State{st}, count, reserve, now, origin)
 			var want bool
 			var margin float64
 			switch kind {
@@ -199,14 +199,14 @@ func TestPropertyDecisionsMatchReferenceAndNeverExceedBounds(t *testing.T) {
 			case SlidingWindow:
 				want, margin = refSlidingAllows(d, log, now, count)
 			}
-			if got.ok != want && margin > 1e-6 {
-				t.Fatalf("seed %d: at %d count %v reserve %v: engine ok=%v, reference ok=%v (def %+v)", seed, now, count, reserve, got.ok, want, d)
+			if got.OK != want && margin > 1e-6 {
+				t.Fatalf("seed %d: at %d count %v reserve %v: engine ok=%v, reference ok=%v (def %+v)", seed, now, count, reserve, got.OK, want, d)
 			}
-			if got.ok != want { // a float/rational tie: follow the engine, the bound check still applies
+			if got.OK != want { // a float/rational tie: follow the engine, the bound check still applies
 				break
 			}
-			if got.ok {
-				st = got.writes[0]
+			if got.OK {
+				st = got.Writes[0]
 				log = append(log, admission{now, count})
 				reserveUsed = reserveUsed || reserve
 			}
@@ -226,25 +226,25 @@ func TestPropertyShardsNeverAdmitMoreThanTheUnshardedLimit(t *testing.T) {
 		}
 		d.Shards = 2 + r.IntN(9)
 		d.MaxReserved = nil
-		origin := originOf(d, 1, "p", "k")
+		origin := Origin(d, 1, "p", "k")
 		states := make([]State, d.Shards)
 		var log []admission
 		now := int64(0)
 		for range 400 {
 			now += int64(r.IntN(int(d.Period/5) + 1))
 			count := float64(1 + r.IntN(3))
-			if d.checkCount(count, false) != nil {
+			if d.CheckCount(count, false) != nil {
 				continue
 			}
 			a := r.IntN(d.Shards)
 			b := (a + 1 + r.IntN(d.Shards-1)) % d.Shards
-			got := decide(d, []State{states[a], states[b]}, count, false, now, origin)
-			if !got.ok {
+			got := Decide(d, []State{states[a], states[b]}, count, false, now, origin)
+			if !got.OK {
 				continue
 			}
 			for i, idx := range []int{a, b} {
-				if got.writes[i].Exists {
-					states[idx] = got.writes[i]
+				if got.Writes[i].Exists {
+					states[idx] = got.Writes[i]
 				}
 			}
 			log = append(log, admission{now, count})

@@ -1,19 +1,19 @@
-package limiter
+package algo
 
 import "math"
 
-// decision is the pure outcome of one limit for one request.
-type decision struct {
-	ok         bool
-	retryAfter float64 // ms until the caller should retry or run reserved work; NaN when none
-	remaining  float64 // tokens left in the shards this decision used (after consumption if ok)
-	writes     []State // new state for each input shard; Exists=false means "leave untouched"
+// Outcome is the pure outcome of one limit for one request.
+type Outcome struct {
+	OK         bool
+	RetryAfter float64 // ms until the caller should retry or run reserved work; NaN when none
+	Remaining  float64 // tokens left in the shards this decision used (after consumption if OK)
+	Writes     []State // new state for each input shard; Exists=false means "leave untouched"
 }
 
-// decide applies one request to one or two shard states (DESIGN §3). states holds the shard the
+// Decide applies one request to one or two shard states (DESIGN §3). states holds the shard the
 // engine picked, plus a second distinct one when the limit has two or more shards (the power of
 // two choices). It never mutates its inputs. A refusal writes nothing.
-func decide(def Definition, states []State, count float64, reserve bool, now, origin int64) decision {
+func Decide(def Definition, states []State, count float64, reserve bool, now, origin int64) Outcome {
 	p := def.shardParams()
 	views := make([]shardView, len(states))
 	for i, st := range states {
@@ -35,15 +35,15 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 		avail += views[i].avail
 		rate += p.rate
 	}
-	d := decision{retryAfter: math.NaN(), writes: make([]State, len(states))}
+	d := Outcome{RetryAfter: math.NaN(), Writes: make([]State, len(states))}
 	after := avail - count
 	if p.kind == SlidingWindow {
 		if after < 0 {
-			d.retryAfter = retryAfterSliding(p, views, use, rate, count, now)
-			d.remaining = avail
+			d.RetryAfter = retryAfterSliding(p, views, use, rate, count, now)
+			d.Remaining = avail
 			return d
 		}
-		d.ok, d.remaining = true, after
+		d.OK, d.Remaining = true, after
 		// Split the count so that the pooled shards end with equal headroom (half the balance each).
 		left := count
 		for k, i := range use {
@@ -54,7 +54,7 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 			left -= take
 			c := append([]float64(nil), views[i].counters...)
 			c[len(c)-1] += take
-			d.writes[i] = State{Value: views[i].avail - take, TS: views[i].ts, Counters: c, Exists: true}
+			d.Writes[i] = State{Value: views[i].avail - take, TS: views[i].ts, Counters: c, Exists: true}
 		}
 		return d
 	}
@@ -67,22 +67,22 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 			for _, i := range use {
 				lead = max(lead, views[i].ts-now)
 			}
-			d.retryAfter = float64(lead) + deficit*float64(p.period)/rate
+			d.RetryAfter = float64(lead) + deficit*float64(p.period)/rate
 		case FixedWindow:
 			var ts int64
 			for _, i := range use {
 				ts = max(ts, views[i].ts)
 			}
-			d.retryAfter = float64(ts + p.period*int64(math.Ceil(deficit/rate)) - now) // ts + period*ceil(-value/rate) - now
+			d.RetryAfter = float64(ts + p.period*int64(math.Ceil(deficit/rate)) - now) // ts + period*ceil(-value/rate) - now
 		}
 		if !reserve || deficit > p.maxReserved*float64(len(use)) {
-			d.remaining = avail
+			d.Remaining = avail
 			return d
 		}
 	}
-	d.ok, d.remaining = true, after
+	d.OK, d.Remaining = true, after
 	for _, i := range use {
-		d.writes[i] = State{Value: after / float64(len(use)), TS: views[i].ts, Exists: true}
+		d.Writes[i] = State{Value: after / float64(len(use)), TS: views[i].ts, Exists: true}
 	}
 	return d
 }
@@ -95,8 +95,17 @@ func retryAfterSliding(p shardParams, views []shardView, use []int, rate, count 
 	return slidingRetryAt(p, pooled, rate, count) - float64(now)
 }
 
-// peek is the state of a shard brought forward to now without consuming, for getValue.
-func peek(def Definition, st State, now, origin int64) (value float64, ts int64) {
+// Peek is the state of a shard brought forward to now without consuming, for getValue.
+func Peek(def Definition, st State, now, origin int64) (value float64, ts int64) {
 	v := viewOf(def.shardParams(), st, now, origin)
 	return v.avail, v.ts
+}
+
+// MaxRetryAfter caps retryAfter (ms, about 31,700 years): degenerate definitions (a rate of
+// 5e-324 per ten years) would otherwise overflow int64, and JSON numbers stay exact below 2^53.
+const MaxRetryAfter = int64(1e15)
+
+// RetryAfterMillis is a retryAfter as whole milliseconds: rounded up, within [0, MaxRetryAfter].
+func RetryAfterMillis(ms float64) int64 {
+	return int64(math.Ceil(math.Min(math.Max(ms, 0), float64(MaxRetryAfter))))
 }

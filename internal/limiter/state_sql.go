@@ -1,0 +1,281 @@
+package limiter
+
+import (
+	"sort"
+	"strings"
+
+	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
+)
+
+// Every statement on limit_state, and every limit_definitions lookup a decision makes, lives in
+// one of two files, each statement once:
+//   - this file: portable SQL through GORM, the same text on both dialects. It is SQLite's only
+//     path, and PostgreSQL's for everything but the decision hot path (values, recent keys,
+//     resets, the sweeper, definition lookups outside decisions);
+//   - state_sql_pg.go: PostgreSQL's decision hot path through pgx (group_pg.go).
+//
+// The column lists below are the only place they are spelled; the scan targets beside them keep
+// their order.
+
+const (
+	// stateColumns are limit_state's columns: the primary key, then the state.
+	stateColumns = "tenant_id, name, key, shard, value, ts, counters"
+	// statePrimaryKey is limit_state's primary key, in the order of the index.
+	statePrimaryKey = "tenant_id, name, key, shard"
+	// stateUpsert makes an INSERT of stateColumns replace the state of rows that exist.
+	stateUpsert = " ON CONFLICT (" + statePrimaryKey + ") DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters"
+	// definitionColumns are limit_definitions' columns.
+	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, created_at, updated_at"
+)
+
+// The portable statements. Matches on a list of primary keys are an OR of equalities (matchAll):
+// both SQLite and PostgreSQL plan that as index lookups, which keeps PostgreSQL's serializable
+// read locks on those rows instead of the whole table.
+const (
+	sqlSelectDefinitions = "SELECT " + definitionColumns + " FROM limit_definitions WHERE "
+	sqlSelectState       = "SELECT " + stateColumns + " FROM limit_state WHERE "
+	sqlInsertState       = "INSERT INTO limit_state (" + stateColumns + ") VALUES "
+	sqlDeleteState       = "DELETE FROM limit_state WHERE "
+	sqlDeleteNameState   = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ?"
+	sqlDeleteKeyState    = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ? AND key = ?"
+	sqlCountNameState    = "SELECT COUNT(*) FROM limit_state WHERE tenant_id = ? AND name = ?"
+	sqlRecentKeys        = `SELECT key FROM limit_state WHERE tenant_id = ? AND name = ?
+		GROUP BY key ORDER BY MAX(ts) DESC, key LIMIT ?`
+	// sqlScanState [sqlScanStateAfter] sqlScanStateOrder pages through the whole table in
+	// primary-key order (keyset pagination, so each page is an index range scan however large the
+	// table).
+	sqlScanState      = "SELECT " + stateColumns + " FROM limit_state"
+	sqlScanStateAfter = " WHERE (" + statePrimaryKey + ") > (?, ?, ?, ?)"
+	sqlScanStateOrder = " ORDER BY " + statePrimaryKey + " LIMIT ?"
+)
+
+// maxKeysPerStatement keeps every statement's bind parameters (4 per key, 7 per written row) far
+// below SQLite's and PostgreSQL's limits.
+const maxKeysPerStatement = 500
+
+// fullStateRow is one limit_state row as stored.
+type fullStateRow struct {
+	TenantID int64
+	Name     string
+	Key      string
+	Shard    int
+	Value    float64
+	TS       int64 `gorm:"column:ts"`
+	Counters string
+	exists   bool
+}
+
+// fields are the scan targets of stateColumns, in order.
+func (r *fullStateRow) fields() []any {
+	return []any{&r.TenantID, &r.Name, &r.Key, &r.Shard, &r.Value, &r.TS, &r.Counters}
+}
+
+func (r fullStateRow) key() rowKey { return rowKey{r.TenantID, r.Name, r.Key, r.Shard} }
+
+// state converts a stored row; a zero row (not found) is "no row", which reads as full.
+func (r fullStateRow) state(def Definition) algo.State {
+	if !r.exists {
+		return algo.State{}
+	}
+	st := algo.State{Value: r.Value, TS: r.TS, Exists: true}
+	if def.Kind == SlidingWindow {
+		st.Counters = algo.ParseCounters(def, r.Counters)
+	}
+	return st
+}
+
+// fields are the scan targets of definitionColumns, in order.
+func (r *definitionRow) fields() []any {
+	return []any{&r.TenantID, &r.Name, &r.Kind, &r.Rate, &r.Period, &r.Capacity, &r.MaxReserved,
+		&r.Shards, &r.Start, &r.Resolution, &r.Jitter, &r.IPFallback, &r.CreatedAt, &r.UpdatedAt}
+}
+
+// storedCounters is the counters column of a state to write.
+func storedCounters(st algo.State) string {
+	if st.Counters == nil {
+		return ""
+	}
+	return algo.FormatCounters(st.Counters)
+}
+
+// matchAll is a WHERE clause matching any of n tuples, each matched by one (equalities).
+func matchAll(equalities string, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(" + equalities + ")")
+	}
+	return b.String()
+}
+
+// selectDefinitions reads the named definitions in one query.
+func selectDefinitions(tx *gorm.DB, keys []defKey) ([]definitionRow, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		args = append(args, k.tenantID, k.name)
+	}
+	var rows []definitionRow
+	err := tx.Raw(sqlSelectDefinitions+matchAll("tenant_id = ? AND name = ?", len(keys)), args...).Scan(&rows).Error
+	return rows, err
+}
+
+// loadDefinitions reads the named definitions in one query.
+func loadDefinitions(tx *gorm.DB, keys []defKey) (map[defKey]Definition, error) {
+	rows, err := selectDefinitions(tx, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[defKey]Definition, len(rows))
+	for _, r := range rows {
+		out[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
+	}
+	return out, nil
+}
+
+// loadDefinition reads one definition; ok is false when there is none.
+func loadDefinition(tx *gorm.DB, tenantID int64, name string) (def StoredDefinition, ok bool, err error) {
+	rows, err := selectDefinitions(tx, []defKey{{tenantID, name}})
+	if err != nil || len(rows) == 0 {
+		return StoredDefinition{}, false, err
+	}
+	return rows[0].toDomain(), true, nil
+}
+
+// loadRows reads the wanted state rows by primary key. Missing rows stay absent (full).
+func loadRows(tx *gorm.DB, wanted []rowKey) (map[rowKey]fullStateRow, error) {
+	out := make(map[rowKey]fullStateRow, len(wanted))
+	keys := sortedUnique(append([]rowKey(nil), wanted...))
+	for start := 0; start < len(keys); start += maxKeysPerStatement {
+		part := keys[start:min(start+maxKeysPerStatement, len(keys))]
+		where, args := pkMatch(part)
+		var rows []fullStateRow
+		if err := tx.Raw(sqlSelectState+where, args...).Scan(&rows).Error; err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			r.exists = true
+			out[r.key()] = r
+		}
+	}
+	return out, nil
+}
+
+// deleteRows deletes the rows with these primary keys and returns how many there were.
+func deleteRows(tx *gorm.DB, keys []rowKey) (int64, error) {
+	keys = sortedUnique(append([]rowKey(nil), keys...))
+	var n int64
+	for start := 0; start < len(keys); start += maxKeysPerStatement {
+		where, args := pkMatch(keys[start:min(start+maxKeysPerStatement, len(keys))])
+		res := tx.Exec(sqlDeleteState+where, args...)
+		if res.Error != nil {
+			return n, res.Error
+		}
+		n += res.RowsAffected
+	}
+	return n, nil
+}
+
+func pkMatch(keys []rowKey) (string, []any) {
+	args := make([]any, 0, 4*len(keys))
+	for _, k := range keys {
+		args = append(args, k.tenantID, k.name, k.key, k.shard)
+	}
+	return matchAll("tenant_id = ? AND name = ? AND key = ? AND shard = ?", len(keys)), args
+}
+
+// saveRows upserts the changed rows in a fixed order (fewer deadlocks between transactions),
+// many rows per statement.
+func saveRows(tx *gorm.DB, rows map[rowKey]algo.State) error {
+	keys := make([]rowKey, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	keys = sortedUnique(keys)
+	for start := 0; start < len(keys); start += maxKeysPerStatement {
+		part := keys[start:min(start+maxKeysPerStatement, len(keys))]
+		var sb strings.Builder
+		sb.WriteString(sqlInsertState)
+		args := make([]any, 0, 7*len(part))
+		for i, k := range part {
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			sb.WriteString("(?,?,?,?,?,?,?)")
+			st := rows[k]
+			args = append(args, k.tenantID, k.name, k.key, k.shard, st.Value, st.TS, storedCounters(st))
+		}
+		sb.WriteString(stateUpsert)
+		if err := tx.Exec(sb.String(), args...).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteState deletes the state of one key (every shard), or of every key of name when key is nil.
+func deleteState(tx *gorm.DB, tenantID int64, name string, key *string) error {
+	if key == nil {
+		return tx.Exec(sqlDeleteNameState, tenantID, name).Error
+	}
+	return tx.Exec(sqlDeleteKeyState, tenantID, name, *key).Error
+}
+
+// countState counts the state rows of every key of name.
+func countState(tx *gorm.DB, tenantID int64, name string) (int64, error) {
+	var n int64
+	err := tx.Raw(sqlCountNameState, tenantID, name).Scan(&n).Error
+	return n, err
+}
+
+// recentKeys lists up to n keys of name that have state, most recently written first.
+func recentKeys(tx *gorm.DB, tenantID int64, name string, n int) ([]string, error) {
+	var keys []string
+	err := tx.Raw(sqlRecentKeys, tenantID, name, n).Scan(&keys).Error
+	return keys, err
+}
+
+// scanState reads up to batch rows after cursor (from the start when nil) in primary-key order.
+func scanState(tx *gorm.DB, cursor *fullStateRow, batch int) ([]fullStateRow, error) {
+	q := sqlScanState
+	var args []any
+	if cursor != nil {
+		q += sqlScanStateAfter
+		args = append(args, cursor.TenantID, cursor.Name, cursor.Key, cursor.Shard)
+	}
+	args = append(args, batch)
+	var rows []fullStateRow
+	err := tx.Raw(q+sqlScanStateOrder, args...).Scan(&rows).Error
+	return rows, err
+}
+
+func rowLess(a, b rowKey) bool {
+	if a.tenantID != b.tenantID {
+		return a.tenantID < b.tenantID
+	}
+	if a.name != b.name {
+		return a.name < b.name
+	}
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	return a.shard < b.shard
+}
+
+// sortedUnique sorts keys in primary-key order (the order rows are locked in) without repeats.
+func sortedUnique(keys []rowKey) []rowKey {
+	sort.Slice(keys, func(a, b int) bool { return rowLess(keys[a], keys[b]) })
+	out := keys[:0]
+	for i, k := range keys {
+		if i == 0 || k != keys[i-1] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
