@@ -2,23 +2,26 @@ package api
 
 import (
 	"errors"
-	"net/http"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
-var errPublishableKey = &problemError{NewProblem(http.StatusForbidden, CodeForbidden,
-	"publishable keys can only fetch captcha challenges; use a secret key")}
+var (
+	errPublishableKey = apperr.New(apperr.Forbidden, "publishable keys can only fetch captcha challenges; use a secret key")
+	// errBadKey is every refusal of a secret key: which of the three it was is not said.
+	errBadKey = apperr.New(apperr.Unauthorized, "missing, malformed or revoked API key")
+)
 
 // authenticate requires "Authorization: Bearer <secret key>" and stores the principal.
 func (s *Server) authenticate(c *gin.Context) {
 	h := c.GetHeader("Authorization")
 	scheme, secret, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		writeProblem(c, s.log, tenants.ErrUnauthorized)
+		writeProblem(c, s.log, errBadKey)
 		return
 	}
 	secret = strings.TrimSpace(secret)
@@ -27,6 +30,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		// Only on the refusal path: a valid publishable key is known but not allowed here (it can
 		// only fetch captcha challenges), which deserves 403 rather than 401.
 		if errors.Is(err, tenants.ErrUnauthorized) {
+			err = errBadKey.Wrap(err)
 			if _, perr := s.auth.Authenticate(c.Request.Context(), secret, tenants.KindPublishable); perr == nil {
 				err = errPublishableKey
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -141,7 +142,7 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 	}
 	req, err := s.toRequest(c, item{name: name, key: body.Key, session: body.Session, count: body.Count, reserve: body.Reserve, config: body.Config}, "")
 	if err != nil {
-		if pe, ok := err.(*problemError); ok && pe.p.Field == "name" {
+		if e := apperr.From(err); e.Code == apperr.InvalidRequest && e.Field == "name" {
 			err = limiter.ErrLimitNotFound // the name is part of the path: an impossible name is not found
 		}
 		writeProblem(c, s.log, err)
@@ -216,14 +217,8 @@ func (s *Server) checkBatch(c *gin.Context) { s.decideBatch(c, false) }
 
 // tooMany renders a refusal as 429 (throws: true) with Retry-After in whole seconds, rounded up.
 func (s *Server) tooMany(c *gin.Context, d limiter.Decision) {
-	p := NewProblem(http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf("limit %q refused the request", d.Name))
-	p.Name = d.Name
-	p.RetryAfter = d.RetryAfter
-	p.RequestID = c.GetString(RequestIDKey)
-	if d.RetryAfter != nil {
-		c.Header("Retry-After", retryAfterSeconds(*d.RetryAfter))
-	}
-	WriteProblem(c, p)
+	writeProblem(c, s.log, &apperr.Error{Code: apperr.RateLimited, Message: fmt.Sprintf("limit %q refused the request", d.Name),
+		Name: d.Name, RetryAfterMs: d.RetryAfter})
 }
 
 // maxHeaderSeconds caps header times: a valid but extreme definition (a tiny rate over a long

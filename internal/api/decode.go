@@ -10,12 +10,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
 )
 
 // MaxBodyBytes bounds every request body (DESIGN §4: larger bodies are 413).
 const MaxBodyBytes = 64 << 10
 
-var errTooLarge = &problemError{NewProblem(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "request body exceeds 64 KiB")}
+var errTooLarge = apperr.New(apperr.PayloadTooLarge, "request body exceeds 64 KiB")
 
 // decodeJSON reads exactly one JSON object into dst: unknown fields, wrong types, trailing data,
 // invalid UTF-8 and bodies over 64 KiB are all rejected with a problem naming the cause.

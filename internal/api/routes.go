@@ -1,10 +1,12 @@
 package api
 
 import (
-	"net/http"
+	"errors"
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
 )
 
 // Register mounts every route of the API. This is the complete list; the OpenAPI document is
@@ -49,17 +51,16 @@ func (s *Server) Owns(path string) bool { return IsAPIPath(path) }
 
 // NotFound renders an unknown /v1 path as a problem.
 func (s *Server) NotFound(c *gin.Context) {
-	WriteProblem(c, NewProblem(http.StatusNotFound, CodeNotFound, "no such route"))
+	writeProblem(c, s.log, apperr.New(apperr.NotFound, "no such route"))
 }
 
-// InternalError renders a recovered panic on an API path.
-func (s *Server) InternalError(c *gin.Context) {
-	p := NewProblem(http.StatusInternalServerError, CodeInternal, "internal error")
-	p.RequestID = c.GetString(RequestIDKey)
-	WriteProblem(c, p)
-}
+// InternalError renders a recovered panic on an API path (its stack is logged where it is
+// recovered).
+func (s *Server) InternalError(c *gin.Context) { writeProblem(c, s.log, errPanic) }
+
+var errPanic = errors.New("recovered a panic")
 
 // TooLarge renders a body over the server-wide cap on an API path.
 func (s *Server) TooLarge(c *gin.Context) {
-	WriteProblem(c, NewProblem(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "the request body is too large"))
+	writeProblem(c, s.log, apperr.New(apperr.PayloadTooLarge, "the request body is too large"))
 }

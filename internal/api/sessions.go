@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/captcha"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
@@ -122,12 +123,9 @@ func (s *sessions) fail(c *gin.Context, err error) {
 }
 
 var (
-	errNoPublishableKey = &problemError{NewProblem(http.StatusUnauthorized, CodeUnauthorized,
-		"pk must be the tenant's publishable key (pk_live_…); it is missing, malformed or revoked")}
-	errSecretKeyInBrowser = &problemError{NewProblem(http.StatusForbidden, CodeForbidden,
-		"secret keys must never reach a browser: use the tenant's publishable key (pk_live_…) here, and revoke this secret key if it was exposed")}
-	errOriginNotAllowed = &problemError{NewProblem(http.StatusForbidden, CodeForbidden,
-		"this origin is not among the tenant's allowed origins for captcha challenges")}
+	errNoPublishableKey   = apperr.New(apperr.Unauthorized, "pk must be the tenant's publishable key (pk_live_…); it is missing, malformed or revoked")
+	errSecretKeyInBrowser = apperr.New(apperr.Forbidden, "secret keys must never reach a browser: use the tenant's publishable key (pk_live_…) here, and revoke this secret key if it was exposed")
+	errOriginNotAllowed   = apperr.New(apperr.Forbidden, "this origin is not among the tenant's allowed origins for captcha challenges")
 )
 
 // challenge serves a challenge for one session of the tenant whose publishable key is pk.
@@ -252,14 +250,7 @@ func (s *sessions) spend(c *gin.Context, name string, def limiter.Definition, ke
 		return true
 	}
 	refused()
-	p := NewProblem(http.StatusTooManyRequests, CodeRateLimited, "too many captcha challenges; retry later")
-	p.Name = name
-	p.RetryAfter = d.RetryAfter
-	p.RequestID = c.GetString(RequestIDKey)
-	if d.RetryAfter != nil {
-		c.Header("Retry-After", retryAfterSeconds(*d.RetryAfter))
-	}
-	WriteProblem(c, p)
+	s.fail(c, &apperr.Error{Code: apperr.RateLimited, Message: "too many captcha challenges; retry later", Name: name, RetryAfterMs: d.RetryAfter})
 	return false
 }
 

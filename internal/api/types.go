@@ -8,57 +8,7 @@ import (
 )
 
 // DefinitionBody is the JSON form of a limit definition (PUT body and inline config).
-type DefinitionBody struct {
-	Kind        string   `json:"kind"`
-	Rate        *float64 `json:"rate"`
-	Period      *int64   `json:"period"`
-	Capacity    *float64 `json:"capacity,omitempty"`
-	MaxReserved *float64 `json:"maxReserved,omitempty"`
-	Shards      *int     `json:"shards,omitempty"`
-	Start       *int64   `json:"start,omitempty"`
-	Resolution  *int     `json:"resolution,omitempty"`
-	Jitter      *int64   `json:"jitter,omitempty"`
-	IPFallback  *bool    `json:"ipFallback,omitempty"`
-}
-
-// ToDefinition converts and validates; field errors use the JSON names.
-func (b DefinitionBody) ToDefinition() (limiter.Definition, error) {
-	var missing []limiter.FieldError
-	if b.Kind == "" {
-		missing = append(missing, limiter.FieldError{Field: "kind", Message: "is required"})
-	}
-	if b.Rate == nil {
-		missing = append(missing, limiter.FieldError{Field: "rate", Message: "is required"})
-	}
-	if b.Period == nil {
-		missing = append(missing, limiter.FieldError{Field: "period", Message: "is required"})
-	}
-	// Explicit zeros are errors; absent fields take defaults (the domain type reads 0 as default).
-	if b.Shards != nil && *b.Shards < 1 {
-		missing = append(missing, limiter.FieldError{Field: "shards", Message: "must be between 1 and 1024"})
-	}
-	if b.Resolution != nil && *b.Resolution < 1 {
-		missing = append(missing, limiter.FieldError{Field: "resolution", Message: "must be between 1 and 60"})
-	}
-	if len(missing) > 0 {
-		return limiter.Definition{}, &limiter.ValidationError{Code: CodeInvalidConfig, Fields: missing}
-	}
-	d := limiter.Definition{Kind: limiter.Kind(b.Kind), Rate: *b.Rate, Period: *b.Period,
-		Capacity: b.Capacity, MaxReserved: b.MaxReserved, Start: b.Start}
-	if b.Shards != nil {
-		d.Shards = *b.Shards
-	}
-	if b.Resolution != nil {
-		d.Resolution = *b.Resolution
-	}
-	if b.Jitter != nil {
-		d.Jitter = *b.Jitter
-	}
-	if b.IPFallback != nil {
-		d.IPFallback = *b.IPFallback
-	}
-	return d, d.Validate()
-}
+type DefinitionBody = limiter.Spec
 
 // ConfigResponse is a definition without name and timestamps (the config of a value response).
 type ConfigResponse struct {

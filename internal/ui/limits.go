@@ -9,7 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -193,7 +193,7 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 		i := int(*v)
 		return &i
 	}
-	body := api.DefinitionBody{Kind: get("kind")}
+	body := limiter.Spec{Kind: get("kind")}
 	body.Rate = float("rate")
 	body.Period = integer("period")
 	body.Capacity = float("capacity")
@@ -208,9 +208,8 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 		vals["ipFallback"] = "on"
 	}
 	def, err := body.ToDefinition()
-	var ve *limiter.ValidationError
-	if errors.As(err, &ve) {
-		for _, fe := range ve.Fields {
+	if err != nil {
+		for _, fe := range apperr.From(err).Fields {
 			if _, seen := errs[fe.Field]; !seen { // a parse error says more than "is required"
 				errs[fe.Field] = fe.Message
 			}
