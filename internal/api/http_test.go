@@ -501,3 +501,28 @@ func TestClosedDatabaseFailsClosedWith503(t *testing.T) {
 		}
 	})
 }
+
+// TestExtremeFixedWindowRefusalSaysRetryMuchLater: a valid but extreme definition (a millionth
+// of a millionth per day) is refused with the largest retryAfter and Retry-After, never 0.
+func TestExtremeFixedWindowRefusalSaysRetryMuchLater(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "rare", map[string]any{"kind": "fixed window", "rate": 1e-12, "period": 86_400_000, "capacity": 1})
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/rare/limit", a.key, map[string]any{}), http.StatusOK)
+		refused := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/rare/limit", a.key, map[string]any{}), http.StatusOK)
+		if refused["ok"] != false || number(t, refused, "retryAfter") != 1e15 {
+			t.Fatalf("second decision = %v, want refused with retryAfter 1e15", refused)
+		}
+		r := h.send(t, http.MethodPost, "/v1/limits/rare/limit", a.key, map[string]any{"throws": true})
+		p := requireProblem(t, r, http.StatusTooManyRequests, api.CodeRateLimited)
+		if number(t, p, "retryAfter") != 1e15 || r.header.Get("Retry-After") != "1000000000000" {
+			t.Fatalf("429 = %v, Retry-After %q", p, r.header.Get("Retry-After"))
+		}
+		// A rate that float64 cannot hold at full precision is refused, naming the field.
+		bad := requireProblem(t, h.send(t, http.MethodPut, "/v1/limits/tiny", a.key, map[string]any{"kind": "token bucket", "rate": 5e-324, "period": 1000}),
+			http.StatusBadRequest, api.CodeInvalidConfig)
+		if bad["field"] != "rate" {
+			t.Fatalf("subnormal rate: %v", bad)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"errors"
 	"math"
 	"testing"
 )
@@ -311,5 +312,49 @@ func TestValidateReportsEveryBadField(t *testing.T) {
 	}
 	if err := (Definition{Kind: TokenBucket, Rate: math.NaN(), Period: 1000}).Validate(); err == nil {
 		t.Error("accepted a NaN rate")
+	}
+}
+
+// TestExtremeDefinitionsNeverSayRetryNow: a valid but extreme fixed window (a millionth of a
+// millionth per day) needs more windows than int64 milliseconds can count; the refusal must
+// still say "much later" (clamped to MaxRetryAfter), never 0.
+func TestExtremeDefinitionsNeverSayRetryNow(t *testing.T) {
+	const now = int64(1_700_000_000_000)
+	for _, d := range []Definition{
+		{Kind: FixedWindow, Rate: 1e-12, Period: 86_400_000},
+		{Kind: TokenBucket, Rate: 1e-12, Period: 86_400_000},
+		{Kind: FixedWindow, Rate: 0x1p-1022, Period: maxPeriod},
+	} {
+		d = d.Normalized()
+		if err := d.Validate(); err != nil {
+			t.Fatalf("%+v: %v", d, err)
+		}
+		empty := State{Value: 0, TS: now, Exists: true}
+		got := Decide(d, []State{empty}, 1, false, now, 0)
+		if got.OK {
+			t.Fatalf("%+v: admitted with nothing left", d)
+		}
+		if ms := RetryAfterMillis(got.RetryAfter); ms != MaxRetryAfter {
+			t.Fatalf("%+v: retryAfter %v ms (raw %v), want the maximum %d", d, ms, got.RetryAfter, MaxRetryAfter)
+		}
+	}
+}
+
+func TestSubnormalRatesAreRefused(t *testing.T) {
+	err := Definition{Kind: TokenBucket, Rate: 5e-324, Period: 1000}.Validate()
+	var ve *ValidationError
+	if !errors.As(err, &ve) || ve.Code != CodeInvalidConfig || ve.Fields[0].Field != "rate" {
+		t.Fatalf("rate 5e-324: %v", err)
+	}
+}
+
+func TestRetryAfterMillisIsNeverZero(t *testing.T) {
+	for _, ms := range []float64{-5, 0, 1e-9, 0.5} {
+		if got := RetryAfterMillis(ms); got != 1 {
+			t.Errorf("RetryAfterMillis(%v) = %d, want 1", ms, got)
+		}
+	}
+	if got := RetryAfterMillis(math.Inf(1)); got != MaxRetryAfter {
+		t.Errorf("RetryAfterMillis(+Inf) = %d", got)
 	}
 }

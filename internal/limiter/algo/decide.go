@@ -73,7 +73,9 @@ func Decide(def Definition, states []State, count float64, reserve bool, now, or
 			for _, i := range use {
 				ts = max(ts, views[i].ts)
 			}
-			d.RetryAfter = float64(ts + p.period*int64(math.Ceil(deficit/rate)) - now) // ts + period*ceil(-value/rate) - now
+			// ts + period*ceil(-value/rate) - now, in floating point: the number of windows can
+			// exceed what int64 milliseconds hold (rate 1e-12 per day), and RetryAfterMillis clamps.
+			d.RetryAfter = float64(ts-now) + float64(p.period)*math.Ceil(deficit/rate)
 		}
 		if !reserve || deficit > p.maxReserved*float64(len(use)) {
 			d.Remaining = avail
@@ -105,7 +107,12 @@ func Peek(def Definition, st State, now, origin int64) (value float64, ts int64)
 // 5e-324 per ten years) would otherwise overflow int64, and JSON numbers stay exact below 2^53.
 const MaxRetryAfter = int64(1e15)
 
-// RetryAfterMillis is a retryAfter as whole milliseconds: rounded up, within [0, MaxRetryAfter].
+// RetryAfterMillis is a retryAfter as whole milliseconds: rounded up, within [1, MaxRetryAfter].
+// Never 0: a refusal (or reserved work) that said "now" would invite a retry that cannot
+// succeed yet.
 func RetryAfterMillis(ms float64) int64 {
-	return int64(math.Ceil(math.Min(math.Max(ms, 0), float64(MaxRetryAfter))))
+	if math.IsNaN(ms) {
+		return MaxRetryAfter
+	}
+	return int64(math.Ceil(math.Min(math.Max(ms, 1), float64(MaxRetryAfter))))
 }

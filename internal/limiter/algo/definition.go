@@ -28,11 +28,14 @@ const (
 const (
 	MaxShards     = 1024
 	MaxResolution = 60
-	maxAmount     = 1e15                  // rate, capacity, maxReserved, count
-	maxPeriod     = 10 * 366 * 86_400_000 // ten years in ms
-	maxJitter     = 86_400_000            // one day in ms
-	maxStart      = int64(1) << 50        // ms since the epoch, ~35,000 years
-	MaxKeyBytes   = 256
+	maxAmount     = 1e15 // rate, capacity, maxReserved, count
+	// minRate is the smallest normal float64: below it a rate loses precision (a subnormal),
+	// and the times computed from it are not what the definition says.
+	minRate     = 0x1p-1022
+	maxPeriod   = 10 * 366 * 86_400_000 // ten years in ms
+	maxJitter   = 86_400_000            // one day in ms
+	maxStart    = int64(1) << 50        // ms since the epoch, ~35,000 years
+	MaxKeyBytes = 256
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
@@ -118,8 +121,8 @@ func (d Definition) Validate() error {
 	default:
 		add("kind", `must be "token bucket", "fixed window" or "sliding window"`)
 	}
-	if !finiteIn(d.Rate, math.SmallestNonzeroFloat64, maxAmount) || d.Rate <= 0 {
-		add("rate", "must be a number > 0 and <= %g", float64(maxAmount))
+	if !finiteIn(d.Rate, minRate, maxAmount) {
+		add("rate", "must be a number >= %g and <= %g", minRate, float64(maxAmount))
 	}
 	if d.Period <= 0 || d.Period > maxPeriod {
 		add("period", "must be a whole number of milliseconds > 0 and <= %d", int64(maxPeriod))

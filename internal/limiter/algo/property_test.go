@@ -189,6 +189,9 @@ func TestPropertyDecisionsMatchReferenceAndNeverExceedBounds(t *testing.T) {
 				continue
 			}
 			got := Decide(d, []State{st}, count, reserve, now, origin)
+			if !got.OK && !(got.RetryAfter > 0) {
+				t.Fatalf("seed %d: at %d count %v: refused with retryAfter %v (def %+v)", seed, now, count, got.RetryAfter, d)
+			}
 			var want bool
 			var margin float64
 			switch kind {
