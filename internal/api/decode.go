@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -46,7 +48,60 @@ func DecodeStrict(body []byte, dst any) error {
 	if !utf8.Valid(body) {
 		return badRequest("", "the request body is not valid UTF-8")
 	}
+	if field, dup := duplicateMember(body); dup {
+		return fieldf(field, "%s is given more than once; give each member once", field)
+	}
 	return decodeReflect(body, dst)
+}
+
+// duplicateMember finds the first object member named twice in one object (encoding/json would
+// silently keep the last), and returns its path ("count", "limits.1.key"). Malformed JSON is
+// left for the decoder to describe.
+func duplicateMember(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var walk func(path string) (string, bool, error)
+	walk = func(path string) (string, bool, error) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false, err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				keyTok, err := dec.Token()
+				if err != nil {
+					return "", false, err
+				}
+				key, _ := keyTok.(string)
+				member := key
+				if path != "" {
+					member = path + "." + key
+				}
+				if seen[key] {
+					return member, true, nil
+				}
+				seen[key] = true
+				if field, dup, err := walk(member); dup || err != nil {
+					return field, dup, err
+				}
+			}
+			_, err = dec.Token() // '}'
+			return "", false, err
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if field, dup, err := walk(path + "." + strconv.Itoa(i)); dup || err != nil {
+					return field, dup, err
+				}
+			}
+			_, err = dec.Token() // ']'
+			return "", false, err
+		}
+		return "", false, nil
+	}
+	field, dup, _ := walk("")
+	return strings.TrimPrefix(field, "."), dup
 }
 
 // decodeReflect is the general strict decoder (encoding/json).
@@ -54,7 +109,8 @@ func decodeReflect(body []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return decodeProblem(err)
+		_, definition := dst.(*DefinitionBody)
+		return decodeProblem(err, definition)
 	}
 	if dec.More() {
 		return badRequest("", "unexpected data after the JSON object")
@@ -65,7 +121,9 @@ func decodeReflect(body []byte, dst any) error {
 	return nil
 }
 
-func decodeProblem(err error) error {
+// decodeProblem describes what the decoder refused. definition says the body is a limit
+// definition (PUT /v1/limits/{name}), whose every field is configuration.
+func decodeProblem(err error, definition bool) error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
@@ -73,6 +131,15 @@ func decodeProblem(err error) error {
 		field := typeErr.Field
 		if field == "" {
 			return badRequest("", "the request body must be a JSON object")
+		}
+		if strings.HasPrefix(typeErr.Value, "number") {
+			// A number too large (or too precise an integer) for the field's type. In a limit's
+			// configuration that is a configuration the server cannot represent.
+			e := apperr.Invalid(field, fmt.Sprintf("%s is out of range: it must be %s that a float64 or int64 can hold", field, describeType(typeErr.Type.String())))
+			if definition || strings.HasPrefix(field, "config.") || strings.Contains(field, ".config.") {
+				e.Code = apperr.InvalidConfig
+			}
+			return e
 		}
 		return fieldf(field, "%s must be %s", field, describeType(typeErr.Type.String()))
 	case errors.As(err, &syntaxErr):

@@ -335,7 +335,7 @@ func TestInputErrorsAreProblemsWithTheirCode(t *testing.T) {
 		{"reset of unknown limit", "POST", "/v1/limits/nope/reset", `{"allKeys":true}`, 404, api.CodeLimitNotFound, ""},
 		{"impossible name on GET", "GET", "/v1/limits/" + strings.Repeat("n", 129), nil, 404, api.CodeLimitNotFound, ""},
 		{"unknown path", "GET", "/v1/nothing/here", nil, 404, api.CodeNotFound, ""},
-		{"unknown method", "PATCH", "/v1/limits/x", `{}`, 404, api.CodeNotFound, ""},
+		{"another method on a known path (405 with Allow)", "PATCH", "/v1/limits/x", `{}`, 405, api.CodeMethodNotAllowed, ""},
 		{"session without checker", "POST", "/v1/limits/x/limit", `{"session":"0123456789abcdef0123"}`, 403, api.CodeSessionNotAuthorized, ""},
 		{"session in batch", "POST", "/v1/limit", `{"limits":[{"name":"x","session":"0123456789abcdef0123"}]}`, 403, api.CodeSessionNotAuthorized, ""},
 		{"malformed session", "POST", "/v1/limits/x/limit", `{"session":"short"}`, 400, api.CodeInvalidRequest, "session"},
@@ -518,11 +518,52 @@ func TestExtremeFixedWindowRefusalSaysRetryMuchLater(t *testing.T) {
 		if number(t, p, "retryAfter") != 1e15 || r.header.Get("Retry-After") != "1000000000000" {
 			t.Fatalf("429 = %v, Retry-After %q", p, r.header.Get("Retry-After"))
 		}
-		// A rate that float64 cannot hold at full precision is refused, naming the field.
-		bad := requireProblem(t, h.send(t, http.MethodPut, "/v1/limits/tiny", a.key, map[string]any{"kind": "token bucket", "rate": 5e-324, "period": 1000}),
-			http.StatusBadRequest, api.CodeInvalidConfig)
-		if bad["field"] != "rate" {
-			t.Fatalf("subnormal rate: %v", bad)
+	})
+}
+
+// TestStrictJSONRefusesDuplicateMembersAndOutOfRangeNumbers: encoding/json would keep the last
+// of two members silently; Sluice names the member instead. A number the field cannot hold is
+// named too, as a configuration error when it is one.
+func TestStrictJSONRefusesDuplicateMembersAndOutOfRangeNumbers(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "x", bucket10PerMinute)
+		for _, tc := range []struct{ method, path, body, code, field string }{
+			{http.MethodPost, "/v1/limits/x/limit", `{"count":1,"count":5}`, api.CodeInvalidRequest, "count"},
+			{http.MethodPost, "/v1/limit", `{"limits":[{"name":"x"},{"name":"x","key":"a","key":"b"}]}`, api.CodeInvalidRequest, "limits.1.key"},
+			{http.MethodPut, "/v1/limits/y", `{"kind":"token bucket","rate":1,"rate":2,"period":1000}`, api.CodeInvalidRequest, "rate"},
+			{http.MethodPut, "/v1/limits/y", `{"kind":"token bucket","rate":1e400,"period":1000}`, api.CodeInvalidConfig, "rate"},
+			{http.MethodPut, "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":1e30}`, api.CodeInvalidConfig, "period"},
+			{http.MethodPost, "/v1/limits/z/limit", `{"config":{"kind":"token bucket","rate":1e400,"period":1000}}`, api.CodeInvalidConfig, "config.rate"},
+			{http.MethodPost, "/v1/limits/x/limit", `{"count":1e400}`, api.CodeInvalidRequest, "count"},
+		} {
+			p := requireProblem(t, h.send(t, tc.method, tc.path, a.key, tc.body), http.StatusBadRequest, tc.code)
+			if p["field"] != tc.field {
+				t.Errorf("%s %s %s: field %v, want %s (%v)", tc.method, tc.path, tc.body, p["field"], tc.field, p)
+			}
+		}
+		// Nothing was consumed by the refused bodies.
+		if v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/x/value", a.key, nil), http.StatusOK); number(t, v, "value") != 10 {
+			t.Fatalf("value after refused bodies = %v", v)
+		}
+	})
+}
+
+// TestKnownPathWithAnotherMethodIs405WithAllow: not a 404, which would say the route is missing.
+func TestKnownPathWithAnotherMethodIs405WithAllow(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		for _, tc := range []struct{ method, path, allow string }{
+			{http.MethodDelete, "/v1/limit", "POST"},
+			{http.MethodPost, "/v1/limits", "GET"},
+			{http.MethodPatch, "/v1/limits/x", "GET, PUT, DELETE"},
+			{http.MethodGet, "/v1/limits/x/limit", "POST"},
+		} {
+			r := h.send(t, tc.method, tc.path, a.key, nil)
+			requireProblem(t, r, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
+			if got := r.header.Get("Allow"); got != tc.allow {
+				t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+			}
 		}
 	})
 }

@@ -47,6 +47,7 @@ const (
 	CodeDefinitionExists     = string(apperr.DefinitionExists)
 	CodeConflict             = string(apperr.Conflict)
 	CodePayloadTooLarge      = string(apperr.PayloadTooLarge)
+	CodeMethodNotAllowed     = string(apperr.MethodNotAllowed)
 	CodeRateLimited          = string(apperr.RateLimited)
 	CodeUnavailable          = string(apperr.Unavailable)
 	CodeInternal             = string(apperr.Internal)

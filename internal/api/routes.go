@@ -54,6 +54,11 @@ func (s *Server) NotFound(c *gin.Context) {
 	writeProblem(c, s.log, apperr.New(apperr.NotFound, "no such route"))
 }
 
+// MethodNotAllowed renders a known /v1 path asked with another method (gin has set Allow).
+func (s *Server) MethodNotAllowed(c *gin.Context) {
+	writeProblem(c, s.log, apperr.New(apperr.MethodNotAllowed, "this route does not answer "+c.Request.Method+"; see the Allow header"))
+}
+
 // InternalError renders a recovered panic on an API path (its stack is logged where it is
 // recovered).
 func (s *Server) InternalError(c *gin.Context) { writeProblem(c, s.log, errPanic) }

@@ -31,6 +31,7 @@ const (
 	DefinitionExists     Code = "definition_exists"
 	Conflict             Code = "conflict"
 	PayloadTooLarge      Code = "payload_too_large"
+	MethodNotAllowed     Code = "method_not_allowed"
 	RateLimited          Code = "rate_limited"
 	Unavailable          Code = "unavailable"
 	Internal             Code = "internal"
@@ -51,6 +52,7 @@ var codes = map[Code]struct {
 	DefinitionExists:     {http.StatusConflict, "Definition exists"},
 	Conflict:             {http.StatusConflict, "Conflict"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
+	MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	RateLimited:          {http.StatusTooManyRequests, "Rate limited"},
 	Unavailable:          {http.StatusServiceUnavailable, "Service unavailable"},
 	Internal:             {http.StatusInternalServerError, "Internal error"},

@@ -21,10 +21,12 @@ type Surface interface {
 }
 
 // ErrorRenderer is implemented by a surface that answers its own paths' errors in its own format
-// (the API's problem+json): unknown routes, panics and bodies over the limit.
+// (the API's problem+json): unknown routes, known routes with another method (the Allow header
+// is already set), panics and bodies over the limit.
 type ErrorRenderer interface {
 	Owns(path string) bool
 	NotFound(c *gin.Context)
+	MethodNotAllowed(c *gin.Context)
 	InternalError(c *gin.Context)
 	TooLarge(c *gin.Context)
 }
@@ -61,7 +63,7 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := gin.New()
-	r.HandleMethodNotAllowed = false
+	r.HandleMethodNotAllowed = true // 405 with Allow for a known path and another method
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
 	// Trust no proxy unless the operator names them: otherwise any client could choose its IP.
@@ -119,6 +121,13 @@ func NewRouter(o Options) (*gin.Engine, error) {
 	for _, s := range o.Surfaces {
 		s.Register(r)
 	}
+	r.NoMethod(func(c *gin.Context) {
+		if er := owner(c); er != nil {
+			er.MethodNotAllowed(c)
+			return
+		}
+		c.String(http.StatusMethodNotAllowed, "405 method not allowed")
+	})
 	r.NoRoute(func(c *gin.Context) {
 		if er := owner(c); er != nil {
 			er.NotFound(c)

@@ -22,6 +22,9 @@ type fakeSurface struct{}
 
 func (fakeSurface) Owns(path string) bool   { return strings.HasPrefix(path, "/v1/") }
 func (fakeSurface) NotFound(c *gin.Context) { problem(c, http.StatusNotFound, "not_found") }
+func (fakeSurface) MethodNotAllowed(c *gin.Context) {
+	problem(c, http.StatusMethodNotAllowed, "method_not_allowed")
+}
 func (fakeSurface) InternalError(c *gin.Context) {
 	problem(c, http.StatusInternalServerError, "internal")
 }

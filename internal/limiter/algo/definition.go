@@ -121,11 +121,8 @@ func (d Definition) Validate() error {
 	default:
 		add("kind", `must be "token bucket", "fixed window" or "sliding window"`)
 	}
-	switch {
-	case !finiteIn(d.Rate, math.SmallestNonzeroFloat64, maxAmount):
+	if !finiteIn(d.Rate, math.SmallestNonzeroFloat64, maxAmount) {
 		add("rate", "must be a number > 0 and <= %g", float64(maxAmount))
-	case d.Rate < minRate:
-		add("rate", "must be at least %g: smaller rates cannot be represented exactly", minRate)
 	}
 	if d.Period <= 0 || d.Period > maxPeriod {
 		add("period", "must be a whole number of milliseconds > 0 and <= %d", int64(maxPeriod))
