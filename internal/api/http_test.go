@@ -313,7 +313,6 @@ func TestInputErrorsAreProblemsWithTheirCode(t *testing.T) {
 		{"reserved key prefix", "POST", "/v1/limits/x/limit", `{"key":"session:abc"}`, 400, api.CodeInvalidRequest, "key"},
 		{"key and session", "POST", "/v1/limits/x/check", `{"key":"a","session":"0123456789abcdef0123"}`, 400, api.CodeInvalidRequest, "session"},
 		{"negative count", "POST", "/v1/limits/x/limit", `{"count":-1}`, 400, api.CodeInvalidRequest, "count"},
-		{"reset without key or allKeys", "POST", "/v1/limits/x/reset", `{}`, 400, api.CodeInvalidRequest, "key"},
 		{"reset with key and allKeys", "POST", "/v1/limits/x/reset", `{"key":"a","allKeys":true}`, 400, api.CodeInvalidRequest, "allKeys"},
 		{"value with bad key", "GET", "/v1/limits/x/value?key=" + long, nil, 400, api.CodeInvalidRequest, "key"},
 		{"batch without limits", "POST", "/v1/limit", `{"limits":[]}`, 400, api.CodeInvalidRequest, "limits"},
@@ -565,5 +564,44 @@ func TestKnownPathWithAnotherMethodIs405WithAllow(t *testing.T) {
 				t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
 			}
 		}
+	})
+}
+
+// TestResetAsTheContractSays: {} resets the limit's global (keyless) state; a key's reset is
+// idempotent, also for an inline-config limit with no state at all (204, never a 404 that would
+// depend on unrelated keys).
+func TestResetAsTheContractSays(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "x", bucket10PerMinute)
+		for range 3 {
+			requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/x/limit", a.key, map[string]any{}), http.StatusOK)
+		}
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/x/limit", a.key, map[string]any{"key": "alice"}), http.StatusOK)
+		if r := h.send(t, http.MethodPost, "/v1/limits/x/reset", a.key, map[string]any{}); r.status != http.StatusNoContent {
+			t.Fatalf("reset {}: %s", r)
+		}
+		if v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/x/value", a.key, nil), http.StatusOK); number(t, v, "value") != 10 {
+			t.Fatalf("global value after reset {} = %v, want full", v)
+		}
+		if v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/x/value?key=alice", a.key, nil), http.StatusOK); number(t, v, "value") > 9.5 {
+			t.Fatalf("alice after reset {} = %v, want untouched (about 9, refilling slowly)", v)
+		}
+		// An inline-config limit: no stored definition, and at first no state for any key.
+		for range 2 {
+			if r := h.send(t, http.MethodPost, "/v1/limits/inline/reset", a.key, map[string]any{"key": "bob"}); r.status != http.StatusNoContent {
+				t.Fatalf("reset of a key of a limit with no state: %s", r)
+			}
+		}
+		inline := map[string]any{"key": "carol", "config": bucket10PerMinute}
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/inline/limit", a.key, inline), http.StatusOK)
+		for range 2 { // with state for another key, and again once carol's is gone
+			if r := h.send(t, http.MethodPost, "/v1/limits/inline/reset", a.key, map[string]any{"key": "carol"}); r.status != http.StatusNoContent {
+				t.Fatalf("reset of an inline-config key: %s", r)
+			}
+		}
+		// Explicit values that reset nothing are still mistakes.
+		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/x/reset", a.key, `{"key":null}`), http.StatusBadRequest, api.CodeInvalidRequest)
+		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/x/reset", a.key, `{"allKeys":false}`), http.StatusBadRequest, api.CodeInvalidRequest)
 	})
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -118,27 +119,50 @@ func (s *Server) reset(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	switch {
-	case body.AllKeys && body.Key != nil:
-		writeProblem(c, s.log, badRequest("allKeys", `give either "key" or "allKeys": true, not both`))
-		return
-	case !body.AllKeys && body.Key == nil:
-		writeProblem(c, s.log, badRequest("key", `give "key", or "allKeys": true to reset every key`))
-		return
-	case body.Key != nil && !limiter.ValidKey(*body.Key):
-		writeProblem(c, s.log, badRequest("key", limiter.KeyRule))
+	key, err := resetKey(body)
+	if err != nil {
+		writeProblem(c, s.log, err)
 		return
 	}
-	if err := s.engine.Reset(c.Request.Context(), tenantOf(c).TenantID, name, body.Key); err != nil {
+	if err := s.engine.Reset(c.Request.Context(), tenantOf(c).TenantID, name, key); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
 	target := name + " (all keys)"
-	if body.Key != nil {
-		target = name + " key " + strconv.Quote(*body.Key)
+	switch {
+	case key == nil:
+	case *key == "":
+		target = name + " (global key)"
+	default:
+		target = name + " key " + strconv.Quote(*key)
 	}
 	s.recordAudit(c, "limit.reset", target, "")
 	c.Status(http.StatusNoContent)
+}
+
+// resetKey reads which state a reset body names (DESIGN: {"key"?} or {"allKeys": true}): nil
+// for every key, "" for the limit's global key (no key given), or the key.
+func resetKey(body ResetBody) (*string, error) {
+	allKeys := body.AllKeys != nil && *body.AllKeys
+	switch {
+	case body.AllKeys != nil && !allKeys:
+		return nil, badRequest("allKeys", `"allKeys": false resets nothing; omit it to reset the global key, or give "key"`)
+	case allKeys && body.Key != nil:
+		return nil, badRequest("allKeys", `give either "key" or "allKeys": true, not both`)
+	case allKeys:
+		return nil, nil
+	case body.Key == nil:
+		global := ""
+		return &global, nil
+	}
+	var key *string
+	if err := json.Unmarshal(body.Key, &key); err != nil || key == nil {
+		return nil, badRequest("key", `key must be a string; omit it to reset the limit's global key`)
+	}
+	if !limiter.ValidKey(*key) {
+		return nil, badRequest("key", limiter.KeyRule)
+	}
+	return key, nil
 }
 
 func (s *Server) value(c *gin.Context) {

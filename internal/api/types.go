@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"math"
 	"time"
 
@@ -78,8 +79,10 @@ const MaxBatch = 100
 
 // ResetBody is the body of POST /v1/limits/{name}/reset.
 type ResetBody struct {
-	Key     *string `json:"key"`
-	AllKeys bool    `json:"allKeys"`
+	// Key is kept raw to tell an absent key (the limit's global key) from an explicit null (a
+	// mistake worth a 400).
+	Key     json.RawMessage `json:"key"`
+	AllKeys *bool           `json:"allKeys"`
 }
 
 // DecisionResponse is one decision.

@@ -199,16 +199,22 @@ func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, s
 	return out, nil
 }
 
-// Reset deletes the state of one key (every shard), or of every key of name when key is nil.
-// It returns ErrLimitNotFound when name has neither a definition nor any state.
+// Reset deletes the state of one key (every shard; "" is the limit's global key) whether or not
+// any exists, or of every key of name when key is nil; the latter returns ErrLimitNotFound when
+// name has neither a definition nor any state.
 func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *string) error {
 	if !ValidName(name) {
 		return ErrLimitNotFound
 	}
-	if key != nil && !ValidKey(*key) {
+	if key != nil && *key != "" && !ValidKey(*key) {
 		return invalidRequest("key", KeyRule)
 	}
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+		if key != nil {
+			// One key (or the global one): idempotent, whether or not the name has a stored
+			// definition or any state. Inline-config limits have neither until used.
+			return deleteState(tx, tenantID, name, key)
+		}
 		_, ok, err := loadDefinition(tx, tenantID, name)
 		if err != nil {
 			return err
