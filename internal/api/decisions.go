@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -56,6 +57,7 @@ type item struct {
 	name    string
 	key     *string
 	session *string
+	ip      *string // an explicit visitor address (a backend deciding for its visitors)
 	count   *float64
 	reserve bool
 	config  *DefinitionBody
@@ -80,9 +82,19 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 		}
 		req.Config = &def
 	}
+	var visitor netip.Addr
+	if it.ip != nil {
+		a, err := netip.ParseAddr(*it.ip)
+		if err != nil || a.Zone() != "" {
+			return req, badRequest(field+"ip", "ip must be an IPv4 or IPv6 address, such as 203.0.113.7 or 2001:db8::1")
+		}
+		visitor = a.Unmap()
+	}
 	switch {
 	case it.key != nil && it.session != nil:
 		return req, badRequest(field+"session", `give "key" or "session", not both`)
+	case it.key != nil && it.ip != nil:
+		return req, badRequest(field+"ip", `"ip" goes with "session" (the address of its IP fallback) or alone (the address is the key), not with "key"`)
 	case it.key != nil:
 		k := *it.key
 		if !limiter.ValidKey(k) {
@@ -93,18 +105,36 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 		}
 		req.Key = k
 	case it.session != nil:
-		key, err := s.sessionKey(c, it, *it.session, field)
+		clientIP := c.ClientIP()
+		if visitor.IsValid() {
+			clientIP = visitor.String()
+		}
+		key, err := s.sessionKey(c, it, *it.session, clientIP, field)
 		if err != nil {
 			return req, err
 		}
 		req.Key = key
+	case visitor.IsValid():
+		req.Key = ipAddressKey(visitor)
 	}
 	return req, nil
 }
 
+// ipAddressKey is the key of a decision made for one visitor address: the address for IPv4, its
+// /64 for IPv6 (one subscriber usually holds a whole /64), hashed.
+func ipAddressKey(a netip.Addr) string {
+	p := netip.PrefixFrom(a, 32)
+	if a.Is6() {
+		p = netip.PrefixFrom(a, 64).Masked()
+	}
+	sum := sha256.Sum256([]byte("address " + p.String()))
+	return ipKeyPrefix + hex.EncodeToString(sum[:16])
+}
+
 // sessionKey resolves an anonymous session: its own key when authorized, otherwise the hashed
 // client-IP prefix if the definition opts in, otherwise 403 session_not_authorized.
-func (s *Server) sessionKey(c *gin.Context, it item, sessionID, field string) (string, error) {
+// clientIP is the address of the IP fallback: the request's, or the body's explicit "ip".
+func (s *Server) sessionKey(c *gin.Context, it item, sessionID, clientIP, field string) (string, error) {
 	if !ValidSessionID(sessionID) {
 		return "", badRequest(field+"session", "session IDs are 16 to 128 characters of [A-Za-z0-9_-]")
 	}
@@ -128,7 +158,7 @@ func (s *Server) sessionKey(c *gin.Context, it item, sessionID, field string) (s
 		return "", err
 	}
 	if fallback {
-		return ipPrefixKey(c.ClientIP()), nil
+		return ipPrefixKey(clientIP), nil
 	}
 	return "", errSessionNotAuthorized
 }
@@ -140,7 +170,7 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	req, err := s.toRequest(c, item{name: name, key: body.Key, session: body.Session, count: body.Count, reserve: body.Reserve, config: body.Config}, "")
+	req, err := s.toRequest(c, item{name: name, key: body.Key, session: body.Session, ip: body.IP, count: body.Count, reserve: body.Reserve, config: body.Config}, "")
 	if err != nil {
 		if e := apperr.From(err); e.Code == apperr.InvalidRequest && e.Field == "name" {
 			err = limiter.ErrLimitNotFound // the name is part of the path: an impossible name is not found
@@ -181,7 +211,7 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 	}
 	reqs := make([]limiter.Request, len(body.Limits))
 	for i, it := range body.Limits {
-		req, err := s.toRequest(c, item{name: it.Name, key: it.Key, session: it.Session, count: it.Count, reserve: it.Reserve, config: it.Config},
+		req, err := s.toRequest(c, item{name: it.Name, key: it.Key, session: it.Session, ip: it.IP, count: it.Count, reserve: it.Reserve, config: it.Config},
 			fmt.Sprintf("limits[%d].", i))
 		if err != nil {
 			writeProblem(c, s.log, err)

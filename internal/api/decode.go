@@ -55,7 +55,7 @@ func DecodeStrict(body []byte, dst any) error {
 }
 
 // duplicateMember finds the first object member named twice in one object (encoding/json would
-// silently keep the last), and returns its path ("count", "limits.1.key"). Malformed JSON is
+// silently keep the last), and returns its path ("count", "limits[1].key"). Malformed JSON is
 // left for the decoder to describe.
 func duplicateMember(body []byte) (string, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -91,7 +91,7 @@ func duplicateMember(body []byte) (string, bool) {
 			return "", false, err
 		case json.Delim('['):
 			for i := 0; dec.More(); i++ {
-				if field, dup, err := walk(path + "." + strconv.Itoa(i)); dup || err != nil {
+				if field, dup, err := walk(path + "[" + strconv.Itoa(i) + "]"); dup || err != nil {
 					return field, dup, err
 				}
 			}
@@ -101,7 +101,7 @@ func duplicateMember(body []byte) (string, bool) {
 		return "", false, nil
 	}
 	field, dup, _ := walk("")
-	return strings.TrimPrefix(field, "."), dup
+	return field, dup
 }
 
 // decodeReflect is the general strict decoder (encoding/json).

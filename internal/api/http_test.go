@@ -529,7 +529,7 @@ func TestStrictJSONRefusesDuplicateMembersAndOutOfRangeNumbers(t *testing.T) {
 		h.define(t, a.key, "x", bucket10PerMinute)
 		for _, tc := range []struct{ method, path, body, code, field string }{
 			{http.MethodPost, "/v1/limits/x/limit", `{"count":1,"count":5}`, api.CodeInvalidRequest, "count"},
-			{http.MethodPost, "/v1/limit", `{"limits":[{"name":"x"},{"name":"x","key":"a","key":"b"}]}`, api.CodeInvalidRequest, "limits.1.key"},
+			{http.MethodPost, "/v1/limit", `{"limits":[{"name":"x"},{"name":"x","key":"a","key":"b"}]}`, api.CodeInvalidRequest, "limits[1].key"},
 			{http.MethodPut, "/v1/limits/y", `{"kind":"token bucket","rate":1,"rate":2,"period":1000}`, api.CodeInvalidRequest, "rate"},
 			{http.MethodPut, "/v1/limits/y", `{"kind":"token bucket","rate":1e400,"period":1000}`, api.CodeInvalidConfig, "rate"},
 			{http.MethodPut, "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":1e30}`, api.CodeInvalidConfig, "period"},
@@ -603,5 +603,58 @@ func TestResetAsTheContractSays(t *testing.T) {
 		// Explicit values that reset nothing are still mistakes.
 		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/x/reset", a.key, `{"key":null}`), http.StatusBadRequest, api.CodeInvalidRequest)
 		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/x/reset", a.key, `{"allKeys":false}`), http.StatusBadRequest, api.CodeInvalidRequest)
+	})
+}
+
+// TestBackendMayNameTheVisitorsAddress: a tenant's backend deciding for its visitors gives their
+// address as "ip": alone it is the key; with an unauthorized session it is the address of the
+// IP fallback (instead of the backend's own, which every visitor would share).
+func TestBackendMayNameTheVisitorsAddress(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "daily", map[string]any{"kind": "fixed window", "rate": 1, "period": 86_400_000, "ipFallback": true})
+		decide := func(body map[string]any) map[string]any {
+			t.Helper()
+			return requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/daily/limit", a.key, body), http.StatusOK)
+		}
+		// The address alone is the key.
+		if d := decide(map[string]any{"ip": "203.0.113.7"}); d["ok"] != true {
+			t.Fatalf("first from 203.0.113.7: %v", d)
+		}
+		if d := decide(map[string]any{"ip": "203.0.113.7"}); d["ok"] != false {
+			t.Fatalf("second from 203.0.113.7: %v", d)
+		}
+		if d := decide(map[string]any{"ip": "203.0.113.8"}); d["ok"] != true {
+			t.Fatalf("another address shares the first one's budget: %v", d)
+		}
+		// IPv6: one subscriber's /64 is one key.
+		decide(map[string]any{"ip": "2001:db8:1:2::1"})
+		if d := decide(map[string]any{"ip": "2001:db8:1:2::ffff"}); d["ok"] != false {
+			t.Fatalf("same /64: %v", d)
+		}
+		// Unauthorized sessions fall back to the visitor's /24, not to the backend's address.
+		if d := decide(map[string]any{"session": "AAAAAAAAAAAAAAAAAAAAAA", "ip": "198.51.100.1"}); d["ok"] != true {
+			t.Fatalf("first session from 198.51.100.0/24: %v", d)
+		}
+		if d := decide(map[string]any{"session": "BBBBBBBBBBBBBBBBBBBBBB", "ip": "198.51.100.2"}); d["ok"] != false {
+			t.Fatalf("a second session from the same /24: %v", d)
+		}
+		if d := decide(map[string]any{"session": "CCCCCCCCCCCCCCCCCCCCCC"}); d["ok"] != true {
+			t.Fatalf("without ip the backend's own address is used, not the last visitor's: %v", d)
+		}
+		// Bad input names the member.
+		for body, field := range map[string]string{
+			`{"ip":"nope"}`:                    "ip",
+			`{"ip":"fe80::1%eth0"}`:            "ip",
+			`{"key":"alice","ip":"192.0.2.1"}`: "ip",
+		} {
+			if p := requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/daily/limit", a.key, body), http.StatusBadRequest, api.CodeInvalidRequest); p["field"] != field {
+				t.Errorf("%s: %v", body, p)
+			}
+		}
+		batch := `{"limits":[{"name":"daily","ip":"300.1.1.1"}]}`
+		if p := requireProblem(t, h.send(t, http.MethodPost, "/v1/limit", a.key, batch), http.StatusBadRequest, api.CodeInvalidRequest); p["field"] != "limits[0].ip" {
+			t.Errorf("batch: %v", p)
+		}
 	})
 }

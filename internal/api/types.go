@@ -52,6 +52,7 @@ func toDefinitionResponse(s limiter.StoredDefinition) DefinitionResponse {
 type DecisionBody struct {
 	Key     *string         `json:"key"`
 	Session *string         `json:"session"`
+	IP      *string         `json:"ip"` // the visitor's address, when a backend decides for it
 	Count   *float64        `json:"count"`
 	Reserve bool            `json:"reserve"`
 	Throws  bool            `json:"throws"`
@@ -63,6 +64,7 @@ type BatchItem struct {
 	Name    string          `json:"name"`
 	Key     *string         `json:"key"`
 	Session *string         `json:"session"`
+	IP      *string         `json:"ip"`
 	Count   *float64        `json:"count"`
 	Reserve bool            `json:"reserve"`
 	Config  *DefinitionBody `json:"config"`
