@@ -89,7 +89,9 @@ func (a *App) servePprof(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		_ = srv.Close()
-		<-errc
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			a.Log.Error("pprof server", "err", err)
+		}
 		return nil
 	}
 }
