@@ -54,49 +54,44 @@ func ipPrefixKey(ip string) string {
 
 // item is one decision request in the API's terms, before keys are resolved.
 type item struct {
-	name    string
-	key     *string
-	session *string
-	ip      *string // an explicit visitor address (a backend deciding for its visitors)
-	count   *float64
-	reserve bool
-	config  *DefinitionBody
+	name string
+	Decision
 }
 
 // toRequest validates an item and resolves its key (including anonymous sessions).
 func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Request, error) {
-	req := limiter.Request{Name: it.name, Count: 1, Reserve: it.reserve}
+	req := limiter.Request{Name: it.name, Count: 1, Reserve: it.Reserve}
 	if !limiter.ValidName(it.name) {
 		return req, badRequest(field+"name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$")
 	}
-	if it.count != nil {
-		if *it.count < 0 || math.IsNaN(*it.count) || math.IsInf(*it.count, 0) {
+	if it.Count != nil {
+		if *it.Count < 0 || math.IsNaN(*it.Count) || math.IsInf(*it.Count, 0) {
 			return req, badRequest(field+"count", "count must be a number >= 0")
 		}
-		req.Count = *it.count
+		req.Count = *it.Count
 	}
-	if it.config != nil {
-		def, err := it.config.ToDefinition()
+	if it.Config != nil {
+		def, err := it.Config.ToDefinition()
 		if err != nil {
 			return req, err
 		}
 		req.Config = &def
 	}
 	var visitor netip.Addr
-	if it.ip != nil {
-		a, err := netip.ParseAddr(*it.ip)
+	if it.IP != nil {
+		a, err := netip.ParseAddr(*it.IP)
 		if err != nil || a.Zone() != "" {
 			return req, badRequest(field+"ip", "ip must be an IPv4 or IPv6 address, such as 203.0.113.7 or 2001:db8::1")
 		}
 		visitor = a.Unmap()
 	}
 	switch {
-	case it.key != nil && it.session != nil:
+	case it.Key != nil && it.Session != nil:
 		return req, badRequest(field+"session", `give "key" or "session", not both`)
-	case it.key != nil && it.ip != nil:
+	case it.Key != nil && it.IP != nil:
 		return req, badRequest(field+"ip", `"ip" goes with "session" (the address of its IP fallback) or alone (the address is the key), not with "key"`)
-	case it.key != nil:
-		k := *it.key
+	case it.Key != nil:
+		k := *it.Key
 		if !limiter.ValidKey(k) {
 			return req, badRequest(field+"key", limiter.KeyRule)
 		}
@@ -104,12 +99,12 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 			return req, badRequest(field+"key", `keys starting with "session:" or "ip:" are reserved; use "session" for anonymous sessions`)
 		}
 		req.Key = k
-	case it.session != nil:
+	case it.Session != nil:
 		clientIP := c.ClientIP()
 		if visitor.IsValid() {
 			clientIP = visitor.String()
 		}
-		key, err := s.sessionKey(c, it, *it.session, clientIP, field)
+		key, err := s.sessionKey(c, it, *it.Session, clientIP, field)
 		if err != nil {
 			return req, err
 		}
@@ -150,8 +145,8 @@ func (s *Server) sessionKey(c *gin.Context, it item, sessionID, clientIP, field 
 		}
 	}
 	fallback := false
-	if it.config != nil {
-		fallback = it.config.IPFallback != nil && *it.config.IPFallback
+	if it.Config != nil {
+		fallback = it.Config.IPFallback != nil && *it.Config.IPFallback
 	} else if stored, err := s.engine.GetDefinition(ctx, tenantID, it.name); err == nil {
 		fallback = stored.Definition.IPFallback
 	} else if limiter.IsNotFound(err) {
@@ -170,7 +165,7 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	req, err := s.toRequest(c, item{name: name, key: body.Key, session: body.Session, ip: body.IP, count: body.Count, reserve: body.Reserve, config: body.Config}, "")
+	req, err := s.toRequest(c, item{name: name, Decision: body.Decision}, "")
 	if err != nil {
 		if e := apperr.From(err); e.Code == apperr.InvalidRequest && e.Field == "name" {
 			err = limiter.ErrLimitNotFound // the name is part of the path: an impossible name is not found
@@ -211,7 +206,7 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 	}
 	reqs := make([]limiter.Request, len(body.Limits))
 	for i, it := range body.Limits {
-		req, err := s.toRequest(c, item{name: it.Name, key: it.Key, session: it.Session, ip: it.IP, count: it.Count, reserve: it.Reserve, config: it.Config},
+		req, err := s.toRequest(c, item{name: it.Name, Decision: it.Decision},
 			fmt.Sprintf("limits[%d].", i))
 		if err != nil {
 			writeProblem(c, s.log, err)

@@ -48,26 +48,27 @@ func toDefinitionResponse(s limiter.StoredDefinition) DefinitionResponse {
 	return DefinitionResponse{Name: s.Name, ConfigResponse: toConfig(s.Definition), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
 }
 
-// DecisionBody is the body of POST /v1/limits/{name}/limit and /check.
-type DecisionBody struct {
+// Decision is what one decision asks, in a single decision's body and in each batch item (its
+// fields are inlined in both by encoding/json).
+type Decision struct {
 	Key     *string         `json:"key"`
 	Session *string         `json:"session"`
 	IP      *string         `json:"ip"` // the visitor's address, when a backend decides for it
 	Count   *float64        `json:"count"`
 	Reserve bool            `json:"reserve"`
-	Throws  bool            `json:"throws"`
 	Config  *DefinitionBody `json:"config"`
+}
+
+// DecisionBody is the body of POST /v1/limits/{name}/limit and /check.
+type DecisionBody struct {
+	Decision
+	Throws bool `json:"throws"`
 }
 
 // BatchItem is one limit of a batch.
 type BatchItem struct {
-	Name    string          `json:"name"`
-	Key     *string         `json:"key"`
-	Session *string         `json:"session"`
-	IP      *string         `json:"ip"`
-	Count   *float64        `json:"count"`
-	Reserve bool            `json:"reserve"`
-	Config  *DefinitionBody `json:"config"`
+	Name string `json:"name"`
+	Decision
 }
 
 // BatchBody is the body of POST /v1/limit and /v1/check.

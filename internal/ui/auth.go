@@ -206,12 +206,8 @@ func (u *UI) requireTenant(c *gin.Context) {
 		return
 	}
 	t, err := u.tenants.Tenant(c.Request.Context(), id)
-	if errors.Is(err, tenants.ErrNotFound) {
-		u.NotFound(c)
-		return
-	}
 	if err != nil {
-		u.internalError(c, err)
+		u.fail(c, err)
 		return
 	}
 	c.Set(tenantKey, t)

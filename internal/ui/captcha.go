@@ -10,7 +10,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
-	"github.com/sluice-dev/sluice/internal/captcha"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
@@ -178,12 +177,8 @@ func (u *UI) revokeSession(c *gin.Context) {
 	t := tenantOf(c)
 	hash := c.Param("hash")
 	err := u.captcha.RevokeHash(c.Request.Context(), t.ID, hash)
-	if errors.Is(err, captcha.ErrNotFound) {
-		u.NotFound(c)
-		return
-	}
 	if err != nil {
-		u.internalError(c, err)
+		u.fail(c, err)
 		return
 	}
 	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "session.revoke", "session:"+hash, "from the dashboard")

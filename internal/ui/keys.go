@@ -88,12 +88,8 @@ func (u *UI) createKey(c *gin.Context) {
 func (u *UI) revokeKey(c *gin.Context) {
 	t := tenantOf(c)
 	err := u.tenants.RevokeKey(c.Request.Context(), t.ID, c.Param("kid"), actor(c))
-	if errors.Is(err, tenants.ErrNotFound) {
-		u.NotFound(c)
-		return
-	}
 	if err != nil {
-		u.internalError(c, err)
+		u.fail(c, err)
 		return
 	}
 	redirect(c, tenantPath(t.ID, "/keys?msg=key-revoked"))

@@ -32,6 +32,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/captcha"
 	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -210,6 +211,18 @@ func (u *UI) render(c *gin.Context, status int, comp templ.Component) {
 }
 
 // internalError logs the cause with the request ID and shows a page that says nothing more.
+// fail is the dashboard's renderer of an error that ends the request, read through apperr: the
+// not-found page for a 404 (a missing object, or another tenant's: the same page, so nothing is
+// revealed), and the internal-error page, logged with the request ID, for anything else. Errors
+// a form can correct are shown inline instead, with apperr.From(err).Sentence().
+func (u *UI) fail(c *gin.Context, err error) {
+	if apperr.From(err).Status() == http.StatusNotFound {
+		u.NotFound(c)
+		return
+	}
+	u.internalError(c, err)
+}
+
 func (u *UI) internalError(c *gin.Context, err error) {
 	id := c.GetString(httpserver.RequestIDKey)
 	u.log.ErrorContext(c.Request.Context(), "dashboard error", "request_id", id, "path", c.FullPath(), "err", err)
