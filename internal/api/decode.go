@@ -128,7 +128,7 @@ func decodeProblem(err error, definition bool) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
+		field := jsonPath(typeErr.Field)
 		if field == "" {
 			return badRequest("", "the request body must be a JSON object")
 		}
@@ -154,6 +154,20 @@ func decodeProblem(err error, definition bool) error {
 	}
 	// Anything else the decoder says (numbers out of range among them) is the client's input.
 	return badRequest("", "invalid JSON: "+strings.TrimPrefix(msg, "json: "))
+}
+
+// jsonPath is encoding/json's path of a member as the client wrote it: encoding/json names the
+// embedded structs it went through (Go type names, capitalised), which are not in the JSON; every
+// member of Sluice's bodies starts with a lower-case letter.
+func jsonPath(field string) string {
+	parts := strings.Split(field, ".")
+	out := parts[:0]
+	for _, p := range parts {
+		if p != "" && (p[0] < 'A' || p[0] > 'Z') {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ".")
 }
 
 func describeType(goType string) string {
