@@ -121,6 +121,8 @@ func bearer(key string) string {
 	return "Bearer " + key
 }
 
+// sendAuth sends a request as send does, with any Authorization header, and checks the response
+// against the OpenAPI document (checkContract).
 func sendAuth(t testing.TB, base, method, path, authorization string, body any) response {
 	t.Helper()
 	var rd io.Reader
@@ -156,7 +158,9 @@ func sendAuth(t testing.TB, base, method, path, authorization string, body any) 
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
-	return response{status: res.StatusCode, header: res.Header, body: raw}
+	r := response{status: res.StatusCode, header: res.Header, body: raw}
+	checkContract(t, method, path, r)
+	return r
 }
 
 // requireJSON asserts a JSON success response with the given status and decodes it.

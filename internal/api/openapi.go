@@ -7,7 +7,8 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// OpenAPIDocument is the OpenAPI 3.1 description of /v1, kept true by TestOpenAPIMatchesRoutes.
+// OpenAPIDocument is the OpenAPI 3.1 description of the API, kept true by TestOpenAPIMatchesRoutes
+// (its paths are the routes) and by the contract check of every response the API tests receive.
 //
 //go:embed openapi.json
 var OpenAPIDocument []byte

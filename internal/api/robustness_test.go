@@ -287,6 +287,7 @@ func FuzzDecisionBody(f *testing.F) {
 			req.Header.Set("Authorization", "Bearer "+key)
 			rec := httptest.NewRecorder()
 			router.ServeHTTP(rec, req)
+			checkContract(t, http.MethodPost, path, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()})
 			if rec.Code >= 500 {
 				t.Fatalf("POST %s with %q: %d %s", path, body, rec.Code, rec.Body.String())
 			}

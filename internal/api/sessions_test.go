@@ -86,7 +86,8 @@ func (h *sessionHarness) newCaptchaTenant(t testing.TB, name string) captchaTena
 	return captchaTenant{tenantKey: tk, pk: pk}
 }
 
-// request sends a request with extra headers (no body).
+// request sends a request with extra headers (no body) and checks the response against the
+// OpenAPI document.
 func (h *sessionHarness) request(t testing.TB, method, path string, header map[string]string) response {
 	t.Helper()
 	req, err := http.NewRequest(method, h.url+path, nil)
@@ -105,7 +106,9 @@ func (h *sessionHarness) request(t testing.TB, method, path string, header map[s
 	if err != nil {
 		t.Fatal(err)
 	}
-	return response{status: res.StatusCode, header: res.Header, body: raw}
+	r := response{status: res.StatusCode, header: res.Header, body: raw}
+	checkContract(t, method, path, r)
+	return r
 }
 
 func challengePath(pk, sid string) string {
@@ -409,8 +412,13 @@ func TestSessionAuthorizeConcurrentReplaysAdmitExactlyOne(t *testing.T) {
 					t.Errorf("request %d: %v", i, err)
 					return
 				}
-				_, _ = io.Copy(io.Discard, res.Body)
+				raw, err := io.ReadAll(res.Body)
 				res.Body.Close()
+				if err != nil {
+					t.Errorf("request %d: read body: %v", i, err)
+					return
+				}
+				checkContract(t, http.MethodPost, "/v1/sessions/authorize", response{status: res.StatusCode, header: res.Header, body: raw})
 				statuses[i] = res.StatusCode
 			})
 		}

@@ -133,7 +133,8 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 		r := &out.Results[i]
 		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 {
 			// Reservations are never jittered: their retryAfter is when the reserved work is due.
-			j := *r.RetryAfter + int64(e.intN(int(r.Definition.Jitter)))
+			// The jitter keeps within the cap every retryAfter has (the contract's maximum).
+			j := min(*r.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)
 			r.RetryAfter = &j
 		}
 		// A refused batch carries the largest retryAfter among its refusals; an admitted one the

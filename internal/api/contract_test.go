@@ -1,0 +1,393 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/apperr"
+)
+
+// The contract check: every response an API test receives is validated against openapi.json, so
+// the document cannot promise what the server does not do. A response passes when the document
+// has an operation for its path and method, a response for its status (or "default"), a content
+// type for its Content-Type (or no content and an empty body), and a schema its body is valid
+// against (JSON Schema 2020-12, as OpenAPI 3.1 uses). A problem's status and code must agree with
+// the HTTP status, and its code is in the document's enum through the Problem schema.
+//
+// Some answers belong to no operation, as info.description says: a path the document does not
+// have is 404 not_found, a known path asked with another method is 405 method_not_allowed with an
+// Allow header naming the documented methods, a body over the cap is 413 payload_too_large before
+// routing, and any request may meet 500 internal (a bug).
+
+// contractDocURL is where the compiler files the document; nothing is ever fetched from it.
+const contractDocURL = "https://sluice.invalid/v1/openapi.json"
+
+// contract is openapi.json compiled for checking responses.
+type contract struct {
+	routes  []contractRoute
+	problem *jsonschema.Schema // #/components/schemas/Problem, for the answers of no operation
+}
+
+// contractRoute is one path of the document.
+type contractRoute struct {
+	template string
+	segments []string                          // "{name}" segments match any one non-empty segment
+	ops      map[string]map[string]docResponse // method → status ("200", "default") → response
+}
+
+// docResponse is one documented response: its schemas by media type; none for a bodiless one.
+type docResponse struct {
+	content map[string]*jsonschema.Schema // a nil schema accepts any body of that type
+}
+
+var loadContract = sync.OnceValues(func() (*contract, error) { return compileContract(api.OpenAPIDocument) })
+
+// compileContract compiles every response schema of doc, resolving $ref within the document.
+func compileContract(doc []byte) (*contract, error) {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		return nil, fmt.Errorf("contract: parse the document: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat() // date-time fields must be RFC 3339
+	if err := c.AddResource(contractDocURL, v); err != nil {
+		return nil, fmt.Errorf("contract: add the document: %w", err)
+	}
+	compile := func(ptr ...string) (*jsonschema.Schema, error) {
+		loc := contractDocURL + "#"
+		for _, p := range ptr {
+			loc += "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(p)
+		}
+		s, err := c.Compile(loc)
+		if err != nil {
+			return nil, fmt.Errorf("contract: compile %s: %w", loc, err)
+		}
+		return s, nil
+	}
+	out := &contract{}
+	if out.problem, err = compile("components", "schemas", "Problem"); err != nil {
+		return nil, err
+	}
+
+	paths, _ := v.(map[string]any)["paths"].(map[string]any)
+	if len(paths) == 0 {
+		return nil, errors.New("contract: the document has no paths")
+	}
+	for template, item := range paths {
+		r := contractRoute{template: template, segments: strings.Split(template, "/"), ops: map[string]map[string]docResponse{}}
+		for method, op := range item.(map[string]any) {
+			if method == "parameters" || method == "summary" || method == "description" {
+				continue
+			}
+			responses, _ := op.(map[string]any)["responses"].(map[string]any)
+			if len(responses) == 0 {
+				return nil, fmt.Errorf("contract: %s %s documents no response", method, template)
+			}
+			byStatus := map[string]docResponse{}
+			for status, resp := range responses {
+				rs := docResponse{content: map[string]*jsonschema.Schema{}}
+				content, _ := resp.(map[string]any)["content"].(map[string]any)
+				for mt, media := range content {
+					if _, ok := media.(map[string]any)["schema"]; !ok {
+						rs.content[mt] = nil
+						continue
+					}
+					s, err := compile("paths", template, method, "responses", status, "content", mt, "schema")
+					if err != nil {
+						return nil, err
+					}
+					rs.content[mt] = s
+				}
+				byStatus[status] = rs
+			}
+			r.ops[strings.ToUpper(method)] = byStatus
+		}
+		out.routes = append(out.routes, r)
+	}
+	// Literal segments before templated ones, as OpenAPI (and gin) match them.
+	slices.SortFunc(out.routes, func(a, b contractRoute) int {
+		return strings.Count(a.template, "{") - strings.Count(b.template, "{")
+	})
+	return out, nil
+}
+
+// matches reports whether the request path's segments fit the route's template.
+func (r contractRoute) matches(segments []string) bool {
+	if len(segments) != len(r.segments) {
+		return false
+	}
+	for i, s := range r.segments {
+		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
+			if segments[i] == "" {
+				return false
+			}
+			continue
+		}
+		if s != segments[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// covers reports whether the document speaks for path: the API under /v1 and whatever else it
+// documents (the JWK set). The dashboard and the operations routes are not its business.
+func (c *contract) covers(path string) bool {
+	if api.IsAPIPath(path) {
+		return true
+	}
+	segments := strings.Split(path, "/")
+	return slices.ContainsFunc(c.routes, func(r contractRoute) bool { return r.matches(segments) })
+}
+
+// check validates one response to method target (a path with an optional query) against the
+// document; nil when the document allows it.
+func (c *contract) check(method, target string, r response) error {
+	u, err := url.Parse(target)
+	if err != nil {
+		return fmt.Errorf("unparsable request target: %w", err)
+	}
+	if !c.covers(u.Path) {
+		return nil
+	}
+	if r.status == http.StatusInternalServerError {
+		return c.checkProblem(r, apperr.Internal)
+	}
+	segments := strings.Split(u.Path, "/")
+	var known []contractRoute
+	for _, route := range c.routes {
+		if !route.matches(segments) {
+			continue
+		}
+		known = append(known, route)
+		if responses, ok := route.ops[method]; ok {
+			return checkResponse(route.template, responses, r)
+		}
+	}
+	if r.status == http.StatusRequestEntityTooLarge { // the body cap comes before routing
+		return c.checkProblem(r, apperr.PayloadTooLarge)
+	}
+	if len(known) == 0 {
+		if r.status != http.StatusNotFound {
+			return fmt.Errorf("no documented path matches; only 404 not_found may answer it")
+		}
+		return c.checkProblem(r, apperr.NotFound)
+	}
+	if r.status != http.StatusMethodNotAllowed {
+		return fmt.Errorf("%s is not documented for %s; only 405 method_not_allowed may answer it", method, known[0].template)
+	}
+	var want []string
+	for _, route := range known {
+		for m := range route.ops {
+			want = append(want, m)
+		}
+	}
+	slices.Sort(want)
+	want = slices.Compact(want)
+	var allow []string
+	for _, m := range strings.Split(r.header.Get("Allow"), ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			allow = append(allow, m)
+		}
+	}
+	slices.Sort(allow)
+	if !slices.Equal(allow, want) {
+		return fmt.Errorf("Allow %q, want the documented methods %v", r.header.Get("Allow"), want)
+	}
+	return c.checkProblem(r, apperr.MethodNotAllowed)
+}
+
+// checkProblem validates a problem answered outside any operation: its schema, and its code.
+func (c *contract) checkProblem(r response, code apperr.Code) error {
+	if err := checkBody(r, "application/problem+json", c.problem); err != nil {
+		return err
+	}
+	body, _ := jsonschema.UnmarshalJSON(bytes.NewReader(r.body))
+	if got := body.(map[string]any)["code"]; got != string(code) {
+		return fmt.Errorf("problem code %v, want %s", got, code)
+	}
+	return nil
+}
+
+// checkResponse validates r against the responses documented for one operation.
+func checkResponse(template string, responses map[string]docResponse, r response) error {
+	doc, ok := responses[fmt.Sprint(r.status)]
+	if !ok {
+		if doc, ok = responses["default"]; !ok {
+			return fmt.Errorf("status %d is not documented for %s (documented: %v)", r.status, template, slices.Sorted(maps.Keys(responses)))
+		}
+	}
+	if len(doc.content) == 0 {
+		if len(r.body) != 0 {
+			return fmt.Errorf("the documented response has no content, but the body is %q", truncate(string(r.body), 200))
+		}
+		return nil
+	}
+	ct := r.header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return fmt.Errorf("Content-Type %q: %w", ct, err)
+	}
+	schema, ok := doc.content[mt]
+	if !ok {
+		return fmt.Errorf("Content-Type %q is not documented (documented: %v)", ct, slices.Sorted(maps.Keys(doc.content)))
+	}
+	return checkBody(r, mt, schema)
+}
+
+// checkBody validates the body of a response whose media type is mt; a problem's status must
+// also be the HTTP status, and its code one that stands for that status.
+func checkBody(r response, mt string, schema *jsonschema.Schema) error {
+	if got, _, _ := mime.ParseMediaType(r.header.Get("Content-Type")); got != mt {
+		return fmt.Errorf("Content-Type %q, want %s", r.header.Get("Content-Type"), mt)
+	}
+	body, err := jsonschema.UnmarshalJSON(bytes.NewReader(r.body))
+	if err != nil {
+		return fmt.Errorf("body is not JSON: %w: %q", err, truncate(string(r.body), 200))
+	}
+	if schema != nil {
+		if err := schema.Validate(body); err != nil {
+			return fmt.Errorf("body %s\ndoes not match the schema: %w", truncate(string(r.body), 400), err)
+		}
+	}
+	if mt != "application/problem+json" {
+		return nil
+	}
+	p, _ := body.(map[string]any)
+	code, _ := p["code"].(string)
+	if status := fmt.Sprint(p["status"]); status != fmt.Sprint(r.status) {
+		return fmt.Errorf("problem status %s differs from the HTTP status %d", status, r.status)
+	}
+	if want := apperr.Code(code).Status(); want != r.status {
+		return fmt.Errorf("problem code %q stands for %d, not %d", code, want, r.status)
+	}
+	return nil
+}
+
+// checkContract fails t (without stopping it: callers may be goroutines) when the document does
+// not allow r as the answer to method target.
+func checkContract(t testing.TB, method, target string, r response) {
+	t.Helper()
+	c, err := loadContract()
+	if err != nil {
+		t.Errorf("openapi.json: %v", err)
+		return
+	}
+	if err := c.check(method, target, r); err != nil {
+		t.Errorf("contract: %s %s answered %d: %v", method, target, r.status, err)
+	}
+}
+
+// TestContractCheckRejectsWhatTheDocumentDoesNotAllow proves the check every API test relies on
+// can fail: wrong bodies, codes, statuses, content types and Allow headers are each rejected,
+// while the right answers pass.
+func TestContractCheckRejectsWhatTheDocumentDoesNotAllow(t *testing.T) {
+	t.Parallel()
+	c, err := loadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonCT := http.Header{"Content-Type": {"application/json; charset=utf-8"}}
+	problemCT := http.Header{"Content-Type": {"application/problem+json"}}
+	const stored = `"name":"x","rate":10,"period":60000,"shards":1,"jitter":0,"ipFallback":false,"createdAt":"2026-01-02T03:04:05Z","updatedAt":"2026-01-02T03:04:05Z"`
+	problem := func(status int, code string) []byte {
+		return fmt.Appendf(nil, `{"type":"urn:sluice:problem:%s","title":"T","status":%d,"detail":"d","code":%q,"requestId":"r"}`, code, status, code)
+	}
+	with405 := func(allow string) http.Header {
+		return http.Header{"Content-Type": {"application/problem+json"}, "Allow": {allow}}
+	}
+	for _, tc := range []struct {
+		name, method, target string
+		r                    response
+		want                 string // a part of the error; "" when the response is allowed
+	}{
+		{"a stored definition", "PUT", "/v1/limits/x", response{200, jsonCT, []byte(`{"kind":"token bucket",` + stored + `}`)}, ""},
+		{"a list of definitions", "GET", "/v1/limits", response{200, jsonCT, []byte(`{"limits":[{"kind":"fixed window","start":0,` + stored + `}]}`)}, ""},
+		{"a documented problem", "GET", "/v1/limits/x?key=a", response{404, problemCT, problem(404, "limit_not_found")}, ""},
+		{"a bodiless 204", "DELETE", "/v1/limits/x", response{204, http.Header{}, nil}, ""},
+		{"405 naming the documented methods", "POST", "/v1/limits/x", response{405, with405("GET, PUT, DELETE"), problem(405, "method_not_allowed")}, ""},
+		{"404 for an undocumented path", "GET", "/v1/nothing/here", response{404, problemCT, problem(404, "not_found")}, ""},
+		{"500 anywhere", "GET", "/v1/limits", response{500, problemCT, problem(500, "internal")}, ""},
+		{"413 before routing", "PUT", "/v1/nothing/here", response{413, problemCT, problem(413, "payload_too_large")}, ""},
+		{"the dashboard, which the document does not describe", "GET", "/dashboard", response{200, http.Header{"Content-Type": {"text/html"}}, []byte("<html>")}, ""},
+
+		{"a definition without kind", "GET", "/v1/limits/x", response{200, jsonCT, []byte(`{` + stored + `}`)}, "missing property 'kind'"},
+		{"a definition with an unknown member", "GET", "/v1/limits/x", response{200, jsonCT, []byte(`{"kind":"token bucket","colour":"red",` + stored + `}`)}, "colour"},
+		{"a date that is not RFC 3339", "GET", "/v1/limits/x", response{200, jsonCT, []byte(`{"kind":"token bucket",` + strings.Replace(stored, "2026-01-02T03:04:05Z", "yesterday", 1) + `}`)}, "date-time"},
+		{"a retryAfter past the cap", "POST", "/v1/limits/x/limit", response{200, jsonCT, []byte(`{"ok":false,"retryAfter":1000000000000001,"remaining":0,"name":"x","key":"a"}`)}, "maximum"},
+		{"a problem with an unknown code", "GET", "/v1/limits/x", response{404, problemCT, problem(404, "no_such_code")}, "code"},
+		{"a problem whose code stands for another status", "GET", "/v1/limits/x", response{404, problemCT, problem(404, "conflict")}, "stands for 409"},
+		{"a problem whose status is not the HTTP status", "GET", "/v1/limits/x", response{404, problemCT, problem(400, "limit_not_found")}, "differs from the HTTP status"},
+		{"a problem without its members", "GET", "/v1/limits/x", response{404, problemCT, []byte(`{"code":"limit_not_found","status":404}`)}, "missing properties"},
+		{"an undocumented status", "POST", "/v1/limits/x/limit", response{418, problemCT, problem(418, "internal")}, "status 418 is not documented"},
+		{"an undocumented content type", "GET", "/v1/limits", response{200, http.Header{"Content-Type": {"text/plain"}}, []byte("ok")}, "is not documented"},
+		{"a problem sent as application/json", "GET", "/v1/limits/x", response{404, jsonCT, problem(404, "limit_not_found")}, "is not documented"},
+		{"a body on a bodiless response", "DELETE", "/v1/limits/x", response{204, jsonCT, []byte(`{}`)}, "has no content"},
+		{"405 whose Allow leaves a method out", "POST", "/v1/limits/x", response{405, with405("GET, PUT"), problem(405, "method_not_allowed")}, "Allow"},
+		{"405 for an undocumented path", "GET", "/v1/nothing/here", response{405, with405("POST"), problem(405, "method_not_allowed")}, "only 404"},
+		{"200 for an undocumented path", "GET", "/v1/nothing/here", response{200, jsonCT, []byte(`{}`)}, "only 404"},
+		{"404 for a documented path and an undocumented method", "PATCH", "/v1/limits/x", response{404, problemCT, problem(404, "not_found")}, "only 405"},
+		{"500 with another code", "GET", "/v1/limits", response{500, problemCT, problem(500, "unavailable")}, "problem code"},
+	} {
+		err := c.check(tc.method, tc.target, tc.r)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: rejected: %v", tc.name, err)
+		case tc.want != "" && err == nil:
+			t.Errorf("%s: accepted, want an error about %q", tc.name, tc.want)
+		case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: error %q does not mention %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestProblemCodesAreTheDocumentedEnum keeps the Problem schema's code enum equal to the codes
+// the server can answer, so that a new code cannot reach clients undocumented.
+func TestProblemCodesAreTheDocumentedEnum(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Problem struct {
+					Properties struct {
+						Code struct {
+							Enum []string `json:"enum"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"Problem"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(api.OpenAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	codes := []string{
+		api.CodeInvalidRequest, api.CodeInvalidConfig, api.CodeCountExceedsCapacity, api.CodeUnauthorized,
+		api.CodeForbidden, api.CodeSessionNotAuthorized, api.CodeLimitNotFound, api.CodeNotFound,
+		api.CodeDefinitionExists, api.CodeConflict, api.CodePayloadTooLarge, api.CodeMethodNotAllowed,
+		api.CodeRateLimited, api.CodeUnavailable, api.CodeInternal,
+	}
+	for _, code := range codes {
+		if apperr.Code(code).Title() == "" {
+			t.Errorf("code %q has no title in apperr", code)
+		}
+	}
+	got := slices.Sorted(slices.Values(doc.Components.Schemas.Problem.Properties.Code.Enum))
+	if want := slices.Sorted(slices.Values(codes)); !slices.Equal(got, want) {
+		t.Errorf("Problem code enum %v, want the server's codes %v", got, want)
+	}
+}
