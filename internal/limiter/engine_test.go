@@ -368,3 +368,19 @@ func TestDecisionsWithoutRunFailClosedWhenTheirContextEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestJitterKeepsRetryAfterWithinTheMaximum: a refusal already at the cap (an extreme
+// definition) stays at the cap once jittered, and a jittered refusal is never 0.
+func TestJitterKeepsRetryAfterWithinTheMaximum(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		mustPut(t, e, "rare", limiter.Definition{Kind: limiter.FixedWindow, Rate: 1e-12, Period: 86_400_000, Capacity: ptr(1.0), Jitter: 86_400_000})
+		mustLimit(t, e, limiter.Request{Name: "rare", Count: 1})
+		for range 20 {
+			dec := mustLimit(t, e, limiter.Request{Name: "rare", Count: 1})
+			if dec.OK || dec.RetryAfter == nil || *dec.RetryAfter != 1e15 {
+				t.Fatalf("refusal at the cap with jitter: ok %v retryAfter %v, want exactly the maximum 1e15", dec.OK, dec.RetryAfter)
+			}
+		}
+	})
+}
