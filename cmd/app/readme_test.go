@@ -223,8 +223,14 @@ func runWalkthrough(t *testing.T, block string) {
 		t.Fatalf("app serve did not start listening\n%s%s", serverOut.String(), serverErr.String())
 	}
 
+	// From the repository root, as a reader of the README runs it in a fresh clone (the block
+	// may `go run ./cmd/app`); it writes only to DATABASE_URL's file in the test's directory.
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
 	script := exec.CommandContext(ctx, "bash", "-c", "set -euo pipefail\n"+block)
-	script.Dir, script.Env = work, env
+	script.Dir, script.Env = root, env
 	var out, errOut bytes.Buffer
 	script.Stdout, script.Stderr = &out, &errOut
 	if err := script.Run(); err != nil {
