@@ -137,3 +137,26 @@ func TestReadmeConfigurationTableMatchesTheOptions(t *testing.T) {
 		t.Fatalf("README's configuration table differs from config.Options(); it should read:\n\n| variable | default | meaning |\n|---|---|---|\n%s", strings.Join(want, "\n"))
 	}
 }
+
+// FuzzFromEnv: no environment makes the parser panic, and an accepted one validates and prints
+// without its secrets.
+func FuzzFromEnv(f *testing.F) {
+	f.Add("sqlite:x.db", ":8080", "10.0.0.0/8, ::1", "1m", "500", "1GiB", "off", "true")
+	f.Add("postgres://u:p@h/db", "127.0.0.1:0", "nope", "off", "0", "12", "400", "maybe")
+	f.Fuzz(func(t *testing.T, dbURL, listen, proxies, sweep, batch, memlimit, gogc, demo string) {
+		c, err := FromEnv(env(map[string]string{
+			"DATABASE_URL": dbURL, "LISTEN_ADDR": listen, "TRUSTED_PROXIES": proxies, "SWEEP_INTERVAL": sweep,
+			"SWEEP_BATCH": batch, "GOMEMLIMIT": memlimit, "GOGC": gogc, "SLUICE_DEMO": demo,
+			"SECRET_KEY": "fuzz-secret-key-0123456789abcdef-xyz",
+		}))
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("FromEnv accepted what Validate refuses: %v (%+v)", err, c)
+		}
+		if strings.Contains(c.String(), "fuzz-secret-key") {
+			t.Fatal("String prints SECRET_KEY")
+		}
+	})
+}
