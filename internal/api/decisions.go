@@ -237,6 +237,49 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 	c.JSON(http.StatusOK, out)
 }
 
+// decideBulk answers POST /v1/decisions: each decision on its own, in order, sharing the group
+// transactions (not all or nothing, unlike /v1/limit). A bad item gets its own problem.
+func (s *Server) decideBulk(c *gin.Context) {
+	var body BulkBody
+	if err := decodeJSONUpTo(c, &body, MaxBulkBodyBytes); err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	if len(body.Decisions) == 0 || len(body.Decisions) > MaxBulk {
+		writeProblem(c, s.log, fieldf("decisions", "decisions must hold 1 to %d items", MaxBulk))
+		return
+	}
+	results := make([]BulkResult, len(body.Decisions))
+	var reqs []limiter.Request
+	var at []int // the item of each request
+	for i, it := range body.Decisions {
+		req, err := s.toRequest(c, item{name: it.Name, Decision: it.Decision}, fmt.Sprintf("decisions[%d].", i))
+		if err != nil {
+			results[i].Error = s.itemProblem(c, err)
+			continue
+		}
+		reqs, at = append(reqs, req), append(at, i)
+	}
+	for k, o := range s.engine.Each(c.Request.Context(), tenantOf(c).TenantID, reqs, true) {
+		if o.Err != nil {
+			results[at[k]].Error = s.itemProblem(c, o.Err)
+			continue
+		}
+		d := toDecisionResponse(o.Decision)
+		results[at[k]].DecisionResponse = &d
+	}
+	c.JSON(http.StatusOK, BulkResponse{Results: results})
+}
+
+// itemProblem is the problem of one bulk item; an internal cause is logged as writeProblem does.
+func (s *Server) itemProblem(c *gin.Context, err error) *Problem {
+	p := ProblemFor(err)
+	if p.Status >= http.StatusInternalServerError {
+		s.log.WarnContext(c.Request.Context(), "bulk item failed", "request_id", c.GetString(RequestIDKey), "err", err)
+	}
+	return &p
+}
+
 func (s *Server) limitBatch(c *gin.Context) { s.decideBatch(c, true) }
 func (s *Server) checkBatch(c *gin.Context) { s.decideBatch(c, false) }
 

@@ -24,16 +24,19 @@ var errTooLarge = apperr.New(apperr.PayloadTooLarge, "request body exceeds 64 Ki
 // decodeJSON reads exactly one JSON object into dst: unknown fields, wrong types, trailing data,
 // invalid UTF-8 and bodies over 64 KiB are all rejected with a problem naming the cause.
 // Gin's Bind* is avoided on purpose: it writes its own plain-text 400.
-func decodeJSON(c *gin.Context, dst any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
+func decodeJSON(c *gin.Context, dst any) error { return decodeJSONUpTo(c, dst, MaxBodyBytes) }
+
+// decodeJSONUpTo is decodeJSON with another cap on the body (bulk requests carry more).
+func decodeJSONUpTo(c *gin.Context, dst any, limit int64) error {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return errTooLarge
+			return apperr.New(apperr.PayloadTooLarge, fmt.Sprintf("request body exceeds %d KiB", limit>>10))
 		}
 		return badRequest("", "could not read the request body")
 	}
-	return DecodeStrict(body, dst)
+	return decodeStrict(body, dst)
 }
 
 // DecodeStrict is decodeJSON's parser, separated so that it can be fuzzed directly.
@@ -41,6 +44,10 @@ func DecodeStrict(body []byte, dst any) error {
 	if len(body) > MaxBodyBytes {
 		return errTooLarge
 	}
+	return decodeStrict(body, dst)
+}
+
+func decodeStrict(body []byte, dst any) error {
 	// Only an object is a body: "null" would otherwise decode as an empty request and be obeyed.
 	if trimmed := bytes.TrimSpace(body); len(trimmed) == 0 || trimmed[0] != '{' {
 		return badRequest("", "the request body must be a JSON object")

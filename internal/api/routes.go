@@ -29,6 +29,7 @@ func (s *Server) Register(r *gin.Engine) {
 	authed.GET("/limits/:name/value", s.value)
 	authed.POST("/limit", s.limitBatch)
 	authed.POST("/check", s.checkBatch)
+	authed.POST("/decisions", s.decideBulk)
 	authed.POST("/sessions/authorize", s.anon.authorize)
 	authed.GET("/sessions/:sessionId", s.anon.session)
 	authed.DELETE("/sessions/:sessionId", s.anon.revoke)
@@ -40,7 +41,7 @@ func (s *Server) Register(r *gin.Engine) {
 // DecisionRoutes are the route patterns whose latency is a decision's latency (the metrics
 // time them).
 func DecisionRoutes() []string {
-	return []string{"/v1/limits/:name/limit", "/v1/limits/:name/check", "/v1/limit", "/v1/check"}
+	return []string{"/v1/limits/:name/limit", "/v1/limits/:name/check", "/v1/limit", "/v1/check", "/v1/decisions"}
 }
 
 // IsAPIPath reports whether path belongs to the API.

@@ -80,6 +80,28 @@ type BatchBody struct {
 // MaxBatch bounds the limits of one batch request.
 const MaxBatch = 100
 
+// BulkBody is the body of POST /v1/decisions: independent decisions, each consuming.
+type BulkBody struct {
+	Decisions []BatchItem `json:"decisions"`
+}
+
+// MaxBulk bounds the decisions of one bulk request; MaxBulkBodyBytes its body.
+const (
+	MaxBulk          = 1000
+	MaxBulkBodyBytes = 1 << 20
+)
+
+// BulkResult is one answer of a bulk request: a decision, or the problem of that item alone.
+type BulkResult struct {
+	*DecisionResponse
+	Error *Problem `json:"error,omitempty"`
+}
+
+// BulkResponse answers a bulk request, in the order of its decisions.
+type BulkResponse struct {
+	Results []BulkResult `json:"results"`
+}
+
 // ResetBody is the body of POST /v1/limits/{name}/reset.
 type ResetBody struct {
 	// Key is kept raw to tell an absent key (the limit's global key) from an explicit null (a

@@ -127,6 +127,48 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 	return j.out, nil
 }
 
+// Outcome is one result of Each: a decision, or why the request got none.
+type Outcome struct {
+	Decision Decision
+	Err      error
+}
+
+// Each decides every request on its own, not all or nothing: each valid request is its own job,
+// so they share group transactions with each other and with concurrent calls, and are decided
+// in order (requests naming the same key see each other's consumption). An invalid request, or
+// one that fails (an unknown limit), gets its error and the others are still decided. The
+// result is in the order of reqs.
+func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consume bool) []Outcome {
+	out := make([]Outcome, len(reqs))
+	jobs := make([]*job, len(reqs))
+	for i := range reqs {
+		if err := validateRequest(&reqs[i]); err != nil {
+			out[i].Err = err
+			continue
+		}
+		j := &job{tenantID: tenantID, reqs: reqs[i : i+1], consume: consume, picks: make([][]int, 1), done: make(chan struct{})}
+		if err := e.enqueue(ctx, j); err != nil {
+			out[i].Err = err
+			continue
+		}
+		jobs[i] = j
+	}
+	for i, j := range jobs {
+		if j == nil {
+			continue
+		}
+		switch err := e.await(ctx, j); {
+		case err != nil:
+			out[i].Err = err
+		case j.err != nil:
+			out[i].Err = j.err
+		default:
+			out[i].Decision = j.out.Results[0]
+		}
+	}
+	return out
+}
+
 // finish adds jitter to refusals, picks the batch retryAfter and reports consumed outcomes.
 func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 	for i := range out.Results {

@@ -384,3 +384,28 @@ func TestJitterKeepsRetryAfterWithinTheMaximum(t *testing.T) {
 		}
 	})
 }
+
+// TestEachDecidesEveryRequestOnItsOwn: an invalid or unknown request gets its error and the
+// others are decided, in order.
+func TestEachDecidesEveryRequestOnItsOwn(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		mustPut(t, e, "x", limiter.Definition{Kind: limiter.FixedWindow, Rate: 2, Period: 3_600_000})
+		out := e.Each(context.Background(), tenant, []limiter.Request{
+			{Name: "x", Key: "k", Count: 1},
+			{Name: "bad name!", Count: 1},
+			{Name: "unknown", Count: 1},
+			{Name: "x", Key: "k", Count: 1},
+			{Name: "x", Key: "k", Count: 1},
+		}, true)
+		if !out[0].Decision.OK || out[0].Err != nil || !out[3].Decision.OK || out[4].Decision.OK || out[4].Err != nil {
+			t.Fatalf("decisions: %+v", out)
+		}
+		if !errors.Is(out[1].Err, apperr.From(out[1].Err)) || apperr.From(out[1].Err).Code != apperr.InvalidRequest {
+			t.Fatalf("invalid name: %v", out[1].Err)
+		}
+		if !limiter.IsNotFound(out[2].Err) {
+			t.Fatalf("unknown limit: %v", out[2].Err)
+		}
+	})
+}

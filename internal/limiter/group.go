@@ -94,13 +94,26 @@ func (e *Engine) refuseQueued() {
 // submit queues j for the worker and waits for the decision. It fails closed with ErrUnavailable
 // when Run has stopped, or when ctx ends before the decision is made (Run not running, or too slow).
 func (e *Engine) submit(ctx context.Context, j *job) error {
+	if err := e.enqueue(ctx, j); err != nil {
+		return err
+	}
+	return e.await(ctx, j)
+}
+
+// enqueue hands j to the group-commit worker.
+func (e *Engine) enqueue(ctx context.Context, j *job) error {
 	select {
 	case e.queue <- j:
+		return nil
 	case <-e.stopped:
 		return ErrUnavailable
 	case <-ctx.Done():
 		return ErrUnavailable.Wrap(ctx.Err())
 	}
+}
+
+// await waits for a queued job's decision.
+func (e *Engine) await(ctx context.Context, j *job) error {
 	// Once queued the job will be decided unless Run stops first; a caller that goes away only
 	// loses the answer (and, at worst, tokens it no longer wants: an under-admission, never an
 	// over-admission). A decision that was made wins over a stop or a cancellation racing it.
