@@ -332,7 +332,7 @@ func startSluice(bin, work, dbURL string) (*sluice, error) {
 	}
 	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	s.env = append(os.Environ(), "SLUICE_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
-		"SECRET_KEY=bench-secret-key-0123456789abcdef0123",
+		"SECRET_KEY=bench-secret-key-0123456789abcdef0123", "METRICS_ADDR=127.0.0.1:0",
 		fmt.Sprintf("LISTEN_ADDR=127.0.0.1:%d", port), "SLUICE_ADMIN_EMAIL=", "SLUICE_ADMIN_PASSWORD=")
 	cli := func(args ...string) (string, error) {
 		c := exec.Command(bin, args...)

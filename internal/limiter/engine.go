@@ -17,7 +17,8 @@ import (
 // many) may share a database: the transaction, not the engine, is what keeps limits strict.
 type Engine struct {
 	db         *db.DB
-	now        func() time.Time
+	testNow    func() time.Time // Options.Now: replaces every clock when set
+	clock      func() time.Time // this process's clock (Options.Clock)
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
 
@@ -32,8 +33,15 @@ type Engine struct {
 
 // Options tune an Engine; the zero value is production-ready.
 type Options struct {
-	Now        func() time.Time // the clock; one reading per transaction attempt
-	IntN       func(n int) int  // randomness for shard choice and jitter; must be goroutine-safe
+	// Now, when set, is the time of every decision, value and sweep on every dialect: tests move
+	// it. Unset (production), PostgreSQL's decisions read the database's clock inside their own
+	// transaction, in the same round trip as the state, so that instances whose clocks disagree
+	// still agree on time; SQLite's (one process) read Clock.
+	Now func() time.Time
+	// Clock is this process's clock: SQLite's decision time and the time stamps of definitions;
+	// time.Now when nil. Tests skew it to show that PostgreSQL's decisions do not read it.
+	Clock      func() time.Time
+	IntN       func(n int) int // randomness for shard choice and jitter; must be goroutine-safe
 	OnDecision func(tenantID int64, name string, ok bool)
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
@@ -41,9 +49,9 @@ type Options struct {
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, now: opts.Now, intN: opts.IntN, onDecision: opts.OnDecision, stopped: make(chan struct{})}
-	if e.now == nil {
-		e.now = time.Now
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, intN: opts.IntN, onDecision: opts.OnDecision, stopped: make(chan struct{})}
+	if e.clock == nil {
+		e.clock = time.Now
 	}
 	if e.intN == nil {
 		e.intN = rand.IntN
@@ -84,6 +92,34 @@ type BatchDecision struct {
 	OK         bool
 	RetryAfter *int64 // the largest retryAfter among refusals (or among reservations when all pass)
 	Results    []Decision
+}
+
+// wallClock is the process's time, for time stamps that decide nothing (a definition's
+// created_at): the test clock when set, else Clock.
+func (e *Engine) wallClock() time.Time {
+	if e.testNow != nil {
+		return e.testNow()
+	}
+	return e.clock()
+}
+
+// sqlNow reads the database's clock in ms since the epoch (PostgreSQL), inside the transaction
+// that uses it.
+const sqlNow = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+// nowIn is the time of a decision, value or sweep made in tx: the test clock when set, the
+// database's on PostgreSQL, the process's on SQLite.
+func (e *Engine) nowIn(tx *gorm.DB) (int64, error) {
+	switch {
+	case e.testNow != nil:
+		return e.testNow().UnixMilli(), nil
+	case e.db.Dialect == db.Postgres:
+		var ms int64
+		err := tx.Raw(sqlNow).Scan(&ms).Error
+		return ms, err
+	default:
+		return e.clock().UnixMilli(), nil
+	}
 }
 
 // Limit consumes count tokens of one limit if it allows them.
@@ -304,7 +340,10 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 	}
 	var out Value
 	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		now := e.now().UnixMilli()
+		now, err := e.nowIn(tx)
+		if err != nil {
+			return err
+		}
 		stored, ok, err := loadDefinition(tx, tenantID, name)
 		if err != nil {
 			return err
@@ -360,7 +399,10 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 		if err != nil {
 			return err
 		}
-		now := e.now().UnixMilli()
+		now, err := e.nowIn(tx)
+		if err != nil {
+			return err
+		}
 		def := stored.Definition
 		all := make([]int, def.Shards)
 		for i := range all {

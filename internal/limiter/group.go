@@ -164,7 +164,10 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 			return err
 		}
 	}
-	now := e.now().UnixMilli()
+	now, err := e.nowIn(tx)
+	if err != nil {
+		return err
+	}
 	defs, err := loadDefinitions(tx, definitionKeys(jobs))
 	if err != nil {
 		return err

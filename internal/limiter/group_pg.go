@@ -45,7 +45,6 @@ func (h *shardHints) set(defs map[defKey]Definition) {
 
 // groupPgx is one attempt of a group on PostgreSQL.
 func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) error {
-	now := e.now().UnixMilli()
 	keys := definitionKeys(jobs)
 	var guess []rowKey
 	for _, j := range jobs {
@@ -65,7 +64,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	b := &pgx.Batch{}
 	queueGroupReads(b, keys, guess)
 	br := conn.SendBatch(ctx, b)
-	defs, stored, err := readGroupReads(br)
+	now, defs, stored, err := readGroupReads(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -73,6 +72,9 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		return err
 	}
 	e.hints.set(defs)
+	if e.testNow != nil {
+		now = e.testNow().UnixMilli()
+	}
 
 	defsOf, wanted := e.plan(jobs, defs)
 	var missing []rowKey

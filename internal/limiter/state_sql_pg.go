@@ -37,11 +37,12 @@ const (
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[])` + stateUpsert
 )
 
-// queueGroupReads queues the first round trip of a group: the transaction, the definitions of
-// keys and the state rows guessed.
+// queueGroupReads queues the first round trip of a group: the transaction, the database's clock
+// (the time of every decision of the group), the definitions of keys and the state rows guessed.
 func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey) {
 	b.Queue(pgBegin)
 	b.Queue(pgNoSeqScan)
+	b.Queue(sqlNow)
 	tenantIDs, names := make([]int64, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenantIDs[i], names[i] = k.tenantID, k.name
@@ -50,39 +51,44 @@ func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey) {
 	b.Queue(pgSelectRows, rowArgs(guess)...)
 }
 
-// readGroupReads reads the results of queueGroupReads.
-func readGroupReads(br pgx.BatchResults) (map[defKey]Definition, map[rowKey]fullStateRow, error) {
+// readGroupReads reads the results of queueGroupReads: the database's time (ms), definitions
+// and rows.
+func readGroupReads(br pgx.BatchResults) (int64, map[defKey]Definition, map[rowKey]fullStateRow, error) {
 	for range 2 { // BEGIN, SET LOCAL
 		if _, err := br.Exec(); err != nil {
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
+	}
+	var now int64
+	if err := br.QueryRow().Scan(&now); err != nil {
+		return 0, nil, nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, err
+		return 0, nil, nil, err
 	}
 	defs := map[defKey]Definition{}
 	for rows.Next() {
 		var r definitionRow
 		if err := rows.Scan(r.fields()...); err != nil {
 			rows.Close()
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
 		defs[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return 0, nil, nil, err
 	}
 	stateRows, err := br.Query()
 	if err != nil {
-		return nil, nil, err
+		return 0, nil, nil, err
 	}
 	stored := map[rowKey]fullStateRow{}
 	if err := scanRows(stateRows, stored); err != nil {
-		return nil, nil, err
+		return 0, nil, nil, err
 	}
-	return defs, stored, nil
+	return now, defs, stored, nil
 }
 
 // selectRowsPg reads more state rows within the group's transaction.

@@ -61,7 +61,7 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	var out StoredDefinition
 	var created bool
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
-		now := e.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
+		now := e.wallClock().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
 		old, found, err := loadDefinition(tx, tenantID, name)
 		if err != nil {
 			return err

@@ -130,7 +130,11 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 			return deleted, nil
 		}
 		cursor = &rows[len(rows)-1]
-		now := e.now().UnixMilli()
+		// A first, lock-free look; deleteIfStillFull decides at its own transaction's time.
+		now, err := e.nowIn(e.db.Gorm.WithContext(ctx))
+		if err != nil {
+			return deleted, fmt.Errorf("limiter: sweep: clock: %w", err)
+		}
 		var candidates []fullStateRow
 		for _, r := range rows {
 			d, err := scanDefs.get(e.db.Gorm.WithContext(ctx), r)
@@ -167,7 +171,10 @@ func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRo
 	var deleted int
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		deleted = 0
-		now := e.now().UnixMilli()
+		now, err := e.nowIn(tx)
+		if err != nil {
+			return err
+		}
 		current, err := loadRows(tx, keys)
 		if err != nil {
 			return err
