@@ -35,8 +35,9 @@ func admittedOf(t *testing.T, e *limiter.Engine, name, key string, n int) int {
 
 // TestSkewedInstancesAdmitNoMoreThanTheBound: with clocks 40 s apart, a token bucket (100 per
 // 10 minutes) emptied through the slow instance is not refilled by the fast one, for a new key
-// and after a reset; a sweep on the fast instance does not forget a row that is not full; and a
-// fixed window rolls over once, at the database's boundary, not at each instance's.
+// and after a reset; a sweep on the fast instance does not forget a row that is not full; a
+// fixed window rolls over once, at the database's boundary, not at each instance's; and a
+// sliding window admits no more than its rate through both.
 func TestSkewedInstancesAdmitNoMoreThanTheBound(t *testing.T) {
 	slow, fast := skewedInstances(t)
 	ctx := context.Background()
@@ -85,5 +86,12 @@ func TestSkewedInstancesAdmitNoMoreThanTheBound(t *testing.T) {
 	}
 	if n != 50 {
 		t.Fatalf("fixed window across the instances' boundaries: %d admitted within one window of 50", n)
+	}
+
+	// A sliding window (50 per hour, minute sub-intervals) counts both instances' admissions in
+	// the same sub-intervals.
+	mustPut(t, slow, "sw", limiter.Definition{Kind: limiter.SlidingWindow, Rate: 50, Period: 3_600_000, Resolution: 60})
+	if n := admittedOf(t, slow, "sw", "k", 60) + admittedOf(t, fast, "sw", "k", 60); n > 50 {
+		t.Fatalf("sliding window through two skewed instances: %d admitted, bound 50", n)
 	}
 }
