@@ -1,8 +1,6 @@
 package api_test
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -12,48 +10,31 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 func TestAPIKeysTableHoldsOnlyHashes(t *testing.T) {
 	eachDB(t, func(t *testing.T, h *harness) {
 		a := h.newTenant(t, "acme")
 		b := h.newTenant(t, "bravo")
-		rows, err := h.db.SQL.QueryContext(context.Background(), "SELECT * FROM api_keys")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		cols, _ := rows.Columns()
+		stored := testkit.Rows(t, h.db, "api_keys")
 		hexHash := regexp.MustCompile(`^[0-9a-f]{64}$`)
-		n, hashes := 0, 0
-		for rows.Next() {
-			n++
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			for i, v := range vals {
-				s := fmt.Sprint(v)
-				if b, ok := v.([]byte); ok {
-					s = string(b)
-				}
+		n, hashes := len(stored), 0
+		var cols []string
+		for _, row := range stored {
+			cols = cols[:0]
+			for _, c := range row {
+				cols = append(cols, c.Column)
 				for _, secret := range []string{a.key, b.key} {
 					// the 22 random characters in the middle are what must never be stored
-					if strings.Contains(s, secret) || strings.Contains(s, secret[8:30]) || strings.Contains(s, secret[12:26]) {
-						t.Errorf("api_keys.%s holds (part of) a secret: %q", cols[i], s)
+					if strings.Contains(c.Text, secret) || strings.Contains(c.Text, secret[8:30]) || strings.Contains(c.Text, secret[12:26]) {
+						t.Errorf("api_keys.%s holds (part of) a secret: %q", c.Column, c.Text)
 					}
 				}
-				if hexHash.MatchString(s) {
+				if hexHash.MatchString(c.Text) {
 					hashes++
 				}
 			}
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
 		}
 		if n != 2 || hashes != 2 {
 			t.Fatalf("%d rows with %d hash values, want 2 and 2 (columns %v)", n, hashes, cols)

@@ -185,43 +185,12 @@ func TestACopyOfTheDatabaseOpensNothing(t *testing.T) {
 	})
 }
 
-// storedStrings is every text value in every table of d.
+// storedStrings is every value in every table of d, as text.
 func storedStrings(t *testing.T, d *db.DB) []string {
 	t.Helper()
-	q := `SELECT name FROM sqlite_master WHERE type = 'table'`
-	if d.Dialect == db.Postgres {
-		q = `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`
-	}
-	var tables []string
-	if err := d.Gorm.Raw(q).Scan(&tables).Error; err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, table := range tables {
-		rows, err := d.SQL.Query(`SELECT * FROM "` + table + `"`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range vals {
-				switch v := v.(type) {
-				case string:
-					out = append(out, v)
-				case []byte:
-					out = append(out, string(v))
-				}
-			}
-		}
-		rows.Close()
+	for _, table := range testkit.Tables(t, d) {
+		out = append(out, testkit.Texts(t, d, table)...)
 	}
 	return out
 }

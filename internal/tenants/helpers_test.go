@@ -99,38 +99,7 @@ func (e *env) listKey(t *testing.T, tenantID int64, id string) APIKey {
 // rowsAsText returns every value of every row of table as text, to search for leaked secrets.
 func (e *env) rowsAsText(t *testing.T, table string) []string {
 	t.Helper()
-	rows, err := e.db.SQL.QueryContext(e.ctx, "SELECT * FROM "+table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range vals {
-			switch v := v.(type) {
-			case string:
-				out = append(out, v)
-			case []byte:
-				out = append(out, string(v))
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testkit.Texts(t, e.db, table)
 }
 
 func wantErr(t *testing.T, err, target error) {

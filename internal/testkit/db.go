@@ -9,6 +9,7 @@ package testkit
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -68,4 +69,77 @@ func EachURL(t *testing.T, fn func(t *testing.T, url string)) {
 			fn(t, URL(t, dialect))
 		})
 	}
+}
+
+// Cell is one stored value, as text.
+type Cell struct {
+	Column, Text string
+}
+
+// Rows returns every row of table as text, column by column (NULL as ""), for tests that search
+// what is stored for what must not be there (a secret, a raw session ID).
+func Rows(t testing.TB, d *db.DB, table string) [][]Cell {
+	t.Helper()
+	rows, err := d.SQL.QueryContext(context.Background(), `SELECT * FROM "`+table+`"`)
+	if err != nil {
+		t.Fatalf("testkit: rows of %s: %v", table, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]Cell
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]Cell, len(cols))
+		for i, v := range vals {
+			row[i].Column = cols[i]
+			switch v := v.(type) {
+			case nil:
+			case []byte:
+				row[i].Text = string(v)
+			default:
+				row[i].Text = fmt.Sprint(v)
+			}
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Texts is every value of every row of table, as text.
+func Texts(t testing.TB, d *db.DB, table string) []string {
+	t.Helper()
+	var out []string
+	for _, row := range Rows(t, d, table) {
+		for _, c := range row {
+			out = append(out, c.Text)
+		}
+	}
+	return out
+}
+
+// Tables lists the tables of d.
+func Tables(t testing.TB, d *db.DB) []string {
+	t.Helper()
+	q := `SELECT name FROM sqlite_master WHERE type = 'table'`
+	if d.Dialect == db.Postgres {
+		q = `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`
+	}
+	var tables []string
+	if err := d.Gorm.Raw(q).Scan(&tables).Error; err != nil {
+		t.Fatal(err)
+	}
+	return tables
 }

@@ -1,8 +1,6 @@
 package ui_test
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,37 +11,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
-// adminSessionCells is every value of every admin_sessions row, as text.
+// adminSessionCells is every value of every admin_sessions row, as column=text.
 func adminSessionCells(t *testing.T, e *env) []string {
 	t.Helper()
-	rows, err := e.db.SQL.QueryContext(context.Background(), "SELECT * FROM admin_sessions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
+	for _, row := range testkit.Rows(t, e.db, "admin_sessions") {
+		for _, c := range row {
+			out = append(out, c.Column+"="+c.Text)
 		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		for i, v := range vals {
-			if b, ok := v.([]byte); ok {
-				v = string(b)
-			}
-			out = append(out, cols[i]+"="+fmt.Sprint(v))
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
