@@ -129,7 +129,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	a.Metrics = metrics.New(metrics.Options{DB: a.DB, Version: Version})
 	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil)
 	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log})
-	a.Engine = limiter.NewEngine(a.DB, limiter.Options{OnDecision: func(tenantID int64, name string, ok bool) {
+	a.Engine = limiter.NewEngine(a.DB, limiter.Options{FastCommit: cfg.FastCommit, OnDecision: func(tenantID int64, name string, ok bool) {
 		a.Metrics.OnDecision(tenantID, name, ok)
 		a.Usage.Record(tenantID, name, ok)
 	}})

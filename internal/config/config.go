@@ -32,6 +32,8 @@ type Config struct {
 	PprofAddr      string // when set (loopback only), net/http/pprof listens there for profiling
 	// Demo serves /demo, which creates and uses a tenant of its own.
 	Demo bool
+	// FastCommit is SLUICE_COMMIT=fast: decisions on PostgreSQL commit without waiting for disk.
+	FastCommit bool
 	// MetricsAddr is the listener of /metrics (loopback by default); "" when off.
 	MetricsAddr string
 	// MetricsToken, when set, is the bearer token /metrics requires, and puts /metrics on the
@@ -170,6 +172,18 @@ var options = []Option{
 				return errors.New("SWEEP_BATCH must be a whole number from 1 to 1000")
 			}
 			c.SweepBatch = n
+			return nil
+		}},
+	{Name: "SLUICE_COMMIT", Default: "durable", Doc: "`durable`: every acknowledged decision survives a database crash; `fast` (PostgreSQL): decisions commit without waiting for the disk, so a database crash can lose (and admit again) the decisions of its last moments, never corrupting state; definitions, keys, users and audit are always durable",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "durable":
+				c.FastCommit = false
+			case "fast":
+				c.FastCommit = true
+			default:
+				return errors.New("SLUICE_COMMIT must be durable or fast")
+			}
 			return nil
 		}},
 	{Name: "SLUICE_DEMO", Default: "false", Doc: "`true` serves `/demo`, the captcha flow in a browser, on a tenant the demo creates (named `demo`); `make run` sets it",
@@ -320,9 +334,9 @@ func (c Config) String() string {
 		}
 		return "[redacted]"
 	}
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t gogc=%d",
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d",
 		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
-		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.GCPercent)
+		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent)
 }
 
 // RedactURL hides the password of a database URL.

@@ -85,10 +85,13 @@ func TestOperationsVariablesParse(t *testing.T) {
 	if d.SweepInterval != DefaultSweepInterval || d.SweepBatch != DefaultSweepBatch || d.GCPercent != DefaultGCPercent || d.MemoryLimit != DefaultMemoryLimit {
 		t.Fatalf("defaults: %+v", d)
 	}
+	if c, err := FromEnv(env(map[string]string{"SLUICE_COMMIT": "fast"})); err != nil || !c.FastCommit || d.FastCommit {
+		t.Fatalf("SLUICE_COMMIT=fast: %v %v (default %v)", c.FastCommit, err, d.FastCommit)
+	}
 	if c, err := FromEnv(env(map[string]string{"SWEEP_INTERVAL": "off"})); err != nil || c.SweepInterval != 0 {
 		t.Fatalf("SWEEP_INTERVAL=off: %v %v", c.SweepInterval, err)
 	}
-	for name, bad := range map[string]string{"SWEEP_INTERVAL": "10ms", "SWEEP_BATCH": "0", "METRICS_TOKEN": "short", "GOGC": "-5", "GOMEMLIMIT": "lots"} {
+	for name, bad := range map[string]string{"SLUICE_COMMIT": "sometimes", "SWEEP_INTERVAL": "10ms", "SWEEP_BATCH": "0", "METRICS_TOKEN": "short", "GOGC": "-5", "GOMEMLIMIT": "lots"} {
 		if _, err := FromEnv(env(map[string]string{name: bad})); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%s: %v", name, bad, err)
 		}

@@ -18,6 +18,7 @@ import (
 type Engine struct {
 	db         *db.DB
 	testNow    func() time.Time // Options.Now: replaces every clock when set
+	fastCommit bool             // Options.FastCommit
 	clock      func() time.Time // this process's clock (Options.Clock)
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
@@ -45,11 +46,16 @@ type Options struct {
 	OnDecision func(tenantID int64, name string, ok bool)
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
+	// FastCommit (SLUICE_COMMIT=fast) commits decision transactions on PostgreSQL without
+	// waiting for their WAL to reach the disk: a database crash may lose the decisions
+	// acknowledged in the last moments (the WAL writer's delay) and admit them again. Every
+	// other write (definitions, keys, users, audit) stays durable. No effect on SQLite.
+	FastCommit bool
 }
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, intN: opts.IntN, onDecision: opts.OnDecision, stopped: make(chan struct{})}
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, stopped: make(chan struct{})}
 	if e.clock == nil {
 		e.clock = time.Now
 	}

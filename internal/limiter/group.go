@@ -163,6 +163,11 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 		if err := tx.Exec(pgNoSeqScan).Error; err != nil {
 			return err
 		}
+		if e.fastCommit {
+			if err := tx.Exec(pgFastCommit).Error; err != nil {
+				return err
+			}
+		}
 	}
 	now, err := e.nowIn(tx)
 	if err != nil {

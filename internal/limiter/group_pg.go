@@ -62,9 +62,9 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	guess = sortedUnique(guess)
 
 	b := &pgx.Batch{}
-	queueGroupReads(b, keys, guess)
+	queueGroupReads(b, keys, guess, e.fastCommit)
 	br := conn.SendBatch(ctx, b)
-	now, defs, stored, err := readGroupReads(br)
+	now, defs, stored, err := readGroupReads(br, e.fastCommit)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}

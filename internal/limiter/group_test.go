@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/testkit"
@@ -271,4 +274,48 @@ func TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued(t *testing.T) {
 	if v, _ := e.GetValue(ctx, 1, "q", "k"); v.Value != 9 {
 		t.Fatalf("value %v, want 9: only the group in progress consumed", v.Value)
 	}
+}
+
+// TestFastCommitIsAskedForInTheGroupsFirstRoundTrip: SLUICE_COMMIT=fast sets
+// synchronous_commit off for the decision transaction only (SET LOCAL, inside it), in the same
+// round trip as the reads; durable mode sends no such statement.
+func TestFastCommitIsAskedForInTheGroupsFirstRoundTrip(t *testing.T) {
+	for _, fast := range []bool{false, true} {
+		b := &pgx.Batch{}
+		queueGroupReads(b, []defKey{{1, "x"}}, []rowKey{{1, "x", "k", 0}}, fast)
+		var sent []string
+		for _, q := range b.QueuedQueries {
+			sent = append(sent, q.SQL)
+		}
+		if got := slices.Contains(sent, "SET LOCAL synchronous_commit = off"); got != fast {
+			t.Fatalf("fast=%v: statements %q", fast, sent)
+		}
+		if sent[0] != pgBegin {
+			t.Fatalf("fast=%v: the batch does not open the transaction first: %q", fast, sent)
+		}
+	}
+}
+
+// TestFastCommitDecidesTheSame: on both dialects a fast-commit engine decides exactly as a
+// durable one (the commit mode changes when the commit is on disk, nothing else).
+func TestFastCommitDecidesTheSame(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, Options{FastCommit: true})
+		if _, _, err := e.PutDefinition(context.Background(), 1, "x", Definition{Kind: FixedWindow, Rate: 3, Period: 3_600_000}); err != nil {
+			t.Fatal(err)
+		}
+		var admitted int
+		for range 5 {
+			dec, err := e.Limit(context.Background(), 1, Request{Name: "x", Key: "k", Count: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dec.OK {
+				admitted++
+			}
+		}
+		if admitted != 3 {
+			t.Fatalf("fast commit admitted %d of a window of 3", admitted)
+		}
+	})
 }

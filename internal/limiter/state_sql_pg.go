@@ -25,7 +25,11 @@ const (
 	// happened to replan), and a whole-table SIREAD lock besides. Every lookup here is by primary
 	// key, so the index is always right: forbid sequential scans for the transaction. (Forcing
 	// custom plans also works but re-plans three statements per group: about 7% slower.)
-	pgNoSeqScan         = "SET LOCAL enable_seqscan = off"
+	pgNoSeqScan = "SET LOCAL enable_seqscan = off"
+	// pgFastCommit is SLUICE_COMMIT=fast: the decision's COMMIT returns before its WAL reaches
+	// the disk. A database crash may lose the last decisions acknowledged within the WAL
+	// writer's delay (they can be admitted again); state is never corrupted.
+	pgFastCommit        = "SET LOCAL synchronous_commit = off"
 	pgCommit            = "COMMIT"
 	pgSelectDefinitions = "SELECT " + definitionColumns + `
 		FROM unnest($1::bigint[], $2::text[]) AS u(tenant_id, name)
@@ -39,9 +43,12 @@ const (
 
 // queueGroupReads queues the first round trip of a group: the transaction, the database's clock
 // (the time of every decision of the group), the definitions of keys and the state rows guessed.
-func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey) {
+func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit bool) {
 	b.Queue(pgBegin)
 	b.Queue(pgNoSeqScan)
+	if fastCommit {
+		b.Queue(pgFastCommit)
+	}
 	b.Queue(sqlNow)
 	tenantIDs, names := make([]int64, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
@@ -53,8 +60,12 @@ func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey) {
 
 // readGroupReads reads the results of queueGroupReads: the database's time (ms), definitions
 // and rows.
-func readGroupReads(br pgx.BatchResults) (int64, map[defKey]Definition, map[rowKey]fullStateRow, error) {
-	for range 2 { // BEGIN, SET LOCAL
+func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Definition, map[rowKey]fullStateRow, error) {
+	settings := 2 // BEGIN, SET LOCAL
+	if fastCommit {
+		settings++
+	}
+	for range settings {
 		if _, err := br.Exec(); err != nil {
 			return 0, nil, nil, err
 		}
