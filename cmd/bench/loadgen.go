@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -19,6 +20,7 @@ type scenario struct {
 	hot    bool // compared with pgbench's hot-key figure
 	sqlite bool
 	batch  bool
+	bulk   int     // decisions per POST /v1/decisions request (0: one decision a request)
 	keys   int     // distinct keys (1 = one hot key)
 	rate   float64 // tokens per second per key (also the capacity)
 	shards int
@@ -26,12 +28,15 @@ type scenario struct {
 
 func scenarios() []scenario {
 	return []scenario{
+		{name: "random-1", conns: 1, keys: 100_000, rate: 1000},
 		{name: "random-8", conns: 8, keys: 100_000, rate: 1000},
 		{name: "random-32", conns: 32, keys: 100_000, rate: 1000},
 		{name: "random-64", conns: 64, keys: 100_000, rate: 1000},
 		{name: "hot", conns: 32, hot: true, keys: 1, rate: 5000},
 		{name: "hot-shards10", conns: 32, hot: true, keys: 1, rate: 5000, shards: 10},
+		{name: "new-keys-32", conns: 32, keys: 10_000_000, rate: 1000}, // nearly every decision inserts
 		{name: "batch2", conns: 32, batch: true, keys: 100_000, rate: 1000},
+		{name: "bulk", conns: 8, bulk: 100, keys: 100_000, rate: 1000}, // 100 decisions a request
 		{name: "sqlite-32", conns: 32, sqlite: true, keys: 100_000, rate: 1000},
 	}
 }
@@ -76,8 +81,11 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 	}
 	addr := strings.TrimPrefix(s.base, "http://")
 	path := "/v1/limits/" + name + "/limit"
-	if sc.batch {
+	switch {
+	case sc.batch:
 		path = "/v1/limit"
+	case sc.bulk > 0:
+		path = "/v1/decisions"
 	}
 	workers := make([]*worker, sc.conns)
 	retriesBefore := s.scrapeCounter("sluice_db_tx_retries_total")
@@ -111,7 +119,19 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 				k := r.IntN(sc.keys)
 				ks := strconv.Itoa(k)
 				body = body[:0]
-				if sc.batch {
+				var bulkKeys []int
+				if sc.bulk > 0 {
+					body = append(body, `{"decisions":[`...)
+					for i := range sc.bulk {
+						bk := r.IntN(sc.keys)
+						bulkKeys = append(bulkKeys, bk)
+						if i > 0 {
+							body = append(body, ',')
+						}
+						body = append(body, `{"name":"`+name+`","key":"k`+strconv.Itoa(bk)+`"}`...)
+					}
+					body = append(body, "]}"...)
+				} else if sc.batch {
 					body = append(body, `{"limits":[{"name":"`+names[0]+`","key":"k`+ks+`"},{"name":"`+names[1]+`","key":"k`+ks+`"}]}`...)
 				} else {
 					body = append(body, `{"key":"k`+ks+`"}`...)
@@ -125,16 +145,35 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 					continue
 				}
 				w.latencies = append(w.latencies, time.Since(t0))
-				w.total++
 				switch {
 				case status >= 500:
 					w.status5xx++
 					w.errors++
 				case status != 200:
 					w.errors++
+				case sc.bulk > 0:
+					var res struct {
+						Results []struct {
+							OK    *bool           `json:"ok"`
+							Error json.RawMessage `json:"error"`
+						} `json:"results"`
+					}
+					if err := json.Unmarshal(b, &res); err != nil || len(res.Results) != len(bulkKeys) {
+						w.errors++
+						break
+					}
+					for i, item := range res.Results {
+						switch {
+						case item.Error != nil:
+							w.errors++
+						case *item.OK:
+							w.admitted[bulkKeys[i]]++
+						}
+					}
 				case bytes.HasPrefix(b, []byte(`{"ok":true`)):
 					w.admitted[k]++
 				}
+				w.total += int64(max(sc.bulk, 1))
 			}
 		}(uint64(i) + uint64(start.UnixNano()))
 	}

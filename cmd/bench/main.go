@@ -319,10 +319,11 @@ COMMIT;
 
 // sluice is a running Sluice process.
 type sluice struct {
-	cmd  *exec.Cmd
-	base string
-	key  string
-	env  []string
+	cmd     *exec.Cmd
+	base    string
+	metrics string // the metrics listener's /metrics (METRICS_ADDR)
+	key     string
+	env     []string
 }
 
 func startSluice(bin, work, dbURL string) (*sluice, error) {
@@ -330,9 +331,13 @@ func startSluice(bin, work, dbURL string) (*sluice, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	metricsPort, err := testkit.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)}
 	s.env = append(os.Environ(), "SLUICE_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
-		"SECRET_KEY=bench-secret-key-0123456789abcdef0123", "METRICS_ADDR=127.0.0.1:0",
+		"SECRET_KEY=bench-secret-key-0123456789abcdef0123", fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metricsPort),
 		fmt.Sprintf("LISTEN_ADDR=127.0.0.1:%d", port), "SLUICE_ADMIN_EMAIL=", "SLUICE_ADMIN_PASSWORD=")
 	cli := func(args ...string) (string, error) {
 		c := exec.Command(bin, args...)
@@ -456,7 +461,7 @@ func printTable(w io.Writer, r Report) {
 
 // scrapeCounter reads one unlabelled counter from the server's /metrics (0 when absent).
 func (s *sluice) scrapeCounter(name string) float64 {
-	resp, err := http.Get(s.base + "/metrics")
+	resp, err := http.Get(s.metrics)
 	if err != nil {
 		return 0
 	}
