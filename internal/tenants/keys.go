@@ -314,11 +314,7 @@ func (s *Service) ListKeys(ctx context.Context, tenantID int64) ([]APIKey, error
 	if err != nil {
 		return nil, wrap("list keys", err)
 	}
-	out := make([]APIKey, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, keyFromRow(r))
-	}
-	return out, nil
+	return fromRows(rows, keyFromRow), nil
 }
 
 // RevokeKey revokes one of a tenant's keys; from the moment it returns, Authenticate refuses the

@@ -81,3 +81,13 @@ func utcPtr(t *time.Time) *time.Time {
 	u := t.UTC()
 	return &u
 }
+
+// fromRows converts database rows to what the package returns, keeping an empty result a
+// non-nil slice (it is rendered as [] rather than null).
+func fromRows[R, T any](rows []R, convert func(R) T) []T {
+	out := make([]T, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, convert(r))
+	}
+	return out
+}

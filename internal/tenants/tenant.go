@@ -105,11 +105,7 @@ func (s *Service) ListTenants(ctx context.Context) ([]Tenant, error) {
 	if err != nil {
 		return nil, wrap("list tenants", err)
 	}
-	out := make([]Tenant, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, tenantFromRow(r))
-	}
-	return out, nil
+	return fromRows(rows, tenantFromRow), nil
 }
 
 // UpdateCaptchaSettings replaces a tenant's allowed origins and captcha difficulty. Each origin

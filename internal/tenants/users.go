@@ -225,11 +225,7 @@ func (s *Service) ListUsers(ctx context.Context, tenantID *int64) ([]User, error
 	if err != nil {
 		return nil, wrap("list users", err)
 	}
-	out := make([]User, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, userFromRow(r))
-	}
-	return out, nil
+	return fromRows(rows, userFromRow), nil
 }
 
 // adminSessionIDLen is the length of a session ID: 128 random bits in hex.
