@@ -6,6 +6,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -409,5 +412,70 @@ func TestTimeoutCountsAsSluiceNotAnswering(t *testing.T) {
 	open := sluice.New("http://"+silent.Addr().String(), secretKey, sluice.WithTimeout(100*time.Millisecond), sluice.WithFailPolicy(sluice.FailOpen))
 	if r, err := open.Limit(ctx, "x", sluice.Decision{}); err != nil || !r.OK || !r.Degraded {
 		t.Fatalf("fail open after the timeout: %+v, %v", r, err)
+	}
+}
+
+// failingFront is a proxy in front of the real Sluice that answers the first n requests with
+// the 503 problem Sluice fails closed with, and forwards the rest.
+type failingFront struct {
+	fail, seen atomic.Int32
+	next       http.Handler
+}
+
+func newFailingFront(t *testing.T, n int32) (*failingFront, string) {
+	t.Helper()
+	target, err := url.Parse(baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &failingFront{next: httputil.NewSingleHostReverseProxy(target)}
+	f.fail.Store(n)
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return f, srv.URL
+}
+
+func (f *failingFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.seen.Add(1)
+	if f.fail.Add(-1) >= 0 {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"try again","code":"unavailable"}`))
+		return
+	}
+	f.next.ServeHTTP(w, r)
+}
+
+func TestA503IsRetriedForCheckButNeverForLimit(t *testing.T) {
+	ctx := testCtx(t)
+	name := limitName(t, "r503")
+	putLimit(t, newClient(t), name, 5)
+	fast := []sluice.Option{sluice.WithRetries(2), sluice.WithBackoff(time.Millisecond, 4*time.Millisecond)}
+
+	front, addr := newFailingFront(t, 2)
+	r, err := sluice.New(addr, secretKey, fast...).Check(ctx, name, sluice.Decision{Key: "k"})
+	if err != nil || !r.OK || !near(r.Remaining, 4) || front.seen.Load() != 3 {
+		t.Fatalf("check after two 503s: %+v, %v, %d requests (want 3, the last answered by Sluice)", r, err, front.seen.Load())
+	}
+
+	front, addr = newFailingFront(t, 3)
+	_, err = sluice.New(addr, secretKey, fast...).Check(ctx, name, sluice.Decision{Key: "k"})
+	if e := asError(t, err); e.Status != http.StatusServiceUnavailable || e.Code != sluice.CodeUnavailable || front.seen.Load() != 3 {
+		t.Fatalf("check after three 503s: %+v, %d requests", e, front.seen.Load())
+	}
+
+	front, addr = newFailingFront(t, 1)
+	_, err = sluice.New(addr, secretKey, fast...).Limit(ctx, name, sluice.Decision{Key: "k"})
+	if e := asError(t, err); e.Status != http.StatusServiceUnavailable || front.seen.Load() != 1 {
+		t.Fatalf("limit after a 503: %+v, %d requests (want 1: never retried)", e, front.seen.Load())
+	}
+	front, addr = newFailingFront(t, 1)
+	r, err = sluice.New(addr, secretKey, append(fast, sluice.WithFailPolicy(sluice.FailOpen))...).Limit(ctx, name, sluice.Decision{Key: "k"})
+	if err != nil || !r.OK || !r.Degraded || front.seen.Load() != 1 {
+		t.Fatalf("limit after a 503, failing open: %+v, %v, %d requests", r, err, front.seen.Load())
+	}
+	if v, err := newClient(t).Value(ctx, name, "k"); err != nil || v.Value < 4.99 {
+		t.Fatalf("value %+v, %v: nothing was consumed, want 5", v, err)
 	}
 }
