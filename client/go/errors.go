@@ -47,6 +47,7 @@ type FieldError struct {
 	Detail string `json:"detail"`
 }
 
+// Error says the status, code and detail (and the field, when there is one).
 func (e *Error) Error() string {
 	s := fmt.Sprintf("sluice: %d %s: %s", e.Status, e.Code, e.Detail)
 	if e.Field != "" {

@@ -14,8 +14,9 @@ import (
 	"strings"
 )
 
-// KeyFunc names the key a request is limited under (as in go-chi/httprate). An error refuses
-// the request with 400 through the middleware's error handler.
+// KeyFunc names the key a request is limited under (as in go-chi/httprate); "" is the limit's
+// single global key, shared by every request. An error refuses the request with 400 through the
+// middleware's error handler.
 type KeyFunc func(r *http.Request) (string, error)
 
 // CountFunc says how many tokens a request costs (default 1).
@@ -37,9 +38,9 @@ func WithCountFunc(fn CountFunc) MiddlewareOption { return func(m *middleware) {
 func WithLimitHandler(h http.Handler) MiddlewareOption { return func(m *middleware) { m.limited = h } }
 
 // WithErrorHandler replaces the response when no decision could be made: the key or count
-// function failed, or Sluice could not answer and the client's FailPolicy is FailClosed (or its
-// fallback returned an error). The default answers 400 for the former and 503 for the latter,
-// as problem+json.
+// function failed, Sluice could not answer and the client's FailPolicy is FailClosed (or its
+// fallback returned an error), or Sluice answered with a problem (an unknown limit, a wrong
+// key). The default answers, as problem+json, 400, 503 with Retry-After: 1, and 500.
 func WithErrorHandler(fn func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
 	return func(m *middleware) { m.onError = fn }
 }
@@ -140,6 +141,15 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, errKey) {
 		writeProblem(w, http.StatusBadRequest, map[string]any{"type": "about:blank", "title": "Bad Request",
 			"status": http.StatusBadRequest, "detail": "the request cannot be rate limited", "code": CodeInvalidRequest})
+		return
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Status < http.StatusInternalServerError {
+		// Sluice answered that the decision itself is wrong (an unknown limit, a count over the
+		// capacity, a revoked key): a mistake of this server's configuration, not of the visitor.
+		m.log.ErrorContext(r.Context(), "sluice: the decision was refused as invalid", "limit", m.name, "err", err)
+		writeProblem(w, http.StatusInternalServerError, map[string]any{"type": "about:blank", "title": "Internal Server Error",
+			"status": http.StatusInternalServerError, "detail": "internal error", "code": CodeInternal})
 		return
 	}
 	m.log.WarnContext(r.Context(), "sluice: no decision; refusing the request (fail closed)", "limit", m.name, "err", err)

@@ -195,3 +195,12 @@ func TestMiddlewareAppliesTheFailPolicyWhenSluiceIsUnreachable(t *testing.T) {
 		t.Fatalf("error handler: %d, saw %v", w.Code, seen)
 	}
 }
+
+func TestMiddlewareAnswers500WhenSluiceRejectsTheDecisionItself(t *testing.T) {
+	c := newClient(t)
+	h := sluice.Middleware(c, limitName(t, "never-defined"), sluice.WithLogger(slog.New(slog.DiscardHandler)))(&okHandler{})
+	w := serve(h, "198.51.100.7:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusInternalServerError || p["code"] != sluice.CodeInternal {
+		t.Fatalf("unknown limit: %d %v", w.Code, p)
+	}
+}
