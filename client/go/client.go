@@ -156,7 +156,7 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 	out := make([]BulkResult, len(items))
 	for i, r := range w.Results {
 		if r.Error != nil {
-			out[i].Err = r.Error
+			out[i].Err = fmt.Errorf("sluice: decision %d (%s): %w", i, items[i].Name, r.Error)
 			continue
 		}
 		out[i].Result = r.result()

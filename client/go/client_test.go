@@ -479,3 +479,11 @@ func TestA503IsRetriedForCheckButNeverForLimit(t *testing.T) {
 		t.Fatalf("value %+v, %v: nothing was consumed, want 5", v, err)
 	}
 }
+
+func TestErrorMessagesNameTheRouteOnce(t *testing.T) {
+	c, ctx := newClient(t), testCtx(t)
+	_, err := c.Get(ctx, "no-such-limit")
+	if msg := err.Error(); msg != "sluice: GET /v1/limits/no-such-limit: 404 limit_not_found: no such limit" {
+		t.Fatalf("message %q", msg)
+	}
+}

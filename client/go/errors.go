@@ -47,9 +47,10 @@ type FieldError struct {
 	Detail string `json:"detail"`
 }
 
-// Error says the status, code and detail (and the field, when there is one).
+// Error says the status, code and detail (and the field, when there is one). The calls wrap it
+// with the route ("sluice: POST /v1/limits/x/limit: 400 invalid_request: …").
 func (e *Error) Error() string {
-	s := fmt.Sprintf("sluice: %d %s: %s", e.Status, e.Code, e.Detail)
+	s := fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Detail)
 	if e.Field != "" {
 		s += " (field " + e.Field + ")"
 	}

@@ -90,7 +90,7 @@ type BatchResult struct {
 }
 
 // BulkResult is one answer of a bulk request: a Result, or, when Err is not nil, the error of
-// that item alone (a *Error for an invalid item).
+// that item alone (wrapping a *Error for an invalid item: use errors.As).
 type BulkResult struct {
 	Result
 	Err error
