@@ -74,6 +74,7 @@ func startServer(dir string) (stop func() error, err error) {
 
 	server := exec.Command(bin, "serve")
 	server.Dir, server.Env = dir, env
+	dieWithTests(server)
 	var serverOut, serverErr syncBuffer
 	server.Stderr = &serverErr
 	stdout, err := server.StdoutPipe()
