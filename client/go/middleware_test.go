@@ -204,3 +204,14 @@ func TestMiddlewareAnswers500WhenSluiceRejectsTheDecisionItself(t *testing.T) {
 		t.Fatalf("unknown limit: %d %v", w.Code, p)
 	}
 }
+
+func TestMiddlewareRefusesWith400WhenTheCountCannotBeTold(t *testing.T) {
+	next := &okHandler{}
+	h := sluice.Middleware(newClient(t), limitName(t, "mw"), sluice.WithCountFunc(func(r *http.Request) (float64, error) {
+		return strconv.ParseFloat(r.Header.Get("X-Cost"), 64)
+	}))(next)
+	w := serve(h, "198.51.100.7:1", "X-Cost", "lots")
+	if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || next.calls != 0 {
+		t.Fatalf("unparsable cost: %d %v", w.Code, p)
+	}
+}
