@@ -1,0 +1,332 @@
+// Package sluice is the Go client of Sluice, a multi-tenant rate-limiting service, and a
+// net/http middleware built on it. It uses the standard library only.
+//
+// A Client makes typed calls to Sluice's JSON API (/v1) with a secret key. Problems Sluice
+// answers with are returned as *Error (use errors.As). When Sluice cannot answer (network
+// errors, timeouts, 5xx), decision calls follow the client's FailPolicy: FailClosed (the
+// default) returns the error, FailOpen an allowed Result marked Degraded, and Fallback whatever
+// a function decides.
+package sluice
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Defaults of a Client (see the options that change them).
+const (
+	DefaultTimeout    = 10 * time.Second
+	DefaultRetries    = 2
+	DefaultBackoff    = 50 * time.Millisecond
+	DefaultMaxBackoff = time.Second
+)
+
+// maxResponseBytes bounds what the client reads of an answer (a bulk answer of 1,000 decisions
+// is about 100 KB).
+const maxResponseBytes = 8 << 20
+
+// Client calls one Sluice server with one secret key. It is safe for concurrent use.
+type Client struct {
+	base       string
+	key        string
+	http       *http.Client
+	timeout    time.Duration
+	retries    int
+	backoff    time.Duration
+	maxBackoff time.Duration
+	policy     FailPolicy
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the *http.Client the calls go through (default http.DefaultClient).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithTimeout bounds each call, its retries included (default DefaultTimeout; 0 for no bound
+// beyond the context's). A call that runs out of time counts as Sluice not answering, so the
+// FailPolicy applies; a context the caller cancels does not.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithRetries sets how many times an idempotent call is retried after a 503 or a network error
+// (default DefaultRetries; 0 disables retries).
+func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
+
+// WithBackoff sets the first delay before a retry and the cap of the delays, which double on each
+// retry and are jittered (each is uniformly drawn from [d/2, d]).
+func WithBackoff(first, maximum time.Duration) Option {
+	return func(c *Client) { c.backoff, c.maxBackoff = max(first, 0), max(maximum, first, 0) }
+}
+
+// WithFailPolicy sets what decision calls return when Sluice cannot answer (default FailClosed).
+func WithFailPolicy(p FailPolicy) Option { return func(c *Client) { c.policy = p } }
+
+// New returns a client of the Sluice server at baseURL (e.g. "https://sluice.example.com")
+// authenticating with secretKey.
+func New(baseURL, secretKey string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), key: secretKey, http: http.DefaultClient,
+		timeout: DefaultTimeout, retries: DefaultRetries, backoff: DefaultBackoff, maxBackoff: DefaultMaxBackoff}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Retries: only idempotent calls are retried (GET, PUT, DELETE, Check, CheckBatch, Reset). A
+// consuming decision (Limit, Batch, Bulk) is never retried: when its answer is lost, Sluice may
+// already have consumed the tokens, and the server has no Idempotency-Key yet to recognise a
+// repeat, so a retry could consume them twice. Its failure goes to the FailPolicy instead.
+const (
+	idempotent = true
+	consuming  = false
+)
+
+// Limit consumes d.Count (default 1) tokens of the limit name for d's key if the limit allows it.
+// A refusal is a Result with OK false, not an error. Limit is never retried.
+func (c *Client) Limit(ctx context.Context, name string, d Decision) (Result, error) {
+	return c.decide(ctx, name, "/limit", d, consuming)
+}
+
+// Check answers what Limit would, consuming nothing.
+func (c *Client) Check(ctx context.Context, name string, d Decision) (Result, error) {
+	return c.decide(ctx, name, "/check", d, idempotent)
+}
+
+func (c *Client) decide(ctx context.Context, name, verb string, d Decision, retry bool) (Result, error) {
+	var w wireDecision
+	h, err := c.do(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w)
+	if err != nil {
+		return c.fallbackOne(ctx, Item{Name: name, Decision: d}, err)
+	}
+	r := w.result()
+	r.RateLimitPolicy, r.RateLimit = h.Get("RateLimit-Policy"), h.Get("RateLimit")
+	return r, nil
+}
+
+// Batch consumes from every limit of items, or from none when one of them refuses (up to 100
+// items). It is never retried (see Limit).
+func (c *Client) Batch(ctx context.Context, items []Item) (BatchResult, error) {
+	return c.batch(ctx, "/v1/limit", items, consuming)
+}
+
+// CheckBatch answers what Batch would, consuming nothing.
+func (c *Client) CheckBatch(ctx context.Context, items []Item) (BatchResult, error) {
+	return c.batch(ctx, "/v1/check", items, idempotent)
+}
+
+func (c *Client) batch(ctx context.Context, path string, items []Item, retry bool) (BatchResult, error) {
+	var w wireBatch
+	h, err := c.do(ctx, http.MethodPost, path, nil, struct {
+		Limits []Item `json:"limits"`
+	}{items}, retry, &w)
+	if err != nil {
+		return c.fallbackBatch(ctx, items, err)
+	}
+	out := BatchResult{OK: w.OK, RetryAfter: ms(w.RetryAfter), Results: make([]Result, len(w.Results)),
+		RateLimitPolicy: h.Get("RateLimit-Policy"), RateLimit: h.Get("RateLimit")}
+	for i, r := range w.Results {
+		out.Results[i] = r.result()
+	}
+	return out, nil
+}
+
+// Bulk makes up to 1,000 independent decisions in one request, each consuming, answered in the
+// order of items. An invalid item gets its own Err and the others are decided. The error is
+// for the request as a whole. Bulk is never retried (see Limit).
+func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
+	var w wireBulk
+	if _, err := c.do(ctx, http.MethodPost, "/v1/decisions", nil, struct {
+		Decisions []Item `json:"decisions"`
+	}{items}, consuming, &w); err != nil {
+		return c.fallbackBulk(ctx, items, err)
+	}
+	if len(w.Results) != len(items) {
+		return nil, fmt.Errorf("sluice: bulk: %d results for %d decisions", len(w.Results), len(items))
+	}
+	out := make([]BulkResult, len(items))
+	for i, r := range w.Results {
+		if r.Error != nil {
+			out[i].Err = fmt.Errorf("sluice: decision %d (%s): %w", i, items[i].Name, r.Error)
+			continue
+		}
+		out[i].Result = r.result()
+	}
+	return out, nil
+}
+
+// Value reads the limit's value now for key ("" for the global key), summed over its shards.
+func (c *Client) Value(ctx context.Context, name, key string) (Value, error) {
+	var q url.Values
+	if key != "" {
+		q = url.Values{"key": {key}}
+	}
+	var v Value
+	_, err := c.do(ctx, http.MethodGet, "/v1/limits/"+url.PathEscape(name)+"/value", q, nil, idempotent, &v)
+	return v, err
+}
+
+// Reset forgets the state of one key of the limit ("" for the global key), which starts full.
+// It succeeds whether or not any state existed.
+func (c *Client) Reset(ctx context.Context, name, key string) error {
+	return c.reset(ctx, name, wireReset{Key: key})
+}
+
+// ResetAll forgets the state of every key of the limit.
+func (c *Client) ResetAll(ctx context.Context, name string) error {
+	return c.reset(ctx, name, wireReset{AllKeys: true})
+}
+
+func (c *Client) reset(ctx context.Context, name string, body wireReset) error {
+	_, err := c.do(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+"/reset", nil, body, idempotent, nil)
+	return err
+}
+
+// Put creates or replaces the definition of the limit name.
+func (c *Client) Put(ctx context.Context, name string, d Definition) (StoredDefinition, error) {
+	var s StoredDefinition
+	_, err := c.do(ctx, http.MethodPut, "/v1/limits/"+url.PathEscape(name), nil, d, idempotent, &s)
+	return s, err
+}
+
+// Get reads the definition of the limit name (a *Error with Code limit_not_found when none).
+func (c *Client) Get(ctx context.Context, name string) (StoredDefinition, error) {
+	var s StoredDefinition
+	_, err := c.do(ctx, http.MethodGet, "/v1/limits/"+url.PathEscape(name), nil, nil, idempotent, &s)
+	return s, err
+}
+
+// List reads every definition of the tenant.
+func (c *Client) List(ctx context.Context) ([]StoredDefinition, error) {
+	var l wireList
+	_, err := c.do(ctx, http.MethodGet, "/v1/limits", nil, nil, idempotent, &l)
+	return l.Limits, err
+}
+
+// Delete deletes the definition of the limit name and its state.
+func (c *Client) Delete(ctx context.Context, name string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/limits/"+url.PathEscape(name), nil, nil, idempotent, nil)
+	return err
+}
+
+// do makes one call: it sends body as JSON, retries when retry allows it, and decodes a 2xx
+// answer into out (when not nil) or a problem into *Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any) (http.Header, error) {
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return nil, fmt.Errorf("sluice: %s %s: encode: %w", method, path, err)
+		}
+	}
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	target := c.base + path
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	for attempt := 0; ; attempt++ {
+		h, err := c.once(ctx, method, target, payload, out)
+		if err == nil {
+			return h, nil
+		}
+		if !retry || attempt >= c.retries || !retryable(err) || ctx.Err() != nil {
+			return nil, fmt.Errorf("sluice: %s %s: %w", method, path, err)
+		}
+		if werr := wait(ctx, c.delay(attempt)); werr != nil {
+			return nil, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
+		}
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, target string, payload []byte, out any) (http.Header, error) {
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read the answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		return nil, problem(resp, data)
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.Unmarshal(data, out); err != nil {
+			return nil, fmt.Errorf("decode the answer (%d, %s): %w", resp.StatusCode, resp.Header.Get("Content-Type"), err)
+		}
+	}
+	return resp.Header, nil
+}
+
+// problem reads an error answer. One that is not a problem (a proxy's page) still becomes an
+// *Error with its status, so that errors.As and the retry and fail policies treat it alike.
+func problem(resp *http.Response, data []byte) *Error {
+	e := &Error{}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if ct != "application/problem+json" || json.Unmarshal(data, e) != nil || e.Code == "" {
+		snippet := strings.TrimSpace(string(data[:min(len(data), 200)]))
+		e = &Error{Title: http.StatusText(resp.StatusCode), Detail: "the answer is not a problem: " + snippet}
+	}
+	e.Status = resp.StatusCode
+	return e
+}
+
+// retryable reports whether a failed attempt may succeed when repeated: Sluice failed closed
+// (503) or the request did not get an answer.
+func retryable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status == http.StatusServiceUnavailable
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// delay is the jittered exponential backoff before retry number attempt+1.
+func (c *Client) delay(attempt int) time.Duration {
+	d := c.maxBackoff
+	if attempt < 30 && c.backoff<<attempt < c.maxBackoff {
+		d = c.backoff << attempt
+	}
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d-d/2)
+}
+
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,79 @@
+package sluice
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Codes of the problems Sluice answers with (Error.Code).
+const (
+	CodeInvalidRequest       = "invalid_request"
+	CodeInvalidConfig        = "invalid_config"
+	CodeCountExceedsCapacity = "count_exceeds_capacity"
+	CodeUnauthorized         = "unauthorized"
+	CodeForbidden            = "forbidden"
+	CodeSessionNotAuthorized = "session_not_authorized"
+	CodeLimitNotFound        = "limit_not_found"
+	CodeNotFound             = "not_found"
+	CodeDefinitionExists     = "definition_exists"
+	CodeConflict             = "conflict"
+	CodePayloadTooLarge      = "payload_too_large"
+	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeRateLimited          = "rate_limited"
+	CodeUnavailable          = "unavailable"
+	CodeInternal             = "internal"
+)
+
+// Error is a problem (RFC 9457) Sluice answered with. Find it with errors.As.
+type Error struct {
+	Status int    // the HTTP status
+	Code   string // stable: one of the Code constants
+	Title  string
+	Detail string
+	// Field names the request member at fault, when one is.
+	Field string
+	// Errors lists every invalid member when there is more than one.
+	Errors []FieldError
+	// Name and RetryAfter are set on rate_limited problems.
+	Name       string
+	RetryAfter time.Duration
+	RequestID  string
+}
+
+// FieldError is one invalid member of a request.
+type FieldError struct {
+	Field  string `json:"field"`
+	Detail string `json:"detail"`
+}
+
+// Error says the status, code and detail (and the field, when there is one). The calls wrap it
+// with the route ("sluice: POST /v1/limits/x/limit: 400 invalid_request: …").
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Detail)
+	if e.Field != "" {
+		s += " (field " + e.Field + ")"
+	}
+	return s
+}
+
+// UnmarshalJSON reads a problem+json body.
+func (e *Error) UnmarshalJSON(b []byte) error {
+	var p struct {
+		Status     int          `json:"status"`
+		Code       string       `json:"code"`
+		Title      string       `json:"title"`
+		Detail     string       `json:"detail"`
+		Field      string       `json:"field"`
+		Errors     []FieldError `json:"errors"`
+		Name       string       `json:"name"`
+		RetryAfter *int64       `json:"retryAfter"`
+		RequestID  string       `json:"requestId"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*e = Error{Status: p.Status, Code: p.Code, Title: p.Title, Detail: p.Detail, Field: p.Field, Errors: p.Errors,
+		Name: p.Name, RetryAfter: ms(p.RetryAfter), RequestID: p.RequestID}
+	return nil
+}

@@ -1,0 +1,3 @@
+module github.com/sluice-dev/sluice/client/go
+
+go 1.26

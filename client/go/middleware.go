@@ -1,0 +1,233 @@
+package sluice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// KeyFunc names the key a request is limited under (as in go-chi/httprate); "" is the limit's
+// single global key, shared by every request. An error refuses the request with 400 through the
+// middleware's error handler.
+type KeyFunc func(r *http.Request) (string, error)
+
+// CountFunc says how many tokens a request costs (default 1).
+type CountFunc func(r *http.Request) (float64, error)
+
+// MiddlewareOption configures Middleware.
+type MiddlewareOption func(*middleware)
+
+// WithKeyFunc sets the key of each request (default KeyByClientIP with no trusted proxy: the
+// connection's peer address).
+func WithKeyFunc(fn KeyFunc) MiddlewareOption { return func(m *middleware) { m.key = fn } }
+
+// WithCountFunc sets the cost of each request (default 1).
+func WithCountFunc(fn CountFunc) MiddlewareOption { return func(m *middleware) { m.count = fn } }
+
+// WithLimitHandler replaces the refusal response (default: 429 with an application/problem+json
+// body). It runs after the RateLimit and Retry-After headers are set; ResultFromContext gives
+// it the refused Result.
+func WithLimitHandler(h http.Handler) MiddlewareOption { return func(m *middleware) { m.limited = h } }
+
+// WithErrorHandler replaces the response when no decision could be made: the key or count
+// function failed, Sluice could not answer and the client's FailPolicy is FailClosed (or its
+// fallback returned an error), or Sluice answered with a problem (an unknown limit, a wrong
+// key). The default answers, as problem+json, 400, 503 with Retry-After: 1, and 500.
+func WithErrorHandler(fn func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
+	return func(m *middleware) { m.onError = fn }
+}
+
+// WithLogger sets where the default error handler logs failures to reach Sluice (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) MiddlewareOption { return func(m *middleware) { m.log = l } }
+
+type middleware struct {
+	client  *Client
+	name    string
+	key     KeyFunc
+	count   CountFunc
+	limited http.Handler
+	onError func(http.ResponseWriter, *http.Request, error)
+	log     *slog.Logger
+}
+
+type resultKey struct{}
+
+// ResultFromContext is the decision the middleware made for a request, in the context of the
+// request it passes on (and of the one a limit handler gets).
+func ResultFromContext(ctx context.Context) (Result, bool) {
+	r, ok := ctx.Value(resultKey{}).(Result)
+	return r, ok
+}
+
+// errKey marks a failure of the key or count function (the request's fault, not Sluice's).
+var errKey = errors.New("sluice middleware: no key for the request")
+
+// Middleware limits each request with the limit name: it consumes one token (or CountFunc's) of
+// the request's key with Client.Limit, passes the IETF RateLimit-Policy and RateLimit headers
+// Sluice answered with on to the response, and refuses with 429, Retry-After and a problem body
+// (or WithLimitHandler's response). When Sluice cannot answer, the client's FailPolicy decides:
+// FailOpen lets the request through (without RateLimit headers), FailClosed answers 503.
+func Middleware(c *Client, name string, opts ...MiddlewareOption) func(http.Handler) http.Handler {
+	peer, _ := KeyByClientIP()
+	m := &middleware{client: c, name: name, key: peer, log: slog.Default()}
+	m.limited = http.HandlerFunc(m.refuse)
+	m.onError = m.fail
+	for _, o := range opts {
+		o(m)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(next, w, r) })
+	}
+}
+
+func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	key, err := m.key(r)
+	if err != nil {
+		m.onError(w, r, fmt.Errorf("%w: %w", errKey, err))
+		return
+	}
+	d := Decision{Key: key}
+	if m.count != nil {
+		n, err := m.count(r)
+		if err != nil {
+			m.onError(w, r, fmt.Errorf("%w: count: %w", errKey, err))
+			return
+		}
+		d.Count = &n
+	}
+	res, err := m.client.Limit(r.Context(), m.name, d)
+	if err != nil {
+		m.onError(w, r, err)
+		return
+	}
+	h := w.Header()
+	if res.RateLimitPolicy != "" {
+		h.Set("RateLimit-Policy", res.RateLimitPolicy)
+		h.Set("RateLimit", res.RateLimit)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), resultKey{}, res))
+	if !res.OK {
+		if res.RetryAfter > 0 {
+			h.Set("Retry-After", strconv.FormatFloat(math.Ceil(res.RetryAfter.Seconds()), 'f', 0, 64))
+		}
+		m.limited.ServeHTTP(w, r)
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+// refuse is the default refusal: 429 with a problem body like Sluice's own.
+func (m *middleware) refuse(w http.ResponseWriter, r *http.Request) {
+	res, _ := ResultFromContext(r.Context())
+	p := map[string]any{"type": "about:blank", "title": "Too Many Requests", "status": http.StatusTooManyRequests,
+		"detail": "rate limit exceeded; retry later", "code": CodeRateLimited, "name": res.Name}
+	if res.RetryAfter > 0 {
+		p["retryAfter"] = int64(math.Ceil(float64(res.RetryAfter) / 1e6))
+	}
+	writeProblem(w, http.StatusTooManyRequests, p)
+}
+
+// fail is the default error handler.
+func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errKey) {
+		writeProblem(w, http.StatusBadRequest, map[string]any{"type": "about:blank", "title": "Bad Request",
+			"status": http.StatusBadRequest, "detail": "the request cannot be rate limited", "code": CodeInvalidRequest})
+		return
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Status < http.StatusInternalServerError {
+		// Sluice answered that the decision itself is wrong (an unknown limit, a count over the
+		// capacity, a revoked key): a mistake of this server's configuration, not of the visitor.
+		m.log.ErrorContext(r.Context(), "sluice: the decision was refused as invalid", "limit", m.name, "err", err)
+		writeProblem(w, http.StatusInternalServerError, map[string]any{"type": "about:blank", "title": "Internal Server Error",
+			"status": http.StatusInternalServerError, "detail": "internal error", "code": CodeInternal})
+		return
+	}
+	m.log.WarnContext(r.Context(), "sluice: no decision; refusing the request (fail closed)", "limit", m.name, "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, http.StatusServiceUnavailable, map[string]any{"type": "about:blank", "title": "Service Unavailable",
+		"status": http.StatusServiceUnavailable, "detail": "the rate limiter is unavailable; retry later", "code": CodeUnavailable})
+}
+
+func writeProblem(w http.ResponseWriter, status int, p map[string]any) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// KeyByHeader keys requests by the value of a header; a request without it is refused (400).
+func KeyByHeader(name string) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(name)
+		if v == "" {
+			return "", fmt.Errorf("no %s header", name)
+		}
+		return v, nil
+	}
+}
+
+// KeyByClientIP keys requests by the client's address: the connection's peer, or, when the
+// peer is one of trustedProxies (addresses or CIDR prefixes), the right-most address of
+// X-Forwarded-For that is not a trusted proxy. X-Forwarded-For is never read otherwise, since
+// any client can send it. An IPv6 address is keyed by its /64 (one host usually holds a whole
+// /64). The error is an entry of trustedProxies that is not an address or a prefix.
+func KeyByClientIP(trustedProxies ...string) (KeyFunc, error) {
+	var trusted []netip.Prefix
+	for _, s := range trustedProxies {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("sluice: trusted proxy %q is neither an address nor a CIDR prefix", s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		trusted = append(trusted, p.Masked())
+	}
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	return func(r *http.Request) (string, error) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		client, err := netip.ParseAddr(host)
+		if err != nil {
+			return "", fmt.Errorf("peer address %q: %w", r.RemoteAddr, err)
+		}
+		client = client.Unmap().WithZone("")
+		if isTrusted(client) {
+			hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+			for i := len(hops) - 1; i >= 0; i-- {
+				a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+				if err != nil {
+					break // a forged or broken entry: keep the last address a trusted hop vouched for
+				}
+				client = a.Unmap().WithZone("")
+				if !isTrusted(client) {
+					break
+				}
+			}
+		}
+		if client.Is6() {
+			return netip.PrefixFrom(client, 64).Masked().String(), nil
+		}
+		return client.String(), nil
+	}, nil
+}

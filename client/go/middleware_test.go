@@ -1,0 +1,217 @@
+package sluice_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	sluice "github.com/sluice-dev/sluice/client/go"
+)
+
+// okHandler answers 200 "ok" and records the decision the middleware passed on.
+type okHandler struct{ calls int }
+
+func (h *okHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.calls++
+	if res, ok := sluice.ResultFromContext(r.Context()); !ok || !res.OK {
+		http.Error(w, fmt.Sprintf("no admitted result in the context: %+v", res), http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+func serve(h http.Handler, remote string, header ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, "/things", nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Add(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func decodeProblem(t *testing.T, w *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatalf("problem body %q: %v", w.Body.String(), err)
+	}
+	return p
+}
+
+func TestMiddlewareAdmitsThenAnswers429WithProblemRetryAfterAndRateLimitHeaders(t *testing.T) {
+	c := newClient(t)
+	name := limitName(t, "mw")
+	putLimit(t, c, name, 2)
+	next := &okHandler{}
+	h := sluice.Middleware(c, name)(next)
+
+	for i := range 2 {
+		w := serve(h, "203.0.113.9:4444")
+		if w.Code != http.StatusOK || w.Body.String() != "ok" {
+			t.Fatalf("request %d: %d %s", i, w.Code, w.Body.String())
+		}
+		if w.Header().Get("RateLimit-Policy") != `"`+name+`";q=2;w=60` || !strings.HasPrefix(w.Header().Get("RateLimit"), `"`+name+`";r=`) {
+			t.Fatalf("request %d headers: %v", i, w.Header())
+		}
+	}
+	w := serve(h, "203.0.113.9:5555") // another connection, same client
+	if w.Code != http.StatusTooManyRequests || next.calls != 2 {
+		t.Fatalf("third request: %d (handler called %d times)", w.Code, next.calls)
+	}
+	if s, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || s < 1 || s > 30 {
+		t.Fatalf("Retry-After %q: want 1 to 30 seconds", w.Header().Get("Retry-After"))
+	}
+	if w.Header().Get("RateLimit-Policy") == "" || !strings.Contains(w.Header().Get("RateLimit"), ";r=0;") {
+		t.Fatalf("refusal headers: %v", w.Header())
+	}
+	p := decodeProblem(t, w)
+	if p["code"] != sluice.CodeRateLimited || p["status"] != float64(429) || p["name"] != name || p["retryAfter"].(float64) < 1 {
+		t.Fatalf("problem %v", p)
+	}
+	if w := serve(h, "203.0.113.10:4444"); w.Code != http.StatusOK {
+		t.Fatalf("another client: %d", w.Code)
+	}
+}
+
+func TestMiddlewareWithKeyCountAndLimitHandler(t *testing.T) {
+	c := newClient(t)
+	name := limitName(t, "mw")
+	putLimit(t, c, name, 3)
+	next := &okHandler{}
+	h := sluice.Middleware(c, name,
+		sluice.WithKeyFunc(sluice.KeyByHeader("X-User")),
+		sluice.WithCountFunc(func(r *http.Request) (float64, error) { return 2, nil }),
+		sluice.WithLimitHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			res, _ := sluice.ResultFromContext(r.Context())
+			w.WriteHeader(http.StatusTeapot)
+			fmt.Fprintf(w, "slow down %s", res.Key)
+		})),
+	)(next)
+
+	if w := serve(h, "192.0.2.1:1", "X-User", "ann"); w.Code != http.StatusOK {
+		t.Fatalf("first: %d %s", w.Code, w.Body.String())
+	}
+	// Same user from another address: the key is the header, and 2 of 3 tokens are gone.
+	w := serve(h, "192.0.2.2:1", "X-User", "ann")
+	if w.Code != http.StatusTeapot || w.Body.String() != "slow down ann" || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("second: %d %q %v", w.Code, w.Body.String(), w.Header())
+	}
+	if w := serve(h, "192.0.2.1:1", "X-User", "bob"); w.Code != http.StatusOK {
+		t.Fatalf("bob: %d", w.Code)
+	}
+	w = serve(h, "192.0.2.1:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || next.calls != 2 {
+		t.Fatalf("no X-User: %d %v", w.Code, p)
+	}
+}
+
+func TestKeyByClientIPBelievesForwardedForOnlyFromTrustedProxies(t *testing.T) {
+	key, err := sluice.KeyByClientIP("10.0.0.0/8", "192.0.2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		remote, xff, want string
+	}{
+		{"198.51.100.7:9", "", "198.51.100.7"},
+		{"198.51.100.7:9", "203.0.113.1", "198.51.100.7"},                // untrusted peer: forged header ignored
+		{"10.1.2.3:9", "203.0.113.1", "203.0.113.1"},                     // trusted proxy
+		{"10.1.2.3:9", "203.0.113.1, 192.0.2.1", "203.0.113.1"},          // through two trusted proxies
+		{"10.1.2.3:9", "6.6.6.6, 203.0.113.1", "203.0.113.1"},            // the client's own forged entry is left of it
+		{"10.1.2.3:9", "garbage, 10.9.9.9", "10.9.9.9"},                  // a broken entry: the last address vouched for
+		{"10.1.2.3:9", "", "10.1.2.3"},                                   // a proxy's own request
+		{"[2001:db8:1:2:3:4:5:6]:9", "203.0.113.1", "2001:db8:1:2::/64"}, // IPv6 by its /64
+		{"[::ffff:198.51.100.7]:9", "", "198.51.100.7"},                  // an IPv4-mapped peer
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if got, err := key(r); err != nil || got != tc.want {
+			t.Errorf("peer %s, X-Forwarded-For %q: key %q, %v; want %q", tc.remote, tc.xff, got, err, tc.want)
+		}
+	}
+	if _, err := sluice.KeyByClientIP("not-an-address"); err == nil {
+		t.Fatal("a bad trusted proxy was accepted")
+	}
+}
+
+func TestMiddlewareCannotBeDodgedWithForwardedForFromAnUntrustedPeer(t *testing.T) {
+	c := newClient(t)
+	name := limitName(t, "mw")
+	putLimit(t, c, name, 1)
+	key, err := sluice.KeyByClientIP("10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sluice.Middleware(c, name, sluice.WithKeyFunc(key))(&okHandler{})
+	if w := serve(h, "198.51.100.7:1", "X-Forwarded-For", "1.1.1.1"); w.Code != http.StatusOK {
+		t.Fatalf("first: %d", w.Code)
+	}
+	if w := serve(h, "198.51.100.7:1", "X-Forwarded-For", "2.2.2.2"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a new X-Forwarded-For from the same untrusted peer: %d, want 429", w.Code)
+	}
+	// Behind the trusted proxy, two clients have a token each.
+	for _, client := range []string{"1.1.1.1", "2.2.2.2"} {
+		if w := serve(h, "10.0.0.1:1", "X-Forwarded-For", client); w.Code != http.StatusOK {
+			t.Fatalf("client %s behind the proxy: %d", client, w.Code)
+		}
+	}
+}
+
+func TestMiddlewareAppliesTheFailPolicyWhenSluiceIsUnreachable(t *testing.T) {
+	closed, _ := unreachable(t)
+	w := serve(sluice.Middleware(closed, "x", sluice.WithLogger(slog.New(slog.DiscardHandler)))(&okHandler{}), "198.51.100.7:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusServiceUnavailable || p["code"] != sluice.CodeUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("fail closed: %d %v", w.Code, p)
+	}
+
+	open, _ := unreachable(t, sluice.WithFailPolicy(sluice.FailOpen))
+	next := &okHandler{}
+	w = serve(sluice.Middleware(open, "x")(next), "198.51.100.7:1")
+	if w.Code != http.StatusOK || next.calls != 1 || w.Header().Get("RateLimit") != "" {
+		t.Fatalf("fail open: %d %v", w.Code, w.Header())
+	}
+
+	var seen error
+	w = serve(sluice.Middleware(closed, "x", sluice.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+		seen = err
+		w.WriteHeader(http.StatusBadGateway)
+	}))(&okHandler{}), "198.51.100.7:1")
+	var e *sluice.Error
+	if w.Code != http.StatusBadGateway || seen == nil || errors.As(seen, &e) {
+		t.Fatalf("error handler: %d, saw %v", w.Code, seen)
+	}
+}
+
+func TestMiddlewareAnswers500WhenSluiceRejectsTheDecisionItself(t *testing.T) {
+	c := newClient(t)
+	h := sluice.Middleware(c, limitName(t, "never-defined"), sluice.WithLogger(slog.New(slog.DiscardHandler)))(&okHandler{})
+	w := serve(h, "198.51.100.7:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusInternalServerError || p["code"] != sluice.CodeInternal {
+		t.Fatalf("unknown limit: %d %v", w.Code, p)
+	}
+}
+
+func TestMiddlewareRefusesWith400WhenTheCountCannotBeTold(t *testing.T) {
+	next := &okHandler{}
+	h := sluice.Middleware(newClient(t), limitName(t, "mw"), sluice.WithCountFunc(func(r *http.Request) (float64, error) {
+		return strconv.ParseFloat(r.Header.Get("X-Cost"), 64)
+	}))(next)
+	w := serve(h, "198.51.100.7:1", "X-Cost", "lots")
+	if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || next.calls != 0 {
+		t.Fatalf("unparsable cost: %d %v", w.Code, p)
+	}
+}
