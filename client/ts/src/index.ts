@@ -418,19 +418,30 @@ export class Sluice {
   async #call(method: string, path: string, body: unknown, retry: boolean, opts?: CallOptions): Promise<Answer> {
     const route = `${method} ${path.split("?")[0]}`;
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const timeout = new AbortController();
-    const timer = this.#timeoutMs > 0 ? setTimeout(() => timeout.abort(), this.#timeoutMs) : undefined;
+    // One signal for the whole call (its retries included), aborted by the timeout or the
+    // caller. Linked by hand rather than with AbortSignal.any, which Node 18 lacks.
+    const ctl = new AbortController();
+    let timedOut = false;
+    const timer =
+      this.#timeoutMs > 0
+        ? setTimeout(() => {
+            timedOut = true;
+            ctl.abort();
+          }, this.#timeoutMs)
+        : undefined;
     const caller = opts?.signal;
-    const signal = caller ? AbortSignal.any([caller, timeout.signal]) : timeout.signal;
+    const onCallerAbort = () => ctl.abort(caller?.reason);
+    caller?.addEventListener("abort", onCallerAbort, { once: true });
     try {
+      if (caller?.aborted) throw caller.reason;
       for (let attempt = 0; ; attempt++) {
         try {
-          return await this.#once(method, this.#base + path, route, payload, signal);
+          return await this.#once(method, this.#base + path, route, payload, ctl.signal);
         } catch (err) {
           if (caller?.aborted) throw caller.reason;
-          if (timeout.signal.aborted) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
+          if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
           if (!retry || attempt >= this.#retries || !retryable(err)) throw err;
-          await sleep(this.#delay(attempt), signal).catch(() => {
+          await sleep(this.#delay(attempt), ctl.signal).catch(() => {
             if (caller?.aborted) throw caller.reason;
             throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms (while waiting to retry after: ${(err as Error).message})`, err, true);
           });
@@ -438,6 +449,7 @@ export class Sluice {
       }
     } finally {
       clearTimeout(timer);
+      caller?.removeEventListener("abort", onCallerAbort);
     }
   }
 

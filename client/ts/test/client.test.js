@@ -407,4 +407,11 @@ test("the timeout counts as Sluice not answering", async (t) => {
   const open = new Sluice({ baseUrl, secretKey: sluice.secretKey, timeoutMs: 100, failPolicy: "open" });
   const r = await open.limit("x");
   assert.ok(r.ok && r.degraded, JSON.stringify(r));
+
+  // The caller giving up on a call in flight is its own doing: no fail policy, no timeout.
+  const patient = new Sluice({ baseUrl, secretKey: sluice.secretKey, timeoutMs: 60_000, failPolicy: "open" });
+  const abort = new AbortController();
+  const pending = patient.limit("x", {}, { signal: abort.signal });
+  abort.abort(new Error("caller gave up"));
+  await assert.rejects(pending, /caller gave up/);
 });
