@@ -12,6 +12,8 @@ import { promisify } from "node:util";
 
 const run = promisify(execFile);
 
+// GO is the go command (make passes its $(GO)); go by default.
+
 // This file runs from client/ts/dist/test/.
 const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 
@@ -32,7 +34,7 @@ export async function startSluice() {
   const dir = await mkdtemp(join(tmpdir(), "sluice-ts-client-test-"));
   const bin = join(dir, "sluice");
   try {
-    await run("go", ["build", "-o", bin, "./cmd/app"], { cwd: repoRoot, maxBuffer: 16 << 20 });
+    await run(process.env.GO || "go", ["build", "-o", bin, "./cmd/app"], { cwd: repoRoot, maxBuffer: 16 << 20 });
   } catch (err) {
     await rm(dir, { recursive: true, force: true });
     throw new Error(`go build ./cmd/app: ${err.message}\n${err.stderr ?? ""}`);
