@@ -58,6 +58,18 @@ export interface Decision {
   config?: Definition;
 }
 
+/** A decision of limit or check, which may ask for a refusal as an error. */
+export interface DecisionRequest extends Decision {
+  /** Turns a refusal into a thrown SluiceError (429, code rate_limited, with retryAfter). */
+  throws?: boolean;
+}
+
+/** Per-call options of batch and checkBatch. */
+export interface BatchOptions extends CallOptions {
+  /** Turns a refusal into a thrown SluiceError (429, code rate_limited, with retryAfter). */
+  throws?: boolean;
+}
+
 /** One decision of a batch or bulk request. */
 export interface Item extends Decision {
   name: string;
@@ -293,22 +305,22 @@ export class Sluice {
   }
 
   /** Consumes decision.count (default 1) tokens of the limit if it allows it. A refusal is a result with ok false. Never retried. */
-  limit(name: string, decision: Decision = {}, opts?: CallOptions): Promise<Result> {
+  limit(name: string, decision: DecisionRequest = {}, opts?: CallOptions): Promise<Result> {
     return this.#decide(name, "/limit", decision, false, opts);
   }
 
   /** Answers what limit would, consuming nothing. */
-  check(name: string, decision: Decision = {}, opts?: CallOptions): Promise<Result> {
+  check(name: string, decision: DecisionRequest = {}, opts?: CallOptions): Promise<Result> {
     return this.#decide(name, "/check", decision, true, opts);
   }
 
   /** Consumes from every limit of items, or from none when one refuses (up to 100 items). Never retried. */
-  batch(items: Item[], opts?: CallOptions): Promise<BatchResult> {
+  batch(items: Item[], opts?: BatchOptions): Promise<BatchResult> {
     return this.#batch("/v1/limit", items, false, opts);
   }
 
   /** Answers what batch would, consuming nothing. */
-  checkBatch(items: Item[], opts?: CallOptions): Promise<BatchResult> {
+  checkBatch(items: Item[], opts?: BatchOptions): Promise<BatchResult> {
     return this.#batch("/v1/check", items, true, opts);
   }
 
@@ -373,21 +385,22 @@ export class Sluice {
     await this.#call("DELETE", limitPath(name), undefined, true, opts);
   }
 
-  async #decide(name: string, verb: string, d: Decision, retry: boolean, opts?: CallOptions): Promise<Result> {
+  async #decide(name: string, verb: string, d: DecisionRequest, retry: boolean, opts?: CallOptions): Promise<Result> {
     let a: Answer;
     try {
       a = await this.#call("POST", limitPath(name) + verb, d, retry, opts);
     } catch (err) {
       this.#mustFallBack(err, opts);
-      return this.#fallBack({ ...d, name }, err);
+      const { throws: _, ...decision } = d;
+      return this.#fallBack({ ...decision, name }, err);
     }
     return withHeaders(result(a.data as WireDecision), a.headers);
   }
 
-  async #batch(path: string, items: Item[], retry: boolean, opts?: CallOptions): Promise<BatchResult> {
+  async #batch(path: string, items: Item[], retry: boolean, opts?: BatchOptions): Promise<BatchResult> {
     let a: Answer;
     try {
-      a = await this.#call("POST", path, { limits: items }, retry, opts);
+      a = await this.#call("POST", path, opts?.throws ? { limits: items, throws: true } : { limits: items }, retry, opts);
     } catch (err) {
       this.#mustFallBack(err, opts);
       const results = await Promise.all(items.map((it) => this.#fallBack(it, err)));

@@ -265,6 +265,17 @@ test("problems become SluiceErrors with their fields", async () => {
   assert.equal(missing.status, 404);
   assert.equal(missing.code, "limit_not_found");
 
+  // A refusal asked to throw: a 429 problem with the wait and the limit's name.
+  assert.equal((await c.limit(name, { key: "k" })).ok, true);
+  const refused = await problemOf(c.limit(name, { key: "k", throws: true }));
+  assert.equal(refused.status, 429);
+  assert.equal(refused.code, "rate_limited");
+  assert.ok(refused.retryAfter > 0 && refused.retryAfter <= 60_000, `retryAfter ${refused.retryAfter}`);
+  assert.equal(refused.limitName, name);
+  const batchRefused = await problemOf(c.batch([{ name, key: "k" }], { throws: true }));
+  assert.equal(batchRefused.status, 429);
+  assert.ok(batchRefused.retryAfter > 0);
+
   const wrongKey = await problemOf(new Sluice({ baseUrl: sluice.baseUrl, secretKey: "sk_wrong" }).listLimits());
   assert.equal(wrongKey.status, 401);
   assert.equal(wrongKey.code, "unauthorized");
@@ -334,6 +345,16 @@ test("a 503 is retried for check but never for limit", async () => {
   assert.equal(f.calls, 1);
   const v = await client().value(name, "k");
   assert.ok(v.value > 4.99, `value ${v.value}: nothing was consumed, want 5`);
+});
+
+test("an error answer that is not a problem is a SluiceError, and a 5xx one is Sluice not answering", async () => {
+  const proxyPage = () => Promise.resolve(new Response("<h1>502 Bad Gateway</h1>", { status: 502, headers: { "Content-Type": "text/html" } }));
+  const e = await problemOf(client({ fetch: proxyPage }).check("x"));
+  assert.equal(e.status, 502);
+  assert.equal(e.code, "");
+  assert.match(e.detail, /the answer is not a problem: <h1>502 Bad Gateway/);
+  const r = await client({ fetch: proxyPage, failPolicy: "open" }).check("x", { key: "k" });
+  assert.ok(r.ok && r.degraded && r.key === "k", JSON.stringify(r));
 });
 
 test("fail open admits, degraded, when Sluice is unreachable", async () => {
