@@ -242,8 +242,11 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
-/** Bounds what the client reads of an answer (a bulk answer of 1,000 decisions is about 100 KB). */
-const maxResponseChars = 8 << 20;
+/**
+ * Bounds what the client reads of an answer (a bulk answer of 1,000 decisions is about 100 KB);
+ * the rest is left unread, so an oversized answer fails to decode rather than filling memory.
+ */
+const maxResponseBytes = 8 << 20;
 
 /**
  * Sluice gave no answer: a network error (the cause) or the client's timeout (timedOut). The
@@ -476,11 +479,10 @@ export class Sluice {
     let text: string;
     try {
       resp = await this.#fetch(url, { method, headers, body: payload ?? null, signal });
-      text = await resp.text();
+      text = await readBounded(resp);
     } catch (err) {
       throw new NoAnswerError(`sluice: ${route}: ${(err as Error)?.message ?? String(err)}`, err);
     }
-    if (text.length > maxResponseChars) text = text.slice(0, maxResponseChars);
     if (resp.status >= 300) throw problem(resp, text, route);
     if (resp.status === 204 || text === "") return { data: undefined, headers: resp.headers };
     try {
@@ -495,6 +497,32 @@ export class Sluice {
     const d = Math.min(this.#backoffMs * 2 ** attempt, this.#maxBackoffMs);
     return d / 2 + Math.random() * (d / 2);
   }
+}
+
+/** Reads up to maxResponseBytes of the answer's body. */
+async function readBounded(resp: Response): Promise<string> {
+  if (!resp.body) return "";
+  const reader = resp.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    const room = maxResponseBytes - size;
+    chunks.push(value.byteLength > room ? value.subarray(0, room) : value);
+    size += Math.min(value.byteLength, room);
+    if (size >= maxResponseBytes) {
+      await reader.cancel();
+      break;
+    }
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
 }
 
 function limitPath(name: string): string {

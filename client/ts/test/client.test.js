@@ -355,6 +355,10 @@ test("an error answer that is not a problem is a SluiceError, and a 5xx one is S
   assert.match(e.detail, /the answer is not a problem: <h1>502 Bad Gateway/);
   const r = await client({ fetch: proxyPage, failPolicy: "open" }).check("x", { key: "k" });
   assert.ok(r.ok && r.degraded && r.key === "k", JSON.stringify(r));
+
+  // An answer beyond 8 MiB is read no further: it fails to decode.
+  const huge = () => Promise.resolve(new Response(`{"limits": [${"1,".repeat(5 << 20)}1]}`, { status: 200 }));
+  await assert.rejects(client({ fetch: huge }).listLimits(), (err) => !(err instanceof SluiceError) && /decode the answer/.test(err.message));
 });
 
 test("fail open admits, degraded, when Sluice is unreachable", async () => {
