@@ -435,7 +435,8 @@ export class Sluice {
     const route = `${method} ${path.split("?")[0]}`;
     const payload = body === undefined ? undefined : JSON.stringify(body);
     // One signal for the whole call (its retries included), aborted by the timeout or the
-    // caller. Linked by hand rather than with AbortSignal.any, which Node 18 lacks.
+    // caller. Linked by hand rather than with AbortSignal.any, which Node 20.0-20.2 lack (and
+    // runtimes other than Node may).
     const ctl = new AbortController();
     let timedOut = false;
     const timer =
