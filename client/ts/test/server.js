@@ -2,6 +2,7 @@
 // client/go/main_test.go does: built from the repository's root, served on a throwaway SQLite
 // database, with a tenant and a secret key made by its command line.
 import { execFile, spawn } from "node:child_process";
+import { rmSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -50,9 +51,20 @@ export async function startSluice() {
     LOG_LEVEL: "warn",
   };
   const server = spawn(bin, ["serve"], { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] });
-  // Should the test process end without stop (an uncaught error), the server goes with it.
-  const killOnExit = () => server.kill("SIGKILL");
+  // Should the test process end without stop (an uncaught error, Ctrl-C, the runner's SIGTERM),
+  // the server goes with it. A SIGKILL of the tests still leaves it running: Node has no
+  // Pdeathsig, which client/go's tests use.
+  const killOnExit = () => {
+    server.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const killOnSignal = (signal) => {
+    killOnExit();
+    process.kill(process.pid, signal); // the handlers are once: the default action follows
+  };
   process.on("exit", killOnExit);
+  process.once("SIGINT", killOnSignal);
+  process.once("SIGTERM", killOnSignal);
   let output = "";
   server.stderr.on("data", (b) => (output += b));
   const exited = new Promise((resolve) => server.once("exit", (code, signal) => resolve({ code, signal })));
@@ -65,6 +77,8 @@ export async function startSluice() {
 
   const stop = async () => {
     process.off("exit", killOnExit);
+    process.off("SIGINT", killOnSignal);
+    process.off("SIGTERM", killOnSignal);
     if (server.exitCode === null && server.signalCode === null) server.kill("SIGINT");
     let timer;
     const { code, signal } = await Promise.race([
