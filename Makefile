@@ -3,7 +3,7 @@
 GO       ?= go
 TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
 
-.PHONY: run build test test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
+.PHONY: run build test test-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
 	SLUICE_DEMO=$${SLUICE_DEMO:-true} $(GO) run ./cmd/app serve
@@ -16,6 +16,16 @@ test:
 	$(GO) vet ./...
 	$(GO) run ./internal/testkit/withpg -- $(GO) test -count=1 -timeout 20m ./...
 	cd client/go && $(GO) vet ./... && $(GO) test -count=1 ./...
+	@$(MAKE) --no-print-directory test-ts
+
+# The TypeScript client's tests (they build and start a real server, as client/go's do). A
+# machine without node skips them visibly; CI (CI=true) always runs them.
+test-ts:
+	@if [ "$$CI" != true ] && ! command -v node >/dev/null; then \
+		echo "SKIP: client/ts tests need node"; \
+	else \
+		cd client/ts && npm ci --no-audit --no-fund && GO="$(GO)" npm test; \
+	fi
 
 test-short:
 	$(GO) run ./internal/testkit/withpg -- $(GO) test -count=1 -short ./...

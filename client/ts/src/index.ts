@@ -1,0 +1,591 @@
+/**
+ * The TypeScript client of Sluice, a multi-tenant rate-limiting service. It has no runtime
+ * dependencies: it calls Sluice's JSON API (/v1) with the global `fetch` (Node 20 or later, or
+ * any server-side runtime that has it) and a secret key, which must never reach a browser.
+ *
+ * Problems Sluice answers with are thrown as {@link SluiceError}. When Sluice cannot answer
+ * (a network error, the client's timeout, a 5xx), the decision calls follow the client's fail
+ * policy: `'closed'` (the default) throws, `'open'` returns an allowed result marked `degraded`,
+ * and a function decides whatever it likes.
+ */
+
+/** A limit's algorithm. */
+export type Kind = "token bucket" | "fixed window" | "sliding window";
+
+/**
+ * A limit's configuration: the body of PUT /v1/limits/{name} and a decision's inline `config`.
+ * Times are milliseconds, as on the wire; members left out take Sluice's defaults.
+ */
+export interface Definition {
+  kind: Kind;
+  /** Tokens per period. */
+  rate: number;
+  /** Milliseconds. */
+  period: number;
+  /** Defaults to rate; not for sliding windows. */
+  capacity?: number;
+  /** How far reservations may go below zero; not for sliding windows. */
+  maxReserved?: number;
+  shards?: number;
+  /** The origin of a fixed window's windows (ms since the epoch); absent: a stable per-key offset. */
+  start?: number;
+  /** Sliding windows only. */
+  resolution?: number;
+  /** Refusals get retryAfter + uniform[0, jitter) ms. */
+  jitter?: number;
+  ipFallback?: boolean;
+}
+
+/** A definition as Sluice stores it. */
+export interface StoredDefinition extends Definition {
+  name: string;
+  /** RFC 3339. */
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** What one decision asks. With neither key, session nor ip it is the limit's single global key. */
+export interface Decision {
+  key?: string;
+  /** An anonymous session authorized by the captcha; instead of key. */
+  session?: string;
+  /** The visitor's address, when a backend decides on its behalf; not with key. */
+  ip?: string;
+  /** Tokens to take (default 1); 0 is a probe. */
+  count?: number;
+  reserve?: boolean;
+  /** An inline definition, for a name with none stored. */
+  config?: Definition;
+}
+
+/** A decision of limit or check, which may ask for a refusal as an error. */
+export interface DecisionRequest extends Decision {
+  /** Turns a refusal into a thrown SluiceError (429, code rate_limited, with retryAfter). */
+  throws?: boolean;
+}
+
+/** Per-call options of batch and checkBatch. */
+export interface BatchOptions extends CallOptions {
+  /** Turns a refusal into a thrown SluiceError (429, code rate_limited, with retryAfter). */
+  throws?: boolean;
+}
+
+/** One decision of a batch or bulk request. */
+export interface Item extends Decision {
+  name: string;
+}
+
+/** One decision's answer (the wire's Decision, plus what the client adds). */
+export interface Result {
+  ok: boolean;
+  /** Ms: on a refusal when to retry, on a reservation when to run the reserved work; else null. */
+  retryAfter: number | null;
+  /** The balance of the shard(s) the decision used; negative after a reservation. */
+  remaining: number;
+  name: string;
+  /** null for the limit's global key. */
+  key: string | null;
+  /** True when Sluice could not answer and the fail policy made this result. */
+  degraded?: boolean;
+  /** The RateLimit-Policy header Sluice sent (absent when degraded and on bulk results). */
+  rateLimitPolicy?: string;
+  /** The RateLimit header Sluice sent. */
+  rateLimit?: string;
+}
+
+/** The answer of batch and checkBatch: all of the limits or none. */
+export interface BatchResult {
+  ok: boolean;
+  /** Ms: the largest retryAfter among the refusals (or, when admitted, the reservations); else null. */
+  retryAfter: number | null;
+  results: Result[];
+  degraded?: boolean;
+  /** The headers Sluice sent, one entry per limit. */
+  rateLimitPolicy?: string;
+  rateLimit?: string;
+}
+
+/** One answer of a bulk request: a result, or the error of that item alone. */
+export type BulkResult = (Result & { error?: undefined }) | { error: Error };
+
+/** One shard's value. */
+export interface ShardValue {
+  shard: number;
+  value: number;
+  /** Ms since the epoch. */
+  ts: number;
+}
+
+/** A limit's value now, for one key. */
+export interface Value {
+  /** The sum over all shards. */
+  value: number;
+  ts: number;
+  shards: ShardValue[];
+  config: Definition;
+}
+
+/** One invalid member of a request. */
+export interface FieldError {
+  field: string;
+  detail: string;
+}
+
+/** The stable codes of Sluice's problems ({@link SluiceError.code}). */
+export type ProblemCode =
+  | "invalid_request"
+  | "invalid_config"
+  | "count_exceeds_capacity"
+  | "unauthorized"
+  | "forbidden"
+  | "session_not_authorized"
+  | "limit_not_found"
+  | "not_found"
+  | "definition_exists"
+  | "conflict"
+  | "payload_too_large"
+  | "method_not_allowed"
+  | "rate_limited"
+  | "unavailable"
+  | "internal";
+
+interface Problem {
+  type?: string;
+  title?: string;
+  status?: number;
+  detail?: string;
+  code?: ProblemCode;
+  field?: string;
+  errors?: FieldError[];
+  name?: string;
+  retryAfter?: number | null;
+  requestId?: string;
+}
+
+/**
+ * A problem (RFC 9457) Sluice answered with. An error answer that is not a problem (a proxy's
+ * page) is one too, with its status and an empty code, so that the retry and fail policies treat
+ * both alike.
+ */
+export class SluiceError extends Error {
+  /** The HTTP status. */
+  readonly status: number;
+  /** Stable: one of {@link ProblemCode}, or "" when the answer was not a problem. */
+  readonly code: ProblemCode | "";
+  readonly title: string;
+  readonly detail: string;
+  /** The request member at fault, when one is. */
+  readonly field: string | undefined;
+  /** Every invalid member when there is more than one. */
+  readonly errors: FieldError[];
+  /** On rate_limited problems: the limit's name (`name` is Error's own). */
+  readonly limitName: string | undefined;
+  /** On rate_limited problems: ms to wait. */
+  readonly retryAfter: number | null;
+  readonly requestId: string | undefined;
+
+  constructor(status: number, p: Problem, route: string) {
+    const code = p.code ?? "";
+    const detail = p.detail ?? "";
+    super(`sluice: ${route}: ${status} ${code}: ${detail}${p.field ? ` (field ${p.field})` : ""}`);
+    this.name = "SluiceError";
+    this.status = status;
+    this.code = code;
+    this.title = p.title ?? "";
+    this.detail = detail;
+    this.field = p.field;
+    this.errors = p.errors ?? [];
+    this.limitName = p.name;
+    this.retryAfter = p.retryAfter ?? null;
+    this.requestId = p.requestId;
+  }
+}
+
+/** What a fallback decides for one decision; the client fills in the rest of the Result. */
+export interface FallbackResult {
+  ok: boolean;
+  retryAfter?: number | null;
+  remaining?: number;
+}
+
+/**
+ * Decides one decision Sluice could not make; error says why. What it returns is marked
+ * degraded; what it throws is the call's error (for bulk, that item's).
+ */
+export type Fallback = (name: string, decision: Decision, error: unknown) => FallbackResult | Promise<FallbackResult>;
+
+/** What decision calls do when Sluice cannot answer. */
+export type FailPolicy = "closed" | "open" | Fallback;
+
+/** The options of a {@link Sluice} client. */
+export interface SluiceOptions {
+  /** E.g. "https://sluice.example.com". */
+  baseUrl: string;
+  secretKey: string;
+  /** Bounds each call, its retries included (default 10,000; 0: no bound). */
+  timeoutMs?: number;
+  /** Retries of an idempotent call after a 503 or a network error (default 2). */
+  retries?: number;
+  /** The first delay before a retry (default 50); delays double and are jittered. */
+  backoffMs?: number;
+  /** The cap of the delays (default 1,000). */
+  maxBackoffMs?: number;
+  /** Default 'closed'. */
+  failPolicy?: FailPolicy;
+  /** The fetch the calls go through (default the global fetch). */
+  fetch?: typeof fetch;
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Aborting gives up on the call; it is the caller's doing, so no fail policy applies. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Bounds what the client reads of an answer (a bulk answer of 1,000 decisions is about 100 KB);
+ * the rest is left unread, so an oversized answer fails to decode rather than filling memory.
+ */
+const maxResponseBytes = 8 << 20;
+
+/**
+ * Sluice gave no answer: a network error (the cause) or the client's timeout (timedOut). The
+ * fail policy applies to it, as to a 5xx.
+ */
+export class NoAnswerError extends Error {
+  readonly timedOut: boolean;
+
+  constructor(message: string, cause: unknown, timedOut = false) {
+    super(message, { cause });
+    this.name = "NoAnswerError";
+    this.timedOut = timedOut;
+  }
+}
+
+interface Answer {
+  data: unknown;
+  headers: Headers;
+}
+
+interface WireDecision {
+  ok: boolean;
+  retryAfter: number | null;
+  remaining: number;
+  name: string;
+  key: string | null;
+}
+
+/**
+ * A client of one Sluice server with one secret key. Only idempotent calls are retried (check,
+ * checkBatch, value, reset, resetAll and the definition calls). limit, batch and bulk consume
+ * tokens and are never retried: when their answer is lost Sluice may have consumed the tokens
+ * already, and the server takes no Idempotency-Key yet to recognise a repeat, so a retry could
+ * consume them twice. Their failure goes to the fail policy instead.
+ */
+export class Sluice {
+  readonly #base: string;
+  readonly #key: string;
+  readonly #timeoutMs: number;
+  readonly #retries: number;
+  readonly #backoffMs: number;
+  readonly #maxBackoffMs: number;
+  readonly #fallback: Fallback | undefined;
+  readonly #fetch: typeof fetch;
+
+  constructor(o: SluiceOptions) {
+    this.#base = o.baseUrl.replace(/\/+$/, "");
+    this.#key = o.secretKey;
+    this.#timeoutMs = Math.max(o.timeoutMs ?? 10_000, 0);
+    this.#retries = Math.max(o.retries ?? 2, 0);
+    this.#backoffMs = Math.max(o.backoffMs ?? 50, 0);
+    this.#maxBackoffMs = Math.max(o.maxBackoffMs ?? 1_000, this.#backoffMs);
+    const p = o.failPolicy ?? "closed";
+    this.#fallback = p === "closed" ? undefined : p === "open" ? () => ({ ok: true }) : p;
+    if (typeof this.#fallback !== "function" && p !== "closed") {
+      throw new TypeError(`sluice: unknown fail policy ${String(p)}`);
+    }
+    this.#fetch = o.fetch ?? ((input, init) => globalThis.fetch(input, init));
+  }
+
+  /** Consumes decision.count (default 1) tokens of the limit if it allows it. A refusal is a result with ok false. Never retried. */
+  limit(name: string, decision: DecisionRequest = {}, opts?: CallOptions): Promise<Result> {
+    return this.#decide(name, "/limit", decision, false, opts);
+  }
+
+  /** Answers what limit would, consuming nothing. */
+  check(name: string, decision: DecisionRequest = {}, opts?: CallOptions): Promise<Result> {
+    return this.#decide(name, "/check", decision, true, opts);
+  }
+
+  /** Consumes from every limit of items, or from none when one refuses (up to 100 items). Never retried. */
+  batch(items: Item[], opts?: BatchOptions): Promise<BatchResult> {
+    return this.#batch("/v1/limit", items, false, opts);
+  }
+
+  /** Answers what batch would, consuming nothing. */
+  checkBatch(items: Item[], opts?: BatchOptions): Promise<BatchResult> {
+    return this.#batch("/v1/check", items, true, opts);
+  }
+
+  /**
+   * Makes up to 1,000 independent consuming decisions in one request, answered in the order of
+   * items; an invalid item gets its own error and the others are decided. Never retried.
+   */
+  async bulk(items: Item[], opts?: CallOptions): Promise<BulkResult[]> {
+    let a: Answer;
+    try {
+      a = await this.#call("POST", "/v1/decisions", { decisions: items }, false, opts);
+    } catch (err) {
+      this.#mustFallBack(err, opts);
+      return Promise.all(
+        items.map((it) => this.#fallBack(it, err).then((r): BulkResult => r, (e: unknown): BulkResult => ({ error: asError(e) }))),
+      );
+    }
+    const results = (a.data as { results: (WireDecision | { error: Problem })[] }).results;
+    if (results.length !== items.length) {
+      throw new Error(`sluice: bulk: ${results.length} results for ${items.length} decisions`);
+    }
+    return results.map((r, i) =>
+      "error" in r
+        ? { error: new SluiceError(r.error.status ?? 0, r.error, `decision ${i} (${items[i]?.name})`) }
+        : result(r),
+    );
+  }
+
+  /** Reads the limit's value now for key (absent: the global key), summed over its shards. */
+  async value(name: string, key?: string, opts?: CallOptions): Promise<Value> {
+    const q = key ? `?${new URLSearchParams({ key })}` : "";
+    return (await this.#call("GET", `${limitPath(name)}/value${q}`, undefined, true, opts)).data as Value;
+  }
+
+  /** Forgets the state of one key of the limit (absent: the global key). Succeeds whether or not any existed. */
+  async reset(name: string, key?: string, opts?: CallOptions): Promise<void> {
+    await this.#call("POST", `${limitPath(name)}/reset`, key ? { key } : {}, true, opts);
+  }
+
+  /** Forgets the state of every key of the limit. */
+  async resetAll(name: string, opts?: CallOptions): Promise<void> {
+    await this.#call("POST", `${limitPath(name)}/reset`, { allKeys: true }, true, opts);
+  }
+
+  /** Creates or replaces the definition of the limit name. */
+  async putLimit(name: string, definition: Definition, opts?: CallOptions): Promise<StoredDefinition> {
+    return (await this.#call("PUT", limitPath(name), definition, true, opts)).data as StoredDefinition;
+  }
+
+  /** Reads the definition of the limit name (a SluiceError with code limit_not_found when none). */
+  async getLimit(name: string, opts?: CallOptions): Promise<StoredDefinition> {
+    return (await this.#call("GET", limitPath(name), undefined, true, opts)).data as StoredDefinition;
+  }
+
+  /** Reads every definition of the tenant. */
+  async listLimits(opts?: CallOptions): Promise<StoredDefinition[]> {
+    return ((await this.#call("GET", "/v1/limits", undefined, true, opts)).data as { limits: StoredDefinition[] }).limits;
+  }
+
+  /** Deletes the definition of the limit name and its state. */
+  async deleteLimit(name: string, opts?: CallOptions): Promise<void> {
+    await this.#call("DELETE", limitPath(name), undefined, true, opts);
+  }
+
+  async #decide(name: string, verb: string, d: DecisionRequest, retry: boolean, opts?: CallOptions): Promise<Result> {
+    let a: Answer;
+    try {
+      a = await this.#call("POST", limitPath(name) + verb, d, retry, opts);
+    } catch (err) {
+      this.#mustFallBack(err, opts);
+      const { throws: _, ...decision } = d;
+      return this.#fallBack({ ...decision, name }, err);
+    }
+    return withHeaders(result(a.data as WireDecision), a.headers);
+  }
+
+  async #batch(path: string, items: Item[], retry: boolean, opts?: BatchOptions): Promise<BatchResult> {
+    let a: Answer;
+    try {
+      a = await this.#call("POST", path, opts?.throws ? { limits: items, throws: true } : { limits: items }, retry, opts);
+    } catch (err) {
+      this.#mustFallBack(err, opts);
+      const results = await Promise.all(items.map((it) => this.#fallBack(it, err)));
+      const ok = results.every((r) => r.ok);
+      // A refused batch waits for its refusals, an admitted one for its reservations.
+      const waits = results.filter((r) => r.ok === ok && r.retryAfter !== null).map((r) => r.retryAfter as number);
+      return { ok, retryAfter: waits.length ? Math.max(...waits) : null, results, degraded: true };
+    }
+    const w = a.data as { ok: boolean; retryAfter: number | null; results: WireDecision[] };
+    return withHeaders<BatchResult>({ ok: w.ok, retryAfter: w.retryAfter ?? null, results: w.results.map(result) }, a.headers);
+  }
+
+  /** Rethrows err unless the fail policy applies to it: a fallback exists and Sluice did not answer. */
+  #mustFallBack(err: unknown, opts?: CallOptions): void {
+    if (!this.#fallback || !cannotAnswer(err, opts)) throw err;
+  }
+
+  async #fallBack(it: Item, err: unknown): Promise<Result> {
+    const { name, ...d } = it;
+    const r = await (this.#fallback as Fallback)(name, d, err);
+    return { ok: r.ok, retryAfter: r.retryAfter ?? null, remaining: r.remaining ?? 0, name, key: d.key ?? null, degraded: true };
+  }
+
+  /**
+   * Makes one call: sends body as JSON, retries when retry allows it, and resolves to a 2xx
+   * answer's JSON or throws a SluiceError (a problem), a NoAnswerError or the caller's abort reason.
+   */
+  async #call(method: string, path: string, body: unknown, retry: boolean, opts?: CallOptions): Promise<Answer> {
+    const route = `${method} ${path.split("?")[0]}`;
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    // One signal for the whole call (its retries included), aborted by the timeout or the
+    // caller. Linked by hand rather than with AbortSignal.any, which Node 20.0-20.2 lack (and
+    // runtimes other than Node may).
+    const ctl = new AbortController();
+    let timedOut = false;
+    const timer =
+      this.#timeoutMs > 0
+        ? setTimeout(() => {
+            timedOut = true;
+            ctl.abort();
+          }, this.#timeoutMs)
+        : undefined;
+    const caller = opts?.signal;
+    const onCallerAbort = () => ctl.abort(caller?.reason);
+    caller?.addEventListener("abort", onCallerAbort, { once: true });
+    try {
+      if (caller?.aborted) throw caller.reason;
+      for (let attempt = 0; ; attempt++) {
+        try {
+          return await this.#once(method, this.#base + path, route, payload, ctl.signal);
+        } catch (err) {
+          if (caller?.aborted) throw caller.reason;
+          if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
+          if (!retry || attempt >= this.#retries || !retryable(err)) throw err;
+          await sleep(this.#delay(attempt), ctl.signal).catch(() => {
+            if (caller?.aborted) throw caller.reason;
+            throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms (while waiting to retry after: ${(err as Error).message})`, err, true);
+          });
+        }
+      }
+    } finally {
+      clearTimeout(timer);
+      caller?.removeEventListener("abort", onCallerAbort);
+    }
+  }
+
+  async #once(method: string, url: string, route: string, payload: string | undefined, signal: AbortSignal): Promise<Answer> {
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${this.#key}`,
+      Accept: "application/json, application/problem+json",
+    };
+    if (payload !== undefined) headers["Content-Type"] = "application/json";
+    let resp: Response;
+    let text: string;
+    try {
+      resp = await this.#fetch(url, { method, headers, body: payload ?? null, signal });
+      text = await readBounded(resp);
+    } catch (err) {
+      throw new NoAnswerError(`sluice: ${route}: ${(err as Error)?.message ?? String(err)}`, err);
+    }
+    if (resp.status >= 300) throw problem(resp, text, route);
+    if (resp.status === 204 || text === "") return { data: undefined, headers: resp.headers };
+    try {
+      return { data: JSON.parse(text), headers: resp.headers };
+    } catch (err) {
+      throw new Error(`sluice: ${route}: decode the answer (${resp.status}, ${resp.headers.get("Content-Type")}): ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /** The jittered exponential backoff before retry number attempt+1: uniform in [d/2, d]. */
+  #delay(attempt: number): number {
+    const d = Math.min(this.#backoffMs * 2 ** attempt, this.#maxBackoffMs);
+    return d / 2 + Math.random() * (d / 2);
+  }
+}
+
+/** Reads up to maxResponseBytes of the answer's body. */
+async function readBounded(resp: Response): Promise<string> {
+  if (!resp.body) return "";
+  const reader = resp.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    const room = maxResponseBytes - size;
+    chunks.push(value.byteLength > room ? value.subarray(0, room) : value);
+    size += Math.min(value.byteLength, room);
+    if (size >= maxResponseBytes) {
+      await reader.cancel();
+      break;
+    }
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
+}
+
+function limitPath(name: string): string {
+  return `/v1/limits/${encodeURIComponent(name)}`;
+}
+
+function result(w: WireDecision): Result {
+  return { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
+}
+
+function withHeaders<T extends { rateLimitPolicy?: string; rateLimit?: string }>(r: T, h: Headers): T {
+  const policy = h.get("RateLimit-Policy");
+  const limit = h.get("RateLimit");
+  if (policy !== null) r.rateLimitPolicy = policy;
+  if (limit !== null) r.rateLimit = limit;
+  return r;
+}
+
+function problem(resp: Response, text: string, route: string): SluiceError {
+  const ct = (resp.headers.get("Content-Type") ?? "").split(";")[0]?.trim().toLowerCase();
+  let p: Problem | undefined;
+  if (ct === "application/problem+json") {
+    try {
+      p = JSON.parse(text) as Problem;
+    } catch {
+      p = undefined;
+    }
+  }
+  if (!p || typeof p !== "object" || !p.code) {
+    p = { title: resp.statusText, detail: `the answer is not a problem: ${text.slice(0, 200).trim()}` };
+  }
+  return new SluiceError(resp.status, p, route);
+}
+
+/** Whether a failed attempt may succeed when repeated: Sluice failed closed (503) or did not answer. */
+function retryable(err: unknown): boolean {
+  if (err instanceof SluiceError) return err.status === 503;
+  return err instanceof NoAnswerError;
+}
+
+/** Whether err means Sluice did not answer (rather than answered no). */
+function cannotAnswer(err: unknown, opts?: CallOptions): boolean {
+  if (opts?.signal?.aborted) return false; // the caller gave up: its error, not Sluice's
+  if (err instanceof SluiceError) return err.status >= 500;
+  return true;
+}
+
+function asError(e: unknown): Error {
+  return e instanceof Error ? e : new Error(String(e));
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal.reason);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}

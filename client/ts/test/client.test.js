@@ -1,0 +1,442 @@
+// The client's tests, against a real Sluice (see server.js). They run on the compiled output.
+import assert from "node:assert/strict";
+import { createServer } from "node:net";
+import { after, before, test } from "node:test";
+
+import { NoAnswerError, Sluice, SluiceError } from "../src/index.js";
+import { freeAddr, startSluice } from "./server.js";
+
+let sluice; // { baseUrl, secretKey, stop }
+
+before(async () => {
+  sluice = await startSluice();
+});
+
+after(async () => {
+  await sluice?.stop();
+});
+
+function client(opts = {}) {
+  return new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey, ...opts });
+}
+
+let names = 0;
+/** A limit name of its own for each use. */
+function limitName(what) {
+  return `ts.${what}.${++names}`;
+}
+
+/** Stores a token bucket of capacity tokens per minute. */
+async function putBucket(c, name, capacity) {
+  await c.putLimit(name, { kind: "token bucket", rate: capacity, period: 60_000 });
+}
+
+/** Whether a token count is want, give or take the refill of a test's duration. */
+function near(got, want) {
+  return Math.abs(got - want) < 0.01;
+}
+
+/** Asserts that promise rejects with a SluiceError and returns it. */
+async function problemOf(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    assert.ok(err instanceof SluiceError, `${err} is not a SluiceError`);
+    return err;
+  }
+  assert.fail("the call succeeded");
+}
+
+/** Asserts that promise rejects with an error that is not a SluiceError (Sluice did not answer). */
+async function noAnswerOf(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    assert.ok(err instanceof NoAnswerError, `${err} is not a NoAnswerError`);
+    return err;
+  }
+  assert.fail("the call succeeded");
+}
+
+/** A fetch that counts the requests leaving the client and forwards them unchanged. */
+function countingFetch() {
+  const f = (input, init) => {
+    f.calls++;
+    return fetch(input, init);
+  };
+  f.calls = 0;
+  return f;
+}
+
+/** A client of an address nothing listens on, with fast retries, counting its attempts. */
+async function unreachable(opts = {}) {
+  const f = countingFetch();
+  const c = new Sluice({
+    baseUrl: `http://${await freeAddr()}`,
+    secretKey: sluice.secretKey,
+    retries: 3,
+    backoffMs: 1,
+    maxBackoffMs: 4,
+    fetch: f,
+    ...opts,
+  });
+  return { c, f };
+}
+
+test("definitions are put, read, listed and deleted", async () => {
+  const c = client();
+  const name = limitName("defs");
+  const put = await c.putLimit(name, { kind: "fixed window", rate: 5, period: 1000, capacity: 7, shards: 2 });
+  assert.equal(put.name, name);
+  assert.equal(put.kind, "fixed window");
+  assert.equal(put.capacity, 7);
+  assert.equal(put.shards, 2);
+  assert.ok(Date.parse(put.createdAt) > 0, `createdAt ${put.createdAt}`);
+  const got = await c.getLimit(name);
+  assert.deepEqual(got, put);
+  const list = await c.listLimits();
+  assert.ok(list.some((d) => d.name === name && d.shards === 2), `list lacks ${name}`);
+  await c.deleteLimit(name);
+
+  const e = await problemOf(c.getLimit(name));
+  assert.equal(e.status, 404);
+  assert.equal(e.code, "limit_not_found");
+  assert.equal(e.detail, "no such limit");
+  assert.ok(e.requestId, "a requestId");
+  assert.equal(e.message, `sluice: GET /v1/limits/${name}: 404 limit_not_found: no such limit`);
+  assert.equal((await problemOf(c.deleteLimit(name))).status, 404);
+});
+
+test("limit consumes, then refuses with retryAfter in ms and the RateLimit headers", async () => {
+  const c = client();
+  const name = limitName("limit");
+  await putBucket(c, name, 2);
+  for (const want of [1, 0]) {
+    const r = await c.limit(name, { key: "alice" });
+    assert.equal(r.ok, true);
+    assert.ok(near(r.remaining, want), `remaining ${r.remaining}, want ${want}`);
+    assert.equal(r.name, name);
+    assert.equal(r.key, "alice");
+    assert.equal(r.retryAfter, null);
+    assert.equal(r.degraded, undefined);
+    assert.equal(r.rateLimitPolicy, `"${name}";q=2;w=60`);
+    assert.ok(r.rateLimit?.startsWith(`"${name}";r=`), `RateLimit ${r.rateLimit}`);
+  }
+  const refused = await c.limit(name, { key: "alice" });
+  assert.equal(refused.ok, false);
+  // A token every 30 s: the wait is up to 30,000 ms.
+  assert.ok(refused.retryAfter > 0 && refused.retryAfter <= 30_000, `retryAfter ${refused.retryAfter}`);
+
+  // Another key and the global key have their own state.
+  const bob = await c.limit(name, { key: "bob", count: 2 });
+  assert.ok(bob.ok && near(bob.remaining, 0));
+  const global = await c.limit(name);
+  assert.equal(global.ok, true);
+  assert.equal(global.key, null);
+});
+
+test("check and value consume nothing", async () => {
+  const c = client();
+  const name = limitName("check");
+  await putBucket(c, name, 3);
+  await c.limit(name, { key: "k" });
+  for (let i = 0; i < 3; i++) {
+    const r = await c.check(name, { key: "k", count: 2 });
+    assert.ok(r.ok && near(r.remaining, 0) && r.rateLimitPolicy, JSON.stringify(r)); // what would remain
+  }
+  const over = await c.check(name, { key: "k", count: 3 });
+  assert.equal(over.ok, false);
+  assert.ok(over.retryAfter > 0);
+  const v = await c.value(name, "k");
+  assert.ok(v.value >= 2 && v.value < 3, `value ${v.value}: want 2 (and under 3) left of 3`);
+  assert.equal(v.shards.length, 1);
+  assert.equal(v.config.kind, "token bucket");
+  assert.equal(v.config.rate, 3);
+  assert.ok(v.ts > 0);
+  assert.equal((await c.value(name)).value, 3, "the global key is full");
+});
+
+test("an inline config decides without a stored definition", async () => {
+  const c = client();
+  const name = limitName("inline");
+  const config = { kind: "sliding window", rate: 1, period: 60_000, resolution: 4 };
+  assert.equal((await c.limit(name, { key: "x", config })).ok, true);
+  assert.equal((await c.limit(name, { key: "x", config })).ok, false);
+});
+
+test("batch is all or nothing and checkBatch consumes nothing", async () => {
+  const c = client();
+  const roomy = limitName("roomy");
+  const tight = limitName("tight");
+  await putBucket(c, roomy, 10);
+  await putBucket(c, tight, 1);
+  const items = [
+    { name: roomy, key: "u" },
+    { name: tight, key: "u" },
+  ];
+  const checked = await c.checkBatch(items);
+  assert.ok(checked.ok && checked.results.length === 2 && checked.rateLimitPolicy, JSON.stringify(checked));
+
+  const first = await c.batch(items);
+  assert.equal(first.ok, true);
+  assert.equal(first.retryAfter, null);
+  assert.ok(near(first.results[0].remaining, 9) && near(first.results[1].remaining, 0), JSON.stringify(first));
+  assert.equal(first.results[1].name, tight);
+  assert.ok(first.rateLimit.includes(roomy) && first.rateLimit.includes(tight), `RateLimit ${first.rateLimit}`);
+
+  const second = await c.batch(items);
+  assert.equal(second.ok, false);
+  assert.ok(second.retryAfter > 0);
+  assert.equal(second.results[1].ok, false);
+  const v = await c.value(roomy, "u");
+  assert.ok(v.value >= 9 && v.value < 10, `roomy ${v.value}: want 9 (nothing taken by the refusal)`);
+});
+
+test("bulk decides each item and reports an invalid item's own error", async () => {
+  const c = client();
+  const name = limitName("bulk");
+  await putBucket(c, name, 1);
+  const res = await c.bulk([
+    { name, key: "a" },
+    { name, key: "a" },
+    { name: limitName("missing"), key: "a" },
+    { name, key: "b", count: -1 },
+  ]);
+  assert.equal(res.length, 4);
+  assert.equal(res[0].error, undefined);
+  assert.equal(res[0].ok, true);
+  assert.equal(res[1].ok, false);
+  assert.ok(res[1].retryAfter > 0);
+  assert.ok(res[2].error instanceof SluiceError);
+  assert.equal(res[2].error.status, 404);
+  assert.equal(res[2].error.code, "limit_not_found");
+  assert.ok(res[3].error instanceof SluiceError);
+  assert.equal(res[3].error.status, 400);
+  assert.equal(res[3].error.code, "invalid_request");
+  assert.ok(res[3].error.field.endsWith("count"), `field ${res[3].error.field}`);
+  assert.ok(res[3].error.message.startsWith("sluice: decision 3 ("), res[3].error.message);
+});
+
+test("reset forgets the global key, one key, or all keys", async () => {
+  const c = client();
+  const name = limitName("reset");
+  await putBucket(c, name, 1);
+  const take = async (key) => assert.equal((await c.limit(name, key ? { key } : {})).ok, true, `take ${key}`);
+  const isFull = async (key, want) => {
+    const v = await c.value(name, key);
+    assert.equal(v.value >= 1, want, `key ${key} value ${v.value}, want full=${want}`);
+  };
+  await take();
+  await take("a");
+  await take("b");
+  await c.reset(name);
+  await isFull(undefined, true);
+  await isFull("a", false);
+  await c.reset(name, "a");
+  await isFull("a", true);
+  await isFull("b", false);
+  await c.reset(name, "never-seen"); // a key without state: still a success
+  await take("a");
+  await c.resetAll(name);
+  await isFull("a", true);
+  await isFull("b", true);
+});
+
+test("problems become SluiceErrors with their fields", async () => {
+  const c = client();
+  const name = limitName("problems");
+  await putBucket(c, name, 1);
+
+  const bad = await problemOf(c.limit(name, { key: "k", count: -1 }));
+  assert.equal(bad.status, 400);
+  assert.equal(bad.code, "invalid_request");
+  assert.equal(bad.field, "count");
+  assert.ok(bad.detail);
+  assert.ok(bad.requestId);
+  assert.equal(bad.retryAfter, null);
+  assert.equal(bad.name, "SluiceError");
+  assert.ok(bad.message.includes("400 invalid_request"), bad.message);
+
+  const kind = await problemOf(c.putLimit(name, { kind: "leaky bucket", rate: 1, period: 1 }));
+  assert.equal(kind.status, 400);
+  assert.equal(kind.code, "invalid_config");
+
+  const missing = await problemOf(c.check(limitName("missing")));
+  assert.equal(missing.status, 404);
+  assert.equal(missing.code, "limit_not_found");
+
+  // A refusal asked to throw: a 429 problem with the wait and the limit's name.
+  assert.equal((await c.limit(name, { key: "k" })).ok, true);
+  const refused = await problemOf(c.limit(name, { key: "k", throws: true }));
+  assert.equal(refused.status, 429);
+  assert.equal(refused.code, "rate_limited");
+  assert.ok(refused.retryAfter > 0 && refused.retryAfter <= 60_000, `retryAfter ${refused.retryAfter}`);
+  assert.equal(refused.limitName, name);
+  const batchRefused = await problemOf(c.batch([{ name, key: "k" }], { throws: true }));
+  assert.equal(batchRefused.status, 429);
+  assert.ok(batchRefused.retryAfter > 0);
+
+  const wrongKey = await problemOf(new Sluice({ baseUrl: sluice.baseUrl, secretKey: "sk_wrong" }).listLimits());
+  assert.equal(wrongKey.status, 401);
+  assert.equal(wrongKey.code, "unauthorized");
+});
+
+test("consuming calls are never retried and idempotent ones are", async () => {
+  const items = [{ name: "x", key: "k" }];
+  const cases = [
+    ["limit", (c) => c.limit("x"), 1],
+    ["batch", (c) => c.batch(items), 1],
+    ["bulk", (c) => c.bulk(items), 1],
+    ["check", (c) => c.check("x"), 4],
+    ["checkBatch", (c) => c.checkBatch(items), 4],
+    ["value", (c) => c.value("x", "k"), 4],
+    ["reset", (c) => c.reset("x", "k"), 4],
+    ["resetAll", (c) => c.resetAll("x"), 4],
+    ["putLimit", (c) => c.putLimit("x", { kind: "token bucket", rate: 1, period: 1 }), 4],
+    ["getLimit", (c) => c.getLimit("x"), 4],
+    ["listLimits", (c) => c.listLimits(), 4],
+    ["deleteLimit", (c) => c.deleteLimit("x"), 4],
+  ];
+  for (const [call, run, want] of cases) {
+    const { c, f } = await unreachable();
+    const err = await noAnswerOf(run(c)); // fail closed is the default
+    assert.equal(err.timedOut, false, call);
+    assert.equal(f.calls, want, `${call}: ${f.calls} attempts, want ${want}`);
+  }
+});
+
+/** A fetch that answers the first n requests with the 503 problem Sluice fails closed with and forwards the rest. */
+function failingFetch(n) {
+  const f = (input, init) => {
+    f.calls++;
+    if (f.calls <= n) {
+      const body = { type: "about:blank", title: "Service Unavailable", status: 503, detail: "try again", code: "unavailable" };
+      return Promise.resolve(new Response(JSON.stringify(body), { status: 503, headers: { "Content-Type": "application/problem+json" } }));
+    }
+    return fetch(input, init);
+  };
+  f.calls = 0;
+  return f;
+}
+
+test("a 503 is retried for check but never for limit", async () => {
+  const name = limitName("r503");
+  await putBucket(client(), name, 5);
+  const fast = { retries: 2, backoffMs: 1, maxBackoffMs: 4 };
+
+  let f = failingFetch(2);
+  const r = await client({ ...fast, fetch: f }).check(name, { key: "k" });
+  assert.ok(r.ok && near(r.remaining, 4), JSON.stringify(r));
+  assert.equal(f.calls, 3, "two 503s, then Sluice's answer");
+
+  f = failingFetch(3);
+  const e = await problemOf(client({ ...fast, fetch: f }).check(name, { key: "k" }));
+  assert.equal(e.status, 503);
+  assert.equal(e.code, "unavailable");
+  assert.equal(f.calls, 3);
+
+  f = failingFetch(1);
+  assert.equal((await problemOf(client({ ...fast, fetch: f }).limit(name, { key: "k" }))).status, 503);
+  assert.equal(f.calls, 1, "limit is never retried");
+
+  f = failingFetch(1);
+  const open = await client({ ...fast, fetch: f, failPolicy: "open" }).limit(name, { key: "k" });
+  assert.ok(open.ok && open.degraded, JSON.stringify(open));
+  assert.equal(f.calls, 1);
+  const v = await client().value(name, "k");
+  assert.ok(v.value > 4.99, `value ${v.value}: nothing was consumed, want 5`);
+});
+
+test("an error answer that is not a problem is a SluiceError, and a 5xx one is Sluice not answering", async () => {
+  const proxyPage = () => Promise.resolve(new Response("<h1>502 Bad Gateway</h1>", { status: 502, headers: { "Content-Type": "text/html" } }));
+  const e = await problemOf(client({ fetch: proxyPage }).check("x"));
+  assert.equal(e.status, 502);
+  assert.equal(e.code, "");
+  assert.match(e.detail, /the answer is not a problem: <h1>502 Bad Gateway/);
+  const r = await client({ fetch: proxyPage, failPolicy: "open" }).check("x", { key: "k" });
+  assert.ok(r.ok && r.degraded && r.key === "k", JSON.stringify(r));
+
+  // An answer beyond 8 MiB is read no further: it fails to decode.
+  const huge = () => Promise.resolve(new Response(`{"limits": [${"1,".repeat(5 << 20)}1]}`, { status: 200 }));
+  await assert.rejects(client({ fetch: huge }).listLimits(), (err) => !(err instanceof SluiceError) && /decode the answer/.test(err.message));
+});
+
+test("fail open admits, degraded, when Sluice is unreachable", async () => {
+  const { c } = await unreachable({ failPolicy: "open" });
+  const r = await c.limit("x", { key: "k" });
+  assert.deepEqual(r, { ok: true, retryAfter: null, remaining: 0, name: "x", key: "k", degraded: true });
+  const b = await c.batch([{ name: "x" }, { name: "y" }]);
+  assert.ok(b.ok && b.degraded && b.results.length === 2 && b.results[1].degraded && b.results[1].key === null, JSON.stringify(b));
+  const bulk = await c.bulk([{ name: "x" }]);
+  assert.ok(bulk.length === 1 && bulk[0].error === undefined && bulk[0].ok && bulk[0].degraded, JSON.stringify(bulk));
+  // Not for the calls that are not decisions.
+  await noAnswerOf(c.value("x", "k"));
+  // Nor when the caller gave up.
+  const abort = new AbortController();
+  abort.abort(new Error("caller gave up"));
+  await assert.rejects(c.limit("x", {}, { signal: abort.signal }), /caller gave up/);
+});
+
+test("fail open never hides the caller's mistakes (4xx)", async () => {
+  const c = client({ failPolicy: "open" });
+  assert.equal((await problemOf(c.limit(limitName("missing")))).code, "limit_not_found");
+  assert.equal((await problemOf(c.limit(limitName("bad"), { count: -1 }))).status, 400);
+});
+
+test("a fallback function decides, and its error is the call's", async () => {
+  let seen;
+  const { c } = await unreachable({
+    failPolicy: (name, d, err) => {
+      seen = err;
+      if (d.key === "bad") throw new Error("no fallback for bad");
+      return { ok: d.key === "friend", retryAfter: 60_000 };
+    },
+  });
+  const r = await c.check("x", { key: "stranger" });
+  assert.deepEqual(r, { ok: false, retryAfter: 60_000, remaining: 0, name: "x", key: "stranger", degraded: true });
+  assert.ok(seen instanceof NoAnswerError, `the fallback saw ${seen}`);
+
+  const b = await c.checkBatch([
+    { name: "x", key: "friend" },
+    { name: "y", key: "stranger" },
+  ]);
+  assert.ok(!b.ok && b.retryAfter === 60_000 && b.results[0].ok && b.degraded, JSON.stringify(b));
+  await assert.rejects(c.limit("x", { key: "bad" }), { message: "no fallback for bad" });
+  const bulk = await c.bulk([
+    { name: "x", key: "friend" },
+    { name: "x", key: "bad" },
+  ]);
+  assert.ok(bulk[0].ok && bulk[0].degraded, JSON.stringify(bulk[0]));
+  assert.equal(bulk[1].error?.message, "no fallback for bad");
+});
+
+test("the timeout counts as Sluice not answering", async (t) => {
+  // A listener that accepts connections and never answers.
+  const sockets = new Set();
+  const silent = createServer((s) => sockets.add(s));
+  await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  t.after(() => {
+    for (const s of sockets) s.destroy();
+    return new Promise((resolve) => silent.close(resolve));
+  });
+  const baseUrl = `http://127.0.0.1:${silent.address().port}`;
+
+  const start = performance.now();
+  const closed = new Sluice({ baseUrl, secretKey: sluice.secretKey, timeoutMs: 100 });
+  const err = await noAnswerOf(closed.check("x"));
+  assert.equal(err.timedOut, true);
+  assert.match(err.message, /no answer in 100 ms/);
+  const took = performance.now() - start;
+  assert.ok(took >= 90 && took < 10_000, `the call took ${took} ms with a 100 ms timeout`);
+
+  const open = new Sluice({ baseUrl, secretKey: sluice.secretKey, timeoutMs: 100, failPolicy: "open" });
+  const r = await open.limit("x");
+  assert.ok(r.ok && r.degraded, JSON.stringify(r));
+
+  // The caller giving up on a call in flight is its own doing: no fail policy, no timeout.
+  const patient = new Sluice({ baseUrl, secretKey: sluice.secretKey, timeoutMs: 60_000, failPolicy: "open" });
+  const abort = new AbortController();
+  const pending = patient.limit("x", {}, { signal: abort.signal });
+  abort.abort(new Error("caller gave up"));
+  await assert.rejects(pending, /caller gave up/);
+});
