@@ -73,6 +73,9 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 	var selected []scenario
 	withSQLite := false
 	for _, sc := range scenarios() {
+		if sc.instances > 1 {
+			continue // one process per build here; the -2i scenarios need the plain mode
+		}
 		if only == "" || strings.Contains(","+only+",", ","+sc.name+",") {
 			selected = append(selected, sc)
 			withSQLite = withSQLite || sc.sqlite
@@ -136,7 +139,7 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 				if sc.sqlite {
 					target = sqliteProcs[which]
 				}
-				rr, err := runScenario(target, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
+				rr, err := runScenario([]*sluice{target}, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
 				if err != nil {
 					return fmt.Errorf("%s on %s: %w", sc.name, "AB"[which:which+1], err)
 				}

@@ -20,10 +20,13 @@ type scenario struct {
 	hot    bool // compared with pgbench's hot-key figure
 	sqlite bool
 	batch  bool
-	bulk   int     // decisions per POST /v1/decisions request (0: one decision a request)
-	keys   int     // distinct keys (1 = one hot key)
-	rate   float64 // tokens per second per key (also the capacity)
-	shards int
+	bulk   int // decisions per POST /v1/decisions request (0: one decision a request)
+	// instances is how many app instances share the PostgreSQL database (0 or 1: one); the
+	// connections are spread over them evenly.
+	instances int
+	keys      int     // distinct keys (1 = one hot key)
+	rate      float64 // tokens per second per key (also the capacity)
+	shards    int
 }
 
 func scenarios() []scenario {
@@ -32,7 +35,9 @@ func scenarios() []scenario {
 		{name: "random-8", conns: 8, keys: 100_000, rate: 1000},
 		{name: "random-32", conns: 32, keys: 100_000, rate: 1000},
 		{name: "random-64", conns: 64, keys: 100_000, rate: 1000},
+		{name: "random-32-2i", conns: 32, keys: 100_000, rate: 1000, instances: 2},
 		{name: "hot", conns: 32, hot: true, keys: 1, rate: 5000},
+		{name: "hot-2i", conns: 32, hot: true, keys: 1, rate: 5000, instances: 2},
 		{name: "hot-shards10", conns: 32, hot: true, keys: 1, rate: 5000, shards: 10},
 		{name: "new-keys-32", conns: 32, keys: 10_000_000, rate: 1000}, // nearly every decision inserts
 		{name: "batch2", conns: 32, batch: true, keys: 100_000, rate: 1000},
@@ -63,7 +68,10 @@ type worker struct {
 	total     int64
 }
 
-func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResult, error) {
+// runScenario drives sc against targets (one app instance, or several on one database: every
+// instance answers for the first one's tenant and key).
+func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (RunResult, error) {
+	s := targets[0]
 	ctx := context.Background()
 	def := fmt.Sprintf(`{"kind":"token bucket","rate":%g,"period":1000`, sc.rate)
 	if sc.shards > 1 {
@@ -79,7 +87,17 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 			return RunResult{}, err
 		}
 	}
-	addr := strings.TrimPrefix(s.base, "http://")
+	addrs := make([]string, len(targets))
+	for i, t := range targets {
+		addrs[i] = strings.TrimPrefix(t.base, "http://")
+	}
+	counter := func(name string) float64 { // summed over the instances
+		var sum float64
+		for _, t := range targets {
+			sum += t.scrapeCounter(name)
+		}
+		return sum
+	}
 	path := "/v1/limits/" + name + "/limit"
 	switch {
 	case sc.batch:
@@ -88,8 +106,8 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 		path = "/v1/decisions"
 	}
 	workers := make([]*worker, sc.conns)
-	retriesBefore := s.scrapeCounter("sluice_db_tx_retries_total")
-	groupsBefore, jobsBefore := s.scrapeCounter("sluice_decision_group_transactions_total"), s.scrapeCounter("sluice_decision_group_requests_total")
+	retriesBefore := counter("sluice_db_tx_retries_total")
+	groupsBefore, jobsBefore := counter("sluice_decision_group_transactions_total"), counter("sluice_decision_group_requests_total")
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -97,6 +115,7 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 		w := &worker{admitted: map[int]int64{}}
 		workers[i] = w
 		wg.Add(1)
+		addr := addrs[i%len(addrs)]
 		go func(seed uint64) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, 99))
@@ -180,9 +199,9 @@ func runScenario(s *sluice, sc scenario, name string, d time.Duration) (RunResul
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	res := RunResult{Retries: s.scrapeCounter("sluice_db_tx_retries_total") - retriesBefore}
-	if groups := s.scrapeCounter("sluice_decision_group_transactions_total") - groupsBefore; groups > 0 {
-		res.PerGroup = (s.scrapeCounter("sluice_decision_group_requests_total") - jobsBefore) / groups
+	res := RunResult{Retries: counter("sluice_db_tx_retries_total") - retriesBefore}
+	if groups := counter("sluice_decision_group_transactions_total") - groupsBefore; groups > 0 {
+		res.PerGroup = (counter("sluice_decision_group_requests_total") - jobsBefore) / groups
 	}
 	var all []time.Duration
 	perKey := map[int]int64{}

@@ -165,18 +165,28 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 	}
 	defer sqlite.stop()
 
+	var pg2 *sluice // a second instance on the same database, for the -2i scenarios
 	for _, sc := range scenarios() {
 		if !selected(sc.name) {
 			continue
 		}
-		target := pg
-		if sc.sqlite {
-			target = sqlite
+		targets := []*sluice{pg}
+		switch {
+		case sc.sqlite:
+			targets = []*sluice{sqlite}
+		case sc.instances == 2:
+			if pg2 == nil {
+				if pg2, err = startSluice(bin, work, dbURL); err != nil {
+					return err
+				}
+				defer pg2.stop()
+			}
+			targets = []*sluice{pg, pg2}
 		}
 		var per []RunResult
 		for i := range runs {
 			// A fresh limit name per run, so every run starts from full state.
-			rr, err := runScenario(target, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
+			rr, err := runScenario(targets, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
@@ -258,7 +268,7 @@ func measurePairs(report *Report, srv *testkit.Server, dbURL string, pg *sluice,
 		if err := psql(dbURL, "DROP TABLE IF EXISTS rmw; CHECKPOINT;"); err != nil {
 			return err
 		}
-		rr, err := runScenario(pg, sc, fmt.Sprintf("pair_%d", i), duration)
+		rr, err := runScenario([]*sluice{pg}, sc, fmt.Sprintf("pair_%d", i), duration)
 		if err != nil {
 			return fmt.Errorf("pair %d: %w", i, err)
 		}
