@@ -79,8 +79,9 @@ type pendingBatch struct {
 	timer *time.Timer
 
 	done    chan struct{} // closed when results or err is set
-	results []wireBulkResult
-	err     error
+	results   []wireBulkResult
+	requestID string // the bulk request's, which Sluice logs a failed item's cause with
+	err       error
 }
 
 // join adds an encoded item and returns its batch and index. A batch that reaches maxItems, or
@@ -133,7 +134,8 @@ func (p *pendingBatch) send(c *Client) {
 	}
 	body = append(body, "]}"...)
 	var w wireBulk
-	if _, err := c.do(context.Background(), http.MethodPost, "/v1/decisions", nil, json.RawMessage(body), consuming, &w); err != nil {
+	h, err := c.do(context.Background(), http.MethodPost, "/v1/decisions", nil, json.RawMessage(body), consuming, &w)
+	if err != nil {
 		p.err = err
 		return
 	}
@@ -141,7 +143,7 @@ func (p *pendingBatch) send(c *Client) {
 		p.err = fmt.Errorf("sluice: POST /v1/decisions: %d results for %d decisions", len(w.Results), len(p.items))
 		return
 	}
-	p.results = w.Results
+	p.results, p.requestID = w.Results, h.Get("X-Request-ID")
 }
 
 // limitBatched is Limit through the batcher.
@@ -175,16 +177,19 @@ func (c *Client) limitBatched(ctx context.Context, name string, d Decision) (Res
 	}
 	r := p.results[i]
 	if r.Error != nil {
-		return c.fallbackOne(ctx, it, fmt.Errorf("sluice: POST /v1/decisions (batched): %w", unprefixed(r.Error, i)))
+		return c.fallbackOne(ctx, it, fmt.Errorf("sluice: POST /v1/decisions (batched): %w", unprefixed(r.Error, i, p.requestID)))
 	}
 	return r.result(), nil
 }
 
 // unprefixed is a bulk item's problem as the single call reports it: its fields without the
-// item's "decisions[i]." prefix.
-func unprefixed(e *Error, i int) *Error {
+// item's "decisions[i]." prefix, and the request's ID (an item's problem carries none).
+func unprefixed(e *Error, i int, requestID string) *Error {
 	prefix := fmt.Sprintf("decisions[%d].", i)
 	out := *e
+	if out.RequestID == "" {
+		out.RequestID = requestID
+	}
 	out.Field = strings.TrimPrefix(e.Field, prefix)
 	if e.Errors != nil {
 		out.Errors = make([]FieldError, len(e.Errors))

@@ -158,7 +158,7 @@ func TestABadBatchedCallGetsTheErrorItWouldGetAlone(t *testing.T) {
 		batched := asError(t, out[3+k].err)
 		_, err := alone.Limit(ctx, it.Name, it.Decision)
 		single := asError(t, err)
-		if batched.Status != single.Status || batched.Code != single.Code || batched.Field != single.Field || batched.Detail != single.Detail {
+		if batched.Status != single.Status || batched.Code != single.Code || batched.Field != single.Field || batched.Detail != single.Detail || batched.RequestID == "" {
 			t.Errorf("%+v batched: %+v; alone: %+v", it, batched, single)
 		}
 	}
