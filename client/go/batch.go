@@ -78,7 +78,7 @@ type pendingBatch struct {
 	size  int
 	timer *time.Timer
 
-	done    chan struct{} // closed when results or err is set
+	done      chan struct{} // closed when results or err is set
 	results   []wireBulkResult
 	requestID string // the bulk request's, which Sluice logs a failed item's cause with
 	err       error
