@@ -85,6 +85,21 @@ func TestBatchedLimitsAdmitExactlyTheLimitInFarFewerRequests(t *testing.T) {
 	}
 }
 
+func TestALoneBatchedCallIsSentWhenTheWindowEnds(t *testing.T) {
+	ctx := testCtx(t)
+	name := limitName(t, "w")
+	putLimit(t, newClient(t), name, 2)
+	c, ct := batchingClient(t, 5*time.Millisecond, 100) // far from full: only the window sends it
+	for want := 1.0; want >= 0; want-- {
+		if r, err := c.Limit(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK || !near(r.Remaining, want) || r.RateLimit != "" {
+			t.Fatalf("%+v, %v: want admitted with %v left and no headers (a bulk answer has none)", r, err, want)
+		}
+	}
+	if n := ct.n.Load(); n != 2 {
+		t.Fatalf("%d requests, want one per call", n)
+	}
+}
+
 func TestBatchedResultsGoToTheirOwnCallers(t *testing.T) {
 	ctx := testCtx(t)
 	name := limitName(t, "tb")
