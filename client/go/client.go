@@ -45,6 +45,7 @@ type Client struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	policy     FailPolicy
+	batcher    *batcher // nil unless WithBatching
 }
 
 // Option configures a Client.
@@ -92,8 +93,12 @@ const (
 )
 
 // Limit consumes d.Count (default 1) tokens of the limit name for d's key if the limit allows it.
-// A refusal is a Result with OK false, not an error. Limit is never retried.
+// A refusal is a Result with OK false, not an error. Limit is never retried. With WithBatching,
+// concurrent calls share POST /v1/decisions requests.
 func (c *Client) Limit(ctx context.Context, name string, d Decision) (Result, error) {
+	if c.batcher != nil {
+		return c.limitBatched(ctx, name, d)
+	}
 	return c.decide(ctx, name, "/limit", d, consuming)
 }
 

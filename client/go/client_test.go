@@ -283,11 +283,18 @@ func TestProblemsBecomeErrorsWithTheirFields(t *testing.T) {
 	}
 }
 
-// countingTransport counts the requests that leave the client (it forwards them unchanged).
-type countingTransport struct{ n atomic.Int32 }
+// countingTransport counts the requests that leave the client (it forwards them unchanged to
+// next, or http.DefaultTransport when nil).
+type countingTransport struct {
+	n    atomic.Int32
+	next http.RoundTripper
+}
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
+	if c.next != nil {
+		return c.next.RoundTrip(r)
+	}
 	return http.DefaultTransport.RoundTrip(r)
 }
 

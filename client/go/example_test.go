@@ -58,3 +58,14 @@ func ExampleFallback() {
 	})
 	_ = sluice.New("https://sluice.example.com", os.Getenv("SLUICE_SECRET_KEY"), sluice.WithFailPolicy(policy))
 }
+
+func ExampleWithBatching() {
+	// Concurrent Limit calls within a millisecond share one POST /v1/decisions (up to 100 a request).
+	c := sluice.New("https://sluice.example.com", os.Getenv("SLUICE_SECRET_KEY"),
+		sluice.WithBatching(time.Millisecond, 100))
+	r, err := c.Limit(context.Background(), "sendMessage", sluice.Decision{Key: "alice"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(r.OK)
+}

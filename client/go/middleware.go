@@ -75,7 +75,8 @@ var errKey = errors.New("sluice middleware: no key for the request")
 // the request's key with Client.Limit, passes the IETF RateLimit-Policy and RateLimit headers
 // Sluice answered with on to the response, and refuses with 429, Retry-After and a problem body
 // (or WithLimitHandler's response). When Sluice cannot answer, the client's FailPolicy decides:
-// FailOpen lets the request through (without RateLimit headers), FailClosed answers 503.
+// FailOpen lets the request through (without RateLimit headers), FailClosed answers 503. A
+// client WithBatching gets no headers to pass on (a bulk answer has none); Retry-After stays.
 func Middleware(c *Client, name string, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	peer, _ := KeyByClientIP()
 	m := &middleware{client: c, name: name, key: peer, log: slog.Default()}

@@ -135,10 +135,12 @@ type wireBatch struct {
 }
 
 type wireBulk struct {
-	Results []struct {
-		wireDecision
-		Error *Error `json:"error"`
-	} `json:"results"`
+	Results []wireBulkResult `json:"results"`
+}
+
+type wireBulkResult struct {
+	wireDecision
+	Error *Error `json:"error"`
 }
 
 type wireList struct {
