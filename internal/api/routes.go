@@ -36,6 +36,8 @@ func (s *Server) Register(r *gin.Engine) {
 
 	// Public, outside /v1 where JWK sets are looked for: verifies session tokens offline.
 	r.GET("/.well-known/jwks.json", s.anon.jwks)
+	// Public: the OpenAPI document as a readable page.
+	r.GET("/docs", s.docs)
 }
 
 // DecisionRoutes are the route patterns whose latency is a decision's latency (the metrics
