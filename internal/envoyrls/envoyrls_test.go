@@ -1,7 +1,9 @@
 package envoyrls_test
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
@@ -39,7 +42,12 @@ func start(t *testing.T, url string, allowUnknown bool) *harness {
 	cfg := apptest.Config(url)
 	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.GRPCAllowUnknown = allowUnknown
-	a := apptest.Start(t, cfg, app.Options{})
+	return startWith(t, cfg, app.Options{})
+}
+
+func startWith(t *testing.T, cfg config.Config, o app.Options) *harness {
+	t.Helper()
+	a := apptest.Start(t, cfg, o)
 	if a.GRPCAddr() == "" {
 		t.Fatal("GRPC_ADDR is set but the application reports no gRPC address")
 	}
@@ -232,6 +240,51 @@ func TestKeysAreCheckedFromTheConfiguredHeader(t *testing.T) {
 			t.Fatalf("value %v after one authenticated call, want 9", v)
 		}
 	})
+}
+
+// lockedBuffer is the application's stdout, written by Run while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestTheKeyHeaderIsConfigurableAndTheAddressPrinted(t *testing.T) {
+	t.Parallel()
+	cfg := apptest.Config("sqlite:" + t.TempDir() + "/sluice.db")
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.GRPCKeyHeader = "x-sluice-key"
+	var out lockedBuffer
+	h := startWith(t, cfg, app.Options{Stdout: &out})
+	if want := "Envoy rate limit service on " + h.app.GRPCAddr() + "\n"; !strings.Contains(out.String(), want) {
+		t.Fatalf("stdout %q does not say %q", out.String(), want)
+	}
+	h.define(t, "api.user", 10)
+	req := request("api", descriptor("user", "alice"))
+	_, err := h.call(t, "authorization", "Bearer "+h.key, req)
+	requireCode(t, err, codes.Unauthenticated)
+	if _, err := h.call(t, "x-sluice-key", "Bearer "+h.key, req); err != nil {
+		t.Fatalf("the key in x-sluice-key: %v", err)
+	}
+}
+
+func TestWithoutGRPCAddrNothingListens(t *testing.T) {
+	t.Parallel()
+	a := apptest.Start(t, apptest.Config("sqlite:"+t.TempDir()+"/sluice.db"), app.Options{})
+	if a.GRPCAddr() != "" || a.Envoy != nil {
+		t.Fatalf("GRPC_ADDR is off, yet the service is at %q", a.GRPCAddr())
+	}
 }
 
 func TestUnknownLimitsFollowThePolicy(t *testing.T) {
