@@ -3,6 +3,9 @@ package envoyrls_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +145,15 @@ func request(domain string, ds ...*rlcommon.RateLimitDescriptor) *rls.RateLimitR
 	return &rls.RateLimitRequest{Domain: domain, Descriptors: ds}
 }
 
+// headers are the response headers Envoy is asked to add, by name.
+func headers(resp *rls.RateLimitResponse) map[string]string {
+	out := map[string]string{}
+	for _, h := range resp.ResponseHeadersToAdd {
+		out[h.Key] = h.Value
+	}
+	return out
+}
+
 func requireCode(t *testing.T, err error, want codes.Code) {
 	t.Helper()
 	st, _ := status.FromError(err)
@@ -171,14 +183,25 @@ func TestAdmitsUpToTheLimitThenOverLimit(t *testing.T) {
 			if st.CurrentLimit.GetRequestsPerUnit() != 3 || st.CurrentLimit.GetUnit() != rls.RateLimitResponse_RateLimit_HOUR {
 				t.Fatalf("current limit %v, want 3 per HOUR", st.CurrentLimit)
 			}
+			hs := headers(resp)
+			if want := fmt.Sprintf(`"api.user";r=%d;t=`, 2-i); !strings.HasPrefix(hs["ratelimit"], want) || hs["ratelimit-policy"] != `"api.user";q=3;w=3600` {
+				t.Fatalf("call %d: headers %v, want RateLimit %s… and RateLimit-Policy \"api.user\";q=3;w=3600", i+1, hs, want)
+			}
+			if _, ok := hs["retry-after"]; ok {
+				t.Fatalf("call %d: an admitted request has Retry-After: %v", i+1, hs)
+			}
 		}
 		resp := h.decide(t, req)
 		st := resp.Statuses[0]
 		if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT || st.Code != rls.RateLimitResponse_OVER_LIMIT || st.LimitRemaining != 0 {
 			t.Fatalf("fourth call: %v, want OVER_LIMIT with 0 remaining", resp)
 		}
-		if d := st.DurationUntilReset.AsDuration(); d <= 0 || d > time.Hour {
+		d := st.DurationUntilReset.AsDuration()
+		if d <= 0 || d > time.Hour {
 			t.Fatalf("duration until reset %v, want within the hour", d)
+		}
+		if want := strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10); headers(resp)["retry-after"] != want {
+			t.Fatalf("headers %v, want Retry-After %s (the duration until reset, rounded up)", headers(resp), want)
 		}
 		if v := h.value(t, "api.user", "alice"); v != 0 {
 			t.Fatalf("engine value %v after 3 admitted of 3, want 0", v)
@@ -299,6 +322,9 @@ func TestUnknownLimitsFollowThePolicy(t *testing.T) {
 			}
 			if v := h.value(t, "api.user", "alice"); v != 10 {
 				t.Fatalf("a denied request consumed from api.user: value %v, want 10", v)
+			}
+			if hs := headers(resp); hs["ratelimit-policy"] != `"api.user";q=10;w=3600` {
+				t.Fatalf("headers %v, want a RateLimit-Policy of the known limit only", hs)
 			}
 			if resp := h.decide(t, request("api", descriptor("nosuch", "x"))); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("only unknown descriptors: %v, want OVER_LIMIT", resp)
