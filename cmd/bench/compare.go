@@ -73,8 +73,8 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 	var selected []scenario
 	withSQLite := false
 	for _, sc := range scenarios() {
-		if sc.instances > 1 {
-			continue // one process per build here; the -2i scenarios need the plain mode
+		if sc.instances > 1 || sc.grpc {
+			continue // one process per build here; the -2i scenarios need the plain mode; gRPC is new
 		}
 		if only == "" || strings.Contains(","+only+",", ","+sc.name+",") {
 			selected = append(selected, sc)

@@ -27,6 +27,7 @@ type scenario struct {
 	keys      int     // distinct keys (1 = one hot key)
 	rate      float64 // tokens per second per key (also the capacity)
 	shards    int
+	grpc      bool // Envoy's ShouldRateLimit over gRPC (one connection per worker) instead of HTTP
 }
 
 func scenarios() []scenario {
@@ -43,6 +44,7 @@ func scenarios() []scenario {
 		{name: "batch2", conns: 32, batch: true, keys: 100_000, rate: 1000},
 		{name: "bulk", conns: 8, bulk: 100, keys: 100_000, rate: 1000}, // 100 decisions a request
 		{name: "sqlite-32", conns: 32, sqlite: true, keys: 100_000, rate: 1000},
+		{name: "grpc-32", conns: 32, grpc: true, keys: 100_000, rate: 1000},
 	}
 }
 
@@ -79,6 +81,9 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	}
 	def += "}"
 	names := []string{name}
+	if sc.grpc {
+		names = []string{grpcDomain + "." + name}
+	}
 	if sc.batch {
 		names = []string{name + "_a", name + "_b"}
 	}
@@ -116,9 +121,14 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 		workers[i] = w
 		wg.Add(1)
 		addr := addrs[i%len(addrs)]
+		grpcAddr := targets[i%len(targets)].grpc
 		go func(seed uint64) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, 99))
+			if sc.grpc {
+				grpcWork(w, grpcAddr, s.key, name, sc, r, deadline)
+				return
+			}
 			var conn *rawConn
 			defer func() {
 				if conn != nil {

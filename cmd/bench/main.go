@@ -332,6 +332,7 @@ type sluice struct {
 	cmd     *exec.Cmd
 	base    string
 	metrics string // the metrics listener's /metrics (METRICS_ADDR)
+	grpc    string // the Envoy rate limit service's host:port (GRPC_ADDR)
 	key     string
 	env     []string
 }
@@ -345,9 +346,14 @@ func startSluice(bin, work, dbURL string) (*sluice, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)}
+	grpcPort, err := testkit.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
+		grpc: fmt.Sprintf("127.0.0.1:%d", grpcPort)}
 	s.env = append(os.Environ(), "SLUICE_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
-		"SECRET_KEY=bench-secret-key-0123456789abcdef0123", fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metricsPort),
+		"SECRET_KEY=bench-secret-key-0123456789abcdef0123", fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metricsPort), "GRPC_ADDR="+s.grpc,
 		fmt.Sprintf("LISTEN_ADDR=127.0.0.1:%d", port), "SLUICE_ADMIN_EMAIL=", "SLUICE_ADMIN_PASSWORD=")
 	cli := func(args ...string) (string, error) {
 		c := exec.Command(bin, args...)

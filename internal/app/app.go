@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/demo"
+	"github.com/sluice-dev/sluice/internal/envoyrls"
 	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/metrics"
@@ -67,7 +68,8 @@ type App struct {
 	Metrics *metrics.Metrics
 	API     *api.Server
 	UI      *ui.UI
-	Demo    *demo.Demo // nil unless SLUICE_DEMO=true
+	Demo    *demo.Demo        // nil unless SLUICE_DEMO=true
+	Envoy   *envoyrls.Service // nil unless GRPC_ADDR is set
 	Router  *gin.Engine
 
 	stdout      io.Writer
@@ -75,6 +77,7 @@ type App struct {
 	started     chan struct{} // closed once Run listens
 	addr        string        // the listener's address, once started
 	metricsAddr string        // the metrics listener's address, once started ("" when off)
+	grpcAddr    string        // the Envoy rate limit service's address, once started ("" when off)
 }
 
 // Open opens the configured database and makes sure its schema is the one this binary knows:
@@ -177,6 +180,9 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 			return nil, err
 		}
 	}
+	if cfg.GRPCAddr != "" {
+		a.Envoy = envoyrls.New(a.Tenants, a.Engine, envoyrls.Options{KeyHeader: cfg.GRPCKeyHeader, AllowUnknown: cfg.GRPCAllowUnknown, Logger: a.Log})
+	}
 	// SLUICE_ADMIN_EMAIL/PASSWORD create the first operator; otherwise an empty database gets a
 	// one-time setup link, printed once the address is known.
 	if a.setupPath, err = a.UI.Bootstrap(ctx, cfg.AdminEmail, cfg.AdminPassword); err != nil {
@@ -226,6 +232,9 @@ func (a *App) MetricsURL() string {
 	return "http://" + a.metricsAddr + "/metrics"
 }
 
+// GRPCAddr is where the Envoy rate limit service listens once started ("" when it is off).
+func (a *App) GRPCAddr() string { return a.grpcAddr }
+
 // BaseURL is where the server answers: BASE_URL, or the real address when LISTEN_ADDR's port is
 // 0 (tests).
 func (a *App) BaseURL() string {
@@ -258,6 +267,17 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		a.metricsAddr = metricsListener.Addr().String()
 	}
+	var grpcListener net.Listener
+	if a.Envoy != nil {
+		if grpcListener, err = net.Listen("tcp", a.Config.GRPCAddr); err != nil {
+			_ = l.Close()
+			if metricsListener != nil {
+				_ = metricsListener.Close()
+			}
+			return fmt.Errorf("listen for the Envoy rate limit service (GRPC_ADDR): %w", err)
+		}
+		a.grpcAddr = grpcListener.Addr().String()
+	}
 	if a.Demo != nil {
 		a.Demo.AddOrigin(base) // the demo's tenant must allow the origin the page is really served from
 	}
@@ -279,10 +299,20 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 
+	if grpcListener != nil {
+		// Started last, stopped first: its calls still reach a running engine while it drains.
+		bg.start(ctx, "envoy rate limit service", func(ctx context.Context) error {
+			return a.Envoy.Serve(ctx, grpcListener)
+		})
+	}
+
 	a.Log.Info("starting", "config", a.Config.String())
 	fmt.Fprintf(a.stdout, "Sluice is listening on %s (database %s)\n", base, a.DB.Dialect)
 	if u := a.MetricsURL(); u != "" {
 		fmt.Fprintf(a.stdout, "Metrics for Prometheus are on %s\n", u)
+	}
+	if a.grpcAddr != "" {
+		fmt.Fprintf(a.stdout, "Envoy rate limit service on %s\n", a.grpcAddr)
 	}
 	if a.Demo != nil {
 		fmt.Fprintf(a.stdout, "The captcha demo is on %s/demo\n", base)

@@ -34,6 +34,7 @@ var allowedImports = map[string][]string{
 	"internal/api":            {"internal/apperr", "internal/captcha", "internal/db", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/tenants"},
 	"internal/ui":             {"internal/apperr", "internal/captcha", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/tenants", "internal/usage"},
 	"internal/demo":           {"internal/apperr", "internal/httpserver", "internal/limiter", "internal/tenants"},
+	"internal/envoyrls":       {"internal/apperr", "internal/limiter", "internal/tenants"},
 	"internal/app":            {"*"},
 	"internal/app/apptest":    {"internal/app", "internal/config"},
 	"internal/testkit":        {"internal/db"},

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,13 @@ type Config struct {
 	// MemoryLimit is the Go runtime's soft memory limit in bytes (GOMEMLIMIT); math.MaxInt64
 	// is none.
 	MemoryLimit int64
+	// GRPCAddr is the listener of the Envoy rate limit service (gRPC); "" when off.
+	GRPCAddr string
+	// GRPCKeyHeader is the gRPC metadata header that carries the tenant's secret key.
+	GRPCKeyHeader string
+	// GRPCAllowUnknown answers OK, without counting, for a descriptor that names no stored
+	// definition (GRPC_UNKNOWN_LIMIT=allow); by default such a descriptor is over the limit.
+	GRPCAllowUnknown bool
 }
 
 // Defaults of the options whose default is a number or a duration.
@@ -228,7 +236,43 @@ var options = []Option{
 			c.MemoryLimit = n
 			return nil
 		}},
+	{Name: "GRPC_ADDR", Default: "off", Doc: "where the Envoy rate limit service (gRPC `ShouldRateLimit`, docs/envoy.md) listens, `host:port` (`off` for none)",
+		parse: func(c *Config, v string) error {
+			if v == "off" {
+				c.GRPCAddr = ""
+				return nil
+			}
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return fmt.Errorf("GRPC_ADDR: %w", err)
+			}
+			c.GRPCAddr = v
+			return nil
+		}},
+	{Name: "GRPC_KEY_HEADER", Default: "authorization", Doc: "the gRPC metadata header carrying the tenant's secret key (`Bearer sk_live_…` or the bare key)",
+		parse: func(c *Config, v string) error {
+			if !grpcHeaderRE.MatchString(v) || strings.HasPrefix(v, "grpc-") || strings.HasSuffix(v, "-bin") {
+				return errors.New("GRPC_KEY_HEADER must be a lower-case metadata header name such as authorization or x-sluice-key")
+			}
+			c.GRPCKeyHeader = v
+			return nil
+		}},
+	{Name: "GRPC_UNKNOWN_LIMIT", Default: "deny", Doc: "a descriptor naming no stored definition: `deny` answers it (and the request) `OVER_LIMIT`, `allow` answers it `OK` without counting",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "deny":
+				c.GRPCAllowUnknown = false
+			case "allow":
+				c.GRPCAllowUnknown = true
+			default:
+				return errors.New("GRPC_UNKNOWN_LIMIT must be deny or allow")
+			}
+			return nil
+		}},
 }
+
+// grpcHeaderRE is a gRPC metadata key (lower case); gRPC's own "grpc-" keys and binary "-bin"
+// keys are refused beside it.
+var grpcHeaderRE = regexp.MustCompile(`^[a-z0-9_.-]+$`)
 
 // parseBytes reads the Go runtime's GOMEMLIMIT syntax: a whole number of bytes with an optional
 // B, KiB, MiB, GiB or TiB suffix, or "off".
@@ -334,9 +378,9 @@ func (c Config) String() string {
 		}
 		return "[redacted]"
 	}
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d",
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t",
 		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
-		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent)
+		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown)
 }
 
 // RedactURL hides the password of a database URL.

@@ -98,6 +98,27 @@ func TestOperationsVariablesParse(t *testing.T) {
 	}
 }
 
+func TestEnvoyServiceVariablesParse(t *testing.T) {
+	d := Default()
+	if d.GRPCAddr != "" || d.GRPCKeyHeader != "authorization" || d.GRPCAllowUnknown {
+		t.Fatalf("defaults: addr %q header %q allow unknown %v, want off, authorization, deny", d.GRPCAddr, d.GRPCKeyHeader, d.GRPCAllowUnknown)
+	}
+	c, err := FromEnv(env(map[string]string{"GRPC_ADDR": ":9091", "GRPC_KEY_HEADER": "x-sluice-key", "GRPC_UNKNOWN_LIMIT": "allow"}))
+	if err != nil || c.GRPCAddr != ":9091" || c.GRPCKeyHeader != "x-sluice-key" || !c.GRPCAllowUnknown {
+		t.Fatalf("set: %+v %v", c, err)
+	}
+	for name, bad := range map[string]string{"GRPC_ADDR": "9091", "GRPC_KEY_HEADER": "X Key", "GRPC_UNKNOWN_LIMIT": "maybe"} {
+		if _, err := FromEnv(env(map[string]string{name: bad})); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: %v", name, bad, err)
+		}
+	}
+	for _, reserved := range []string{"grpc-timeout", "key-bin"} {
+		if _, err := FromEnv(env(map[string]string{"GRPC_KEY_HEADER": reserved})); err == nil {
+			t.Errorf("GRPC_KEY_HEADER=%s was accepted", reserved)
+		}
+	}
+}
+
 func TestStringNamesNoSecret(t *testing.T) {
 	c, err := FromEnv(env(map[string]string{"METRICS_TOKEN": "metrics-token-very-secret", "SLUICE_ADMIN_EMAIL": "a@b.c", "SLUICE_ADMIN_PASSWORD": "admin-password-secret"}))
 	if err != nil {

@@ -1,0 +1,431 @@
+// Package envoyrls serves Envoy's rate limit service, envoy.service.ratelimit.v3.RateLimitService
+// ShouldRateLimit, over gRPC: a request's descriptors become limit names and keys of the caller's
+// tenant and are decided all or nothing by one limiter.Engine.Batch. docs/envoy.md is the
+// contract: the mapping, the unit rule and the policies.
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// MaxDescriptors is the most descriptors one request may carry.
+const MaxDescriptors = 64
+
+// Authenticator resolves a tenant's API key (tenants.Service).
+type Authenticator interface {
+	Authenticate(ctx context.Context, secret string, kind tenants.KeyKind) (tenants.Principal, error)
+}
+
+// Engine decides limits (limiter.Engine).
+type Engine interface {
+	Batch(ctx context.Context, tenantID int64, reqs []limiter.Request, consume bool) (limiter.BatchDecision, error)
+	GetDefinition(ctx context.Context, tenantID int64, name string) (limiter.StoredDefinition, error)
+}
+
+// Options configure a Service.
+type Options struct {
+	// KeyHeader is the metadata header carrying the secret key (GRPC_KEY_HEADER); "authorization"
+	// when empty.
+	KeyHeader string
+	// AllowUnknown answers OK, without counting, for a descriptor whose limit has no stored
+	// definition (GRPC_UNKNOWN_LIMIT=allow); otherwise it is over the limit.
+	AllowUnknown bool
+	// Logger receives the causes of internal failures; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// Service is the rate limit service. New starts nothing; Serve listens until its ctx ends.
+type Service struct {
+	rls.UnimplementedRateLimitServiceServer
+	auth   Authenticator
+	engine Engine
+	opts   Options
+	log    *slog.Logger
+}
+
+// New returns the service; it starts nothing.
+func New(auth Authenticator, engine Engine, opts Options) *Service {
+	if opts.KeyHeader == "" {
+		opts.KeyHeader = "authorization"
+	}
+	opts.KeyHeader = strings.ToLower(opts.KeyHeader)
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{auth: auth, engine: engine, opts: opts, log: log}
+}
+
+// stopGrace is how long in-flight calls may take to finish once Serve's ctx ends.
+const stopGrace = 10 * time.Second
+
+// Serve answers gRPC calls on l until ctx ends, then stops gracefully: no new calls, in-flight
+// ones finish (cut off after stopGrace). It returns nil on a clean stop.
+func (s *Service) Serve(ctx context.Context, l net.Listener) error {
+	g := grpc.NewServer()
+	rls.RegisterRateLimitServiceServer(g, s)
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(l) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("envoyrls: serve: %w", err)
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(stopGrace):
+		g.Stop()
+	}
+	if err := <-done; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("envoyrls: serve: %w", err)
+	}
+	return nil
+}
+
+// Errors a caller may see, as gRPC statuses.
+var (
+	errBadKey         = status.Error(codes.Unauthenticated, "missing, malformed or revoked API key: send a secret key in the configured metadata header")
+	errPublishableKey = status.Error(codes.PermissionDenied, "publishable keys can only fetch captcha challenges; use a secret key")
+	errUnavailable    = status.Error(codes.Unavailable, apperr.UnavailableMessage)
+)
+
+// ShouldRateLimit decides every descriptor of req, all or nothing, for the caller's tenant.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	p, err := s.authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	reqs, err := toRequests(req)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.engine.Batch(ctx, p.TenantID, reqs, true)
+	if limiter.IsNotFound(err) {
+		return s.withUnknown(ctx, p.TenantID, reqs)
+	}
+	if errors.Is(err, limiter.ErrCountExceedsCapacity) {
+		// Some descriptor asks for more than its limit can ever admit: the request can never
+		// pass, and nothing was counted.
+		return overLimitAll(len(reqs)), nil
+	}
+	if err != nil {
+		return nil, s.statusOf(ctx, err)
+	}
+	return response(b.OK, b.Results, nil), nil
+}
+
+// withUnknown answers a request naming at least one limit without a stored definition: the
+// unknown ones per the policy, the known ones decided (allow: counted; deny: only checked, as the
+// request is refused and so consumes nothing).
+func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limiter.Request) (*rls.RateLimitResponse, error) {
+	unknown := make([]bool, len(reqs))
+	seen := map[string]bool{} // name -> unknown
+	var known []limiter.Request
+	var at []int
+	for i, r := range reqs {
+		u, ok := seen[r.Name]
+		if !ok {
+			_, err := s.engine.GetDefinition(ctx, tenantID, r.Name)
+			switch {
+			case limiter.IsNotFound(err):
+				u = true
+			case err != nil:
+				return nil, s.statusOf(ctx, err)
+			}
+			seen[r.Name] = u
+		}
+		if unknown[i] = u; !u {
+			known, at = append(known, r), append(at, i)
+		}
+	}
+	results := make([]limiter.Decision, len(reqs))
+	ok := s.opts.AllowUnknown
+	if len(known) > 0 {
+		b, err := s.engine.Batch(ctx, tenantID, known, s.opts.AllowUnknown)
+		switch {
+		case limiter.IsNotFound(err):
+			// A definition was deleted meanwhile: fail closed rather than guess.
+			return nil, errUnavailable
+		case errors.Is(err, limiter.ErrCountExceedsCapacity):
+			return overLimitAll(len(reqs)), nil
+		case err != nil:
+			return nil, s.statusOf(ctx, err)
+		}
+		ok = ok && b.OK
+		for k, d := range b.Results {
+			results[at[k]] = d
+		}
+	}
+	for i := range results {
+		if unknown[i] {
+			results[i] = limiter.Decision{Name: reqs[i].Name, Key: reqs[i].Key, OK: s.opts.AllowUnknown}
+		}
+	}
+	return response(ok, results, unknown), nil
+}
+
+// authenticate reads the secret key from the configured metadata header.
+func (s *Service) authenticate(ctx context.Context) (tenants.Principal, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(s.opts.KeyHeader)
+	if len(vals) != 1 {
+		return tenants.Principal{}, errBadKey
+	}
+	secret := strings.TrimSpace(vals[0])
+	if scheme, rest, ok := strings.Cut(secret, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		secret = strings.TrimSpace(rest)
+	}
+	if secret == "" {
+		return tenants.Principal{}, errBadKey
+	}
+	p, err := s.auth.Authenticate(ctx, secret, tenants.KindSecret)
+	if err == nil {
+		return p, nil
+	}
+	if !errors.Is(err, tenants.ErrUnauthorized) {
+		return tenants.Principal{}, s.statusOf(ctx, err)
+	}
+	if _, perr := s.auth.Authenticate(ctx, secret, tenants.KindPublishable); perr == nil {
+		return tenants.Principal{}, errPublishableKey
+	}
+	return tenants.Principal{}, errBadKey
+}
+
+// statusOf maps an error of the domain to a gRPC status. Whatever is not the caller's mistake
+// fails closed as UNAVAILABLE (Envoy's failure_mode_deny then refuses the request).
+func (s *Service) statusOf(ctx context.Context, err error) error {
+	e := apperr.From(err)
+	switch e.Code {
+	case apperr.InvalidRequest, apperr.InvalidConfig:
+		return status.Error(codes.InvalidArgument, e.Message)
+	case apperr.Unauthorized:
+		return errBadKey
+	case apperr.Forbidden:
+		return errPublishableKey
+	case apperr.Unavailable:
+		return errUnavailable
+	}
+	s.log.WarnContext(ctx, "envoy rate limit service: decision failed", "err", err)
+	return errUnavailable
+}
+
+// Separators of the mapping (docs/envoy.md).
+const (
+	nameSep = "."
+	keySep  = "/"
+)
+
+// keyEscaper makes the key mapping one to one: "/" inside a value cannot be confused with the
+// separator.
+var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
+
+// LimitName is the limit a descriptor counts against: the domain and the entries' keys joined
+// with ".".
+func LimitName(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) string {
+	parts := make([]string, 0, len(entries)+1)
+	parts = append(parts, domain)
+	for _, e := range entries {
+		parts = append(parts, e.GetKey())
+	}
+	return strings.Join(parts, nameSep)
+}
+
+// LimitKey is the key a descriptor counts: the entries' values, each with "%" and "/" escaped as
+// %25 and %2F, joined with "/".
+func LimitKey(entries []*rlcommon.RateLimitDescriptor_Entry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		parts[i] = keyEscaper.Replace(e.GetValue())
+	}
+	return strings.Join(parts, keySep)
+}
+
+// toRequests validates req and maps its descriptors to limit requests.
+func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
+	ds := req.GetDescriptors()
+	switch {
+	case req.GetDomain() == "":
+		return nil, status.Error(codes.InvalidArgument, "domain is required")
+	case len(ds) == 0 || len(ds) > MaxDescriptors:
+		return nil, status.Errorf(codes.InvalidArgument, "a request carries 1 to %d descriptors", MaxDescriptors)
+	}
+	out := make([]limiter.Request, len(ds))
+	for i, d := range ds {
+		if len(d.GetEntries()) == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d] has no entries", i)
+		}
+		if d.GetIsNegativeHits() {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: negative hits are not supported", i)
+		}
+		name, key := LimitName(req.GetDomain(), d.GetEntries()), LimitKey(d.GetEntries())
+		if !limiter.ValidName(name) {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: limit name %q (domain and entry keys joined with %q) must match ^[A-Za-z0-9_.:-]{1,128}$", i, name, nameSep)
+		}
+		if !limiter.ValidKey(key) {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: limit key (entry values joined with %q): %s", i, keySep, limiter.KeyRule)
+		}
+		hits := uint64(req.GetHitsAddend())
+		if d.GetHitsAddend() != nil {
+			hits = d.GetHitsAddend().GetValue()
+		}
+		if hits == 0 {
+			hits = 1
+		}
+		out[i] = limiter.Request{Name: name, Key: key, Count: float64(hits)}
+	}
+	return out, nil
+}
+
+// response builds the answer: per descriptor, its code, limit, remaining and time to wait.
+func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimitResponse {
+	out := &rls.RateLimitResponse{OverallCode: code(ok), Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, len(results))}
+	for i, d := range results {
+		st := &rls.RateLimitResponse_DescriptorStatus{Code: code(d.OK)}
+		if unknown == nil || !unknown[i] {
+			st.CurrentLimit = CurrentLimit(d.Definition)
+			st.LimitRemaining = clampUint32(math.Floor(d.Remaining))
+			if !d.OK && d.RetryAfter != nil {
+				st.DurationUntilReset = durationpb.New(time.Duration(*d.RetryAfter) * time.Millisecond)
+			}
+		}
+		out.Statuses[i] = st
+	}
+	out.ResponseHeadersToAdd = rateLimitHeaders(ok, results, unknown)
+	return out
+}
+
+// maxHeaderSeconds caps header times: an extreme definition can need longer than int64 counts.
+const maxHeaderSeconds = 1e15
+
+// headerSeconds converts ms to whole seconds, rounded up and clamped to [0, maxHeaderSeconds].
+func headerSeconds(ms float64) int64 {
+	sec := math.Ceil(ms / 1000)
+	switch {
+	case math.IsNaN(sec) || sec < 0:
+		return 0
+	case sec > maxHeaderSeconds:
+		return maxHeaderSeconds
+	}
+	return int64(sec)
+}
+
+// rateLimitHeaders are the headers Envoy adds to the client's response: RateLimit-Policy and
+// RateLimit for every descriptor with a definition, as the JSON API sends them, and Retry-After
+// when the request is refused and some refusal says when to retry.
+func rateLimitHeaders(ok bool, results []limiter.Decision, unknown []bool) []*core.HeaderValue {
+	var policy, limit []string
+	var retry *int64
+	for i, d := range results {
+		if unknown != nil && unknown[i] {
+			continue
+		}
+		def := d.Definition
+		policy = append(policy, fmt.Sprintf("%s;q=%d;w=%d", strconv.Quote(d.Name), int64(math.Floor(def.Max())), headerSeconds(float64(def.Period))))
+		var t int64
+		if d.RetryAfter != nil {
+			t = headerSeconds(float64(*d.RetryAfter))
+		} else if def.Rate > 0 {
+			t = headerSeconds(math.Max(def.Max()-d.Remaining, 0) * float64(def.Period) / def.Rate)
+		}
+		limit = append(limit, fmt.Sprintf("%s;r=%d;t=%d", strconv.Quote(d.Name), int64(math.Floor(math.Max(d.Remaining, 0))), t))
+		if !d.OK && d.RetryAfter != nil && (retry == nil || *d.RetryAfter > *retry) {
+			retry = d.RetryAfter
+		}
+	}
+	var hs []*core.HeaderValue
+	if len(policy) > 0 {
+		hs = append(hs,
+			&core.HeaderValue{Key: "ratelimit-policy", Value: strings.Join(policy, ", ")},
+			&core.HeaderValue{Key: "ratelimit", Value: strings.Join(limit, ", ")})
+	}
+	if !ok && retry != nil {
+		hs = append(hs, &core.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(headerSeconds(float64(*retry)), 10)})
+	}
+	return hs
+}
+
+// overLimitAll refuses every one of n descriptors.
+func overLimitAll(n int) *rls.RateLimitResponse {
+	out := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OVER_LIMIT}
+	for range n {
+		out.Statuses = append(out.Statuses, &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OVER_LIMIT})
+	}
+	return out
+}
+
+func code(ok bool) rls.RateLimitResponse_Code {
+	if ok {
+		return rls.RateLimitResponse_OK
+	}
+	return rls.RateLimitResponse_OVER_LIMIT
+}
+
+// units are Envoy's fixed-length units, longest first (MONTH and YEAR vary in length and are not
+// used).
+var units = []struct {
+	unit rls.RateLimitResponse_RateLimit_Unit
+	ms   int64
+}{
+	{rls.RateLimitResponse_RateLimit_WEEK, 7 * 24 * 3600 * 1000},
+	{rls.RateLimitResponse_RateLimit_DAY, 24 * 3600 * 1000},
+	{rls.RateLimitResponse_RateLimit_HOUR, 3600 * 1000},
+	{rls.RateLimitResponse_RateLimit_MINUTE, 60 * 1000},
+	{rls.RateLimitResponse_RateLimit_SECOND, 1000},
+}
+
+// CurrentLimit states a definition (Rate per Period ms) in Envoy's terms: when the period is a
+// whole number of seconds, the longest unit that divides it, times unit_multiplier (omitted when
+// 1), with requests_per_unit the rate rounded to a whole number; otherwise the rate per SECOND,
+// rounded. A rate that rounds to 0 is stated as 1 so that Envoy never reads "no requests".
+func CurrentLimit(def limiter.Definition) *rls.RateLimitResponse_RateLimit {
+	if def.Period <= 0 {
+		return nil
+	}
+	for _, u := range units {
+		if def.Period%u.ms == 0 {
+			rl := &rls.RateLimitResponse_RateLimit{Unit: u.unit, RequestsPerUnit: perUnit(def.Rate)}
+			if m := def.Period / u.ms; m > 1 {
+				rl.UnitMultiplier = wrapperspb.UInt32(uint32(min(m, math.MaxUint32)))
+			}
+			return rl
+		}
+	}
+	return &rls.RateLimitResponse_RateLimit{Unit: rls.RateLimitResponse_RateLimit_SECOND,
+		RequestsPerUnit: perUnit(def.Rate * 1000 / float64(def.Period))}
+}
+
+func perUnit(rate float64) uint32 { return max(clampUint32(math.Round(rate)), 1) }
+
+func clampUint32(v float64) uint32 {
+	switch {
+	case math.IsNaN(v) || v <= 0:
+		return 0
+	case v >= math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(v)
+}

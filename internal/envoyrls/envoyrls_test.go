@@ -1,0 +1,458 @@
+package envoyrls_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/config"
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// harness is the real application with the Envoy rate limit service on a loopback port, a
+// tenant with a secret key, and a gRPC client of Envoy's generated kind.
+type harness struct {
+	app      *app.App
+	tenantID int64
+	key      string
+	client   rls.RateLimitServiceClient
+}
+
+func start(t *testing.T, url string, allowUnknown bool) *harness {
+	t.Helper()
+	cfg := apptest.Config(url)
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.GRPCAllowUnknown = allowUnknown
+	return startWith(t, cfg, app.Options{})
+}
+
+func startWith(t *testing.T, cfg config.Config, o app.Options) *harness {
+	t.Helper()
+	a := apptest.Start(t, cfg, o)
+	if a.GRPCAddr() == "" {
+		t.Fatal("GRPC_ADDR is set but the application reports no gRPC address")
+	}
+	h := &harness{app: a, client: dial(t, a.GRPCAddr())}
+	tn, err := a.Tenants.CreateTenant(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.tenantID = tn.ID
+	h.key = h.newKey(t, tenants.KindSecret)
+	return h
+}
+
+// join is a second instance on the database of h, sharing its tenant and key.
+func (h *harness) join(t *testing.T, url string) *harness {
+	t.Helper()
+	cfg := apptest.Config(url)
+	cfg.GRPCAddr = "127.0.0.1:0"
+	a := apptest.Start(t, cfg, app.Options{})
+	return &harness{app: a, tenantID: h.tenantID, key: h.key, client: dial(t, a.GRPCAddr())}
+}
+
+func dial(t *testing.T, addr string) rls.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return rls.NewRateLimitServiceClient(conn)
+}
+
+func (h *harness) newKey(t *testing.T, kind tenants.KeyKind) string {
+	t.Helper()
+	_, secret, err := h.app.Tenants.CreateKey(context.Background(), h.tenantID, kind, "tests", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
+
+// define stores a fixed window of rate per hour called name.
+func (h *harness) define(t *testing.T, name string, rate float64) {
+	t.Helper()
+	def := limiter.Definition{Kind: limiter.FixedWindow, Rate: rate, Period: 3_600_000}
+	if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, name, def); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// value is the engine's value of one key (the tokens left).
+func (h *harness) value(t *testing.T, name, key string) float64 {
+	t.Helper()
+	v, err := h.app.Engine.GetValue(context.Background(), h.tenantID, name, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Value
+}
+
+// call sends ShouldRateLimit with header: value as metadata (none when header is "").
+func (h *harness) call(t *testing.T, header, value string, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if header != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, header, value)
+	}
+	return h.client.ShouldRateLimit(ctx, req)
+}
+
+// decide calls with the tenant's key and fails the test on an error.
+func (h *harness) decide(t *testing.T, req *rls.RateLimitRequest) *rls.RateLimitResponse {
+	t.Helper()
+	resp, err := h.call(t, "authorization", "Bearer "+h.key, req)
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp
+}
+
+// descriptor is one descriptor of key/value pairs.
+func descriptor(kv ...string) *rlcommon.RateLimitDescriptor {
+	d := &rlcommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func request(domain string, ds ...*rlcommon.RateLimitDescriptor) *rls.RateLimitRequest {
+	return &rls.RateLimitRequest{Domain: domain, Descriptors: ds}
+}
+
+// headers are the response headers Envoy is asked to add, by name.
+func headers(resp *rls.RateLimitResponse) map[string]string {
+	out := map[string]string{}
+	for _, h := range resp.ResponseHeadersToAdd {
+		out[h.Key] = h.Value
+	}
+	return out
+}
+
+func requireCode(t *testing.T, err error, want codes.Code) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != want {
+		t.Fatalf("got %v (%v), want %v", st.Code(), err, want)
+	}
+	if st.Message() == "" {
+		t.Fatalf("%v has no message", want)
+	}
+}
+
+func TestAdmitsUpToTheLimitThenOverLimit(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, false)
+		h.define(t, "api.user", 3)
+		req := request("api", descriptor("user", "alice"))
+		for i := range 3 {
+			resp := h.decide(t, req)
+			st := resp.Statuses[0]
+			if resp.OverallCode != rls.RateLimitResponse_OK || st.Code != rls.RateLimitResponse_OK {
+				t.Fatalf("call %d: %v, want OK", i+1, resp)
+			}
+			if want := uint32(2 - i); st.LimitRemaining != want {
+				t.Fatalf("call %d: remaining %d, want %d", i+1, st.LimitRemaining, want)
+			}
+			if st.CurrentLimit.GetRequestsPerUnit() != 3 || st.CurrentLimit.GetUnit() != rls.RateLimitResponse_RateLimit_HOUR {
+				t.Fatalf("current limit %v, want 3 per HOUR", st.CurrentLimit)
+			}
+			hs := headers(resp)
+			if want := fmt.Sprintf(`"api.user";r=%d;t=`, 2-i); !strings.HasPrefix(hs["ratelimit"], want) || hs["ratelimit-policy"] != `"api.user";q=3;w=3600` {
+				t.Fatalf("call %d: headers %v, want RateLimit %s… and RateLimit-Policy \"api.user\";q=3;w=3600", i+1, hs, want)
+			}
+			if _, ok := hs["retry-after"]; ok {
+				t.Fatalf("call %d: an admitted request has Retry-After: %v", i+1, hs)
+			}
+		}
+		resp := h.decide(t, req)
+		st := resp.Statuses[0]
+		if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT || st.Code != rls.RateLimitResponse_OVER_LIMIT || st.LimitRemaining != 0 {
+			t.Fatalf("fourth call: %v, want OVER_LIMIT with 0 remaining", resp)
+		}
+		d := st.DurationUntilReset.AsDuration()
+		if d <= 0 || d > time.Hour {
+			t.Fatalf("duration until reset %v, want within the hour", d)
+		}
+		if want := strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10); headers(resp)["retry-after"] != want {
+			t.Fatalf("headers %v, want Retry-After %s (the duration until reset, rounded up)", headers(resp), want)
+		}
+		if v := h.value(t, "api.user", "alice"); v != 0 {
+			t.Fatalf("engine value %v after 3 admitted of 3, want 0", v)
+		}
+		// Another key has its own allowance; hits_addend counts as several.
+		many := request("api", descriptor("user", "bob"))
+		many.HitsAddend = 2
+		if resp := h.decide(t, many); resp.OverallCode != rls.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 1 {
+			t.Fatalf("hits_addend 2 on a fresh key: %v, want OK with 1 remaining", resp)
+		}
+	})
+}
+
+func TestDescriptorsAreAllOrNothing(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, false)
+		h.define(t, "api.user", 10)
+		h.define(t, "api.route", 1)
+		h.decide(t, request("api", descriptor("route", "/login"))) // spends route's only token
+		resp := h.decide(t, request("api", descriptor("user", "alice"), descriptor("route", "/login")))
+		if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("%v, want OVER_LIMIT", resp)
+		}
+		if resp.Statuses[0].Code != rls.RateLimitResponse_OK || resp.Statuses[1].Code != rls.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("statuses %v, want OK (would pass) then OVER_LIMIT", resp.Statuses)
+		}
+		if v := h.value(t, "api.user", "alice"); v != 10 {
+			t.Fatalf("the refused request consumed from api.user: value %v, want 10", v)
+		}
+		resp = h.decide(t, request("api", descriptor("user", "alice"), descriptor("route", "/home")))
+		if resp.OverallCode != rls.RateLimitResponse_OK {
+			t.Fatalf("%v, want OK", resp)
+		}
+		if v := h.value(t, "api.user", "alice"); v != 9 {
+			t.Fatalf("the admitted request: api.user value %v, want 9", v)
+		}
+	})
+}
+
+func TestKeysAreCheckedFromTheConfiguredHeader(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, false)
+		h.define(t, "api.user", 10)
+		req := request("api", descriptor("user", "alice"))
+		_, err := h.call(t, "", "", req)
+		requireCode(t, err, codes.Unauthenticated)
+		_, err = h.call(t, "authorization", "Bearer sk_live_not-a-key", req)
+		requireCode(t, err, codes.Unauthenticated)
+		_, err = h.call(t, "x-other", h.key, req)
+		requireCode(t, err, codes.Unauthenticated)
+		_, err = h.call(t, "authorization", h.newKey(t, tenants.KindPublishable), req)
+		requireCode(t, err, codes.PermissionDenied)
+		if _, err := h.call(t, "authorization", h.key, req); err != nil {
+			t.Fatalf("the bare secret key: %v", err)
+		}
+		if v := h.value(t, "api.user", "alice"); v != 9 {
+			t.Fatalf("value %v after one authenticated call, want 9", v)
+		}
+	})
+}
+
+// lockedBuffer is the application's stdout, written by Run while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestTheKeyHeaderIsConfigurableAndTheAddressPrinted(t *testing.T) {
+	t.Parallel()
+	cfg := apptest.Config("sqlite:" + t.TempDir() + "/sluice.db")
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.GRPCKeyHeader = "x-sluice-key"
+	var out lockedBuffer
+	h := startWith(t, cfg, app.Options{Stdout: &out})
+	if want := "Envoy rate limit service on " + h.app.GRPCAddr() + "\n"; !strings.Contains(out.String(), want) {
+		t.Fatalf("stdout %q does not say %q", out.String(), want)
+	}
+	h.define(t, "api.user", 10)
+	req := request("api", descriptor("user", "alice"))
+	_, err := h.call(t, "authorization", "Bearer "+h.key, req)
+	requireCode(t, err, codes.Unauthenticated)
+	if _, err := h.call(t, "x-sluice-key", "Bearer "+h.key, req); err != nil {
+		t.Fatalf("the key in x-sluice-key: %v", err)
+	}
+}
+
+func TestWithoutGRPCAddrNothingListens(t *testing.T) {
+	t.Parallel()
+	a := apptest.Start(t, apptest.Config("sqlite:"+t.TempDir()+"/sluice.db"), app.Options{})
+	if a.GRPCAddr() != "" || a.Envoy != nil {
+		t.Fatalf("GRPC_ADDR is off, yet the service is at %q", a.GRPCAddr())
+	}
+}
+
+func TestUnknownLimitsFollowThePolicy(t *testing.T) {
+	t.Parallel()
+	t.Run("deny", func(t *testing.T) {
+		testkit.EachURL(t, func(t *testing.T, url string) {
+			h := start(t, url, false)
+			h.define(t, "api.user", 10)
+			resp := h.decide(t, request("api", descriptor("user", "alice"), descriptor("nosuch", "x")))
+			if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT || resp.Statuses[1].Code != rls.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("%v, want OVER_LIMIT for the unknown descriptor and the request", resp)
+			}
+			if v := h.value(t, "api.user", "alice"); v != 10 {
+				t.Fatalf("a denied request consumed from api.user: value %v, want 10", v)
+			}
+			if hs := headers(resp); hs["ratelimit-policy"] != `"api.user";q=10;w=3600` {
+				t.Fatalf("headers %v, want a RateLimit-Policy of the known limit only", hs)
+			}
+			if resp := h.decide(t, request("api", descriptor("nosuch", "x"))); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("only unknown descriptors: %v, want OVER_LIMIT", resp)
+			}
+		})
+	})
+	t.Run("allow", func(t *testing.T) {
+		testkit.EachURL(t, func(t *testing.T, url string) {
+			h := start(t, url, true)
+			h.define(t, "api.user", 10)
+			resp := h.decide(t, request("api", descriptor("user", "alice"), descriptor("nosuch", "x")))
+			if resp.OverallCode != rls.RateLimitResponse_OK || resp.Statuses[1].Code != rls.RateLimitResponse_OK {
+				t.Fatalf("%v, want OK", resp)
+			}
+			if v := h.value(t, "api.user", "alice"); v != 9 {
+				t.Fatalf("the known descriptor is still counted: value %v, want 9", v)
+			}
+			if resp := h.decide(t, request("api", descriptor("nosuch", "x"))); resp.OverallCode != rls.RateLimitResponse_OK {
+				t.Fatalf("only unknown descriptors: %v, want OK", resp)
+			}
+		})
+	})
+}
+
+func TestInvalidDescriptorsAreInvalidArguments(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, false)
+		for name, req := range map[string]*rls.RateLimitRequest{
+			"a name with a space": request("api", descriptor("user id", "alice")),
+			"a name too long":     request(stringOf('a', 130), descriptor("k", "v")),
+			"a NUL in a value":    request("api", descriptor("user", "a\x00b")),
+			"no domain":           request("", descriptor("user", "alice")),
+			"no descriptors":      request("api"),
+			"no entries":          request("api", descriptor()),
+		} {
+			_, err := h.call(t, "authorization", "Bearer "+h.key, req)
+			st, _ := status.FromError(err)
+			if st.Code() != codes.InvalidArgument || st.Message() == "" {
+				t.Errorf("%s: %v, want INVALID_ARGUMENT with a message", name, err)
+			}
+		}
+	})
+}
+
+func stringOf(c byte, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = c
+	}
+	return string(b)
+}
+
+func TestADatabaseThatIsGoneFailsClosed(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, false)
+		h.define(t, "api.user", 10)
+		req := request("api", descriptor("user", "alice"))
+		h.decide(t, req) // the key is now cached: the decision itself meets the closed database
+		fresh := h.newKey(t, tenants.KindSecret)
+		if err := h.app.DB.SQL.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := h.call(t, "authorization", "Bearer "+h.key, req)
+		requireCode(t, err, codes.Unavailable)
+		_, err = h.call(t, "authorization", "Bearer "+fresh, req)
+		requireCode(t, err, codes.Unavailable)
+	})
+}
+
+// TestTwoInstancesNeverOverAdmit: concurrent calls on one key through two application instances
+// on one PostgreSQL admit exactly the limit.
+func TestTwoInstancesNeverOverAdmit(t *testing.T) {
+	t.Parallel()
+	url := testkit.URL(t, db.Postgres)
+	first := start(t, url, false)
+	second := first.join(t, url)
+	first.define(t, "api.user", 50)
+	const workers, calls = 8, 20
+	var mu sync.Mutex
+	admitted, refused := 0, 0
+	var wg sync.WaitGroup
+	for w := range workers {
+		h := first
+		if w%2 == 1 {
+			h = second
+		}
+		wg.Go(func() {
+			for range calls {
+				resp, err := h.call(t, "authorization", "Bearer "+h.key, request("api", descriptor("user", "shared")))
+				mu.Lock()
+				switch {
+				case err != nil:
+					t.Errorf("ShouldRateLimit: %v", err)
+				case resp.OverallCode == rls.RateLimitResponse_OK:
+					admitted++
+				case resp.OverallCode == rls.RateLimitResponse_OVER_LIMIT:
+					refused++
+				default:
+					t.Errorf("overall code %v", resp.OverallCode)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if admitted != 50 || admitted+refused != workers*calls {
+		t.Fatalf("admitted %d, refused %d of %d calls on a limit of 50", admitted, refused, workers*calls)
+	}
+}
+
+func TestDescriptorHitsAddendOverridesTheRequests(t *testing.T) {
+	t.Parallel()
+	h := start(t, "sqlite:"+t.TempDir()+"/sluice.db", false)
+	h.define(t, "api.user", 10)
+	d := descriptor("user", "alice")
+	d.HitsAddend = wrapperspb.UInt64(4)
+	req := request("api", d)
+	req.HitsAddend = 2
+	if resp := h.decide(t, req); resp.Statuses[0].LimitRemaining != 6 {
+		t.Fatalf("%v, want 6 remaining after 4 hits", resp)
+	}
+	req.Descriptors[0].HitsAddend = wrapperspb.UInt64(11)
+	if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("more hits than the limit's capacity: %v, want OVER_LIMIT", resp)
+	}
+	if v := h.value(t, "api.user", "alice"); v != 6 {
+		t.Fatalf("value %v, want 6", v)
+	}
+}
