@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -289,55 +288,11 @@ func (s *Server) tooMany(c *gin.Context, d limiter.Decision) {
 		Name: d.Name, RetryAfterMs: d.RetryAfter})
 }
 
-// maxHeaderSeconds caps header times: a valid but extreme definition (a tiny rate over a long
-// period) can need longer than int64 can count, and the conversion must not wrap negative.
-const maxHeaderSeconds = 1e15
-
-// headerSeconds converts ms to whole seconds, rounded up and clamped to [0, maxHeaderSeconds].
-func headerSeconds(ms float64) int64 {
-	sec := math.Ceil(ms / 1000)
-	switch {
-	case math.IsNaN(sec) || sec < 0:
-		return 0
-	case sec > maxHeaderSeconds:
-		return maxHeaderSeconds
-	}
-	return int64(sec)
-}
-
-// setRateLimitHeaders writes the IETF draft headers (draft-ietf-httpapi-ratelimit-headers):
-// RateLimit-Policy: "name";q=<quota>;w=<window seconds> and RateLimit: "name";r=<remaining>;t=<seconds>.
-// t is the retryAfter when there is one, otherwise the time until the quota is whole again.
-// They are built with strconv (%q is strconv.Quote) and stored under their canonical keys directly:
-// this runs on every decision.
+// setRateLimitHeaders writes the RateLimit-Policy and RateLimit headers (limiter.RateLimitHeaders),
+// under their canonical keys directly: this runs on every decision.
 func setRateLimitHeaders(c *gin.Context, ds []limiter.Decision) {
-	policy := make([]byte, 0, 48*len(ds))
-	limit := make([]byte, 0, 48*len(ds))
-	for i, d := range ds {
-		if i > 0 {
-			policy, limit = append(policy, ", "...), append(limit, ", "...)
-		}
-		def := d.Definition
-		policy = strconv.AppendQuote(policy, d.Name)
-		policy = append(policy, ";q="...)
-		policy = strconv.AppendInt(policy, int64(math.Floor(def.Max())), 10)
-		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, int64(math.Ceil(float64(def.Period)/1000)), 10)
-
-		var t int64
-		if d.RetryAfter != nil {
-			t = headerSeconds(float64(*d.RetryAfter))
-		} else {
-			missing := math.Max(def.Max()-d.Remaining, 0)
-			t = headerSeconds(missing * float64(def.Period) / def.Rate)
-		}
-		limit = strconv.AppendQuote(limit, d.Name)
-		limit = append(limit, ";r="...)
-		limit = strconv.AppendInt(limit, int64(math.Floor(math.Max(d.Remaining, 0))), 10)
-		limit = append(limit, ";t="...)
-		limit = strconv.AppendInt(limit, t, 10)
-	}
+	policy, limit := limiter.RateLimitHeaders(ds)
 	h := c.Writer.Header()
-	h["Ratelimit-Policy"] = []string{string(policy)} // textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
-	h["Ratelimit"] = []string{string(limit)}
+	h["Ratelimit-Policy"] = []string{policy} // textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
+	h["Ratelimit"] = []string{limit}
 }

@@ -3,13 +3,13 @@ package api
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -97,15 +97,10 @@ func writeProblem(c *gin.Context, log *slog.Logger, err error) {
 		c.Header("WWW-Authenticate", `Bearer realm="sluice"`)
 	case http.StatusTooManyRequests:
 		if p.RetryAfter != nil {
-			c.Header("Retry-After", retryAfterSeconds(*p.RetryAfter))
+			c.Header("Retry-After", strconv.FormatInt(limiter.HeaderSeconds(float64(*p.RetryAfter)), 10))
 		}
 	}
 	c.Header("Content-Type", "application/problem+json")
 	c.Header("Cache-Control", "no-store")
 	c.AbortWithStatusJSON(p.Status, p)
-}
-
-// retryAfterSeconds is the Retry-After header value: whole seconds, rounded up.
-func retryAfterSeconds(ms int64) string {
-	return strconv.FormatInt(int64(math.Ceil(float64(ms)/1000)), 10)
 }

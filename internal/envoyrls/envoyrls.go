@@ -318,52 +318,30 @@ func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimi
 	return out
 }
 
-// maxHeaderSeconds caps header times: an extreme definition can need longer than int64 counts.
-const maxHeaderSeconds = 1e15
-
-// headerSeconds converts ms to whole seconds, rounded up and clamped to [0, maxHeaderSeconds].
-func headerSeconds(ms float64) int64 {
-	sec := math.Ceil(ms / 1000)
-	switch {
-	case math.IsNaN(sec) || sec < 0:
-		return 0
-	case sec > maxHeaderSeconds:
-		return maxHeaderSeconds
-	}
-	return int64(sec)
-}
-
 // rateLimitHeaders are the headers Envoy adds to the client's response: RateLimit-Policy and
 // RateLimit for every descriptor with a definition, as the JSON API sends them, and Retry-After
 // when the request is refused and some refusal says when to retry.
 func rateLimitHeaders(ok bool, results []limiter.Decision, unknown []bool) []*core.HeaderValue {
-	var policy, limit []string
+	var known []limiter.Decision
 	var retry *int64
 	for i, d := range results {
 		if unknown != nil && unknown[i] {
 			continue
 		}
-		def := d.Definition
-		policy = append(policy, fmt.Sprintf("%s;q=%d;w=%d", strconv.Quote(d.Name), int64(math.Floor(def.Max())), headerSeconds(float64(def.Period))))
-		var t int64
-		if d.RetryAfter != nil {
-			t = headerSeconds(float64(*d.RetryAfter))
-		} else if def.Rate > 0 {
-			t = headerSeconds(math.Max(def.Max()-d.Remaining, 0) * float64(def.Period) / def.Rate)
-		}
-		limit = append(limit, fmt.Sprintf("%s;r=%d;t=%d", strconv.Quote(d.Name), int64(math.Floor(math.Max(d.Remaining, 0))), t))
+		known = append(known, d)
 		if !d.OK && d.RetryAfter != nil && (retry == nil || *d.RetryAfter > *retry) {
 			retry = d.RetryAfter
 		}
 	}
 	var hs []*core.HeaderValue
-	if len(policy) > 0 {
+	if len(known) > 0 {
+		policy, limit := limiter.RateLimitHeaders(known)
 		hs = append(hs,
-			&core.HeaderValue{Key: "ratelimit-policy", Value: strings.Join(policy, ", ")},
-			&core.HeaderValue{Key: "ratelimit", Value: strings.Join(limit, ", ")})
+			&core.HeaderValue{Key: "ratelimit-policy", Value: policy},
+			&core.HeaderValue{Key: "ratelimit", Value: limit})
 	}
 	if !ok && retry != nil {
-		hs = append(hs, &core.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(headerSeconds(float64(*retry)), 10)})
+		hs = append(hs, &core.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(limiter.HeaderSeconds(float64(*retry)), 10)})
 	}
 	return hs
 }

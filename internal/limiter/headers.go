@@ -1,0 +1,61 @@
+package limiter
+
+import (
+	"math"
+	"strconv"
+)
+
+// RateLimitHeaders are the values of the IETF draft headers (draft-ietf-httpapi-ratelimit-headers)
+// for decisions, as every surface sends them (the JSON API, the Envoy adapter):
+//
+//	RateLimit-Policy: "name";q=<quota>;w=<window seconds>, …
+//	RateLimit:        "name";r=<remaining>;t=<seconds>, …
+//
+// t is the decision's retryAfter when it has one, otherwise the time until the quota is whole
+// again. Built with strconv (AppendQuote is %q): the API sends them on every decision.
+func RateLimitHeaders(ds []Decision) (policy, limit string) {
+	p := make([]byte, 0, 48*len(ds))
+	l := make([]byte, 0, 48*len(ds))
+	for i, d := range ds {
+		if i > 0 {
+			p, l = append(p, ", "...), append(l, ", "...)
+		}
+		def := d.Definition
+		p = strconv.AppendQuote(p, d.Name)
+		p = append(p, ";q="...)
+		p = strconv.AppendInt(p, int64(math.Floor(def.Max())), 10)
+		p = append(p, ";w="...)
+		p = strconv.AppendInt(p, HeaderSeconds(float64(def.Period)), 10)
+
+		var t int64
+		if d.RetryAfter != nil {
+			t = HeaderSeconds(float64(*d.RetryAfter))
+		} else {
+			missing := math.Max(def.Max()-d.Remaining, 0)
+			t = HeaderSeconds(missing * float64(def.Period) / def.Rate)
+		}
+		l = strconv.AppendQuote(l, d.Name)
+		l = append(l, ";r="...)
+		l = strconv.AppendInt(l, int64(math.Floor(math.Max(d.Remaining, 0))), 10)
+		l = append(l, ";t="...)
+		l = strconv.AppendInt(l, t, 10)
+	}
+	return string(p), string(l)
+}
+
+// maxHeaderSeconds caps header times: a valid but extreme definition (a tiny rate over a long
+// period) can need longer than int64 can count, and the conversion must not wrap negative.
+const maxHeaderSeconds = 1e15
+
+// HeaderSeconds converts ms to whole seconds for a header, rounded up and clamped to
+// [0, 1e15].
+func HeaderSeconds(ms float64) int64 {
+	sec := math.Ceil(ms / 1000)
+	switch {
+	case math.IsNaN(sec) || sec < 0:
+		return 0
+	case sec > maxHeaderSeconds:
+		return maxHeaderSeconds
+	}
+	return int64(sec)
+}
