@@ -23,6 +23,8 @@ COPY --from=build --chown=65532:65532 /out/var/lib/sluice /var/lib/sluice
 WORKDIR /var/lib/sluice
 USER 65532:65532
 ENV LISTEN_ADDR=:8080
+# 8080: the API and dashboard; 9090 (METRICS_ADDR=:9090) and 8081 (GRPC_ADDR=:8081) when set, for
+# the scraper and Envoy on a private network.
 EXPOSE 8080
 # No curl in distroless: the binary probes itself (GET /healthz on LISTEN_ADDR).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 CMD ["/usr/local/bin/sluice", "healthcheck"]

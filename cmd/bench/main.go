@@ -39,7 +39,15 @@ func main() {
 	pairs := flag.Int("pairs", 3, "pgbench random / random-32 pairs run back to back at the end (0: none); with -compare-*, the A/B pairs")
 	compareDir := flag.String("compare-dir", "", "comparison mode (compare.go): build B from this tree")
 	compareTags := flag.String("compare-tags", "", "comparison mode (compare.go): build B with these build tags")
+	sustain := flag.Duration("sustained", 0, "sustained mode: run random-32 this long (e.g. 10m) and print each minute's throughput, give-ups and retries")
 	flag.Parse()
+	if *sustain > 0 {
+		if err := sustained(*sustain, *fsync); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *compareDir != "" || *compareTags != "" {
 		if err := compare(*duration, *out, *only, *compareDir, *compareTags, *fsync, *pairs); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -51,6 +59,45 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// benchEnv is what every mode needs: a built Sluice and a throwaway PostgreSQL with a database.
+type benchEnv struct {
+	work, bin, dbURL string
+	srv              *testkit.Server
+}
+
+// setUp builds cmd/app and starts PostgreSQL (durably unless fsync is false).
+func setUp(fsync bool) (*benchEnv, error) {
+	work, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return nil, err
+	}
+	e := &benchEnv{work: work, bin: filepath.Join(work, "sluice")}
+	build := exec.Command("go", "build", "-o", e.bin, "./cmd/app")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		e.tearDown()
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	// Durable by default: both pgbench and Sluice pay for their commits as they would in
+	// production (the reference ceiling is also a durable one).
+	if e.srv, err = testkit.StartWith(testkit.Options{Durable: fsync}); err != nil {
+		e.tearDown()
+		return nil, err
+	}
+	if e.dbURL, err = testkit.CreateDatabase(e.srv.URL); err != nil {
+		e.tearDown()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *benchEnv) tearDown() {
+	if e.srv != nil {
+		e.srv.Stop()
+	}
+	_ = os.RemoveAll(e.work)
 }
 
 // Result is one scenario's median figures.
@@ -105,29 +152,12 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 	}
 	selected := func(name string) bool { return len(want) == 0 || want[name] }
 
-	work, err := os.MkdirTemp("", "sluice-bench-")
+	env, err := setUp(fsync)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	bin := filepath.Join(work, "sluice")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/app")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build: %w", err)
-	}
-
-	// Durable by default: both pgbench and Sluice pay for their commits as they would in
-	// production (the reference ceiling is also a durable one).
-	srv, err := testkit.StartWith(testkit.Options{Durable: fsync})
-	if err != nil {
-		return err
-	}
-	defer srv.Stop()
-	dbURL, err := testkit.CreateDatabase(srv.URL)
-	if err != nil {
-		return err
-	}
+	defer env.tearDown()
+	work, bin, srv, dbURL := env.work, env.bin, env.srv, env.dbURL
 	fmt.Fprintf(os.Stderr, "bench: PostgreSQL on port %d (fsync %v)\n", srv.Port, fsync)
 
 	report := Report{Machine: machine(), When: time.Now().UTC().Format(time.RFC3339), PgFsync: fsync}
