@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -144,12 +145,7 @@ func (s schemaDoc) fields(all map[string]schemaDoc, seen map[string]bool) []docs
 	for _, r := range s.Required {
 		required[r] = true
 	}
-	names := make([]string, 0, len(s.Properties))
-	for n := range s.Properties {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(s.Properties)) {
 		p := s.Properties[n]
 		out = append(out, docsField{Name: n, Type: p.typeName(), Description: p.Description, Required: required[n]})
 	}
@@ -170,12 +166,7 @@ func renderDocs(raw []byte) ([]byte, error) {
 		return nil, err
 	}
 	vm := docsVM{Title: doc.Info.Title, Version: doc.Info.Version, Description: doc.Info.Description}
-	paths := make([]string, 0, len(doc.Paths))
-	for p := range doc.Paths {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, path := range paths {
+	for _, path := range slices.Sorted(maps.Keys(doc.Paths)) {
 		for _, method := range []string{"get", "put", "post", "delete", "options"} {
 			rawOp, ok := doc.Paths[path][method]
 			if !ok {
@@ -194,12 +185,7 @@ func renderDocs(raw []byte) ([]byte, error) {
 					o.Body = c.Schema.typeName()
 				}
 			}
-			statuses := make([]string, 0, len(op.Responses))
-			for st := range op.Responses {
-				statuses = append(statuses, st)
-			}
-			sort.Strings(statuses)
-			for _, st := range statuses {
+			for _, st := range slices.Sorted(maps.Keys(op.Responses)) {
 				r := op.Responses[st]
 				var schema string
 				for _, c := range r.Content {
@@ -210,12 +196,7 @@ func renderDocs(raw []byte) ([]byte, error) {
 			vm.Operations = append(vm.Operations, o)
 		}
 	}
-	names := make([]string, 0, len(doc.Components.Schemas))
-	for n := range doc.Components.Schemas {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(doc.Components.Schemas)) {
 		s := doc.Components.Schemas[n]
 		vm.Schemas = append(vm.Schemas, docsSchema{Name: n, Description: s.Description, Fields: s.fields(doc.Components.Schemas, map[string]bool{})})
 	}
