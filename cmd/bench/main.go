@@ -506,6 +506,8 @@ func printTable(w io.Writer, r Report) {
 }
 
 // scrapeCounter reads one unlabelled counter from the server's /metrics (0 when absent).
+// scrapeCounter reads a counter from the metrics listener: name alone sums every label set,
+// name{labels} (exactly as exposed) reads one.
 func (s *sluice) scrapeCounter(name string) float64 {
 	resp, err := http.Get(s.metrics)
 	if err != nil {
@@ -513,13 +515,18 @@ func (s *sluice) scrapeCounter(name string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	var sum float64
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+" ") {
-			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
-			return v
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && (rest[0] != '{' || strings.Contains(name, "{"))) {
+			continue // another metric, or another label set
+		}
+		f := strings.Fields(rest)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
 		}
 	}
-	return 0
+	return sum
 }
 
 func psql(dbURL, sql string) error {
