@@ -215,3 +215,33 @@ func TestMiddlewareRefusesWith400WhenTheCountCannotBeTold(t *testing.T) {
 		t.Fatalf("unparsable cost: %d %v", w.Code, p)
 	}
 }
+
+func TestMiddlewareFailsOpenOrClosedOnceTheServerIsStopped(t *testing.T) {
+	srv := startTestServer(t)
+	ctx := testCtx(t)
+	name := limitName(t, "mw")
+	if _, err := sluice.New(srv.URL, srv.Key).Put(ctx, name, sluice.Definition{Kind: sluice.TokenBucket, Rate: 5, Period: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	quiet := sluice.WithLogger(slog.New(slog.DiscardHandler))
+	closedNext, openNext := &okHandler{}, &okHandler{}
+	closed := sluice.Middleware(sluice.New(srv.URL, srv.Key, sluice.WithRetries(0)), name, quiet)(closedNext)
+	open := sluice.Middleware(sluice.New(srv.URL, srv.Key, sluice.WithRetries(0), sluice.WithFailPolicy(sluice.FailOpen)), name, quiet)(openNext)
+	for _, h := range []http.Handler{closed, open} {
+		if w := serve(h, "198.51.100.7:1"); w.Code != http.StatusOK || w.Header().Get("RateLimit") == "" {
+			t.Fatalf("while Sluice runs: %d %v", w.Code, w.Header())
+		}
+	}
+
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	w := serve(closed, "198.51.100.7:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusServiceUnavailable || p["code"] != sluice.CodeUnavailable || w.Header().Get("Retry-After") != "1" || closedNext.calls != 1 {
+		t.Fatalf("fail closed with Sluice stopped: %d %v %v", w.Code, p, w.Header())
+	}
+	w = serve(open, "198.51.100.7:1")
+	if w.Code != http.StatusOK || openNext.calls != 2 || w.Header().Get("RateLimit") != "" {
+		t.Fatalf("fail open with Sluice stopped: %d %v (handler called %d times)", w.Code, w.Header(), openNext.calls)
+	}
+}
