@@ -233,16 +233,6 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// closedAddr is a loopback address nothing listens on: every connection to it is refused.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // testCtx is a generous deadline for one test's calls.
 func testCtx(t *testing.T) context.Context {
 	t.Helper()
