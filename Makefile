@@ -12,9 +12,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sluice ./cmd/app
 
 # Modules of their own, which the root's ./... does not reach: the Go client (standard library
-# only) and the Gin middleware. Their tests build and start a real server: on SQLite, and on
-# PostgreSQL when TEST_DATABASE_URL is set.
-GO_MODULES := client/go client/gin
+# only), the Gin middleware and the examples. Their tests build and start a real server: on
+# SQLite, and on PostgreSQL when TEST_DATABASE_URL is set.
+GO_MODULES := client/go client/gin examples
 
 test:
 	$(GO) vet ./...

@@ -26,6 +26,7 @@ import (
 var (
 	baseURL   string
 	secretKey string
+	grpcAddr  string // its Envoy rate limit service
 	// serverBin is the server built by TestMain, for tests that start one of their own.
 	serverBin string
 )
@@ -54,7 +55,7 @@ func runWithServer(m *testing.M) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "examples tests: Sluice on %s (%s)\n", srv.URL, srv.Dialect)
-	baseURL, secretKey = srv.URL, srv.Key
+	baseURL, secretKey, grpcAddr = srv.URL, srv.Key, srv.GRPCAddr
 	code := m.Run()
 	if err := srv.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "examples tests: stop Sluice:", err)

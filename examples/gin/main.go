@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	sluice "github.com/sluice-dev/sluice/client/go"
 	sluicegin "github.com/sluice-dev/sluice/client/gin"
+	sluice "github.com/sluice-dev/sluice/client/go"
 )
 
 func main() {
