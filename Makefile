@@ -3,7 +3,7 @@
 GO       ?= go
 TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
 
-.PHONY: print-go-modules run build test test-go test-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
+.PHONY: bench-client print-go-modules run build test test-go test-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
 	SLUICE_DEMO=$${SLUICE_DEMO:-true} $(GO) run ./cmd/app serve
@@ -46,6 +46,15 @@ test-short:
 # Flags go through BENCH_FLAGS, e.g. make bench BENCH_FLAGS="-fsync=false -only random-32".
 bench:
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
+	@$(MAKE) --no-print-directory bench-client
+
+# The Go client's batching off and on at 32 and 256 concurrent callers (client/go's
+# BenchmarkLimitBatching: decisions/s, p50/p99 per call, HTTP requests per decision) against a
+# real server on SQLite, then on the throwaway PostgreSQL of make test (fsync off).
+CLIENT_BENCHTIME ?= 5s
+bench-client:
+	cd client/go && env -u TEST_DATABASE_URL $(GO) test -count=1 -run '^$$' -bench LimitBatching -benchtime $(CLIENT_BENCHTIME) .
+	$(GO) run ./internal/testkit/withpg -- sh -c 'cd client/go && $(GO) test -count=1 -run "^$$" -bench LimitBatching -benchtime $(CLIENT_BENCHTIME) .'
 
 # Runs every fuzz target for FUZZTIME each (make test runs their seed corpora only).
 FUZZTIME ?= 30s
