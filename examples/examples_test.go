@@ -127,7 +127,8 @@ func startExample(t *testing.T, name string) (url string) {
 			// `go run` itself exits 1 after an interrupt, silently, even when the program it ran
 			// exited 0; had the program failed, it would have printed "exit status N".
 			var exit *exec.ExitError
-			if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1 && stderr.String() == "") {
+			quietGoRun := errors.As(err, &exit) && exit.ExitCode() == 1 && stderr.String() == ""
+			if err != nil && !quietGoRun {
 				t.Errorf("%s did not stop cleanly on SIGINT: %v\n%s%s", block, err, out.String(), stderr.String())
 			}
 		case <-time.After(30 * time.Second):
