@@ -22,9 +22,9 @@ test:
 # machine without node skips them visibly; CI (CI=true) always runs them.
 test-ts:
 	@if [ "$$CI" != true ] && ! command -v node >/dev/null; then \
-		echo "SKIP: client/ts tests need node"; \
+		echo "SKIP: client/typescript tests need node"; \
 	else \
-		cd client/ts && npm ci --no-audit --no-fund && GO="$(GO)" npm test; \
+		cd client/typescript && npm ci --no-audit --no-fund && GO="$(GO)" npm test; \
 	fi
 
 test-short:

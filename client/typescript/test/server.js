@@ -15,7 +15,7 @@ const run = promisify(execFile);
 
 // GO is the go command (make passes its $(GO)); go by default.
 
-// This file runs from client/ts/dist/test/.
+// This file runs from client/typescript/dist/test/.
 const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 
 /** A loopback address nothing listens on once it returns: connections to it are refused. */
