@@ -3,7 +3,7 @@
 GO       ?= go
 TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
 
-.PHONY: run build test test-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
+.PHONY: run build test test-ts lint-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
 	SLUICE_DEMO=$${SLUICE_DEMO:-true} $(GO) run ./cmd/app serve
@@ -59,6 +59,17 @@ lint:
 	$(GO) vet ./...
 	cd client/go && $(GO) vet ./...
 	@if command -v golangci-lint >/dev/null; then golangci-lint run ./... && cd client/go && golangci-lint run ./...; else echo "golangci-lint not installed; skipped"; fi
+	@$(MAKE) --no-print-directory lint-ts
+
+# The TypeScript client: its generated wire types (src/openapi.ts) match internal/api/openapi.json
+# (regenerate them with `cd client/typescript && npm run generate`), and it type-checks. A machine
+# without node skips this visibly; CI (CI=true) always runs it.
+lint-ts:
+	@if [ "$$CI" != true ] && ! command -v node >/dev/null; then \
+		echo "SKIP: client/typescript lint needs node"; \
+	else \
+		cd client/typescript && npm ci --no-audit --no-fund && npm run --silent generate-check && npm run --silent typecheck; \
+	fi
 
 # Re-vendors htmx (pinned in the script) into web/static/htmx.
 vendor-htmx:
