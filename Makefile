@@ -18,13 +18,15 @@ test:
 	cd client/go && $(GO) vet ./... && $(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory test-ts
 
-# The TypeScript client's tests (they build and start a real server, as client/go's do). A
-# machine without node skips them visibly; CI (CI=true) always runs them.
+# The TypeScript client's tests (they build and start a real server, as client/go's do), then
+# the Node/Express example's (which reuses the client's compiled test helper). A machine without
+# node skips them visibly; CI (CI=true) always runs them.
 test-ts:
 	@if [ "$$CI" != true ] && ! command -v node >/dev/null; then \
-		echo "SKIP: client/typescript tests need node"; \
+		echo "SKIP: client/typescript and examples/node-express tests need node"; \
 	else \
-		cd client/typescript && npm ci --no-audit --no-fund && GO="$(GO)" npm test; \
+		(cd client/typescript && npm ci --no-audit --no-fund && GO="$(GO)" npm test) && \
+		(cd examples/node-express && npm ci --no-audit --no-fund && GO="$(GO)" npm test); \
 	fi
 
 test-short:
