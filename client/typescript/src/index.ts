@@ -270,23 +270,39 @@ export class Sluice {
    * items; an invalid item gets its own error and the others are decided. Never retried.
    */
   async bulk(items: Item[], opts?: CallOptions): Promise<BulkResult[]> {
+    // An invalid item gets its error here and is not sent; the others are.
+    const invalid = items.map((it, i) => invalidItem(it, `decision ${i}`));
+    const sent = items.flatMap((it, i) => (invalid[i] ? [] : [{ it, i }]));
+    const merge = (out: BulkResult[]): BulkResult[] => {
+      let j = 0;
+      return items.map((_, i) => {
+        const e = invalid[i];
+        return e ? { error: e } : (out[j++] as BulkResult);
+      });
+    };
+    if (sent.length === 0) return merge([]);
+    const decisions = sent.map((s) => s.it);
     let a: Answer;
     try {
-      a = await this.#call("POST", "/v1/decisions", { decisions: items } satisfies BodyJSON<"/v1/decisions", "post">, false, opts);
+      a = await this.#call("POST", "/v1/decisions", { decisions } satisfies BodyJSON<"/v1/decisions", "post">, false, opts);
     } catch (err) {
       this.#mustFallBack(err, opts);
-      return Promise.all(
-        items.map((it) => this.#fallBack(it, err).then((r): BulkResult => r, (e: unknown): BulkResult => ({ error: asError(e) }))),
+      return merge(
+        await Promise.all(
+          decisions.map((it) => this.#fallBack(it, err).then((r): BulkResult => r, (e: unknown): BulkResult => ({ error: asError(e) }))),
+        ),
       );
     }
     const results = (a.data as OkJSON<"/v1/decisions", "post">).results;
-    if (results.length !== items.length) {
-      throw new Error(`sluice: bulk: ${results.length} results for ${items.length} decisions`);
+    if (results.length !== decisions.length) {
+      throw new Error(`sluice: bulk: ${results.length} results for ${decisions.length} decisions`);
     }
-    return results.map((r, i) =>
-      "error" in r
-        ? { error: new SluiceError(r.error.status ?? 0, r.error, `decision ${i} (${items[i]?.name})`) }
-        : result(r),
+    return merge(
+      results.map((r, j) =>
+        "error" in r
+          ? { error: new SluiceError(r.error.status ?? 0, r.error, `decision ${sent[j]?.i} (${decisions[j]?.name})`) }
+          : result(r),
+      ),
     );
   }
 
@@ -349,6 +365,8 @@ export class Sluice {
   }
 
   async #decide(name: string, verb: string, d: DecisionRequest, retry: boolean, opts?: CallOptions): Promise<Result> {
+    const bad = invalidItem({ ...d, name }, verb.slice(1));
+    if (bad) throw bad;
     let a: Answer;
     try {
       const body: BodyJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post"> = d;
@@ -362,6 +380,11 @@ export class Sluice {
   }
 
   async #batch(path: string, items: Item[], retry: boolean, opts?: BatchOptions): Promise<BatchResult> {
+    if (!Array.isArray(items)) throw new TypeError(`sluice: ${path.slice(4)}: items must be an array`);
+    for (const [i, it] of items.entries()) {
+      const bad = invalidItem(it, `${path.slice(4)} item ${i}`);
+      if (bad) throw bad;
+    }
     let a: Answer;
     try {
       const body: BodyJSON<"/v1/limit" | "/v1/check", "post"> = opts?.throws ? { limits: items, throws: true } : { limits: items };
@@ -488,8 +511,31 @@ async function readBounded(resp: Response): Promise<string> {
   return new TextDecoder().decode(all);
 }
 
+/** The names Sluice can know a limit by. */
+const namePattern = /^[A-Za-z0-9_.:-]{1,128}$/;
+
 function limitPath(name: string): string {
+  if (typeof name !== "string" || !namePattern.test(name)) throw invalidName(name, "limit");
   return `/v1/limits/${encodeURIComponent(name)}`;
+}
+
+function invalidName(name: unknown, what: string): TypeError {
+  return new TypeError(`sluice: ${what}: the name ${JSON.stringify(name)} is not 1 to 128 characters of A-Z a-z 0-9 _ . : -`);
+}
+
+/**
+ * The error of a decision the client refuses to send (what: where it is, for the message):
+ * Sluice could not know its name, or its count is not a number of tokens. Everything else is
+ * for Sluice to judge.
+ */
+function invalidItem(it: Item, what: string): TypeError | undefined {
+  if (typeof it !== "object" || it === null) return new TypeError(`sluice: ${what}: a decision must be an object`);
+  if (typeof it.name !== "string" || !namePattern.test(it.name)) return invalidName(it.name, what);
+  const n: unknown = it.count;
+  if (n !== undefined && (typeof n !== "number" || !Number.isFinite(n) || n < 0)) {
+    return new TypeError(`sluice: ${what} (${it.name}): count must be a finite number of tokens, 0 or more, not ${String(n)}`);
+  }
+  return undefined;
 }
 
 function sessionPath(id: string): string {

@@ -100,7 +100,10 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
       try {
         k = await key(req);
         if (k !== undefined && typeof k !== "string") throw new TypeError(`the key is a ${typeof k}, not a string`);
-        if (count) n = await count(req);
+        if (count) {
+          n = await count(req);
+          if (typeof n !== "number" || !Number.isFinite(n) || n < 0) throw new TypeError(`the count ${String(n)} is not a number of tokens`);
+        }
       } catch (err) {
         return await onError(new KeyError(`sluice: the request cannot be limited: ${(err as Error)?.message ?? String(err)}`, err), req, res, next);
       }
@@ -142,8 +145,9 @@ function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e
     writeProblem(res, 400, { type: "about:blank", title: "Bad Request", status: 400, detail: "the request cannot be rate limited", code: "invalid_request" });
     return;
   }
-  if (err instanceof SluiceError && err.status > 0 && err.status < 500) {
-    // Sluice answered that the decision itself is wrong: this service's mistake, not the visitor's.
+  if ((err instanceof SluiceError && err.status > 0 && err.status < 500) || err instanceof TypeError) {
+    // Sluice answered (or the client found) that the decision itself is wrong: this service's
+    // mistake, not the visitor's.
     log?.(`sluice: the decision on limit ${name} was refused as invalid`, err);
     writeProblem(res, 500, { type: "about:blank", title: "Internal Server Error", status: 500, detail: "internal error", code: "internal" });
     return;

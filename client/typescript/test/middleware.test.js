@@ -119,6 +119,7 @@ test("a header key, a count function and a handler that replaces the 429", async
   const missing = await get(url);
   assert.equal(missing.status, 400);
   assert.equal(missing.json.code, "invalid_request");
+  assert.equal((await get(url, { "X-Tenant": "d", "X-Cost": "lots" })).status, 400, "a count that is not a number");
   // A count Sluice refuses (over the capacity) is this service's mistake: 500.
   const logged = [];
   const strict = await plain(rateLimit({ client: client(), name, key: keyByHeader("X-Tenant"), count: () => 4, log: (m) => logged.push(m) }));
