@@ -25,7 +25,6 @@ export interface ResponseLike {
   statusCode: number;
   setHeader(name: string, value: string): unknown;
   end(body?: string): unknown;
-  headersSent?: boolean;
 }
 
 /** Passes the request on (no argument) or to the error handlers (an error). */

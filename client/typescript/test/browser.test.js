@@ -42,7 +42,8 @@ async function allowOrigin(s, origin) {
   await new Promise((resolve, reject) => child.once("exit", (code) => (code === 0 ? resolve() : reject(new Error(`user create exited ${code}`)))));
 
   const login = await fetch(`${s.baseUrl}/login`, { method: "POST", body: new URLSearchParams({ email, password }), redirect: "manual" });
-  const cookie = login.headers.getSetCookie().map((c) => c.split(";")[0]).join("; ");
+  const setCookies = login.headers.getSetCookie?.() ?? [login.headers.get("Set-Cookie") ?? ""];
+  const cookie = setCookies.map((c) => c.split(";")[0]).join("; ");
   assert.ok(login.status === 303 || login.status === 302, `login answered ${login.status}`);
   assert.ok(cookie, "login set no cookie");
   // The dashboard's home sends a tenant's user to the tenant's pages.

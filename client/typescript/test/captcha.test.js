@@ -2,13 +2,17 @@
 // (see server.js): the helper plays the page, the Sluice client with the secret key the tenant's
 // backend.
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
+import { createHash, webcrypto } from "node:crypto";
 import { createServer } from "node:http";
 import { after, before, test } from "node:test";
 
 import { Sluice, SluiceError } from "../src/index.js";
 import { CaptchaError, encodePayload, fetchChallenge, newSessionId, solveCaptcha, solveChallenge } from "../src/captcha.js";
 import { startSluice } from "./server.js";
+
+// The helper uses the global Web Crypto of browsers, which Node has from 19 on (Debian's Node 18
+// has it behind a flag).
+globalThis.crypto ??= webcrypto;
 
 let sluice; // { baseUrl, secretKey, publishableKey, stop }
 let backend; // the tenant's backend: a Sluice client with the secret key
