@@ -3,7 +3,7 @@
 GO       ?= go
 TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
 
-.PHONY: bench-client print-go-modules run build test test-go test-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
+.PHONY: bench-client print-go-modules run build test test-go test-ts lint-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
 	SLUICE_DEMO=$${SLUICE_DEMO:-true} $(GO) run ./cmd/app serve
@@ -31,13 +31,15 @@ test-go:
 		echo "== $$m on PostgreSQL" && (cd $$m && $(GO) test -count=1 ./...) || exit 1; \
 	done
 
-# The TypeScript client's tests (they build and start a real server, as client/go's do). A
-# machine without node skips them visibly; CI (CI=true) always runs them.
+# The TypeScript client's tests (they build and start a real server, as client/go's do), then
+# the Node/Express example's (which reuses the client's compiled test helper). A machine without
+# node skips them visibly; CI (CI=true) always runs them.
 test-ts:
 	@if [ "$$CI" != true ] && ! command -v node >/dev/null; then \
-		echo "SKIP: client/ts tests need node"; \
+		echo "SKIP: client/typescript and examples/node-express tests need node"; \
 	else \
-		cd client/ts && npm ci --no-audit --no-fund && GO="$(GO)" npm test; \
+		(cd client/typescript && npm ci --no-audit --no-fund && GO="$(GO)" npm test) && \
+		(cd examples/node-express && npm ci --no-audit --no-fund && GO="$(GO)" npm test); \
 	fi
 
 test-short:
@@ -83,6 +85,17 @@ lint:
 	@if command -v golangci-lint >/dev/null; then \
 		golangci-lint run ./... && for m in $(GO_MODULES); do (cd $$m && golangci-lint run ./...) || exit 1; done; \
 	else echo "golangci-lint not installed; skipped"; fi
+	@$(MAKE) --no-print-directory lint-ts
+
+# The TypeScript client: its generated wire types (src/openapi.ts) match internal/api/openapi.json
+# (regenerate them with `cd client/typescript && npm run generate`), and it type-checks. A machine
+# without node skips this visibly; CI (CI=true) always runs it.
+lint-ts:
+	@if [ "$$CI" != true ] && ! command -v node >/dev/null; then \
+		echo "SKIP: client/typescript lint needs node"; \
+	else \
+		cd client/typescript && npm ci --no-audit --no-fund && npm run --silent generate-check && npm run --silent typecheck; \
+	fi
 
 # Re-vendors htmx (pinned in the script) into web/static/htmx.
 vendor-htmx:
