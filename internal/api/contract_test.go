@@ -577,7 +577,7 @@ func TestProblemCodesAreTheDocumentedEnum(t *testing.T) {
 	}
 	codes := []string{
 		api.CodeInvalidRequest, api.CodeInvalidConfig, api.CodeCountExceedsCapacity, api.CodeUnauthorized,
-		api.CodeForbidden, api.CodeSessionNotAuthorized, api.CodeLimitNotFound, api.CodeNotFound,
+		api.CodeForbidden, api.CodeSessionNotAuthorized, api.CodeTenantSuspended, api.CodeLimitNotFound, api.CodeNotFound,
 		api.CodeDefinitionExists, api.CodeConflict, api.CodePayloadTooLarge, api.CodeMethodNotAllowed,
 		api.CodeRateLimited, api.CodeUnavailable, api.CodeInternal,
 	}

@@ -42,6 +42,7 @@ const (
 	CodeUnauthorized         = string(apperr.Unauthorized)
 	CodeForbidden            = string(apperr.Forbidden)
 	CodeSessionNotAuthorized = string(apperr.SessionNotAuthorized)
+	CodeTenantSuspended      = string(apperr.TenantSuspended)
 	CodeLimitNotFound        = string(apperr.LimitNotFound)
 	CodeNotFound             = string(apperr.NotFound)
 	CodeDefinitionExists     = string(apperr.DefinitionExists)

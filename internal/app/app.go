@@ -54,6 +54,10 @@ type Options struct {
 	LoginPerAccountIP, LoginPerIP, LoginPerAccount *limiter.Definition
 	// Widget replaces the vendored captcha widget served by /demo (a test may serve a stub).
 	Widget fs.FS
+	// AuthCacheTTL replaces how long an API key lookup is reused (tenants.DefaultAuthCacheTTL):
+	// a test that must see a change reach another instance by NOTIFY, not by the cache
+	// expiring, makes it long.
+	AuthCacheTTL time.Duration
 }
 
 // App is one running Sluice: every component, built once. Its fields are for the CLI and tests,
@@ -137,7 +141,11 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if err != nil {
 		return nil, err
 	}
-	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenants.WithEvents(a.Webhooks))
+	tenantOpts := []tenants.Option{tenants.WithEvents(a.Webhooks)}
+	if o.AuthCacheTTL > 0 {
+		tenantOpts = append(tenantOpts, tenants.WithAuthCacheTTL(o.AuthCacheTTL))
+	}
+	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenantOpts...)
 	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log})
 	a.Engine = limiter.NewEngine(a.DB, limiter.Options{FastCommit: cfg.FastCommit, OnDecision: func(tenantID int64, name string, ok bool) {
 		a.Metrics.OnDecision(tenantID, name, ok)

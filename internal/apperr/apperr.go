@@ -26,6 +26,7 @@ const (
 	Unauthorized         Code = "unauthorized"
 	Forbidden            Code = "forbidden"
 	SessionNotAuthorized Code = "session_not_authorized"
+	TenantSuspended      Code = "tenant_suspended"
 	LimitNotFound        Code = "limit_not_found"
 	NotFound             Code = "not_found"
 	DefinitionExists     Code = "definition_exists"
@@ -47,6 +48,7 @@ var codes = map[Code]struct {
 	Unauthorized:         {http.StatusUnauthorized, "Unauthorized"},
 	Forbidden:            {http.StatusForbidden, "Forbidden"},
 	SessionNotAuthorized: {http.StatusForbidden, "Session not authorized"},
+	TenantSuspended:      {http.StatusForbidden, "Tenant suspended"},
 	LimitNotFound:        {http.StatusNotFound, "Limit not found"},
 	NotFound:             {http.StatusNotFound, "Not found"},
 	DefinitionExists:     {http.StatusConflict, "Definition exists"},

@@ -226,6 +226,8 @@ func (s *Service) statusOf(ctx context.Context, err error) error {
 		return errBadKey
 	case apperr.Forbidden:
 		return errPublishableKey
+	case apperr.TenantSuspended:
+		return status.Error(codes.PermissionDenied, e.Message)
 	case apperr.Unavailable:
 		return errUnavailable
 	}

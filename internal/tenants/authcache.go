@@ -15,24 +15,25 @@ const maxCachedKeys = 100_000
 type cachedKey struct {
 	principal Principal
 	kind      KeyKind
+	suspended bool // the key's tenant is suspended: the key is refused
 	expires   time.Time
 }
 
 // cachedPrincipal returns a fresh cached lookup of hash, saving a query per API request.
-func (s *Service) cachedPrincipal(hash string, kind KeyKind) (Principal, bool) {
+func (s *Service) cachedPrincipal(hash string, kind KeyKind) (cachedKey, bool) {
 	if s.authCacheTTL <= 0 {
-		return Principal{}, false
+		return cachedKey{}, false
 	}
 	s.authMu.RLock()
 	c, ok := s.authCache[hash]
 	s.authMu.RUnlock()
 	if !ok || c.kind != kind || !time.Now().Before(c.expires) {
-		return Principal{}, false
+		return cachedKey{}, false
 	}
-	return c.principal, true
+	return c, true
 }
 
-func (s *Service) cachePrincipal(hash string, kind KeyKind, p Principal) {
+func (s *Service) cachePrincipal(hash string, kind KeyKind, p Principal, suspended bool) {
 	if s.authCacheTTL <= 0 {
 		return
 	}
@@ -40,7 +41,7 @@ func (s *Service) cachePrincipal(hash string, kind KeyKind, p Principal) {
 	if len(s.authCache) >= maxCachedKeys {
 		s.authCache = make(map[string]cachedKey)
 	}
-	s.authCache[hash] = cachedKey{principal: p, kind: kind, expires: time.Now().Add(s.authCacheTTL)}
+	s.authCache[hash] = cachedKey{principal: p, kind: kind, suspended: suspended, expires: time.Now().Add(s.authCacheTTL)}
 	s.authMu.Unlock()
 }
 

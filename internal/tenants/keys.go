@@ -384,7 +384,8 @@ func (s *Service) revokeKey(ctx context.Context, actor string, find func(*gorm.D
 
 // Authenticate returns the principal of a valid, unrevoked key of the given kind. Malformed
 // keys, bad checksums and the wrong kind are refused with ErrUnauthorized before any database
-// query; unknown and revoked keys are ErrUnauthorized too. Successful lookups are cached briefly
+// query; unknown and revoked keys are ErrUnauthorized too, and keys of a suspended tenant
+// ErrTenantSuspended. Successful lookups are cached briefly
 // (authcache.go); revocation evicts them at once on every instance. A database failure is returned as such (wrapping db.ErrUnavailable when the
 // database is unreachable), so callers can fail with 503 instead of 401.
 func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind) (Principal, error) {
@@ -396,13 +397,27 @@ func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind)
 		return Principal{}, wrap("authenticate", fmt.Errorf("%s key used where a %s key is required: %w", got, kind, ErrUnauthorized))
 	}
 	hash := s.hashKey(secret)
-	if p, ok := s.cachedPrincipal(hash, kind); ok {
-		s.recordUse(p.KeyID, p.TenantID)
-		return p, nil
+	if c, ok := s.cachedPrincipal(hash, kind); ok {
+		if c.suspended {
+			return Principal{}, wrap("authenticate", ErrTenantSuspended)
+		}
+		s.recordUse(c.principal.KeyID, c.principal.TenantID)
+		return c.principal, nil
 	}
 	// The only lookup not filtered by tenant: the key is what tells us the tenant.
 	var row apiKeyRow
-	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "hash = ?", hash) })
+	var suspended bool
+	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		if err := first(tx, &row, "hash = ?", hash); err != nil {
+			return err
+		}
+		var t tenantRow
+		if err := first(tx, &t, "id = ?", row.TenantID); err != nil {
+			return err
+		}
+		suspended = t.SuspendedAt != nil
+		return nil
+	})
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return Principal{}, wrap("authenticate", fmt.Errorf("unknown key: %w", ErrUnauthorized))
@@ -414,7 +429,10 @@ func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind)
 		return Principal{}, wrap("authenticate", fmt.Errorf("key kind mismatch: %w", ErrUnauthorized))
 	}
 	p := Principal{TenantID: row.TenantID, KeyID: row.ID}
-	s.cachePrincipal(hash, kind, p)
+	s.cachePrincipal(hash, kind, p, suspended)
+	if suspended {
+		return Principal{}, wrap("authenticate", ErrTenantSuspended)
+	}
 	s.recordUse(row.ID, row.TenantID)
 	return p, nil
 }

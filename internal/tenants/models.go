@@ -6,11 +6,12 @@ import "time"
 // unexported so that storage details (hashes, joined strings) never reach JSON or templates.
 
 type tenantRow struct {
-	ID                int64     `gorm:"column:id;primaryKey;autoIncrement"`
-	Name              string    `gorm:"column:name"`
-	AllowedOrigins    string    `gorm:"column:allowed_origins"` // newline-separated
-	CaptchaDifficulty int       `gorm:"column:captcha_difficulty"`
-	CreatedAt         time.Time `gorm:"column:created_at;autoCreateTime:false"`
+	ID                int64      `gorm:"column:id;primaryKey;autoIncrement"`
+	Name              string     `gorm:"column:name"`
+	AllowedOrigins    string     `gorm:"column:allowed_origins"` // newline-separated
+	CaptchaDifficulty int        `gorm:"column:captcha_difficulty"`
+	CreatedAt         time.Time  `gorm:"column:created_at;autoCreateTime:false"`
+	SuspendedAt       *time.Time `gorm:"column:suspended_at"`
 }
 
 func (tenantRow) TableName() string { return "tenants" }

@@ -34,6 +34,8 @@ var (
 	// ErrUnauthorized means a credential (API key, password, admin session) was not accepted.
 	// It deliberately does not say why.
 	ErrUnauthorized = apperr.New(apperr.Unauthorized, "the credentials were not accepted")
+	// ErrTenantSuspended means the key is valid but an operator has suspended its tenant.
+	ErrTenantSuspended = apperr.New(apperr.TenantSuspended, "this tenant is suspended; its data is kept, and an operator can resume it")
 )
 
 // DefaultFlushInterval is how often recorded key usage is written to the database. Writing

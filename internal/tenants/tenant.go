@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/db"
 )
 
 // Tenant is one customer of the service; every limit, key and session belongs to exactly one.
@@ -21,6 +23,9 @@ type Tenant struct {
 	AllowedOrigins    []string // origins ("https://host[:port]") allowed to fetch captcha challenges
 	CaptchaDifficulty int      // proof-of-work difficulty (maximum number the client searches)
 	CreatedAt         time.Time
+	// SuspendedAt is when an operator suspended the tenant (nil: active). A suspended tenant's
+	// API keys are refused with ErrTenantSuspended; its data is kept.
+	SuspendedAt *time.Time
 }
 
 // Captcha difficulty bounds: below the minimum the proof of work costs a bot nothing; above the
@@ -46,6 +51,7 @@ func tenantFromRow(r tenantRow) Tenant {
 		AllowedOrigins:    origins,
 		CaptchaDifficulty: r.CaptchaDifficulty,
 		CreatedAt:         utc(r.CreatedAt),
+		SuspendedAt:       utcPtr(r.SuspendedAt),
 	}
 }
 
@@ -106,6 +112,78 @@ func (s *Service) ListTenants(ctx context.Context) ([]Tenant, error) {
 		return nil, wrap("list tenants", err)
 	}
 	return fromRows(rows, tenantFromRow), nil
+}
+
+// RenameTenant gives a tenant a new name (the rule of CreateTenant; a taken name is
+// ErrConflict, an unknown tenant ErrNotFound), audited in the tenant's log and the server's.
+func (s *Service) RenameTenant(ctx context.Context, id int64, name, actor string) error {
+	if !namePattern.MatchString(name) {
+		return wrap("rename tenant", invalid("name", "name must match %s", namePattern))
+	}
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		var old tenantRow
+		if err := first(tx, &old, "id = ?", id); err != nil {
+			return err
+		}
+		if old.Name == name {
+			return nil
+		}
+		var n int64
+		if err := tx.Model(&tenantRow{}).Where("name = ?", name).Count(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			return ErrConflict
+		}
+		if err := tx.Model(&tenantRow{}).Where("id = ?", id).Update("name", name).Error; err != nil {
+			return err
+		}
+		detail := old.Name + " → " + name
+		if err := s.audit(tx, &id, actor, "tenant.rename", "tenant:"+strconv.FormatInt(id, 10), detail); err != nil {
+			return err
+		}
+		return s.audit(tx, nil, actor, "tenant.rename", "tenant:"+strconv.FormatInt(id, 10), detail)
+	})
+	return wrap("rename tenant", err)
+}
+
+// SetSuspended suspends (suspend true) or resumes a tenant, audited in the tenant's log and the
+// server's. Suspension takes effect at once on this instance and, on PostgreSQL, on every
+// instance that listens (the key cache is dropped everywhere); at worst within the key cache's
+// TTL. Suspending a suspended tenant (or resuming an active one) changes nothing.
+func (s *Service) SetSuspended(ctx context.Context, id int64, suspend bool, actor string) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		var row tenantRow
+		if err := first(tx, &row, "id = ?", id); err != nil {
+			return err
+		}
+		if (row.SuspendedAt != nil) == suspend {
+			return nil
+		}
+		var at *time.Time
+		action := "tenant.resume"
+		if suspend {
+			now := s.clock()
+			at, action = &now, "tenant.suspend"
+		}
+		if err := tx.Model(&tenantRow{}).Where("id = ?", id).Update("suspended_at", at).Error; err != nil {
+			return err
+		}
+		// Every instance forgets every cached key (an empty payload), so that none keeps
+		// admitting the tenant's keys from its cache.
+		if err := db.Notify(tx, s.db.Dialect, revocationChannel, ""); err != nil {
+			return err
+		}
+		target := "tenant:" + strconv.FormatInt(id, 10)
+		if err := s.audit(tx, &id, actor, action, target, row.Name); err != nil {
+			return err
+		}
+		return s.audit(tx, nil, actor, action, target, row.Name)
+	})
+	if err == nil {
+		s.forgetKey("")
+	}
+	return wrap("set suspended", err)
 }
 
 // UpdateCaptchaSettings replaces a tenant's allowed origins and captcha difficulty. Each origin

@@ -210,6 +210,11 @@ func (u *UI) requireTenant(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
+	// A suspended tenant's dashboard is read-only for its members; operators still act on it.
+	if t.SuspendedAt != nil && !user.IsOperator && c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead {
+		u.forbidden(c, "This tenant is suspended: its dashboard is read-only until an operator resumes it.")
+		return
+	}
 	c.Set(tenantKey, t)
 	c.Next()
 }

@@ -25,8 +25,9 @@ type layoutVM struct {
 }
 
 type tenantRef struct {
-	ID   int64
-	Name string
+	ID        int64
+	Name      string
+	Suspended bool // read-only for its members until an operator resumes it
 }
 
 func (u *UI) bareLayout(c *gin.Context, title string) layoutVM {
@@ -42,7 +43,7 @@ func (u *UI) layout(c *gin.Context, title, nav string) (layoutVM, error) {
 	p := principalOf(c)
 	l.LoggedIn, l.Email, l.IsOperator, l.Nav = true, p.user.Email, p.user.IsOperator, nav
 	if t := tenantOf(c); t.ID != 0 {
-		l.Tenant = &tenantRef{ID: t.ID, Name: t.Name}
+		l.Tenant = &tenantRef{ID: t.ID, Name: t.Name, Suspended: t.SuspendedAt != nil}
 	}
 	if p.user.IsOperator {
 		ts, err := u.tenants.ListTenants(c.Request.Context())

@@ -23,6 +23,10 @@ func (u *UI) Register(r *gin.Engine) {
 	op := authed.Group("", u.requireOperator)
 	op.GET("/tenants", u.tenantsPage)
 	op.POST("/tenants", u.createTenant)
+	// Not below /tenants/:tid, whose routes a suspended tenant's members reach read-only.
+	op.GET("/tenants/:tid/manage", u.manageTenant)
+	op.POST("/tenants/:tid/manage/rename", u.renameTenant)
+	op.POST("/tenants/:tid/manage/state", u.setTenantState)
 	op.GET("/tenants/go", u.switchTenant) // the operator's tenant switcher (a GET form)
 	op.GET("/audit", u.serverAuditPage)   // server-wide events: operators' logins, failures, lockouts
 

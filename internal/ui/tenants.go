@@ -19,10 +19,25 @@ type tenantsVM struct {
 }
 
 type tenantRow struct {
-	ID      int64
-	Name    string
-	Created string
-	URL     string
+	ID        int64
+	Name      string
+	Created   string
+	URL       string
+	Suspended string // when, or "" for an active tenant
+	ManageURL string
+}
+
+// tenantVM is the operator's page of one tenant: rename, suspend or resume.
+type tenantVM struct {
+	Layout    layoutVM
+	ID        int64
+	Name      string
+	Suspended string
+	RenameURL string
+	StateURL  string
+	NewName   string
+	NameErr   string
+	StateErr  string
 }
 
 func (u *UI) tenantsPage(c *gin.Context) { u.renderTenants(c, http.StatusOK, "", "") }
@@ -40,7 +55,8 @@ func (u *UI) renderTenants(c *gin.Context, status int, name, nameErr string) {
 	}
 	vm := tenantsVM{Layout: l, Name: name, NameErr: nameErr}
 	for _, t := range ts {
-		vm.Rows = append(vm.Rows, tenantRow{ID: t.ID, Name: t.Name, Created: fmtTime(t.CreatedAt), URL: tenantPath(t.ID, "/limits")})
+		vm.Rows = append(vm.Rows, tenantRow{ID: t.ID, Name: t.Name, Created: fmtTime(t.CreatedAt), URL: tenantPath(t.ID, "/limits"),
+			Suspended: fmtTimePtr(t.SuspendedAt, ""), ManageURL: "/tenants/" + strconv.FormatInt(t.ID, 10) + "/manage"})
 	}
 	u.render(c, status, tenantsPage(vm))
 }
@@ -74,3 +90,83 @@ func (u *UI) switchTenant(c *gin.Context) {
 }
 
 func (u *UI) tenantHome(c *gin.Context) { redirect(c, tenantPath(tenantOf(c).ID, "/limits")) }
+
+// manageTenantOf reads the {tid} tenant of an operator's management route (404 when missing).
+func (u *UI) manageTenantOf(c *gin.Context) (tenants.Tenant, bool) {
+	id, err := strconv.ParseInt(c.Param("tid"), 10, 64)
+	if err != nil || id <= 0 {
+		u.NotFound(c)
+		return tenants.Tenant{}, false
+	}
+	t, err := u.tenants.Tenant(c.Request.Context(), id)
+	if err != nil {
+		u.fail(c, err)
+		return tenants.Tenant{}, false
+	}
+	return t, true
+}
+
+func (u *UI) renderManageTenant(c *gin.Context, status int, t tenants.Tenant, vm tenantVM) {
+	l, err := u.layout(c, "Manage "+t.Name, "tenants")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	base := "/tenants/" + strconv.FormatInt(t.ID, 10) + "/manage"
+	vm.Layout, vm.ID, vm.Name, vm.Suspended = l, t.ID, t.Name, fmtTimePtr(t.SuspendedAt, "")
+	vm.RenameURL, vm.StateURL = base+"/rename", base+"/state"
+	if vm.NewName == "" && vm.NameErr == "" {
+		vm.NewName = t.Name
+	}
+	u.render(c, status, manageTenantPage(vm))
+}
+
+func (u *UI) manageTenant(c *gin.Context) {
+	if t, ok := u.manageTenantOf(c); ok {
+		u.renderManageTenant(c, http.StatusOK, t, tenantVM{})
+	}
+}
+
+func (u *UI) renameTenant(c *gin.Context) {
+	t, ok := u.manageTenantOf(c)
+	if !ok {
+		return
+	}
+	name := c.PostForm("name")
+	err := u.tenants.RenameTenant(c.Request.Context(), t.ID, name, actor(c))
+	switch {
+	case errors.Is(err, tenants.ErrInvalid):
+		u.renderManageTenant(c, http.StatusUnprocessableEntity, t, tenantVM{NewName: name, NameErr: "Names are 1 to 128 letters, digits and _ . : -"})
+		return
+	case errors.Is(err, tenants.ErrConflict):
+		u.renderManageTenant(c, http.StatusUnprocessableEntity, t, tenantVM{NewName: name, NameErr: "A tenant with this name exists."})
+		return
+	case err != nil:
+		u.fail(c, err)
+		return
+	}
+	redirect(c, "/tenants/"+strconv.FormatInt(t.ID, 10)+"/manage?msg=tenant-renamed")
+}
+
+// setTenantState suspends or resumes a tenant; the form must carry the tenant's name typed out
+// (confirm), since a suspension stops every API key of the tenant at once.
+func (u *UI) setTenantState(c *gin.Context) {
+	t, ok := u.manageTenantOf(c)
+	if !ok {
+		return
+	}
+	suspend := c.PostForm("suspend") == "true"
+	if suspend && c.PostForm("confirm") != t.Name {
+		u.renderManageTenant(c, http.StatusUnprocessableEntity, t, tenantVM{StateErr: "Type the tenant's name to confirm the suspension."})
+		return
+	}
+	if err := u.tenants.SetSuspended(c.Request.Context(), t.ID, suspend, actor(c)); err != nil {
+		u.fail(c, err)
+		return
+	}
+	msg := "tenant-resumed"
+	if suspend {
+		msg = "tenant-suspended"
+	}
+	redirect(c, "/tenants/"+strconv.FormatInt(t.ID, 10)+"/manage?msg="+msg)
+}

@@ -61,7 +61,7 @@ type Deps struct {
 	Captcha CaptchaSessions // the authorized sessions the captcha page lists and revokes
 	// Webhooks owns the tenants' webhook endpoints and their delivery log.
 	Webhooks *webhooks.Service
-	Logger  *slog.Logger
+	Logger   *slog.Logger
 	// SessionKey signs session cookies (HS256). Derive it from the server secret; every instance
 	// must use the same key.
 	SessionKey []byte
@@ -259,19 +259,22 @@ func redirect(c *gin.Context, to string) {
 // flashes are the fixed messages a redirect may ask the next page to show (?msg=…), so a URL
 // can never inject arbitrary text into a page.
 var flashes = map[string]string{
-	"tenant-created":  "Tenant created.",
-	"limit-saved":     "Limit saved.",
-	"key-reset":       "Key reset: it is full again.",
-	"all-reset":       "Every key of this limit was reset.",
-	"key-revoked":     "API key revoked. It stops working immediately.",
-	"limit-deleted":   "Limit deleted.",
-	"welcome":         "Welcome to Sluice. Create a tenant to get started.",
-	"logged-out":      "You are logged out.",
-	"captcha-saved":   "Captcha settings saved.",
-	"session-revoked": "Session revoked. It is no longer authorized.",
-	"webhook-deleted": "Webhook endpoint deleted, with its delivery log.",
-	"webhook-test":    "Test event queued: it appears below within seconds.",
-	"webhook-resent":  "Delivery queued again.",
+	"tenant-created":   "Tenant created.",
+	"limit-saved":      "Limit saved.",
+	"key-reset":        "Key reset: it is full again.",
+	"all-reset":        "Every key of this limit was reset.",
+	"key-revoked":      "API key revoked. It stops working immediately.",
+	"limit-deleted":    "Limit deleted.",
+	"welcome":          "Welcome to Sluice. Create a tenant to get started.",
+	"logged-out":       "You are logged out.",
+	"captcha-saved":    "Captcha settings saved.",
+	"session-revoked":  "Session revoked. It is no longer authorized.",
+	"tenant-renamed":   "Tenant renamed.",
+	"tenant-suspended": "Tenant suspended: its API keys are refused and its members' dashboard is read-only.",
+	"tenant-resumed":   "Tenant resumed: its API keys work again.",
+	"webhook-deleted":  "Webhook endpoint deleted, with its delivery log.",
+	"webhook-test":     "Test event queued: it appears below within seconds.",
+	"webhook-resent":   "Delivery queued again.",
 }
 
 func flash(c *gin.Context) string { return flashes[c.Query("msg")] }

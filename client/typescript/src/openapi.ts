@@ -522,7 +522,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {unknown} */
-            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal";
+            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal";
             field?: string;
             errors?: {
                 field?: string;
@@ -685,7 +685,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -752,7 +752,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -832,7 +832,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -897,7 +897,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1191,7 +1191,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1269,7 +1269,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1715,7 +1715,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1782,7 +1782,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1847,7 +1847,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1954,7 +1954,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2012,7 +2012,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2081,7 +2081,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2147,7 +2147,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2213,7 +2213,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2294,7 +2294,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2361,7 +2361,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;

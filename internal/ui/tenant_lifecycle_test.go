@@ -1,0 +1,92 @@
+package ui_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// TestOperatorRenamesSuspendsAndResumesATenant: renaming shows its problems inline; a suspension
+// needs the tenant's name typed out, refuses the tenant's API keys at once and makes its
+// members' dashboard read-only (operators still act); resuming undoes both; all of it audited.
+func TestOperatorRenamesSuspendsAndResumesATenant(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	ctx := context.Background()
+	acme, other := e.tenant("acme"), e.tenant("other")
+	if _, err := e.svc.CreateUser(ctx, "member@acme.example", "member-password-1", false, &acme.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, secret, err := e.svc.CreateKey(ctx, acme.ID, tenants.KindSecret, "backend", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := e.login(opEmail, opPassword)
+	member := e.login("member@acme.example", "member-password-1")
+	manage := "/tenants/" + strconv.FormatInt(acme.ID, 10) + "/manage"
+
+	wantStatus(t, member.get(manage), http.StatusNotFound) // operators only
+	page := op.get(manage)
+	wantStatus(t, page, http.StatusOK)
+	if v := page.doc(t).Find("#rename-tenant #name").AttrOr("value", ""); v != "acme" {
+		t.Fatalf("rename form starts with %q", v)
+	}
+	for name, want := range map[string]string{"other": "exists", "no spaces": "letters"} {
+		r := op.post(manage+"/rename", url.Values{"name": {name}})
+		wantStatus(t, r, http.StatusUnprocessableEntity)
+		d := r.doc(t)
+		if !strings.Contains(text(d, "#name-error"), want) || d.Find("#rename-tenant #name").AttrOr("value", "") != name {
+			t.Errorf("rename to %q: error %q, kept %q", name, text(d, "#name-error"), d.Find("#rename-tenant #name").AttrOr("value", ""))
+		}
+	}
+	wantStatus(t, op.post(manage+"/rename", url.Values{"name": {"acme-corp"}}), http.StatusSeeOther)
+	if tn, _ := e.svc.Tenant(ctx, acme.ID); tn.Name != "acme-corp" {
+		t.Fatalf("name after rename: %q", tn.Name)
+	}
+
+	wrong := op.post(manage+"/state", url.Values{"suspend": {"true"}, "confirm": {"acme"}})
+	wantStatus(t, wrong, http.StatusUnprocessableEntity)
+	if text(wrong.doc(t), "#state-error") == "" {
+		t.Fatal("a suspension without the typed name gave no inline error")
+	}
+	if _, err := e.svc.Authenticate(ctx, secret, tenants.KindSecret); err != nil {
+		t.Fatalf("the key stopped working without a confirmed suspension: %v", err)
+	}
+	wantStatus(t, op.post(manage+"/state", url.Values{"suspend": {"true"}, "confirm": {"acme-corp"}}), http.StatusSeeOther)
+	if _, err := e.svc.Authenticate(ctx, secret, tenants.KindSecret); !errors.Is(err, tenants.ErrTenantSuspended) {
+		t.Fatalf("the suspended tenant's key: %v, want ErrTenantSuspended", err)
+	}
+	keys := member.get(tpath(acme, "/keys"))
+	wantStatus(t, keys, http.StatusOK)
+	if keys.doc(t).Find("#suspended-banner").Length() != 1 {
+		t.Fatal("the member's pages do not say the tenant is suspended")
+	}
+	wantStatus(t, member.post(tpath(acme, "/keys"), url.Values{"label": {"x"}, "kind": {"secret"}}), http.StatusForbidden)
+	wantStatus(t, op.post(tpath(acme, "/keys"), url.Values{"label": {"ops"}, "kind": {"secret"}}), http.StatusCreated)
+	if _, err := e.svc.Tenant(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(op.get("/tenants").body, "suspended") {
+		t.Fatal("the tenant list does not mark the suspended tenant")
+	}
+
+	wantStatus(t, op.post(manage+"/state", url.Values{"suspend": {"false"}}), http.StatusSeeOther)
+	if _, err := e.svc.Authenticate(ctx, secret, tenants.KindSecret); err != nil {
+		t.Fatalf("the key after resuming: %v", err)
+	}
+	wantStatus(t, member.post(tpath(acme, "/keys"), url.Values{"label": {"x"}, "kind": {"secret"}}), http.StatusCreated)
+	wantStatus(t, op.get("/tenants/99999/manage"), http.StatusNotFound)
+
+	audit := op.get("/audit").body
+	for _, action := range []string{"tenant.rename", "tenant.suspend", "tenant.resume"} {
+		if !strings.Contains(audit, action) {
+			t.Errorf("the security log lacks %s", action)
+		}
+	}
+}
