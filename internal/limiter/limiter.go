@@ -21,6 +21,10 @@ type (
 	// ValidationError lists what is wrong with a definition or request. Errors of the engine
 	// carry it as the cause of their *apperr.Error, so errors.As still finds it.
 	ValidationError = algo.ValidationError
+	// Parent is one parent budget of a definition (see algo.Parent).
+	Parent = algo.Parent
+	// Calendar is the window of a quota.
+	Calendar = algo.Calendar
 )
 
 // The limit kinds of DESIGN §3, and bounds on definitions and keys.
@@ -28,6 +32,7 @@ const (
 	TokenBucket   = algo.TokenBucket
 	FixedWindow   = algo.FixedWindow
 	SlidingWindow = algo.SlidingWindow
+	Quota         = algo.Quota
 	MaxShards     = algo.MaxShards
 	MaxResolution = algo.MaxResolution
 	MaxKeyBytes   = algo.MaxKeyBytes
