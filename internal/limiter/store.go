@@ -177,7 +177,7 @@ func checkParentGraph(tx *gorm.DB, tenantID int64, name string, parents []algo.P
 	for _, p := range parents {
 		edges[name] = append(edges[name], p.Name)
 	}
-	return fromAlgo(algo.CheckParentGraph(edges))
+	return fromAlgo(algo.CheckParentGraph(edges, name))
 }
 
 // GetDefinition returns the stored definition called name, or ErrLimitNotFound.

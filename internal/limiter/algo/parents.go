@@ -139,8 +139,8 @@ func FillKey(child string, p Parent, attrs map[string]string) (string, error) {
 // CheckParentGraph checks a tenant's parent graph (each limit's parent names; a name without an
 // entry has no parents): no limit may be its own ancestor, and no chain of parents above a limit
 // may be longer than MaxParentDepth. The problem names the chain, as an invalid_config of field
-// "parents".
-func CheckParentGraph(parents map[string][]string) error {
+// "parents"; the walk begins at from (the limit being changed), so a cycle reads from there.
+func CheckParentGraph(parents map[string][]string, from string) error {
 	const (
 		unvisited = iota
 		visiting
@@ -176,7 +176,7 @@ func CheckParentGraph(parents map[string][]string) error {
 		state[n], height[n] = done, h
 		return h
 	}
-	for _, n := range slices.Sorted(maps.Keys(parents)) {
+	for _, n := range append([]string{from}, slices.Sorted(maps.Keys(parents))...) {
 		if visit(n); problem != "" {
 			return &ValidationError{Code: CodeInvalidConfig, Fields: []FieldError{{"parents", problem}}}
 		}
