@@ -43,6 +43,9 @@ const (
 // ValidName reports whether s is an acceptable limit name.
 func ValidName(s string) bool { return algo.ValidName(s) }
 
+// CheckAttributes validates a decision's attributes (see algo.CheckAttributes).
+func CheckAttributes(attrs map[string]string) error { return fromAlgo(algo.CheckAttributes(attrs)) }
+
 // ValidKey reports whether s is an acceptable key (see algo.ValidKey).
 func ValidKey(s string) bool { return algo.ValidKey(s) }
 

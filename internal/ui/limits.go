@@ -311,8 +311,7 @@ func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, a
 		u.internalError(c, err)
 		return
 	}
-	detail := string(def.Kind) + " rate=" + strconv.FormatFloat(def.Rate, 'g', -1, 64) + " period=" + strconv.FormatInt(def.Period, 10)
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, detail)
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, limiter.AuditDetail(def))
 	redirect(c, limitPath(t.ID, vm.Name, "?msg=limit-saved"))
 }
 
