@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"testing"
 	"time"
@@ -244,6 +245,63 @@ func TestWindowsWrittenOut(t *testing.T) {
 		if s != tc.start || e != tc.end {
 			t.Errorf("%s (%s %s): got [%s, %s), want [%s, %s)", tc.why, tc.zone, tc.cal,
 				fmtMS(s, time.UTC), fmtMS(e, time.UTC), fmtMS(tc.start, time.UTC), fmtMS(tc.end, time.UTC))
+		}
+	}
+}
+
+// A quota, sharded or not, admits at most its rate in each calendar window, whatever the order
+// of counts and shard choices, refuses until the next boundary, and is whole again there; state
+// from an ended window reads like none (the sweeper may delete it).
+func TestQuotaAdmitsAtMostItsRatePerWindow(t *testing.T) {
+	for _, shards := range []int{1, 2, 4} {
+		def := Definition{Kind: Quota, Rate: 20, Calendar: Day, TimeZone: "America/Santiago", Shards: shards}.Normalized()
+		if err := def.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		loc, _ := LoadZone(def.TimeZone)
+		// 5 April 2026: Santiago's clocks go back at midnight, a 25-hour day.
+		now := time.Date(2026, 4, 4, 20, 0, 0, 0, loc).UnixMilli()
+		states := make([]State, shards)
+		r := rand.New(rand.NewPCG(uint64(shards), 3))
+		for day := range 3 {
+			start, end := Window(Day, loc, 0, now)
+			admitted := 0.0
+			for now < end {
+				count := float64(1 + r.IntN(3))
+				a := r.IntN(shards)
+				pick := []int{a}
+				if shards > 1 {
+					b := (a + 1 + r.IntN(shards-1)) % shards
+					pick = append(pick, b)
+				}
+				in := make([]State, len(pick))
+				for k, i := range pick {
+					in[k] = states[i]
+				}
+				out := Decide(def, in, count, false, now, 0)
+				if out.WindowStart != start || out.WindowEnd != end {
+					t.Fatalf("shards %d: window [%d, %d), want [%d, %d)", shards, out.WindowStart, out.WindowEnd, start, end)
+				}
+				if out.OK {
+					admitted += count
+					for k, i := range pick {
+						if out.Writes[k].Exists {
+							states[i] = out.Writes[k]
+						}
+					}
+				} else if got := RetryAfterMillis(out.RetryAfter); got != max(end-now, 1) {
+					t.Fatalf("shards %d: retryAfter %d at %d, want the boundary %d", shards, got, now, end)
+				}
+				now += int64(1 + r.IntN(900_000))
+			}
+			if admitted > def.Rate || admitted < def.Rate/2 {
+				t.Fatalf("shards %d, day %d: admitted %v of %v", shards, day, admitted, def.Rate)
+			}
+			for _, st := range states {
+				if !ReadsAsMissing(def, st, 0, now) {
+					t.Fatalf("shards %d: state of an ended window %+v does not read as missing at %d", shards, st, now)
+				}
+			}
 		}
 	}
 }
