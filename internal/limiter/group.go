@@ -231,6 +231,9 @@ func parentNotFound(name string) error {
 // be missing. asked holds every key read so far; it grows.
 func readParents(jobs []*job, defs map[defKey]Definition, asked map[defKey]bool, read func([]defKey) (map[defKey]Definition, error)) error {
 	for range algo.MaxParentDepth + 1 {
+		if !anyParents(defs) { // the common case: no limit of the group has parents
+			return nil
+		}
 		var want []defKey
 		for _, j := range jobs {
 			_, missing, err := expand(j, defs)
@@ -254,6 +257,15 @@ func readParents(jobs []*job, defs map[defKey]Definition, asked map[defKey]bool,
 		maps.Copy(defs, more)
 	}
 	return nil
+}
+
+func anyParents(defs map[defKey]Definition) bool {
+	for _, d := range defs {
+		if len(d.Parents) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ensurePicks keeps a limit's shard choice across retries unless the shard count changed.
