@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -56,6 +57,14 @@ func TestQuotaOverHTTP(t *testing.T) {
 		if number(t, monthly, "anchorDay") != 31 {
 			t.Fatalf("monthly quota: %v", monthly)
 		}
+		entries, err := h.tenants.AuditLog(context.Background(), a.id, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) == 0 || entries[0].Action != "limit.create" || entries[0].Target != "billing" ||
+			entries[0].Detail != "quota rate=1000 calendar=month timeZone=America/Santiago anchorDay=31" {
+			t.Fatalf("audit of the quota: %+v", entries)
+		}
 	})
 }
 
@@ -69,6 +78,10 @@ func TestNestedBudgetsOverHTTP(t *testing.T) {
 			"period": 315360000000, "start": 0, "parents": []map[string]any{{"name": "org", "key": "org:{org}"}}}), http.StatusOK)
 		if ps, _ := team["parents"].([]any); len(ps) != 1 {
 			t.Fatalf("stored parents: %v", team)
+		}
+		if entries, err := h.tenants.AuditLog(context.Background(), a.id, 1); err != nil || len(entries) != 1 ||
+			entries[0].Detail != `fixed window rate=10 period=315360000000 parents=org("org:{org}")` {
+			t.Fatalf("audit of the team: %+v, %v", entries, err)
 		}
 		r := h.send(t, http.MethodPost, "/v1/limits/team/limit", a.key, map[string]any{"key": "t1", "attributes": map[string]string{"org": "acme"}})
 		got := requireJSON(t, r, http.StatusOK)
