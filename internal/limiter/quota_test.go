@@ -314,3 +314,29 @@ func TestNestedBudgetProblems(t *testing.T) {
 		}
 	})
 }
+
+// A diamond (two parents sharing a grandparent under one key) spends the grandparent once per
+// decision; the same parent under two different keys is two budgets, each spent.
+func TestNestedBudgetsSpendEachAncestorKeyOncePerDecision(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		fw := func(rate float64, parents ...limiter.Parent) limiter.Definition {
+			return limiter.Definition{Kind: limiter.FixedWindow, Rate: rate, Period: 3_600_000, Start: ptr(int64(0)), Parents: parents}
+		}
+		mustPut(t, e, "g", fw(10))
+		mustPut(t, e, "a", fw(10, limiter.Parent{Name: "g", Key: "all"}))
+		mustPut(t, e, "b", fw(10, limiter.Parent{Name: "g", Key: "all"}))
+		mustPut(t, e, "child", fw(10, limiter.Parent{Name: "a", Key: "{x}"}, limiter.Parent{Name: "b", Key: "{x}"},
+			limiter.Parent{Name: "g", Key: "{x}"}))
+		got := mustLimit(t, e, limiter.Request{Name: "child", Key: "k", Count: 2, Attributes: map[string]string{"x": "one"}})
+		if !got.OK || len(got.Parents) != 4 {
+			t.Fatalf("diamond: %+v, want a, b, g under one and g under all", got)
+		}
+		if v := value(t, e, "g", "all"); v != 8 {
+			t.Fatalf("the shared grandparent holds %v, want 8 (spent once)", v)
+		}
+		if v := value(t, e, "g", "one"); v != 8 {
+			t.Fatalf("g under the child's own key holds %v, want 8", v)
+		}
+	})
+}
