@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // quotas' time zones, even on a machine without /usr/share/zoneinfo
 )
 
 func main() {

@@ -74,8 +74,19 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 		if err != nil {
 			return req, err
 		}
+		if len(def.Parents) > 0 {
+			return req, &apperr.Error{Code: apperr.InvalidConfig, Field: field + "config.parents",
+				Message: "inline configs cannot have parents: store the definition (PUT /v1/limits/{name}) to give it parents"}
+		}
 		req.Config = &def
 	}
+	if err := limiter.CheckAttributes(it.Attributes); err != nil {
+		e := *apperr.From(err)
+		e.Field = field + e.Field
+		e.Fields = nil // one problem: the field above, with the request's path
+		return req, &e
+	}
+	req.Attributes = it.Attributes
 	var visitor netip.Addr
 	if it.IP != nil {
 		a, err := netip.ParseAddr(*it.IP)
@@ -291,7 +302,7 @@ func (s *Server) tooMany(c *gin.Context, d limiter.Decision) {
 // setRateLimitHeaders writes the RateLimit-Policy and RateLimit headers (limiter.RateLimitHeaders),
 // under their canonical keys directly: this runs on every decision.
 func setRateLimitHeaders(c *gin.Context, ds []limiter.Decision) {
-	policy, limit := limiter.RateLimitHeaders(ds)
+	policy, limit := limiter.RateLimitHeaders(limiter.WithParents(ds))
 	h := c.Writer.Header()
 	h["Ratelimit-Policy"] = []string{policy} // textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
 	h["Ratelimit"] = []string{limit}

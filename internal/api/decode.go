@@ -139,7 +139,7 @@ func decodeProblem(err error, definition bool) error {
 		if field == "" {
 			return badRequest("", "the request body must be a JSON object")
 		}
-		if strings.HasPrefix(typeErr.Value, "number") {
+		if strings.HasPrefix(typeErr.Value, "number") && isNumber(typeErr.Type.String()) {
 			// A number too large (or too precise an integer) for the field's type. In a limit's
 			// configuration that is a configuration the server cannot represent.
 			e := apperr.Invalid(field, fmt.Sprintf("%s is out of range: it must be %s that a float64 or int64 can hold", field, describeType(typeErr.Type.String())))
@@ -175,6 +175,16 @@ func jsonPath(field string) string {
 		}
 	}
 	return strings.Join(out, ".")
+}
+
+// isNumber reports whether a Go type of a body's field holds a JSON number (a number given for
+// any other type is simply of the wrong type, not out of range).
+func isNumber(goType string) bool {
+	switch strings.TrimPrefix(goType, "*") {
+	case "int", "int64", "float64":
+		return true
+	}
+	return false
 }
 
 func describeType(goType string) string {

@@ -128,6 +128,16 @@ func semanticCases() map[string]semanticCase {
 		"batch session":         {batchRoutes, "x", `{"limits":[{"name":"x","session":"0123456789abcdef0123"}]}`},
 		"batch key+session":     {batchRoutes, "x", `{"limits":[{"name":"x","key":"a","session":"0123456789abcdef0123"}]}`},
 		"batch reserved key":    {batchRoutes, "x", `{"limits":[{"name":"x","key":"ip:1.2.3.4"}]}`},
+		"put quota zone path":   {[]string{"PUT /v1/limits/:name"}, "fresh", `{"kind":"quota","rate":1,"calendar":"day","timeZone":"../../../etc/passwd"}`},
+		"put quota zone NUL":    {[]string{"PUT /v1/limits/:name"}, "fresh", `{"kind":"quota","rate":1,"calendar":"day","timeZone":"UTC\u0000"}`},
+		"put quota zone Local":  {[]string{"PUT /v1/limits/:name"}, "fresh", `{"kind":"quota","rate":1,"calendar":"week","timeZone":"Local"}`},
+		"put quota anchor max":  {[]string{"PUT /v1/limits/:name"}, "fresh", `{"kind":"quota","rate":1,"calendar":"month","timeZone":"UTC","anchorDay":2147483648}`},
+		"put parents NUL":       {[]string{"PUT /v1/limits/:name"}, "fresh", `{"kind":"token bucket","rate":1,"period":1000,"parents":[{"name":"x","key":"{a}\u0000"}]}`},
+		"put parents null item": {[]string{"PUT /v1/limits/:name"}, "fresh", `{"kind":"token bucket","rate":1,"period":1000,"parents":[null]}`},
+		"put parent braces":     {[]string{"PUT /v1/limits/:name"}, "fresh", `{"kind":"token bucket","rate":1,"period":1000,"parents":[{"name":"x","key":"{{}}"}]}`},
+		"attributes NUL":        {decisionRoutes, "x", `{"attributes":{"a":"\u0000"}}`},
+		"attributes null":       {decisionRoutes, "x", `{"attributes":{"a":null}}`},
+		"batch attributes":      {batchRoutes, "x", `{"limits":[{"name":"x","attributes":{"":"x"}}]}`},
 	}
 	return cases
 }

@@ -13,24 +13,37 @@ type DefinitionBody = limiter.Spec
 
 // ConfigResponse is a definition without name and timestamps (the config of a value response).
 type ConfigResponse struct {
-	Kind        string   `json:"kind"`
-	Rate        float64  `json:"rate"`
-	Period      int64    `json:"period"`
-	Capacity    *float64 `json:"capacity,omitempty"`
-	MaxReserved *float64 `json:"maxReserved,omitempty"`
-	Shards      int      `json:"shards"`
-	Start       *int64   `json:"start,omitempty"`
-	Resolution  *int     `json:"resolution,omitempty"`
-	Jitter      int64    `json:"jitter"`
-	IPFallback  bool     `json:"ipFallback"`
+	Kind        string               `json:"kind"`
+	Rate        float64              `json:"rate"`
+	Period      *int64               `json:"period,omitempty"` // absent for quotas
+	Capacity    *float64             `json:"capacity,omitempty"`
+	MaxReserved *float64             `json:"maxReserved,omitempty"`
+	Shards      int                  `json:"shards"`
+	Start       *int64               `json:"start,omitempty"`
+	Resolution  *int                 `json:"resolution,omitempty"`
+	Jitter      int64                `json:"jitter"`
+	IPFallback  bool                 `json:"ipFallback"`
+	Calendar    string               `json:"calendar,omitempty"`
+	TimeZone    string               `json:"timeZone,omitempty"`
+	AnchorDay   int                  `json:"anchorDay,omitempty"`
+	Parents     []limiter.ParentSpec `json:"parents,omitempty"`
 }
 
 func toConfig(d limiter.Definition) ConfigResponse {
-	c := ConfigResponse{Kind: string(d.Kind), Rate: d.Rate, Period: d.Period, Capacity: d.Capacity,
+	c := ConfigResponse{Kind: string(d.Kind), Rate: d.Rate, Capacity: d.Capacity,
 		MaxReserved: d.MaxReserved, Shards: max(d.Shards, 1), Start: d.Start, Jitter: d.Jitter, IPFallback: d.IPFallback}
 	if d.Kind == limiter.SlidingWindow {
 		r := max(d.Resolution, 1)
 		c.Resolution = &r
+	}
+	if d.Kind == limiter.Quota {
+		c.Calendar, c.TimeZone, c.AnchorDay = string(d.Calendar), d.TimeZone, d.AnchorDay
+	} else {
+		p := d.Period
+		c.Period = &p
+	}
+	for _, p := range d.Parents {
+		c.Parents = append(c.Parents, limiter.ParentSpec(p))
 	}
 	return c
 }
@@ -57,6 +70,8 @@ type Decision struct {
 	Count   *float64        `json:"count"`
 	Reserve bool            `json:"reserve"`
 	Config  *DefinitionBody `json:"config"`
+	// Attributes fill the {placeholders} of the keys of the limit's parents (nested budgets).
+	Attributes map[string]string `json:"attributes"`
 }
 
 // DecisionBody is the body of POST /v1/limits/{name}/limit and /check.
@@ -117,6 +132,18 @@ type DecisionResponse struct {
 	Remaining  float64 `json:"remaining"`
 	Name       string  `json:"name"`
 	Key        *string `json:"key"`
+	// Parents are the decisions on the limit's ancestors (nested budgets); ok and retryAfter
+	// above are the whole family's.
+	Parents []ParentDecisionResponse `json:"parents,omitempty"`
+}
+
+// ParentDecisionResponse is one ancestor's part in a decision.
+type ParentDecisionResponse struct {
+	Name       string  `json:"name"`
+	Key        string  `json:"key"`
+	OK         bool    `json:"ok"`
+	Remaining  float64 `json:"remaining"`
+	RetryAfter *int64  `json:"retryAfter"`
 }
 
 // BatchResponse is the outcome of a batch.
@@ -131,6 +158,10 @@ func toDecisionResponse(d limiter.Decision) DecisionResponse {
 	if d.Key != "" {
 		k := d.Key
 		r.Key = &k
+	}
+	for _, p := range d.Parents {
+		r.Parents = append(r.Parents, ParentDecisionResponse{Name: p.Name, Key: p.Key, OK: p.OK,
+			Remaining: roundTokens(p.Remaining), RetryAfter: p.RetryAfter})
 	}
 	return r
 }
@@ -151,10 +182,15 @@ type ValueResponse struct {
 	TS     int64                `json:"ts"`
 	Shards []ShardValueResponse `json:"shards"`
 	Config ConfigResponse       `json:"config"`
+	// WindowStart and ResetAt (quotas only): the current calendar window's start and end, in ms
+	// since the epoch.
+	WindowStart *int64 `json:"windowStart,omitempty"`
+	ResetAt     *int64 `json:"resetAt,omitempty"`
 }
 
 func toValueResponse(v limiter.Value) ValueResponse {
-	out := ValueResponse{Value: roundTokens(v.Value), TS: v.TS, Config: toConfig(v.Definition), Shards: make([]ShardValueResponse, len(v.Shards))}
+	out := ValueResponse{Value: roundTokens(v.Value), TS: v.TS, Config: toConfig(v.Definition), Shards: make([]ShardValueResponse, len(v.Shards)),
+		WindowStart: v.WindowStart, ResetAt: v.ResetAt}
 	for i, s := range v.Shards {
 		out.Shards[i] = ShardValueResponse{Shard: s.Shard, Value: roundTokens(s.Value), TS: s.TS}
 	}

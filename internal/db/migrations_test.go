@@ -72,3 +72,66 @@ func TestMigrationDeletesRawAdminSessionIDs(t *testing.T) {
 		})
 	}
 }
+
+// Migration 00005 adds quotas' calendar, zone and billing day and limits' parents. Going down,
+// the definitions the older code cannot read (quotas, limits with parents) go with their state;
+// the others stay, and going up again works.
+func TestMigration00005DownRemovesQuotasAndParents(t *testing.T) {
+	for _, dialect := range testkit.Dialects {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := testkit.Open(t, dialect)
+			now := time.Now().UTC()
+			for _, q := range []string{
+				`INSERT INTO limit_definitions (tenant_id, name, kind, rate, period, shards, jitter, ip_fallback, created_at, updated_at)
+					VALUES (1, 'tb', 'token bucket', 5, 1000, 1, 0, FALSE, ?, ?)`,
+				`INSERT INTO limit_definitions (tenant_id, name, kind, rate, period, shards, jitter, ip_fallback, created_at, updated_at, calendar, time_zone, anchor_day)
+					VALUES (1, 'q', 'quota', 5, 0, 1, 0, FALSE, ?, ?, 'month', 'Europe/Berlin', 31)`,
+				`INSERT INTO limit_definitions (tenant_id, name, kind, rate, period, shards, jitter, ip_fallback, created_at, updated_at, parents)
+					VALUES (1, 'child', 'token bucket', 5, 1000, 1, 0, FALSE, ?, ?, '[{"name":"tb","key":"{org}"}]')`,
+			} {
+				if err := d.Gorm.Exec(q, now, now).Error; err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			for _, name := range []string{"tb", "q", "child"} {
+				if err := d.Gorm.Exec(`INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters) VALUES (1, ?, 'k', 0, 1, 0, '')`, name).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			sub, err := fs.Sub(migrations.FS, string(dialect))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gd := goose.DialectPostgres
+			if dialect == db.SQLite {
+				gd = goose.DialectSQLite3
+			}
+			p, err := goose.NewProvider(gd, d.SQL, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.DownTo(ctx, 4); err != nil {
+				t.Fatalf("migrate down below 5: %v", err)
+			}
+			var defs, states []string
+			if err := d.Gorm.Raw(`SELECT name FROM limit_definitions ORDER BY name`).Scan(&defs).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Gorm.Raw(`SELECT name FROM limit_state ORDER BY name`).Scan(&states).Error; err != nil {
+				t.Fatal(err)
+			}
+			if len(defs) != 1 || defs[0] != "tb" || len(states) != 1 || states[0] != "tb" {
+				t.Fatalf("after going down: definitions %v, state %v; want only tb's", defs, states)
+			}
+			var n int64
+			if err := d.Gorm.Raw(`SELECT COUNT(*) FROM limit_definitions WHERE calendar IS NULL`).Scan(&n).Error; err == nil {
+				t.Fatal("limit_definitions still has calendar after going down")
+			}
+			if err := d.Migrate(ctx); err != nil {
+				t.Fatalf("up again: %v", err)
+			}
+		})
+	}
+}

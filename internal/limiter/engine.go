@@ -81,6 +81,8 @@ type Request struct {
 	Count   float64
 	Reserve bool
 	Config  *Definition // inline definition, used only when name has no stored definition
+	// Attributes fill the {placeholders} of the keys of the limit's parents (nested budgets).
+	Attributes map[string]string
 }
 
 // Decision is the outcome of one limit.
@@ -91,6 +93,35 @@ type Decision struct {
 	RetryAfter *int64 // ms, rounded up; nil when there is nothing to wait for
 	Remaining  float64
 	Definition Definition
+	// Window is the calendar window a quota's decision counted in; nil for the other kinds.
+	Window *QuotaWindow
+	// Parents are the decisions on the limit's ancestors (nested budgets), breadth first: the
+	// parents, then theirs. OK and RetryAfter above are the whole family's: the request passed
+	// only if the limit and every ancestor allowed it.
+	Parents []Decision
+}
+
+// QuotaWindow is a quota's calendar window [Start, End) and the time of the decision, in ms
+// since the epoch.
+type QuotaWindow struct {
+	Start, End, Now int64
+}
+
+// WithParents lists decisions followed by their ancestors' (for headers and reports).
+func WithParents(ds []Decision) []Decision {
+	n := len(ds)
+	for _, d := range ds {
+		n += len(d.Parents)
+	}
+	if n == len(ds) {
+		return ds
+	}
+	out := make([]Decision, 0, n)
+	for _, d := range ds {
+		out = append(out, d)
+		out = append(out, d.Parents...)
+	}
+	return out
 }
 
 // BatchDecision is the all-or-nothing outcome of several limits.
@@ -229,6 +260,9 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 		}
 		if consume && e.onDecision != nil {
 			e.onDecision(tenantID, r.Name, out.OK)
+			for _, p := range r.Parents {
+				e.onDecision(tenantID, p.Name, out.OK)
+			}
 		}
 	}
 }
@@ -261,7 +295,14 @@ func validateRequest(r *Request) error {
 	if r.Key != "" && !ValidKey(r.Key) {
 		return invalidRequest("key", KeyRule)
 	}
+	if err := algo.CheckAttributes(r.Attributes); err != nil {
+		return fromAlgo(err)
+	}
 	if r.Config != nil {
+		if len(r.Config.Parents) > 0 {
+			return fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "parents",
+				Message: "inline configs cannot have parents: store the definition (PUT /v1/limits/{name}) to give it parents"}}})
+		}
 		return fromAlgo(r.Config.Validate())
 	}
 	return nil
@@ -334,6 +375,9 @@ type Value struct {
 	TS         int64
 	Shards     []ShardValue
 	Definition Definition
+	// WindowStart and ResetAt (quotas only) are the current calendar window's start and end,
+	// the instant the quota is whole again, in ms since the epoch.
+	WindowStart, ResetAt *int64
 }
 
 // GetValue computes a key's value to now without writing. It needs a stored definition.
@@ -373,6 +417,10 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 			out.Shards[i] = ShardValue{Shard: i, Value: v, TS: ts}
 			out.Value += v
 			out.TS = max(out.TS, ts)
+		}
+		if def.Kind == Quota {
+			start, end := def.WindowAt(out.TS)
+			out.WindowStart, out.ResetAt = &start, &end
 		}
 		return nil
 	})

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
@@ -26,7 +28,8 @@ type job struct {
 	tenantID int64
 	reqs     []Request
 	consume  bool
-	picks    [][]int // shard choices, kept across retries of the group
+	exp      []limitRef // the limits it decides: its requests and their ancestors (expand)
+	picks    [][]int    // shard choices of each of exp, kept across retries of the group
 	out      BatchDecision
 	err      error
 	done     chan struct{}
@@ -174,53 +177,116 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 	if err != nil {
 		return err
 	}
-	defs, err := loadDefinitions(tx, definitionKeys(jobs))
+	keys := definitionKeys(jobs)
+	defs, err := loadDefinitions(tx, keys)
 	if err != nil {
 		return err
 	}
-	defsOf, wanted := e.plan(jobs, defs)
-	stored, err := loadRows(tx, wanted)
+	asked := map[defKey]bool{}
+	for _, k := range keys {
+		asked[k] = true
+	}
+	if err := readParents(jobs, defs, asked, func(k []defKey) (map[defKey]Definition, error) { return loadDefinitions(tx, k) }); err != nil {
+		return err
+	}
+	stored, err := loadRows(tx, e.plan(jobs, defs))
 	if err != nil {
 		return err
 	}
-	return saveRows(tx, decideGroup(jobs, defsOf, stored, now))
+	return saveRows(tx, decideGroup(jobs, stored, now))
 }
 
-// plan resolves every job's definitions and shard choices, and lists the rows they need. A job
+// plan expands every job (expand) and chooses its shards, and lists the rows they need. A job
 // whose definitions do not resolve gets its error and no rows.
-func (e *Engine) plan(jobs []*job, defs map[defKey]Definition) ([][]Definition, []rowKey) {
-	defsOf := make([][]Definition, len(jobs))
+func (e *Engine) plan(jobs []*job, defs map[defKey]Definition) []rowKey {
 	var wanted []rowKey
-	for ji, j := range jobs {
-		defsOf[ji], j.err = resolveDefinitions(j, defs)
+	for _, j := range jobs {
+		var missing []defKey
+		j.exp, missing, j.err = expand(j, defs)
+		if j.err == nil && len(missing) > 0 { // the caller read every definition it could
+			j.err = parentNotFound(missing[0].name)
+		}
 		if j.err != nil {
 			continue
 		}
-		for i, req := range j.reqs {
-			e.ensurePicks(j, i, defsOf[ji][i].Shards)
-			for _, s := range j.picks[i] {
-				wanted = append(wanted, rowKey{j.tenantID, req.Name, req.Key, s})
+		for x, r := range j.exp {
+			e.ensurePicks(j, x, r.def.Shards)
+			for _, s := range j.picks[x] {
+				wanted = append(wanted, rowKey{j.tenantID, r.name, r.key, s})
 			}
 		}
 	}
-	return defsOf, wanted
+	return wanted
 }
 
-// ensurePicks keeps a request's shard choice across retries unless the shard count changed.
-func (e *Engine) ensurePicks(j *job, i, shards int) {
-	p := j.picks[i]
+// parentNotFound is limit_not_found for a parent that has no stored definition.
+func parentNotFound(name string) error {
+	e := *ErrLimitNotFound
+	e.Message = fmt.Sprintf("no such limit: %q, a parent of the limit decided", name)
+	e.Err = ErrLimitNotFound
+	return &e
+}
+
+// readParents reads the definitions of parents that jobs need and defs lacks, generation by
+// generation (read reads one list of names), until every job's ancestors are known or known to
+// be missing. asked holds every key read so far; it grows.
+func readParents(jobs []*job, defs map[defKey]Definition, asked map[defKey]bool, read func([]defKey) (map[defKey]Definition, error)) error {
+	for range algo.MaxParentDepth + 1 {
+		if !anyParents(defs) { // the common case: no limit of the group has parents
+			return nil
+		}
+		var want []defKey
+		for _, j := range jobs {
+			_, missing, err := expand(j, defs)
+			if err != nil {
+				continue
+			}
+			for _, k := range missing {
+				if !asked[k] {
+					asked[k] = true
+					want = append(want, k)
+				}
+			}
+		}
+		if len(want) == 0 {
+			return nil
+		}
+		more, err := read(want)
+		if err != nil {
+			return err
+		}
+		maps.Copy(defs, more)
+	}
+	return nil
+}
+
+func anyParents(defs map[defKey]Definition) bool {
+	for _, d := range defs {
+		if len(d.Parents) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ensurePicks keeps a limit's shard choice across retries unless the shard count changed.
+func (e *Engine) ensurePicks(j *job, x, shards int) {
+	for len(j.picks) <= x {
+		j.picks = append(j.picks, nil)
+	}
+	p := j.picks[x]
 	if len(p) == min(shards, 2) && maxIndex(p) < shards {
 		return
 	}
-	j.picks[i] = e.pickShards(shards)
+	j.picks[x] = e.pickShards(shards)
 }
 
 // decideGroup decides the jobs in arrival order and returns the rows to write.
-func decideGroup(jobs []*job, defsOf [][]Definition, stored map[rowKey]fullStateRow, now int64) map[rowKey]algo.State {
+func decideGroup(jobs []*job, stored map[rowKey]fullStateRow, now int64) map[rowKey]algo.State {
 	overlay := map[rowKey]algo.State{}
-	for ji, j := range jobs {
+	for _, j := range jobs {
 		if j.err == nil {
-			j.out, j.err = decideJob(j, defsOf[ji], stored, overlay, now)
+			j.out, j.err = decideJob(j, stored, overlay, now)
 		}
 	}
 	return overlay
@@ -241,38 +307,93 @@ func definitionKeys(jobs []*job) []defKey {
 	return keys
 }
 
-// resolveDefinitions picks each request's definition: the stored one, or its inline config.
-func resolveDefinitions(j *job, stored map[defKey]Definition) ([]Definition, error) {
-	out := make([]Definition, len(j.reqs))
+// limitRef is one limit a job decides: one of its requests, or an ancestor that request spends.
+type limitRef struct {
+	name, key string
+	def       Definition
+	of        int  // the request it belongs to
+	parent    bool // an ancestor, not the request itself
+}
+
+// expand lists the limits a job decides: each request (its stored definition, or its inline
+// config), followed by its ancestors breadth first, each parent's key filled from the request's
+// attributes, each (name, key) once per request. missing lists the parents whose definitions
+// defs lacks; the job's limits are complete only when it is empty.
+func expand(j *job, defs map[defKey]Definition) (exp []limitRef, missing []defKey, err error) {
 	for i, req := range j.reqs {
-		d, ok := stored[defKey{j.tenantID, req.Name}]
+		d, ok := defs[defKey{j.tenantID, req.Name}]
 		switch {
 		case ok && req.Config != nil:
-			return nil, ErrDefinitionExists
+			return nil, nil, ErrDefinitionExists
 		case ok:
-			out[i] = d
 		case req.Config != nil:
-			out[i] = req.Config.Normalized()
+			d = req.Config.Normalized()
 		default:
-			return nil, ErrLimitNotFound
+			return nil, nil, ErrLimitNotFound
 		}
-		if err := out[i].CheckCount(req.Count, req.Reserve); err != nil {
-			return nil, fromAlgo(err)
+		if err := d.CheckCount(req.Count, req.Reserve); err != nil {
+			return nil, nil, fromAlgo(err)
+		}
+		exp = append(exp, limitRef{name: req.Name, key: req.Key, def: d, of: i})
+		if len(d.Parents) == 0 {
+			continue
+		}
+		seen := map[[2]string]bool{{req.Name, req.Key}: true}
+		level := []limitRef{exp[len(exp)-1]}
+		for depth := 1; len(level) > 0; depth++ {
+			var next []limitRef
+			for _, child := range level {
+				for _, p := range child.def.Parents {
+					if depth > algo.MaxParentDepth { // stored graphs are checked; only a damaged one gets here
+						return nil, nil, fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "parents",
+							Message: fmt.Sprintf("limit %q has more than %d generations of parents", req.Name, algo.MaxParentDepth)}}})
+					}
+					key, err := algo.FillKey(child.name, p, req.Attributes)
+					if err != nil {
+						return nil, nil, fromAlgo(err)
+					}
+					if seen[[2]string{p.Name, key}] {
+						continue
+					}
+					seen[[2]string{p.Name, key}] = true
+					pd, ok := defs[defKey{j.tenantID, p.Name}]
+					if !ok {
+						missing = append(missing, defKey{j.tenantID, p.Name})
+						continue
+					}
+					if err := pd.CheckCount(req.Count, req.Reserve); err != nil {
+						return nil, nil, parentCountError(p.Name, err)
+					}
+					r := limitRef{name: p.Name, key: key, def: pd, of: i, parent: true}
+					exp = append(exp, r)
+					next = append(next, r)
+				}
+			}
+			level = next
 		}
 	}
-	return out, nil
+	return exp, missing, nil
+}
+
+// parentCountError names the parent in a request's count or reserve problem.
+func parentCountError(parent string, err error) error {
+	e := apperr.From(fromAlgo(err))
+	c := *e
+	c.Message = fmt.Sprintf("parent %q: %s", parent, e.Message)
+	c.Err = e
+	return &c
 }
 
 // decideJob decides one job against the rows as the jobs before it in the group left them. Its
 // writes join the overlay only if every one of its limits allowed (all or nothing) and it consumes.
-func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) (BatchDecision, error) {
+func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) (BatchDecision, error) {
 	out := BatchDecision{OK: true, Results: make([]Decision, len(j.reqs))}
 	local := map[rowKey]algo.State{}
-	for i, req := range j.reqs {
-		def := defs[i]
-		states := make([]algo.State, len(j.picks[i]))
-		for k, s := range j.picks[i] {
-			rk := rowKey{j.tenantID, req.Name, req.Key, s}
+	for x, r := range j.exp {
+		def := r.def
+		states := make([]algo.State, len(j.picks[x]))
+		for k, s := range j.picks[x] {
+			rk := rowKey{j.tenantID, r.name, r.key, s}
 			if st, ok := local[rk]; ok {
 				states[k] = st
 			} else if st, ok := overlay[rk]; ok {
@@ -281,11 +402,20 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 				states[k] = stored[rk].state(def)
 			}
 		}
-		d := algo.Decide(def, states, req.Count, req.Reserve, now, algo.Origin(def, j.tenantID, req.Name, req.Key))
-		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.OK, Remaining: d.Remaining, Definition: def}
+		req := j.reqs[r.of]
+		d := algo.Decide(def, states, req.Count, req.Reserve, now, algo.Origin(def, j.tenantID, r.name, r.key))
+		dec := Decision{Name: r.name, Key: r.key, OK: d.OK, Remaining: d.Remaining, Definition: def}
+		if def.Kind == Quota {
+			dec.Window = &QuotaWindow{Start: d.WindowStart, End: d.WindowEnd, Now: now}
+		}
 		if !math.IsNaN(d.RetryAfter) {
 			ra := algo.RetryAfterMillis(d.RetryAfter)
-			out.Results[i].RetryAfter = &ra
+			dec.RetryAfter = &ra
+		}
+		if r.parent {
+			out.Results[r.of].Parents = append(out.Results[r.of].Parents, dec)
+		} else {
+			out.Results[r.of] = dec
 		}
 		if !d.OK {
 			out.OK = false
@@ -293,9 +423,12 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 		}
 		for k, w := range d.Writes {
 			if w.Exists {
-				local[rowKey{j.tenantID, req.Name, req.Key, j.picks[i][k]}] = w
+				local[rowKey{j.tenantID, r.name, r.key, j.picks[x][k]}] = w
 			}
 		}
+	}
+	for i := range out.Results {
+		familyOutcome(&out.Results[i])
 	}
 	if j.consume && out.OK {
 		for k, st := range local {
@@ -303,4 +436,29 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 		}
 	}
 	return out, nil
+}
+
+// familyOutcome makes a decision with parents the whole family's: allowed only if the limit and
+// every ancestor allowed; retryAfter the largest among the refusals (or, when allowed, among the
+// reservations).
+func familyOutcome(d *Decision) {
+	if len(d.Parents) == 0 {
+		return
+	}
+	for _, p := range d.Parents {
+		d.OK = d.OK && p.OK
+	}
+	var ra *int64
+	consider := func(x Decision) {
+		if x.RetryAfter != nil && (d.OK || !x.OK) && (ra == nil || *x.RetryAfter > *ra) {
+			v := *x.RetryAfter
+			ra = &v
+		}
+	}
+	own := *d
+	consider(own)
+	for _, p := range d.Parents {
+		consider(p)
+	}
+	d.RetryAfter = ra
 }

@@ -3,9 +3,12 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // The PostgreSQL hot path: a group transaction in two round trips, pipelined with pgx.
@@ -17,48 +20,55 @@ import (
 // definitions read in the same transaction are what decide, so a stale hint only costs one more
 // round trip for the rows it missed. The statements are state_sql_pg.go's.
 
-// shardHints remembers the shard count of each limit for choosing rows before the definition is read.
+// shardHints remembers the definition of each limit last read, for choosing rows (and, with
+// nested budgets, the parents' definitions and rows) before the definitions are read.
 type shardHints struct {
 	mu sync.RWMutex
-	m  map[defKey]int
+	m  map[defKey]Definition
 }
 
-func (h *shardHints) get(k defKey) int {
+// snapshot is a copy of the hints, which expand reads like definitions.
+func (h *shardHints) snapshot(keys []defKey) map[defKey]Definition {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if n, ok := h.m[k]; ok {
-		return n
+	out := make(map[defKey]Definition, len(keys))
+	// Follow parents a few generations: a parent's hint is needed for its own parents.
+	for range algo.MaxParentDepth + 1 {
+		var next []defKey
+		for _, k := range keys {
+			if _, done := out[k]; done {
+				continue
+			}
+			d, ok := h.m[k]
+			if !ok {
+				continue
+			}
+			out[k] = d
+			for _, p := range d.Parents {
+				next = append(next, defKey{k.tenantID, p.Name})
+			}
+		}
+		if len(next) == 0 {
+			break
+		}
+		keys = next
 	}
-	return 1
+	return out
 }
 
 func (h *shardHints) set(defs map[defKey]Definition) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil || len(h.m) > 100_000 {
-		h.m = map[defKey]int{}
+		h.m = map[defKey]Definition{}
 	}
-	for k, d := range defs {
-		h.m[k] = d.Shards
-	}
+	maps.Copy(h.m, defs)
 }
 
 // groupPgx is one attempt of a group on PostgreSQL.
 func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) error {
 	keys := definitionKeys(jobs)
-	var guess []rowKey
-	for _, j := range jobs {
-		for i, req := range j.reqs {
-			shards := e.hints.get(defKey{j.tenantID, req.Name})
-			if req.Config != nil {
-				shards = max(req.Config.Shards, 1)
-			}
-			e.ensurePicks(j, i, shards)
-			for _, s := range j.picks[i] {
-				guess = append(guess, rowKey{j.tenantID, req.Name, req.Key, s})
-			}
-		}
-	}
+	guess, keys := e.guess(jobs, keys)
 	guess = sortedUnique(guess)
 
 	b := &pgx.Batch{}
@@ -71,12 +81,20 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	if err != nil {
 		return err
 	}
+	asked := make(map[defKey]bool, len(keys))
+	for _, k := range keys {
+		asked[k] = true
+	}
+	// Parents the hints did not foresee: one more query per generation (only after a change).
+	if err := readParents(jobs, defs, asked, func(k []defKey) (map[defKey]Definition, error) { return selectDefinitionsPg(ctx, conn, k) }); err != nil {
+		return err
+	}
 	e.hints.set(defs)
 	if e.testNow != nil {
 		now = e.testNow().UnixMilli()
 	}
 
-	defsOf, wanted := e.plan(jobs, defs)
+	wanted := e.plan(jobs, defs)
 	var missing []rowKey
 	have := make(map[rowKey]bool, len(guess))
 	for _, k := range guess {
@@ -93,7 +111,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		}
 	}
 
-	writes := decideGroup(jobs, defsOf, stored, now)
+	writes := decideGroup(jobs, stored, now)
 	b = &pgx.Batch{}
 	queueGroupWrites(b, writes)
 	br = conn.SendBatch(ctx, b)
@@ -109,4 +127,51 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		return fmt.Errorf("limiter: commit group: %w", err)
 	}
 	return nil
+}
+
+// guess lists the rows and definitions the first round trip reads: each request's rows and,
+// through the hints, its ancestors' definitions and rows. What the hints miss is read after.
+func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
+	hint := e.hints.snapshot(keys)
+	seen := make(map[defKey]bool, len(keys))
+	for _, k := range keys {
+		seen[k] = true
+	}
+	var rows []rowKey
+	for _, j := range jobs {
+		exp, missing, err := expand(j, hint)
+		if err != nil { // no (or a stale) hint: the requests' own rows, as one shard or their config's
+			for i, req := range j.reqs {
+				shards := 1
+				if d, ok := hint[defKey{j.tenantID, req.Name}]; ok {
+					shards = d.Shards
+				}
+				if req.Config != nil {
+					shards = max(req.Config.Shards, 1)
+				}
+				e.ensurePicks(j, i, shards)
+				for _, s := range j.picks[i] {
+					rows = append(rows, rowKey{j.tenantID, req.Name, req.Key, s})
+				}
+			}
+			continue
+		}
+		for x, r := range exp {
+			e.ensurePicks(j, x, r.def.Shards)
+			for _, s := range j.picks[x] {
+				rows = append(rows, rowKey{j.tenantID, r.name, r.key, s})
+			}
+			if k := (defKey{j.tenantID, r.name}); !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		for _, k := range missing {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return sortedUnique(rows), keys
 }

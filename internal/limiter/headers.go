@@ -12,7 +12,8 @@ import (
 //	RateLimit:        "name";r=<remaining>;t=<seconds>, …
 //
 // t is the decision's retryAfter when it has one, otherwise the time until the quota is whole
-// again. Built with strconv (AppendQuote is %q): the API sends them on every decision.
+// again; for a quota, w is the current calendar window's length and t the time until its end
+// (the next boundary), when the quota is whole again. Built with strconv (AppendQuote is %q): the API sends them on every decision.
 func RateLimitHeaders(ds []Decision) (policy, limit string) {
 	p := make([]byte, 0, 48*len(ds))
 	l := make([]byte, 0, 48*len(ds))
@@ -21,16 +22,23 @@ func RateLimitHeaders(ds []Decision) (policy, limit string) {
 			p, l = append(p, ", "...), append(l, ", "...)
 		}
 		def := d.Definition
+		window := float64(def.Period)
+		if d.Window != nil {
+			window = float64(d.Window.End - d.Window.Start)
+		}
 		p = strconv.AppendQuote(p, d.Name)
 		p = append(p, ";q="...)
 		p = strconv.AppendInt(p, int64(math.Floor(def.Max())), 10)
 		p = append(p, ";w="...)
-		p = strconv.AppendInt(p, HeaderSeconds(float64(def.Period)), 10)
+		p = strconv.AppendInt(p, HeaderSeconds(window), 10)
 
 		var t int64
-		if d.RetryAfter != nil {
+		switch {
+		case d.RetryAfter != nil:
 			t = HeaderSeconds(float64(*d.RetryAfter))
-		} else {
+		case d.Window != nil:
+			t = HeaderSeconds(float64(d.Window.End - d.Window.Now))
+		default:
 			missing := math.Max(def.Max()-d.Remaining, 0)
 			t = HeaderSeconds(missing * float64(def.Period) / def.Rate)
 		}

@@ -21,6 +21,10 @@ type (
 	// ValidationError lists what is wrong with a definition or request. Errors of the engine
 	// carry it as the cause of their *apperr.Error, so errors.As still finds it.
 	ValidationError = algo.ValidationError
+	// Parent is one parent budget of a definition (see algo.Parent).
+	Parent = algo.Parent
+	// Calendar is the window of a quota.
+	Calendar = algo.Calendar
 )
 
 // The limit kinds of DESIGN §3, and bounds on definitions and keys.
@@ -28,6 +32,7 @@ const (
 	TokenBucket   = algo.TokenBucket
 	FixedWindow   = algo.FixedWindow
 	SlidingWindow = algo.SlidingWindow
+	Quota         = algo.Quota
 	MaxShards     = algo.MaxShards
 	MaxResolution = algo.MaxResolution
 	MaxKeyBytes   = algo.MaxKeyBytes
@@ -37,6 +42,9 @@ const (
 
 // ValidName reports whether s is an acceptable limit name.
 func ValidName(s string) bool { return algo.ValidName(s) }
+
+// CheckAttributes validates a decision's attributes (see algo.CheckAttributes).
+func CheckAttributes(attrs map[string]string) error { return fromAlgo(algo.CheckAttributes(attrs)) }
 
 // ValidKey reports whether s is an acceptable key (see algo.ValidKey).
 func ValidKey(s string) bool { return algo.ValidKey(s) }

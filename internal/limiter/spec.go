@@ -1,6 +1,11 @@
 package limiter
 
-import "github.com/sluice-dev/sluice/internal/limiter/algo"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
+)
 
 // Spec is a limit definition as a client writes it (the API's JSON body and inline config, the
 // dashboard's form): every field optional, so that each missing one is reported by name.
@@ -15,6 +20,19 @@ type Spec struct {
 	Resolution  *int     `json:"resolution,omitempty"`
 	Jitter      *int64   `json:"jitter,omitempty"`
 	IPFallback  *bool    `json:"ipFallback,omitempty"`
+	// Quotas: the calendar window, its IANA time zone, a monthly quota's billing day.
+	Calendar  *string `json:"calendar,omitempty"`
+	TimeZone  *string `json:"timeZone,omitempty"`
+	AnchorDay *int    `json:"anchorDay,omitempty"`
+	// Parents are the budgets a decision on this limit also spends (nested budgets).
+	Parents []ParentSpec `json:"parents,omitempty"`
+}
+
+// ParentSpec is one parent budget as a client writes it: the parent limit's name and the
+// template of the key it is spent under ("org:{org}").
+type ParentSpec struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
 }
 
 // ToDefinition converts and validates; field errors use the JSON names.
@@ -26,8 +44,15 @@ func (b Spec) ToDefinition() (Definition, error) {
 	if b.Rate == nil {
 		missing = append(missing, FieldError{Field: "rate", Message: "is required"})
 	}
-	if b.Period == nil {
+	quota := Kind(b.Kind) == Quota
+	switch {
+	case b.Period == nil && !quota:
 		missing = append(missing, FieldError{Field: "period", Message: "is required"})
+	case b.Period != nil && quota:
+		missing = append(missing, FieldError{Field: "period", Message: "does not apply to quotas: the calendar sets the window"})
+	}
+	if b.AnchorDay != nil && *b.AnchorDay < 1 {
+		missing = append(missing, FieldError{Field: "anchorDay", Message: "must be a day of the month between 1 and 31 (clamped to each month's last day)"})
 	}
 	// Explicit zeros are errors; absent fields take defaults (the domain type reads 0 as default).
 	if b.Shards != nil && *b.Shards < 1 {
@@ -39,8 +64,23 @@ func (b Spec) ToDefinition() (Definition, error) {
 	if len(missing) > 0 {
 		return Definition{}, fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: missing})
 	}
-	d := Definition{Kind: Kind(b.Kind), Rate: *b.Rate, Period: *b.Period,
+	d := Definition{Kind: Kind(b.Kind), Rate: *b.Rate,
 		Capacity: b.Capacity, MaxReserved: b.MaxReserved, Start: b.Start}
+	if b.Period != nil {
+		d.Period = *b.Period
+	}
+	if b.Calendar != nil {
+		d.Calendar = Calendar(*b.Calendar)
+	}
+	if b.TimeZone != nil {
+		d.TimeZone = *b.TimeZone
+	}
+	if b.AnchorDay != nil {
+		d.AnchorDay = *b.AnchorDay
+	}
+	for _, p := range b.Parents {
+		d.Parents = append(d.Parents, Parent(p))
+	}
 	if b.Shards != nil {
 		d.Shards = *b.Shards
 	}
@@ -54,4 +94,28 @@ func (b Spec) ToDefinition() (Definition, error) {
 		d.IPFallback = *b.IPFallback
 	}
 	return d, fromAlgo(d.Validate())
+}
+
+// AuditDetail is how the audit log describes a definition that was stored: the kind, the rate
+// and the period (or a quota's calendar, zone and billing day), and the parents.
+func AuditDetail(d Definition) string {
+	var b strings.Builder
+	b.WriteString(string(d.Kind) + " rate=" + strconv.FormatFloat(d.Rate, 'g', -1, 64))
+	if d.Kind == Quota {
+		b.WriteString(" calendar=" + string(d.Calendar) + " timeZone=" + d.TimeZone)
+		if d.Calendar == algo.Month {
+			b.WriteString(" anchorDay=" + strconv.Itoa(max(d.AnchorDay, 1)))
+		}
+	} else {
+		b.WriteString(" period=" + strconv.FormatInt(d.Period, 10))
+	}
+	for i, p := range d.Parents {
+		if i == 0 {
+			b.WriteString(" parents=")
+		} else {
+			b.WriteString(",")
+		}
+		b.WriteString(p.Name + "(" + strconv.Quote(p.Key) + ")")
+	}
+	return b.String()
 }

@@ -30,7 +30,7 @@ const (
 	// stateUpsert makes an INSERT of stateColumns replace the state of rows that exist.
 	stateUpsert = " ON CONFLICT (" + statePrimaryKey + ") DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters"
 	// definitionColumns are limit_definitions' columns.
-	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, created_at, updated_at"
+	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, created_at, updated_at, calendar, time_zone, anchor_day, parents"
 )
 
 // The portable statements. Matches on a list of primary keys are an OR of equalities (matchAll):
@@ -39,6 +39,8 @@ const (
 const (
 	sqlSelectDefinitions = "SELECT " + definitionColumns + " FROM limit_definitions WHERE "
 	sqlSelectState       = "SELECT " + stateColumns + " FROM limit_state WHERE "
+	// sqlSelectParentEdges reads a tenant's parent graph (the definitions that have parents).
+	sqlSelectParentEdges = "SELECT name, parents FROM limit_definitions WHERE tenant_id = ? AND parents <> ''"
 	sqlInsertState       = "INSERT INTO limit_state (" + stateColumns + ") VALUES "
 	sqlDeleteState       = "DELETE FROM limit_state WHERE "
 	sqlDeleteNameState   = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ?"
@@ -92,7 +94,26 @@ func (r fullStateRow) state(def Definition) algo.State {
 // fields are the scan targets of definitionColumns, in order.
 func (r *definitionRow) fields() []any {
 	return []any{&r.TenantID, &r.Name, &r.Kind, &r.Rate, &r.Period, &r.Capacity, &r.MaxReserved,
-		&r.Shards, &r.Start, &r.Resolution, &r.Jitter, &r.IPFallback, &r.CreatedAt, &r.UpdatedAt}
+		&r.Shards, &r.Start, &r.Resolution, &r.Jitter, &r.IPFallback, &r.CreatedAt, &r.UpdatedAt,
+		&r.Calendar, &r.TimeZone, &r.AnchorDay, &r.Parents}
+}
+
+// parentEdges reads the parent names of every definition of the tenant that has parents.
+func parentEdges(tx *gorm.DB, tenantID int64) (map[string][]string, error) {
+	var rows []struct {
+		Name    string
+		Parents string
+	}
+	if err := tx.Raw(sqlSelectParentEdges, tenantID).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[string][]string, len(rows))
+	for _, r := range rows {
+		for _, p := range decodeParents(r.Parents) {
+			out[r.Name] = append(out[r.Name], p.Name)
+		}
+	}
+	return out, nil
 }
 
 // storedCounters is the counters column of a state to write.

@@ -135,6 +135,29 @@ func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Def
 	return now, defs, stored, nil
 }
 
+// selectDefinitionsPg reads more definitions within the group's transaction (parents the
+// hints did not foresee).
+func selectDefinitionsPg(ctx context.Context, conn *pgx.Conn, keys []defKey) (map[defKey]Definition, error) {
+	tenantIDs, names := make([]int64, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		tenantIDs[i], names[i] = k.tenantID, k.name
+	}
+	rows, err := conn.Query(ctx, pgSelectDefinitions, tenantIDs, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[defKey]Definition{}
+	for rows.Next() {
+		var r definitionRow
+		if err := rows.Scan(r.fields()...); err != nil {
+			return nil, err
+		}
+		out[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
+	}
+	return out, rows.Err()
+}
+
 // selectRowsPg reads more state rows within the group's transaction.
 func selectRowsPg(ctx context.Context, conn *pgx.Conn, keys []rowKey, into map[rowKey]fullStateRow) error {
 	rows, err := conn.Query(ctx, pgSelectRows, rowArgs(keys)...)

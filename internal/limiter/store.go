@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -26,6 +27,46 @@ type definitionRow struct {
 	IPFallback  bool      `gorm:"column:ip_fallback"`
 	CreatedAt   time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt   time.Time `gorm:"autoUpdateTime:false"`
+	Calendar    *string
+	TimeZone    *string `gorm:"column:time_zone"`
+	AnchorDay   *int
+	Parents     string // JSON [{"name", "key"}], '' for none
+}
+
+// parentJSON is the stored form of one parent.
+type parentJSON struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+func encodeParents(ps []algo.Parent) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	out := make([]parentJSON, len(ps))
+	for i, p := range ps {
+		out[i] = parentJSON(p)
+	}
+	b, _ := json.Marshal(out) // strings only: cannot fail
+	return string(b)
+}
+
+// decodeParents reads the parents column. A column that cannot be read (never written so by this
+// code) yields a parent that no limit can be called, so decisions on the child fail closed with
+// limit_not_found instead of dropping a budget.
+func decodeParents(s string) []algo.Parent {
+	if s == "" {
+		return nil
+	}
+	var ps []parentJSON
+	if err := json.Unmarshal([]byte(s), &ps); err != nil {
+		return []algo.Parent{{Name: "(unreadable parents)", Key: "-"}}
+	}
+	out := make([]algo.Parent, len(ps))
+	for i, p := range ps {
+		out[i] = algo.Parent(p)
+	}
+	return out
 }
 
 func (definitionRow) TableName() string { return "limit_definitions" }
@@ -46,6 +87,16 @@ func (r definitionRow) toDomain() StoredDefinition {
 	if r.Resolution != nil {
 		d.Resolution = *r.Resolution
 	}
+	if r.Calendar != nil {
+		d.Calendar = algo.Calendar(*r.Calendar)
+	}
+	if r.TimeZone != nil {
+		d.TimeZone = *r.TimeZone
+	}
+	if r.AnchorDay != nil {
+		d.AnchorDay = *r.AnchorDay
+	}
+	d.Parents = decodeParents(r.Parents)
 	return StoredDefinition{Name: r.Name, Definition: d.Normalized(), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
 
@@ -75,6 +126,19 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 		if def.Kind == SlidingWindow {
 			row.Resolution = &def.Resolution
 		}
+		if def.Kind == Quota {
+			cal, zone := string(def.Calendar), def.TimeZone
+			row.Calendar, row.TimeZone = &cal, &zone
+			if def.Calendar == algo.Month {
+				row.AnchorDay = &def.AnchorDay
+			}
+		}
+		row.Parents = encodeParents(def.Parents)
+		if len(def.Parents) > 0 {
+			if err := checkParentGraph(tx, tenantID, name, def.Parents); err != nil {
+				return err
+			}
+		}
 		if created {
 			if err := tx.Create(&row).Error; err != nil {
 				return err
@@ -97,6 +161,23 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
 	}
 	return out, created, nil
+}
+
+// checkParentGraph refuses parents that would make a limit its own ancestor or put more than
+// algo.MaxParentDepth generations above a limit, in the tenant's graph with name's parents
+// replaced. Only a definition with parents can add an edge, so only those need the check; it
+// reads the graph in the same serializable transaction, so two concurrent changes cannot each
+// pass and together form a cycle.
+func checkParentGraph(tx *gorm.DB, tenantID int64, name string, parents []algo.Parent) error {
+	edges, err := parentEdges(tx, tenantID)
+	if err != nil {
+		return err
+	}
+	edges[name] = nil
+	for _, p := range parents {
+		edges[name] = append(edges[name], p.Name)
+	}
+	return fromAlgo(algo.CheckParentGraph(edges, name))
 }
 
 // GetDefinition returns the stored definition called name, or ErrLimitNotFound.

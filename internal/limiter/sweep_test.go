@@ -17,7 +17,7 @@ import (
 )
 
 // sweepDefs are the stored definitions the sweeper tests churn through: every kind, shards,
-// reservations and a fixed window on its per-key offset.
+// reservations, a fixed window on its per-key offset, and calendar quotas.
 var sweepDefs = map[string]limiter.Definition{
 	"tb":  {Kind: limiter.TokenBucket, Rate: 5, Period: 10_000, Capacity: ptr(8.0)},
 	"tbs": {Kind: limiter.TokenBucket, Rate: 12, Period: 10_000, Shards: 3},
@@ -25,9 +25,11 @@ var sweepDefs = map[string]limiter.Definition{
 	"fw":  {Kind: limiter.FixedWindow, Rate: 4, Period: 10_000},
 	"sw":  {Kind: limiter.SlidingWindow, Rate: 6, Period: 10_000, Resolution: 3},
 	"sw2": {Kind: limiter.SlidingWindow, Rate: 4, Period: 6_000, Shards: 2},
+	"q":   {Kind: limiter.Quota, Rate: 30, Calendar: "day", TimeZone: "UTC"},
+	"qs":  {Kind: limiter.Quota, Rate: 40, Calendar: "day", TimeZone: "Asia/Tokyo", Shards: 2},
 }
 
-var sweepNames = []string{"tb", "tbs", "tbr", "fw", "sw", "sw2"}
+var sweepNames = []string{"tb", "tbs", "tbr", "fw", "sw", "sw2", "q", "qs"}
 
 // sweepStep is one transaction of the churn: a batch of requests at a clock reading.
 type sweepStep struct {

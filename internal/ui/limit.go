@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -29,6 +30,31 @@ type limitVM struct {
 	LookupError string
 	Error       string
 	Charts      []*chartVM
+	Window      *windowVM // quotas: the current calendar window
+}
+
+// windowVM is a quota's current window, in the quota's zone.
+type windowVM struct {
+	Start, Reset       string // "Mon 30 Mar 2026 00:00 CEST"
+	StartISO, ResetISO string // RFC 3339, for <time datetime>
+	Zone               string
+}
+
+// quotaWindow is the window a quota's keys count in now (the engine's clock: the database's on
+// PostgreSQL), read as the default key's value; every key of a quota shares the calendar.
+func (u *UI) quotaWindow(c *gin.Context, d limiter.StoredDefinition) (*windowVM, error) {
+	v, err := u.engine.GetValue(c.Request.Context(), tenantOf(c).ID, d.Name, "")
+	if err != nil || v.WindowStart == nil || v.ResetAt == nil {
+		return nil, err
+	}
+	loc, err := time.LoadLocation(d.Definition.TimeZone)
+	if err != nil {
+		loc = time.UTC
+	}
+	const layout = "Mon 2 Jan 2006 15:04 MST"
+	start, reset := time.UnixMilli(*v.WindowStart).In(loc), time.UnixMilli(*v.ResetAt).In(loc)
+	return &windowVM{Start: start.Format(layout), Reset: reset.Format(layout),
+		StartISO: start.Format(time.RFC3339), ResetISO: reset.Format(time.RFC3339), Zone: d.Definition.TimeZone}, nil
 }
 
 type configRow struct{ Label, Value string }
@@ -48,11 +74,24 @@ type shardVM struct {
 const recentKeysShown = 20
 
 func configRows(d limiter.Definition) []configRow {
+	rate := fmtNum(d.Rate) + " per " + fmtMS(d.Period) + " (" + strconv.FormatInt(d.Period, 10) + " ms)"
+	if d.Kind == limiter.Quota {
+		rate = quotaRate(d)
+	}
 	rows := []configRow{
 		{"Kind", string(d.Kind)},
-		{"Rate", fmtNum(d.Rate) + " per " + fmtMS(d.Period) + " (" + strconv.FormatInt(d.Period, 10) + " ms)"},
+		{"Rate", rate},
 		{"Maximum (capacity)", fmtNum(d.Max())},
 		{"Shards", strconv.Itoa(max(d.Shards, 1))},
+	}
+	if d.Kind == limiter.Quota {
+		rows = append(rows, configRow{"Calendar", string(d.Calendar)}, configRow{"Time zone", d.TimeZone})
+		if d.Calendar == "month" {
+			rows = append(rows, configRow{"Billing day", strconv.Itoa(max(d.AnchorDay, 1))})
+		}
+	}
+	for _, p := range d.Parents {
+		rows = append(rows, configRow{"Parent", p.Name + " under key " + p.Key})
 	}
 	if d.MaxReserved != nil {
 		rows = append(rows, configRow{"Max reserved", fmtNum(*d.MaxReserved)})
@@ -109,6 +148,12 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 	if vm.Keys, err = u.recentKeys(c, d); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
+	}
+	if d.Definition.Kind == limiter.Quota {
+		if vm.Window, err = u.quotaWindow(c, d); err != nil && !limiter.IsNotFound(err) {
+			u.internalError(c, err)
+			return
+		}
 	}
 	if _, has := c.Request.URL.Query()["key"]; has {
 		key := c.Query("key")

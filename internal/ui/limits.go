@@ -41,7 +41,11 @@ type keyValueVM struct {
 
 func summary(d limiter.Definition) string {
 	var b strings.Builder
-	b.WriteString(fmtNum(d.Rate) + " per " + fmtMS(d.Period))
+	if d.Kind == limiter.Quota {
+		b.WriteString(quotaRate(d))
+	} else {
+		b.WriteString(fmtNum(d.Rate) + " per " + fmtMS(d.Period))
+	}
 	if d.Capacity != nil && d.Kind != limiter.SlidingWindow {
 		b.WriteString(", capacity " + fmtNum(*d.Capacity))
 	}
@@ -57,7 +61,24 @@ func summary(d limiter.Definition) string {
 	if d.Jitter > 0 {
 		b.WriteString(", jitter " + fmtMS(d.Jitter))
 	}
+	for i, p := range d.Parents {
+		if i == 0 {
+			b.WriteString(", within ")
+		} else {
+			b.WriteString(" and ")
+		}
+		b.WriteString(p.Name)
+	}
 	return b.String()
+}
+
+// quotaRate states a quota: "1000 per month from day 31 (Europe/Berlin)".
+func quotaRate(d limiter.Definition) string {
+	s := fmtNum(d.Rate) + " per " + string(d.Calendar)
+	if d.Calendar == "month" && d.AnchorDay > 1 {
+		s += " from day " + strconv.Itoa(d.AnchorDay)
+	}
+	return s + " (" + d.TimeZone + ")"
 }
 
 func keyValue(key string, v float64, def limiter.Definition) keyValueVM {
@@ -141,7 +162,7 @@ type limitFormVM struct {
 	Kinds   []string
 }
 
-var kinds = []string{string(limiter.TokenBucket), string(limiter.FixedWindow), string(limiter.SlidingWindow)}
+var kinds = []string{string(limiter.TokenBucket), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota)}
 
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
@@ -196,6 +217,19 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 	body := limiter.Spec{Kind: get("kind")}
 	body.Rate = float("rate")
 	body.Period = integer("period")
+	if limiter.Kind(body.Kind) == limiter.Quota {
+		// The form starts with a period filled in; a quota's window is its calendar.
+		body.Period = nil
+		delete(errs, "period")
+	}
+	if s := get("calendar"); s != "" {
+		body.Calendar = &s
+	}
+	if s := get("timeZone"); s != "" {
+		body.TimeZone = &s
+	}
+	body.AnchorDay = smallInt("anchorDay")
+	body.Parents = parseParents(get("parents"), errs)
 	body.Capacity = float("capacity")
 	body.MaxReserved = float("maxReserved")
 	body.Shards = smallInt("shards")
@@ -210,12 +244,55 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 	def, err := body.ToDefinition()
 	if err != nil {
 		for _, fe := range apperr.From(err).Fields {
-			if _, seen := errs[fe.Field]; !seen { // a parse error says more than "is required"
-				errs[fe.Field] = fe.Message
+			field, msg := formField(fe.Field, fe.Message)
+			if _, seen := errs[field]; !seen { // a parse error says more than "is required"
+				errs[field] = msg
 			}
 		}
 	}
 	return vals, def, errs
+}
+
+// parseParents reads the parents textarea: one parent per line, its name and its key template
+// separated by white space. A line of another shape is an error on "parents".
+func parseParents(text string, errs map[string]string) []limiter.ParentSpec {
+	var out []limiter.ParentSpec
+	for i, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		switch len(f) {
+		case 0:
+			continue
+		case 2:
+			out = append(out, limiter.ParentSpec{Name: f[0], Key: f[1]})
+		default:
+			if _, seen := errs["parents"]; !seen {
+				errs["parents"] = "line " + strconv.Itoa(i+1) + ": write a limit's name and a key template, such as \"org-daily org:{org}\""
+			}
+		}
+	}
+	return out
+}
+
+// formField is the form field a definition problem belongs to: the parents' problems
+// ("parents[1].key") go to the parents box, naming the line.
+func formField(field, msg string) (string, string) {
+	rest, ok := strings.CutPrefix(field, "parents[")
+	if !ok {
+		return field, msg
+	}
+	i, after, _ := strings.Cut(rest, "]")
+	n, err := strconv.Atoi(i)
+	if err != nil {
+		return "parents", msg
+	}
+	what := "the line"
+	switch after {
+	case ".name":
+		what = "the name"
+	case ".key":
+		what = "the key template"
+	}
+	return "parents", "line " + strconv.Itoa(n+1) + ", " + what + ": " + msg
 }
 
 func definitionValues(d limiter.Definition) map[string]string {
@@ -226,6 +303,18 @@ func definitionValues(d limiter.Definition) map[string]string {
 		"shards": strconv.Itoa(max(d.Shards, 1)),
 		"jitter": strconv.FormatInt(d.Jitter, 10),
 	}
+	if d.Kind == limiter.Quota {
+		v["period"] = ""
+		v["calendar"], v["timeZone"] = string(d.Calendar), d.TimeZone
+		if d.AnchorDay > 0 {
+			v["anchorDay"] = strconv.Itoa(d.AnchorDay)
+		}
+	}
+	var parents []string
+	for _, p := range d.Parents {
+		parents = append(parents, p.Name+" "+p.Key)
+	}
+	v["parents"] = strings.Join(parents, "\n")
 	if d.Capacity != nil {
 		v["capacity"] = strconv.FormatFloat(*d.Capacity, 'f', -1, 64)
 	}
@@ -311,8 +400,7 @@ func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, a
 		u.internalError(c, err)
 		return
 	}
-	detail := string(def.Kind) + " rate=" + strconv.FormatFloat(def.Rate, 'g', -1, 64) + " period=" + strconv.FormatInt(def.Period, 10)
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, detail)
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, limiter.AuditDetail(def))
 	redirect(c, limitPath(t.ID, vm.Name, "?msg=limit-saved"))
 }
 

@@ -119,9 +119,22 @@ func viewSlidingWindow(p shardParams, st State, now int64) shardView {
 	return shardView{avail: p.rate - est, ts: subIntervalStart(p, n), counters: counters, n: n, f: f}
 }
 
+// viewQuota reads a quota shard at now: full in a window it has not counted in yet. A stored
+// window start ahead of now's window (a skewed clock wrote it) keeps its count until that window
+// ends, so a slow clock cannot start a window over.
+func viewQuota(p shardParams, st State, now int64) shardView {
+	start, _ := Window(p.calendar, p.zone, p.anchorDay, now)
+	if !st.Exists || st.TS < start {
+		return shardView{avail: p.max, ts: start}
+	}
+	return shardView{avail: math.Min(st.Value, p.max), ts: st.TS}
+}
+
 // viewOf brings a shard of any kind forward to now (see the view functions above).
 func viewOf(p shardParams, st State, now, origin int64) shardView {
 	switch p.kind {
+	case Quota:
+		return viewQuota(p, st, now)
 	case TokenBucket:
 		return viewTokenBucket(p, st, now)
 	case FixedWindow:

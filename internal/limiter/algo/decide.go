@@ -8,6 +8,9 @@ type Outcome struct {
 	RetryAfter float64 // ms until the caller should retry or run reserved work; NaN when none
 	Remaining  float64 // tokens left in the shards this decision used (after consumption if OK)
 	Writes     []State // new state for each input shard; Exists=false means "leave untouched"
+	// WindowStart and WindowEnd (quotas only, else 0) are the calendar window the decision
+	// counted in: [start, end) in ms since the epoch; the quota is whole again at WindowEnd.
+	WindowStart, WindowEnd int64
 }
 
 // Decide applies one request to one or two shard states (DESIGN §3). states holds the shard the
@@ -37,6 +40,18 @@ func Decide(def Definition, states []State, count float64, reserve bool, now, or
 	}
 	d := Outcome{RetryAfter: math.NaN(), Writes: make([]State, len(states))}
 	after := avail - count
+	if p.kind == Quota {
+		var ts int64
+		for _, i := range use {
+			ts = max(ts, views[i].ts)
+		}
+		d.WindowStart, d.WindowEnd = Window(p.calendar, p.zone, p.anchorDay, ts)
+		if after < 0 {
+			// Quotas cannot reserve: the count fits again only when the next window begins.
+			d.RetryAfter, d.Remaining = float64(d.WindowEnd-now), avail
+			return d
+		}
+	}
 	if p.kind == SlidingWindow {
 		if after < 0 {
 			d.RetryAfter = retryAfterSliding(p, views, use, rate, count, now)

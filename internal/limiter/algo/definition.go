@@ -11,6 +11,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -22,6 +23,8 @@ const (
 	TokenBucket   Kind = "token bucket"
 	FixedWindow   Kind = "fixed window"
 	SlidingWindow Kind = "sliding window"
+	// Quota counts Rate per calendar window (a day, an ISO week, a month) in a time zone.
+	Quota Kind = "quota"
 )
 
 // Bounds on definitions. They keep every computation far from float64 and int64 overflow.
@@ -66,6 +69,13 @@ type Definition struct {
 	Resolution  int      // sliding window: sub-intervals per period, 1..60, default 1
 	Jitter      int64    // refusals get retryAfter + uniform[0, Jitter)
 	IPFallback  bool     // unauthorized sessions fall back to a hashed client-IP-prefix key
+	// Quota only: the calendar window, its IANA time zone, and (month only) the billing day the
+	// windows start on, clamped to each month's last day; 0 means 1. Period is unused (0).
+	Calendar  Calendar
+	TimeZone  string
+	AnchorDay int
+	// Parents are the budgets a decision on this limit also spends (nested budgets, parents.go).
+	Parents []Parent
 }
 
 // FieldError is one problem with one field of a definition or request.
@@ -117,16 +127,31 @@ func (d Definition) Validate() error {
 		fe = append(fe, FieldError{field, fmt.Sprintf(format, args...)})
 	}
 	switch d.Kind {
-	case TokenBucket, FixedWindow, SlidingWindow:
+	case TokenBucket, FixedWindow, SlidingWindow, Quota:
 	default:
-		add("kind", `must be "token bucket", "fixed window" or "sliding window"`)
+		add("kind", `must be "token bucket", "fixed window", "sliding window" or "quota"`)
 	}
 	if !finiteIn(d.Rate, math.SmallestNonzeroFloat64, maxAmount) {
 		add("rate", "must be a number > 0 and <= %g", float64(maxAmount))
 	}
-	if d.Period <= 0 || d.Period > maxPeriod {
+	switch {
+	case d.Kind == Quota:
+		fe = append(fe, d.quotaProblems()...)
+	case d.Period <= 0 || d.Period > maxPeriod:
 		add("period", "must be a whole number of milliseconds > 0 and <= %d", int64(maxPeriod))
 	}
+	if d.Kind != Quota {
+		if d.Calendar != "" {
+			add("calendar", "applies to quotas only")
+		}
+		if d.TimeZone != "" {
+			add("timeZone", "applies to quotas only")
+		}
+		if d.AnchorDay != 0 {
+			add("anchorDay", "applies to quotas only")
+		}
+	}
+	fe = append(fe, parentProblems(d.Parents)...)
 	if d.Capacity != nil && !finiteIn(*d.Capacity, 0, maxAmount) {
 		add("capacity", "must be a number >= 0 and <= %g", float64(maxAmount))
 	}
@@ -175,6 +200,41 @@ func (d Definition) Validate() error {
 	return nil
 }
 
+// quotaProblems checks the fields of a quota.
+func (d Definition) quotaProblems() []FieldError {
+	var fe []FieldError
+	add := func(field, msg string) { fe = append(fe, FieldError{field, msg}) }
+	if d.Period != 0 {
+		add("period", "does not apply to quotas: the calendar sets the window")
+	}
+	switch d.Calendar {
+	case Day, Week, Month:
+	case "":
+		add("calendar", `is required for quotas: "day", "week" or "month"`)
+	default:
+		add("calendar", `must be "day", "week" or "month"`)
+	}
+	if d.TimeZone == "" {
+		add("timeZone", `is required for quotas: an IANA time zone such as "Europe/Berlin" or "UTC"`)
+	} else if _, ok := LoadZone(d.TimeZone); !ok {
+		add("timeZone", fmt.Sprintf("unknown time zone %q: use an IANA name such as \"Europe/Berlin\" or \"UTC\"", d.TimeZone))
+	}
+	if d.AnchorDay != 0 {
+		if d.Calendar != Month {
+			add("anchorDay", "applies to monthly quotas only")
+		} else if d.AnchorDay < 1 || d.AnchorDay > 31 {
+			add("anchorDay", "must be a day of the month between 1 and 31 (clamped to each month's last day)")
+		}
+	}
+	if d.Capacity != nil {
+		add("capacity", "does not apply to quotas: rate is the quota of each window")
+	}
+	if d.MaxReserved != nil {
+		add("maxReserved", "does not apply to quotas (they cannot reserve)")
+	}
+	return fe
+}
+
 // Normalized fills defaults. Call only on a valid definition.
 func (d Definition) Normalized() Definition {
 	if d.Shards == 0 {
@@ -182,6 +242,9 @@ func (d Definition) Normalized() Definition {
 	}
 	if d.Kind == SlidingWindow && d.Resolution == 0 {
 		d.Resolution = 1
+	}
+	if d.Kind == Quota && d.Calendar == Month && d.AnchorDay == 0 {
+		d.AnchorDay = 1
 	}
 	return d
 }
@@ -202,6 +265,9 @@ type shardParams struct {
 	max         float64
 	maxReserved float64 // +Inf when unbounded
 	resolution  int
+	calendar    Calendar       // quota only
+	zone        *time.Location // quota only
+	anchorDay   int            // quota only
 }
 
 func (d Definition) shardParams() shardParams {
@@ -211,7 +277,24 @@ func (d Definition) shardParams() shardParams {
 	if d.MaxReserved != nil {
 		p.maxReserved = *d.MaxReserved / n
 	}
+	if d.Kind == Quota {
+		p.calendar, p.zone, p.anchorDay = d.Calendar, d.zone(), d.AnchorDay
+	}
 	return p
+}
+
+// zone is a quota's time zone; UTC if it cannot be loaded, which validation rules out (the
+// binary embeds the zone database).
+func (d Definition) zone() *time.Location {
+	if loc, ok := LoadZone(d.TimeZone); ok {
+		return loc
+	}
+	return time.UTC
+}
+
+// WindowAt is the calendar window [start, end) of a quota that contains the instant t (ms).
+func (d Definition) WindowAt(t int64) (start, end int64) {
+	return Window(d.Calendar, d.zone(), d.AnchorDay, t)
 }
 
 // CheckCount rejects requests that can never succeed, before any state is read: a
@@ -223,6 +306,9 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 	}
 	if reserve && d.Kind == SlidingWindow {
 		return InvalidRequest("reserve", "sliding windows cannot reserve")
+	}
+	if reserve && d.Kind == Quota {
+		return InvalidRequest("reserve", "quotas cannot reserve")
 	}
 	d = d.Normalized()
 	p := d.shardParams()
@@ -244,5 +330,6 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 func StateShapeChanged(a, b Definition) bool {
 	a, b = a.Normalized(), b.Normalized()
 	return a.Kind != b.Kind || a.Period != b.Period || a.Shards != b.Shards || a.Resolution != b.Resolution ||
+		a.Calendar != b.Calendar || a.TimeZone != b.TimeZone || a.AnchorDay != b.AnchorDay ||
 		(a.Start == nil) != (b.Start == nil) || (a.Start != nil && *a.Start != *b.Start)
 }

@@ -1,0 +1,143 @@
+package algo
+
+import (
+	"sync"
+	"time"
+)
+
+// Calendar quotas: windows that start at local midnight of a day, of an ISO week (Monday) or of
+// a month's billing day, in an IANA time zone. The windows are as long as the calendar makes
+// them (23, 24 or 25 hours across DST changes; 28 to 31 days), so they are computed from the
+// zone's rules, never from a fixed period.
+
+// Calendar is the window of a quota.
+type Calendar string
+
+// The calendars of a quota.
+const (
+	Day   Calendar = "day"
+	Week  Calendar = "week"
+	Month Calendar = "month"
+)
+
+// zones memoizes time.LoadLocation, which reads and parses the zone's file on every call.
+var zones sync.Map // string -> *time.Location
+
+// LoadZone returns the IANA zone called name; ok is false for an unknown zone. "Local" and ""
+// are refused: a quota's zone must not depend on the machine that decides.
+func LoadZone(name string) (*time.Location, bool) {
+	if v, ok := zones.Load(name); ok {
+		return v.(*time.Location), true
+	}
+	if name == "" || name == "Local" || len(name) > 64 {
+		return nil, false
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, false
+	}
+	zones.Store(name, loc)
+	return loc, true
+}
+
+// date is a civil date; time.Date normalizes out-of-range days and months.
+type date struct {
+	y int
+	m time.Month
+	d int
+}
+
+func (a date) addDays(n int) date {
+	t := time.Date(a.y, a.m, a.d+n, 0, 0, 0, 0, time.UTC)
+	return date{t.Year(), t.Month(), t.Day()}
+}
+
+// lastDay is the number of days of month m of year y.
+func lastDay(y int, m time.Month) int {
+	return time.Date(y, m+1, 0, 0, 0, 0, 0, time.UTC).Day()
+}
+
+// anchorIn is the billing day anchor of month m of year y, clamped to the month's last day.
+func anchorIn(y int, m time.Month, anchor int) date {
+	t := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC) // normalizes m out of 1..12
+	y, m = t.Year(), t.Month()
+	return date{y, m, min(anchor, lastDay(y, m))}
+}
+
+// dayStart is the first instant (ms since the epoch) at which the local date in loc is d or
+// later. That is local midnight of d, unless midnight does not exist that day (a DST change at
+// 00:00 skips to 01:00): then it is the instant of the change. It walks the zone's periods of
+// constant offset from two days before d (no offset exceeds 26 hours, so every instant there is
+// still on an earlier date): within one period the local date only grows, so the first instant of
+// a period whose local date reaches d is the answer.
+func dayStart(d date, loc *time.Location) int64 {
+	midnight := time.Date(d.y, d.m, d.d, 0, 0, 0, 0, time.UTC).Unix() // local midnight as if UTC
+	t := time.Unix(midnight-2*86400, 0).In(loc)
+	for range 64 { // a handful of periods at most; the bound only guards against a broken zone
+		_, offset := t.Zone()
+		first := max(t.Unix(), midnight-int64(offset))
+		_, end := t.ZoneBounds()
+		if end.IsZero() || first < end.Unix() {
+			return first * 1000
+		}
+		t = end.In(loc)
+	}
+	return t.Unix() * 1000
+}
+
+// localDate is the civil date of the instant ms in loc.
+func localDate(ms int64, loc *time.Location) date {
+	y, m, d := time.UnixMilli(ms).In(loc).Date()
+	return date{y, m, d}
+}
+
+// periodStartDate is the first date of the calendar period that the date d belongs to.
+func periodStartDate(d date, cal Calendar, anchor int) date {
+	switch cal {
+	case Week:
+		wd := int(time.Date(d.y, d.m, d.d, 0, 0, 0, 0, time.UTC).Weekday())
+		return d.addDays(-((wd + 6) % 7)) // ISO weeks start on Monday
+	case Month:
+		a := anchorIn(d.y, d.m, anchor)
+		if d.d >= a.d {
+			return a
+		}
+		return anchorIn(d.y, d.m-1, anchor)
+	default:
+		return d
+	}
+}
+
+// nextStartDate is the first date of the calendar period after the one that starts on s.
+func nextStartDate(s date, cal Calendar, anchor int) date {
+	switch cal {
+	case Week:
+		return s.addDays(7)
+	case Month:
+		return anchorIn(s.y, s.m+1, anchor)
+	default:
+		return s.addDays(1)
+	}
+}
+
+// Window is the calendar window [Start, End) containing the instant now (ms since the epoch):
+// Start is the latest boundary at or before now, End the next one. A boundary is the first
+// instant of a period's first local date (dayStart). Where a DST change moves the clock back
+// across midnight, the local date briefly returns to the previous day; the window that began at
+// the first midnight holds on (its start is the latest boundary), so no window starts twice.
+func Window(cal Calendar, loc *time.Location, anchor int, now int64) (start, end int64) {
+	if anchor < 1 {
+		anchor = 1
+	}
+	s := periodStartDate(localDate(now, loc), cal, anchor)
+	start = dayStart(s, loc)
+	for range 4 { // more than one step only after the clock moved back across a boundary
+		next := nextStartDate(s, cal, anchor)
+		end = dayStart(next, loc)
+		if end > now {
+			break
+		}
+		s, start = next, end
+	}
+	return start, end
+}

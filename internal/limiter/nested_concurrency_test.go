@@ -1,0 +1,146 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// quietZone is a zone whose local time is far from midnight now, so that a daily quota does not
+// turn over while a test that runs in real time counts against it.
+func quietZone(t *testing.T) string {
+	t.Helper()
+	for _, z := range []string{"UTC", "Etc/GMT-12", "Etc/GMT+6", "Etc/GMT-6"} {
+		loc, err := time.LoadLocation(z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := time.Now().In(loc).Hour(); h >= 3 && h < 21 {
+			return z
+		}
+	}
+	t.Fatal("no zone far from midnight")
+	return ""
+}
+
+// TestNestedBudgetsHoldUnderTwoInstances hammers eight users under three teams under one org from
+// two engines (each with its own connection pool, as two app processes) on one database: no
+// budget is ever exceeded (user 50; team 80 each, with five, two and one users; org 200; half the
+// goroutines hammer the lone user u7: every level refuses some), and
+// every stored value equals its budget minus what clients saw admitted, so no decision was
+// half-applied. The budgets cannot refill during the test (a day's quota, fixed windows of an
+// hour), so the admitted totals are the bounds.
+func TestNestedBudgetsHoldUnderTwoInstances(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		var engines []*limiter.Engine
+		var dbs []*db.DB
+		for range 2 {
+			d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Close() })
+			dbs = append(dbs, d)
+		}
+		if err := dbs[0].Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range dbs {
+			engines = append(engines, newEngine(t, d, limiter.Options{}))
+		}
+		e := engines[0]
+		zone := quietZone(t)
+		start := time.Now().UnixMilli() - 1000
+		mustPut(t, e, "org", quota(200, "day", zone, 0))
+		mustPut(t, e, "team", limiter.Definition{Kind: limiter.Quota, Rate: 80, Calendar: "day", TimeZone: zone,
+			Parents: []limiter.Parent{{Name: "org", Key: "org:{org}"}}})
+		mustPut(t, e, "user", limiter.Definition{Kind: limiter.FixedWindow, Rate: 50, Period: 3_600_000, Start: &start,
+			Parents: []limiter.Parent{{Name: "team", Key: "team:{team}"}}})
+
+		const users = 8
+		teamOf := func(u int) int { return min(u/5+u/7, 2) } // u0-u4: t0, u5-u6: t1, u7: t2
+		var perUser [users]atomic.Int64
+		var decided, refused, byUser, byTeam, byOrg atomic.Int64
+		var errs sync.Map
+		deadline := time.Now().Add(hammerDuration())
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				eng := engines[g%2]
+				r := rand.New(rand.NewPCG(uint64(g), 7))
+				for time.Now().Before(deadline) {
+					u := r.IntN(users - 1)
+					if (g/2)%2 == 0 {
+						u = users - 1
+					}
+					d, err := eng.Limit(ctx, tenant, limiter.Request{Name: "user", Key: fmt.Sprintf("u%d", u), Count: 1,
+						Attributes: map[string]string{"org": "acme", "team": fmt.Sprintf("t%d", teamOf(u))}})
+					decided.Add(1)
+					switch {
+					case err != nil:
+						errs.Store(err.Error(), true)
+					case d.OK:
+						perUser[u].Add(1)
+					default:
+						refused.Add(1)
+						switch {
+						case !d.Parents[1].OK:
+							byOrg.Add(1)
+						case !d.Parents[0].OK:
+							byTeam.Add(1)
+						default:
+							byUser.Add(1)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		errs.Range(func(k, _ any) bool { t.Errorf("decision error leaked: %v", k); return true })
+
+		var org int64
+		var team [3]int64
+		for u := range users {
+			n := perUser[u].Load()
+			org += n
+			team[teamOf(u)] += n
+			if n > 50 {
+				t.Errorf("user u%d admitted %d > its budget 50", u, n)
+			}
+			if v := value(t, e, "user", fmt.Sprintf("u%d", u)); v != float64(50-n) {
+				t.Errorf("user u%d: stored %v, clients saw %d admitted (want %d left)", u, v, n, 50-n)
+			}
+		}
+		for i, n := range team {
+			if n > 80 {
+				t.Errorf("team t%d admitted %d > its budget 80", i, n)
+			}
+			if v := value(t, e, "team", fmt.Sprintf("team:t%d", i)); v != float64(80-n) {
+				t.Errorf("team t%d: stored %v, clients saw %d admitted", i, v, n)
+			}
+		}
+		if org > 200 {
+			t.Errorf("org admitted %d > its budget 200", org)
+		}
+		if v := value(t, e, "org", "org:acme"); v != float64(200-org) {
+			t.Errorf("org: stored %v, clients saw %d admitted", v, org)
+		}
+		retries := dbs[0].Retries() + dbs[1].Retries()
+		t.Logf("%d decisions: org admitted %d, teams %v, %d refused (by a user %d, a team %d, the org %d); serialization retries %d",
+			decided.Load(), org, team, refused.Load(), byUser.Load(), byTeam.Load(), byOrg.Load(), retries)
+		if org != 200 || team[0] != 80 || perUser[7].Load() != 50 || byUser.Load() == 0 || byTeam.Load() == 0 || byOrg.Load() == 0 {
+			t.Errorf("org %d of 200, team t0 %d of 80, user u7 %d of 50: the test did not exhaust every level", org, team[0], perUser[7].Load())
+		}
+	})
+}
