@@ -416,11 +416,11 @@ export interface components {
         /** @description the members of a definition, open so that StoredDefinition can add its own; Definition closes it */
         DefinitionFields: {
             /** @enum {unknown} */
-            kind: "token bucket" | "fixed window" | "sliding window";
-            /** @description tokens per period */
+            kind: "token bucket" | "fixed window" | "sliding window" | "quota";
+            /** @description tokens per period; for a quota, the count of each calendar window */
             rate: number;
-            /** @description milliseconds */
-            period: number;
+            /** @description milliseconds; required for every kind but quota, where the calendar sets the window and period must not be given */
+            period?: number;
             /** @description default rate; not for sliding windows */
             capacity?: number;
             /** @description how far reservations may go below zero; not for sliding windows */
@@ -444,6 +444,20 @@ export interface components {
              * @default false
              */
             ipFallback?: boolean;
+            /**
+             * @description quota only (required): windows start at local midnight of each day, of each ISO week (Monday), or of each month's billing day (anchorDay), in timeZone
+             * @enum {unknown}
+             */
+            calendar?: "day" | "week" | "month";
+            /** @description quota only (required): an IANA time zone, such as "Europe/Berlin" or "UTC"; an unknown zone is 400 invalid_config naming timeZone. Windows follow the zone's DST changes (23- and 25-hour days); where local midnight does not exist, a window starts at the first instant of the day */
+            timeZone?: string;
+            /**
+             * @description monthly quotas only: the billing day windows start on, clamped to each month's last day (31 starts windows on 28 or 29 February, 30 April, ...)
+             * @default 1
+             */
+            anchorDay?: number;
+            /** @description nested budgets: limits that every decision on this one also spends, all or nothing, each under a key filled from the decision's attributes. A parent may have parents of its own, at most 4 generations above a limit; a cycle or a fifth generation is 400 invalid_config. Parents need not exist when stored; a decision while one does not is 404 limit_not_found naming it. Not in inline configs. */
+            parents?: components["schemas"]["Parent"][];
         };
         Definition: components["schemas"]["DefinitionFields"];
         StoredDefinition: components["schemas"]["DefinitionFields"] & {
@@ -470,6 +484,10 @@ export interface components {
              */
             throws?: boolean;
             config?: components["schemas"]["Definition"];
+            /** @description fill the {placeholders} of the keys of the limit's parents (nested budgets); a placeholder without its attribute is 400 invalid_request naming attributes.<name> */
+            attributes?: {
+                [key: string]: string;
+            };
         };
         BatchItem: {
             name: string;
@@ -481,6 +499,10 @@ export interface components {
             count?: number;
             reserve?: boolean;
             config?: components["schemas"]["Definition"];
+            /** @description fill the {placeholders} of the keys of the limit's parents (nested budgets); a placeholder without its attribute is 400 invalid_request naming attributes.<name> */
+            attributes?: {
+                [key: string]: string;
+            };
         };
         BatchRequest: {
             limits: components["schemas"]["BatchItem"][];
@@ -499,6 +521,8 @@ export interface components {
             remaining: number;
             name: string;
             key: string | null;
+            /** @description limits with parents: each ancestor's decision, breadth first (parents, then theirs); ok and retryAfter above are then the whole family's (allowed only if every one allowed; nothing is spent otherwise) */
+            parents?: components["schemas"]["ParentDecision"][];
         };
         BatchDecision: {
             ok: boolean;
@@ -515,6 +539,10 @@ export interface components {
                 ts?: number;
             }[];
             config: components["schemas"]["Definition"];
+            /** @description quotas only: the start of the current calendar window, ms since the epoch */
+            windowStart?: number;
+            /** @description quotas only: the end of the current calendar window, when the quota is whole again, ms since the epoch */
+            resetAt?: number;
         };
         Problem: {
             type: string;
@@ -637,6 +665,20 @@ export interface components {
             givenUpAt: string | null;
             lastStatus: number | null;
             lastError: string;
+        };
+        Parent: {
+            /** @description the parent limit */
+            name: string;
+            /** @description the key template: text with {attribute} placeholders (names of [A-Za-z0-9_]), filled from the decision's attributes, e.g. "org:{org}"; braces only mark placeholders */
+            key: string;
+        };
+        ParentDecision: {
+            name: string;
+            key: string;
+            /** @description whether this parent alone allowed the request */
+            ok: boolean;
+            remaining: number;
+            retryAfter: number | null;
         };
     };
     responses: never;
