@@ -64,7 +64,7 @@ func (s *Server) putDefinition(c *gin.Context) {
 	if created {
 		action = "limit.create"
 	}
-	s.recordAudit(c, action, name, string(def.Kind)+" rate="+strconv.FormatFloat(def.Rate, 'g', -1, 64)+" period="+strconv.FormatInt(def.Period, 10))
+	s.recordAudit(c, action, name, limiter.AuditDetail(def))
 	c.JSON(http.StatusOK, toDefinitionResponse(stored))
 }
 

@@ -263,12 +263,22 @@ func resolveDefinitions(j *job, stored map[defKey]Definition) ([]Definition, err
 }
 
 // decideJob decides one job against the rows as the jobs before it in the group left them. Its
-// writes join the overlay only if every one of its limits allowed (all or nothing) and it consumes.
+// writes join the overlay only if every one of its enforced limits allowed (all or nothing) and
+// it consumes. A shadow-mode limit is decided and written exactly as an enforced one (a would-be
+// refusal writes nothing for it) but never refuses the job: its would-be outcome is reported in
+// Decision.Shadow. A refusal that starts a penalty writes its penalty end whatever the job's
+// outcome (the one write a refusal makes, DESIGN §3.4's documented exception).
 func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) (BatchDecision, error) {
 	out := BatchDecision{OK: true, Results: make([]Decision, len(j.reqs))}
 	local := map[rowKey]algo.State{}
+	type penalty struct {
+		def           Definition
+		origin, until int64
+	}
+	var penalties map[rowKey]penalty
 	for i, req := range j.reqs {
 		def := defs[i]
+		origin := algo.Origin(def, j.tenantID, req.Name, req.Key)
 		states := make([]algo.State, len(j.picks[i]))
 		for k, s := range j.picks[i] {
 			rk := rowKey{j.tenantID, req.Name, req.Key, s}
@@ -280,14 +290,29 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 				states[k] = stored[rk].state(def)
 			}
 		}
-		d := algo.Decide(def, states, req.Count, req.Reserve, now, algo.Origin(def, j.tenantID, req.Name, req.Key))
-		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.OK, Remaining: d.Remaining, Definition: def}
+		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
+		var retryAfter *int64
 		if !math.IsNaN(d.RetryAfter) {
 			ra := algo.RetryAfterMillis(d.RetryAfter)
-			out.Results[i].RetryAfter = &ra
+			retryAfter = &ra
+		}
+		res := Decision{Name: req.Name, Key: req.Key, OK: d.OK, RetryAfter: retryAfter, Remaining: d.Remaining, Definition: def}
+		if def.IsShadow() {
+			res.OK, res.RetryAfter, res.Shadow = true, nil, &ShadowOutcome{OK: d.OK, RetryAfter: retryAfter}
+		}
+		out.Results[i] = res
+		if d.PenaltyUntil != 0 && j.consume {
+			if penalties == nil {
+				penalties = map[rowKey]penalty{}
+			}
+			for _, s := range j.picks[i] {
+				penalties[rowKey{j.tenantID, req.Name, req.Key, s}] = penalty{def, origin, d.PenaltyUntil}
+			}
 		}
 		if !d.OK {
-			out.OK = false
+			if !def.IsShadow() {
+				out.OK = false
+			}
 			continue
 		}
 		for k, w := range d.Writes {
@@ -300,6 +325,14 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 		for k, st := range local {
 			overlay[k] = st
 		}
+	}
+	// Penalties go on top of whatever the job left: the refused limit's own state is not consumed.
+	for rk, p := range penalties {
+		st, ok := overlay[rk]
+		if !ok {
+			st = stored[rk].state(p.def)
+		}
+		overlay[rk] = algo.WithPenalty(p.def, st, now, p.origin, p.until)
 	}
 	return out, nil
 }

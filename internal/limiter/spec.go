@@ -1,6 +1,10 @@
 package limiter
 
-import "github.com/sluice-dev/sluice/internal/limiter/algo"
+import (
+	"strconv"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
+)
 
 // Spec is a limit definition as a client writes it (the API's JSON body and inline config, the
 // dashboard's form): every field optional, so that each missing one is reported by name.
@@ -15,6 +19,8 @@ type Spec struct {
 	Resolution  *int     `json:"resolution,omitempty"`
 	Jitter      *int64   `json:"jitter,omitempty"`
 	IPFallback  *bool    `json:"ipFallback,omitempty"`
+	Mode        *string  `json:"mode,omitempty"`
+	Penalty     *int64   `json:"penalty,omitempty"`
 }
 
 // ToDefinition converts and validates; field errors use the JSON names.
@@ -53,5 +59,32 @@ func (b Spec) ToDefinition() (Definition, error) {
 	if b.IPFallback != nil {
 		d.IPFallback = *b.IPFallback
 	}
+	if b.Mode != nil {
+		if *b.Mode == "" {
+			return Definition{}, invalidConfig("mode", `must be "enforce" or "shadow"`)
+		}
+		d.Mode = Mode(*b.Mode)
+	}
+	if b.Penalty != nil {
+		d.Penalty = *b.Penalty
+	}
 	return d, fromAlgo(d.Validate())
+}
+
+// invalidConfig is an invalid_config error about one field.
+func invalidConfig(field, msg string) error {
+	return fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: field, Message: msg}}})
+}
+
+// AuditDetail is how the audit log describes a definition that was saved: kind, rate and period,
+// then the mode and the penalty when they are not the defaults.
+func AuditDetail(def Definition) string {
+	s := string(def.Kind) + " rate=" + strconv.FormatFloat(def.Rate, 'g', -1, 64) + " period=" + strconv.FormatInt(def.Period, 10)
+	if def.IsShadow() {
+		s += " mode=shadow"
+	}
+	if def.Penalty > 0 {
+		s += " penalty=" + strconv.FormatInt(def.Penalty, 10)
+	}
+	return s
 }

@@ -38,7 +38,7 @@ const (
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(` + statePrimaryKey + `)
 		JOIN limit_state USING (` + statePrimaryKey + `)`
 	pgUpsertRows = "INSERT INTO limit_state (" + stateColumns + `)
-		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[])` + stateUpsert
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
 )
 
 // queueGroupReads queues the first round trip of a group: the transaction, the database's clock
@@ -149,10 +149,10 @@ func writeArgs(rows map[rowKey]algo.State) []any {
 	}
 	keys = sortedUnique(keys)
 	args := rowArgs(keys)
-	values, ts, counters := make([]float64, len(keys)), make([]int64, len(keys)), make([]string, len(keys))
+	values, ts, counters, penalties := make([]float64, len(keys)), make([]int64, len(keys)), make([]string, len(keys)), make([]int64, len(keys))
 	for i, k := range keys {
 		st := rows[k]
-		values[i], ts[i], counters[i] = st.Value, st.TS, storedCounters(st)
+		values[i], ts[i], counters[i], penalties[i] = st.Value, st.TS, storedCounters(st), st.PenaltyUntil
 	}
-	return append(args, values, ts, counters)
+	return append(args, values, ts, counters, penalties)
 }

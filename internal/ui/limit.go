@@ -23,12 +23,17 @@ type limitVM struct {
 	ResetAllURL string
 	KeysURL     string
 	SelfURL     string
-	Keys        []keyValueVM
-	Lookup      *lookupVM
-	LookupKey   string
-	LookupError string
-	Error       string
-	Charts      []*chartVM
+	// Shadow: the limit is in shadow mode; EnforceURL is its switch to enforcement (a
+	// confirmation page first) and ShadowRefused its would-be refusals in the last hour.
+	Shadow        bool
+	EnforceURL    string
+	ShadowRefused int64
+	Keys          []keyValueVM
+	Lookup        *lookupVM
+	LookupKey     string
+	LookupError   string
+	Error         string
+	Charts        []*chartVM
 }
 
 type configRow struct{ Label, Value string }
@@ -64,6 +69,10 @@ func configRows(d limiter.Definition) []configRow {
 		rows = append(rows, configRow{"Resolution", strconv.Itoa(max(d.Resolution, 1))})
 	}
 	rows = append(rows, configRow{"Jitter", strconv.FormatInt(d.Jitter, 10) + " ms"})
+	rows = append(rows, configRow{"Mode", string(d.Normalized().Mode)})
+	if d.Penalty > 0 {
+		rows = append(rows, configRow{"Penalty", fmtMS(d.Penalty) + " (" + strconv.FormatInt(d.Penalty, 10) + " ms)"})
+	}
 	if d.IPFallback {
 		rows = append(rows, configRow{"IP fallback", "on"})
 	}
@@ -105,6 +114,7 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		EditURL: limitPath(t.ID, d.Name, "/edit"), ResetURL: limitPath(t.ID, d.Name, "/reset"),
 		ResetAllURL: limitPath(t.ID, d.Name, "/reset-all"), KeysURL: limitPath(t.ID, d.Name, "/keys"),
 		SelfURL: limitPath(t.ID, d.Name, ""),
+		Shadow:  d.Definition.IsShadow(), EnforceURL: limitPath(t.ID, d.Name, "/enforce"),
 	}
 	if vm.Keys, err = u.recentKeys(c, d); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
@@ -143,6 +153,9 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		}
 		if ch != nil {
 			vm.Charts = append(vm.Charts, ch)
+			if spec == chartHour {
+				vm.ShadowRefused = ch.TotalShadow
+			}
 		}
 	}
 	u.render(c, status, limitPage(vm))
@@ -224,4 +237,70 @@ func (u *UI) resetAll(c *gin.Context) {
 	}
 	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.reset", d.Name+" (all keys)", "")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=all-reset"))
+}
+
+// enforceVM is the confirmation step of switching a shadow limit to enforcement: a page of its
+// own, so it works without JavaScript.
+type enforceVM struct {
+	Layout        layoutVM
+	Name          string
+	Action        string
+	Cancel        string
+	ShadowRefused int64 // would-be refusals in the last hour: what enforcing would have refused
+}
+
+func (u *UI) enforceConfirm(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	t := tenantOf(c)
+	if !d.Definition.IsShadow() {
+		redirect(c, limitPath(t.ID, d.Name, ""))
+		return
+	}
+	l, err := u.layout(c, "Enforce "+d.Name, "limits")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	vm := enforceVM{Layout: l, Name: d.Name, Action: limitPath(t.ID, d.Name, "/enforce"), Cancel: limitPath(t.ID, d.Name, "")}
+	if u.usage != nil {
+		points, err := u.usage.Series(c.Request.Context(), t.ID, d.Name, chartHour.span, chartHour.step)
+		if err != nil {
+			u.internalError(c, err)
+			return
+		}
+		for _, p := range points {
+			vm.ShadowRefused += p.ShadowRefused
+		}
+	}
+	u.render(c, http.StatusOK, enforcePage(vm))
+}
+
+// enforce switches a shadow limit to enforcement, keeping its state (the shadow decisions wrote
+// exactly what enforcement would have), and audits it like any definition change.
+func (u *UI) enforce(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	t := tenantOf(c)
+	if c.PostForm("confirm") != "yes" {
+		redirect(c, limitPath(t.ID, d.Name, "/enforce"))
+		return
+	}
+	if !d.Definition.IsShadow() {
+		redirect(c, limitPath(t.ID, d.Name, ""))
+		return
+	}
+	def := d.Definition
+	def.Mode = limiter.Enforce
+	ctx := c.Request.Context()
+	if _, _, err := u.engine.PutDefinition(ctx, t.ID, d.Name, def); err != nil {
+		u.internalError(c, err)
+		return
+	}
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.update", d.Name, limiter.AuditDetail(def)+" (switched from shadow to enforce)")
+	redirect(c, limitPath(t.ID, d.Name, "?msg=limit-enforced"))
 }

@@ -57,6 +57,12 @@ func summary(d limiter.Definition) string {
 	if d.Jitter > 0 {
 		b.WriteString(", jitter " + fmtMS(d.Jitter))
 	}
+	if d.Penalty > 0 {
+		b.WriteString(", penalty " + fmtMS(d.Penalty))
+	}
+	if d.IsShadow() {
+		b.WriteString(", shadow mode")
+	}
 	return b.String()
 }
 
@@ -141,7 +147,7 @@ type limitFormVM struct {
 	Kinds   []string
 }
 
-var kinds = []string{string(limiter.TokenBucket), string(limiter.FixedWindow), string(limiter.SlidingWindow)}
+var kinds = []string{string(limiter.TokenBucket), string(limiter.GCRA), string(limiter.FixedWindow), string(limiter.SlidingWindow)}
 
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
@@ -202,6 +208,10 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 	body.Start = integer("start")
 	body.Resolution = smallInt("resolution")
 	body.Jitter = integer("jitter")
+	body.Penalty = integer("penalty")
+	if m := get("mode"); m != "" {
+		body.Mode = &m
+	}
 	if c.PostForm("ipFallback") != "" {
 		t := true
 		body.IPFallback = &t
@@ -225,6 +235,10 @@ func definitionValues(d limiter.Definition) map[string]string {
 		"period": strconv.FormatInt(d.Period, 10),
 		"shards": strconv.Itoa(max(d.Shards, 1)),
 		"jitter": strconv.FormatInt(d.Jitter, 10),
+		"mode":   string(d.Normalized().Mode),
+	}
+	if d.Penalty > 0 {
+		v["penalty"] = strconv.FormatInt(d.Penalty, 10)
 	}
 	if d.Capacity != nil {
 		v["capacity"] = strconv.FormatFloat(*d.Capacity, 'f', -1, 64)
@@ -311,8 +325,7 @@ func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, a
 		u.internalError(c, err)
 		return
 	}
-	detail := string(def.Kind) + " rate=" + strconv.FormatFloat(def.Rate, 'g', -1, 64) + " period=" + strconv.FormatInt(def.Period, 10)
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, detail)
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, limiter.AuditDetail(def))
 	redirect(c, limitPath(t.ID, vm.Name, "?msg=limit-saved"))
 }
 
