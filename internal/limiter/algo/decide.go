@@ -96,6 +96,14 @@ func FullAt(def Definition, st State, now, origin int64) int64 {
 			return now
 		}
 		at = math.Ceil(float64(v.ts) + missing*float64(p.period)/p.rate)
+		// The refill is computed as elapsed * rate / period (viewTokenBucket); where that rounds
+		// a hair below max at the exact time, full is the next millisecond.
+		for range 2 {
+			if at >= float64(now+MaxRetryAfter) || viewOf(p, st, int64(at), origin).avail >= p.max {
+				break
+			}
+			at++
+		}
 	}
 	return int64(math.Min(math.Max(at, float64(now)), float64(now+MaxRetryAfter)))
 }
