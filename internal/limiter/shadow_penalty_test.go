@@ -164,7 +164,9 @@ func TestShadowDecidesAndWritesExactlyAsEnforcement(t *testing.T) {
 	})
 }
 
-func sameMillis(a, b *int64) bool { return (a == nil && b == nil) || (a != nil && b != nil && *a == *b) }
+func sameMillis(a, b *int64) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
+}
 
 func valueOf(t *testing.T, e *limiter.Engine, name, key string) limiter.Value {
 	t.Helper()
