@@ -216,6 +216,9 @@ func TestPenaltyKeepsTheKeyRefusedForExactlyThePenalty(t *testing.T) {
 		if _, err := e.Sweep(context.Background(), 0); err != nil {
 			t.Fatal(err)
 		}
+		if c, err := e.Check(context.Background(), tenant, limiter.Request{Name: "p", Key: "abuser", Count: 1}); err != nil || c.OK {
+			t.Fatalf("after a sweep during the penalty: %+v %v, want refused", c, err)
+		}
 		clock.Set(t0 + 5000)
 		if got := mustLimit(t, e, limiter.Request{Name: "p", Key: "abuser", Count: 2}); !got.OK {
 			t.Fatalf("exactly penalty ms after the refusal: %+v, want admitted", got)
