@@ -188,6 +188,13 @@ func TestPenaltyKeepsTheKeyRefusedForExactlyThePenalty(t *testing.T) {
 		e := newEngine(t, d, clock.opts())
 		mustPut(t, e, "p", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000, Capacity: ptr(2.0), Penalty: 5000})
 		mustLimit(t, e, limiter.Request{Name: "p", Key: "abuser", Count: 2})
+		// check reports a refusal but never writes, so it starts no penalty
+		if c, err := e.Check(context.Background(), tenant, limiter.Request{Name: "p", Key: "abuser", Count: 1}); err != nil || c.OK || *c.RetryAfter != 5000 {
+			t.Fatalf("check: %+v %v", c, err)
+		}
+		if v := valueOf(t, e, "p", "abuser"); v.PenaltyUntil != 0 {
+			t.Fatalf("a check started a penalty: %d", v.PenaltyUntil)
+		}
 		got := mustLimit(t, e, limiter.Request{Name: "p", Key: "abuser", Count: 1})
 		if got.OK || got.RetryAfter == nil || *got.RetryAfter != 5000 {
 			t.Fatalf("the refusal: %+v, want retryAfter 5000 (the penalty)", got)
