@@ -320,3 +320,36 @@ func TestValueFullAtFollowsTheFormula(t *testing.T) {
 		}
 	})
 }
+
+// TestInlineConfigPenaltyOutlivesTheInlineStateTTL: an inline-config limit's state is swept
+// InlineStateTTL after its ts, but a penalty started later runs to its end: the sweeper keeps
+// the row while the penalty runs.
+func TestInlineConfigPenaltyOutlivesTheInlineStateTTL(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		t0 := int64(1_700_000_000_000)
+		clock := newClock(t0)
+		e := newEngine(t, d, clock.opts())
+		const hour = int64(3_600_000)
+		inline := &limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 30 * hour, Penalty: 24 * hour}
+		req := limiter.Request{Name: "adhoc", Key: "k", Count: 1, Config: inline}
+		if got := mustLimit(t, e, req); !got.OK {
+			t.Fatalf("first: %+v", got)
+		}
+		clock.Set(t0 + 23*hour)
+		if got := mustLimit(t, e, req); got.OK || *got.RetryAfter != 24*hour {
+			t.Fatalf("refusal at +23 h: %+v (want the penalty, 24 h)", got)
+		}
+		// ts is 30 h old, past InlineStateTTL, and the bucket is full; the penalty runs until +47 h.
+		clock.Set(t0 + 30*hour)
+		if n, err := e.Sweep(context.Background(), 0); err != nil || n != 0 {
+			t.Fatalf("sweep during the penalty deleted %d rows (%v)", n, err)
+		}
+		if got := mustLimit(t, e, req); got.OK || *got.RetryAfter != 17*hour {
+			t.Fatalf("at +30 h: %+v, want refused for the penalty's 17 h left", got)
+		}
+		clock.Set(t0 + 47*hour + limiter.SweepClockGrace.Milliseconds())
+		if n, err := e.Sweep(context.Background(), 0); err != nil || n != 1 {
+			t.Fatalf("sweep after the penalty deleted %d rows (%v), want 1", n, err)
+		}
+	})
+}
