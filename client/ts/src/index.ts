@@ -9,8 +9,11 @@
  * and a function decides whatever it likes.
  */
 
-/** A limit's algorithm. */
-export type Kind = "token bucket" | "fixed window" | "sliding window";
+/**
+ * A limit's algorithm. "gcra" is the token bucket under its other name (burst = capacity,
+ * emission interval = period / rate); Sluice returns a definition with the kind it was written with.
+ */
+export type Kind = "token bucket" | "gcra" | "fixed window" | "sliding window";
 
 /**
  * A limit's configuration: the body of PUT /v1/limits/{name} and a decision's inline `config`.
@@ -34,6 +37,10 @@ export interface Definition {
   /** Refusals get retryAfter + uniform[0, jitter) ms. */
   jitter?: number;
   ipFallback?: boolean;
+  /** "shadow": decide and write as when enforcing, but admit every request (see Result.shadow). */
+  mode?: "enforce" | "shadow";
+  /** Ms a key the limit refuses stays refused after the refusal (default 0). */
+  penalty?: number;
 }
 
 /** A definition as Sluice stores it. */
@@ -91,6 +98,8 @@ export interface Result {
   rateLimitPolicy?: string;
   /** The RateLimit header Sluice sent. */
   rateLimit?: string;
+  /** For a limit in shadow mode (whose ok is always true): what enforcement would have answered. */
+  shadow?: { ok: boolean; retryAfter: number | null };
 }
 
 /** The answer of batch and checkBatch: all of the limits or none. */
@@ -123,6 +132,10 @@ export interface Value {
   ts: number;
   shards: ShardValue[];
   config: Definition;
+  /** Ms since the epoch when the key is full again if nothing more is consumed; null when full. */
+  fullAt: number | null;
+  /** Ms since the epoch when the key's running penalty ends; absent when none runs. */
+  penaltyUntil?: number;
 }
 
 /** One invalid member of a request. */
@@ -273,6 +286,7 @@ interface WireDecision {
   remaining: number;
   name: string;
   key: string | null;
+  shadow?: { ok: boolean; retryAfter: number | null };
 }
 
 /**
@@ -531,7 +545,9 @@ function limitPath(name: string): string {
 }
 
 function result(w: WireDecision): Result {
-  return { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
+  const r: Result = { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
+  if (w.shadow) r.shadow = { ok: w.shadow.ok, retryAfter: w.shadow.retryAfter ?? null };
+  return r;
 }
 
 function withHeaders<T extends { rateLimitPolicy?: string; rateLimit?: string }>(r: T, h: Headers): T {
