@@ -354,7 +354,7 @@ func (u *UI) editLimitForm(c *gin.Context) {
 		return
 	}
 	u.renderLimitForm(c, http.StatusOK, limitFormVM{Editing: true, Name: d.Name, Values: definitionValues(d.Definition),
-		Warning: "Changing the kind, period, shards, start or resolution resets every key of this limit."})
+		Warning: "Changing the kind (except between token bucket and gcra), period, shards, start or resolution resets every key of this limit."})
 }
 
 func (u *UI) updateLimit(c *gin.Context) {
