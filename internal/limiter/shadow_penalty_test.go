@@ -353,3 +353,22 @@ func TestInlineConfigPenaltyOutlivesTheInlineStateTTL(t *testing.T) {
 		}
 	})
 }
+
+// TestShadowRetryAfterIsJitteredAsEnforcementWould: a would-be refusal's retryAfter is the one
+// enforcement would give, jitter included; a shadow reservation's is not jittered.
+func TestShadowRetryAfterIsJitteredAsEnforcementWould(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, limiter.Options{Now: clock.Now, IntN: func(n int) int { return n - 1 }})
+		mustPut(t, e, "j", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000, MaxReserved: ptr(3.0), Jitter: 500, Mode: limiter.Shadow})
+		mustLimit(t, e, limiter.Request{Name: "j", Key: "k", Count: 10})
+		got := mustLimit(t, e, limiter.Request{Name: "j", Key: "k", Count: 2, Reserve: true})
+		if !got.OK || got.RetryAfter != nil || !got.Shadow.OK || *got.Shadow.RetryAfter != 12_000 {
+			t.Fatalf("shadow reservation: %+v %+v", got, got.Shadow)
+		}
+		got = mustLimit(t, e, limiter.Request{Name: "j", Key: "k", Count: 2, Reserve: true})
+		if !got.OK || got.RetryAfter != nil || got.Shadow.OK || *got.Shadow.RetryAfter != 24_000+499 {
+			t.Fatalf("shadow would-be refusal: %+v %+v, want retryAfter 24000 + jitter 499", got, got.Shadow)
+		}
+	})
+}
