@@ -41,6 +41,9 @@ type configRow struct{ Label, Value string }
 type lookupVM struct {
 	Key    keyValueVM
 	Shards []shardVM
+	// FullAt is when the key is full again ("" when it is full); PenaltyUntil when its running
+	// penalty ends ("" when none runs).
+	FullAt, PenaltyUntil string
 }
 
 type shardVM struct {
@@ -134,6 +137,12 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 			}
 			if err == nil {
 				lk := &lookupVM{Key: keyValue(key, v.Value, v.Definition)}
+				if v.FullAt != 0 {
+					lk.FullAt = fmtTime(timeMS(v.FullAt))
+				}
+				if v.PenaltyUntil != 0 {
+					lk.PenaltyUntil = fmtTime(timeMS(v.PenaltyUntil))
+				}
 				for _, s := range v.Shards {
 					ts := "never used (full)"
 					if s.TS != 0 {

@@ -28,6 +28,7 @@ type limitRow struct {
 	URL     string
 	Kind    string
 	Summary string // "10 per 1 min, capacity 20, 4 shards"
+	Shadow  bool   // in shadow mode
 	Keys    []keyValueVM
 }
 
@@ -93,7 +94,7 @@ func (u *UI) limitRows(c *gin.Context) ([]limitRow, error) {
 		if err != nil && !limiter.IsNotFound(err) { // deleted meanwhile: show it without keys
 			return nil, err
 		}
-		r := limitRow{Name: d.Name, URL: limitPath(t.ID, d.Name, ""), Kind: string(d.Definition.Kind), Summary: summary(d.Definition)}
+		r := limitRow{Name: d.Name, URL: limitPath(t.ID, d.Name, ""), Kind: string(d.Definition.Kind), Summary: summary(d.Definition), Shadow: d.Definition.IsShadow()}
 		for _, k := range keys {
 			r.Keys = append(r.Keys, keyValue(k.Key, k.Value, d.Definition))
 		}

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
@@ -41,6 +42,18 @@ func TestShadowLimitPageAndSwitchToEnforceWithoutJavaScript(t *testing.T) {
 		t.Fatalf("config = %q", cfg)
 	}
 
+	if got := c.get(tpath(tn, "/limits")).doc(t).Find(`.tag.shadow`).Length(); got != 1 {
+		t.Fatalf("the limits list shows %d shadow tags, want 1", got)
+	}
+	// The key's lookup: its penalty (started by the would-be refusal) and when it is full again.
+	lookup := c.get(tpath(tn, "/limits/beta?key=alice")).doc(t)
+	v, _ := e.engine.GetValue(context.Background(), tn.ID, "beta", "alice")
+	if got := text(lookup, "#lookup-penalty"); !strings.Contains(got, time.UnixMilli(v.PenaltyUntil).UTC().Format("15:04:05")) {
+		t.Fatalf("lookup penalty = %q, want the end %v", got, v.PenaltyUntil)
+	}
+	if got := text(lookup, "#lookup-full-at"); !strings.Contains(got, time.UnixMilli(v.FullAt).UTC().Format("2006-01-02 15:04:05")) {
+		t.Fatalf("lookup full at = %q, want %v", got, v.FullAt)
+	}
 	edit := c.get(tpath(tn, "/limits/beta/edit")).doc(t)
 	if v, _ := edit.Find(`#mode option[selected]`).Attr("value"); v != "shadow" {
 		t.Fatalf("the edit form's mode = %q", v)
