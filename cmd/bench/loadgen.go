@@ -28,13 +28,18 @@ type scenario struct {
 	rate      float64 // tokens per second per key (also the capacity)
 	shards    int
 	grpc      bool // Envoy's ShouldRateLimit over gRPC (one connection per worker) instead of HTTP
+	// fastCommit runs against an instance with SLUICE_COMMIT=fast (decisions commit without
+	// waiting for their WAL to reach the disk).
+	fastCommit bool
 }
 
 func scenarios() []scenario {
 	return []scenario{
 		{name: "random-1", conns: 1, keys: 100_000, rate: 1000},
+		{name: "random-1-fast", conns: 1, keys: 100_000, rate: 1000, fastCommit: true},
 		{name: "random-8", conns: 8, keys: 100_000, rate: 1000},
 		{name: "random-32", conns: 32, keys: 100_000, rate: 1000},
+		{name: "random-32-fast", conns: 32, keys: 100_000, rate: 1000, fastCommit: true},
 		{name: "random-64", conns: 64, keys: 100_000, rate: 1000},
 		{name: "random-32-2i", conns: 32, keys: 100_000, rate: 1000, instances: 2},
 		{name: "hot", conns: 32, hot: true, keys: 1, rate: 5000},
@@ -60,6 +65,9 @@ type RunResult struct {
 	Over      bool
 	Retries   float64
 	PerGroup  float64 // average decision requests per group transaction
+	// CPU µs per decision, from /proc: the app instances', and PostgreSQL's (the whole server:
+	// backends, WAL writer, checkpointer, autovacuum; SQLite scenarios leave it near 0).
+	AppCPUus, PgCPUus float64
 }
 
 type worker struct {
@@ -113,6 +121,14 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	workers := make([]*worker, sc.conns)
 	retriesBefore := counter("sluice_db_tx_retries_total")
 	groupsBefore, jobsBefore := counter("sluice_decision_group_transactions_total"), counter("sluice_decision_group_requests_total")
+	appCPU := func() float64 { // summed over the instances
+		var sum float64
+		for _, t := range targets {
+			sum += cpuSeconds(t.cmd.Process.Pid)
+		}
+		return sum
+	}
+	appBefore, pgBefore := appCPU(), postgresCPUSeconds(postgresPID)
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -208,6 +224,7 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	appUsed, pgUsed := appCPU()-appBefore, postgresCPUSeconds(postgresPID)-pgBefore
 
 	res := RunResult{Retries: counter("sluice_db_tx_retries_total") - retriesBefore}
 	if groups := counter("sluice_decision_group_transactions_total") - groupsBefore; groups > 0 {
@@ -232,6 +249,9 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 		res.P99ms = float64(all[len(all)*99/100]) / 1e6
 	}
 	res.PerSecond = float64(total) / elapsed.Seconds()
+	if total > 0 {
+		res.AppCPUus, res.PgCPUus = appUsed*1e6/float64(total), pgUsed*1e6/float64(total)
+	}
 	// Every key's admitted total must stay within capacity + rate*T (T padded for clock rounding).
 	bound := sc.rate + sc.rate*(elapsed.Seconds()+0.01)
 	for _, n := range perKey {
@@ -247,15 +267,17 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 
 func summarize(sc scenario, runs []RunResult) Result {
 	r := Result{Scenario: sc.name, Connections: sc.conns}
-	var per, p50, p99 []float64
+	var per, p50, p99, appCPU, pgCPU []float64
 	for _, x := range runs {
 		per, p50, p99 = append(per, x.PerSecond), append(p50, x.P50ms), append(p99, x.P99ms)
+		appCPU, pgCPU = append(appCPU, x.AppCPUus), append(pgCPU, x.PgCPUus)
 		r.Errors += x.Errors
 		r.Status5xx += x.Status5xx
 		r.OverAdmitted = r.OverAdmitted || x.Over
 		r.Runs = append(r.Runs, x.PerSecond)
 	}
 	r.PerSecond, r.P50ms, r.P99ms = median(per), median(p50), median(p99)
+	r.AppCPUus, r.PgCPUus = median(appCPU), median(pgCPU)
 	mid := runs[len(runs)/2]
 	r.Admitted, r.Bound, r.Retries, r.PerGroup = mid.Admitted, mid.Bound, mid.Retries, mid.PerGroup
 	return r

@@ -61,6 +61,10 @@ func main() {
 	}
 }
 
+// postgresPID is the benchmark's PostgreSQL postmaster, whose CPU time (with its backends') each
+// scenario reports per decision; 0 when unknown.
+var postgresPID int
+
 // benchEnv is what every mode needs: a built Sluice and a throwaway PostgreSQL with a database.
 type benchEnv struct {
 	work, bin, dbURL string
@@ -90,6 +94,9 @@ func setUp(fsync bool) (*benchEnv, error) {
 		e.tearDown()
 		return nil, err
 	}
+	if postgresPID, err = e.srv.PostmasterPID(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: PostgreSQL's CPU time will not be reported: %v\n", err)
+	}
 	return e, nil
 }
 
@@ -115,18 +122,23 @@ type Result struct {
 	RatioPgbench float64   `json:"ratioToPgbench"`
 	Retries      float64   `json:"serializationRetries"` // of the median run, from /metrics
 	PerGroup     float64   `json:"requestsPerGroupTransaction"`
+	AppCPUus     float64   `json:"appCpuMicrosPerDecision"`
+	PgCPUus      float64   `json:"postgresCpuMicrosPerDecision"`
 	Runs         []float64 `json:"runsPerSecond"`
 }
 
 // Report is the JSON file.
 type Report struct {
-	Machine         string   `json:"machine"`
-	When            string   `json:"when"`
-	PgFsync         bool     `json:"postgresFsync"`
-	PgbenchRandom   float64  `json:"pgbenchRandomTPS"`
-	PgbenchHot      float64  `json:"pgbenchHotTPS"`
-	Results         []Result `json:"results"`
-	ServerPeakRSSMB float64  `json:"serverPeakRssMB"`
+	Machine       string  `json:"machine"`
+	When          string  `json:"when"`
+	PgFsync       bool    `json:"postgresFsync"`
+	PgbenchRandom float64 `json:"pgbenchRandomTPS"`
+	PgbenchHot    float64 `json:"pgbenchHotTPS"`
+	// Upserts are pgbench's one-statement token-bucket upsert (pgbench.go), the reference for
+	// latency at one connection and for the commit modes.
+	Upserts         []UpsertRef `json:"pgbenchUpserts,omitempty"`
+	Results         []Result    `json:"results"`
+	ServerPeakRSSMB float64     `json:"serverPeakRssMB"`
 	// Pairs are pgbench's random ceiling and random-32 measured back to back, each pair within
 	// seconds, so that the VM's drift over the whole run cannot bias their ratio.
 	Pairs           []Pair  `json:"pairs,omitempty"`
@@ -177,6 +189,22 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 		randomTPS, hotTPS = append(randomTPS, r), append(hotTPS, h)
 	}
 	report.PgbenchRandom, report.PgbenchHot = median(randomTPS), median(hotTPS)
+	if !skipPgbench {
+		for _, ref := range upsertReferences {
+			var tps, p50 []float64
+			for range runs {
+				r, err := pgbenchUpsert(srv, dbURL, ref, duration)
+				if err != nil {
+					return err
+				}
+				tps, p50 = append(tps, r.TPS), append(p50, r.P50ms)
+			}
+			ref.TPS, ref.P50ms = median(tps), median(p50)
+			report.Upserts = append(report.Upserts, ref)
+			fmt.Fprintf(os.Stderr, "bench: pgbench one-statement upsert, %d clients, synchronous_commit %v: %.0f TPS, p50 %.3f ms\n",
+				ref.Clients, !ref.AsyncCommit, ref.TPS, ref.P50ms)
+		}
+	}
 	// pgbench leaves 100,000 rows churned by millions of updates: drop them and checkpoint, so
 	// that autovacuum cleaning up after pgbench does not run during Sluice's scenarios.
 	if err := psql(dbURL, "DROP TABLE IF EXISTS rmw; CHECKPOINT;"); err != nil {
@@ -195,7 +223,8 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 	}
 	defer sqlite.stop()
 
-	var pg2 *sluice // a second instance on the same database, for the -2i scenarios
+	var pg2 *sluice    // a second instance on the same database, for the -2i scenarios
+	var pgFast *sluice // an instance with SLUICE_COMMIT=fast, for the -fast scenarios
 	for _, sc := range scenarios() {
 		if !selected(sc.name) {
 			continue
@@ -204,6 +233,14 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 		switch {
 		case sc.sqlite:
 			targets = []*sluice{sqlite}
+		case sc.fastCommit:
+			if pgFast == nil {
+				if pgFast, err = startSluice(bin, work, dbURL, "SLUICE_COMMIT=fast"); err != nil {
+					return err
+				}
+				defer pgFast.stop()
+			}
+			targets = []*sluice{pgFast}
 		case sc.instances == 2:
 			if pg2 == nil {
 				if pg2, err = startSluice(bin, work, dbURL); err != nil {
@@ -367,7 +404,8 @@ type sluice struct {
 	env     []string
 }
 
-func startSluice(bin, work, dbURL string) (*sluice, error) {
+// startSluice starts one instance on dbURL, with extraEnv added to its environment.
+func startSluice(bin, work, dbURL string, extraEnv ...string) (*sluice, error) {
 	port, err := testkit.FreePort()
 	if err != nil {
 		return nil, err
@@ -385,6 +423,7 @@ func startSluice(bin, work, dbURL string) (*sluice, error) {
 	s.env = append(os.Environ(), "SLUICE_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
 		"SECRET_KEY=bench-secret-key-0123456789abcdef0123", fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metricsPort), "GRPC_ADDR="+s.grpc,
 		fmt.Sprintf("LISTEN_ADDR=127.0.0.1:%d", port), "SLUICE_ADMIN_EMAIL=", "SLUICE_ADMIN_PASSWORD=")
+	s.env = append(s.env, extraEnv...)
 	cli := func(args ...string) (string, error) {
 		c := exec.Command(bin, args...)
 		c.Env, c.Dir = s.env, work
@@ -478,9 +517,14 @@ func (s *sluice) put(ctx context.Context, name, body string) error {
 
 func printTable(w io.Writer, r Report) {
 	fmt.Fprintf(w, "\nSluice benchmark — %s — %s\n", r.Machine, r.When)
-	fmt.Fprintf(w, "PostgreSQL fsync %v; pgbench serializable read-modify-write (32 clients): random key %.0f TPS, hot key %.0f TPS\n\n", r.PgFsync, r.PgbenchRandom, r.PgbenchHot)
-	fmt.Fprintf(w, "| %-14s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx")
-	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 16), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8))
+	fmt.Fprintf(w, "PostgreSQL fsync %v; pgbench serializable read-modify-write (32 clients): random key %.0f TPS, hot key %.0f TPS\n", r.PgFsync, r.PgbenchRandom, r.PgbenchHot)
+	for _, u := range r.Upserts {
+		fmt.Fprintf(w, "pgbench one-statement token-bucket upsert, %2d clients, synchronous_commit %-3v: %6.0f TPS, p50 %.3f ms\n",
+			u.Clients, onOff(!u.AsyncCommit), u.TPS, u.P50ms)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "| %-14s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %7s | %7s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "app µs", "pg µs")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 16), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 9), strings.Repeat("-", 9))
 	for _, x := range r.Results {
 		bound := "per-key ok"
 		if x.Bound > 0 {
@@ -489,8 +533,9 @@ func printTable(w io.Writer, r Report) {
 		if x.OverAdmitted {
 			bound += " OVER"
 		}
-		fmt.Fprintf(w, "| %-14s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup)
+		fmt.Fprintf(w, "| %-14s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f | %7.0f | %7.0f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup, x.AppCPUus, x.PgCPUus)
 	}
+	printRatios(w, r)
 	if len(r.Pairs) > 0 {
 		fmt.Fprintf(w, "\nback-to-back pairs, random-32 / pgbench random:")
 		for _, p := range r.Pairs {
@@ -505,7 +550,58 @@ func printTable(w io.Writer, r Report) {
 	fmt.Fprintf(w, "\nserver peak RSS: %.0f MB\n", r.ServerPeakRSSMB)
 }
 
-// scrapeCounter reads one unlabelled counter from the server's /metrics (0 when absent).
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// printRatios prints the engine issue's comparisons that this run's figures allow (each from
+// this run only; a missing scenario or reference skips its line).
+func printRatios(w io.Writer, r Report) {
+	res := map[string]Result{}
+	for _, x := range r.Results {
+		res[x.Scenario] = x
+	}
+	ref := func(clients int, async bool) (UpsertRef, bool) {
+		for _, u := range r.Upserts {
+			if u.Clients == clients && u.AsyncCommit == async {
+				return u, true
+			}
+		}
+		return UpsertRef{}, false
+	}
+	var lines []string
+	if x, ok := res["random-1"]; ok {
+		if u, ok := ref(1, false); ok && u.P50ms > 0 {
+			lines = append(lines, fmt.Sprintf("random-1 p50 / upsert p50 at 1 client, durable: %.2f / %.3f ms = %.2f×", x.P50ms, u.P50ms, x.P50ms/u.P50ms))
+		}
+	}
+	if x, ok := res["random-1-fast"]; ok {
+		if u, ok := ref(1, true); ok && u.P50ms > 0 {
+			lines = append(lines, fmt.Sprintf("random-1-fast p50 / upsert p50 at 1 client, synchronous_commit off: %.2f / %.3f ms = %.2f×", x.P50ms, u.P50ms, x.P50ms/u.P50ms))
+		}
+	}
+	if a, ok := res["random-32"]; ok {
+		if h, ok := res["hot"]; ok && a.PerSecond > 0 {
+			lines = append(lines, fmt.Sprintf("hot / random-32: %.2f×", h.PerSecond/a.PerSecond))
+		}
+		if n, ok := res["new-keys-32"]; ok && a.PerSecond > 0 {
+			lines = append(lines, fmt.Sprintf("new-keys-32 / random-32: %.2f×", n.PerSecond/a.PerSecond))
+		}
+		if one, ok := res["random-1"]; ok && a.AppCPUus > 0 {
+			lines = append(lines, fmt.Sprintf("app CPU per decision, random-1 / random-32: %.0f / %.0f µs = %.2f×", one.AppCPUus, a.AppCPUus, one.AppCPUus/a.AppCPUus))
+		}
+		lines = append(lines, fmt.Sprintf("total CPU per decision at random-32: %.0f µs (app %.0f + PostgreSQL %.0f)", a.AppCPUus+a.PgCPUus, a.AppCPUus, a.PgCPUus))
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(lines, "\n"))
+	}
+}
+
+// scrapeCounter reads a counter from the metrics listener: name alone sums every label set,
+// name{labels} (exactly as exposed) reads one.
 func (s *sluice) scrapeCounter(name string) float64 {
 	resp, err := http.Get(s.metrics)
 	if err != nil {
@@ -513,13 +609,18 @@ func (s *sluice) scrapeCounter(name string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	var sum float64
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+" ") {
-			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
-			return v
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && (rest[0] != '{' || strings.Contains(name, "{"))) {
+			continue // another metric, or another label set
+		}
+		f := strings.Fields(rest)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
 		}
 	}
-	return 0
+	return sum
 }
 
 func psql(dbURL, sql string) error {

@@ -171,7 +171,7 @@ func TestNoInputProducesAServerError(t *testing.T) {
 				if ri.Method == http.MethodDelete {
 					name = "absent" // deleting x would leave the other routes nothing to parse for
 				}
-				path, _ := validRequest(ri, name)
+				path, _ := validRequest(ri, name, nil)
 				r := h.send(t, ri.Method, path, a.key, body)
 				if r.status >= 500 {
 					t.Errorf("%s with %s: %s", route, what, r)
@@ -193,9 +193,9 @@ func TestNoInputProducesAServerError(t *testing.T) {
 					continue // the one valid name: deleting it would only test 204
 				}
 				for _, q := range append([]string{""}, hostileQueries...) {
-					path := concrete(ri.Path, "NAME")
+					path := concrete(ri.Path, "NAME", nil)
 					path = strings.Replace(path, "NAME", name, 1) + q
-					_, body := validRequest(ri, "x")
+					_, body := validRequest(ri, "x", nil)
 					r := h.send(t, ri.Method, path, a.key, body)
 					if r.status >= 500 {
 						t.Errorf("%s %s: %s", ri.Method, path, r)
@@ -215,9 +215,9 @@ func TestNoInputProducesAServerError(t *testing.T) {
 					t.Fatalf("case %q names unregistered route %s", what, route)
 				}
 				method, path, _ := strings.Cut(route, " ")
-				r := h.send(t, method, concrete(path, sc.name), a.key, sc.body)
+				r := h.send(t, method, concrete(path, sc.name, nil), a.key, sc.body)
 				if r.status < 400 || r.status >= 500 {
-					t.Errorf("%s %s with %s (%s): %s", method, concrete(path, sc.name), what, truncate(sc.body, 120), r)
+					t.Errorf("%s %s with %s (%s): %s", method, concrete(path, sc.name, nil), what, truncate(sc.body, 120), r)
 					continue
 				}
 				problemOf(t, r)

@@ -33,6 +33,12 @@ func (s *Server) Register(r *gin.Engine) {
 	authed.POST("/sessions/authorize", s.anon.authorize)
 	authed.GET("/sessions/:sessionId", s.anon.session)
 	authed.DELETE("/sessions/:sessionId", s.anon.revoke)
+	authed.POST("/webhooks", s.createWebhook)
+	authed.GET("/webhooks", s.listWebhooks)
+	authed.DELETE("/webhooks/:id", s.deleteWebhook)
+	authed.POST("/webhooks/:id/test", s.testWebhook)
+	authed.GET("/webhooks/:id/deliveries", s.webhookDeliveries)
+	authed.POST("/webhooks/:id/deliveries/:deliveryId/resend", s.resendWebhookDelivery)
 
 	// Public, outside /v1 where JWK sets are looked for: verifies session tokens offline.
 	r.GET("/.well-known/jwks.json", s.anon.jwks)

@@ -1,17 +1,20 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/webhooks"
 )
 
 // publicRoutes are the only /v1 routes that answer without an API key. A new public route must
@@ -38,21 +41,27 @@ func apiRoutes(t testing.TB, r *gin.Engine) []gin.RouteInfo {
 	return out
 }
 
-// concrete substitutes every path parameter (":p" or "*p") of a gin route with value.
-func concrete(route, value string) string {
+// concrete substitutes every path parameter (":p" or "*p") of a gin route with value, or with
+// ids[p] for the parameters ids names.
+func concrete(route, value string, ids map[string]string) string {
 	parts := strings.Split(route, "/")
 	for i, p := range parts {
 		if strings.HasPrefix(p, ":") || strings.HasPrefix(p, "*") {
-			parts[i] = url.PathEscape(value)
+			v, ok := ids[p[1:]]
+			if !ok {
+				v = value
+			}
+			parts[i] = url.PathEscape(v)
 		}
 	}
 	return strings.Join(parts, "/")
 }
 
-// validRequest is a well-formed request for a route that names limit name, so that the only
-// reason for a refusal is whose limit it is. Routes this table does not know get "{}".
-func validRequest(ri gin.RouteInfo, name string) (path string, body any) {
-	path = concrete(ri.Path, name)
+// validRequest is a well-formed request for a route that names limit name (and the objects of
+// ids: a webhook endpoint's "id", a delivery's "deliveryId"), so that the only reason for a
+// refusal is whose they are. Routes this table does not know get "{}".
+func validRequest(ri gin.RouteInfo, name string, ids map[string]string) (path string, body any) {
+	path = concrete(ri.Path, name, ids)
 	switch ri.Method + " " + ri.Path {
 	case "PUT /v1/limits/:name":
 		return path, bucket10PerMinute
@@ -112,7 +121,27 @@ func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testi
 			}
 			return out
 		}
-		before := snapshot()
+		// B's webhook endpoint, with a delivery queued: A must not reach either by its id.
+		bHook, _, err := h.app.Webhooks.CreateEndpoint(context.Background(), b.id, "https://hooks.example.com/bravo", webhooks.Events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.app.Webhooks.SendTest(context.Background(), b.id, bHook.ID); err != nil {
+			t.Fatal(err)
+		}
+		bDeliveries, err := h.app.Webhooks.Deliveries(context.Background(), b.id, bHook.ID, 1)
+		if err != nil || len(bDeliveries) != 1 {
+			t.Fatalf("B's deliveries: %v, %v", bDeliveries, err)
+		}
+		bIDs := map[string]string{"id": strconv.FormatInt(bHook.ID, 10), "deliveryId": bDeliveries[0].ID}
+		ghostIDs := map[string]string{"id": strconv.FormatInt(bHook.ID+1000, 10), "deliveryId": "msg_never-sent"}
+		webhookState := func() []string {
+			return []string{
+				string(requireJSONBody(t, h.send(t, http.MethodGet, "/v1/webhooks", b.key, nil))),
+				string(requireJSONBody(t, h.send(t, http.MethodGet, "/v1/webhooks/"+bIDs["id"]+"/deliveries", b.key, nil))),
+			}
+		}
+		before := append(snapshot(), webhookState()...)
 		if !strings.Contains(before[2], `"value":7,`) {
 			t.Fatalf("B's value of alice before the walk = %s, want 7", before[2])
 		}
@@ -128,9 +157,9 @@ func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testi
 				continue
 			}
 			ghost := "ghost-" + string(rune('a'+i)) + "-never-defined"
-			path, body := validRequest(ri, bName)
+			path, body := validRequest(ri, bName, bIDs)
 			gotB := h.send(t, ri.Method, path, a.key, body)
-			path, body = validRequest(ri, ghost)
+			path, body = validRequest(ri, ghost, ghostIDs)
 			gotGhost := h.send(t, ri.Method, path, a.key, body)
 
 			route := ri.Method + " " + ri.Path
@@ -146,6 +175,12 @@ func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testi
 				if n := len(list["limits"].([]any)); n != 0 {
 					t.Errorf("A lists %d limits, all of them B's: %s", n, gotB)
 				}
+			case route == "GET /v1/webhooks":
+				if list := requireJSON(t, gotB, http.StatusOK); len(list["webhooks"].([]any)) != 0 {
+					t.Errorf("A lists webhooks it did not create: %s", gotB)
+				}
+			case strings.HasPrefix(ri.Path, "/v1/webhooks/:id"):
+				requireProblem(t, gotB, http.StatusNotFound, "not_found")
 			case route == "PUT /v1/limits/:name":
 				// A may own a limit of the same name; it is A's, and B's is untouched (checked below).
 				if def := requireJSON(t, gotB, http.StatusOK); def["kind"] != "token bucket" {
@@ -161,7 +196,7 @@ func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testi
 			}
 		}
 
-		if after := snapshot(); !reflect.DeepEqual(before, after) {
+		if after := append(snapshot(), webhookState()...); !reflect.DeepEqual(before, after) {
 			t.Fatalf("B's state changed while A walked every route:\nbefore %q\nafter  %q", before, after)
 		}
 		// and A's same-named limit is A's alone
@@ -195,7 +230,7 @@ func TestEveryNonPublicRouteRequiresAKey(t *testing.T) {
 	for _, ri := range apiRoutes(t, h.router) {
 		route := ri.Method + " " + ri.Path
 		seen[route] = true
-		path, body := validRequest(ri, "x")
+		path, body := validRequest(ri, "x", nil)
 		r := h.send(t, ri.Method, path, "", body)
 		if publicRoutes[route] {
 			// public: an API key makes no difference (the route may check credentials of its own,

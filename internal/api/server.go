@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/webhooks"
 )
 
 // RequestIDKey is where the request ID lives in the gin context.
@@ -46,6 +47,7 @@ type Server struct {
 	audit    Auditor
 	sessions SessionChecker
 	anon     *sessions // the captcha and anonymous-session routes
+	webhooks *webhooks.Service
 	log      *slog.Logger
 }
 
@@ -59,7 +61,9 @@ type Deps struct {
 	Captcha *captcha.Store
 	Issuer  *captcha.Issuer // makes and verifies challenges
 	Signer  *captcha.Signer // signs session tokens
-	Logger  *slog.Logger
+	// Webhooks owns the tenants' webhook endpoints and their delivery log.
+	Webhooks *webhooks.Service
+	Logger   *slog.Logger
 	// SessionTTL is how long an authorization lasts (DefaultSessionTTL when 0).
 	SessionTTL time.Duration
 	// ChallengeTTL is how long a challenge stays valid (DefaultChallengeTTL when 0).
@@ -78,7 +82,7 @@ func New(d Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{engine: d.Engine, auth: d.Auth, audit: d.Audit, sessions: d.Captcha, anon: anon, log: d.Logger}, nil
+	return &Server{engine: d.Engine, auth: d.Auth, audit: d.Audit, sessions: d.Captcha, anon: anon, webhooks: d.Webhooks, log: d.Logger}, nil
 }
 
 // tenantOf is the authenticated tenant; the tenant never comes from the request itself.

@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/ui"
 	"github.com/sluice-dev/sluice/internal/usage"
+	"github.com/sluice-dev/sluice/internal/webhooks"
 	"github.com/sluice-dev/sluice/web"
 )
 
@@ -65,12 +66,14 @@ type App struct {
 	Engine  *limiter.Engine
 	Usage   *usage.Aggregator
 	Captcha *captcha.Store
-	Metrics *metrics.Metrics
-	API     *api.Server
-	UI      *ui.UI
-	Demo    *demo.Demo        // nil unless SLUICE_DEMO=true
-	Envoy   *envoyrls.Service // nil unless GRPC_ADDR is set
-	Router  *gin.Engine
+	// Webhooks sends the tenants' webhook deliveries (its outbox is filled by Tenants).
+	Webhooks *webhooks.Service
+	Metrics  *metrics.Metrics
+	API      *api.Server
+	UI       *ui.UI
+	Demo     *demo.Demo        // nil unless SLUICE_DEMO=true
+	Envoy    *envoyrls.Service // nil unless GRPC_ADDR is set
+	Router   *gin.Engine
 
 	stdout      io.Writer
 	setupPath   string        // one-time first-operator link, printed once listening
@@ -130,7 +133,11 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	}
 
 	a.Metrics = metrics.New(metrics.Options{DB: a.DB, Version: Version})
-	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil)
+	a.Webhooks, err = webhooks.NewService(a.DB, keys.Derive("webhook-secrets"), webhooks.Options{AllowPrivate: cfg.WebhookAllowPrivate, Logger: a.Log})
+	if err != nil {
+		return nil, err
+	}
+	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenants.WithEvents(a.Webhooks))
 	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log})
 	a.Engine = limiter.NewEngine(a.DB, limiter.Options{FastCommit: cfg.FastCommit, OnDecision: func(tenantID int64, name string, ok bool) {
 		a.Metrics.OnDecision(tenantID, name, ok)
@@ -157,7 +164,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	}
 	a.API, err = api.New(api.Deps{
 		Engine: a.Engine, Auth: a.Tenants, Audit: a.Tenants, Tenants: a.Tenants,
-		Captcha: a.Captcha, Issuer: issuer, Signer: signer, Logger: a.Log,
+		Captcha: a.Captcha, Issuer: issuer, Signer: signer, Webhooks: a.Webhooks, Logger: a.Log,
 		ChallengeIPLimit: o.ChallengeIPLimit, ChallengeKeyLimit: o.ChallengeKeyLimit,
 	})
 	if err != nil {
@@ -292,6 +299,7 @@ func (a *App) Run(ctx context.Context) error {
 	bg.start(ctx, "usage", a.Usage.Run)
 	bg.start(ctx, "engine", a.Engine.Run)
 	bg.start(ctx, "captcha", a.Captcha.Run)
+	bg.start(ctx, "webhooks", a.Webhooks.Run)
 	bg.start(ctx, "state sweeper", a.sweepState)
 	if a.Config.PprofAddr != "" {
 		bg.start(ctx, "pprof", a.servePprof)

@@ -56,6 +56,9 @@ type Config struct {
 	// GRPCAllowUnknown answers OK, without counting, for a descriptor that names no stored
 	// definition (GRPC_UNKNOWN_LIMIT=allow); by default such a descriptor is over the limit.
 	GRPCAllowUnknown bool
+	// WebhookAllowPrivate lets webhook endpoints be loopback, private or link-local addresses
+	// (WEBHOOK_ALLOW_PRIVATE); by default only public addresses are reached.
+	WebhookAllowPrivate bool
 }
 
 // Defaults of the options whose default is a number or a duration.
@@ -268,6 +271,15 @@ var options = []Option{
 			}
 			return nil
 		}},
+	{Name: "WEBHOOK_ALLOW_PRIVATE", Default: "false", Doc: "`true` lets webhook endpoints be loopback, private, link-local or other non-public addresses (checked after DNS); leave it off unless every receiver is on your own network",
+		parse: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("WEBHOOK_ALLOW_PRIVATE must be true or false")
+			}
+			c.WebhookAllowPrivate = b
+			return nil
+		}},
 }
 
 // grpcHeaderRE is a gRPC metadata key (lower case); gRPC's own "grpc-" keys and binary "-bin"
@@ -378,9 +390,9 @@ func (c Config) String() string {
 		}
 		return "[redacted]"
 	}
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t",
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t webhook_allow_private=%t",
 		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
-		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown)
+		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown, c.WebhookAllowPrivate)
 }
 
 // RedactURL hides the password of a database URL.

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -38,8 +37,7 @@ type DB struct {
 	log     *slog.Logger
 	url     string // for LISTEN connections (listen.go); never logged
 
-	retries atomic.Int64 // attempts repeated after a retryable failure
-	giveUps atomic.Int64 // transactions that ran out of attempts or of database
+	counters [numPurposes]txCounters // retries and give-ups, per purpose
 }
 
 // Options tune Open; the zero value is sensible.
@@ -121,10 +119,28 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 func (d *DB) Close() error { return d.SQL.Close() }
 
 // Retries is how many transaction attempts were repeated after a retryable failure.
-func (d *DB) Retries() int64 { return d.retries.Load() }
+func (d *DB) Retries() int64 {
+	var n int64
+	for p := range d.counters {
+		n += d.counters[p].retries.Load()
+	}
+	return n
+}
 
 // GiveUps is how many transactions failed closed with ErrUnavailable.
-func (d *DB) GiveUps() int64 { return d.giveUps.Load() }
+func (d *DB) GiveUps() int64 {
+	var n int64
+	for p := range d.counters {
+		n += d.counters[p].giveUps.Load()
+	}
+	return n
+}
+
+// RetriesFor is Retries of the transactions of one purpose.
+func (d *DB) RetriesFor(p Purpose) int64 { return d.counters[p].retries.Load() }
+
+// GiveUpsFor is GiveUps of the transactions of one purpose.
+func (d *DB) GiveUpsFor(p Purpose) int64 { return d.counters[p].giveUps.Load() }
 
 // Ping reports whether the database answers.
 func (d *DB) Ping(ctx context.Context) error { return d.SQL.PingContext(ctx) }

@@ -168,3 +168,35 @@ func TestListenDeliversNotificationsAndReturnsWhenCtxEnds(t *testing.T) {
 		t.Fatal("waited 30 s for Listen to return after its context ended")
 	}
 }
+
+// TestRetriesAndGiveUpsAreCountedUnderTheTransactionsPurpose: the metrics must tell a decision
+// that failed closed from background work that gave up, so each counter goes to the purpose the
+// transaction's context carries.
+func TestRetriesAndGiveUpsAreCountedUnderTheTransactionsPurpose(t *testing.T) {
+	d := testkit.Open(t, db.SQLite)
+	d.Retry = db.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Microsecond, MaxDelay: time.Microsecond, Budget: 10 * time.Second}
+	busy := errors.New("SQLITE_BUSY: database is locked") // what SQLite answers a second writer
+	ctx := db.WithPurpose(context.Background(), db.PurposeSweep)
+	err := d.Serializable(ctx, func(tx *gorm.DB) error { return busy })
+	if !errors.Is(err, db.ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable after the attempts ran out", err)
+	}
+	if err := d.Serializable(context.Background(), func(tx *gorm.DB) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range db.Purposes {
+		wantRetries, wantGiveUps := int64(0), int64(0)
+		if p == db.PurposeSweep {
+			wantRetries, wantGiveUps = 2, 1
+		}
+		if got := d.RetriesFor(p); got != wantRetries {
+			t.Errorf("retries of %s = %d, want %d", p, got, wantRetries)
+		}
+		if got := d.GiveUpsFor(p); got != wantGiveUps {
+			t.Errorf("give-ups of %s = %d, want %d", p, got, wantGiveUps)
+		}
+	}
+	if d.Retries() != 2 || d.GiveUps() != 1 {
+		t.Errorf("totals: %d retries, %d give-ups; want 2 and 1", d.Retries(), d.GiveUps())
+	}
+}

@@ -98,6 +98,7 @@ func (d *DB) WithPgx(ctx context.Context, attempt func(ctx context.Context, conn
 // retry runs attempt until it succeeds, fails for a reason retrying cannot fix, or the attempts,
 // the time budget or the database run out (ErrUnavailable).
 func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
+	count := &d.counters[purposeOf(ctx)]
 	ctx, cancel := context.WithTimeout(ctx, d.Retry.Budget)
 	defer cancel()
 	var last error
@@ -113,16 +114,16 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 			if parentGone(ctx) {
 				return fmt.Errorf("db: transaction: %w", err)
 			}
-			d.giveUps.Add(1)
+			count.giveUps.Add(1)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: %v", err))
 		default:
 			return err // a real error of fn's, or a bug: not ours to retry
 		}
 		if n >= d.Retry.MaxAttempts {
-			d.giveUps.Add(1)
+			count.giveUps.Add(1)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: after %d attempts: %v", n, last))
 		}
-		d.retries.Add(1)
+		count.retries.Add(1)
 		backoff := min(d.Retry.MaxDelay, d.Retry.BaseDelay<<min(n-1, 20))
 		timer := time.NewTimer(rand.N(backoff) + time.Microsecond)
 		select {
@@ -131,7 +132,7 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 			if parentGone(ctx) {
 				return fmt.Errorf("db: transaction: %w", context.Cause(ctx))
 			}
-			d.giveUps.Add(1)
+			count.giveUps.Add(1)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: retry budget spent: %v", last))
 		case <-timer.C:
 		}

@@ -319,7 +319,7 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 	if key != nil && *key != "" && !ValidKey(*key) {
 		return invalidRequest("key", KeyRule)
 	}
-	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
 		if key != nil {
 			// One key (or the global one): idempotent, whether or not the name has a stored
 			// definition or any state. Inline-config limits have neither until used.
@@ -375,7 +375,7 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 		return Value{}, invalidRequest("key", KeyRule)
 	}
 	var out Value
-	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+	err := e.db.ReadOnly(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -429,7 +429,7 @@ type KeyValue struct {
 // values computed to now. Shards without state count as full.
 func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n int) ([]KeyValue, error) {
 	var out []KeyValue
-	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+	err := e.db.ReadOnly(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
 		stored, ok, err := loadDefinition(tx, tenantID, name)
 		if err != nil {
 			return err

@@ -139,12 +139,13 @@ func (e *Engine) runGroup(jobs []*job) {
 	e.groups.Add(1)
 	e.jobs.Add(int64(len(jobs)))
 	var err error
+	ctx := db.WithPurpose(context.Background(), db.PurposeDecision)
 	if e.db.Dialect == db.Postgres && !forceGormGroups {
-		err = e.db.WithPgx(context.Background(), func(ctx context.Context, conn *pgx.Conn) error {
+		err = e.db.WithPgx(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return e.groupPgx(ctx, conn, jobs)
 		})
 	} else {
-		err = e.db.Serializable(context.Background(), func(tx *gorm.DB) error { return e.groupGorm(tx, jobs) })
+		err = e.db.Serializable(ctx, func(tx *gorm.DB) error { return e.groupGorm(tx, jobs) })
 	}
 	for _, j := range jobs {
 		if err != nil {

@@ -20,10 +20,13 @@ import (
 // their order.
 
 const (
-	// stateColumns are limit_state's columns: the primary key, then the state.
-	stateColumns = "tenant_id, name, key, shard, value, ts, counters, penalty_until"
 	// statePrimaryKey is limit_state's primary key, in the order of the index.
 	statePrimaryKey = "tenant_id, name, key, shard"
+	// stateValueColumns hold a row's state: everything a decision reads besides the key. The
+	// sweeper's pgDeleteUnchanged compares every one of them: a new one must join it there.
+	stateValueColumns = "value, ts, counters, penalty_until"
+	// stateColumns are limit_state's columns: the primary key, then the state.
+	stateColumns = statePrimaryKey + ", " + stateValueColumns
 	// stateUpsert makes an INSERT of stateColumns replace the state of rows that exist.
 	stateUpsert = " ON CONFLICT (" + statePrimaryKey + ") DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters, penalty_until = excluded.penalty_until"
 	// definitionColumns are limit_definitions' columns.

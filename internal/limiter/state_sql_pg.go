@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,6 +41,38 @@ const (
 	pgUpsertRows = "INSERT INTO limit_state (" + stateColumns + `)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
 )
+
+// pgDeleteUnchanged is the sweeper's deletion on PostgreSQL (sweep.go): it deletes each
+// candidate row only if the row still holds exactly the state the sweeper judged full (every
+// state column compared) and its limit still has the definition the sweeper judged it by (the
+// same updated_at, or still none for an inline config). It runs on its own, in READ COMMITTED:
+// a row changed by a decision since the scan is re-checked against its new version and kept.
+// Unchanged state that reads as full under an unchanged definition reads as full at any later
+// time, so deleting it is the same as leaving it whenever the deletion lands; no read set is
+// needed, and none is taken — a serializable deletion of hundreds of rows took predicate locks
+// on the index pages that the decisions write to, and failed (and gave up) under load.
+const pgDeleteUnchanged = `DELETE FROM limit_state s
+	USING unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[], $9::timestamptz[])
+		AS c(` + stateColumns + `, defined_at)
+	WHERE (s.tenant_id, s.name, s.key, s.shard) = (c.tenant_id, c.name, c.key, c.shard)
+	AND (s.value, s.ts, s.counters, s.penalty_until) IS NOT DISTINCT FROM (c.value, c.ts, c.counters, c.penalty_until)
+	AND CASE WHEN c.defined_at IS NULL
+		THEN NOT EXISTS (SELECT 1 FROM limit_definitions d WHERE d.tenant_id = s.tenant_id AND d.name = s.name)
+		ELSE EXISTS (SELECT 1 FROM limit_definitions d
+			WHERE d.tenant_id = s.tenant_id AND d.name = s.name AND d.updated_at = c.defined_at) END`
+
+// deleteUnchangedPg runs pgDeleteUnchanged on rows, each judged under the definition updated at
+// definedAt[i] (nil: no stored definition), and returns how many rows it deleted.
+func deleteUnchangedPg(ctx context.Context, conn *pgx.Conn, rows []fullStateRow, definedAt []*time.Time) (int64, error) {
+	keys := make([]rowKey, len(rows))
+	values, ts, counters, penalties := make([]float64, len(rows)), make([]int64, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
+	for i, r := range rows {
+		keys[i] = r.key()
+		values[i], ts[i], counters[i], penalties[i] = r.Value, r.TS, r.Counters, r.PenaltyUntil
+	}
+	tag, err := conn.Exec(ctx, pgDeleteUnchanged, append(rowArgs(keys), values, ts, counters, penalties, definedAt)...)
+	return tag.RowsAffected(), err
+}
 
 // queueGroupReads queues the first round trip of a group: the transaction, the database's clock
 // (the time of every decision of the group), the definitions of keys and the state rows guessed.

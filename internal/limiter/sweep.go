@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
+	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
@@ -39,10 +41,15 @@ import (
 // retention. Limits whose state must outlive that (periods over a day, or reservations repaid
 // over more than a day) should be stored definitions.
 //
-// Races: each batch is scanned without a transaction, then re-read and deleted in one short
-// serializable transaction that re-evaluates every row and its definition at the transaction's
-// own clock. A decision that writes a row concurrently either commits first (the re-read sees the
-// new state and keeps it) or conflicts with the deletion and is retried by db.Serializable.
+// Races: each batch is scanned without a transaction and judged at the database's clock. On
+// PostgreSQL the candidates are then deleted by one statement that deletes a row only if it still
+// holds exactly the scanned state and its limit still has the definition it was judged by
+// (pgDeleteUnchanged): a decision that wrote the row in between keeps it, and unchanged state
+// that read as full reads as full at any later time. It takes no serializable read set, so it
+// never conflicts with decisions on neighbouring keys (a serializable re-read and delete of a
+// batch did, and under sustained load it ran out of retries). On SQLite (one writer) the batch is
+// re-read and deleted in one short transaction that re-evaluates every row and its definition at
+// the transaction's own clock.
 
 // SweepClockGrace is how far behind the sweeper's clock another instance's clock may run without
 // a sweep handing it tokens it would not have had: rows must read as full that long ago too.
@@ -60,8 +67,9 @@ const maxSweepBatch = 1000
 
 // definitionLookup is a definition or its absence.
 type definitionLookup struct {
-	def Definition
-	ok  bool
+	def       Definition
+	updatedAt time.Time // which version of the definition def is
+	ok        bool
 }
 
 // definitionCache reads each (tenant, name) definition once per pass.
@@ -76,7 +84,7 @@ func (c definitionCache) get(tx *gorm.DB, r fullStateRow) (definitionLookup, err
 	if err != nil {
 		return definitionLookup{}, err
 	}
-	c[k] = definitionLookup{def.Definition, ok}
+	c[k] = definitionLookup{def.Definition, def.UpdatedAt, ok}
 	return c[k], nil
 }
 
@@ -92,6 +100,7 @@ func (e *Engine) Sweep(ctx context.Context, batch int) (deleted int, err error) 
 // decisions it shares the database with (measured: an unpaced sweep of 300,000 full rows cut
 // decision throughput several-fold while it ran).
 func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (deleted int, err error) {
+	ctx = db.WithPurpose(ctx, db.PurposeSweep)
 	if batch <= 0 {
 		batch = DefaultSweepBatch
 	}
@@ -136,6 +145,7 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 			return deleted, fmt.Errorf("limiter: sweep: clock: %w", err)
 		}
 		var candidates []fullStateRow
+		var definedAt []*time.Time
 		for _, r := range rows {
 			d, err := scanDefs.get(e.db.Gorm.WithContext(ctx), r)
 			if err != nil {
@@ -143,10 +153,21 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 			}
 			if sweepable(d, r, now) {
 				candidates = append(candidates, r)
+				var at *time.Time
+				if d.ok {
+					at = &d.updatedAt
+				}
+				definedAt = append(definedAt, at)
 			}
 		}
 		if len(candidates) > 0 {
-			n, err := e.deleteIfStillFull(ctx, candidates)
+			var n int
+			var err error
+			if e.db.Dialect == db.Postgres {
+				n, err = e.deleteUnchanged(ctx, candidates, definedAt)
+			} else {
+				n, err = e.deleteIfStillFull(ctx, candidates)
+			}
 			deleted += n
 			if err != nil {
 				return deleted, fmt.Errorf("limiter: sweep: delete: %w", err)
@@ -159,6 +180,18 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 			return deleted, fmt.Errorf("limiter: sweep: %w", err)
 		}
 	}
+}
+
+// deleteUnchanged deletes the candidates that still hold their scanned state under the
+// definition they were judged by (PostgreSQL; see pgDeleteUnchanged).
+func (e *Engine) deleteUnchanged(ctx context.Context, candidates []fullStateRow, definedAt []*time.Time) (int, error) {
+	var deleted int64
+	err := e.db.WithPgx(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		var err error
+		deleted, err = deleteUnchangedPg(ctx, conn, candidates, definedAt)
+		return err
+	})
+	return int(deleted), err
 }
 
 // deleteIfStillFull re-reads candidates and their definitions in one serializable transaction

@@ -188,17 +188,19 @@ func newTxCollector(d *db.DB) *txCollector {
 	return &txCollector{
 		db: d,
 		retries: prometheus.NewDesc("sluice_db_tx_retries_total",
-			"Serializable transaction attempts repeated after a serialization failure, deadlock or busy database.", nil, nil),
+			"Serializable transaction attempts repeated after a serialization failure, deadlock or busy database, by what the transaction was for.", []string{"purpose"}, nil),
 		giveUps: prometheus.NewDesc("sluice_db_tx_giveups_total",
-			"Transactions that ran out of retries or of database and failed closed (HTTP 503).", nil, nil),
+			"Transactions that ran out of retries or of database and failed, by what they were for: a decision's failure is an HTTP 503 (fail closed), a sweep's or a usage flush's is run again later.", []string{"purpose"}, nil),
 	}
 }
 
 func (c *txCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.retries; ch <- c.giveUps }
 
 func (c *txCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(c.db.Retries()))
-	ch <- prometheus.MustNewConstMetric(c.giveUps, prometheus.CounterValue, float64(c.db.GiveUps()))
+	for _, p := range db.Purposes {
+		ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(c.db.RetriesFor(p)), p.String())
+		ch <- prometheus.MustNewConstMetric(c.giveUps, prometheus.CounterValue, float64(c.db.GiveUpsFor(p)), p.String())
+	}
 }
 
 // newBuildInfo is sluice_build_info{version, revision, goversion} 1.

@@ -69,8 +69,8 @@ func TestScrapeShowsDatabaseRetriesPoolStatsBuildInfoAndLatency(t *testing.T) {
 	m.Swept("limit_state", 7)
 	body := scrape(t, m)
 	for _, want := range []string{
-		"sluice_db_tx_retries_total 0",
-		"sluice_db_tx_giveups_total 0",
+		`sluice_db_tx_retries_total{purpose="decision"} 0`,
+		`sluice_db_tx_giveups_total{purpose="sweep"} 0`,
 		`go_sql_max_open_connections{db_name="sqlite"} 4`,
 		`sluice_build_info{goversion="go`,
 		`version="v1.2.3"`,

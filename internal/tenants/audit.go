@@ -43,7 +43,7 @@ func (s *Service) Audit(ctx context.Context, tenantID *int64, actor, action, tar
 // audit writes an entry inside the caller's transaction, so the entry exists if and only if the
 // change it describes was committed.
 func (s *Service) audit(tx *gorm.DB, tenantID *int64, actor, action, target, detail string) error {
-	return tx.Create(&auditRow{
+	err := tx.Create(&auditRow{
 		TenantID:  tenantID,
 		Actor:     truncate(actor),
 		Action:    truncate(action),
@@ -51,6 +51,28 @@ func (s *Service) audit(tx *gorm.DB, tenantID *int64, actor, action, target, det
 		Detail:    truncate(detail),
 		CreatedAt: s.clock(),
 	}).Error
+	if event, ok := auditEvents[action]; ok && err == nil && tenantID != nil && s.events != nil {
+		err = s.events.Enqueue(tx, *tenantID, event, AuditEvent{Action: action, Actor: truncate(actor), Target: truncate(target), Detail: truncate(detail)})
+	}
+	return err
+}
+
+// auditEvents are the audited actions that are also events a tenant's webhooks may subscribe
+// to, by the event's name.
+var auditEvents = map[string]string{
+	"key.create":   "key.created",
+	"key.revoke":   "key.revoked",
+	"limit.create": "definition.changed",
+	"limit.update": "definition.changed",
+	"limit.delete": "definition.changed",
+}
+
+// AuditEvent is the data of an event that comes from an audit entry.
+type AuditEvent struct {
+	Action string `json:"action"`
+	Actor  string `json:"actor"`
+	Target string `json:"target"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // AuditLog returns a tenant's most recent entries, newest first. limit <= 0 means 50; it is

@@ -65,6 +65,8 @@ type Service struct {
 	listening     chan struct{} // closed once revocations from other instances are heard
 	listeningOnce sync.Once
 
+	events EventSink // nil: events go nowhere
+
 	dummyOnce sync.Once
 	dummyHash string // password hash verified when a login names an unknown email
 }
@@ -76,6 +78,18 @@ type keyUse struct {
 
 // Option tunes NewService.
 type Option func(*Service)
+
+// EventSink receives the events of changes to a tenant's keys and limits, inside the
+// transaction that records them, so that an event exists if and only if its change does
+// (the webhooks' outbox).
+type EventSink interface {
+	Enqueue(tx *gorm.DB, tenantID int64, event string, data any) error
+}
+
+// WithEvents sends events to sink.
+func WithEvents(sink EventSink) Option {
+	return func(s *Service) { s.events = sink }
+}
 
 // WithFlushInterval sets how often last-used times are written (DefaultFlushInterval if d <= 0).
 func WithFlushInterval(d time.Duration) Option {

@@ -113,6 +113,17 @@ func StartWith(o Options) (*Server, error) {
 
 func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
 
+// PostmasterPID is the process ID of the running server's postmaster (the parent of every
+// backend), from its postmaster.pid file: the benchmark reads the server's CPU time from /proc.
+func (s *Server) PostmasterPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(s.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(first))
+}
+
 // Resume starts the server again after Pause, on the same port and data.
 func (s *Server) Resume() error {
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 "+

@@ -200,7 +200,7 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		}
 		return keys[i].bucket < keys[j].bucket
 	})
-	err := a.db.Serializable(ctx, func(tx *gorm.DB) error {
+	err := a.db.Serializable(db.WithPurpose(ctx, db.PurposeUsage), func(tx *gorm.DB) error {
 		for _, k := range keys {
 			c := batch[k]
 			if err := tx.Exec(upsert, k.tenantID, k.name, k.bucket, c.allowed, c.refused, c.shadowRefused).Error; err != nil {

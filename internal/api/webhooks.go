@@ -1,0 +1,162 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/webhooks"
+)
+
+// WebhookEndpoint is an endpoint as the API shows it; Secret only in the answer that creates it.
+type WebhookEndpoint struct {
+	ID        int64     `json:"id"`
+	URL       string    `json:"url"`
+	Events    []string  `json:"events"`
+	Enabled   bool      `json:"enabled"`
+	CreatedAt time.Time `json:"createdAt"`
+	Secret    string    `json:"secret,omitempty"`
+}
+
+func endpointJSON(e webhooks.Endpoint) WebhookEndpoint {
+	return WebhookEndpoint{ID: e.ID, URL: e.URL, Events: e.Events, Enabled: e.Enabled, CreatedAt: e.CreatedAt}
+}
+
+// WebhookDelivery is one delivery of the delivery log.
+type WebhookDelivery struct {
+	ID            string     `json:"id"`
+	Event         string     `json:"event"`
+	Payload       string     `json:"payload"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	Attempts      int        `json:"attempts"`
+	NextAttemptAt *time.Time `json:"nextAttemptAt"`
+	DeliveredAt   *time.Time `json:"deliveredAt"`
+	GivenUpAt     *time.Time `json:"givenUpAt"`
+	LastStatus    *int       `json:"lastStatus"`
+	LastError     string     `json:"lastError"`
+}
+
+// webhookID is the {id} path parameter; anything but a positive number names no endpoint.
+func (s *Server) webhookID(c *gin.Context) (int64, bool) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		writeProblem(c, s.log, webhooks.ErrEndpointNotFound)
+		return 0, false
+	}
+	return id, true
+}
+
+func (s *Server) createWebhook(c *gin.Context) {
+	var body struct {
+		URL    string   `json:"url"`
+		Events []string `json:"events"`
+	}
+	if err := decodeJSON(c, &body); err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	ep, secret, err := s.webhooks.CreateEndpoint(c.Request.Context(), tenantOf(c).TenantID, body.URL, body.Events)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	s.recordAudit(c, "webhook.create", strconv.FormatInt(ep.ID, 10), ep.URL)
+	out := endpointJSON(ep)
+	out.Secret = secret
+	c.JSON(http.StatusCreated, out)
+}
+
+func (s *Server) listWebhooks(c *gin.Context) {
+	eps, err := s.webhooks.Endpoints(c.Request.Context(), tenantOf(c).TenantID)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	out := make([]WebhookEndpoint, len(eps))
+	for i, e := range eps {
+		out[i] = endpointJSON(e)
+	}
+	c.JSON(http.StatusOK, gin.H{"webhooks": out})
+}
+
+func (s *Server) deleteWebhook(c *gin.Context) {
+	id, ok := s.webhookID(c)
+	if !ok {
+		return
+	}
+	if err := s.webhooks.DeleteEndpoint(c.Request.Context(), tenantOf(c).TenantID, id); err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	s.recordAudit(c, "webhook.delete", strconv.FormatInt(id, 10), "")
+	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) testWebhook(c *gin.Context) {
+	id, ok := s.webhookID(c)
+	if !ok {
+		return
+	}
+	if err := s.webhooks.SendTest(c.Request.Context(), tenantOf(c).TenantID, id); err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	c.Status(http.StatusAccepted)
+}
+
+func (s *Server) webhookDeliveries(c *gin.Context) {
+	id, ok := s.webhookID(c)
+	if !ok {
+		return
+	}
+	limit := 50
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			writeProblem(c, s.log, badRequest("limit", "must be a whole number from 1 to 500"))
+			return
+		}
+		limit = n
+	}
+	tenantID := tenantOf(c).TenantID
+	eps, err := s.webhooks.Endpoints(c.Request.Context(), tenantID)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	found := false
+	for _, e := range eps {
+		found = found || e.ID == id
+	}
+	if !found {
+		writeProblem(c, s.log, webhooks.ErrEndpointNotFound)
+		return
+	}
+	ds, err := s.webhooks.Deliveries(c.Request.Context(), tenantID, id, limit)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	out := make([]WebhookDelivery, len(ds))
+	for i, d := range ds {
+		out[i] = WebhookDelivery{ID: d.ID, Event: d.Event, Payload: d.Payload, CreatedAt: d.CreatedAt, Attempts: d.Attempts,
+			NextAttemptAt: d.NextAttempt, DeliveredAt: d.DeliveredAt, GivenUpAt: d.GivenUpAt, LastStatus: d.LastStatus, LastError: d.LastError}
+	}
+	c.JSON(http.StatusOK, gin.H{"deliveries": out})
+}
+
+func (s *Server) resendWebhookDelivery(c *gin.Context) {
+	id, ok := s.webhookID(c)
+	if !ok {
+		return
+	}
+	deliveryID := c.Param("deliveryId")
+	if err := s.webhooks.Resend(c.Request.Context(), tenantOf(c).TenantID, id, deliveryID); err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	s.recordAudit(c, "webhook.resend", deliveryID, "")
+	c.Status(http.StatusAccepted)
+}

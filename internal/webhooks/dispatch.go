@@ -1,0 +1,257 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/loop"
+)
+
+// Retries: a failed delivery is tried again after 5 s, then 4× longer each time (20 s, 80 s,
+// ~5 min, ~21 min, ~85 min, then every 4 h), until 24 hours after the event; then it is given up
+// and stays in the delivery log, from where an admin may resend it.
+const (
+	firstRetry   = 5 * time.Second
+	maxRetryWait = 4 * time.Hour
+	retryWindow  = 24 * time.Hour
+	// claimLease is how long a claimed delivery is hidden from other dispatchers: longer than
+	// one request may take, so that only a dispatcher that died mid-send is ever overtaken.
+	claimLease = time.Minute
+	claimBatch = 16
+)
+
+// retryWait is the wait after the attempt-th failed attempt (1-based).
+func retryWait(attempt int) time.Duration {
+	wait := firstRetry
+	for i := 1; i < attempt && wait < maxRetryWait; i++ {
+		wait *= 4
+	}
+	return min(wait, maxRetryWait)
+}
+
+// deliveryRow is one event for one endpoint, in the outbox until sent or given up.
+type deliveryRow struct {
+	ID            string `gorm:"primaryKey"`
+	TenantID      int64
+	EndpointID    int64
+	Event         string
+	Payload       string
+	CreatedAt     int64
+	Attempts      int
+	NextAttemptAt int64
+	DeliveredAt   *int64
+	GivenUpAt     *int64
+	LastStatus    *int
+	LastError     string
+}
+
+func (deliveryRow) TableName() string { return "webhook_deliveries" }
+
+// Delivery is one delivery as the delivery log shows it.
+type Delivery struct {
+	ID          string
+	EndpointID  int64
+	Event       string
+	Payload     string
+	CreatedAt   time.Time
+	Attempts    int
+	NextAttempt *time.Time // nil once delivered or given up
+	DeliveredAt *time.Time
+	GivenUpAt   *time.Time
+	LastStatus  *int
+	LastError   string
+}
+
+func msTime(ms *int64) *time.Time {
+	if ms == nil {
+		return nil
+	}
+	t := time.UnixMilli(*ms).UTC()
+	return &t
+}
+
+func (r deliveryRow) toDomain() Delivery {
+	d := Delivery{ID: r.ID, EndpointID: r.EndpointID, Event: r.Event, Payload: r.Payload, CreatedAt: time.UnixMilli(r.CreatedAt).UTC(),
+		Attempts: r.Attempts, DeliveredAt: msTime(r.DeliveredAt), GivenUpAt: msTime(r.GivenUpAt), LastStatus: r.LastStatus, LastError: r.LastError}
+	if r.DeliveredAt == nil && r.GivenUpAt == nil {
+		d.NextAttempt = msTime(&r.NextAttemptAt)
+	}
+	return d
+}
+
+// Deliveries lists an endpoint's most recent deliveries (at most limit, newest first).
+func (s *Service) Deliveries(ctx context.Context, tenantID, endpointID int64, limit int) ([]Delivery, error) {
+	limit = min(max(limit, 1), 500)
+	var rows []deliveryRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Where("tenant_id = ? AND endpoint_id = ?", tenantID, endpointID).Order("created_at DESC, id").Limit(limit).Find(&rows).Error
+	})
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: deliveries: %w", err)
+	}
+	out := make([]Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = r.toDomain()
+	}
+	return out, nil
+}
+
+// Resend makes a delivery due now again, whatever its state: the same event, with the same
+// webhook-id (receivers deduplicate on it), and a fresh 24 hours of retries.
+func (s *Service) Resend(ctx context.Context, tenantID, endpointID int64, deliveryID string) error {
+	now := s.now().UnixMilli()
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		res := tx.Model(&deliveryRow{}).Where("tenant_id = ? AND endpoint_id = ? AND id = ?", tenantID, endpointID, deliveryID).
+			Updates(map[string]any{"next_attempt_at": now, "delivered_at": nil, "given_up_at": nil, "attempts": 0, "created_at": now})
+		if res.Error == nil && res.RowsAffected == 0 {
+			return ErrDeliveryNotFound
+		}
+		return res.Error
+	})
+	if err != nil {
+		return fmt.Errorf("webhooks: resend: %w", err)
+	}
+	return nil
+}
+
+// Run sends due deliveries every interval until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	loop.Every(ctx, s.interval, 0.1, func(ctx context.Context) {
+		if _, err := s.DeliverDue(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("webhook deliveries", "err", err)
+		}
+	})
+	return nil
+}
+
+// claimSQL takes up to ? due deliveries and hides them from other dispatchers for the lease
+// (PostgreSQL skips rows another dispatcher is claiming; SQLite has one writer).
+var claimSQL = map[db.Dialect]string{
+	db.Postgres: `UPDATE webhook_deliveries SET next_attempt_at = ?, attempts = attempts + 1
+		WHERE id IN (SELECT id FROM webhook_deliveries
+			WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?
+			ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED)
+		RETURNING id, tenant_id, endpoint_id, event, payload, created_at, attempts`,
+	db.SQLite: `UPDATE webhook_deliveries SET next_attempt_at = ?, attempts = attempts + 1
+		WHERE id IN (SELECT id FROM webhook_deliveries
+			WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?
+			ORDER BY next_attempt_at LIMIT ?)
+		RETURNING id, tenant_id, endpoint_id, event, payload, created_at, attempts`,
+}
+
+// DeliverDue sends every delivery that is due now, one batch of claims at a time, and returns how
+// many it sent successfully.
+func (s *Service) DeliverDue(ctx context.Context) (int, error) {
+	sent := 0
+	for {
+		now := s.now()
+		var claimed []deliveryRow
+		if err := s.db.Gorm.WithContext(ctx).Raw(claimSQL[s.db.Dialect], now.Add(claimLease).UnixMilli(), now.UnixMilli(), claimBatch).
+			Scan(&claimed).Error; err != nil {
+			return sent, fmt.Errorf("webhooks: claim: %w", err)
+		}
+		if len(claimed) == 0 {
+			return sent, nil
+		}
+		for _, d := range claimed {
+			ok, err := s.deliver(ctx, d)
+			if err != nil {
+				return sent, err
+			}
+			if ok {
+				sent++
+			}
+		}
+	}
+}
+
+// deliver sends one claimed delivery and records the outcome; ok is whether the receiver took it.
+func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err error) {
+	var ep endpointRow
+	res := s.db.Gorm.WithContext(ctx).Where("tenant_id = ? AND id = ?", d.TenantID, d.EndpointID).Limit(1).Find(&ep)
+	if res.Error != nil {
+		return false, fmt.Errorf("webhooks: endpoint: %w", res.Error)
+	}
+	var status int
+	var sendErr error
+	switch {
+	case res.RowsAffected == 0:
+		return false, nil // deleted with its endpoint
+	case !ep.Enabled:
+		sendErr = fmt.Errorf("the endpoint is disabled")
+	default:
+		status, sendErr = s.send(ctx, ep, d)
+	}
+	now := s.now()
+	update := map[string]any{"last_error": ""}
+	if status != 0 {
+		update["last_status"] = status
+	}
+	ok = sendErr == nil && status >= 200 && status < 300
+	switch {
+	case ok:
+		update["delivered_at"] = now.UnixMilli()
+	default:
+		if sendErr != nil {
+			update["last_error"] = truncate(sendErr.Error())
+		} else {
+			update["last_error"] = "HTTP " + strconv.Itoa(status)
+		}
+		next := now.Add(retryWait(d.Attempts))
+		if next.After(time.UnixMilli(d.CreatedAt).Add(retryWindow)) {
+			update["given_up_at"] = now.UnixMilli()
+		} else {
+			update["next_attempt_at"] = next.UnixMilli()
+		}
+	}
+	if err := s.db.Gorm.WithContext(ctx).Model(&deliveryRow{}).Where("id = ?", d.ID).Updates(update).Error; err != nil {
+		return ok, fmt.Errorf("webhooks: record delivery: %w", err)
+	}
+	return ok, nil
+}
+
+// send POSTs the delivery, signed, and returns the receiver's status.
+func (s *Service) send(ctx context.Context, ep endpointRow, d deliveryRow) (int, error) {
+	secret, err := s.sealer.open(ep.SecretSealed)
+	if err != nil {
+		return 0, err
+	}
+	ts := s.now().Unix()
+	body := []byte(d.Payload)
+	sig, err := Sign(secret, d.ID, ts, body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "Sluice-Webhooks/1")
+	req.Header.Set("webhook-id", d.ID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+	return resp.StatusCode, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 500 {
+		s = s[:500]
+	}
+	return strings.ToValidUTF8(s, "")
+}

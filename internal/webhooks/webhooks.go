@@ -1,0 +1,278 @@
+// Package webhooks tells a tenant's own services what happened, by HTTP POST: per-tenant
+// endpoints (a URL, a signing secret shown once, the events it wants), an outbox of deliveries
+// written in the same transaction as the event (Enqueue), and a dispatcher (Run) that sends them
+// signed by the Standard Webhooks convention and retries failures with exponential backoff for
+// 24 hours. Delivery is at least once: a dispatcher that stops between sending and recording
+// sends again. Requests go only to public addresses unless the operator allows private ones
+// (ssrf.go).
+package webhooks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/db"
+)
+
+// The events an endpoint may subscribe to.
+const (
+	EventKeyCreated        = "key.created"
+	EventKeyRevoked        = "key.revoked"
+	EventDefinitionChanged = "definition.changed"
+	EventTest              = "webhook.test" // sent on request only, to every endpoint asked
+)
+
+// Events lists the events an endpoint may subscribe to.
+var Events = []string{EventKeyCreated, EventKeyRevoked, EventDefinitionChanged}
+
+// Bounds on what a tenant may configure.
+const (
+	MaxEndpointsPerTenant = 16
+	maxURLBytes           = 2048
+)
+
+// Endpoint is one tenant's webhook receiver.
+type Endpoint struct {
+	ID        int64
+	TenantID  int64
+	URL       string
+	Events    []string
+	Enabled   bool
+	CreatedAt time.Time
+}
+
+type endpointRow struct {
+	ID           int64 `gorm:"primaryKey"`
+	TenantID     int64
+	URL          string `gorm:"column:url"`
+	SecretSealed string
+	Events       string
+	Enabled      bool
+	CreatedAt    int64
+}
+
+func (endpointRow) TableName() string { return "webhook_endpoints" }
+
+func (r endpointRow) toDomain() Endpoint {
+	return Endpoint{ID: r.ID, TenantID: r.TenantID, URL: r.URL, Events: strings.Split(r.Events, ","), Enabled: r.Enabled,
+		CreatedAt: time.UnixMilli(r.CreatedAt).UTC()}
+}
+
+// Options tune a Service; the zero value is production's.
+type Options struct {
+	// AllowPrivate lets endpoints be loopback, private, link-local or otherwise non-public
+	// addresses (WEBHOOK_ALLOW_PRIVATE): for a receiver inside the operator's own network.
+	AllowPrivate bool
+	// Now is the clock of the outbox (tests move it); time.Now when nil.
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Interval is how often Run looks for due deliveries; default one second.
+	Interval time.Duration
+}
+
+// Service owns webhook endpoints and their deliveries.
+type Service struct {
+	db           *db.DB
+	sealer       sealer
+	allowPrivate bool
+	now          func() time.Time
+	log          *slog.Logger
+	client       *http.Client
+	interval     time.Duration
+}
+
+// NewService returns the webhooks of d; sealKey (32 bytes, derived from the root secret)
+// encrypts the endpoints' signing secrets at rest. It starts nothing: Run sends.
+func NewService(d *db.DB, sealKey []byte, opts Options) (*Service, error) {
+	s, err := newSealer(sealKey)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	return &Service{db: d, sealer: s, allowPrivate: opts.AllowPrivate, now: opts.Now, log: opts.Logger,
+		client: newClient(opts.AllowPrivate), interval: opts.Interval}, nil
+}
+
+// The problems of this package, in the project's vocabulary.
+var (
+	ErrEndpointNotFound = apperr.New(apperr.NotFound, "no such webhook endpoint")
+	ErrDeliveryNotFound = apperr.New(apperr.NotFound, "no such webhook delivery")
+)
+
+func invalid(field, msg string) error { return apperr.Invalid(field, msg) }
+
+// CreateEndpoint adds an endpoint for tenantID and returns it with its signing secret
+// ("whsec_" + base64 of 32 random bytes), which is shown this once: only a sealed copy is kept.
+func (s *Service) CreateEndpoint(ctx context.Context, tenantID int64, rawURL string, events []string) (Endpoint, string, error) {
+	u, err := s.checkURL(rawURL)
+	if err != nil {
+		return Endpoint{}, "", err
+	}
+	if len(events) == 0 {
+		return Endpoint{}, "", invalid("events", "choose at least one event: "+strings.Join(Events, ", "))
+	}
+	events = slices.Compact(slices.Sorted(slices.Values(events)))
+	for _, e := range events {
+		if !slices.Contains(Events, e) {
+			return Endpoint{}, "", invalid("events", fmt.Sprintf("unknown event %q; the events are %s", e, strings.Join(Events, ", ")))
+		}
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	sealed, err := s.sealer.seal(secret)
+	if err != nil {
+		return Endpoint{}, "", err
+	}
+	row := endpointRow{TenantID: tenantID, URL: u, SecretSealed: sealed, Events: strings.Join(events, ","), Enabled: true,
+		CreatedAt: s.now().UnixMilli()}
+	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		var n int64
+		if err := tx.Model(&endpointRow{}).Where("tenant_id = ?", tenantID).Count(&n).Error; err != nil {
+			return err
+		}
+		if n >= MaxEndpointsPerTenant {
+			return apperr.New(apperr.Conflict, fmt.Sprintf("a tenant may have at most %d webhook endpoints", MaxEndpointsPerTenant))
+		}
+		row.ID = 0
+		return tx.Create(&row).Error
+	})
+	if err != nil {
+		return Endpoint{}, "", fmt.Errorf("webhooks: create endpoint: %w", err)
+	}
+	return row.toDomain(), secret, nil
+}
+
+// checkURL accepts http and https URLs with a host and no credentials; unless private addresses
+// are allowed, a literal IP address must be public (names are checked when dialled, after DNS).
+func (s *Service) checkURL(raw string) (string, error) {
+	if len(raw) > maxURLBytes {
+		return "", invalid("url", fmt.Sprintf("must be at most %d bytes", maxURLBytes))
+	}
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Hostname() == "" {
+		return "", invalid("url", "must be an absolute http or https URL, e.g. https://hooks.example.com/sluice")
+	}
+	if u.User != nil {
+		return "", invalid("url", "must not contain a user name or password; the signature authenticates Sluice")
+	}
+	u.Fragment = ""
+	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !s.allowPrivate && !publicAddr(ip) {
+		return "", invalid("url", "must be a public address (the operator has not allowed private ones)")
+	}
+	return u.String(), nil
+}
+
+// Endpoints lists a tenant's endpoints, oldest first.
+func (s *Service) Endpoints(ctx context.Context, tenantID int64) ([]Endpoint, error) {
+	var rows []endpointRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Where("tenant_id = ?", tenantID).Order("id").Find(&rows).Error
+	})
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: endpoints: %w", err)
+	}
+	out := make([]Endpoint, len(rows))
+	for i, r := range rows {
+		out[i] = r.toDomain()
+	}
+	return out, nil
+}
+
+// DeleteEndpoint removes one of tenantID's endpoints and its deliveries.
+func (s *Service) DeleteEndpoint(ctx context.Context, tenantID, id int64) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		if err := tx.Where("tenant_id = ? AND endpoint_id = ?", tenantID, id).Delete(&deliveryRow{}).Error; err != nil {
+			return err
+		}
+		res := tx.Where("tenant_id = ? AND id = ?", tenantID, id).Delete(&endpointRow{})
+		if res.Error == nil && res.RowsAffected == 0 {
+			return ErrEndpointNotFound
+		}
+		return res.Error
+	})
+	if err != nil {
+		return fmt.Errorf("webhooks: delete endpoint: %w", err)
+	}
+	return nil
+}
+
+// Enqueue writes a delivery of event to every enabled endpoint of tenantID that subscribes to
+// it, inside tx: the deliveries exist if and only if the event's transaction commits. data is
+// the event's "data" object.
+func (s *Service) Enqueue(tx *gorm.DB, tenantID int64, event string, data any) error {
+	var rows []endpointRow
+	if err := tx.Where("tenant_id = ? AND enabled", tenantID).Find(&rows).Error; err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if !slices.Contains(strings.Split(r.Events, ","), event) {
+			continue
+		}
+		if err := s.insertDelivery(tx, r, event, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SendTest queues a webhook.test event to one endpoint, whatever it subscribes to.
+func (s *Service) SendTest(ctx context.Context, tenantID, endpointID int64) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		var r endpointRow
+		res := tx.Where("tenant_id = ? AND id = ?", tenantID, endpointID).Limit(1).Find(&r)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return ErrEndpointNotFound
+		}
+		return s.insertDelivery(tx, r, EventTest, map[string]string{"message": "a test event sent from Sluice"})
+	})
+	if err != nil {
+		return fmt.Errorf("webhooks: send test: %w", err)
+	}
+	return nil
+}
+
+// payload is the body of every delivery (the Standard Webhooks shape).
+type payload struct {
+	Type      string `json:"type"`
+	Timestamp string `json:"timestamp"`
+	Data      any    `json:"data"`
+}
+
+func (s *Service) insertDelivery(tx *gorm.DB, r endpointRow, event string, data any) error {
+	now := s.now()
+	body, err := json.Marshal(payload{Type: event, Timestamp: now.UTC().Format(time.RFC3339Nano), Data: data})
+	if err != nil {
+		return err
+	}
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	return tx.Create(&deliveryRow{
+		ID: "msg_" + base64.RawURLEncoding.EncodeToString(id), TenantID: r.TenantID, EndpointID: r.ID, Event: event,
+		Payload: string(body), CreatedAt: now.UnixMilli(), NextAttemptAt: now.UnixMilli(),
+	}).Error
+}

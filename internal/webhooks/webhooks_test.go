@@ -1,0 +1,393 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// received is one request a test receiver got.
+type received struct {
+	id, timestamp, signature string
+	body                     []byte
+}
+
+// receiver is a real HTTP server that answers with the statuses of answers in turn (200 once
+// they run out) and records every request.
+type receiver struct {
+	*httptest.Server
+	mu      sync.Mutex
+	got     []received
+	answers []int
+}
+
+func newReceiver(t *testing.T, answers ...int) *receiver {
+	r := &receiver{answers: answers}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.got = append(r.got, received{req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature"), body})
+		status := http.StatusOK
+		if len(r.answers) > 0 {
+			status, r.answers = r.answers[0], r.answers[1:]
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) requests() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.got...)
+}
+
+// clock is a test clock the service reads from several goroutines.
+type clock struct{ ms atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *clock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+var sealKey = []byte("0123456789abcdef0123456789abcdef")
+
+func newService(t *testing.T, d *db.DB, c *clock, allowPrivate bool) *Service {
+	t.Helper()
+	s, err := NewService(d, sealKey, Options{AllowPrivate: allowPrivate, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newTenant(t *testing.T, d *db.DB, name string) int64 {
+	t.Helper()
+	if err := d.Gorm.Exec("INSERT INTO tenants (name, created_at) VALUES (?, ?)", name, time.Now().UTC()).Error; err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := d.Gorm.Raw("SELECT id FROM tenants WHERE name = ?", name).Scan(&id).Error; err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// emit writes an event the way the rest of Sluice does: inside the transaction of the change.
+func emit(t *testing.T, s *Service, tenantID int64, event string, data any) {
+	t.Helper()
+	err := s.db.Serializable(context.Background(), func(tx *gorm.DB) error { return s.Enqueue(tx, tenantID, event, data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deliverDue(t *testing.T, s *Service) int {
+	t.Helper()
+	n, err := s.DeliverDue(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestDeliveriesAreSignedByTheStandardWebhooksConvention(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		tenant := newTenant(t, d, "acme")
+		r := newReceiver(t)
+		ep, secret, err := s.CreateEndpoint(context.Background(), tenant, r.URL+"/hooks", []string{EventKeyCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(secret, "whsec_") || ep.URL != r.URL+"/hooks" {
+			t.Fatalf("endpoint %+v, secret %q", ep, secret)
+		}
+		var sealed string
+		d.Gorm.Raw("SELECT secret_sealed FROM webhook_endpoints WHERE id = ?", ep.ID).Scan(&sealed)
+		if strings.Contains(sealed, strings.TrimPrefix(secret, "whsec_")) {
+			t.Fatal("the signing secret is stored in the clear")
+		}
+		emit(t, s, tenant, EventKeyCreated, map[string]string{"keyId": "k1"})
+		emit(t, s, tenant, EventKeyRevoked, map[string]string{"keyId": "k1"}) // not subscribed
+		if n := deliverDue(t, s); n != 1 {
+			t.Fatalf("sent %d deliveries, want 1 (the endpoint subscribes to key.created only)", n)
+		}
+		got := r.requests()
+		if len(got) != 1 {
+			t.Fatalf("receiver got %d requests", len(got))
+		}
+		g := got[0]
+		ts, _ := strconv.ParseInt(g.timestamp, 10, 64)
+		if ts != c.now().Unix() || !strings.HasPrefix(g.id, "msg_") {
+			t.Fatalf("webhook-id %q, webhook-timestamp %q", g.id, g.timestamp)
+		}
+		if !Verify(secret, g.id, ts, g.body, g.signature) {
+			t.Fatalf("signature %q does not verify", g.signature)
+		}
+		if Verify(secret, g.id, ts, append(g.body, ' '), g.signature) || Verify(secret, g.id, ts+1, g.body, g.signature) {
+			t.Fatal("a signature verifies a body or timestamp it was not made for")
+		}
+		var p struct {
+			Type string            `json:"type"`
+			Data map[string]string `json:"data"`
+		}
+		if err := json.Unmarshal(g.body, &p); err != nil || p.Type != EventKeyCreated || p.Data["keyId"] != "k1" {
+			t.Fatalf("payload %s (%v)", g.body, err)
+		}
+		if n := deliverDue(t, s); n != 0 || len(r.requests()) != 1 {
+			t.Fatalf("a delivered event was sent again (%d)", n)
+		}
+	})
+}
+
+// TestAFailingReceiverGetsTheEventExactlyOnceMoreAfterItRecovers: three failures, each followed
+// by a retry once (and only once) its backoff has passed, then one success, then nothing more.
+func TestAFailingReceiverGetsTheEventExactlyOnceMoreAfterItRecovers(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		tenant := newTenant(t, d, "acme")
+		r := newReceiver(t, 500, 503, 404)
+		ep, _, err := s.CreateEndpoint(context.Background(), tenant, r.URL, []string{EventDefinitionChanged})
+		if err != nil {
+			t.Fatal(err)
+		}
+		emit(t, s, tenant, EventDefinitionChanged, map[string]string{"name": "api"})
+		for attempt := 1; attempt <= 3; attempt++ {
+			if n := deliverDue(t, s); n != 0 || len(r.requests()) != attempt {
+				t.Fatalf("attempt %d: %d delivered, receiver has %d requests", attempt, n, len(r.requests()))
+			}
+			c.advance(retryWait(attempt) - time.Millisecond)
+			if deliverDue(t, s); len(r.requests()) != attempt {
+				t.Fatalf("attempt %d was retried before its backoff of %v", attempt, retryWait(attempt))
+			}
+			c.advance(time.Millisecond)
+		}
+		if n := deliverDue(t, s); n != 1 || len(r.requests()) != 4 {
+			t.Fatalf("after the failures: %d delivered, receiver has %d requests; want 1 and 4", n, len(r.requests()))
+		}
+		c.advance(48 * time.Hour)
+		if deliverDue(t, s); len(r.requests()) != 4 {
+			t.Fatalf("the event was sent again after it was delivered: %d requests", len(r.requests()))
+		}
+		got := r.requests()
+		for _, g := range got[1:] {
+			if g.id != got[0].id {
+				t.Fatalf("retries changed the webhook-id: %q then %q (receivers deduplicate on it)", got[0].id, g.id)
+			}
+		}
+		log, err := s.Deliveries(context.Background(), tenant, ep.ID, 10)
+		if err != nil || len(log) != 1 || log[0].Attempts != 4 || log[0].DeliveredAt == nil || *log[0].LastStatus != 200 {
+			t.Fatalf("delivery log %+v (%v)", log, err)
+		}
+	})
+}
+
+func TestADeliveryIsGivenUpAfter24HoursAndCanBeResent(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		tenant := newTenant(t, d, "acme")
+		failing := make([]int, 100)
+		for i := range failing {
+			failing[i] = 500
+		}
+		r := newReceiver(t, failing...)
+		ep, _, err := s.CreateEndpoint(context.Background(), tenant, r.URL, []string{EventKeyRevoked})
+		if err != nil {
+			t.Fatal(err)
+		}
+		emit(t, s, tenant, EventKeyRevoked, map[string]string{"keyId": "k"})
+		start := c.now()
+		for c.now().Sub(start) < 30*time.Hour {
+			deliverDue(t, s)
+			c.advance(time.Minute)
+		}
+		attempts := len(r.requests())
+		log, _ := s.Deliveries(context.Background(), tenant, ep.ID, 10)
+		if len(log) != 1 || log[0].GivenUpAt == nil || log[0].NextAttempt != nil {
+			t.Fatalf("after 30 hours of failures: %+v", log)
+		}
+		if attempts < 8 || attempts > 14 {
+			t.Fatalf("%d attempts in 24 hours; the backoff should give about 11", attempts)
+		}
+		if err := s.Resend(context.Background(), tenant, ep.ID+1, log[0].ID); !errors.Is(err, ErrDeliveryNotFound) {
+			t.Fatalf("resent through another endpoint's id: %v", err)
+		}
+		if err := s.Resend(context.Background(), tenant, ep.ID, log[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Lock()
+		r.answers = nil
+		r.mu.Unlock()
+		if n := deliverDue(t, s); n != 1 || len(r.requests()) != attempts+1 {
+			t.Fatalf("resend: %d delivered, %d requests", n, len(r.requests()))
+		}
+		if err := s.Resend(context.Background(), tenant+1, ep.ID, log[0].ID); !errors.Is(err, ErrDeliveryNotFound) {
+			t.Fatalf("another tenant resent the delivery: %v", err)
+		}
+	})
+}
+
+func TestPrivateReceiversAreRefusedUnlessTheOperatorAllowsThem(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, false)
+		tenant := newTenant(t, d, "acme")
+		r := newReceiver(t)
+		_, port, _ := strings.Cut(strings.TrimPrefix(r.URL, "http://"), ":")
+		for _, u := range []string{"http://127.0.0.1:" + port, "http://[::1]:" + port, "http://169.254.169.254/latest/meta-data", "http://10.0.0.7/", "http://[::ffff:127.0.0.1]:" + port} {
+			_, _, err := s.CreateEndpoint(context.Background(), tenant, u, []string{EventKeyCreated})
+			if e := apperr.From(err); e.Code != apperr.InvalidRequest || e.Field != "url" {
+				t.Errorf("%s: got %v, want invalid_request on url", u, err)
+			}
+		}
+		// A name is resolved when dialled: localhost resolves to loopback, and is refused there.
+		ep, _, err := s.CreateEndpoint(context.Background(), tenant, "http://localhost:"+port+"/", []string{EventKeyCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		emit(t, s, tenant, EventKeyCreated, map[string]string{"keyId": "k"})
+		if n := deliverDue(t, s); n != 0 || len(r.requests()) != 0 {
+			t.Fatalf("a loopback receiver got %d requests", len(r.requests()))
+		}
+		log, _ := s.Deliveries(context.Background(), tenant, ep.ID, 1)
+		if len(log) != 1 || !strings.Contains(log[0].LastError, "not public") {
+			t.Fatalf("delivery log %+v: the refusal should be recorded", log)
+		}
+
+		allowed := newService(t, d, c, true)
+		c.advance(time.Minute)
+		if n := deliverDue(t, allowed); n != 1 || len(r.requests()) != 1 {
+			t.Fatalf("with private receivers allowed: %d delivered, %d requests", n, len(r.requests()))
+		}
+	})
+}
+
+func TestPublicAddr(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"8.8.8.8": true, "2606:4700:4700::1111": true, "93.184.216.34": true,
+		"127.0.0.1": false, "::1": false, "10.1.2.3": false, "172.16.0.1": false, "192.168.1.1": false,
+		"169.254.169.254": false, "fe80::1": false, "fd00::1": false, "100.64.0.1": false, "0.0.0.0": false,
+		"::": false, "::ffff:127.0.0.1": false, "::ffff:10.0.0.1": false, "224.0.0.1": false, "192.0.2.1": false,
+		"255.255.255.255": false,
+	} {
+		if got := publicAddr(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("publicAddr(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestTheOutboxSurvivesARestart: an event committed while no dispatcher runs (or just before the
+// process died) is sent by the next one, on a fresh connection to the same database.
+func TestTheOutboxSurvivesARestart(t *testing.T) {
+	for _, dialect := range testkit.Dialects {
+		t.Run(string(dialect), func(t *testing.T) {
+			url := testkit.URL(t, dialect)
+			c := &clock{}
+			c.ms.Store(1_700_000_000_000)
+			first := testkit.OpenURL(t, url)
+			s := newService(t, first, c, true)
+			tenant := newTenant(t, first, "acme")
+			r := newReceiver(t)
+			if _, _, err := s.CreateEndpoint(context.Background(), tenant, r.URL, []string{EventKeyCreated}); err != nil {
+				t.Fatal(err)
+			}
+			emit(t, s, tenant, EventKeyCreated, map[string]string{"keyId": "k"})
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			again := newService(t, testkit.OpenURL(t, url), c, true)
+			if n := deliverDue(t, again); n != 1 || len(r.requests()) != 1 {
+				t.Fatalf("after the restart: %d delivered, %d requests", n, len(r.requests()))
+			}
+		})
+	}
+}
+
+func TestEndpointsAreValidatedAndKeptPerTenant(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		a, b := newTenant(t, d, "a"), newTenant(t, d, "b")
+		ctx := context.Background()
+		for _, tc := range []struct {
+			url    string
+			events []string
+			field  string
+		}{
+			{"ftp://example.com/", []string{EventKeyCreated}, "url"},
+			{"/relative", []string{EventKeyCreated}, "url"},
+			{"https://user:pw@example.com/", []string{EventKeyCreated}, "url"},
+			{"https://example.com/" + strings.Repeat("x", 3000), []string{EventKeyCreated}, "url"},
+			{"https://example.com/", nil, "events"},
+			{"https://example.com/", []string{"key.exploded"}, "events"},
+		} {
+			_, _, err := s.CreateEndpoint(ctx, a, tc.url, tc.events)
+			if e := apperr.From(err); e.Code != apperr.InvalidRequest || e.Field != tc.field {
+				t.Errorf("%.40s %v: got %v, want invalid_request on %s", tc.url, tc.events, err, tc.field)
+			}
+		}
+		ra, rb := newReceiver(t), newReceiver(t)
+		epA, _, err := s.CreateEndpoint(ctx, a, ra.URL, Events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.CreateEndpoint(ctx, b, rb.URL, Events); err != nil {
+			t.Fatal(err)
+		}
+		emit(t, s, a, EventKeyCreated, nil)
+		if err := s.SendTest(ctx, a, epA.ID); err != nil {
+			t.Fatal(err)
+		}
+		deliverDue(t, s)
+		if len(ra.requests()) != 2 || len(rb.requests()) != 0 {
+			t.Fatalf("tenant a's receiver got %d, tenant b's %d; want 2 and 0", len(ra.requests()), len(rb.requests()))
+		}
+		if err := s.SendTest(ctx, b, epA.ID); !errors.Is(err, ErrEndpointNotFound) {
+			t.Fatalf("tenant b sent a test to tenant a's endpoint: %v", err)
+		}
+		if err := s.DeleteEndpoint(ctx, b, epA.ID); !errors.Is(err, ErrEndpointNotFound) {
+			t.Fatalf("tenant b deleted tenant a's endpoint: %v", err)
+		}
+		if err := s.DeleteEndpoint(ctx, a, epA.ID); err != nil {
+			t.Fatal(err)
+		}
+		if eps, _ := s.Endpoints(ctx, a); len(eps) != 0 {
+			t.Fatalf("endpoints after delete: %+v", eps)
+		}
+		for range MaxEndpointsPerTenant - 1 {
+			if _, _, err := s.CreateEndpoint(ctx, b, rb.URL, Events); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := s.CreateEndpoint(ctx, b, rb.URL, Events); apperr.From(err).Code != apperr.Conflict {
+			t.Fatalf("endpoint %d: got %v, want a conflict naming the maximum", MaxEndpointsPerTenant+1, err)
+		}
+	})
+}
