@@ -3,7 +3,7 @@
 GO       ?= go
 TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
 
-.PHONY: run build test test-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
+.PHONY: bench-client print-go-modules run build test test-go test-ts lint-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
 	SLUICE_DEMO=$${SLUICE_DEMO:-true} $(GO) run ./cmd/app serve
@@ -11,20 +11,35 @@ run:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sluice ./cmd/app
 
-# client/go is a module of its own (the Go client): the root's ./... does not reach it.
+# Modules of their own, which the root's ./... does not reach: the Go client (standard library
+# only), the Gin middleware and the examples. Their tests build and start a real server: on
+# SQLite, and on PostgreSQL when TEST_DATABASE_URL is set.
+GO_MODULES := client/go client/gin examples
+
 test:
 	$(GO) vet ./...
-	$(GO) run ./internal/testkit/withpg -- $(GO) test -count=1 -timeout 20m ./...
-	cd client/go && $(GO) vet ./... && $(GO) test -count=1 ./...
+	$(GO) run ./internal/testkit/withpg -- $(MAKE) --no-print-directory test-go
 	@$(MAKE) --no-print-directory test-ts
 
-# The TypeScript client's tests (they build and start a real server, as client/go's do). A
-# machine without node skips them visibly; CI (CI=true) always runs them.
+# The Go tests beside one PostgreSQL (make test starts it; run alone, it needs TEST_DATABASE_URL):
+# the root module's, then each of GO_MODULES on SQLite and on PostgreSQL.
+test-go:
+	@test -n "$$TEST_DATABASE_URL" || (echo "test-go needs TEST_DATABASE_URL (make test sets it)" && exit 1)
+	$(GO) test -count=1 -timeout 20m ./...
+	@for m in $(GO_MODULES); do \
+		echo "== $$m on SQLite" && (cd $$m && $(GO) vet ./... && env -u TEST_DATABASE_URL $(GO) test -count=1 ./...) || exit 1; \
+		echo "== $$m on PostgreSQL" && (cd $$m && $(GO) test -count=1 ./...) || exit 1; \
+	done
+
+# The TypeScript client's tests (they build and start a real server, as client/go's do), then
+# the Node/Express example's (which reuses the client's compiled test helper). A machine without
+# node skips them visibly; CI (CI=true) always runs them.
 test-ts:
 	@if [ "$$CI" != true ] && ! command -v node >/dev/null; then \
-		echo "SKIP: client/ts tests need node"; \
+		echo "SKIP: client/typescript and examples/node-express tests need node"; \
 	else \
-		cd client/ts && npm ci --no-audit --no-fund && GO="$(GO)" npm test; \
+		(cd client/typescript && npm ci --no-audit --no-fund && GO="$(GO)" npm test) && \
+		(cd examples/node-express && npm ci --no-audit --no-fund && GO="$(GO)" npm test); \
 	fi
 
 test-short:
@@ -33,6 +48,15 @@ test-short:
 # Flags go through BENCH_FLAGS, e.g. make bench BENCH_FLAGS="-fsync=false -only random-32".
 bench:
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
+	@$(MAKE) --no-print-directory bench-client
+
+# The Go client's batching off and on at 32 and 256 concurrent callers (client/go's
+# BenchmarkLimitBatching: decisions/s, p50/p99 per call, HTTP requests per decision) against a
+# real server on SQLite, then on the throwaway PostgreSQL of make test (fsync off).
+CLIENT_BENCHTIME ?= 5s
+bench-client:
+	cd client/go && env -u TEST_DATABASE_URL $(GO) test -count=1 -run '^$$' -bench LimitBatching -benchtime $(CLIENT_BENCHTIME) .
+	$(GO) run ./internal/testkit/withpg -- sh -c 'cd client/go && $(GO) test -count=1 -run "^$$" -bench LimitBatching -benchtime $(CLIENT_BENCHTIME) .'
 
 # Runs every fuzz target for FUZZTIME each (make test runs their seed corpora only).
 FUZZTIME ?= 30s
@@ -57,8 +81,21 @@ fmt:
 lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
 	$(GO) vet ./...
-	cd client/go && $(GO) vet ./...
-	@if command -v golangci-lint >/dev/null; then golangci-lint run ./... && cd client/go && golangci-lint run ./...; else echo "golangci-lint not installed; skipped"; fi
+	@for m in $(GO_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@if command -v golangci-lint >/dev/null; then \
+		golangci-lint run ./... && for m in $(GO_MODULES); do (cd $$m && golangci-lint run ./...) || exit 1; done; \
+	else echo "golangci-lint not installed; skipped"; fi
+	@$(MAKE) --no-print-directory lint-ts
+
+# The TypeScript client: its generated wire types (src/openapi.ts) match internal/api/openapi.json
+# (regenerate them with `cd client/typescript && npm run generate`), and it type-checks. A machine
+# without node skips this visibly; CI (CI=true) always runs it.
+lint-ts:
+	@if [ "$$CI" != true ] && ! command -v node >/dev/null; then \
+		echo "SKIP: client/typescript lint needs node"; \
+	else \
+		cd client/typescript && npm ci --no-audit --no-fund && npm run --silent generate-check && npm run --silent typecheck; \
+	fi
 
 # Re-vendors htmx (pinned in the script) into web/static/htmx.
 vendor-htmx:
@@ -67,3 +104,7 @@ vendor-htmx:
 # Re-vendors the ALTCHA widget (pinned in the script) into web/static/altcha.
 vendor-altcha:
 	scripts/vendor-altcha.sh
+
+# The modules of their own, for .ci/run's tidy check.
+print-go-modules:
+	@echo $(GO_MODULES)

@@ -17,11 +17,15 @@ import (
 )
 
 // The real Sluice server every test of this package talks to (no mock of Sluice anywhere):
-// TestMain builds it from the repository's root, starts it on a throwaway SQLite database and
-// creates a tenant and a secret key with its command line, as cmd/app/readme_test.go does.
+// TestMain builds it from the repository's root, starts it on a throwaway database and creates a
+// tenant and a secret key with its command line, as cmd/app/readme_test.go does. The database is
+// PostgreSQL (a fresh database on that server) when TEST_DATABASE_URL is set, as under
+// `make test`, and SQLite otherwise; `make test` runs this package both ways.
 var (
 	baseURL   string
 	secretKey string
+	// serverBin is the server built by TestMain, for tests that start one of their own.
+	serverBin string
 )
 
 func TestMain(m *testing.M) {
@@ -35,13 +39,22 @@ func runWithServer(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	stop, err := startServer(dir)
+	serverBin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", serverBin, "./cmd/app")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "client tests: go build ./cmd/app: %v\n%s", err, out)
+		return 1
+	}
+	srv, err := startServer(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client tests: start a real Sluice:", err)
 		return 1
 	}
+	fmt.Fprintf(os.Stderr, "client tests: Sluice on %s (%s)\n", srv.URL, srv.Dialect)
+	baseURL, secretKey = srv.URL, srv.Key
 	code := m.Run()
-	if err := stop(); err != nil {
+	if err := srv.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "client tests: stop Sluice:", err)
 		if code == 0 {
 			code = 1
@@ -50,38 +63,101 @@ func runWithServer(m *testing.M) int {
 	return code
 }
 
-// startServer builds and starts `sluice serve` and makes the tenant and key; stop ends it with
-// SIGINT and reports an unclean exit.
-func startServer(dir string) (stop func() error, err error) {
-	bin := filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/app")
-	build.Dir = filepath.Join("..", "..") // the repository's root: the server's module
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/app: %w\n%s", err, out)
+// repoRoot is the repository's root: the server's module.
+var repoRoot = filepath.Join("..", "..")
+
+// server is a running `sluice serve` with a tenant and a secret key of its own.
+type server struct {
+	URL, Key string
+	Dialect  string // "sqlite" or "postgres"
+	stop     func() error
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Stop ends the server with SIGINT, reports an unclean exit and drops its PostgreSQL database.
+// It may be called more than once.
+func (s *server) Stop() error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop() })
+	return s.stopErr
+}
+
+// startTestServer starts a server of the test's own (on a database of its own), stopped when
+// the test ends: for tests that stop it on purpose.
+func startTestServer(t *testing.T) *server {
+	t.Helper()
+	srv, err := startServer(t.TempDir())
+	if err != nil {
+		t.Fatalf("start a Sluice of the test's own: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv
+}
+
+// newDatabase is the DATABASE_URL of a fresh database and a function that removes it: a
+// database of its own on the TEST_DATABASE_URL server, or an SQLite file in dir.
+func newDatabase(dir string) (url, dialect string, drop func() error, err error) {
+	if os.Getenv("TEST_DATABASE_URL") == "" {
+		return "sqlite:" + filepath.Join(dir, "s.db"), "sqlite", func() error { return nil }, nil
+	}
+	withpg := func(args ...string) (string, error) {
+		cmd := exec.Command("go", append([]string{"run", "./internal/testkit/withpg"}, args...)...)
+		cmd.Dir = repoRoot
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("withpg %s: %w\n%s", strings.Join(args, " "), err, errOut.String())
+		}
+		return strings.TrimSpace(out.String()), nil
+	}
+	url, err = withpg("-createdb")
+	if err != nil {
+		return "", "", nil, err
+	}
+	return url, "postgres", func() error { _, err := withpg("-dropdb", url); return err }, nil
+}
+
+// startServer starts `sluice serve` (serverBin) on a fresh database with its files in dir and
+// makes a tenant and a key.
+func startServer(dir string) (srv *server, err error) {
+	dbURL, dialect, drop, err := newDatabase(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = drop()
+		}
+	}()
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	baseURL = "http://" + addr
+	srv = &server{URL: "http://" + addr, Dialect: dialect}
 	env := append(os.Environ(),
-		"DATABASE_URL=sqlite:"+filepath.Join(dir, "s.db"),
+		"DATABASE_URL="+dbURL,
 		"LISTEN_ADDR="+addr,
 		"METRICS_ADDR=127.0.0.1:0",
-		"BASE_URL="+baseURL,
+		"BASE_URL="+srv.URL,
 		"LOG_LEVEL=warn",
+		"MIGRATE=auto",
+		"SECRET_KEY=client-tests-secret-key-of-at-least-32-characters",
 	)
 
-	server := exec.Command(bin, "serve")
-	server.Dir, server.Env = dir, env
-	dieWithTests(server)
+	cmd := exec.Command(serverBin, "serve")
+	cmd.Dir, cmd.Env = dir, env
+	dieWithTests(cmd)
 	var serverOut, serverErr syncBuffer
-	server.Stderr = &serverErr
-	stdout, err := server.StdoutPipe()
+	cmd.Stderr = &serverErr
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	if err := server.Start(); err != nil {
+	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start sluice serve: %w", err)
 	}
 	listening := make(chan struct{})
@@ -97,17 +173,17 @@ func startServer(dir string) (stop func() error, err error) {
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	exited := make(chan error, 1)
-	go func() { exited <- server.Wait() }()
-	stop = func() error {
-		_ = server.Process.Signal(os.Interrupt)
+	go func() { exited <- cmd.Wait() }()
+	srv.stop = func() error {
+		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case err := <-exited:
 			if err != nil {
 				return fmt.Errorf("sluice serve did not shut down cleanly: %w\n%s%s", err, serverOut.String(), serverErr.String())
 			}
-			return nil
+			return drop()
 		case <-time.After(20 * time.Second):
-			_ = server.Process.Kill()
+			_ = cmd.Process.Kill()
 			return fmt.Errorf("sluice serve ignored SIGINT for 20 s")
 		}
 	}
@@ -116,12 +192,12 @@ func startServer(dir string) (stop func() error, err error) {
 	case err := <-exited:
 		return nil, fmt.Errorf("sluice serve exited before listening: %v\n%s%s", err, serverOut.String(), serverErr.String())
 	case <-time.After(60 * time.Second):
-		_ = stop()
+		_ = srv.Stop()
 		return nil, fmt.Errorf("sluice serve did not start listening in 60 s\n%s%s", serverOut.String(), serverErr.String())
 	}
 
 	cli := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
+		cmd := exec.Command(serverBin, args...)
 		cmd.Dir, cmd.Env = dir, env
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -131,20 +207,20 @@ func startServer(dir string) (stop func() error, err error) {
 		return out.String(), nil
 	}
 	if _, err := cli("tenant", "create", "clienttests"); err != nil {
-		_ = stop()
+		_ = srv.Stop()
 		return nil, err
 	}
 	out, err := cli("key", "create", "--tenant", "clienttests", "--label", "go client tests")
 	if err != nil {
-		_ = stop()
+		_ = srv.Stop()
 		return nil, err
 	}
-	secretKey, _, _ = strings.Cut(out, "\n") // the secret is the first line
-	if secretKey = strings.TrimSpace(secretKey); secretKey == "" {
-		_ = stop()
+	key, _, _ := strings.Cut(out, "\n") // the secret is the first line
+	if srv.Key = strings.TrimSpace(key); srv.Key == "" {
+		_ = srv.Stop()
 		return nil, fmt.Errorf("key create printed no key: %q", out)
 	}
-	return stop, nil
+	return srv, nil
 }
 
 func freeAddr() (string, error) {

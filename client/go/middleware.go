@@ -177,6 +177,39 @@ func KeyByHeader(name string) KeyFunc {
 	}
 }
 
+// KeyByContextValue keys requests by a value the request's context carries under key: the
+// authenticated user an authentication middleware put there (so this middleware goes after
+// it). The value may be a string, a fmt.Stringer or an integer; a request without it (or with
+// an empty one) is refused (400), so an unauthenticated request never shares a key.
+func KeyByContextValue(key any) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		return KeyFromValue(r.Context().Value(key), key)
+	}
+}
+
+// KeyFromValue is the limit key KeyByContextValue makes of the value v found under key (nil: not
+// found), for the middleware of other routers (the Gin middleware's KeyByContextValue reads
+// gin's own keys with it).
+func KeyFromValue(v, key any) (string, error) {
+	var s string
+	switch v := v.(type) {
+	case nil:
+		return "", fmt.Errorf("no %v in the request's context", key)
+	case string:
+		s = v
+	case fmt.Stringer:
+		s = v.String()
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		s = fmt.Sprint(v)
+	default:
+		return "", fmt.Errorf("the request's %v is a %T, not a string, fmt.Stringer or integer", key, v)
+	}
+	if s == "" {
+		return "", fmt.Errorf("the request's %v is empty", key)
+	}
+	return s, nil
+}
+
 // KeyByClientIP keys requests by the client's address: the connection's peer, or, when the
 // peer is one of trustedProxies (addresses or CIDR prefixes), the right-most address of
 // X-Forwarded-For that is not a trusted proxy. X-Forwarded-For is never read otherwise, since

@@ -1,6 +1,7 @@
 package sluice_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -213,5 +214,91 @@ func TestMiddlewareRefusesWith400WhenTheCountCannotBeTold(t *testing.T) {
 	w := serve(h, "198.51.100.7:1", "X-Cost", "lots")
 	if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || next.calls != 0 {
 		t.Fatalf("unparsable cost: %d %v", w.Code, p)
+	}
+}
+
+func TestMiddlewareFailsOpenOrClosedOnceTheServerIsStopped(t *testing.T) {
+	srv := startTestServer(t)
+	ctx := testCtx(t)
+	name := limitName(t, "mw")
+	if _, err := sluice.New(srv.URL, srv.Key).Put(ctx, name, sluice.Definition{Kind: sluice.TokenBucket, Rate: 5, Period: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	quiet := sluice.WithLogger(slog.New(slog.DiscardHandler))
+	closedNext, openNext := &okHandler{}, &okHandler{}
+	closed := sluice.Middleware(sluice.New(srv.URL, srv.Key, sluice.WithRetries(0)), name, quiet)(closedNext)
+	open := sluice.Middleware(sluice.New(srv.URL, srv.Key, sluice.WithRetries(0), sluice.WithFailPolicy(sluice.FailOpen)), name, quiet)(openNext)
+	for _, h := range []http.Handler{closed, open} {
+		if w := serve(h, "198.51.100.7:1"); w.Code != http.StatusOK || w.Header().Get("RateLimit") == "" {
+			t.Fatalf("while Sluice runs: %d %v", w.Code, w.Header())
+		}
+	}
+
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	w := serve(closed, "198.51.100.7:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusServiceUnavailable || p["code"] != sluice.CodeUnavailable || w.Header().Get("Retry-After") != "1" || closedNext.calls != 1 {
+		t.Fatalf("fail closed with Sluice stopped: %d %v %v", w.Code, p, w.Header())
+	}
+	w = serve(open, "198.51.100.7:1")
+	if w.Code != http.StatusOK || openNext.calls != 2 || w.Header().Get("RateLimit") != "" {
+		t.Fatalf("fail open with Sluice stopped: %d %v (handler called %d times)", w.Code, w.Header(), openNext.calls)
+	}
+}
+
+type userKey struct{}
+
+type userID int
+
+func (u userID) String() string { return fmt.Sprintf("user-%d", int(u)) }
+
+func TestMiddlewareKeysByTheAuthenticatedUserInTheRequestContext(t *testing.T) {
+	c := newClient(t)
+	name := limitName(t, "mw")
+	putLimit(t, c, name, 1)
+	next := &okHandler{}
+	limited := sluice.Middleware(c, name, sluice.WithKeyFunc(sluice.KeyByContextValue(userKey{})))(next)
+	// What an authentication middleware does: the user from X-Test-User goes into the context.
+	authenticate := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u := r.Header.Get("X-Test-User"); u != "" {
+			n, _ := strconv.Atoi(u)
+			r = r.WithContext(context.WithValue(r.Context(), userKey{}, userID(n)))
+		}
+		limited.ServeHTTP(w, r)
+	})
+
+	if w := serve(authenticate, "198.51.100.7:1", "X-Test-User", "1"); w.Code != http.StatusOK {
+		t.Fatalf("user 1: %d %s", w.Code, w.Body.String())
+	}
+	w := serve(authenticate, "198.51.100.8:1", "X-Test-User", "1") // another address, same user
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("user 1 again: %d, want 429", w.Code)
+	}
+	if v, err := c.Value(testCtx(t), name, "user-1"); err != nil || v.Value >= 1 {
+		t.Fatalf("the key user-1 holds %+v, %v; want its token spent", v, err)
+	}
+	if w := serve(authenticate, "198.51.100.7:1", "X-Test-User", "2"); w.Code != http.StatusOK {
+		t.Fatalf("user 2: %d", w.Code)
+	}
+	w = serve(authenticate, "198.51.100.7:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || next.calls != 2 {
+		t.Fatalf("no user: %d %v", w.Code, p)
+	}
+}
+
+func TestKeyFromValueTakesStringsStringersAndIntegersOnly(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{{"ann", "ann"}, {userID(7), "user-7"}, {int64(42), "42"}, {uint8(3), "3"}} {
+		if got, err := sluice.KeyFromValue(tc.v, "user"); err != nil || got != tc.want {
+			t.Errorf("%#v: %q, %v; want %q", tc.v, got, err, tc.want)
+		}
+	}
+	for _, v := range []any{nil, "", 1.5, struct{}{}} {
+		if got, err := sluice.KeyFromValue(v, "user"); err == nil {
+			t.Errorf("%#v: key %q, want an error", v, got)
+		}
 	}
 }

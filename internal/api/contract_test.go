@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,11 +22,19 @@ import (
 )
 
 // The contract check: every response an API test receives is validated against openapi.json, so
-// the document cannot promise what the server does not do. A response passes when the document
+// the document cannot promise what the server does not do; and so is every request body the
+// tests send to a documented operation, so that the document cannot ask for what the server
+// refuses or refuse what the server takes. A response passes when the document
 // has an operation for its path and method, a response for its status (or "default"), a content
 // type for its Content-Type (or no content and an empty body), and a schema its body is valid
 // against (JSON Schema 2020-12, as OpenAPI 3.1 uses). A problem's status and code must agree with
 // the HTTP status, and its code is in the document's enum through the Problem schema.
+//
+// A request body is checked against the operation's requestBody: its content type must be
+// documented and the body valid against the schema, and an operation whose requestBody is
+// required must get one. The tests send invalid requests on purpose (the robustness and fuzz
+// tests, the field errors); such a request is exempt, and only then: when the server refused it
+// with a 4xx problem. An invalid request that the server accepted, or answered otherwise, fails.
 //
 // Some answers belong to no operation, as info.description says: a path the document does not
 // have is 404 not_found, a known path asked with another method is 405 method_not_allowed with an
@@ -46,6 +55,21 @@ type contractRoute struct {
 	template string
 	segments []string                          // "{name}" segments match any one non-empty segment
 	ops      map[string]map[string]docResponse // method → status ("200", "default") → response
+	bodies   map[string]docRequestBody         // method → its requestBody, when it documents one
+}
+
+// docRequestBody is an operation's documented requestBody.
+type docRequestBody struct {
+	required bool
+	content  map[string]*jsonschema.Schema // by media type
+}
+
+// request is what a test sent: the method, the target (a path with an optional query), and the
+// body with its Content-Type (none: nil).
+type request struct {
+	method, target string
+	contentType    string
+	body           []byte
 }
 
 // docResponse is one documented response: its schemas by media type; none for a bodiless one.
@@ -88,7 +112,7 @@ func compileContract(doc []byte) (*contract, error) {
 		return nil, errors.New("contract: the document has no paths")
 	}
 	for template, item := range paths {
-		r := contractRoute{template: template, segments: strings.Split(template, "/"), ops: map[string]map[string]docResponse{}}
+		r := contractRoute{template: template, segments: strings.Split(template, "/"), ops: map[string]map[string]docResponse{}, bodies: map[string]docRequestBody{}}
 		for method, op := range item.(map[string]any) {
 			if method == "parameters" || method == "summary" || method == "description" {
 				continue
@@ -115,6 +139,19 @@ func compileContract(doc []byte) (*contract, error) {
 				byStatus[status] = rs
 			}
 			r.ops[strings.ToUpper(method)] = byStatus
+			if rb, ok := op.(map[string]any)["requestBody"].(map[string]any); ok {
+				body := docRequestBody{content: map[string]*jsonschema.Schema{}}
+				body.required, _ = rb["required"].(bool)
+				content, _ := rb["content"].(map[string]any)
+				for mt := range content {
+					s, err := compile("paths", template, method, "requestBody", "content", mt, "schema")
+					if err != nil {
+						return nil, err
+					}
+					body.content[mt] = s
+				}
+				r.bodies[strings.ToUpper(method)] = body
+			}
 		}
 		out.routes = append(out.routes, r)
 	}
@@ -154,9 +191,10 @@ func (c *contract) covers(path string) bool {
 	return slices.ContainsFunc(c.routes, func(r contractRoute) bool { return r.matches(segments) })
 }
 
-// check validates one response to method target (a path with an optional query) against the
-// document; nil when the document allows it.
-func (c *contract) check(method, target string, r response) error {
+// check validates one request and its response against the document; nil when the document
+// allows both.
+func (c *contract) check(req request, r response) error {
+	method, target := req.method, req.target
 	u, err := url.Parse(target)
 	if err != nil {
 		return fmt.Errorf("unparsable request target: %w", err)
@@ -175,7 +213,10 @@ func (c *contract) check(method, target string, r response) error {
 		}
 		known = append(known, route)
 		if responses, ok := route.ops[method]; ok {
-			return checkResponse(route.template, responses, r)
+			if err := checkResponse(route.template, responses, r); err != nil {
+				return err
+			}
+			return checkRequest(route.template, route.bodies[method], req, r)
 		}
 	}
 	if r.status == http.StatusRequestEntityTooLarge { // the body cap comes before routing
@@ -209,6 +250,96 @@ func (c *contract) check(method, target string, r response) error {
 		return fmt.Errorf("Allow %q, want the documented methods %v", r.header.Get("Allow"), want)
 	}
 	return c.checkProblem(r, apperr.MethodNotAllowed)
+}
+
+// checkRequest validates the body of a request to an operation (its requestBody: nil content
+// when it documents none). An invalid request passes only when r refused it with a 4xx problem,
+// or, for the bulk route, when each item the document refuses got a problem of its own.
+func checkRequest(template string, doc docRequestBody, req request, r response) error {
+	if len(doc.content) == 0 && req.method != http.MethodPost && req.method != http.MethodPut && req.method != http.MethodPatch {
+		// A body on a GET or DELETE has no meaning (RFC 9110) and the server does not read it;
+		// TestNoInputProducesAServerError sends them to prove so.
+		return nil
+	}
+	invalid := requestError(doc, req)
+	if invalid == nil {
+		return nil
+	}
+	mt, _, _ := mime.ParseMediaType(r.header.Get("Content-Type"))
+	if r.status >= 400 && r.status < 500 && mt == "application/problem+json" {
+		return nil // sent to be refused, and refused
+	}
+	if template == "/v1/decisions" && r.status == http.StatusOK && bulkItemsRefused(invalid, r.body) {
+		return nil
+	}
+	return fmt.Errorf("the request body %q does not match the document's requestBody of %s %s (%w), yet the server answered %d",
+		truncate(string(req.body), 200), req.method, template, invalid, r.status)
+}
+
+// bulkItemsRefused reports whether every place where the document refuses a bulk request is
+// inside an item (/decisions/i/…) whose result in the 200 answer is an error: a bad item is
+// answered on its own, as the route promises, and is no reason to refuse the others.
+func bulkItemsRefused(invalid error, answer []byte) bool {
+	var ve *jsonschema.ValidationError
+	if !errors.As(invalid, &ve) {
+		return false
+	}
+	var body struct {
+		Results []map[string]json.RawMessage `json:"results"`
+	}
+	if json.Unmarshal(answer, &body) != nil {
+		return false
+	}
+	var leaves func(e *jsonschema.ValidationError) bool
+	leaves = func(e *jsonschema.ValidationError) bool {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				if !leaves(c) {
+					return false
+				}
+			}
+			return true
+		}
+		if len(e.InstanceLocation) < 2 || e.InstanceLocation[0] != "decisions" {
+			return false
+		}
+		i, err := strconv.Atoi(e.InstanceLocation[1])
+		if err != nil || i < 0 || i >= len(body.Results) {
+			return false
+		}
+		_, refused := body.Results[i]["error"]
+		return refused
+	}
+	return leaves(ve)
+}
+
+// requestError says why the document does not allow the request's body; nil when it does.
+func requestError(doc docRequestBody, req request) error {
+	if len(req.body) == 0 {
+		if doc.required {
+			return errors.New("the requestBody is required")
+		}
+		return nil
+	}
+	if len(doc.content) == 0 {
+		return errors.New("the operation documents no request body")
+	}
+	mt, _, err := mime.ParseMediaType(req.contentType)
+	if err != nil {
+		return fmt.Errorf("request Content-Type %q: %w", req.contentType, err)
+	}
+	schema, ok := doc.content[mt]
+	if !ok {
+		return fmt.Errorf("request Content-Type %q is not documented (documented: %v)", req.contentType, slices.Sorted(maps.Keys(doc.content)))
+	}
+	body, err := jsonschema.UnmarshalJSON(bytes.NewReader(req.body))
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	if err := schema.Validate(body); err != nil {
+		return fmt.Errorf("does not match the schema: %w", err)
+	}
+	return nil
 }
 
 // checkProblem validates a problem answered outside any operation: its schema, and its code.
@@ -279,16 +410,16 @@ func checkBody(r response, mt string, schema *jsonschema.Schema) error {
 }
 
 // checkContract fails t (without stopping it: callers may be goroutines) when the document does
-// not allow r as the answer to method target.
-func checkContract(t testing.TB, method, target string, r response) {
+// not allow req, or r as its answer.
+func checkContract(t testing.TB, req request, r response) {
 	t.Helper()
 	c, err := loadContract()
 	if err != nil {
 		t.Errorf("openapi.json: %v", err)
 		return
 	}
-	if err := c.check(method, target, r); err != nil {
-		t.Errorf("contract: %s %s answered %d: %v", method, target, r.status, err)
+	if err := c.check(req, r); err != nil {
+		t.Errorf("contract: %s %s answered %d: %v", req.method, req.target, r.status, err)
 	}
 }
 
@@ -343,7 +474,76 @@ func TestContractCheckRejectsWhatTheDocumentDoesNotAllow(t *testing.T) {
 		{"404 for a documented path and an undocumented method", "PATCH", "/v1/limits/x", response{404, problemCT, problem(404, "not_found")}, "only 405"},
 		{"500 with another code", "GET", "/v1/limits", response{500, problemCT, problem(500, "unavailable")}, "problem code"},
 	} {
-		err := c.check(tc.method, tc.target, tc.r)
+		req := request{method: tc.method, target: tc.target}
+		if body, ok := validBodies[tc.method+" "+tc.target]; ok {
+			req.contentType, req.body = "application/json", []byte(body)
+		}
+		err := c.check(req, tc.r)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: rejected: %v", tc.name, err)
+		case tc.want != "" && err == nil:
+			t.Errorf("%s: accepted, want an error about %q", tc.name, tc.want)
+		case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: error %q does not mention %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// validBodies are request bodies the document allows, for the contract check's own tests.
+var validBodies = map[string]string{
+	"PUT /v1/limits/x":        `{"kind":"token bucket","rate":10,"period":60000}`,
+	"POST /v1/limits/x/limit": `{"key":"a"}`,
+}
+
+// TestContractCheckRejectsRequestsTheDocumentDoesNotAllow proves the request half of the check
+// can fail: a body the document refuses passes only when the server refused it with a 4xx
+// problem.
+func TestContractCheckRejectsRequestsTheDocumentDoesNotAllow(t *testing.T) {
+	t.Parallel()
+	c, err := loadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonCT := http.Header{"Content-Type": {"application/json"}}
+	decided := response{200, jsonCT, []byte(`{"ok":true,"retryAfter":null,"remaining":1,"name":"x","key":"a"}`)}
+	refused := response{400, http.Header{"Content-Type": {"application/problem+json"}},
+		[]byte(`{"type":"urn:sluice:problem:invalid_request","title":"T","status":400,"detail":"d","code":"invalid_request","requestId":"r"}`)}
+	unavailable := response{503, http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}},
+		[]byte(`{"type":"urn:sluice:problem:unavailable","title":"T","status":503,"detail":"d","code":"unavailable","requestId":"r"}`)}
+	bulkAnswer := response{200, jsonCT, []byte(`{"results":[{"ok":true,"retryAfter":null,"remaining":1,"name":"x","key":"a"},` +
+		`{"error":{"type":"urn:sluice:problem:invalid_request","title":"T","status":400,"detail":"d","code":"invalid_request","field":"decisions[1].count"}}]}`)}
+	const limit = "/v1/limits/x/limit"
+	for _, tc := range []struct {
+		name        string
+		method      string
+		target      string
+		contentType string
+		body        string
+		r           response
+		want        string
+	}{
+		{name: "a valid body, decided", method: "POST", target: limit, contentType: "application/json", body: `{"key":"a","count":2}`, r: decided},
+		{name: "a valid body, refused all the same", method: "POST", target: limit, contentType: "application/json; charset=utf-8", body: `{"key":"a"}`, r: refused},
+		{name: "an unknown member, refused", method: "POST", target: limit, contentType: "application/json", body: `{"key":"a","colour":1}`, r: refused},
+		{name: "not JSON, refused", method: "POST", target: limit, contentType: "application/json", body: `{"key":`, r: refused},
+		{name: "no body for an operation that needs none", method: "DELETE", target: "/v1/limits/x", r: response{204, http.Header{}, nil}},
+		{name: "a body on a DELETE, which the server does not read", method: "DELETE", target: "/v1/limits/x", contentType: "application/json", body: `{"x":1}`, r: response{204, http.Header{}, nil}},
+
+		{name: "an unknown member, decided", method: "POST", target: limit, contentType: "application/json", body: `{"key":"a","colour":1}`, r: decided, want: "colour"},
+		{name: "a count of the wrong type, decided", method: "POST", target: limit, contentType: "application/json", body: `{"count":"2"}`, r: decided, want: "does not match the schema"},
+		{name: "an invalid body answered 503", method: "POST", target: limit, contentType: "application/json", body: `{"colour":1}`, r: unavailable, want: "answered 503"},
+		{name: "not JSON, decided", method: "POST", target: limit, contentType: "application/json", body: `key=a`, r: decided, want: "not JSON"},
+		{name: "no body where one is required, decided", method: "POST", target: limit, r: decided, want: "is required"},
+		{name: "an undocumented content type, decided", method: "POST", target: limit, contentType: "text/plain", body: `{"key":"a"}`, r: decided, want: "is not documented"},
+		{name: "a bulk item refused on its own", method: "POST", target: "/v1/decisions", contentType: "application/json",
+			body: `{"decisions":[{"name":"x","key":"a"},{"name":"x","count":-1}]}`, r: bulkAnswer, want: ""},
+		{name: "a bulk item refused, but not on its own", method: "POST", target: "/v1/decisions", contentType: "application/json",
+			body: `{"decisions":[{"name":"x","count":-1},{"name":"x","key":"a"}]}`, r: bulkAnswer, want: "minimum"},
+		{name: "a bulk request refused as a whole, answered 200", method: "POST", target: "/v1/decisions", contentType: "application/json",
+			body: `{"decisions":[{"name":"x","key":"a"},{"name":"x"}],"colour":1}`, r: bulkAnswer, want: "colour"},
+	} {
+		err := c.check(request{method: tc.method, target: tc.target, contentType: tc.contentType, body: []byte(tc.body)}, tc.r)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: rejected: %v", tc.name, err)

@@ -126,18 +126,22 @@ func bearer(key string) string {
 func sendAuth(t testing.TB, base, method, path, authorization string, body any) response {
 	t.Helper()
 	var rd io.Reader
+	var sent []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		sent = []byte(b)
 	case []byte:
-		rd = bytes.NewReader(b)
+		sent = b
 	default:
 		raw, err := json.Marshal(b)
 		if err != nil {
 			t.Fatalf("marshal body: %v", err)
 		}
-		rd = bytes.NewReader(raw)
+		sent = raw
+	}
+	if body != nil {
+		rd = bytes.NewReader(sent)
 	}
 	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
@@ -159,7 +163,7 @@ func sendAuth(t testing.TB, base, method, path, authorization string, body any) 
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
 	r := response{status: res.StatusCode, header: res.Header, body: raw}
-	checkContract(t, method, path, r)
+	checkContract(t, request{method: method, target: path, contentType: req.Header.Get("Content-Type"), body: sent}, r)
 	return r
 }
 

@@ -285,9 +285,10 @@ func FuzzDecisionBody(f *testing.F) {
 		for _, path := range []string{"/v1/limits/x/limit", "/v1/limit"} {
 			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
 			router.ServeHTTP(rec, req)
-			checkContract(t, http.MethodPost, path, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()})
+			checkContract(t, request{method: http.MethodPost, target: path, contentType: "application/json", body: body}, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()})
 			if rec.Code >= 500 {
 				t.Fatalf("POST %s with %q: %d %s", path, body, rec.Code, rec.Body.String())
 			}

@@ -107,7 +107,7 @@ func (h *sessionHarness) request(t testing.TB, method, path string, header map[s
 		t.Fatal(err)
 	}
 	r := response{status: res.StatusCode, header: res.Header, body: raw}
-	checkContract(t, method, path, r)
+	checkContract(t, request{method: method, target: path}, r)
 	return r
 }
 
@@ -418,7 +418,8 @@ func TestSessionAuthorizeConcurrentReplaysAdmitExactlyOne(t *testing.T) {
 					t.Errorf("request %d: read body: %v", i, err)
 					return
 				}
-				checkContract(t, http.MethodPost, "/v1/sessions/authorize", response{status: res.StatusCode, header: res.Header, body: raw})
+				checkContract(t, request{method: http.MethodPost, target: "/v1/sessions/authorize", contentType: "application/json", body: body},
+					response{status: res.StatusCode, header: res.Header, body: raw})
 				statuses[i] = res.StatusCode
 			})
 		}

@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		return nil, err
 	}
 	a.UI, err = ui.New(ui.Deps{
-		Tenants: a.Tenants, Engine: a.Engine, Usage: a.Usage, Captcha: a.Captcha, Logger: a.Log,
+		Tenants: a.Tenants, Engine: a.Engine, Usage: a.Usage, Captcha: a.Captcha, Webhooks: a.Webhooks, Logger: a.Log,
 		SessionKey: keys.Derive("dashboard-session"), BaseURL: cfg.BaseURL, Static: web.Static(), Now: o.Now,
 		LoginPerAccountIP: o.LoginPerAccountIP, LoginPerIP: o.LoginPerIP, LoginPerAccount: o.LoginPerAccount,
 	})

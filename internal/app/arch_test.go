@@ -33,7 +33,7 @@ var allowedImports = map[string][]string{
 	"internal/webhooks":       {"internal/apperr", "internal/db", "internal/loop"},
 	"internal/metrics":        {"internal/db"},
 	"internal/api":            {"internal/apperr", "internal/captcha", "internal/db", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/tenants", "internal/webhooks"},
-	"internal/ui":             {"internal/apperr", "internal/captcha", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/tenants", "internal/usage"},
+	"internal/ui":             {"internal/apperr", "internal/captcha", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/tenants", "internal/usage", "internal/webhooks"},
 	"internal/demo":           {"internal/apperr", "internal/httpserver", "internal/limiter", "internal/tenants"},
 	"internal/envoyrls":       {"internal/apperr", "internal/limiter", "internal/tenants"},
 	"internal/app":            {"*"},

@@ -49,5 +49,11 @@ func (u *UI) Register(r *gin.Engine) {
 	t.POST("/captcha/settings", u.saveCaptchaSettings)
 	t.POST("/captcha/keys", u.createPublishableKey)
 	t.POST("/captcha/sessions/:hash/revoke", u.revokeSession)
+	t.GET("/webhooks", u.webhooksPage)
+	t.POST("/webhooks", u.createWebhook)
+	t.GET("/webhooks/:id", u.webhookLog)
+	t.POST("/webhooks/:id/test", u.testWebhook)
+	t.POST("/webhooks/:id/delete", u.deleteWebhook)
+	t.POST("/webhooks/:id/deliveries/:did/resend", u.resendWebhook)
 	t.GET("/audit", u.auditPage)
 }

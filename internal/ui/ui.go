@@ -38,6 +38,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/usage"
+	"github.com/sluice-dev/sluice/internal/webhooks"
 )
 
 // UsageSource answers the usage charts' queries (usage.Aggregator in production).
@@ -58,7 +59,9 @@ type Deps struct {
 	Engine  *limiter.Engine
 	Usage   UsageSource     // nil: no charts
 	Captcha CaptchaSessions // the authorized sessions the captcha page lists and revokes
-	Logger  *slog.Logger
+	// Webhooks owns the tenants' webhook endpoints and their delivery log.
+	Webhooks *webhooks.Service
+	Logger   *slog.Logger
 	// SessionKey signs session cookies (HS256). Derive it from the server secret; every instance
 	// must use the same key.
 	SessionKey []byte
@@ -84,6 +87,7 @@ type UI struct {
 	engine     *limiter.Engine
 	usage      UsageSource
 	captcha    CaptchaSessions
+	webhooks   *webhooks.Service
 	log        *slog.Logger
 	sessionKey []byte
 	baseURL    *url.URL
@@ -101,8 +105,8 @@ type UI struct {
 
 // New builds the dashboard.
 func New(d Deps) (*UI, error) {
-	if d.Tenants == nil || d.Engine == nil || d.Captcha == nil || d.Static == nil {
-		return nil, errors.New("ui: Tenants, Engine, Captcha and Static are required")
+	if d.Tenants == nil || d.Engine == nil || d.Captcha == nil || d.Webhooks == nil || d.Static == nil {
+		return nil, errors.New("ui: Tenants, Engine, Captcha, Webhooks and Static are required")
 	}
 	if len(d.SessionKey) < 32 {
 		return nil, errors.New("ui: the session key must be at least 32 bytes")
@@ -121,7 +125,7 @@ func New(d Deps) (*UI, error) {
 		d.SessionTTL = DefaultSessionTTL
 	}
 	u := &UI{
-		tenants: d.Tenants, engine: d.Engine, usage: d.Usage, captcha: d.Captcha, log: d.Logger,
+		tenants: d.Tenants, engine: d.Engine, usage: d.Usage, captcha: d.Captcha, webhooks: d.Webhooks, log: d.Logger,
 		sessionKey: append([]byte(nil), d.SessionKey...), baseURL: base,
 		insecure: base.Scheme == "http" && isLoopback(base.Hostname()),
 		now:      d.Now, ttl: d.SessionTTL,
@@ -266,6 +270,9 @@ var flashes = map[string]string{
 	"logged-out":      "You are logged out.",
 	"captcha-saved":   "Captcha settings saved.",
 	"session-revoked": "Session revoked. It is no longer authorized.",
+	"webhook-deleted": "Webhook endpoint deleted, with its delivery log.",
+	"webhook-test":    "Test event queued: it appears below within seconds.",
+	"webhook-resent":  "Delivery queued again.",
 }
 
 func flash(c *gin.Context) string { return flashes[c.Query("msg")] }

@@ -9,67 +9,46 @@
  * and a function decides whatever it likes.
  */
 
-/**
- * A limit's algorithm. "gcra" is the token bucket under its other name (burst = capacity,
- * emission interval = period / rate); Sluice returns a definition with the kind it was written with.
- */
-export type Kind = "token bucket" | "gcra" | "fixed window" | "sliding window";
+
+import type { components, paths } from "./openapi.js";
+
+// The wire's types are those of the OpenAPI document (internal/api/openapi.json), generated into
+// openapi.ts by openapi-typescript (npm run generate; make lint fails when it is stale). The
+// public types below are built from them, so a change of the document that breaks the client
+// breaks its type-checking.
+type Schemas = components["schemas"];
+
+/** The JSON of a route's 200 answer, as the document describes it. */
+type OkJSON<P extends keyof paths, M extends "get" | "put" | "post"> = paths[P][M] extends {
+  responses: { 200: { content: { "application/json": infer T } } };
+}
+  ? T
+  : { error: "the document describes no 200 JSON answer for this route" };
+
+/** The JSON body a route takes, as the document describes it. */
+type BodyJSON<P extends keyof paths, M extends "put" | "post"> = paths[P][M] extends {
+  requestBody?: { content: { "application/json": infer T } };
+}
+  ? T
+  : never;
+
+/** A limit's algorithm. */
+export type Kind = Schemas["DefinitionFields"]["kind"];
 
 /**
  * A limit's configuration: the body of PUT /v1/limits/{name} and a decision's inline `config`.
  * Times are milliseconds, as on the wire; members left out take Sluice's defaults.
  */
-export interface Definition {
-  kind: Kind;
-  /** Tokens per period. */
-  rate: number;
-  /** Milliseconds. */
-  period: number;
-  /** Defaults to rate; not for sliding windows. */
-  capacity?: number;
-  /** How far reservations may go below zero; not for sliding windows. */
-  maxReserved?: number;
-  shards?: number;
-  /** The origin of a fixed window's windows (ms since the epoch); absent: a stable per-key offset. */
-  start?: number;
-  /** Sliding windows only. */
-  resolution?: number;
-  /** Refusals get retryAfter + uniform[0, jitter) ms. */
-  jitter?: number;
-  ipFallback?: boolean;
-  /** "shadow": decide and write as when enforcing, but admit every request (see Result.shadow). */
-  mode?: "enforce" | "shadow";
-  /** Ms a key the limit refuses stays refused after the refusal (default 0). */
-  penalty?: number;
-}
+export type Definition = Schemas["Definition"];
 
-/** A definition as Sluice stores it. */
-export interface StoredDefinition extends Definition {
-  name: string;
-  /** RFC 3339. */
-  createdAt: string;
-  updatedAt: string;
-}
+/** A definition as Sluice stores it (createdAt and updatedAt are RFC 3339). */
+export type StoredDefinition = Schemas["StoredDefinition"];
+
+/** A decision of limit or check; `throws` turns a refusal into a thrown SluiceError (429, rate_limited). */
+export type DecisionRequest = Schemas["DecisionRequest"];
 
 /** What one decision asks. With neither key, session nor ip it is the limit's single global key. */
-export interface Decision {
-  key?: string;
-  /** An anonymous session authorized by the captcha; instead of key. */
-  session?: string;
-  /** The visitor's address, when a backend decides on its behalf; not with key. */
-  ip?: string;
-  /** Tokens to take (default 1); 0 is a probe. */
-  count?: number;
-  reserve?: boolean;
-  /** An inline definition, for a name with none stored. */
-  config?: Definition;
-}
-
-/** A decision of limit or check, which may ask for a refusal as an error. */
-export interface DecisionRequest extends Decision {
-  /** Turns a refusal into a thrown SluiceError (429, code rate_limited, with retryAfter). */
-  throws?: boolean;
-}
+export type Decision = Omit<DecisionRequest, "throws">;
 
 /** Per-call options of batch and checkBatch. */
 export interface BatchOptions extends CallOptions {
@@ -78,102 +57,54 @@ export interface BatchOptions extends CallOptions {
 }
 
 /** One decision of a batch or bulk request. */
-export interface Item extends Decision {
-  name: string;
-}
+export type Item = Schemas["BatchItem"];
 
-/** One decision's answer (the wire's Decision, plus what the client adds). */
-export interface Result {
-  ok: boolean;
-  /** Ms: on a refusal when to retry, on a reservation when to run the reserved work; else null. */
-  retryAfter: number | null;
-  /** The balance of the shard(s) the decision used; negative after a reservation. */
-  remaining: number;
-  name: string;
-  /** null for the limit's global key. */
-  key: string | null;
+/** What the client adds to the wire's answers. */
+interface Extras {
   /** True when Sluice could not answer and the fail policy made this result. */
   degraded?: boolean;
   /** The RateLimit-Policy header Sluice sent (absent when degraded and on bulk results). */
   rateLimitPolicy?: string;
   /** The RateLimit header Sluice sent. */
   rateLimit?: string;
-  /** For a limit in shadow mode (whose ok is always true): what enforcement would have answered. */
-  shadow?: { ok: boolean; retryAfter: number | null };
 }
 
+/**
+ * One decision's answer (the wire's Decision, plus what the client adds). retryAfter (ms) is, on a
+ * refusal, when to retry, on a reservation when to run the reserved work, else null; remaining is
+ * the balance of the shard(s) the decision used; key is null for the limit's global key.
+ */
+export type Result = Schemas["Decision"] & Extras;
+
 /** The answer of batch and checkBatch: all of the limits or none. */
-export interface BatchResult {
-  ok: boolean;
-  /** Ms: the largest retryAfter among the refusals (or, when admitted, the reservations); else null. */
-  retryAfter: number | null;
-  results: Result[];
-  degraded?: boolean;
-  /** The headers Sluice sent, one entry per limit. */
-  rateLimitPolicy?: string;
-  rateLimit?: string;
-}
+export type BatchResult = Omit<Schemas["BatchDecision"], "results"> & Extras & { results: Result[] };
 
 /** One answer of a bulk request: a result, or the error of that item alone. */
 export type BulkResult = (Result & { error?: undefined }) | { error: Error };
 
-/** One shard's value. */
-export interface ShardValue {
-  shard: number;
-  value: number;
-  /** Ms since the epoch. */
-  ts: number;
-}
+/** A limit's value now, for one key: the sum over its shards, each shard's, and the config. */
+export type Value = Schemas["Value"];
 
-/** A limit's value now, for one key. */
-export interface Value {
-  /** The sum over all shards. */
-  value: number;
-  ts: number;
-  shards: ShardValue[];
-  config: Definition;
-  /** Ms since the epoch when the key is full again if nothing more is consumed; null when full. */
-  fullAt: number | null;
-  /** Ms since the epoch when the key's running penalty ends; absent when none runs. */
-  penaltyUntil?: number;
-}
+/** One shard's value. */
+export type ShardValue = Value["shards"][number];
 
 /** One invalid member of a request. */
-export interface FieldError {
-  field: string;
-  detail: string;
-}
+export type FieldError = NonNullable<Schemas["Problem"]["errors"]>[number];
 
 /** The stable codes of Sluice's problems ({@link SluiceError.code}). */
-export type ProblemCode =
-  | "invalid_request"
-  | "invalid_config"
-  | "count_exceeds_capacity"
-  | "unauthorized"
-  | "forbidden"
-  | "session_not_authorized"
-  | "limit_not_found"
-  | "not_found"
-  | "definition_exists"
-  | "conflict"
-  | "payload_too_large"
-  | "method_not_allowed"
-  | "rate_limited"
-  | "unavailable"
-  | "internal";
+export type ProblemCode = Schemas["Problem"]["code"];
 
-interface Problem {
-  type?: string;
-  title?: string;
-  status?: number;
-  detail?: string;
-  code?: ProblemCode;
-  field?: string;
-  errors?: FieldError[];
-  name?: string;
-  retryAfter?: number | null;
-  requestId?: string;
-}
+/** A captcha challenge (ALTCHA v2 proof of work), as GET /v1/captcha/challenge serves it. */
+export type Challenge = Schemas["Challenge"];
+
+/** A session's authorization: POST /v1/sessions/authorize's answer. */
+export type Authorization = Schemas["Authorization"];
+
+/** An authorized session: GET /v1/sessions/{sessionId}'s answer. */
+export type Session = Schemas["Session"];
+
+/** A problem as it may arrive: every member may be missing from an answer that is not Sluice's. */
+type Problem = Partial<Schemas["Problem"]>;
 
 /**
  * A problem (RFC 9457) Sluice answered with. An error answer that is not a problem (a proxy's
@@ -280,14 +211,7 @@ interface Answer {
   headers: Headers;
 }
 
-interface WireDecision {
-  ok: boolean;
-  retryAfter: number | null;
-  remaining: number;
-  name: string;
-  key: string | null;
-  shadow?: { ok: boolean; retryAfter: number | null };
-}
+type WireDecision = Schemas["Decision"];
 
 /**
  * A client of one Sluice server with one secret key. Only idempotent calls are retried (check,
@@ -346,55 +270,73 @@ export class Sluice {
    * items; an invalid item gets its own error and the others are decided. Never retried.
    */
   async bulk(items: Item[], opts?: CallOptions): Promise<BulkResult[]> {
+    // An invalid item gets its error here and is not sent; the others are.
+    const invalid = items.map((it, i) => invalidItem(it, `decision ${i}`));
+    const sent = items.flatMap((it, i) => (invalid[i] ? [] : [{ it, i }]));
+    const merge = (out: BulkResult[]): BulkResult[] => {
+      let j = 0;
+      return items.map((_, i) => {
+        const e = invalid[i];
+        return e ? { error: e } : (out[j++] as BulkResult);
+      });
+    };
+    if (sent.length === 0) return merge([]);
+    const decisions = sent.map((s) => s.it);
     let a: Answer;
     try {
-      a = await this.#call("POST", "/v1/decisions", { decisions: items }, false, opts);
+      a = await this.#call("POST", "/v1/decisions", { decisions } satisfies BodyJSON<"/v1/decisions", "post">, false, opts);
     } catch (err) {
       this.#mustFallBack(err, opts);
-      return Promise.all(
-        items.map((it) => this.#fallBack(it, err).then((r): BulkResult => r, (e: unknown): BulkResult => ({ error: asError(e) }))),
+      return merge(
+        await Promise.all(
+          decisions.map((it) => this.#fallBack(it, err).then((r): BulkResult => r, (e: unknown): BulkResult => ({ error: asError(e) }))),
+        ),
       );
     }
-    const results = (a.data as { results: (WireDecision | { error: Problem })[] }).results;
-    if (results.length !== items.length) {
-      throw new Error(`sluice: bulk: ${results.length} results for ${items.length} decisions`);
+    const results = (a.data as OkJSON<"/v1/decisions", "post">).results;
+    if (results.length !== decisions.length) {
+      throw new Error(`sluice: bulk: ${results.length} results for ${decisions.length} decisions`);
     }
-    return results.map((r, i) =>
-      "error" in r
-        ? { error: new SluiceError(r.error.status ?? 0, r.error, `decision ${i} (${items[i]?.name})`) }
-        : result(r),
+    return merge(
+      results.map((r, j) =>
+        "error" in r
+          ? { error: new SluiceError(r.error.status ?? 0, r.error, `decision ${sent[j]?.i} (${decisions[j]?.name})`) }
+          : result(r),
+      ),
     );
   }
 
   /** Reads the limit's value now for key (absent: the global key), summed over its shards. */
   async value(name: string, key?: string, opts?: CallOptions): Promise<Value> {
     const q = key ? `?${new URLSearchParams({ key })}` : "";
-    return (await this.#call("GET", `${limitPath(name)}/value${q}`, undefined, true, opts)).data as Value;
+    return (await this.#call("GET", `${limitPath(name)}/value${q}`, undefined, true, opts)).data as OkJSON<"/v1/limits/{name}/value", "get">;
   }
 
   /** Forgets the state of one key of the limit (absent: the global key). Succeeds whether or not any existed. */
   async reset(name: string, key?: string, opts?: CallOptions): Promise<void> {
-    await this.#call("POST", `${limitPath(name)}/reset`, key ? { key } : {}, true, opts);
+    const body: BodyJSON<"/v1/limits/{name}/reset", "post"> = key ? { key } : {};
+    await this.#call("POST", `${limitPath(name)}/reset`, body, true, opts);
   }
 
   /** Forgets the state of every key of the limit. */
   async resetAll(name: string, opts?: CallOptions): Promise<void> {
-    await this.#call("POST", `${limitPath(name)}/reset`, { allKeys: true }, true, opts);
+    await this.#call("POST", `${limitPath(name)}/reset`, { allKeys: true } satisfies BodyJSON<"/v1/limits/{name}/reset", "post">, true, opts);
   }
 
   /** Creates or replaces the definition of the limit name. */
   async putLimit(name: string, definition: Definition, opts?: CallOptions): Promise<StoredDefinition> {
-    return (await this.#call("PUT", limitPath(name), definition, true, opts)).data as StoredDefinition;
+    const body: BodyJSON<"/v1/limits/{name}", "put"> = definition;
+    return (await this.#call("PUT", limitPath(name), body, true, opts)).data as OkJSON<"/v1/limits/{name}", "put">;
   }
 
   /** Reads the definition of the limit name (a SluiceError with code limit_not_found when none). */
   async getLimit(name: string, opts?: CallOptions): Promise<StoredDefinition> {
-    return (await this.#call("GET", limitPath(name), undefined, true, opts)).data as StoredDefinition;
+    return (await this.#call("GET", limitPath(name), undefined, true, opts)).data as OkJSON<"/v1/limits/{name}", "get">;
   }
 
   /** Reads every definition of the tenant. */
   async listLimits(opts?: CallOptions): Promise<StoredDefinition[]> {
-    return ((await this.#call("GET", "/v1/limits", undefined, true, opts)).data as { limits: StoredDefinition[] }).limits;
+    return ((await this.#call("GET", "/v1/limits", undefined, true, opts)).data as OkJSON<"/v1/limits", "get">).limits;
   }
 
   /** Deletes the definition of the limit name and its state. */
@@ -402,22 +344,51 @@ export class Sluice {
     await this.#call("DELETE", limitPath(name), undefined, true, opts);
   }
 
+  /**
+   * Authorizes the anonymous session sessionId with the payload its page solved (see the
+   * captcha helper, `@sluice/client/captcha`): Sluice verifies the proof of work and answers with
+   * the authorization and its token. A challenge authorizes once, so this call is never retried.
+   */
+  async authorizeSession(sessionId: string, payload: string, opts?: CallOptions): Promise<Authorization> {
+    const body: BodyJSON<"/v1/sessions/authorize", "post"> = { sessionId, payload };
+    return (await this.#call("POST", "/v1/sessions/authorize", body, false, opts)).data as OkJSON<"/v1/sessions/authorize", "post">;
+  }
+
+  /** Reads the session's active authorization (a SluiceError with code not_found when none). */
+  async getSession(sessionId: string, opts?: CallOptions): Promise<Session> {
+    return (await this.#call("GET", sessionPath(sessionId), undefined, true, opts)).data as OkJSON<"/v1/sessions/{sessionId}", "get">;
+  }
+
+  /** Ends the session's authorization (a SluiceError with code not_found when there was none). */
+  async revokeSession(sessionId: string, opts?: CallOptions): Promise<void> {
+    await this.#call("DELETE", sessionPath(sessionId), undefined, true, opts);
+  }
+
   async #decide(name: string, verb: string, d: DecisionRequest, retry: boolean, opts?: CallOptions): Promise<Result> {
+    const bad = invalidItem({ ...d, name }, verb.slice(1));
+    if (bad) throw bad;
     let a: Answer;
     try {
-      a = await this.#call("POST", limitPath(name) + verb, d, retry, opts);
+      const body: BodyJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post"> = d;
+      a = await this.#call("POST", limitPath(name) + verb, body, retry, opts);
     } catch (err) {
       this.#mustFallBack(err, opts);
       const { throws: _, ...decision } = d;
       return this.#fallBack({ ...decision, name }, err);
     }
-    return withHeaders(result(a.data as WireDecision), a.headers);
+    return withHeaders(result(a.data as OkJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post">), a.headers);
   }
 
   async #batch(path: string, items: Item[], retry: boolean, opts?: BatchOptions): Promise<BatchResult> {
+    if (!Array.isArray(items)) throw new TypeError(`sluice: ${path.slice(4)}: items must be an array`);
+    for (const [i, it] of items.entries()) {
+      const bad = invalidItem(it, `${path.slice(4)} item ${i}`);
+      if (bad) throw bad;
+    }
     let a: Answer;
     try {
-      a = await this.#call("POST", path, opts?.throws ? { limits: items, throws: true } : { limits: items }, retry, opts);
+      const body: BodyJSON<"/v1/limit" | "/v1/check", "post"> = opts?.throws ? { limits: items, throws: true } : { limits: items };
+      a = await this.#call("POST", path, body, retry, opts);
     } catch (err) {
       this.#mustFallBack(err, opts);
       const results = await Promise.all(items.map((it) => this.#fallBack(it, err)));
@@ -426,7 +397,7 @@ export class Sluice {
       const waits = results.filter((r) => r.ok === ok && r.retryAfter !== null).map((r) => r.retryAfter as number);
       return { ok, retryAfter: waits.length ? Math.max(...waits) : null, results, degraded: true };
     }
-    const w = a.data as { ok: boolean; retryAfter: number | null; results: WireDecision[] };
+    const w = a.data as OkJSON<"/v1/limit" | "/v1/check", "post">;
     return withHeaders<BatchResult>({ ok: w.ok, retryAfter: w.retryAfter ?? null, results: w.results.map(result) }, a.headers);
   }
 
@@ -540,8 +511,35 @@ async function readBounded(resp: Response): Promise<string> {
   return new TextDecoder().decode(all);
 }
 
+/** The names Sluice can know a limit by. */
+const namePattern = /^[A-Za-z0-9_.:-]{1,128}$/;
+
 function limitPath(name: string): string {
+  if (typeof name !== "string" || !namePattern.test(name)) throw invalidName(name, "limit");
   return `/v1/limits/${encodeURIComponent(name)}`;
+}
+
+function invalidName(name: unknown, what: string): TypeError {
+  return new TypeError(`sluice: ${what}: the name ${JSON.stringify(name)} is not 1 to 128 characters of A-Z a-z 0-9 _ . : -`);
+}
+
+/**
+ * The error of a decision the client refuses to send (what: where it is, for the message):
+ * Sluice could not know its name, or its count is not a number of tokens. Everything else is
+ * for Sluice to judge.
+ */
+function invalidItem(it: Item, what: string): TypeError | undefined {
+  if (typeof it !== "object" || it === null) return new TypeError(`sluice: ${what}: a decision must be an object`);
+  if (typeof it.name !== "string" || !namePattern.test(it.name)) return invalidName(it.name, what);
+  const n: unknown = it.count;
+  if (n !== undefined && (typeof n !== "number" || !Number.isFinite(n) || n < 0)) {
+    return new TypeError(`sluice: ${what} (${it.name}): count must be a finite number of tokens, 0 or more, not ${String(n)}`);
+  }
+  return undefined;
+}
+
+function sessionPath(id: string): string {
+  return `/v1/sessions/${encodeURIComponent(id)}`;
 }
 
 function result(w: WireDecision): Result {

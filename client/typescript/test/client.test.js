@@ -200,9 +200,11 @@ test("bulk decides each item and reports an invalid item's own error", async () 
     { name, key: "a" },
     { name, key: "a" },
     { name: limitName("missing"), key: "a" },
-    { name, key: "b", count: -1 },
+    { name, key: "b", ip: "192.0.2.1" },
+    { name, key: "c", count: -1 },
+    { name: "no spaces", key: "a" },
   ]);
-  assert.equal(res.length, 4);
+  assert.equal(res.length, 6);
   assert.equal(res[0].error, undefined);
   assert.equal(res[0].ok, true);
   assert.equal(res[1].ok, false);
@@ -213,8 +215,11 @@ test("bulk decides each item and reports an invalid item's own error", async () 
   assert.ok(res[3].error instanceof SluiceError);
   assert.equal(res[3].error.status, 400);
   assert.equal(res[3].error.code, "invalid_request");
-  assert.ok(res[3].error.field.endsWith("count"), `field ${res[3].error.field}`);
+  assert.ok(res[3].error.field.endsWith("ip"), `field ${res[3].error.field}`);
   assert.ok(res[3].error.message.startsWith("sluice: decision 3 ("), res[3].error.message);
+  // Refused by the client, not sent: the others were decided all the same.
+  assert.ok(res[4].error instanceof TypeError && /decision 4 .*count/.test(res[4].error.message), `${res[4].error}`);
+  assert.ok(res[5].error instanceof TypeError && /decision 5: the name "no spaces"/.test(res[5].error.message), `${res[5].error}`);
 });
 
 test("reset forgets the global key, one key, or all keys", async () => {
@@ -247,10 +252,10 @@ test("problems become SluiceErrors with their fields", async () => {
   const name = limitName("problems");
   await putBucket(c, name, 1);
 
-  const bad = await problemOf(c.limit(name, { key: "k", count: -1 }));
+  const bad = await problemOf(c.limit(name, { key: "k", ip: "192.0.2.1" }));
   assert.equal(bad.status, 400);
   assert.equal(bad.code, "invalid_request");
-  assert.equal(bad.field, "count");
+  assert.equal(bad.field, "ip");
   assert.ok(bad.detail);
   assert.ok(bad.requestId);
   assert.equal(bad.retryAfter, null);
@@ -279,6 +284,25 @@ test("problems become SluiceErrors with their fields", async () => {
   const wrongKey = await problemOf(new Sluice({ baseUrl: sluice.baseUrl, secretKey: "sk_wrong" }).listLimits());
   assert.equal(wrongKey.status, 401);
   assert.equal(wrongKey.code, "unauthorized");
+});
+
+test("names and counts Sluice cannot take are refused before sending, whatever the fail policy", async () => {
+  const { c, f } = await unreachable({ failPolicy: "open" });
+  const cases = [
+    ["limit", () => c.limit("a b"), /limit: the name "a b" is not 1 to 128 characters/],
+    ["check", () => c.check("x".repeat(129)), /the name "x{129}"/],
+    ["count", () => c.limit("x", { count: -1 }), /limit \(x\): count must be a finite number of tokens, 0 or more, not -1/],
+    ["NaN", () => c.check("x", { count: NaN }), /count must be/],
+    ["string", () => c.limit("x", { count: "2" }), /count must be/],
+    ["batch", () => c.batch([{ name: "x" }, { name: "" }]), /limit item 1: the name ""/],
+    ["checkBatch", () => c.checkBatch([{ name: "x", count: Infinity }]), /check item 0 \(x\): count/],
+    ["value", () => c.value("x/y"), /the name "x\/y"/],
+    ["putLimit", () => c.putLimit("", { kind: "token bucket", rate: 1, period: 1 }), /the name ""/],
+  ];
+  for (const [what, call, message] of cases) await assert.rejects(call(), (err) => err instanceof TypeError && message.test(err.message), what);
+  const all = await c.bulk([{ name: "bad name" }]);
+  assert.ok(all.length === 1 && all[0].error instanceof TypeError, JSON.stringify(all));
+  assert.equal(f.calls, 0, "nothing was sent");
 });
 
 test("consuming calls are never retried and idempotent ones are", async () => {
@@ -380,7 +404,7 @@ test("fail open admits, degraded, when Sluice is unreachable", async () => {
 test("fail open never hides the caller's mistakes (4xx)", async () => {
   const c = client({ failPolicy: "open" });
   assert.equal((await problemOf(c.limit(limitName("missing")))).code, "limit_not_found");
-  assert.equal((await problemOf(c.limit(limitName("bad"), { count: -1 }))).status, 400);
+  assert.equal((await problemOf(c.limit(limitName("bad"), { key: "k", ip: "192.0.2.1" }))).status, 400);
 });
 
 test("a fallback function decides, and its error is the call's", async () => {

@@ -15,7 +15,7 @@ const run = promisify(execFile);
 
 // GO is the go command (make passes its $(GO)); go by default.
 
-// This file runs from client/ts/dist/test/.
+// This file runs from client/typescript/dist/test/.
 const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 
 /** A loopback address nothing listens on once it returns: connections to it are refused. */
@@ -28,8 +28,9 @@ export async function freeAddr() {
 }
 
 /**
- * Builds and starts `sluice serve`, creates the tenant and key, and returns
- * { baseUrl, secretKey, stop }; stop ends it with SIGINT and rejects on an unclean exit.
+ * Builds and starts `sluice serve`, creates the tenant, a secret and a publishable key, and returns
+ * { baseUrl, secretKey, publishableKey, bin, dir, env, stop } (bin, dir and env run more of its
+ * command line); stop ends it with SIGINT and rejects on an unclean exit.
  */
 export async function startSluice() {
   const dir = await mkdtemp(join(tmpdir(), "sluice-ts-client-test-"));
@@ -112,7 +113,10 @@ export async function startSluice() {
     const { stdout } = await run(bin, ["key", "create", "--tenant", "clienttests", "--label", "ts client tests"], { cwd: dir, env });
     const secretKey = stdout.split("\n")[0].trim(); // the secret alone on the first line
     if (!secretKey) throw new Error(`key create printed no key: ${JSON.stringify(stdout)}`);
-    return { baseUrl, secretKey, stop };
+    const pk = await run(bin, ["key", "create", "--tenant", "clienttests", "--label", "ts captcha tests", "--publishable"], { cwd: dir, env });
+    const publishableKey = pk.stdout.split("\n")[0].trim();
+    if (!publishableKey.startsWith("pk_")) throw new Error(`key create --publishable printed no key: ${JSON.stringify(pk.stdout)}`);
+    return { baseUrl, secretKey, publishableKey, bin, dir, env, stop };
   } catch (err) {
     await stop().catch(() => {});
     throw err;

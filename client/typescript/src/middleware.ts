@@ -1,0 +1,345 @@
+/**
+ * An Express-style middleware, `(req, res, next)`, that limits each request with a Sluice limit.
+ * It has no runtime dependencies and imports nothing of Node or Express: it works with Express
+ * 4 and 5, with Connect-style routers, and with a plain node:http server (call it with a `next`
+ * of your own).
+ *
+ * Each request consumes one token (or what `count` says) of its key with {@link Sluice.limit}.
+ * The RateLimit-Policy and RateLimit headers Sluice answered with go on to the response; a
+ * refusal is a 429 with Retry-After and a problem+json body (or what `handler` writes). When
+ * Sluice cannot answer, the client's fail policy decides: 'open' lets the request through
+ * (without RateLimit headers), 'closed' answers 503.
+ */
+import { Sluice, SluiceError, type Result } from "./index.js";
+
+/** What the middleware reads of a request: Node's IncomingMessage (and so Express's req) has it. */
+export interface RequestLike {
+  headers: Record<string, string | string[] | undefined>;
+  socket?: { remoteAddress?: string | undefined } | null;
+  /** Set by the middleware: the decision made for this request (absent when none was). */
+  sluice?: Result;
+}
+
+/** What the middleware writes of a response: Node's ServerResponse (and so Express's res) has it. */
+export interface ResponseLike {
+  statusCode: number;
+  setHeader(name: string, value: string): unknown;
+  end(body?: string): unknown;
+}
+
+/** Passes the request on (no argument) or to the error handlers (an error). */
+export type Next = (err?: unknown) => void;
+
+/**
+ * Names the key a request is limited under; undefined is the limit's single global key. What it
+ * throws (or rejects with) means the request cannot be limited: 400 by default.
+ */
+export type KeyFunction<Req extends RequestLike = RequestLike> = (req: Req) => string | undefined | Promise<string | undefined>;
+
+/** Says how many tokens a request costs (default 1). What it throws is treated as a key function's. */
+export type CountFunction<Req extends RequestLike = RequestLike> = (req: Req) => number | Promise<number>;
+
+/** The options of {@link rateLimit}. */
+export interface RateLimitOptions<Req extends RequestLike = RequestLike, Res extends ResponseLike = ResponseLike> {
+  /** The client the decisions go through: its timeout and fail policy apply. */
+  client: Sluice;
+  /** The limit's name (a definition stored in Sluice). */
+  name: string;
+  /** Default: {@link keyByClientIP} with no trusted proxy (the connection's peer). */
+  key?: KeyFunction<Req>;
+  /** Default: 1 token per request. */
+  count?: CountFunction<Req>;
+  /**
+   * Answers a refusal instead of the default 429 problem. The RateLimit and Retry-After headers are
+   * set already; `req.sluice` is the refused result.
+   */
+  handler?: (req: Req, res: Res, next: Next, result: Result) => void | Promise<void>;
+  /**
+   * Answers when no decision could be made instead of the defaults: 400 when the key or count
+   * function failed ({@link KeyError}), 500 when Sluice refused the decision itself as invalid (an
+   * unknown limit, a revoked key: a mistake of this service's configuration, reported to `log`),
+   * 503 with Retry-After: 1 when Sluice could not answer and the fail policy is 'closed'.
+   */
+  onError?: (err: unknown, req: Req, res: Res, next: Next) => void | Promise<void>;
+  /** Requests for which it returns true are not limited (health checks, say). */
+  skip?: (req: Req) => boolean;
+  /** Where the default onError reports failures (default console.warn; null: nowhere). */
+  log?: ((message: string, err: unknown) => void) | null;
+}
+
+/** The key or count function failed: the request cannot be limited. Its cause is what it threw. */
+export class KeyError extends Error {
+  constructor(message: string, cause: unknown) {
+    super(message, { cause });
+    this.name = "KeyError";
+  }
+}
+
+/**
+ * Returns middleware that limits each request with the limit options.name (see the module's
+ * documentation). Errors of the handlers themselves go to next(err), never unhandled.
+ */
+export function rateLimit<Req extends RequestLike = RequestLike, Res extends ResponseLike = ResponseLike>(
+  options: RateLimitOptions<Req, Res>,
+): (req: Req, res: Res, next: Next) => Promise<void> {
+  const { client, name, skip } = options;
+  if (!(client instanceof Sluice)) throw new TypeError("sluice: rateLimit: options.client must be a Sluice client");
+  if (typeof name !== "string" || name === "") throw new TypeError("sluice: rateLimit: options.name must be a limit's name");
+  const key: KeyFunction<Req> = options.key ?? keyByClientIP();
+  const count = options.count;
+  const log = options.log === undefined ? (m: string, e: unknown) => console.warn(m, e) : options.log;
+  const handler = options.handler ?? refuse;
+  const onError = options.onError ?? ((err: unknown, _req: Req, res: Res) => fail(err, res, name, log));
+
+  return async (req, res, next) => {
+    try {
+      if (skip?.(req)) return next();
+      let k: string | undefined;
+      let n: number | undefined;
+      try {
+        k = await key(req);
+        if (k !== undefined && typeof k !== "string") throw new TypeError(`the key is a ${typeof k}, not a string`);
+        if (count) {
+          n = await count(req);
+          if (typeof n !== "number" || !Number.isFinite(n) || n < 0) throw new TypeError(`the count ${String(n)} is not a number of tokens`);
+        }
+      } catch (err) {
+        return await onError(new KeyError(`sluice: the request cannot be limited: ${(err as Error)?.message ?? String(err)}`, err), req, res, next);
+      }
+      let r: Result;
+      try {
+        r = await client.limit(name, { ...(k === undefined ? {} : { key: k }), ...(n === undefined ? {} : { count: n }) });
+      } catch (err) {
+        return await onError(err, req, res, next);
+      }
+      req.sluice = r;
+      if (r.rateLimitPolicy !== undefined) res.setHeader("RateLimit-Policy", r.rateLimitPolicy);
+      if (r.rateLimit !== undefined) res.setHeader("RateLimit", r.rateLimit);
+      if (r.ok) return next();
+      if (r.retryAfter !== null && r.retryAfter > 0) res.setHeader("Retry-After", String(Math.ceil(r.retryAfter / 1000)));
+      await handler(req, res, next, r);
+    } catch (err) {
+      next(err);
+    }
+  };
+}
+
+/** The default refusal: 429 with a problem body like Sluice's own. */
+function refuse(_req: RequestLike, res: ResponseLike, _next: Next, r: Result): void {
+  const p: Record<string, unknown> = {
+    type: "about:blank",
+    title: "Too Many Requests",
+    status: 429,
+    detail: "rate limit exceeded; retry later",
+    code: "rate_limited",
+    name: r.name,
+  };
+  if (r.retryAfter !== null && r.retryAfter > 0) p["retryAfter"] = Math.ceil(r.retryAfter);
+  writeProblem(res, 429, p);
+}
+
+/** The default onError. */
+function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e: unknown) => void) | null): void {
+  if (err instanceof KeyError) {
+    writeProblem(res, 400, { type: "about:blank", title: "Bad Request", status: 400, detail: "the request cannot be rate limited", code: "invalid_request" });
+    return;
+  }
+  if ((err instanceof SluiceError && err.status > 0 && err.status < 500) || err instanceof TypeError) {
+    // Sluice answered (or the client found) that the decision itself is wrong: this service's
+    // mistake, not the visitor's.
+    log?.(`sluice: the decision on limit ${name} was refused as invalid`, err);
+    writeProblem(res, 500, { type: "about:blank", title: "Internal Server Error", status: 500, detail: "internal error", code: "internal" });
+    return;
+  }
+  log?.(`sluice: no decision on limit ${name}; refusing the request (fail closed)`, err);
+  res.setHeader("Retry-After", "1");
+  writeProblem(res, 503, { type: "about:blank", title: "Service Unavailable", status: 503, detail: "the rate limiter is unavailable; retry later", code: "unavailable" });
+}
+
+function writeProblem(res: ResponseLike, status: number, p: Record<string, unknown>): void {
+  res.statusCode = status;
+  res.setHeader("Content-Type", "application/problem+json");
+  res.setHeader("Cache-Control", "no-store");
+  res.end(JSON.stringify(p));
+}
+
+/** Keys requests by the value of a header (the first, if sent twice); a request without it cannot be limited (400). */
+export function keyByHeader(name: string): KeyFunction {
+  const h = name.toLowerCase();
+  return (req) => {
+    const v = req.headers[h];
+    const s = Array.isArray(v) ? v[0] : v;
+    if (!s) throw new Error(`no ${name} header`);
+    return s;
+  };
+}
+
+/**
+ * Keys requests by the authenticated user, read from the request by get (default: `req.user.id`,
+ * where Passport and most authentication middleware put it). A request without a user cannot be
+ * limited (400): put the middleware after authentication, or key anonymous requests with a
+ * function of your own.
+ */
+export function keyByUser<Req extends RequestLike>(get?: (req: Req) => string | number | undefined | null): KeyFunction<Req> {
+  const read = get ?? ((req: Req) => (req as { user?: { id?: string | number } }).user?.id);
+  return (req) => {
+    const u = read(req);
+    if (u === undefined || u === null || u === "") throw new Error("no authenticated user");
+    return `user:${u}`;
+  };
+}
+
+/**
+ * Keys requests by the client's address: the connection's peer, or, when the peer is one of
+ * trustedProxies (addresses or CIDR prefixes such as "10.0.0.0/8"), the right-most address of
+ * X-Forwarded-For that is not a trusted proxy. X-Forwarded-For is never read otherwise, since any
+ * client can send it (and Express's req.ip is not used, since it depends on the app's own "trust
+ * proxy" setting). An IPv6 address is keyed by its /64: one host usually holds a whole /64.
+ * Throws (at once) on an entry of trustedProxies that is not an address or a prefix.
+ */
+export function keyByClientIP(trustedProxies: readonly string[] = []): KeyFunction {
+  const trusted = trustedProxies.map((s) => {
+    const p = parsePrefix(s);
+    if (!p) throw new TypeError(`sluice: trusted proxy ${JSON.stringify(s)} is neither an address nor a CIDR prefix`);
+    return p;
+  });
+  const isTrusted = (a: Uint8Array) => trusted.some((p) => contains(p, a));
+  return (req) => {
+    const peer = req.socket?.remoteAddress;
+    let client = peer ? parseAddr(peer) : undefined;
+    if (!client) throw new Error(`peer address ${JSON.stringify(peer)} is not an IP address`);
+    if (isTrusted(client)) {
+      const xff = req.headers["x-forwarded-for"];
+      const hops = (Array.isArray(xff) ? xff.join(",") : (xff ?? "")).split(",");
+      for (let i = hops.length - 1; i >= 0; i--) {
+        const a = parseAddr((hops[i] ?? "").trim());
+        if (!a) break; // a forged or broken entry: keep the last address a trusted hop vouched for
+        client = a;
+        if (!isTrusted(a)) break;
+      }
+    }
+    return formatKey(client);
+  };
+}
+
+/** An address as 16 bytes (IPv4 as IPv4-mapped IPv6) and a prefix length over those 16 bytes. */
+interface Prefix {
+  addr: Uint8Array;
+  bits: number;
+}
+
+function parsePrefix(s: string): Prefix | undefined {
+  const slash = s.indexOf("/");
+  const addr = parseAddr(slash < 0 ? s : s.slice(0, slash));
+  if (!addr) return undefined;
+  const v4 = isV4(addr) && !s.includes(":");
+  const max = v4 ? 32 : 128;
+  let bits = max;
+  if (slash >= 0) {
+    const t = s.slice(slash + 1);
+    if (!/^\d{1,3}$/.test(t) || Number(t) > max) return undefined;
+    bits = Number(t);
+  }
+  return { addr, bits: v4 ? bits + 96 : bits };
+}
+
+function contains(p: Prefix, a: Uint8Array): boolean {
+  for (let bit = 0; bit < p.bits; bit += 8) {
+    const i = bit >> 3;
+    const n = Math.min(8, p.bits - bit);
+    const mask = (0xff << (8 - n)) & 0xff;
+    if (((p.addr[i] ?? 0) & mask) !== ((a[i] ?? 0) & mask)) return false;
+  }
+  return true;
+}
+
+const v4Prefix = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+
+function isV4(a: Uint8Array): boolean {
+  return v4Prefix.every((b, i) => a[i] === b);
+}
+
+/** Parses an IPv4 or IPv6 address (a zone is dropped); undefined when s is not one. */
+export function parseAddr(s: string): Uint8Array | undefined {
+  const zone = s.indexOf("%");
+  if (zone >= 0) s = s.slice(0, zone);
+  if (s.startsWith("[") && s.endsWith("]")) s = s.slice(1, -1);
+  const out = new Uint8Array(16);
+  if (!s.includes(":")) {
+    const v4 = parseV4(s);
+    if (!v4) return undefined;
+    out.set(v4Prefix);
+    out.set(v4, 12);
+    return out;
+  }
+  const lastColon = s.lastIndexOf(":");
+  if (s.slice(lastColon + 1).includes(".")) {
+    // An IPv4 tail ("::ffff:192.0.2.1") is two groups.
+    const v4 = parseV4(s.slice(lastColon + 1));
+    if (!v4) return undefined;
+    s = `${s.slice(0, lastColon + 1)}${((v4[0]! << 8) | v4[1]!).toString(16)}:${((v4[2]! << 8) | v4[3]!).toString(16)}`;
+  }
+  const halves = s.split("::");
+  if (halves.length > 2) return undefined;
+  const groups = (h: string | undefined): number[] | undefined => {
+    if (!h) return [];
+    const ws: number[] = [];
+    for (const g of h.split(":")) {
+      if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return undefined;
+      ws.push(parseInt(g, 16));
+    }
+    return ws;
+  };
+  const head = groups(halves[0]);
+  const tail = groups(halves[1]);
+  if (!head || !tail) return undefined;
+  let words: number[];
+  if (halves.length === 1) {
+    if (head.length !== 8) return undefined;
+    words = head;
+  } else {
+    if (head.length + tail.length > 7) return undefined;
+    words = [...head, ...new Array<number>(8 - head.length - tail.length).fill(0), ...tail];
+  }
+  words.forEach((w, i) => {
+    out[2 * i] = w >> 8;
+    out[2 * i + 1] = w & 0xff;
+  });
+  return out;
+}
+
+function parseV4(s: string): number[] | undefined {
+  const parts = s.split(".");
+  if (parts.length !== 4) return undefined;
+  const bytes: number[] = [];
+  for (const p of parts) {
+    if (!/^(0|[1-9]\d{0,2})$/.test(p) || Number(p) > 255) return undefined;
+    bytes.push(Number(p));
+  }
+  return bytes;
+}
+
+/**
+ * The key of an address: IPv4 dotted, IPv6 as its /64 prefix in RFC 5952 form ("2001:db8::/64"),
+ * as the Go client's middleware writes them, so that both limit one client under one key.
+ */
+function formatKey(a: Uint8Array): string {
+  if (isV4(a)) return Array.from(a.subarray(12)).join(".");
+  const words: number[] = [];
+  for (let i = 0; i < 16; i += 2) words.push(i < 8 ? ((a[i] ?? 0) << 8) | (a[i + 1] ?? 0) : 0);
+  // The longest run of two or more zero groups (the first of equals) becomes "::".
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    let j = i;
+    while (j < 8 && words[j] === 0) j++;
+    if (j - i > bestLen) {
+      best = i;
+      bestLen = j - i;
+    }
+    i = j === i ? i + 1 : j;
+  }
+  const hex = (ws: number[]) => ws.map((w) => w.toString(16)).join(":");
+  const text = best < 0 ? hex(words) : `${hex(words.slice(0, best))}::${hex(words.slice(best + bestLen))}`;
+  return `${text}/64`;
+}

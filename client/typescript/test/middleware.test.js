@@ -1,0 +1,222 @@
+// The middleware's tests: a node:http server and a real Express app in front of a real Sluice
+// (see server.js), called over HTTP with fetch.
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import { after, before, test } from "node:test";
+
+import express from "express";
+
+import { Sluice } from "../src/index.js";
+import { KeyError, keyByClientIP, keyByHeader, keyByUser, rateLimit } from "../src/middleware.js";
+import { freeAddr, startSluice } from "./server.js";
+
+let sluice; // { baseUrl, secretKey, stop }
+const servers = [];
+
+before(async () => {
+  sluice = await startSluice();
+});
+
+after(async () => {
+  await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
+  await sluice?.stop();
+});
+
+function client(opts = {}) {
+  return new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey, ...opts });
+}
+
+let names = 0;
+/** A token bucket of capacity tokens per minute, under a name of its own. */
+async function bucket(what, capacity) {
+  const name = `ts.mw.${what}.${++names}`;
+  await client().putLimit(name, { kind: "token bucket", rate: capacity, period: 60_000 });
+  return name;
+}
+
+/** Serves handler (a node:http listener or an Express app) on a loopback port; returns its URL. */
+async function serve(handler) {
+  const s = createServer(handler);
+  servers.push(s);
+  await new Promise((resolve) => s.listen(0, "127.0.0.1", resolve));
+  return `http://127.0.0.1:${s.address().port}`;
+}
+
+/** A node:http server that runs mw, then answers 200 with what the middleware left in req.sluice. */
+function plain(mw) {
+  return serve((req, res) => {
+    mw(req, res, (err) => {
+      if (err) {
+        res.statusCode = 599;
+        res.end(String(err));
+        return;
+      }
+      res.setHeader("Content-Type", "application/json");
+      res.end(JSON.stringify({ passed: true, sluice: req.sluice ?? null }));
+    });
+  });
+}
+
+async function get(url, headers = {}) {
+  const r = await fetch(url, { headers });
+  const text = await r.text();
+  const json = /json/.test(r.headers.get("Content-Type") ?? "") ? JSON.parse(text) : undefined;
+  return { status: r.status, headers: r.headers, text, json };
+}
+
+test("node:http: admits up to the limit, then 429 with a problem, Retry-After and the RateLimit headers", async () => {
+  const name = await bucket("http", 2);
+  const url = await plain(rateLimit({ client: client(), name }));
+  for (let i = 0; i < 2; i++) {
+    const r = await get(url);
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.sluice.ok, true);
+    assert.equal(r.json.sluice.key, "127.0.0.1", "the default key is the peer's address");
+    assert.equal(r.headers.get("RateLimit-Policy"), `"${name}";q=2;w=60`);
+    assert.match(r.headers.get("RateLimit"), new RegExp(`^"${name.replaceAll(".", "\\.")}";r=${1 - i}(;|$)`));
+    assert.equal(r.headers.get("Retry-After"), null);
+  }
+  const refused = await get(url);
+  assert.equal(refused.status, 429, refused.text);
+  assert.equal(refused.headers.get("Content-Type"), "application/problem+json");
+  assert.equal(refused.headers.get("Cache-Control"), "no-store");
+  assert.equal(refused.headers.get("RateLimit-Policy"), `"${name}";q=2;w=60`);
+  assert.match(refused.headers.get("RateLimit"), /;r=0(;|$)/);
+  // A token every 30 s: the wait is up to 30 s, in whole seconds.
+  const retryAfter = Number(refused.headers.get("Retry-After"));
+  assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 30, `Retry-After ${refused.headers.get("Retry-After")}`);
+  assert.equal(refused.json.status, 429);
+  assert.equal(refused.json.code, "rate_limited");
+  assert.equal(refused.json.name, name);
+  assert.ok(refused.json.retryAfter > 0 && refused.json.retryAfter <= 30_000, `retryAfter ${refused.json.retryAfter}`);
+  assert.ok(Math.ceil(refused.json.retryAfter / 1000) === retryAfter, "the header is the body's wait in seconds, rounded up");
+});
+
+test("a header key, a count function and a handler that replaces the 429", async () => {
+  const name = await bucket("header", 3);
+  const url = await plain(
+    rateLimit({
+      client: client(),
+      name,
+      key: keyByHeader("X-Tenant"),
+      count: (req) => Number(req.headers["x-cost"] ?? 1),
+      handler: (req, res) => {
+        res.statusCode = 429;
+        res.setHeader("Content-Type", "text/plain");
+        res.end(`slow down, ${req.sluice.key}`);
+      },
+    }),
+  );
+  assert.equal((await get(url, { "X-Tenant": "a", "X-Cost": "3" })).status, 200);
+  const refused = await get(url, { "X-Tenant": "a" });
+  assert.equal(refused.status, 429);
+  assert.equal(refused.text, "slow down, a");
+  assert.ok(Number(refused.headers.get("Retry-After")) >= 1, "the hook's answer keeps Retry-After");
+  const b = await get(url, { "X-Tenant": "b", "X-Cost": "2" });
+  assert.equal(b.status, 200, "another key has its own budget");
+  assert.ok(Math.abs(b.json.sluice.remaining - 1) < 0.01, `remaining ${b.json.sluice.remaining}`);
+
+  const missing = await get(url);
+  assert.equal(missing.status, 400);
+  assert.equal(missing.json.code, "invalid_request");
+  assert.equal((await get(url, { "X-Tenant": "d", "X-Cost": "lots" })).status, 400, "a count that is not a number");
+  // A count Sluice refuses (over the capacity) is this service's mistake: 500.
+  const logged = [];
+  const strict = await plain(rateLimit({ client: client(), name, key: keyByHeader("X-Tenant"), count: () => 4, log: (m) => logged.push(m) }));
+  const over = await get(strict, { "X-Tenant": "c" });
+  assert.equal(over.status, 500, over.text);
+  assert.equal(over.json.code, "internal");
+  assert.match(logged[0] ?? "", /refused as invalid/);
+});
+
+test("the client's address: X-Forwarded-For only from trusted proxies", async () => {
+  const name = await bucket("ip", 1);
+  // The test's own connections come from 127.0.0.1: as a trusted proxy, it is believed.
+  const behindProxy = await plain(rateLimit({ client: client(), name, key: keyByClientIP(["127.0.0.0/8"]) }));
+  const a = await get(behindProxy, { "X-Forwarded-For": "203.0.113.9, 198.51.100.7" });
+  assert.equal(a.json.sluice.key, "198.51.100.7", "the right-most untrusted hop");
+  assert.equal((await get(behindProxy, { "X-Forwarded-For": "2001:db8:1:2::99" })).json.sluice.key, "2001:db8:1:2::/64");
+  assert.equal((await get(behindProxy, { "X-Forwarded-For": "198.51.100.7" })).status, 429, "the same client behind the proxy");
+  assert.equal((await get(behindProxy, { "X-Forwarded-For": "198.51.100.8" })).status, 200, "another client behind it");
+
+  // Without trusted proxies the header is ignored: sending another one each time dodges nothing.
+  const direct = await plain(rateLimit({ client: client(), name }));
+  assert.equal((await get(direct, { "X-Forwarded-For": "192.0.2.1" })).json.sluice.key, "127.0.0.1");
+  const dodge = await get(direct, { "X-Forwarded-For": "192.0.2.2" });
+  assert.equal(dodge.status, 429, dodge.text);
+
+  assert.throws(() => keyByClientIP(["10.0.0.0/33"]), /neither an address nor a CIDR prefix/);
+  const key = keyByClientIP(["10.0.0.0/8", "fd00::/8"]);
+  const from = (remoteAddress, xff) => key({ socket: { remoteAddress }, headers: xff ? { "x-forwarded-for": xff } : {} });
+  assert.equal(from("::ffff:192.0.2.1"), "192.0.2.1", "an IPv4-mapped peer is its IPv4 address");
+  assert.equal(from("2001:db8:0:0:1::5"), "2001:db8::/64");
+  assert.equal(from("10.1.2.3", "bogus, 192.0.2.7"), "192.0.2.7");
+  assert.equal(from("10.1.2.3", "192.0.2.7, bogus"), "10.1.2.3", "a broken hop: the last address a trusted hop vouched for");
+  assert.equal(from("fd00::1", "10.9.9.9"), "10.9.9.9", "every hop trusted: the left-most");
+  assert.throws(() => from(undefined), /not an IP address/);
+});
+
+test("Express: keyByUser, skip, the 429 path, and errors of the next handlers", async () => {
+  const name = await bucket("express", 1);
+  const app = express();
+  app.use((req, _res, next) => {
+    const user = req.get("X-User");
+    if (user) req.user = { id: user };
+    next();
+  });
+  app.use(rateLimit({ client: client(), name, key: keyByUser(), skip: (req) => req.path === "/healthz" }));
+  app.get("/healthz", (_req, res) => res.send("ok"));
+  app.get("/hello", (req, res) => res.json({ key: req.sluice.key }));
+  app.get("/boom", () => {
+    throw new Error("boom");
+  });
+  app.use((err, _req, res, _next) => res.status(418).json({ error: err.message }));
+  const url = await serve(app);
+
+  const alice = await get(`${url}/hello`, { "X-User": "alice" });
+  assert.equal(alice.status, 200, alice.text);
+  assert.equal(alice.json.key, "user:alice");
+  assert.equal(alice.headers.get("RateLimit-Policy"), `"${name}";q=1;w=60`);
+  const again = await get(`${url}/hello`, { "X-User": "alice" });
+  assert.equal(again.status, 429);
+  assert.equal(again.json.code, "rate_limited");
+  assert.ok(Number(again.headers.get("Retry-After")) >= 1);
+  assert.equal((await get(`${url}/boom`, { "X-User": "bob" })).status, 418, "the next handlers' errors reach Express");
+  assert.equal((await get(`${url}/hello`)).status, 400, "no user: cannot be limited");
+  for (let i = 0; i < 3; i++) assert.equal((await get(`${url}/healthz`)).status, 200, "skipped");
+});
+
+test("when Sluice cannot answer: 503 failing closed, through failing open, or the onError hook", async () => {
+  const baseUrl = `http://${await freeAddr()}`;
+  const closed = new Sluice({ baseUrl, secretKey: sluice.secretKey, retries: 0, failPolicy: "closed" });
+  const logged = [];
+  const r = await get(await plain(rateLimit({ client: closed, name: "x", log: (m, e) => logged.push([m, e]) })));
+  assert.equal(r.status, 503, r.text);
+  assert.equal(r.headers.get("Retry-After"), "1");
+  assert.equal(r.json.code, "unavailable");
+  assert.equal(r.headers.get("RateLimit"), null);
+  assert.match(logged[0]?.[0] ?? "", /fail closed/);
+
+  const open = new Sluice({ baseUrl, secretKey: sluice.secretKey, retries: 0, failPolicy: "open" });
+  const o = await get(await plain(rateLimit({ client: open, name: "x" })));
+  assert.equal(o.status, 200, o.text);
+  assert.equal(o.json.sluice.degraded, true);
+  assert.equal(o.headers.get("RateLimit"), null, "no headers Sluice did not send");
+
+  let seen;
+  const hooked = rateLimit({
+    client: closed,
+    name: "x",
+    key: () => {
+      throw new Error("no key today");
+    },
+    onError: (err, _req, res) => {
+      seen = err;
+      res.statusCode = 401;
+      res.end();
+    },
+  });
+  assert.equal((await get(await plain(hooked))).status, 401);
+  assert.ok(seen instanceof KeyError && seen.cause.message === "no key today", `onError saw ${seen}`);
+  assert.throws(() => rateLimit({ client: closed, name: "" }), /options.name/);
+});

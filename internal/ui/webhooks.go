@@ -1,0 +1,210 @@
+package ui
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/webhooks"
+)
+
+// webhooksVM is the webhooks page: the tenant's endpoints and the form that adds one. NewSecret
+// is set only in the answer to that form: the signing secret is shown that once.
+type webhooksVM struct {
+	Layout    layoutVM
+	CreateURL string
+	Rows      []webhookRow
+	Events    []eventChoice
+	URL       string
+	URLErr    string
+	EventsErr string
+	FormErr   string
+	NewSecret string
+	NewURL    string
+}
+
+type eventChoice struct {
+	Name    string
+	Checked bool
+}
+
+type webhookRow struct {
+	URL, Events, Created, LogURL, DeleteURL string
+}
+
+// webhookLogVM is one endpoint's page: its delivery log with resend buttons, and a test button.
+type webhookLogVM struct {
+	Layout  layoutVM
+	URL     string
+	Events  string
+	TestURL string
+	BackURL string
+	Rows    []deliveryRow
+}
+
+type deliveryRow struct {
+	ID, Event, Created, State, LastStatus, LastError, ResendURL string
+	Attempts                                                    int
+}
+
+func webhookPath(tid, id int64, rest string) string {
+	return tenantPath(tid, "/webhooks/"+strconv.FormatInt(id, 10)+rest)
+}
+
+func (u *UI) renderWebhooks(c *gin.Context, status int, vm webhooksVM, chosen []string) {
+	t := tenantOf(c)
+	l, err := u.layout(c, "Webhooks · "+t.Name, "webhooks")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	eps, err := u.webhooks.Endpoints(c.Request.Context(), t.ID)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	vm.Layout, vm.CreateURL = l, tenantPath(t.ID, "/webhooks")
+	for _, e := range eps {
+		vm.Rows = append(vm.Rows, webhookRow{URL: e.URL, Events: strings.Join(e.Events, ", "), Created: fmtTime(e.CreatedAt),
+			LogURL: webhookPath(t.ID, e.ID, ""), DeleteURL: webhookPath(t.ID, e.ID, "/delete")})
+	}
+	for _, ev := range webhooks.Events {
+		vm.Events = append(vm.Events, eventChoice{Name: ev, Checked: slices.Contains(chosen, ev)})
+	}
+	u.render(c, status, webhooksPage(vm))
+}
+
+func (u *UI) webhooksPage(c *gin.Context) {
+	u.renderWebhooks(c, http.StatusOK, webhooksVM{}, webhooks.Events)
+}
+
+func (u *UI) createWebhook(c *gin.Context) {
+	t := tenantOf(c)
+	rawURL, events := c.PostForm("url"), c.PostFormArray("events")
+	ep, secret, err := u.webhooks.CreateEndpoint(c.Request.Context(), t.ID, rawURL, events)
+	if err != nil {
+		e := apperr.From(err)
+		vm := webhooksVM{URL: rawURL}
+		switch {
+		case e.Field == "url":
+			vm.URLErr = e.Sentence()
+		case e.Field == "events":
+			vm.EventsErr = e.Sentence()
+		case e.Status() < 500:
+			vm.FormErr = e.Sentence()
+		default:
+			u.internalError(c, err)
+			return
+		}
+		u.renderWebhooks(c, http.StatusUnprocessableEntity, vm, events)
+		return
+	}
+	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "webhook.create", strconv.FormatInt(ep.ID, 10), ep.URL)
+	u.renderWebhooks(c, http.StatusCreated, webhooksVM{NewSecret: secret, NewURL: ep.URL}, webhooks.Events)
+}
+
+// endpointOf finds the {id} endpoint of the tenant; ok false when it has answered 404.
+func (u *UI) endpointOf(c *gin.Context) (webhooks.Endpoint, bool) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err == nil {
+		eps, err := u.webhooks.Endpoints(c.Request.Context(), tenantOf(c).ID)
+		if err != nil {
+			u.internalError(c, err)
+			return webhooks.Endpoint{}, false
+		}
+		for _, e := range eps {
+			if e.ID == id {
+				return e, true
+			}
+		}
+	}
+	u.NotFound(c)
+	return webhooks.Endpoint{}, false
+}
+
+func (u *UI) webhookLog(c *gin.Context) {
+	t := tenantOf(c)
+	ep, ok := u.endpointOf(c)
+	if !ok {
+		return
+	}
+	l, err := u.layout(c, "Webhook deliveries · "+t.Name, "webhooks")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	ds, err := u.webhooks.Deliveries(c.Request.Context(), t.ID, ep.ID, 100)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	vm := webhookLogVM{Layout: l, URL: ep.URL, Events: strings.Join(ep.Events, ", "), TestURL: webhookPath(t.ID, ep.ID, "/test"),
+		BackURL: tenantPath(t.ID, "/webhooks")}
+	for _, d := range ds {
+		r := deliveryRow{ID: d.ID, Event: d.Event, Created: fmtTime(d.CreatedAt), Attempts: d.Attempts, LastError: d.LastError,
+			ResendURL: webhookPath(t.ID, ep.ID, "/deliveries/"+d.ID+"/resend")}
+		switch {
+		case d.DeliveredAt != nil:
+			r.State = "delivered " + fmtTime(*d.DeliveredAt)
+		case d.GivenUpAt != nil:
+			r.State = "given up " + fmtTime(*d.GivenUpAt)
+		case d.NextAttempt != nil:
+			r.State = "next attempt " + fmtTime(*d.NextAttempt)
+		}
+		if d.LastStatus != nil {
+			r.LastStatus = strconv.Itoa(*d.LastStatus)
+		}
+		vm.Rows = append(vm.Rows, r)
+	}
+	u.render(c, http.StatusOK, webhookLogPage(vm))
+}
+
+func (u *UI) testWebhook(c *gin.Context) {
+	t := tenantOf(c)
+	ep, ok := u.endpointOf(c)
+	if !ok {
+		return
+	}
+	if err := u.webhooks.SendTest(c.Request.Context(), t.ID, ep.ID); err != nil {
+		u.fail(c, err)
+		return
+	}
+	redirect(c, webhookPath(t.ID, ep.ID, "?msg=webhook-test"))
+}
+
+func (u *UI) resendWebhook(c *gin.Context) {
+	t := tenantOf(c)
+	ep, ok := u.endpointOf(c)
+	if !ok {
+		return
+	}
+	if err := u.webhooks.Resend(c.Request.Context(), t.ID, ep.ID, c.Param("did")); err != nil {
+		u.fail(c, err)
+		return
+	}
+	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "webhook.resend", c.Param("did"), ep.URL)
+	redirect(c, webhookPath(t.ID, ep.ID, "?msg=webhook-resent"))
+}
+
+// deleteWebhook removes an endpoint; the form must carry the confirmation box.
+func (u *UI) deleteWebhook(c *gin.Context) {
+	t := tenantOf(c)
+	ep, ok := u.endpointOf(c)
+	if !ok {
+		return
+	}
+	if c.PostForm("confirm") != "yes" {
+		u.renderWebhooks(c, http.StatusUnprocessableEntity, webhooksVM{FormErr: "Tick the box beside Delete to confirm."}, webhooks.Events)
+		return
+	}
+	if err := u.webhooks.DeleteEndpoint(c.Request.Context(), t.ID, ep.ID); err != nil {
+		u.fail(c, err)
+		return
+	}
+	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "webhook.delete", strconv.FormatInt(ep.ID, 10), ep.URL)
+	redirect(c, tenantPath(t.ID, "/webhooks?msg=webhook-deleted"))
+}
