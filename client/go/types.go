@@ -10,6 +10,19 @@ const (
 	TokenBucket   Kind = "token bucket"
 	FixedWindow   Kind = "fixed window"
 	SlidingWindow Kind = "sliding window"
+	// GCRA is the token bucket under its other name: burst = Capacity, emission interval =
+	// Period / Rate. Sluice returns a definition with the kind it was written with.
+	GCRA Kind = "gcra"
+)
+
+// Mode is what a limit's refusals do.
+type Mode string
+
+// The modes of a limit. In shadow mode Sluice decides and writes as when enforcing, but admits
+// every request and reports what enforcement would have said in Result.Shadow.
+const (
+	Enforce Mode = "enforce"
+	Shadow  Mode = "shadow"
 )
 
 // Definition configures a limit: the body of PUT /v1/limits/{name} and a decision's inline
@@ -29,6 +42,9 @@ type Definition struct {
 	Resolution int    `json:"resolution,omitempty"` // sliding windows only
 	Jitter     int64  `json:"jitter,omitempty"`     // refusals get retryAfter + uniform[0, Jitter) ms
 	IPFallback bool   `json:"ipFallback,omitempty"`
+	Mode       Mode   `json:"mode,omitempty"` // "" (Sluice's default) is Enforce
+	// Penalty (ms): a key the limit refuses stays refused this long after the refusal.
+	Penalty int64 `json:"penalty,omitempty"`
 }
 
 // StoredDefinition is a definition as Sluice stores it.
@@ -75,6 +91,15 @@ type Result struct {
 	// RateLimitPolicy and RateLimit are the IETF headers Sluice sent with the answer ("" when
 	// Degraded, and on the results of a bulk request, which carries none).
 	RateLimitPolicy, RateLimit string
+	// Shadow is, for a limit in shadow mode (whose OK is then always true), what enforcement
+	// would have answered; nil otherwise.
+	Shadow *ShadowResult
+}
+
+// ShadowResult is what a limit in shadow mode would have answered if it were enforced.
+type ShadowResult struct {
+	OK         bool
+	RetryAfter time.Duration // as Result.RetryAfter
 }
 
 // BatchResult answers Batch and CheckBatch: all of the limits or none.
@@ -109,6 +134,12 @@ type Value struct {
 	TS     int64        `json:"ts"`
 	Shards []ShardValue `json:"shards"`
 	Config Definition   `json:"config"`
+	// FullAt is when (ms since the Unix epoch) the key is full again if nothing more is
+	// consumed; nil when it is full already.
+	FullAt *int64 `json:"fullAt"`
+	// PenaltyUntil is when the key's running penalty ends (ms since the Unix epoch); nil when
+	// none runs.
+	PenaltyUntil *int64 `json:"penaltyUntil"`
 }
 
 // wireDecision is a decision as Sluice sends it.
@@ -118,12 +149,19 @@ type wireDecision struct {
 	Remaining  float64 `json:"remaining"`
 	Name       string  `json:"name"`
 	Key        *string `json:"key"`
+	Shadow     *struct {
+		OK         bool   `json:"ok"`
+		RetryAfter *int64 `json:"retryAfter"`
+	} `json:"shadow"`
 }
 
 func (w wireDecision) result() Result {
 	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name}
 	if w.Key != nil {
 		r.Key = *w.Key
+	}
+	if w.Shadow != nil {
+		r.Shadow = &ShadowResult{OK: w.Shadow.OK, RetryAfter: ms(w.Shadow.RetryAfter)}
 	}
 	return r
 }

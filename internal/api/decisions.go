@@ -303,6 +303,9 @@ func (s *Server) tooMany(c *gin.Context, d limiter.Decision) {
 // under their canonical keys directly: this runs on every decision.
 func setRateLimitHeaders(c *gin.Context, ds []limiter.Decision) {
 	policy, limit := limiter.RateLimitHeaders(limiter.WithParents(ds))
+	if policy == "" { // only shadow limits: nothing to pace by
+		return
+	}
 	h := c.Writer.Header()
 	h["Ratelimit-Policy"] = []string{policy} // textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
 	h["Ratelimit"] = []string{limit}

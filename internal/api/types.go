@@ -27,11 +27,19 @@ type ConfigResponse struct {
 	TimeZone    string               `json:"timeZone,omitempty"`
 	AnchorDay   int                  `json:"anchorDay,omitempty"`
 	Parents     []limiter.ParentSpec `json:"parents,omitempty"`
+	Mode        string               `json:"mode"`
+	Penalty     int64                `json:"penalty"`
 }
 
+// toConfig is a definition as the API returns it. The kind is the one its author wrote: "gcra"
+// stays "gcra" (the token bucket's math under its other name).
 func toConfig(d limiter.Definition) ConfigResponse {
 	c := ConfigResponse{Kind: string(d.Kind), Rate: d.Rate, Capacity: d.Capacity,
-		MaxReserved: d.MaxReserved, Shards: max(d.Shards, 1), Start: d.Start, Jitter: d.Jitter, IPFallback: d.IPFallback}
+		MaxReserved: d.MaxReserved, Shards: max(d.Shards, 1), Start: d.Start, Jitter: d.Jitter, IPFallback: d.IPFallback,
+		Mode: string(limiter.Enforce), Penalty: d.Penalty}
+	if d.Mode != "" {
+		c.Mode = string(d.Mode)
+	}
 	if d.Kind == limiter.SlidingWindow {
 		r := max(d.Resolution, 1)
 		c.Resolution = &r
@@ -127,14 +135,22 @@ type ResetBody struct {
 
 // DecisionResponse is one decision.
 type DecisionResponse struct {
-	OK         bool    `json:"ok"`
-	RetryAfter *int64  `json:"retryAfter"`
-	Remaining  float64 `json:"remaining"`
-	Name       string  `json:"name"`
-	Key        *string `json:"key"`
+	OK         bool            `json:"ok"`
+	RetryAfter *int64          `json:"retryAfter"`
+	Remaining  float64         `json:"remaining"`
+	Name       string          `json:"name"`
+	Key        *string         `json:"key"`
+	Shadow     *ShadowResponse `json:"shadow,omitempty"`
 	// Parents are the decisions on the limit's ancestors (nested budgets); ok and retryAfter
 	// above are the whole family's.
 	Parents []ParentDecisionResponse `json:"parents,omitempty"`
+}
+
+// ShadowResponse is what a limit in shadow mode would have answered if enforced; present on
+// every decision of a shadow limit (whose own ok is always true).
+type ShadowResponse struct {
+	OK         bool   `json:"ok"`
+	RetryAfter *int64 `json:"retryAfter"`
 }
 
 // ParentDecisionResponse is one ancestor's part in a decision.
@@ -155,6 +171,9 @@ type BatchResponse struct {
 
 func toDecisionResponse(d limiter.Decision) DecisionResponse {
 	r := DecisionResponse{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: roundTokens(d.Remaining), Name: d.Name}
+	if d.Shadow != nil {
+		r.Shadow = &ShadowResponse{OK: d.Shadow.OK, RetryAfter: d.Shadow.RetryAfter}
+	}
 	if d.Key != "" {
 		k := d.Key
 		r.Key = &k
@@ -186,11 +205,24 @@ type ValueResponse struct {
 	// since the epoch.
 	WindowStart *int64 `json:"windowStart,omitempty"`
 	ResetAt     *int64 `json:"resetAt,omitempty"`
+	// FullAt is when (ms since the epoch) the key is full again if nothing more is consumed; null
+	// when it is full already. Every kind has one.
+	FullAt *int64 `json:"fullAt"`
+	// PenaltyUntil is when the key's running penalty ends (ms since the epoch); absent when none runs.
+	PenaltyUntil *int64 `json:"penaltyUntil,omitempty"`
 }
 
 func toValueResponse(v limiter.Value) ValueResponse {
 	out := ValueResponse{Value: roundTokens(v.Value), TS: v.TS, Config: toConfig(v.Definition), Shards: make([]ShardValueResponse, len(v.Shards)),
 		WindowStart: v.WindowStart, ResetAt: v.ResetAt}
+	if v.FullAt != 0 {
+		f := v.FullAt
+		out.FullAt = &f
+	}
+	if v.PenaltyUntil != 0 {
+		p := v.PenaltyUntil
+		out.PenaltyUntil = &p
+	}
 	for i, s := range v.Shards {
 		out.Shards[i] = ShardValueResponse{Shard: s.Shard, Value: roundTokens(s.Value), TS: s.TS}
 	}

@@ -150,6 +150,9 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	a.Engine = limiter.NewEngine(a.DB, limiter.Options{FastCommit: cfg.FastCommit, OnDecision: func(tenantID int64, name string, ok bool) {
 		a.Metrics.OnDecision(tenantID, name, ok)
 		a.Usage.Record(tenantID, name, ok)
+	}, OnShadowRefused: func(tenantID int64, name string) {
+		a.Metrics.OnShadowRefused(tenantID, name)
+		a.Usage.RecordShadowRefused(tenantID, name)
 	}})
 	a.Metrics.WatchGroups(a.Engine.GroupStats)
 	a.Captcha = captcha.NewStore(a.DB, o.Now, captcha.WithLogger(a.Log))

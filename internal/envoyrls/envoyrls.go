@@ -336,8 +336,7 @@ func rateLimitHeaders(ok bool, results []limiter.Decision, unknown []bool) []*co
 		}
 	}
 	var hs []*core.HeaderValue
-	if len(known) > 0 {
-		policy, limit := limiter.RateLimitHeaders(known)
+	if policy, limit := limiter.RateLimitHeaders(known); policy != "" { // none for shadow limits alone
 		hs = append(hs,
 			&core.HeaderValue{Key: "ratelimit-policy", Value: policy},
 			&core.HeaderValue{Key: "ratelimit", Value: limit})

@@ -22,6 +22,7 @@ type Engine struct {
 	clock      func() time.Time // this process's clock (Options.Clock)
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
+	onShadow   func(tenantID int64, name string)
 
 	queue    chan *job     // decisions waiting for the group-commit worker (Run)
 	maxGroup int           // most decisions in one group transaction
@@ -41,9 +42,14 @@ type Options struct {
 	Now func() time.Time
 	// Clock is this process's clock: SQLite's decision time and the time stamps of definitions;
 	// time.Now when nil. Tests skew it to show that PostgreSQL's decisions do not read it.
-	Clock      func() time.Time
-	IntN       func(n int) int // randomness for shard choice and jitter; must be goroutine-safe
-	OnDecision func(tenantID int64, name string, ok bool)
+	Clock func() time.Time
+	IntN  func(n int) int // randomness for shard choice and jitter; must be goroutine-safe
+	// OnDecision is told of every consumed decision of every limit: ok is whether it was
+	// admitted (in a batch, whether the batch was). A shadow limit's would-be refusal in an
+	// admitted decision goes to OnShadowRefused instead, so that allowed, refused and
+	// shadow-refused count each decision once.
+	OnDecision      func(tenantID int64, name string, ok bool)
+	OnShadowRefused func(tenantID int64, name string)
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
 	// FastCommit (SLUICE_COMMIT=fast) commits decision transactions on PostgreSQL without
@@ -55,7 +61,7 @@ type Options struct {
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, stopped: make(chan struct{})}
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, stopped: make(chan struct{})}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
@@ -99,6 +105,15 @@ type Decision struct {
 	// parents, then theirs. OK and RetryAfter above are the whole family's: the request passed
 	// only if the limit and every ancestor allowed it.
 	Parents []Decision
+	// Shadow is what enforcement would have answered, for a limit in shadow mode (nil
+	// otherwise): OK and RetryAfter are then always true and nil, whatever Shadow says.
+	Shadow *ShadowOutcome
+}
+
+// ShadowOutcome is the decision a shadow-mode limit would have made if it were enforced.
+type ShadowOutcome struct {
+	OK         bool
+	RetryAfter *int64 // ms: when a refused caller should retry, or reserved work run
 }
 
 // QuotaWindow is a quota's calendar window [Start, End) and the time of the decision, in ms
@@ -252,6 +267,16 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 			j := min(*r.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)
 			r.RetryAfter = &j
 		}
+		if sh := r.Shadow; sh != nil && !sh.OK && sh.RetryAfter != nil && r.Definition.Jitter > 0 {
+			j := min(*sh.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)
+			sh.RetryAfter = &j
+		}
+		if consume && out.OK && r.Shadow != nil && !r.Shadow.OK {
+			if e.onShadow != nil {
+				e.onShadow(tenantID, r.Name)
+			}
+			continue
+		}
 		// A refused batch carries the largest retryAfter among its refusals; an admitted one the
 		// largest among its reservations (when all of the reserved work may run).
 		if r.RetryAfter != nil && (out.OK || !r.OK) && (out.RetryAfter == nil || *r.RetryAfter > *out.RetryAfter) {
@@ -378,6 +403,11 @@ type Value struct {
 	// WindowStart and ResetAt (quotas only) are the current calendar window's start and end,
 	// the instant the quota is whole again, in ms since the epoch.
 	WindowStart, ResetAt *int64
+	// FullAt is when (ms since the epoch) every shard of the key is full again if nothing more is
+	// consumed (algo.FullAt); 0 when it is full already.
+	FullAt int64
+	// PenaltyUntil is when the key's running penalty ends (ms since the epoch); 0 when none runs.
+	PenaltyUntil int64
 }
 
 // GetValue computes a key's value to now without writing. It needs a stored definition.
@@ -417,6 +447,12 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 			out.Shards[i] = ShardValue{Shard: i, Value: v, TS: ts}
 			out.Value += v
 			out.TS = max(out.TS, ts)
+			if at := algo.FullAt(def, st, now, origin); at > now {
+				out.FullAt = max(out.FullAt, at)
+			}
+			if st.PenaltyUntil > now {
+				out.PenaltyUntil = max(out.PenaltyUntil, st.PenaltyUntil)
+			}
 		}
 		if def.Kind == Quota {
 			start, end := def.WindowAt(out.TS)

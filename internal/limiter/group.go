@@ -384,13 +384,24 @@ func parentCountError(parent string, err error) error {
 	return &c
 }
 
-// decideJob decides one job against the rows as the jobs before it in the group left them. Its
-// writes join the overlay only if every one of its limits allowed (all or nothing) and it consumes.
+// decideJob decides one job, its limits and their ancestors (j.exp), against the rows as the jobs
+// before it in the group left them. Its writes join the overlay only if every one of its enforced
+// limits and their ancestors allowed (all or nothing) and it consumes. A shadow-mode limit is
+// decided and written exactly as an enforced one (a would-be refusal writes nothing for it) but
+// never refuses the job: its would-be outcome is reported in Decision.Shadow. A refusal that
+// starts a penalty writes its penalty end whatever the job's outcome (the one write a refusal
+// makes, DESIGN §3.4's documented exception).
 func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) (BatchDecision, error) {
 	out := BatchDecision{OK: true, Results: make([]Decision, len(j.reqs))}
 	local := map[rowKey]algo.State{}
+	type penalty struct {
+		def           Definition
+		origin, until int64
+	}
+	var penalties map[rowKey]penalty
 	for x, r := range j.exp {
 		def := r.def
+		origin := algo.Origin(def, j.tenantID, r.name, r.key)
 		states := make([]algo.State, len(j.picks[x]))
 		for k, s := range j.picks[x] {
 			rk := rowKey{j.tenantID, r.name, r.key, s}
@@ -403,22 +414,36 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			}
 		}
 		req := j.reqs[r.of]
-		d := algo.Decide(def, states, req.Count, req.Reserve, now, algo.Origin(def, j.tenantID, r.name, r.key))
-		dec := Decision{Name: r.name, Key: r.key, OK: d.OK, Remaining: d.Remaining, Definition: def}
+		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
+		var retryAfter *int64
+		if !math.IsNaN(d.RetryAfter) {
+			ra := algo.RetryAfterMillis(d.RetryAfter)
+			retryAfter = &ra
+		}
+		dec := Decision{Name: r.name, Key: r.key, OK: d.OK, RetryAfter: retryAfter, Remaining: d.Remaining, Definition: def}
 		if def.Kind == Quota {
 			dec.Window = &QuotaWindow{Start: d.WindowStart, End: d.WindowEnd, Now: now}
 		}
-		if !math.IsNaN(d.RetryAfter) {
-			ra := algo.RetryAfterMillis(d.RetryAfter)
-			dec.RetryAfter = &ra
+		if def.IsShadow() {
+			dec.OK, dec.RetryAfter, dec.Shadow = true, nil, &ShadowOutcome{OK: d.OK, RetryAfter: retryAfter}
 		}
 		if r.parent {
 			out.Results[r.of].Parents = append(out.Results[r.of].Parents, dec)
 		} else {
 			out.Results[r.of] = dec
 		}
+		if d.PenaltyUntil != 0 && j.consume {
+			if penalties == nil {
+				penalties = map[rowKey]penalty{}
+			}
+			for _, s := range j.picks[x] {
+				penalties[rowKey{j.tenantID, r.name, r.key, s}] = penalty{def, origin, d.PenaltyUntil}
+			}
+		}
 		if !d.OK {
-			out.OK = false
+			if !def.IsShadow() {
+				out.OK = false
+			}
 			continue
 		}
 		for k, w := range d.Writes {
@@ -434,6 +459,14 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		for k, st := range local {
 			overlay[k] = st
 		}
+	}
+	// Penalties go on top of whatever the job left: the refused limit's own state is not consumed.
+	for rk, p := range penalties {
+		st, ok := overlay[rk]
+		if !ok {
+			st = stored[rk].state(p.def)
+		}
+		overlay[rk] = algo.WithPenalty(p.def, st, now, p.origin, p.until)
 	}
 	return out, nil
 }

@@ -13,14 +13,22 @@ import (
 //
 // t is the decision's retryAfter when it has one, otherwise the time until the quota is whole
 // again; for a quota, w is the current calendar window's length and t the time until its end
-// (the next boundary), when the quota is whole again. Built with strconv (AppendQuote is %q): the API sends them on every decision.
+// (the next boundary), when the quota is whole again. Limits in shadow mode are left out: they
+// constrain nobody yet, and a client that paces itself by these headers must not start enforcing
+// them on its own; both values are "" when every decision is a shadow one (send no headers then).
+// Built with strconv (AppendQuote is %q): the API sends them on every decision.
 func RateLimitHeaders(ds []Decision) (policy, limit string) {
 	p := make([]byte, 0, 48*len(ds))
 	l := make([]byte, 0, 48*len(ds))
-	for i, d := range ds {
-		if i > 0 {
+	n := 0
+	for _, d := range ds {
+		if d.Shadow != nil {
+			continue
+		}
+		if n > 0 {
 			p, l = append(p, ", "...), append(l, ", "...)
 		}
+		n++
 		def := d.Definition
 		window := float64(def.Period)
 		if d.Window != nil {

@@ -18,6 +18,8 @@ type (
 	Definition = algo.Definition
 	// FieldError is one problem with one field of a definition or request.
 	FieldError = algo.FieldError
+	// Mode is Enforce or Shadow (see algo.Mode).
+	Mode = algo.Mode
 	// ValidationError lists what is wrong with a definition or request. Errors of the engine
 	// carry it as the cause of their *apperr.Error, so errors.As still finds it.
 	ValidationError = algo.ValidationError
@@ -33,6 +35,10 @@ const (
 	FixedWindow   = algo.FixedWindow
 	SlidingWindow = algo.SlidingWindow
 	Quota         = algo.Quota
+	GCRA          = algo.GCRA
+	Enforce       = algo.Enforce
+	Shadow        = algo.Shadow
+	MaxPenalty    = algo.MaxPenalty
 	MaxShards     = algo.MaxShards
 	MaxResolution = algo.MaxResolution
 	MaxKeyBytes   = algo.MaxKeyBytes

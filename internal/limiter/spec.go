@@ -20,6 +20,8 @@ type Spec struct {
 	Resolution  *int     `json:"resolution,omitempty"`
 	Jitter      *int64   `json:"jitter,omitempty"`
 	IPFallback  *bool    `json:"ipFallback,omitempty"`
+	Mode        *string  `json:"mode,omitempty"`
+	Penalty     *int64   `json:"penalty,omitempty"`
 	// Quotas: the calendar window, its IANA time zone, a monthly quota's billing day.
 	Calendar  *string `json:"calendar,omitempty"`
 	TimeZone  *string `json:"timeZone,omitempty"`
@@ -93,11 +95,26 @@ func (b Spec) ToDefinition() (Definition, error) {
 	if b.IPFallback != nil {
 		d.IPFallback = *b.IPFallback
 	}
+	if b.Mode != nil {
+		if *b.Mode == "" {
+			return Definition{}, invalidConfig("mode", `must be "enforce" or "shadow"`)
+		}
+		d.Mode = Mode(*b.Mode)
+	}
+	if b.Penalty != nil {
+		d.Penalty = *b.Penalty
+	}
 	return d, fromAlgo(d.Validate())
 }
 
+// invalidConfig is an invalid_config error about one field.
+func invalidConfig(field, msg string) error {
+	return fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: field, Message: msg}}})
+}
+
 // AuditDetail is how the audit log describes a definition that was stored: the kind, the rate
-// and the period (or a quota's calendar, zone and billing day), and the parents.
+// and the period (or a quota's calendar, zone and billing day), the parents, then the mode and
+// the penalty when they are not the defaults.
 func AuditDetail(d Definition) string {
 	var b strings.Builder
 	b.WriteString(string(d.Kind) + " rate=" + strconv.FormatFloat(d.Rate, 'g', -1, 64))
@@ -116,6 +133,12 @@ func AuditDetail(d Definition) string {
 			b.WriteString(",")
 		}
 		b.WriteString(p.Name + "(" + strconv.Quote(p.Key) + ")")
+	}
+	if d.IsShadow() {
+		b.WriteString(" mode=shadow")
+	}
+	if d.Penalty > 0 {
+		b.WriteString(" penalty=" + strconv.FormatInt(d.Penalty, 10))
 	}
 	return b.String()
 }

@@ -24,13 +24,13 @@ const (
 	statePrimaryKey = "tenant_id, name, key, shard"
 	// stateValueColumns hold a row's state: everything a decision reads besides the key. The
 	// sweeper's pgDeleteUnchanged compares every one of them: a new one must join it there.
-	stateValueColumns = "value, ts, counters"
+	stateValueColumns = "value, ts, counters, penalty_until"
 	// stateColumns are limit_state's columns: the primary key, then the state.
 	stateColumns = statePrimaryKey + ", " + stateValueColumns
 	// stateUpsert makes an INSERT of stateColumns replace the state of rows that exist.
-	stateUpsert = " ON CONFLICT (" + statePrimaryKey + ") DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters"
+	stateUpsert = " ON CONFLICT (" + statePrimaryKey + ") DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters, penalty_until = excluded.penalty_until"
 	// definitionColumns are limit_definitions' columns.
-	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, created_at, updated_at, calendar, time_zone, anchor_day, parents"
+	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, mode, penalty, created_at, updated_at, calendar, time_zone, anchor_day, parents"
 )
 
 // The portable statements. Matches on a list of primary keys are an OR of equalities (matchAll):
@@ -56,7 +56,7 @@ const (
 	sqlScanStateOrder = " ORDER BY " + statePrimaryKey + " LIMIT ?"
 )
 
-// maxKeysPerStatement keeps every statement's bind parameters (4 per key, 7 per written row) far
+// maxKeysPerStatement keeps every statement's bind parameters (4 per key, 8 per written row) far
 // below SQLite's and PostgreSQL's limits.
 const maxKeysPerStatement = 500
 
@@ -69,12 +69,14 @@ type fullStateRow struct {
 	Value    float64
 	TS       int64 `gorm:"column:ts"`
 	Counters string
-	exists   bool
+	// PenaltyUntil is when the penalty of the key's last refusal ends (ms; 0: none).
+	PenaltyUntil int64
+	exists       bool
 }
 
 // fields are the scan targets of stateColumns, in order.
 func (r *fullStateRow) fields() []any {
-	return []any{&r.TenantID, &r.Name, &r.Key, &r.Shard, &r.Value, &r.TS, &r.Counters}
+	return []any{&r.TenantID, &r.Name, &r.Key, &r.Shard, &r.Value, &r.TS, &r.Counters, &r.PenaltyUntil}
 }
 
 func (r fullStateRow) key() rowKey { return rowKey{r.TenantID, r.Name, r.Key, r.Shard} }
@@ -84,7 +86,7 @@ func (r fullStateRow) state(def Definition) algo.State {
 	if !r.exists {
 		return algo.State{}
 	}
-	st := algo.State{Value: r.Value, TS: r.TS, Exists: true}
+	st := algo.State{Value: r.Value, TS: r.TS, PenaltyUntil: r.PenaltyUntil, Exists: true}
 	if def.Kind == SlidingWindow {
 		st.Counters = algo.ParseCounters(def, r.Counters)
 	}
@@ -94,7 +96,7 @@ func (r fullStateRow) state(def Definition) algo.State {
 // fields are the scan targets of definitionColumns, in order.
 func (r *definitionRow) fields() []any {
 	return []any{&r.TenantID, &r.Name, &r.Kind, &r.Rate, &r.Period, &r.Capacity, &r.MaxReserved,
-		&r.Shards, &r.Start, &r.Resolution, &r.Jitter, &r.IPFallback, &r.CreatedAt, &r.UpdatedAt,
+		&r.Shards, &r.Start, &r.Resolution, &r.Jitter, &r.IPFallback, &r.Mode, &r.Penalty, &r.CreatedAt, &r.UpdatedAt,
 		&r.Calendar, &r.TimeZone, &r.AnchorDay, &r.Parents}
 }
 
@@ -226,14 +228,14 @@ func saveRows(tx *gorm.DB, rows map[rowKey]algo.State) error {
 		part := keys[start:min(start+maxKeysPerStatement, len(keys))]
 		var sb strings.Builder
 		sb.WriteString(sqlInsertState)
-		args := make([]any, 0, 7*len(part))
+		args := make([]any, 0, 8*len(part))
 		for i, k := range part {
 			if i > 0 {
 				sb.WriteString(",")
 			}
-			sb.WriteString("(?,?,?,?,?,?,?)")
+			sb.WriteString("(?,?,?,?,?,?,?,?)")
 			st := rows[k]
-			args = append(args, k.tenantID, k.name, k.key, k.shard, st.Value, st.TS, storedCounters(st))
+			args = append(args, k.tenantID, k.name, k.key, k.shard, st.Value, st.TS, storedCounters(st), st.PenaltyUntil)
 		}
 		sb.WriteString(stateUpsert)
 		if err := tx.Exec(sb.String(), args...).Error; err != nil {

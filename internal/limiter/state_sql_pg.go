@@ -39,7 +39,7 @@ const (
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(` + statePrimaryKey + `)
 		JOIN limit_state USING (` + statePrimaryKey + `)`
 	pgUpsertRows = "INSERT INTO limit_state (" + stateColumns + `)
-		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[])` + stateUpsert
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
 )
 
 // pgDeleteUnchanged is the sweeper's deletion on PostgreSQL (sweep.go): it deletes each
@@ -52,10 +52,10 @@ const (
 // needed, and none is taken — a serializable deletion of hundreds of rows took predicate locks
 // on the index pages that the decisions write to, and failed (and gave up) under load.
 const pgDeleteUnchanged = `DELETE FROM limit_state s
-	USING unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::timestamptz[])
+	USING unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[], $9::timestamptz[])
 		AS c(` + stateColumns + `, defined_at)
 	WHERE (s.tenant_id, s.name, s.key, s.shard) = (c.tenant_id, c.name, c.key, c.shard)
-	AND (s.value, s.ts, s.counters) IS NOT DISTINCT FROM (c.value, c.ts, c.counters)
+	AND (s.value, s.ts, s.counters, s.penalty_until) IS NOT DISTINCT FROM (c.value, c.ts, c.counters, c.penalty_until)
 	AND CASE WHEN c.defined_at IS NULL
 		THEN NOT EXISTS (SELECT 1 FROM limit_definitions d WHERE d.tenant_id = s.tenant_id AND d.name = s.name)
 		ELSE EXISTS (SELECT 1 FROM limit_definitions d
@@ -65,12 +65,12 @@ const pgDeleteUnchanged = `DELETE FROM limit_state s
 // definedAt[i] (nil: no stored definition), and returns how many rows it deleted.
 func deleteUnchangedPg(ctx context.Context, conn *pgx.Conn, rows []fullStateRow, definedAt []*time.Time) (int64, error) {
 	keys := make([]rowKey, len(rows))
-	values, ts, counters := make([]float64, len(rows)), make([]int64, len(rows)), make([]string, len(rows))
+	values, ts, counters, penalties := make([]float64, len(rows)), make([]int64, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {
 		keys[i] = r.key()
-		values[i], ts[i], counters[i] = r.Value, r.TS, r.Counters
+		values[i], ts[i], counters[i], penalties[i] = r.Value, r.TS, r.Counters, r.PenaltyUntil
 	}
-	tag, err := conn.Exec(ctx, pgDeleteUnchanged, append(rowArgs(keys), values, ts, counters, definedAt)...)
+	tag, err := conn.Exec(ctx, pgDeleteUnchanged, append(rowArgs(keys), values, ts, counters, penalties, definedAt)...)
 	return tag.RowsAffected(), err
 }
 
@@ -205,10 +205,10 @@ func writeArgs(rows map[rowKey]algo.State) []any {
 	}
 	keys = sortedUnique(keys)
 	args := rowArgs(keys)
-	values, ts, counters := make([]float64, len(keys)), make([]int64, len(keys)), make([]string, len(keys))
+	values, ts, counters, penalties := make([]float64, len(keys)), make([]int64, len(keys)), make([]string, len(keys)), make([]int64, len(keys))
 	for i, k := range keys {
 		st := rows[k]
-		values[i], ts[i], counters[i] = st.Value, st.TS, storedCounters(st)
+		values[i], ts[i], counters[i], penalties[i] = st.Value, st.TS, storedCounters(st), st.PenaltyUntil
 	}
-	return append(args, values, ts, counters)
+	return append(args, values, ts, counters, penalties)
 }

@@ -24,7 +24,9 @@ type definitionRow struct {
 	Start       *int64 `gorm:"column:start"`
 	Resolution  *int
 	Jitter      int64
-	IPFallback  bool      `gorm:"column:ip_fallback"`
+	IPFallback  bool `gorm:"column:ip_fallback"`
+	Mode        string
+	Penalty     int64
 	CreatedAt   time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt   time.Time `gorm:"autoUpdateTime:false"`
 	Calendar    *string
@@ -83,6 +85,7 @@ func (r definitionRow) toDomain() StoredDefinition {
 	d := Definition{
 		Kind: Kind(r.Kind), Rate: r.Rate, Period: r.Period, Capacity: r.Capacity, MaxReserved: r.MaxReserved,
 		Shards: r.Shards, Start: r.Start, Jitter: r.Jitter, IPFallback: r.IPFallback,
+		Mode: algo.Mode(r.Mode), Penalty: r.Penalty,
 	}
 	if r.Resolution != nil {
 		d.Resolution = *r.Resolution
@@ -121,7 +124,8 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 		row := definitionRow{
 			TenantID: tenantID, Name: name, Kind: string(def.Kind), Rate: def.Rate, Period: def.Period,
 			Capacity: def.Capacity, MaxReserved: def.MaxReserved, Shards: def.Shards, Start: def.Start,
-			Jitter: def.Jitter, IPFallback: def.IPFallback, CreatedAt: now, UpdatedAt: now,
+			Jitter: def.Jitter, IPFallback: def.IPFallback, Mode: string(def.Mode), Penalty: def.Penalty,
+			CreatedAt: now, UpdatedAt: now,
 		}
 		if def.Kind == SlidingWindow {
 			row.Resolution = &def.Resolution

@@ -236,6 +236,9 @@ func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRo
 
 // sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before.
 func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
+	if r.PenaltyUntil > now-SweepClockGrace.Milliseconds() {
+		return false // a running penalty is state no missing row has
+	}
 	if !d.ok {
 		return r.TS <= now-InlineStateTTL.Milliseconds()
 	}

@@ -79,6 +79,24 @@ func TestSweepDeletionOnPostgreSQLNeedsTheJudgedStateAndDefinition(t *testing.T)
 		t.Fatal("deleted a row judged full under a definition that has changed since")
 	}
 
+	// penalty_until is state too: a row whose penalty changed since the scan is not the row judged.
+	// (No decision starts a penalty on a row that reads full; the column is compared all the same,
+	// as every state column is.)
+	vp := put("pen", def)
+	write("pen", "penalized", nil)
+	write("pen", "untouched", nil)
+	judged, untouched := scan("pen", "penalized"), scan("pen", "untouched")
+	if err := d.Gorm.Exec(`UPDATE limit_state SET penalty_until = ? WHERE tenant_id = ? AND name = 'pen' AND key = 'penalized'`,
+		now.Load()+60_000, tenantID).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n := deleteJudged(judged, &vp.UpdatedAt); n != 0 {
+		t.Fatal("deleted a row whose penalty changed after the scan")
+	}
+	if n := deleteJudged(untouched, &vp.UpdatedAt); n != 1 {
+		t.Fatalf("the same row without the change: deleted %d, want 1", n)
+	}
+
 	write("adhoc", "k", &def)
 	judged = scan("adhoc", "k")
 	put("adhoc", bigger)

@@ -58,7 +58,8 @@ func New(o Options) *Metrics {
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
-			Help: "Consuming limit decisions by tenant ID, limit name and result (allowed or refused). " +
+			Help: "Consuming limit decisions by tenant ID, limit name and result (allowed, refused, or shadow_refused: " +
+				"admitted only because the limit is in shadow mode; allowed + shadow_refused were admitted). " +
 				"Tenants and names beyond the first " + strconv.Itoa(o.MaxLabelValues) + " seen are counted as \"other\".",
 		}, []string{"tenant", "name", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -107,6 +108,12 @@ func (m *Metrics) OnDecision(tenantID int64, name string, ok bool) {
 		result = "allowed"
 	}
 	m.decisions.WithLabelValues(m.tenants.get(strconv.FormatInt(tenantID, 10)), m.names.get(name), result).Inc()
+}
+
+// OnShadowRefused counts one consumed decision that a limit in shadow mode would have refused
+// (and so admitted); it has the signature of limiter.Options.OnShadowRefused.
+func (m *Metrics) OnShadowRefused(tenantID int64, name string) {
+	m.decisions.WithLabelValues(m.tenants.get(strconv.FormatInt(tenantID, 10)), m.names.get(name), "shadow_refused").Inc()
 }
 
 // ObserveDecision records the latency of one decision request. route is the route pattern (a

@@ -10,7 +10,8 @@ import (
 )
 
 // Usage charts are plain SVG computed here and written by chart.templ: no chart library and no
-// JavaScript. Bars stack allowed (bottom) and refused (top) decisions per bucket.
+// JavaScript. Bars stack allowed (bottom), refused, and shadow-refused (top: admitted only because
+// the limit is in shadow mode) decisions per bucket.
 
 type chartSpec struct {
 	title string
@@ -37,6 +38,7 @@ type chartVM struct {
 	XLabels      []xLabelVM
 	TotalAllowed int64
 	TotalRefused int64
+	TotalShadow  int64  // would-be refusals of limits in shadow mode
 	Summary      string // text alternative for screen readers
 	AxisX1       string
 	AxisX2       string
@@ -47,7 +49,9 @@ type barVM struct {
 	X, W                   string
 	AllowedY, AllowedH     string
 	RefusedY, RefusedH     string
+	ShadowY, ShadowH       string
 	HasAllowed, HasRefused bool
+	HasShadow              bool
 	Tip                    string
 }
 
@@ -88,7 +92,8 @@ func (u *UI) chart(c *gin.Context, tenantID int64, name, title string, spec char
 	for _, p := range points {
 		vm.TotalAllowed += p.Allowed
 		vm.TotalRefused += p.Refused
-		peak = max(peak, p.Allowed+p.Refused)
+		vm.TotalShadow += p.ShadowRefused
+		peak = max(peak, p.Allowed+p.Refused+p.ShadowRefused)
 	}
 	top := niceCeil(float64(peak))
 	plotW, plotH := chartW-padL-padR, chartH-padTop-padBottom
@@ -108,11 +113,17 @@ func (u *UI) chart(c *gin.Context, tenantID int64, name, title string, spec char
 		x := padL + float64(i)*slot + (slot-w)/2
 		ah := float64(p.Allowed) / top * plotH
 		rh := float64(p.Refused) / top * plotH
+		sh := float64(p.ShadowRefused) / top * plotH
+		tip := fmt.Sprintf("%s UTC: %d allowed, %d refused", p.Start.Format("Jan 2 15:04"), p.Allowed, p.Refused)
+		if p.ShadowRefused > 0 {
+			tip += fmt.Sprintf(", %d would-be refused (shadow)", p.ShadowRefused)
+		}
 		vm.Bars = append(vm.Bars, barVM{
 			X: f1(x), W: f1(w),
 			AllowedY: f1(base - ah), AllowedH: f1(ah), HasAllowed: p.Allowed > 0,
 			RefusedY: f1(base - ah - rh), RefusedH: f1(rh), HasRefused: p.Refused > 0,
-			Tip: fmt.Sprintf("%s UTC: %d allowed, %d refused", p.Start.Format("Jan 2 15:04"), p.Allowed, p.Refused),
+			ShadowY: f1(base - ah - rh - sh), ShadowH: f1(sh), HasShadow: p.ShadowRefused > 0,
+			Tip: tip,
 		})
 	}
 	labelY := f1(chartH - 6)
@@ -122,5 +133,8 @@ func (u *UI) chart(c *gin.Context, tenantID int64, name, title string, spec char
 		{X: f1(chartW - padR), Y: labelY, Label: "now (UTC)", Anchor: "end"},
 	}
 	vm.Summary = fmt.Sprintf("%s: %d allowed and %d refused decisions.", title, vm.TotalAllowed, vm.TotalRefused)
+	if vm.TotalShadow > 0 {
+		vm.Summary += fmt.Sprintf(" %d more were admitted only because the limit is in shadow mode.", vm.TotalShadow)
+	}
 	return vm, nil
 }

@@ -24,13 +24,18 @@ type limitVM struct {
 	ResetAllURL string
 	KeysURL     string
 	SelfURL     string
-	Keys        []keyValueVM
-	Lookup      *lookupVM
-	LookupKey   string
-	LookupError string
-	Error       string
-	Charts      []*chartVM
-	Window      *windowVM // quotas: the current calendar window
+	// Shadow: the limit is in shadow mode; EnforceURL is its switch to enforcement (a
+	// confirmation page first) and ShadowRefused its would-be refusals in the last hour.
+	Shadow        bool
+	EnforceURL    string
+	ShadowRefused int64
+	Keys          []keyValueVM
+	Lookup        *lookupVM
+	LookupKey     string
+	LookupError   string
+	Error         string
+	Charts        []*chartVM
+	Window        *windowVM // quotas: the current calendar window
 }
 
 // windowVM is a quota's current window, in the quota's zone.
@@ -62,6 +67,9 @@ type configRow struct{ Label, Value string }
 type lookupVM struct {
 	Key    keyValueVM
 	Shards []shardVM
+	// FullAt is when the key is full again ("" when it is full); PenaltyUntil when its running
+	// penalty ends ("" when none runs).
+	FullAt, PenaltyUntil string
 }
 
 type shardVM struct {
@@ -103,6 +111,10 @@ func configRows(d limiter.Definition) []configRow {
 		rows = append(rows, configRow{"Resolution", strconv.Itoa(max(d.Resolution, 1))})
 	}
 	rows = append(rows, configRow{"Jitter", strconv.FormatInt(d.Jitter, 10) + " ms"})
+	rows = append(rows, configRow{"Mode", string(d.Normalized().Mode)})
+	if d.Penalty > 0 {
+		rows = append(rows, configRow{"Penalty", fmtMS(d.Penalty) + " (" + strconv.FormatInt(d.Penalty, 10) + " ms)"})
+	}
 	if d.IPFallback {
 		rows = append(rows, configRow{"IP fallback", "on"})
 	}
@@ -144,6 +156,7 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		EditURL: limitPath(t.ID, d.Name, "/edit"), ResetURL: limitPath(t.ID, d.Name, "/reset"),
 		ResetAllURL: limitPath(t.ID, d.Name, "/reset-all"), KeysURL: limitPath(t.ID, d.Name, "/keys"),
 		SelfURL: limitPath(t.ID, d.Name, ""),
+		Shadow:  d.Definition.IsShadow(), EnforceURL: limitPath(t.ID, d.Name, "/enforce"),
 	}
 	if vm.Keys, err = u.recentKeys(c, d); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
@@ -169,6 +182,12 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 			}
 			if err == nil {
 				lk := &lookupVM{Key: keyValue(key, v.Value, v.Definition)}
+				if v.FullAt != 0 {
+					lk.FullAt = fmtTime(timeMS(v.FullAt))
+				}
+				if v.PenaltyUntil != 0 {
+					lk.PenaltyUntil = fmtTime(timeMS(v.PenaltyUntil))
+				}
 				for _, s := range v.Shards {
 					ts := "never used (full)"
 					if s.TS != 0 {
@@ -188,6 +207,9 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		}
 		if ch != nil {
 			vm.Charts = append(vm.Charts, ch)
+			if spec == chartHour {
+				vm.ShadowRefused = ch.TotalShadow
+			}
 		}
 	}
 	u.render(c, status, limitPage(vm))
@@ -269,4 +291,70 @@ func (u *UI) resetAll(c *gin.Context) {
 	}
 	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.reset", d.Name+" (all keys)", "")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=all-reset"))
+}
+
+// enforceVM is the confirmation step of switching a shadow limit to enforcement: a page of its
+// own, so it works without JavaScript.
+type enforceVM struct {
+	Layout        layoutVM
+	Name          string
+	Action        string
+	Cancel        string
+	ShadowRefused int64 // would-be refusals in the last hour: what enforcing would have refused
+}
+
+func (u *UI) enforceConfirm(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	t := tenantOf(c)
+	if !d.Definition.IsShadow() {
+		redirect(c, limitPath(t.ID, d.Name, ""))
+		return
+	}
+	l, err := u.layout(c, "Enforce "+d.Name, "limits")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	vm := enforceVM{Layout: l, Name: d.Name, Action: limitPath(t.ID, d.Name, "/enforce"), Cancel: limitPath(t.ID, d.Name, "")}
+	if u.usage != nil {
+		points, err := u.usage.Series(c.Request.Context(), t.ID, d.Name, chartHour.span, chartHour.step)
+		if err != nil {
+			u.internalError(c, err)
+			return
+		}
+		for _, p := range points {
+			vm.ShadowRefused += p.ShadowRefused
+		}
+	}
+	u.render(c, http.StatusOK, enforcePage(vm))
+}
+
+// enforce switches a shadow limit to enforcement, keeping its state (the shadow decisions wrote
+// exactly what enforcement would have), and audits it like any definition change.
+func (u *UI) enforce(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	t := tenantOf(c)
+	if c.PostForm("confirm") != "yes" {
+		redirect(c, limitPath(t.ID, d.Name, "/enforce"))
+		return
+	}
+	if !d.Definition.IsShadow() {
+		redirect(c, limitPath(t.ID, d.Name, ""))
+		return
+	}
+	def := d.Definition
+	def.Mode = limiter.Enforce
+	ctx := c.Request.Context()
+	if _, _, err := u.engine.PutDefinition(ctx, t.ID, d.Name, def); err != nil {
+		u.internalError(c, err)
+		return
+	}
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.update", d.Name, limiter.AuditDetail(def)+" (switched from shadow to enforce)")
+	redirect(c, limitPath(t.ID, d.Name, "?msg=limit-enforced"))
 }

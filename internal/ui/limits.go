@@ -28,6 +28,7 @@ type limitRow struct {
 	URL     string
 	Kind    string
 	Summary string // "10 per 1 min, capacity 20, 4 shards"
+	Shadow  bool   // in shadow mode
 	Keys    []keyValueVM
 }
 
@@ -60,6 +61,12 @@ func summary(d limiter.Definition) string {
 	}
 	if d.Jitter > 0 {
 		b.WriteString(", jitter " + fmtMS(d.Jitter))
+	}
+	if d.Penalty > 0 {
+		b.WriteString(", penalty " + fmtMS(d.Penalty))
+	}
+	if d.IsShadow() {
+		b.WriteString(", shadow mode")
 	}
 	for i, p := range d.Parents {
 		if i == 0 {
@@ -108,7 +115,7 @@ func (u *UI) limitRows(c *gin.Context) ([]limitRow, error) {
 		if err != nil && !limiter.IsNotFound(err) { // deleted meanwhile: show it without keys
 			return nil, err
 		}
-		r := limitRow{Name: d.Name, URL: limitPath(t.ID, d.Name, ""), Kind: string(d.Definition.Kind), Summary: summary(d.Definition)}
+		r := limitRow{Name: d.Name, URL: limitPath(t.ID, d.Name, ""), Kind: string(d.Definition.Kind), Summary: summary(d.Definition), Shadow: d.Definition.IsShadow()}
 		for _, k := range keys {
 			r.Keys = append(r.Keys, keyValue(k.Key, k.Value, d.Definition))
 		}
@@ -162,7 +169,7 @@ type limitFormVM struct {
 	Kinds   []string
 }
 
-var kinds = []string{string(limiter.TokenBucket), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota)}
+var kinds = []string{string(limiter.TokenBucket), string(limiter.GCRA), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota)}
 
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
@@ -236,6 +243,10 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 	body.Start = integer("start")
 	body.Resolution = smallInt("resolution")
 	body.Jitter = integer("jitter")
+	body.Penalty = integer("penalty")
+	if m := get("mode"); m != "" {
+		body.Mode = &m
+	}
 	if c.PostForm("ipFallback") != "" {
 		t := true
 		body.IPFallback = &t
@@ -302,6 +313,10 @@ func definitionValues(d limiter.Definition) map[string]string {
 		"period": strconv.FormatInt(d.Period, 10),
 		"shards": strconv.Itoa(max(d.Shards, 1)),
 		"jitter": strconv.FormatInt(d.Jitter, 10),
+		"mode":   string(d.Normalized().Mode),
+	}
+	if d.Penalty > 0 {
+		v["penalty"] = strconv.FormatInt(d.Penalty, 10)
 	}
 	if d.Kind == limiter.Quota {
 		v["period"] = ""
@@ -429,7 +444,7 @@ func (u *UI) editLimitForm(c *gin.Context) {
 		return
 	}
 	u.renderLimitForm(c, http.StatusOK, limitFormVM{Editing: true, Name: d.Name, Values: definitionValues(d.Definition),
-		Warning: "Changing the kind, period, shards, start or resolution resets every key of this limit."})
+		Warning: "Changing the kind (except between token bucket and gcra), period, shards, start or resolution resets every key of this limit."})
 }
 
 func (u *UI) updateLimit(c *gin.Context) {

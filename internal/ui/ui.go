@@ -263,6 +263,7 @@ var flashes = map[string]string{
 	"limit-saved":      "Limit saved.",
 	"key-reset":        "Key reset: it is full again.",
 	"all-reset":        "Every key of this limit was reset.",
+	"limit-enforced":   "The limit is enforced now.",
 	"key-revoked":      "API key revoked. It stops working immediately.",
 	"limit-deleted":    "Limit deleted.",
 	"welcome":          "Welcome to Sluice. Create a tenant to get started.",

@@ -1,5 +1,5 @@
-// Package usage counts limit decisions (allowed and refused) per tenant, limit and minute for
-// the dashboard's charts.
+// Package usage counts limit decisions (allowed, refused, and shadow-refused: admitted only
+// because the limit is in shadow mode) per tenant, limit and minute for the dashboard's charts.
 //
 // Decisions are counted in memory (Record is a map update under a mutex, called from the
 // limiter's OnDecision hook) and flushed to the usage_stats table periodically with additive
@@ -53,7 +53,7 @@ type counterKey struct {
 	bucket   int64 // ms since the epoch of the bucket's start
 }
 
-type counts struct{ allowed, refused int64 }
+type counts struct{ allowed, refused, shadowRefused int64 }
 
 // Aggregator counts decisions and flushes them. It is safe for concurrent use.
 type Aggregator struct {
@@ -94,6 +94,20 @@ func New(d *db.DB, o Options) *Aggregator {
 // Record counts one decision. Its signature matches limiter.Options.OnDecision. Tenant 0 (the
 // system's own limits, such as dashboard logins) is not counted: it has no dashboard.
 func (a *Aggregator) Record(tenantID int64, name string, ok bool) {
+	if ok {
+		a.add(tenantID, name, counts{allowed: 1})
+	} else {
+		a.add(tenantID, name, counts{refused: 1})
+	}
+}
+
+// RecordShadowRefused counts one decision that a limit in shadow mode would have refused (it was
+// admitted). Its signature matches limiter.Options.OnShadowRefused.
+func (a *Aggregator) RecordShadowRefused(tenantID int64, name string) {
+	a.add(tenantID, name, counts{shadowRefused: 1})
+}
+
+func (a *Aggregator) add(tenantID int64, name string, n counts) {
 	if tenantID == 0 {
 		return
 	}
@@ -105,11 +119,9 @@ func (a *Aggregator) Record(tenantID int64, name string, ok bool) {
 		a.dropped++
 		return
 	}
-	if ok {
-		c.allowed++
-	} else {
-		c.refused++
-	}
+	c.allowed += n.allowed
+	c.refused += n.refused
+	c.shadowRefused += n.shadowRefused
 	a.pending[k] = c
 }
 
@@ -149,10 +161,11 @@ func (a *Aggregator) backgroundFlush(ctx context.Context) {
 }
 
 // upsert adds to the stored counters; portable to PostgreSQL, SQLite and CockroachDB.
-const upsert = `INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused) VALUES (?, ?, ?, ?, ?)
+const upsert = `INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused, shadow_refused) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (tenant_id, name, bucket_start) DO UPDATE SET
 	allowed = usage_stats.allowed + excluded.allowed,
-	refused = usage_stats.refused + excluded.refused`
+	refused = usage_stats.refused + excluded.refused,
+	shadow_refused = usage_stats.shadow_refused + excluded.shadow_refused`
 
 // Flush writes the counts recorded so far in one transaction. On failure they are merged back
 // and retried by the next flush, so nothing is counted twice or lost while the process lives.
@@ -190,7 +203,7 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	err := a.db.Serializable(db.WithPurpose(ctx, db.PurposeUsage), func(tx *gorm.DB) error {
 		for _, k := range keys {
 			c := batch[k]
-			if err := tx.Exec(upsert, k.tenantID, k.name, k.bucket, c.allowed, c.refused).Error; err != nil {
+			if err := tx.Exec(upsert, k.tenantID, k.name, k.bucket, c.allowed, c.refused, c.shadowRefused).Error; err != nil {
 				return err
 			}
 		}
@@ -205,6 +218,7 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 			p := a.pending[k]
 			p.allowed += c.allowed
 			p.refused += c.refused
+			p.shadowRefused += c.shadowRefused
 			a.pending[k] = p
 		}
 		a.mu.Unlock()
@@ -221,6 +235,8 @@ type Point struct {
 	Start   time.Time
 	Allowed int64
 	Refused int64
+	// ShadowRefused were admitted only because the limit is in shadow mode (not in Allowed).
+	ShadowRefused int64
 }
 
 // Series returns the decisions of one tenant over the span ending now, in buckets of step
@@ -242,22 +258,24 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 	for i := range out {
 		out[i].Start = time.UnixMilli(from + int64(i)*stepMS).UTC()
 	}
-	add := func(bucket, allowed, refused int64) {
+	add := func(bucket int64, c counts) {
 		if bucket < from || bucket >= end {
 			return
 		}
 		i := (bucket - from) / stepMS
-		out[i].Allowed += allowed
-		out[i].Refused += refused
+		out[i].Allowed += c.allowed
+		out[i].Refused += c.refused
+		out[i].ShadowRefused += c.shadowRefused
 	}
 	type row struct {
-		BucketStart int64
-		Allowed     int64
-		Refused     int64
+		BucketStart   int64
+		Allowed       int64
+		Refused       int64
+		ShadowRefused int64
 	}
 	var rows []row
 	err := a.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		q := `SELECT bucket_start, SUM(allowed) AS allowed, SUM(refused) AS refused FROM usage_stats
+		q := `SELECT bucket_start, SUM(allowed) AS allowed, SUM(refused) AS refused, SUM(shadow_refused) AS shadow_refused FROM usage_stats
 			WHERE tenant_id = ? AND bucket_start >= ? AND bucket_start < ?`
 		args := []any{tenantID, from, end}
 		if name != "" {
@@ -270,12 +288,12 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 		return nil, fmt.Errorf("usage: series: %w", err)
 	}
 	for _, r := range rows {
-		add(r.BucketStart, r.Allowed, r.Refused)
+		add(r.BucketStart, counts{r.Allowed, r.Refused, r.ShadowRefused})
 	}
 	a.mu.Lock()
 	for k, c := range a.pending {
 		if k.tenantID == tenantID && (name == "" || k.name == name) {
-			add(k.bucket, c.allowed, c.refused)
+			add(k.bucket, c)
 		}
 	}
 	a.mu.Unlock()

@@ -543,7 +543,9 @@ function sessionPath(id: string): string {
 }
 
 function result(w: WireDecision): Result {
-  return { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
+  const r: Result = { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
+  if (w.shadow) r.shadow = { ok: w.shadow.ok, retryAfter: w.shadow.retryAfter ?? null };
+  return r;
 }
 
 function withHeaders<T extends { rateLimitPolicy?: string; rateLimit?: string }>(r: T, h: Headers): T {

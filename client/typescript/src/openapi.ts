@@ -415,8 +415,11 @@ export interface components {
     schemas: {
         /** @description the members of a definition, open so that StoredDefinition can add its own; Definition closes it */
         DefinitionFields: {
-            /** @enum {unknown} */
-            kind: "token bucket" | "fixed window" | "sliding window" | "quota";
+            /**
+             * @description "gcra" is the token bucket under its other name (the generic cell rate algorithm): burst = capacity (default rate), emission interval = period / rate ms per request; the same decisions, state and bounds. A definition is returned with the kind it was written with; changing between "gcra" and "token bucket" keeps its keys' state.
+             * @enum {unknown}
+             */
+            kind: "token bucket" | "fixed window" | "sliding window" | "quota" | "gcra";
             /** @description tokens per period; for a quota, the count of each calendar window */
             rate: number;
             /** @description milliseconds; required for every kind but quota, where the calendar sets the window and period must not be given */
@@ -458,6 +461,17 @@ export interface components {
             anchorDay?: number;
             /** @description nested budgets: limits that every decision on this one also spends, all or nothing, each under a key filled from the decision's attributes. A parent may have parents of its own, at most 4 generations above a limit; a cycle or a fifth generation is 400 invalid_config. Parents need not exist when stored; a decision while one does not is 404 limit_not_found naming it. Not in inline configs. */
             parents?: components["schemas"]["Parent"][];
+            /**
+             * @description shadow: the limit decides and writes exactly as when enforced (a would-be refusal writes nothing), but every decision answers ok true, with what enforcement would have said in `shadow`; a batch is refused only by its enforced limits. Would-be refusals are counted as shadow_refused (metrics, usage charts). Switching to enforce keeps the state.
+             * @default enforce
+             * @enum {unknown}
+             */
+            mode?: "enforce" | "shadow";
+            /**
+             * @description ms: when the limit refuses a key, the key stays refused until penalty ms after that refusal (retryAfter to match); refusals during a penalty do not renew it. The one write a refusal makes (the penalty's end, in the key's state). Limits with one shard only (more is 400 invalid_config). Never admits more than the limit alone would.
+             * @default 0
+             */
+            penalty?: number;
         };
         Definition: components["schemas"]["DefinitionFields"];
         StoredDefinition: components["schemas"]["DefinitionFields"] & {
@@ -523,6 +537,12 @@ export interface components {
             key: string | null;
             /** @description limits with parents: each ancestor's decision, breadth first (parents, then theirs); ok and retryAfter above are then the whole family's (allowed only if every one allowed; nothing is spent otherwise) */
             parents?: components["schemas"]["ParentDecision"][];
+            /** @description present on every decision of a limit in shadow mode (whose own ok is then always true and retryAfter null): what enforcement would have answered */
+            shadow?: {
+                ok: boolean;
+                /** @description ms; as a decision's retryAfter */
+                retryAfter: number | null;
+            };
         };
         BatchDecision: {
             ok: boolean;
@@ -543,6 +563,10 @@ export interface components {
             windowStart?: number;
             /** @description quotas only: the end of the current calendar window, when the quota is whole again, ms since the epoch */
             resetAt?: number;
+            /** @description ms since the epoch when the key is full again if nothing more is consumed (every kind has one); null when the key is full already. Token bucket and gcra: ts + (max - value) * period / rate, rounded up; fixed window: the start of the window ceil((max - value) / rate) windows after the current one; sliding window: the start of the sub-interval resolution + 1 after the newest one with consumption. The maximum over shards. A running penalty is not counted (see penaltyUntil). */
+            fullAt: number | null;
+            /** @description ms since the epoch when the key's running penalty ends; absent when none runs */
+            penaltyUntil?: number;
         };
         Problem: {
             type: string;

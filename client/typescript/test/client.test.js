@@ -464,3 +464,25 @@ test("the timeout counts as Sluice not answering", async (t) => {
   abort.abort(new Error("caller gave up"));
   await assert.rejects(pending, /caller gave up/);
 });
+
+test("a shadow gcra limit with a penalty keeps its mode and penalty, admits with its shadow outcome, and value has fullAt", async () => {
+  const c = client();
+  const name = limitName("shadow");
+  const put = await c.putLimit(name, { kind: "gcra", rate: 1, period: 3_600_000, capacity: 2, mode: "shadow", penalty: 60_000 });
+  assert.equal(put.kind, "gcra");
+  assert.equal(put.mode, "shadow");
+  assert.equal(put.penalty, 60_000);
+  const first = await c.limit(name, { key: "k", count: 2 });
+  assert.deepEqual([first.ok, first.shadow], [true, { ok: true, retryAfter: null }]);
+  const r = await c.limit(name, { key: "k", throws: true });
+  assert.equal(r.ok, true);
+  assert.equal(r.retryAfter, null);
+  assert.equal(r.shadow.ok, false);
+  assert.ok(r.shadow.retryAfter >= 59 * 60_000, `shadow retryAfter ${r.shadow.retryAfter}`);
+  const v = await c.value(name, "k");
+  const now = Date.now();
+  assert.ok(v.fullAt > now + 7_100_000, `fullAt ${v.fullAt}`);
+  assert.ok(v.penaltyUntil > now + 50_000, `penaltyUntil ${v.penaltyUntil}`);
+  const full = await c.value(name, "unused");
+  assert.equal(full.fullAt, null);
+});

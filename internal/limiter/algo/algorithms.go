@@ -14,7 +14,10 @@ type State struct {
 	// Counters (sliding window only) hold the counts of sub-intervals n-resolution .. n, where n
 	// is the sub-interval that contains TS; index resolution is the current one.
 	Counters []float64
-	Exists   bool
+	// PenaltyUntil (ms since the epoch, 0 for none) is when the penalty of the last refusal ends:
+	// until then every decision on the key is refused (Definition.Penalty).
+	PenaltyUntil int64
+	Exists       bool
 }
 
 // shardView is one shard brought forward to the decision's clock reading, before consumption.

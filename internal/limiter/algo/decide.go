@@ -11,12 +11,115 @@ type Outcome struct {
 	// WindowStart and WindowEnd (quotas only, else 0) are the calendar window the decision
 	// counted in: [start, end) in ms since the epoch; the quota is whole again at WindowEnd.
 	WindowStart, WindowEnd int64
+	// PenaltyUntil, when not 0, is the end (ms since the epoch) of the penalty this refusal
+	// starts: the one thing a refusal writes (WithPenalty), when the definition has a penalty.
+	PenaltyUntil int64
+	// Penalized means the refusal is a running penalty's, not the tokens': it starts no penalty.
+	Penalized bool
 }
 
 // Decide applies one request to one or two shard states (DESIGN §3). states holds the shard the
 // engine picked, plus a second distinct one when the limit has two or more shards (the power of
-// two choices). It never mutates its inputs. A refusal writes nothing.
+// two choices). It never mutates its inputs. A refusal writes nothing, except that with a
+// penalty a refusal by the limit itself starts one (PenaltyUntil): until then every decision
+// is refused, with retryAfter the time left. Refusals during a penalty do not renew it (a client
+// retrying when told to gets its answer), and a penalty never admits anything, so the limit
+// alone still bounds what is admitted.
 func Decide(def Definition, states []State, count float64, reserve bool, now, origin int64) Outcome {
+	d := decide(def, states, count, reserve, now, origin)
+	var until int64
+	for _, st := range states {
+		until = max(until, st.PenaltyUntil)
+	}
+	if until > now {
+		ra, rem := float64(until-now), d.Remaining
+		if d.OK {
+			rem += count // nothing is consumed: what was there before
+		} else {
+			ra = math.Max(ra, d.RetryAfter)
+		}
+		return Outcome{RetryAfter: ra, Remaining: rem, Writes: make([]State, len(states)), Penalized: true}
+	}
+	if !d.OK && def.Penalty > 0 {
+		d.PenaltyUntil = now + def.Penalty
+		d.RetryAfter = math.Max(d.RetryAfter, float64(def.Penalty))
+	}
+	return d
+}
+
+// WithPenalty is the state to store for a refusal that starts a penalty ending at until: st
+// unchanged but for its penalty (a refusal consumes nothing), or, when there is no row, the full
+// state a missing row stands for at now (it reads exactly like no row, so nothing is minted).
+func WithPenalty(def Definition, st State, now, origin, until int64) State {
+	if !st.Exists {
+		p := def.shardParams()
+		v := viewOf(p, st, now, origin)
+		st = State{Value: v.avail, TS: v.ts, Exists: true}
+		if p.kind == SlidingWindow {
+			st.Counters = v.counters
+		}
+	}
+	st.PenaltyUntil = max(st.PenaltyUntil, until)
+	return st
+}
+
+// FullAt is when (ms since the epoch) a shard is full again if nothing more is consumed: now when
+// it is full already. A token bucket (and gcra) refills continuously: ts + (max - value) *
+// period / rate, rounded up to a whole ms; a fixed window refills rate per window: the start of
+// the window ceil((max - value) / rate) windows after the current one; a sliding window is full
+// when its newest non-zero sub-interval has left the weighted estimate, at the start of the
+// sub-interval resolution + 1 after it. Capped at now + MaxRetryAfter. A running penalty is not
+// counted: it refuses a full key too.
+func FullAt(def Definition, st State, now, origin int64) int64 {
+	p := def.shardParams()
+	v := viewOf(p, st, now, origin)
+	var at float64
+	switch p.kind {
+	case Quota:
+		// A quota is whole again only when its calendar window ends.
+		if p.max-v.avail <= 0 {
+			return now
+		}
+		_, end := Window(p.calendar, p.zone, p.anchorDay, now)
+		at = float64(end)
+	case SlidingWindow:
+		last := -1
+		for i, c := range v.counters {
+			if c != 0 {
+				last = i
+			}
+		}
+		if last < 0 {
+			return now
+		}
+		// counters[i] is sub-interval n - resolution + i.
+		at = float64(subIntervalStart(p, v.n-int64(p.resolution)+int64(last)+int64(p.resolution)+1))
+	case FixedWindow:
+		missing := p.max - v.avail
+		if missing <= 0 {
+			return now
+		}
+		at = float64(v.ts) + math.Ceil(missing/p.rate)*float64(p.period)
+	default:
+		missing := p.max - v.avail
+		if missing <= 0 {
+			return now
+		}
+		at = math.Ceil(float64(v.ts) + missing*float64(p.period)/p.rate)
+		// The refill is computed as elapsed * rate / period (viewTokenBucket); where that rounds
+		// a hair below max at the exact time, full is the next millisecond.
+		for range 2 {
+			if at >= float64(now+MaxRetryAfter) || viewOf(p, st, int64(at), origin).avail >= p.max {
+				break
+			}
+			at++
+		}
+	}
+	return int64(math.Min(math.Max(at, float64(now)), float64(now+MaxRetryAfter)))
+}
+
+// decide is Decide without penalties.
+func decide(def Definition, states []State, count float64, reserve bool, now, origin int64) Outcome {
 	p := def.shardParams()
 	views := make([]shardView, len(states))
 	for i, st := range states {

@@ -25,6 +25,29 @@ const (
 	SlidingWindow Kind = "sliding window"
 	// Quota counts Rate per calendar window (a day, an ISO week, a month) in a time zone.
 	Quota Kind = "quota"
+	// GCRA is the token bucket under its other name (the generic cell rate algorithm): burst is
+	// the capacity and the emission interval is period / rate. A definition keeps the name its
+	// author wrote; the math is the token bucket's (Kind.Algorithm).
+	GCRA Kind = "gcra"
+)
+
+// Algorithm is the kind whose math decides: the token bucket for GCRA, the kind itself otherwise.
+func (k Kind) Algorithm() Kind {
+	if k == GCRA {
+		return TokenBucket
+	}
+	return k
+}
+
+// Mode says what a limit's refusals do.
+type Mode string
+
+// The modes of a limit. In shadow mode the engine decides and writes exactly as it would when
+// enforcing, but a would-be refusal is answered as admitted (and reported as a shadow refusal),
+// so that a new limit can be watched before it is enforced. "" reads as Enforce.
+const (
+	Enforce Mode = "enforce"
+	Shadow  Mode = "shadow"
 )
 
 // Bounds on definitions. They keep every computation far from float64 and int64 overflow.
@@ -37,6 +60,7 @@ const (
 	minRate     = 0x1p-1022
 	maxPeriod   = 10 * 366 * 86_400_000 // ten years in ms
 	maxJitter   = 86_400_000            // one day in ms
+	MaxPenalty  = 86_400_000            // one day in ms
 	maxStart    = int64(1) << 50        // ms since the epoch, ~35,000 years
 	MaxKeyBytes = 256
 )
@@ -76,7 +100,14 @@ type Definition struct {
 	AnchorDay int
 	// Parents are the budgets a decision on this limit also spends (nested budgets, parents.go).
 	Parents []Parent
+	Mode    Mode // Enforce (default) or Shadow
+	// Penalty (ms, default 0): a key the limit refuses stays refused until Penalty ms after that
+	// refusal. Single-shard limits only: the lockout lives in the key's one state row.
+	Penalty int64
 }
+
+// IsShadow reports whether the limit is in shadow mode.
+func (d Definition) IsShadow() bool { return d.Mode == Shadow }
 
 // FieldError is one problem with one field of a definition or request.
 type FieldError struct {
@@ -127,9 +158,19 @@ func (d Definition) Validate() error {
 		fe = append(fe, FieldError{field, fmt.Sprintf(format, args...)})
 	}
 	switch d.Kind {
-	case TokenBucket, FixedWindow, SlidingWindow, Quota:
+	case TokenBucket, GCRA, FixedWindow, SlidingWindow, Quota:
 	default:
-		add("kind", `must be "token bucket", "fixed window", "sliding window" or "quota"`)
+		add("kind", `must be "token bucket", "gcra", "fixed window", "sliding window" or "quota"`)
+	}
+	switch d.Mode {
+	case "", Enforce, Shadow:
+	default:
+		add("mode", `must be "enforce" or "shadow"`)
+	}
+	if d.Penalty < 0 || d.Penalty > MaxPenalty {
+		add("penalty", "must be a whole number of milliseconds >= 0 and <= %d", int64(MaxPenalty))
+	} else if d.Penalty > 0 && d.Shards > 1 {
+		add("penalty", "applies to limits with one shard (a key's lockout lives in its one state row)")
 	}
 	if !finiteIn(d.Rate, math.SmallestNonzeroFloat64, maxAmount) {
 		add("rate", "must be a number > 0 and <= %g", float64(maxAmount))
@@ -246,6 +287,9 @@ func (d Definition) Normalized() Definition {
 	if d.Kind == Quota && d.Calendar == Month && d.AnchorDay == 0 {
 		d.AnchorDay = 1
 	}
+	if d.Mode == "" {
+		d.Mode = Enforce
+	}
 	return d
 }
 
@@ -273,7 +317,7 @@ type shardParams struct {
 func (d Definition) shardParams() shardParams {
 	d = d.Normalized()
 	n := float64(d.Shards)
-	p := shardParams{kind: d.Kind, rate: d.Rate / n, period: d.Period, max: d.Max() / n, maxReserved: math.Inf(1), resolution: d.Resolution}
+	p := shardParams{kind: d.Kind.Algorithm(), rate: d.Rate / n, period: d.Period, max: d.Max() / n, maxReserved: math.Inf(1), resolution: d.Resolution}
 	if d.MaxReserved != nil {
 		p.maxReserved = *d.MaxReserved / n
 	}
@@ -326,10 +370,11 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 
 // StateShapeChanged reports whether stored state of a becomes meaningless under b, in which case
 // replacing the definition drops the state (a new, full limit). Rate, capacity, maxReserved,
-// jitter and ipFallback changes keep the state, read under the new numbers.
+// jitter, ipFallback, mode and penalty changes keep the state, read under the new numbers, and so
+// does renaming a token bucket to gcra or back (the same algorithm).
 func StateShapeChanged(a, b Definition) bool {
 	a, b = a.Normalized(), b.Normalized()
-	return a.Kind != b.Kind || a.Period != b.Period || a.Shards != b.Shards || a.Resolution != b.Resolution ||
+	return a.Kind.Algorithm() != b.Kind.Algorithm() || a.Period != b.Period || a.Shards != b.Shards || a.Resolution != b.Resolution ||
 		a.Calendar != b.Calendar || a.TimeZone != b.TimeZone || a.AnchorDay != b.AnchorDay ||
 		(a.Start == nil) != (b.Start == nil) || (a.Start != nil && *a.Start != *b.Start)
 }

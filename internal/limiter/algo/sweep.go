@@ -6,11 +6,12 @@ package algo
 // fraction) is the same with st as without it. Every decision, check, value and retryAfter is a
 // function of that view, so deleting such state changes nothing, now or later (each kind only
 // gets fuller as time passes without writes). A ts ahead of a reading is never missing: it is
-// what stops a fast clock's skew from minting tokens.
+// what stops a fast clock's skew from minting tokens; a penalty still running at a reading is never
+// missing either (no row means no penalty).
 func ReadsAsMissing(def Definition, st State, origin int64, at ...int64) bool {
 	p := def.shardParams()
 	for _, t := range at {
-		if st.TS > t || !sameView(viewOf(p, st, t, origin), viewOf(p, State{}, t, origin)) {
+		if st.TS > t || st.PenaltyUntil > t || !sameView(viewOf(p, st, t, origin), viewOf(p, State{}, t, origin)) {
 			return false
 		}
 	}
