@@ -372,3 +372,55 @@ func TestShadowRetryAfterIsJitteredAsEnforcementWould(t *testing.T) {
 		}
 	})
 }
+
+// TestShadowAndPenaltiesInNestedBudgets: shadow mode and penalties act on ancestors as on the
+// limit itself. A shadow parent never refuses the family but reports its would-be refusals and
+// is spent exactly as if enforced; an enforced parent under a shadow child refuses the family;
+// a parent's penalty keeps refusing the family after its refusal.
+func TestShadowAndPenaltiesInNestedBudgets(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
+		window := func(rate float64) limiter.Definition {
+			return limiter.Definition{Kind: limiter.FixedWindow, Rate: rate, Period: 3_600_000, Start: ptr(int64(0))}
+		}
+		org := window(2)
+		org.Mode = limiter.Shadow
+		mustPut(t, e, "org", org)
+		user := window(10)
+		user.Parents = []limiter.Parent{{Name: "org", Key: "org:{org}"}}
+		mustPut(t, e, "user", user)
+		acme := map[string]string{"org": "acme"}
+		for i := range 4 {
+			got := mustLimit(t, e, limiter.Request{Name: "user", Key: "u", Count: 1, Attributes: acme})
+			if !got.OK || len(got.Parents) != 1 || got.Parents[0].Shadow == nil {
+				t.Fatalf("decision %d under a shadow parent: %+v", i+1, got)
+			}
+			if wouldRefuse := i >= 2; got.Parents[0].Shadow.OK == wouldRefuse || !got.Parents[0].OK {
+				t.Fatalf("decision %d: the shadow parent reports %+v, want would-be ok %v and ok", i+1, got.Parents[0].Shadow, !wouldRefuse)
+			}
+		}
+		if v := value(t, e, "org", "org:acme"); v != 0 {
+			t.Fatalf("the shadow parent's value is %v: it is spent as if enforced (2 admitted, refusals write nothing)", v)
+		}
+
+		strict := window(1)
+		strict.Penalty = 2 * 3_600_000 // longer than a window
+		mustPut(t, e, "team", strict)
+		member := window(10)
+		member.Mode = limiter.Shadow
+		member.Parents = []limiter.Parent{{Name: "team", Key: "team:{org}"}}
+		mustPut(t, e, "member", member)
+		if got := mustLimit(t, e, limiter.Request{Name: "member", Key: "m", Count: 1, Attributes: acme}); !got.OK {
+			t.Fatalf("first decision under the enforced parent: %+v", got)
+		}
+		refused := mustLimit(t, e, limiter.Request{Name: "member", Key: "m", Count: 1, Attributes: acme})
+		if refused.OK || refused.RetryAfter == nil {
+			t.Fatalf("an enforced parent's refusal must refuse the family, even under a shadow child: %+v", refused)
+		}
+		clock.Advance(3_600_000) // a new window: the parent's tokens are back, its penalty is not over
+		if got := mustLimit(t, e, limiter.Request{Name: "member", Key: "m", Count: 1, Attributes: acme}); got.OK {
+			t.Fatalf("the parent's penalty did not hold across the window: %+v", got)
+		}
+	})
+}
