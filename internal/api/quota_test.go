@@ -216,3 +216,24 @@ func nineParents() []map[string]any {
 	}
 	return out
 }
+
+// TestAShadowParentReportsItsWouldBeRefusalOverHTTP: a parent in shadow mode is named in the
+// decision with its shadow outcome, and never refuses the family.
+func TestAShadowParentReportsItsWouldBeRefusalOverHTTP(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "org", map[string]any{"kind": "fixed window", "rate": 1, "period": 3600000, "mode": "shadow"})
+		h.define(t, a.key, "team", map[string]any{"kind": "fixed window", "rate": 10, "period": 3600000,
+			"parents": []map[string]any{{"name": "org", "key": "org:{org}"}}})
+		var last map[string]any
+		for range 2 {
+			last = requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/team/limit", a.key,
+				map[string]any{"key": "t1", "attributes": map[string]string{"org": "acme"}}), http.StatusOK)
+		}
+		p := last["parents"].([]any)[0].(map[string]any)
+		shadow, _ := p["shadow"].(map[string]any)
+		if last["ok"] != true || p["ok"] != true || shadow == nil || shadow["ok"] != false || shadow["retryAfter"] == nil {
+			t.Fatalf("second decision under a shadow parent of 1: %v", last)
+		}
+	})
+}

@@ -160,6 +160,8 @@ type ParentDecisionResponse struct {
 	OK         bool    `json:"ok"`
 	Remaining  float64 `json:"remaining"`
 	RetryAfter *int64  `json:"retryAfter"`
+	// Shadow is what a parent in shadow mode would have answered if enforced.
+	Shadow *ShadowResponse `json:"shadow,omitempty"`
 }
 
 // BatchResponse is the outcome of a batch.
@@ -179,8 +181,11 @@ func toDecisionResponse(d limiter.Decision) DecisionResponse {
 		r.Key = &k
 	}
 	for _, p := range d.Parents {
-		r.Parents = append(r.Parents, ParentDecisionResponse{Name: p.Name, Key: p.Key, OK: p.OK,
-			Remaining: roundTokens(p.Remaining), RetryAfter: p.RetryAfter})
+		pr := ParentDecisionResponse{Name: p.Name, Key: p.Key, OK: p.OK, Remaining: roundTokens(p.Remaining), RetryAfter: p.RetryAfter}
+		if p.Shadow != nil {
+			pr.Shadow = &ShadowResponse{OK: p.Shadow.OK, RetryAfter: p.Shadow.RetryAfter}
+		}
+		r.Parents = append(r.Parents, pr)
 	}
 	return r
 }

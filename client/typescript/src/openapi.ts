@@ -703,6 +703,12 @@ export interface components {
             ok: boolean;
             remaining: number;
             retryAfter: number | null;
+            /** @description present on every decision of a limit in shadow mode (whose own ok is then always true and retryAfter null): what enforcement would have answered */
+            shadow?: {
+                ok: boolean;
+                /** @description ms; as a decision's retryAfter */
+                retryAfter: number | null;
+            };
         };
     };
     responses: never;
