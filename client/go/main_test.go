@@ -146,6 +146,7 @@ func startServer(dir string) (srv *server, err error) {
 		"LOG_LEVEL=warn",
 		"MIGRATE=auto",
 		"SECRET_KEY=client-tests-secret-key-of-at-least-32-characters",
+		"WEBHOOK_ALLOW_PRIVATE=true", // the tests' webhook receivers listen on loopback
 	)
 
 	cmd := exec.Command(serverBin, "serve")

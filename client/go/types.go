@@ -13,7 +13,29 @@ const (
 	// GCRA is the token bucket under its other name: burst = Capacity, emission interval =
 	// Period / Rate. Sluice returns a definition with the kind it was written with.
 	GCRA Kind = "gcra"
+	// Quota counts Rate per calendar window (Definition.Calendar) in a time zone; it has no
+	// Period.
+	Quota Kind = "quota"
 )
+
+// Calendar is a quota's window.
+type Calendar string
+
+// The calendar windows of a quota: a day from local midnight, an ISO week from Monday, a month
+// from its first day (or Definition.AnchorDay).
+const (
+	Day   Calendar = "day"
+	Week  Calendar = "week"
+	Month Calendar = "month"
+)
+
+// Parent is a budget a decision on a limit also spends (nested budgets): the parent limit's name
+// and the template of the key it is spent under, whose {placeholders} the decision's Attributes
+// fill ("org:{org}").
+type Parent struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
 
 // Mode is what a limit's refusals do.
 type Mode string
@@ -30,8 +52,8 @@ const (
 // left out of the JSON, so that Sluice applies its defaults.
 type Definition struct {
 	Kind   Kind    `json:"kind"`
-	Rate   float64 `json:"rate"`   // tokens per Period
-	Period int64   `json:"period"` // milliseconds
+	Rate   float64 `json:"rate"`             // tokens per Period (a quota: per calendar window)
+	Period int64   `json:"period,omitempty"` // milliseconds; none for a quota
 	// Capacity defaults to Rate; not for sliding windows.
 	Capacity *float64 `json:"capacity,omitempty"`
 	// MaxReserved is how far reservations may go below zero; not for sliding windows.
@@ -45,6 +67,13 @@ type Definition struct {
 	Mode       Mode   `json:"mode,omitempty"` // "" (Sluice's default) is Enforce
 	// Penalty (ms): a key the limit refuses stays refused this long after the refusal.
 	Penalty int64 `json:"penalty,omitempty"`
+	// Quotas only: the calendar window, its IANA time zone ("Europe/Berlin"), and for monthly
+	// quotas the billing day the windows start on (1–31, clamped to each month's last day).
+	Calendar  Calendar `json:"calendar,omitempty"`
+	TimeZone  string   `json:"timeZone,omitempty"`
+	AnchorDay int      `json:"anchorDay,omitempty"`
+	// Parents are the budgets every decision on this limit also spends, all or nothing.
+	Parents []Parent `json:"parents,omitempty"`
 }
 
 // StoredDefinition is a definition as Sluice stores it.
@@ -65,6 +94,8 @@ type Decision struct {
 	Count   *float64    `json:"count,omitempty"`
 	Reserve bool        `json:"reserve,omitempty"`
 	Config  *Definition `json:"config,omitempty"` // an inline definition, for a name with none stored
+	// Attributes fill the {placeholders} of the keys of the limit's parents.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // Count returns a pointer to n, for Decision.Count.
@@ -94,6 +125,18 @@ type Result struct {
 	// Shadow is, for a limit in shadow mode (whose OK is then always true), what enforcement
 	// would have answered; nil otherwise.
 	Shadow *ShadowResult
+	// Parents are the decisions on the limit's ancestors (nested budgets); OK and RetryAfter
+	// above are the whole family's.
+	Parents []ParentResult
+}
+
+// ParentResult is one ancestor's part in a decision.
+type ParentResult struct {
+	Name, Key  string
+	OK         bool // whether this ancestor alone allowed the request
+	Remaining  float64
+	RetryAfter time.Duration
+	Shadow     *ShadowResult // for an ancestor in shadow mode
 }
 
 // ShadowResult is what a limit in shadow mode would have answered if it were enforced.
@@ -140,28 +183,50 @@ type Value struct {
 	// PenaltyUntil is when the key's running penalty ends (ms since the Unix epoch); nil when
 	// none runs.
 	PenaltyUntil *int64 `json:"penaltyUntil"`
+	// WindowStart and ResetAt (quotas only) are the current calendar window's start and end
+	// (ms since the Unix epoch): the quota is whole again at ResetAt.
+	WindowStart *int64 `json:"windowStart"`
+	ResetAt     *int64 `json:"resetAt"`
 }
 
 // wireDecision is a decision as Sluice sends it.
 type wireDecision struct {
-	OK         bool    `json:"ok"`
-	RetryAfter *int64  `json:"retryAfter"`
-	Remaining  float64 `json:"remaining"`
-	Name       string  `json:"name"`
-	Key        *string `json:"key"`
-	Shadow     *struct {
-		OK         bool   `json:"ok"`
-		RetryAfter *int64 `json:"retryAfter"`
-	} `json:"shadow"`
+	OK         bool        `json:"ok"`
+	RetryAfter *int64      `json:"retryAfter"`
+	Remaining  float64     `json:"remaining"`
+	Name       string      `json:"name"`
+	Key        *string     `json:"key"`
+	Shadow     *wireShadow `json:"shadow"`
+	Parents    []struct {
+		Name       string      `json:"name"`
+		Key        string      `json:"key"`
+		OK         bool        `json:"ok"`
+		Remaining  float64     `json:"remaining"`
+		RetryAfter *int64      `json:"retryAfter"`
+		Shadow     *wireShadow `json:"shadow"`
+	} `json:"parents"`
+}
+
+type wireShadow struct {
+	OK         bool   `json:"ok"`
+	RetryAfter *int64 `json:"retryAfter"`
+}
+
+func (w *wireShadow) result() *ShadowResult {
+	if w == nil {
+		return nil
+	}
+	return &ShadowResult{OK: w.OK, RetryAfter: ms(w.RetryAfter)}
 }
 
 func (w wireDecision) result() Result {
-	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name}
+	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name, Shadow: w.Shadow.result()}
 	if w.Key != nil {
 		r.Key = *w.Key
 	}
-	if w.Shadow != nil {
-		r.Shadow = &ShadowResult{OK: w.Shadow.OK, RetryAfter: ms(w.Shadow.RetryAfter)}
+	for _, p := range w.Parents {
+		r.Parents = append(r.Parents, ParentResult{Name: p.Name, Key: p.Key, OK: p.OK, Remaining: p.Remaining,
+			RetryAfter: ms(p.RetryAfter), Shadow: p.Shadow.result()})
 	}
 	return r
 }
