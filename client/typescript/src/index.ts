@@ -94,6 +94,15 @@ export type FieldError = NonNullable<Schemas["Problem"]["errors"]>[number];
 /** The stable codes of Sluice's problems ({@link SluiceError.code}). */
 export type ProblemCode = Schemas["Problem"]["code"];
 
+/** A webhook endpoint of the tenant (its signing secret only in createWebhook's answer). */
+export type WebhookEndpoint = Schemas["WebhookEndpoint"];
+
+/** The events a webhook endpoint may subscribe to. */
+export type WebhookEvent = Schemas["WebhookRequest"]["events"][number];
+
+/** One delivery of an endpoint's log. */
+export type WebhookDelivery = Schemas["WebhookDelivery"];
+
 /** A captcha challenge (ALTCHA v2 proof of work), as GET /v1/captcha/challenge serves it. */
 export type Challenge = Schemas["Challenge"];
 
@@ -364,6 +373,43 @@ export class Sluice {
     await this.#call("DELETE", sessionPath(sessionId), undefined, true, opts);
   }
 
+  /**
+   * Adds a webhook endpoint that receives the events (key.created, key.revoked,
+   * definition.changed) of the tenant, and returns it with its signing secret ("whsec_…"), which
+   * Sluice shows this once. Never retried.
+   */
+  async createWebhook(url: string, events: WebhookEvent[], opts?: CallOptions): Promise<WebhookEndpoint & { secret: string }> {
+    const body: BodyJSON<"/v1/webhooks", "post"> = { url, events };
+    return (await this.#call("POST", "/v1/webhooks", body, false, opts)).data as WebhookEndpoint & { secret: string };
+  }
+
+  /** Lists the tenant's webhook endpoints, oldest first. */
+  async listWebhooks(opts?: CallOptions): Promise<WebhookEndpoint[]> {
+    return ((await this.#call("GET", "/v1/webhooks", undefined, true, opts)).data as OkJSON<"/v1/webhooks", "get">).webhooks;
+  }
+
+  /** Removes a webhook endpoint and its delivery log. */
+  async deleteWebhook(id: number, opts?: CallOptions): Promise<void> {
+    await this.#call("DELETE", webhookPath(id, ""), undefined, true, opts);
+  }
+
+  /** Queues a webhook.test event to one endpoint. Never retried. */
+  async sendTestWebhook(id: number, opts?: CallOptions): Promise<void> {
+    await this.#call("POST", webhookPath(id, "/test"), undefined, false, opts);
+  }
+
+  /** An endpoint's most recent deliveries (limit 1–500, default 50), newest first. */
+  async webhookDeliveries(id: number, limit?: number, opts?: CallOptions): Promise<WebhookDelivery[]> {
+    const q = limit === undefined ? "" : `?${new URLSearchParams({ limit: String(limit) })}`;
+    return ((await this.#call("GET", webhookPath(id, `/deliveries${q}`), undefined, true, opts)).data as OkJSON<"/v1/webhooks/{id}/deliveries", "get">)
+      .deliveries;
+  }
+
+  /** Makes a delivery due again (the same webhook-id, so receivers can deduplicate). Never retried. */
+  async resendWebhookDelivery(id: number, deliveryId: string, opts?: CallOptions): Promise<void> {
+    await this.#call("POST", webhookPath(id, `/deliveries/${encodeURIComponent(deliveryId)}/resend`), undefined, false, opts);
+  }
+
   async #decide(name: string, verb: string, d: DecisionRequest, retry: boolean, opts?: CallOptions): Promise<Result> {
     const bad = invalidItem({ ...d, name }, verb.slice(1));
     if (bad) throw bad;
@@ -536,6 +582,68 @@ function invalidItem(it: Item, what: string): TypeError | undefined {
     return new TypeError(`sluice: ${what} (${it.name}): count must be a finite number of tokens, 0 or more, not ${String(n)}`);
   }
   return undefined;
+}
+
+function webhookPath(id: number, rest: string): string {
+  if (!Number.isSafeInteger(id) || id <= 0) {
+    throw new TypeError(`sluice: a webhook endpoint's id is a positive whole number, not ${String(id)}`);
+  }
+  return `/v1/webhooks/${id}${rest}`;
+}
+
+/** Headers as a receiver has them: a fetch Headers, or Node's IncomingHttpHeaders. */
+export type HeadersLike = Headers | Record<string, string | string[] | undefined>;
+
+function headerOf(h: HeadersLike, name: string): string {
+  if (typeof (h as Headers).get === "function") return (h as Headers).get(name) ?? "";
+  const v = (h as Record<string, string | string[] | undefined>)[name];
+  return Array.isArray(v) ? (v[0] ?? "") : (v ?? "");
+}
+
+/**
+ * Verifies a webhook delivery as its receiver got it, by the Standard Webhooks convention: the
+ * webhook-signature header holds "v1," + base64(HMAC-SHA256(key, id + "." + timestamp + "." +
+ * body)), key being the bytes of the secret after "whsec_", and the webhook-timestamp (Unix
+ * seconds) must be within toleranceMs of now (default 5 minutes), which stops replays. Pass the
+ * raw body, before any JSON parsing. Deduplicate on the webhook-id header: delivery is at least
+ * once. Uses Web Crypto (Node 18+, browsers, edge runtimes).
+ */
+export async function verifyWebhook(secret: string, headers: HeadersLike, body: string | Uint8Array, toleranceMs = 5 * 60_000): Promise<boolean> {
+  const id = headerOf(headers, "webhook-id");
+  const ts = headerOf(headers, "webhook-timestamp");
+  const seconds = Number(ts);
+  if (!id || !/^[0-9]+$/.test(ts) || Math.abs(Date.now() - seconds * 1000) > toleranceMs) return false;
+  let key: Uint8Array<ArrayBuffer>;
+  try {
+    key = Uint8Array.from(atob(secret.replace(/^whsec_/, "")), (c) => c.charCodeAt(0));
+  } catch {
+    return false;
+  }
+  const enc = new TextEncoder();
+  const raw = typeof body === "string" ? enc.encode(body) : body;
+  const prefix = enc.encode(`${id}.${ts}.`);
+  const signed = new Uint8Array(prefix.length + raw.length);
+  signed.set(prefix);
+  signed.set(raw, prefix.length);
+  const subtle = (globalThis.crypto ?? (await nodeWebCrypto())).subtle;
+  const k = await subtle.importKey("raw", key, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const mac = new Uint8Array(await subtle.sign("HMAC", k, signed));
+  const want = `v1,${btoa(String.fromCharCode(...mac))}`;
+  // Compared in full whatever the input, so the time taken says nothing about the signature.
+  return headerOf(headers, "webhook-signature")
+    .split(" ")
+    .map((sig) => {
+      let diff = sig.length ^ want.length;
+      for (let i = 0; i < want.length; i++) diff |= (sig.charCodeAt(i) || 0) ^ want.charCodeAt(i);
+      return diff === 0;
+    })
+    .some(Boolean);
+}
+
+/** Node 18's Web Crypto, which is not a global there (it is from Node 19, and in browsers). */
+async function nodeWebCrypto(): Promise<Crypto> {
+  const name = "node:crypto"; // a variable: bundlers for the browser must not resolve it
+  return ((await import(name)) as { webcrypto: Crypto }).webcrypto;
 }
 
 function sessionPath(id: string): string {

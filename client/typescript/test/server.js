@@ -50,6 +50,7 @@ export async function startSluice() {
     METRICS_ADDR: "127.0.0.1:0",
     BASE_URL: baseUrl,
     LOG_LEVEL: "warn",
+    WEBHOOK_ALLOW_PRIVATE: "true", // the tests' webhook receivers listen on loopback
   };
   const server = spawn(bin, ["serve"], { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] });
   // Should the test process end without stop (an uncaught error, Ctrl-C, the runner's SIGTERM),

@@ -1,0 +1,78 @@
+// Webhooks through the client, against a real Sluice (server.js): an endpoint receives the
+// tenant's events signed so that verifyWebhook accepts them, and refuses them tampered or stale.
+import assert from "node:assert/strict";
+import { createHmac } from "node:crypto";
+import { createServer } from "node:http";
+import { after, before, test } from "node:test";
+
+import { Sluice, SluiceError, verifyWebhook } from "../src/index.js";
+import { startSluice } from "./server.js";
+
+let sluice;
+before(async () => {
+  sluice = await startSluice();
+});
+after(async () => {
+  await sluice?.stop();
+});
+
+test("webhooks: create, receive a verified event, test, log, resend, delete", async () => {
+  const c = new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey });
+  const waiting = [];
+  const received = [];
+  const receiver = createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      const d = { headers: req.headers, body: Buffer.concat(chunks) };
+      res.end();
+      const w = waiting.shift();
+      if (w) w(d);
+      else received.push(d);
+    });
+  });
+  await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
+  const next = (what) =>
+    received.length
+      ? Promise.resolve(received.shift())
+      : new Promise((resolve, reject) => {
+          const timer = setTimeout(() => reject(new Error(`waited 60 s for the server to deliver ${what}`)), 60_000);
+          waiting.push((d) => {
+            clearTimeout(timer);
+            resolve(d);
+          });
+        });
+  try {
+    const url = `http://127.0.0.1:${receiver.address().port}/hooks`;
+    const hook = await c.createWebhook(url, ["definition.changed"]);
+    assert.match(hook.secret, /^whsec_/);
+    await c.putLimit("ts.webhooks.one", { kind: "token bucket", rate: 1, period: 1000 });
+    const d = await next("the definition.changed event");
+    assert.equal(await verifyWebhook(hook.secret, d.headers, d.body), true, "a real delivery verifies");
+    assert.equal(JSON.parse(d.body.toString()).type, "definition.changed");
+    assert.equal(await verifyWebhook(hook.secret, d.headers, Buffer.concat([d.body, Buffer.from(" ")])), false, "a tampered body");
+    // Correctly signed, but an hour old: refused for its age alone.
+    const old = String(Math.floor(Date.now() / 1000) - 3600);
+    const key = Buffer.from(hook.secret.slice("whsec_".length), "base64");
+    const sig = createHmac("sha256", key).update(`${d.headers["webhook-id"]}.${old}.`).update(d.body).digest("base64");
+    const stale = { ...d.headers, "webhook-timestamp": old, "webhook-signature": `v1,${sig}` };
+    assert.equal(await verifyWebhook(hook.secret, stale, d.body, 2 * 3600_000), true, "re-signed, within a 2 h tolerance");
+    assert.equal(await verifyWebhook(hook.secret, stale, d.body), false, "a stale timestamp");
+
+    await c.sendTestWebhook(hook.id);
+    const t = await next("the test event");
+    assert.equal(JSON.parse(t.body.toString()).type, "webhook.test");
+    const log = await c.webhookDeliveries(hook.id, 10);
+    assert.equal(log.length, 2);
+    await c.resendWebhookDelivery(hook.id, log[log.length - 1].id);
+    const again = await next("the resent delivery");
+    assert.equal(again.headers["webhook-id"], d.headers["webhook-id"], "a resend keeps the webhook-id");
+    assert.ok((await c.listWebhooks()).some((w) => w.id === hook.id && !("secret" in w)));
+    await c.deleteWebhook(hook.id);
+    await assert.rejects(c.webhookDeliveries(hook.id), (e) => e instanceof SluiceError && e.status === 404);
+    await assert.rejects(c.createWebhook("ftp://nope.example/", ["key.created"]), (e) => e instanceof SluiceError && e.field === "url");
+    await assert.rejects(c.deleteWebhook(-1), TypeError);
+  } finally {
+    receiver.close();
+  }
+});
