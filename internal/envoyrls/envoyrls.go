@@ -266,6 +266,26 @@ func LimitKey(entries []*rlcommon.RateLimitDescriptor_Entry) string {
 	return strings.Join(parts, keySep)
 }
 
+// Attributes are a descriptor's entries as a decision's attributes, which fill the key templates
+// of the limit's parents (nested budgets): each entry whose key can name an attribute
+// ([A-Za-z0-9_]{1,64}) gives its value, a later entry winning. None when there would be more
+// than a decision may carry (a descriptor that long needs no parents' templates).
+func Attributes(entries []*rlcommon.RateLimitDescriptor_Entry) map[string]string {
+	var attrs map[string]string
+	for _, e := range entries {
+		if limiter.ValidAttributeName(e.GetKey()) && e.GetValue() != "" {
+			if attrs == nil {
+				attrs = map[string]string{}
+			}
+			attrs[e.GetKey()] = e.GetValue()
+		}
+	}
+	if len(attrs) > limiter.MaxAttributes {
+		return nil
+	}
+	return attrs
+}
+
 // toRequests validates req and maps its descriptors to limit requests.
 func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 	ds := req.GetDescriptors()
@@ -297,7 +317,7 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 		if hits == 0 {
 			hits = 1
 		}
-		out[i] = limiter.Request{Name: name, Key: key, Count: float64(hits)}
+		out[i] = limiter.Request{Name: name, Key: key, Count: float64(hits), Attributes: Attributes(d.GetEntries())}
 	}
 	return out, nil
 }

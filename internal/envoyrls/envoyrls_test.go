@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/envoyrls"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
@@ -454,5 +455,43 @@ func TestDescriptorHitsAddendOverridesTheRequests(t *testing.T) {
 	}
 	if v := h.value(t, "api.user", "alice"); v != 6 {
 		t.Fatalf("value %v, want 6", v)
+	}
+}
+
+// TestDescriptorEntriesFillTheKeysOfParents: a descriptor's entries are the decision's
+// attributes, so a limit with a parent whose key template names an entry key spends that
+// parent too (nested budgets through Envoy); both are refused together once the parent is spent.
+func TestDescriptorEntriesFillTheKeysOfParents(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, false)
+		h.define(t, "api.org", 2)
+		child := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000,
+			Parents: []limiter.Parent{{Name: "api.org", Key: "{org}"}}}
+		if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.org.user", child); err != nil {
+			t.Fatal(err)
+		}
+		for i, user := range []string{"alice", "bob", "carol"} {
+			resp := h.decide(t, request("api", descriptor("org", "acme", "user", user)))
+			if want := i < 2; (resp.OverallCode == rls.RateLimitResponse_OK) != want {
+				t.Fatalf("user %s: %v, want OK %v (the org's budget is 2)", user, resp, want)
+			}
+		}
+		if v := h.value(t, "api.org", "acme"); v != 0 {
+			t.Fatalf("the org's budget after two admitted users: %v, want 0", v)
+		}
+		if v := h.value(t, "api.org.user", "acme/carol"); v != 10 {
+			t.Fatalf("the refused user was counted: %v, want 10", v)
+		}
+	})
+}
+
+func TestAttributesOfADescriptor(t *testing.T) {
+	got := envoyrls.Attributes(descriptor("org", "acme", "bad-key", "x", "user", "u1", "org", "beta").Entries)
+	if len(got) != 2 || got["org"] != "beta" || got["user"] != "u1" {
+		t.Fatalf("attributes %v, want org=beta (the later entry) and user=u1, no bad-key", got)
+	}
+	if got := envoyrls.Attributes(descriptor("a", "1").Entries); got["a"] != "1" {
+		t.Fatalf("attributes %v", got)
 	}
 }

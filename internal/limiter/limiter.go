@@ -42,6 +42,7 @@ const (
 	MaxShards     = algo.MaxShards
 	MaxResolution = algo.MaxResolution
 	MaxKeyBytes   = algo.MaxKeyBytes
+	MaxAttributes = algo.MaxAttributes
 	// KeyRule describes what ValidKey accepts, for error messages.
 	KeyRule = algo.KeyRule
 )
@@ -51,6 +52,9 @@ func ValidName(s string) bool { return algo.ValidName(s) }
 
 // CheckAttributes validates a decision's attributes (see algo.CheckAttributes).
 func CheckAttributes(attrs map[string]string) error { return fromAlgo(algo.CheckAttributes(attrs)) }
+
+// ValidAttributeName reports whether s can name a decision's attribute (see algo).
+func ValidAttributeName(s string) bool { return algo.ValidAttributeName(s) }
 
 // ValidKey reports whether s is an acceptable key (see algo.ValidKey).
 func ValidKey(s string) bool { return algo.ValidKey(s) }
