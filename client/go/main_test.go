@@ -22,8 +22,9 @@ import (
 // PostgreSQL (a fresh database on that server) when TEST_DATABASE_URL is set, as under
 // `make test`, and SQLite otherwise; `make test` runs this package both ways.
 var (
-	baseURL   string
-	secretKey string
+	baseURL        string
+	secretKey      string
+	publishableKey string // of the same tenant, for captcha challenges (sessions_test.go)
 	// serverBin is the server built by TestMain, for tests that start one of their own.
 	serverBin string
 )
@@ -52,7 +53,7 @@ func runWithServer(m *testing.M) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "client tests: Sluice on %s (%s)\n", srv.URL, srv.Dialect)
-	baseURL, secretKey = srv.URL, srv.Key
+	baseURL, secretKey, publishableKey = srv.URL, srv.Key, srv.Publishable
 	code := m.Run()
 	if err := srv.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "client tests: stop Sluice:", err)
@@ -68,11 +69,12 @@ var repoRoot = filepath.Join("..", "..")
 
 // server is a running `sluice serve` with a tenant and a secret key of its own.
 type server struct {
-	URL, Key string
-	Dialect  string // "sqlite" or "postgres"
-	stop     func() error
-	stopOnce sync.Once
-	stopErr  error
+	URL, Key    string
+	Publishable string // a publishable key of the same tenant, for captcha challenges
+	Dialect     string // "sqlite" or "postgres"
+	stop        func() error
+	stopOnce    sync.Once
+	stopErr     error
 }
 
 // Stop ends the server with SIGINT, reports an unclean exit and drops its PostgreSQL database.
@@ -221,6 +223,13 @@ func startServer(dir string) (srv *server, err error) {
 		_ = srv.Stop()
 		return nil, fmt.Errorf("key create printed no key: %q", out)
 	}
+	out, err = cli("key", "create", "--tenant", "clienttests", "--label", "go client tests (captcha)", "--publishable")
+	if err != nil {
+		_ = srv.Stop()
+		return nil, err
+	}
+	pk, _, _ := strings.Cut(out, "\n")
+	srv.Publishable = strings.TrimSpace(pk)
 	return srv, nil
 }
 
