@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,9 +156,9 @@ func TestABadBatchedCallGetsTheErrorItWouldGetAlone(t *testing.T) {
 	putLimit(t, newClient(t), name, 10)
 	bad := []sluice.Item{
 		{Name: limitName(t, "missing"), Decision: sluice.Decision{Key: "k"}},
-		{Name: name, Decision: sluice.Decision{Key: "k", Count: sluice.Count(-1)}},
+		{Name: name, Decision: sluice.Decision{Key: "k", IP: "not-an-address"}},
 		{Name: name, Decision: sluice.Decision{Key: "session:x"}},
-		{Name: "no/such name", Decision: sluice.Decision{Key: "k"}}, // sent alone: not a name Sluice can know
+		{Name: name, Decision: sluice.Decision{Key: strings.Repeat("k", 40_000)}}, // sent alone: too big to batch
 	}
 	items := append(repeat(3, sluice.Item{Name: name, Decision: sluice.Decision{Key: "k"}}), bad...)
 	c, ct := batchingClient(t, never, len(items)-1)
@@ -182,8 +183,8 @@ func TestABadBatchedCallGetsTheErrorItWouldGetAlone(t *testing.T) {
 	if e := asError(t, out[3].err); e.Code != sluice.CodeLimitNotFound || e.Status != http.StatusNotFound {
 		t.Errorf("unknown limit: %+v", e)
 	}
-	if e := asError(t, out[4].err); e.Code != sluice.CodeInvalidRequest || e.Field != "count" {
-		t.Errorf("negative count: %+v (the bulk item's decisions[i]. prefix must be gone)", e)
+	if e := asError(t, out[4].err); e.Code != sluice.CodeInvalidRequest || e.Field != "ip" {
+		t.Errorf("an invalid address: %+v (the bulk item's decisions[i]. prefix must be gone)", e)
 	}
 }
 

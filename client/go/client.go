@@ -96,6 +96,9 @@ const (
 // A refusal is a Result with OK false, not an error. Limit is never retried. With WithBatching,
 // concurrent calls share POST /v1/decisions requests.
 func (c *Client) Limit(ctx context.Context, name string, d Decision) (Result, error) {
+	if err := checkDecision(name, d); err != nil {
+		return Result{}, err
+	}
 	if c.batcher != nil {
 		return c.limitBatched(ctx, name, d)
 	}
@@ -108,6 +111,9 @@ func (c *Client) Check(ctx context.Context, name string, d Decision) (Result, er
 }
 
 func (c *Client) decide(ctx context.Context, name, verb string, d Decision, retry bool) (Result, error) {
+	if err := checkDecision(name, d); err != nil {
+		return Result{}, err
+	}
 	var w wireDecision
 	h, err := c.do(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w)
 	if err != nil {
@@ -130,6 +136,11 @@ func (c *Client) CheckBatch(ctx context.Context, items []Item) (BatchResult, err
 }
 
 func (c *Client) batch(ctx context.Context, path string, items []Item, retry bool) (BatchResult, error) {
+	for i, it := range items {
+		if err := checkDecision(it.Name, it.Decision); err != nil {
+			return BatchResult{}, fmt.Errorf("items[%d]: %w", i, err)
+		}
+	}
 	var w wireBatch
 	h, err := c.do(ctx, http.MethodPost, path, nil, struct {
 		Limits []Item `json:"limits"`
@@ -149,17 +160,38 @@ func (c *Client) batch(ctx context.Context, path string, items []Item, retry boo
 // order of items. An invalid item gets its own Err and the others are decided. The error is
 // for the request as a whole. Bulk is never retried (see Limit).
 func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
+	out := make([]BulkResult, len(items))
+	// An item Sluice would refuse as invalid gets its error here; the others are sent.
+	var sent []Item
+	var at []int // at[k] is the index in items of sent[k]
+	for i, it := range items {
+		if err := checkDecision(it.Name, it.Decision); err != nil {
+			out[i].Err = fmt.Errorf("sluice: decision %d (%s): %w", i, it.Name, err)
+			continue
+		}
+		sent, at = append(sent, it), append(at, i)
+	}
+	if len(sent) == 0 {
+		return out, nil
+	}
 	var w wireBulk
 	if _, err := c.do(ctx, http.MethodPost, "/v1/decisions", nil, struct {
 		Decisions []Item `json:"decisions"`
-	}{items}, consuming, &w); err != nil {
-		return c.fallbackBulk(ctx, items, err)
+	}{sent}, consuming, &w); err != nil {
+		fell, ferr := c.fallbackBulk(ctx, sent, err)
+		if ferr != nil {
+			return nil, ferr
+		}
+		for k, r := range fell {
+			out[at[k]] = r
+		}
+		return out, nil
 	}
-	if len(w.Results) != len(items) {
-		return nil, fmt.Errorf("sluice: bulk: %d results for %d decisions", len(w.Results), len(items))
+	if len(w.Results) != len(sent) {
+		return nil, fmt.Errorf("sluice: bulk: %d results for %d decisions", len(w.Results), len(sent))
 	}
-	out := make([]BulkResult, len(items))
-	for i, r := range w.Results {
+	for k, r := range w.Results {
+		i := at[k]
 		if r.Error != nil {
 			out[i].Err = fmt.Errorf("sluice: decision %d (%s): %w", i, items[i].Name, r.Error)
 			continue

@@ -193,7 +193,7 @@ func TestBulkDecidesEachItemAndReportsItsOwnError(t *testing.T) {
 		{Name: name, Decision: sluice.Decision{Key: "a"}},
 		{Name: name, Decision: sluice.Decision{Key: "a"}},
 		{Name: limitName(t, "missing"), Decision: sluice.Decision{Key: "a"}},
-		{Name: name, Decision: sluice.Decision{Key: "b", Count: sluice.Count(-1)}},
+		{Name: name, Decision: sluice.Decision{Key: "b", IP: "not-an-address"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -207,8 +207,8 @@ func TestBulkDecidesEachItemAndReportsItsOwnError(t *testing.T) {
 	if e := asError(t, res[2].Err); e.Code != sluice.CodeLimitNotFound || e.Status != http.StatusNotFound {
 		t.Fatalf("unknown limit: %+v", e)
 	}
-	if e := asError(t, res[3].Err); e.Code != sluice.CodeInvalidRequest || e.Status != http.StatusBadRequest || !strings.HasSuffix(e.Field, "count") {
-		t.Fatalf("negative count: %+v", e)
+	if e := asError(t, res[3].Err); e.Code != sluice.CodeInvalidRequest || e.Status != http.StatusBadRequest || !strings.HasSuffix(e.Field, "ip") {
+		t.Fatalf("an invalid address: %+v", e)
 	}
 }
 
@@ -261,9 +261,9 @@ func TestProblemsBecomeErrorsWithTheirFields(t *testing.T) {
 	name := limitName(t, "p")
 	putLimit(t, c, name, 1)
 
-	_, err := c.Limit(ctx, name, sluice.Decision{Key: "k", Count: sluice.Count(-1)})
+	_, err := c.Limit(ctx, name, sluice.Decision{Key: "k", IP: "not-an-address"})
 	e := asError(t, err)
-	if e.Status != http.StatusBadRequest || e.Code != sluice.CodeInvalidRequest || e.Field != "count" || e.Detail == "" || e.RequestID == "" {
+	if e.Status != http.StatusBadRequest || e.Code != sluice.CodeInvalidRequest || e.Field != "ip" || e.Detail == "" || e.RequestID == "" {
 		t.Fatalf("400: %+v", e)
 	}
 	if !strings.Contains(err.Error(), "invalid_request") {
@@ -492,5 +492,46 @@ func TestErrorMessagesNameTheRouteOnce(t *testing.T) {
 	_, err := c.Get(ctx, "no-such-limit")
 	if msg := err.Error(); msg != "sluice: GET /v1/limits/no-such-limit: 404 limit_not_found: no such limit" {
 		t.Fatalf("message %q", msg)
+	}
+}
+
+// TestInvalidArgumentsAreRefusedBeforeSending: a name Sluice cannot know or a count that is no
+// number of tokens is ErrInvalidArgument, even from a FailOpen client whose server is gone (it
+// must not admit what Sluice would refuse); in a bulk request only that item fails.
+func TestInvalidArgumentsAreRefusedBeforeSending(t *testing.T) {
+	ctx := testCtx(t)
+	gone := sluice.New("http://127.0.0.1:1", secretKey, sluice.WithFailPolicy(sluice.FailOpen), sluice.WithTimeout(time.Second))
+	nan, negative := math.NaN(), -1.0
+	for _, tc := range []struct {
+		name string
+		d    sluice.Decision
+	}{
+		{"bad name", sluice.Decision{}},
+		{"", sluice.Decision{}},
+		{"ok", sluice.Decision{Count: &nan}},
+		{"ok", sluice.Decision{Count: &negative}},
+		{"ok", sluice.Decision{Count: sluice.Count(math.Inf(1))}},
+	} {
+		if _, err := gone.Limit(ctx, tc.name, tc.d); !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("Limit(%q, %+v) = %v, want ErrInvalidArgument", tc.name, tc.d, err)
+		}
+		if _, err := gone.Batch(ctx, []sluice.Item{{Name: "ok"}, {Name: tc.name, Decision: tc.d}}); !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("Batch with %q: %v, want ErrInvalidArgument", tc.name, err)
+		}
+	}
+	if r, err := gone.Limit(ctx, "ok", sluice.Decision{}); err != nil || !r.Degraded {
+		t.Fatalf("a valid call to a gone server under FailOpen: %+v, %v (the policy should answer)", r, err)
+	}
+	c := newClient(t)
+	name := limitName(t, "bulkcheck")
+	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.TokenBucket, Rate: 5, Period: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Bulk(ctx, []sluice.Item{{Name: name}, {Name: "no spaces please"}, {Name: name, Decision: sluice.Decision{Count: &negative}}, {Name: name}})
+	if err != nil || len(res) != 4 {
+		t.Fatalf("bulk = %+v, %v", res, err)
+	}
+	if !res[0].OK || !errors.Is(res[1].Err, sluice.ErrInvalidArgument) || !errors.Is(res[2].Err, sluice.ErrInvalidArgument) || !res[3].OK || res[3].Remaining != 3 {
+		t.Fatalf("bulk results %+v: the valid items are decided (in order), the invalid ones fail alone", res)
 	}
 }

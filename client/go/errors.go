@@ -2,9 +2,26 @@ package sluice
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
+
+// ErrInvalidArgument means a call's arguments could never be accepted (a limit name Sluice cannot
+// know, a count that is no number of tokens): the client refuses them before sending anything,
+// whatever its FailPolicy (a FailOpen client must not admit what Sluice would refuse as invalid).
+var ErrInvalidArgument = errors.New("sluice: invalid argument")
+
+// checkDecision refuses what Sluice would answer 400 or 404 to before sending it.
+func checkDecision(name string, d Decision) error {
+	if !validName(name) {
+		return fmt.Errorf("%w: limit name %q: names match ^[A-Za-z0-9_.:-]{1,128}$", ErrInvalidArgument, name)
+	}
+	if d.Count != nil && !(*d.Count >= 0 && *d.Count <= 1e15) { // NaN fails both
+		return fmt.Errorf("%w: count %v: a count is a number of tokens from 0 to 1e15", ErrInvalidArgument, *d.Count)
+	}
+	return nil
+}
 
 // Codes of the problems Sluice answers with (Error.Code).
 const (
@@ -14,6 +31,7 @@ const (
 	CodeUnauthorized         = "unauthorized"
 	CodeForbidden            = "forbidden"
 	CodeSessionNotAuthorized = "session_not_authorized"
+	CodeTenantSuspended      = "tenant_suspended"
 	CodeLimitNotFound        = "limit_not_found"
 	CodeNotFound             = "not_found"
 	CodeDefinitionExists     = "definition_exists"

@@ -103,6 +103,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			m.onError(w, r, fmt.Errorf("%w: count: %w", errKey, err))
 			return
 		}
+		if !(n >= 0 && n <= 1e15) { // NaN fails both
+			m.onError(w, r, fmt.Errorf("%w: count %v is not a number of tokens", errKey, n))
+			return
+		}
 		d.Count = &n
 	}
 	res, err := m.client.Limit(r.Context(), m.name, d)
@@ -145,7 +149,7 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	var e *Error
-	if errors.As(err, &e) && e.Status < http.StatusInternalServerError {
+	if errors.Is(err, ErrInvalidArgument) || (errors.As(err, &e) && e.Status < http.StatusInternalServerError) {
 		// Sluice answered that the decision itself is wrong (an unknown limit, a count over the
 		// capacity, a revoked key): a mistake of this server's configuration, not of the visitor.
 		m.log.ErrorContext(r.Context(), "sluice: the decision was refused as invalid", "limit", m.name, "err", err)

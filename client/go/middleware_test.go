@@ -211,9 +211,16 @@ func TestMiddlewareRefusesWith400WhenTheCountCannotBeTold(t *testing.T) {
 	h := sluice.Middleware(newClient(t), limitName(t, "mw"), sluice.WithCountFunc(func(r *http.Request) (float64, error) {
 		return strconv.ParseFloat(r.Header.Get("X-Cost"), 64)
 	}))(next)
-	w := serve(h, "198.51.100.7:1", "X-Cost", "lots")
-	if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || next.calls != 0 {
-		t.Fatalf("unparsable cost: %d %v", w.Code, p)
+	for _, cost := range []string{"lots", "-3", "NaN", "1e16"} {
+		w := serve(h, "198.51.100.7:1", "X-Cost", cost)
+		if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || next.calls != 0 {
+			t.Fatalf("cost %q: %d %v", cost, w.Code, p)
+		}
+	}
+	// A limit name Sluice cannot know is this server's mistake: a 500, never a pass or a 503.
+	badName := sluice.Middleware(newClient(t, sluice.WithFailPolicy(sluice.FailOpen)), "no such name", sluice.WithLogger(slog.New(slog.DiscardHandler)))(next)
+	if w := serve(badName, "198.51.100.7:1"); w.Code != http.StatusInternalServerError || next.calls != 0 {
+		t.Fatalf("an invalid limit name under FailOpen: %d", w.Code)
 	}
 }
 
