@@ -28,6 +28,8 @@ type Engine struct {
 	started  atomic.Bool   // Run has been called
 	stopped  chan struct{} // closed when Run has returned
 	hints    shardHints
+	// overrides holds each limit's overrides under their version (overrides.go).
+	overrides overrideCache
 	groups   atomic.Int64 // group transactions committed or failed
 	jobs     atomic.Int64 // decisions (Batch calls) they carried
 }
@@ -90,7 +92,10 @@ type Decision struct {
 	OK         bool
 	RetryAfter *int64 // ms, rounded up; nil when there is nothing to wait for
 	Remaining  float64
-	Definition Definition
+	Definition Definition // the definition that decided: the stored one with the override's numbers
+	// Override is the match of the override that applied ("org:acme:*"), "" when none did.
+	Override string
+	denied   bool // refused by a deny override: its retryAfter is exact, never jittered
 }
 
 // BatchDecision is the all-or-nothing outcome of several limits.
@@ -215,7 +220,7 @@ func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consu
 func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 	for i := range out.Results {
 		r := &out.Results[i]
-		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 {
+		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 && !r.denied {
 			// Reservations are never jittered: their retryAfter is when the reserved work is due.
 			// The jitter keeps within the cap every retryAfter has (the contract's maximum).
 			j := min(*r.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)

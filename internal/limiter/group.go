@@ -173,25 +173,30 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 	if err != nil {
 		return err
 	}
-	defs, err := loadDefinitions(tx, definitionKeys(jobs))
+	defs, versions, err := loadDefinitions(tx, definitionKeys(jobs))
 	if err != nil {
 		return err
 	}
-	defsOf, wanted := e.plan(jobs, defs)
+	ovs, err := e.overrides.indexes(versions, overrideLoader(tx))
+	if err != nil {
+		return err
+	}
+	defsOf, oversOf, wanted := e.plan(jobs, defs, ovs, now)
 	stored, err := loadRows(tx, wanted)
 	if err != nil {
 		return err
 	}
-	return saveRows(tx, decideGroup(jobs, defsOf, stored, now))
+	return saveRows(tx, decideGroup(jobs, defsOf, oversOf, stored, now))
 }
 
-// plan resolves every job's definitions and shard choices, and lists the rows they need. A job
-// whose definitions do not resolve gets its error and no rows.
-func (e *Engine) plan(jobs []*job, defs map[defKey]Definition) ([][]Definition, []rowKey) {
+// plan resolves every job's definitions, the overrides that apply at now and shard choices, and
+// lists the rows they need. A job whose definitions do not resolve gets its error and no rows.
+func (e *Engine) plan(jobs []*job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideIndex, now int64) ([][]Definition, [][]*algo.Override, []rowKey) {
 	defsOf := make([][]Definition, len(jobs))
+	oversOf := make([][]*algo.Override, len(jobs))
 	var wanted []rowKey
 	for ji, j := range jobs {
-		defsOf[ji], j.err = resolveDefinitions(j, defs)
+		defsOf[ji], oversOf[ji], j.err = resolveDefinitions(j, defs, ovs, now)
 		if j.err != nil {
 			continue
 		}
@@ -202,7 +207,7 @@ func (e *Engine) plan(jobs []*job, defs map[defKey]Definition) ([][]Definition, 
 			}
 		}
 	}
-	return defsOf, wanted
+	return defsOf, oversOf, wanted
 }
 
 // ensurePicks keeps a request's shard choice across retries unless the shard count changed.
@@ -215,11 +220,11 @@ func (e *Engine) ensurePicks(j *job, i, shards int) {
 }
 
 // decideGroup decides the jobs in arrival order and returns the rows to write.
-func decideGroup(jobs []*job, defsOf [][]Definition, stored map[rowKey]fullStateRow, now int64) map[rowKey]algo.State {
+func decideGroup(jobs []*job, defsOf [][]Definition, oversOf [][]*algo.Override, stored map[rowKey]fullStateRow, now int64) map[rowKey]algo.State {
 	overlay := map[rowKey]algo.State{}
 	for ji, j := range jobs {
 		if j.err == nil {
-			j.out, j.err = decideJob(j, defsOf[ji], stored, overlay, now)
+			j.out, j.err = decideJob(j, defsOf[ji], oversOf[ji], stored, overlay, now)
 		}
 	}
 	return overlay
@@ -240,35 +245,61 @@ func definitionKeys(jobs []*job) []defKey {
 	return keys
 }
 
-// resolveDefinitions picks each request's definition: the stored one, or its inline config.
-func resolveDefinitions(j *job, stored map[defKey]Definition) ([]Definition, error) {
+// resolveDefinitions picks each request's definition (the stored one, or its inline config) and
+// the override that applies to its key at now: an override's numbers replace the definition's;
+// an allow or deny override is returned for decideJob to act on.
+func resolveDefinitions(j *job, stored map[defKey]Definition, ovs map[defKey]*algo.OverrideIndex, now int64) ([]Definition, []*algo.Override, error) {
 	out := make([]Definition, len(j.reqs))
+	var overs []*algo.Override
 	for i, req := range j.reqs {
-		d, ok := stored[defKey{j.tenantID, req.Name}]
+		k := defKey{j.tenantID, req.Name}
+		d, ok := stored[k]
+		var ov *algo.Override
 		switch {
 		case ok && req.Config != nil:
-			return nil, ErrDefinitionExists
+			return nil, nil, ErrDefinitionExists
 		case ok:
 			out[i] = d
+			if ov = ovs[k].Lookup(req.Key, now); ov != nil {
+				if overs == nil {
+					overs = make([]*algo.Override, len(j.reqs))
+				}
+				overs[i] = ov
+				out[i] = ov.Apply(d)
+			}
 		case req.Config != nil:
 			out[i] = req.Config.Normalized()
 		default:
-			return nil, ErrLimitNotFound
+			return nil, nil, ErrLimitNotFound
 		}
-		if err := out[i].CheckCount(req.Count, req.Reserve); err != nil {
-			return nil, fromAlgo(err)
+		err := out[i].CheckCount(req.Count, req.Reserve)
+		if ov != nil && ov.Action != algo.ActionNone && errors.Is(err, algo.ErrCountExceedsCapacity) {
+			err = nil // allow and deny never weigh the count against the capacity
+		}
+		if err != nil {
+			return nil, nil, fromAlgo(err)
 		}
 	}
-	return out, nil
+	return out, overs, nil
 }
 
 // decideJob decides one job against the rows as the jobs before it in the group left them. Its
 // writes join the overlay only if every one of its limits allowed (all or nothing) and it consumes.
-func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) (BatchDecision, error) {
+func decideJob(j *job, defs []Definition, overs []*algo.Override, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) (BatchDecision, error) {
 	out := BatchDecision{OK: true, Results: make([]Decision, len(j.reqs))}
 	local := map[rowKey]algo.State{}
 	for i, req := range j.reqs {
 		def := defs[i]
+		var ov *algo.Override
+		if overs != nil {
+			ov = overs[i]
+		}
+		if ov != nil && ov.Action == algo.ActionDeny {
+			ra := ov.DenyRetryAfter(now)
+			out.Results[i] = Decision{Name: req.Name, Key: req.Key, RetryAfter: &ra, Definition: def, Override: ov.Match, denied: true}
+			out.OK = false
+			continue
+		}
 		states := make([]algo.State, len(j.picks[i]))
 		for k, s := range j.picks[i] {
 			rk := rowKey{j.tenantID, req.Name, req.Key, s}
@@ -280,8 +311,18 @@ func decideJob(j *job, defs []Definition, stored map[rowKey]fullStateRow, overla
 				states[k] = stored[rk].state(def)
 			}
 		}
-		d := algo.Decide(def, states, req.Count, req.Reserve, now, algo.Origin(def, j.tenantID, req.Name, req.Key))
+		origin := algo.Origin(def, j.tenantID, req.Name, req.Key)
+		if ov != nil && ov.Action == algo.ActionAllow {
+			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
+			d := algo.Decide(def, states, 0, false, now, origin)
+			out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: true, Remaining: d.Remaining, Definition: def, Override: ov.Match}
+			continue
+		}
+		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
 		out.Results[i] = Decision{Name: req.Name, Key: req.Key, OK: d.OK, Remaining: d.Remaining, Definition: def}
+		if ov != nil {
+			out.Results[i].Override = ov.Match
+		}
 		if !math.IsNaN(d.RetryAfter) {
 			ra := algo.RetryAfterMillis(d.RetryAfter)
 			out.Results[i].RetryAfter = &ra

@@ -10,8 +10,12 @@ import (
 
 // The PostgreSQL hot path: a group transaction in two round trips, pipelined with pgx.
 //
-//	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL enable_seqscan; SELECT definitions; SELECT state rows
+//	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL enable_seqscan; SELECT definitions (with
+//	     the version of their overrides); SELECT state rows
 //	RT2: INSERT ... ON CONFLICT DO UPDATE (every changed row); COMMIT
+//
+// A limit's overrides come from memory (overrides.go); only when RT1 shows that their version
+// changed does the group read them, once, in between.
 //
 // The rows of RT1 are chosen from the shard count last seen for each limit (shardHints); the
 // definitions read in the same transaction are what decide, so a stale hint only costs one more
@@ -64,7 +68,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	b := &pgx.Batch{}
 	queueGroupReads(b, keys, guess, e.fastCommit)
 	br := conn.SendBatch(ctx, b)
-	now, defs, stored, err := readGroupReads(br, e.fastCommit)
+	now, defs, versions, stored, err := readGroupReads(br, e.fastCommit)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -75,8 +79,13 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	if e.testNow != nil {
 		now = e.testNow().UnixMilli()
 	}
+	// Overrides come from memory unless their version changed (then one more round trip).
+	ovs, err := e.overrides.indexes(versions, func(k defKey) ([]Override, error) { return selectOverridesPg(ctx, conn, k) })
+	if err != nil {
+		return err
+	}
 
-	defsOf, wanted := e.plan(jobs, defs)
+	defsOf, oversOf, wanted := e.plan(jobs, defs, ovs, now)
 	var missing []rowKey
 	have := make(map[rowKey]bool, len(guess))
 	for _, k := range guess {
@@ -93,7 +102,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		}
 	}
 
-	writes := decideGroup(jobs, defsOf, stored, now)
+	writes := decideGroup(jobs, defsOf, oversOf, stored, now)
 	b = &pgx.Batch{}
 	queueGroupWrites(b, writes)
 	br = conn.SendBatch(ctx, b)

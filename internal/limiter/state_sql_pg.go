@@ -37,7 +37,8 @@ const (
 	pgSelectRows = "SELECT " + stateColumns + `
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(` + statePrimaryKey + `)
 		JOIN limit_state USING (` + statePrimaryKey + `)`
-	pgUpsertRows = "INSERT INTO limit_state (" + stateColumns + `)
+	pgSelectOverrides = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = $1 AND name = $2"
+	pgUpsertRows      = "INSERT INTO limit_state (" + stateColumns + `)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[])` + stateUpsert
 )
 
@@ -58,48 +59,68 @@ func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit boo
 	b.Queue(pgSelectRows, rowArgs(guess)...)
 }
 
-// readGroupReads reads the results of queueGroupReads: the database's time (ms), definitions
-// and rows.
-func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Definition, map[rowKey]fullStateRow, error) {
+// readGroupReads reads the results of queueGroupReads: the database's time (ms), definitions,
+// the versions of their overrides and rows.
+func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Definition, map[defKey]int64, map[rowKey]fullStateRow, error) {
 	settings := 2 // BEGIN, SET LOCAL
 	if fastCommit {
 		settings++
 	}
 	for range settings {
 		if _, err := br.Exec(); err != nil {
-			return 0, nil, nil, err
+			return 0, nil, nil, nil, err
 		}
 	}
 	var now int64
 	if err := br.QueryRow().Scan(&now); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	defs := map[defKey]Definition{}
+	versions := map[defKey]int64{}
 	for rows.Next() {
 		var r definitionRow
 		if err := rows.Scan(r.fields()...); err != nil {
 			rows.Close()
-			return 0, nil, nil, err
+			return 0, nil, nil, nil, err
 		}
-		defs[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
+		k := defKey{r.TenantID, r.Name}
+		defs[k], versions[k] = r.toDomain().Definition, r.OverridesVersion
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	stateRows, err := br.Query()
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	stored := map[rowKey]fullStateRow{}
 	if err := scanRows(stateRows, stored); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
-	return now, defs, stored, nil
+	return now, defs, versions, stored, nil
+}
+
+// selectOverridesPg reads every override of one limit within the group's transaction.
+func selectOverridesPg(ctx context.Context, conn *pgx.Conn, k defKey) ([]Override, error) {
+	rows, err := conn.Query(ctx, pgSelectOverrides, k.tenantID, k.name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Override
+	for rows.Next() {
+		var r overrideRow
+		if err := rows.Scan(r.fields()...); err != nil {
+			return nil, err
+		}
+		out = append(out, r.override())
+	}
+	return out, rows.Err()
 }
 
 // selectRowsPg reads more state rows within the group's transaction.

@@ -26,6 +26,8 @@ type definitionRow struct {
 	IPFallback  bool      `gorm:"column:ip_fallback"`
 	CreatedAt   time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt   time.Time `gorm:"autoUpdateTime:false"`
+	// OverridesVersion tags the limit's overrides (overrides.go); only override changes write it.
+	OverridesVersion int64 `gorm:"column:overrides_version"`
 }
 
 func (definitionRow) TableName() string { return "limit_definitions" }
@@ -36,6 +38,8 @@ type StoredDefinition struct {
 	Definition Definition
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// OverridesVersion is the version of the limit's overrides; 0 when it has none.
+	OverridesVersion int64
 }
 
 func (r definitionRow) toDomain() StoredDefinition {
@@ -46,7 +50,8 @@ func (r definitionRow) toDomain() StoredDefinition {
 	if r.Resolution != nil {
 		d.Resolution = *r.Resolution
 	}
-	return StoredDefinition{Name: r.Name, Definition: d.Normalized(), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	return StoredDefinition{Name: r.Name, Definition: d.Normalized(), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		OverridesVersion: r.OverridesVersion}
 }
 
 // PutDefinition creates or replaces the definition called name. created tells which.
@@ -80,8 +85,14 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 				return err
 			}
 		} else {
-			row.CreatedAt = old.CreatedAt
-			if err := tx.Select("*").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
+			row.CreatedAt, row.OverridesVersion = old.CreatedAt, old.OverridesVersion
+			if old.OverridesVersion != 0 {
+				if err := checkOverridesFit(tx, tenantID, name, def); err != nil {
+					return err
+				}
+			}
+			// Only override changes write overrides_version (the instances' tag of them).
+			if err := tx.Select("*").Omit("overrides_version").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
 				return err
 			}
 			if algo.StateShapeChanged(old.Definition, def) {
@@ -135,7 +146,8 @@ func (e *Engine) ListDefinitions(ctx context.Context, tenantID int64) ([]StoredD
 	return out, nil
 }
 
-// DeleteDefinition removes a definition and all of its state, or returns ErrLimitNotFound.
+// DeleteDefinition removes a definition with its overrides and all of its state, or returns
+// ErrLimitNotFound.
 func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string) error {
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		res := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Delete(&definitionRow{})
@@ -144,6 +156,9 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		}
 		if res.RowsAffected == 0 {
 			return ErrLimitNotFound
+		}
+		if err := deleteOverrides(tx, tenantID, name); err != nil {
+			return err
 		}
 		return deleteState(tx, tenantID, name, nil)
 	})

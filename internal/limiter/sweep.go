@@ -58,16 +58,17 @@ const DefaultSweepBatch = 500
 // maxSweepBatch keeps every statement's bind parameters well under SQLite's and PostgreSQL's limits.
 const maxSweepBatch = 1000
 
-// definitionLookup is a definition or its absence.
+// definitionLookup is a definition (with its overrides) or its absence.
 type definitionLookup struct {
 	def Definition
+	ovs *algo.OverrideIndex
 	ok  bool
 }
 
 // definitionCache reads each (tenant, name) definition once per pass.
 type definitionCache map[defKey]definitionLookup
 
-func (c definitionCache) get(tx *gorm.DB, r fullStateRow) (definitionLookup, error) {
+func (c definitionCache) get(e *Engine, tx *gorm.DB, r fullStateRow) (definitionLookup, error) {
 	k := defKey{r.TenantID, r.Name}
 	if d, seen := c[k]; seen {
 		return d, nil
@@ -76,7 +77,11 @@ func (c definitionCache) get(tx *gorm.DB, r fullStateRow) (definitionLookup, err
 	if err != nil {
 		return definitionLookup{}, err
 	}
-	c[k] = definitionLookup{def.Definition, ok}
+	ovs, err := e.overridesOf(tx, k, def.OverridesVersion)
+	if err != nil {
+		return definitionLookup{}, err
+	}
+	c[k] = definitionLookup{def.Definition, ovs, ok}
 	return c[k], nil
 }
 
@@ -137,7 +142,7 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 		}
 		var candidates []fullStateRow
 		for _, r := range rows {
-			d, err := scanDefs.get(e.db.Gorm.WithContext(ctx), r)
+			d, err := scanDefs.get(e, e.db.Gorm.WithContext(ctx), r)
 			if err != nil {
 				return deleted, fmt.Errorf("limiter: sweep: definition: %w", err)
 			}
@@ -186,7 +191,7 @@ func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRo
 			if !ok {
 				continue
 			}
-			d, err := defs.get(tx, r)
+			d, err := defs.get(e, tx, r)
 			if err != nil {
 				return err
 			}
@@ -201,7 +206,11 @@ func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRo
 	return deleted, err
 }
 
-// sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before.
+// sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before,
+// under the definition and under the numbers of every override that matches the key: whichever
+// of them decides the key next (the winner may expire, or be deleted, leaving a shorter prefix or
+// the definition), the row must make no difference. A row that reads as full under a raised
+// capacity may still be short of a lower one.
 func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
 	if !d.ok {
 		return r.TS <= now-InlineStateTTL.Milliseconds()
@@ -211,6 +220,17 @@ func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
 		return false // cannot happen (a shard count change drops state); keep what we do not understand
 	}
 	r.exists = true
-	return algo.ReadsAsMissing(def, r.state(def), algo.Origin(def, r.TenantID, r.Name, r.Key),
-		now-SweepClockGrace.Milliseconds(), now)
+	then := now - SweepClockGrace.Milliseconds()
+	defs := []Definition{def}
+	for _, o := range d.ovs.Matching(r.Key, then) {
+		if o.Action == algo.ActionNone {
+			defs = append(defs, o.Apply(def))
+		}
+	}
+	for _, dd := range defs {
+		if !algo.ReadsAsMissing(dd, r.state(dd), algo.Origin(dd, r.TenantID, r.Name, r.Key), then, now) {
+			return false
+		}
+	}
+	return true
 }
