@@ -30,8 +30,8 @@ type Engine struct {
 	hints    shardHints
 	// overrides holds each limit's overrides under their version (overrides.go).
 	overrides overrideCache
-	groups   atomic.Int64 // group transactions committed or failed
-	jobs     atomic.Int64 // decisions (Batch calls) they carried
+	groups    atomic.Int64 // group transactions committed or failed
+	jobs      atomic.Int64 // decisions (Batch calls) they carried
 }
 
 // Options tune an Engine; the zero value is production-ready.
