@@ -117,6 +117,8 @@ type DecisionResponse struct {
 	Remaining  float64 `json:"remaining"`
 	Name       string  `json:"name"`
 	Key        *string `json:"key"`
+	// Override is the match of the override that decided ("org:acme:*"), absent when none did.
+	Override string `json:"override,omitempty"`
 }
 
 // BatchResponse is the outcome of a batch.
@@ -127,7 +129,7 @@ type BatchResponse struct {
 }
 
 func toDecisionResponse(d limiter.Decision) DecisionResponse {
-	r := DecisionResponse{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: roundTokens(d.Remaining), Name: d.Name}
+	r := DecisionResponse{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: roundTokens(d.Remaining), Name: d.Name, Override: d.Override}
 	if d.Key != "" {
 		k := d.Key
 		r.Key = &k

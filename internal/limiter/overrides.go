@@ -303,3 +303,6 @@ func checkOverridesFit(tx *gorm.DB, tenantID int64, name string, def Definition)
 	}
 	return nil
 }
+
+// Action is what an override does instead of changing numbers (see algo.Action).
+type Action = algo.Action
