@@ -46,7 +46,7 @@ type overrideObservation struct {
 // TestOverridesChangedMidLoadNeverOverAdmit runs two engines with their own pools on one
 // database (PostgreSQL, as two app instances would; SQLite, two engines on one file), 24 goroutines deciding five keys of a token bucket (rate 10/s, capacity
 // 4) while a changer puts and deletes overrides on "org:a:*", "org:*" and "user:1" through
-// alternate engines (capacities 1–8, rates 5–40/s, allow, deny), waiting for 150 decisions made
+// alternate engines (capacities 1–8, rates 0.5–2/s, allow, deny), waiting for 150 decisions made
 // wholly after each change before the next. It checks:
 //
 //   - the bound: for each key, over every interval [sent_i, answered_j] of its admissions, the
@@ -79,7 +79,7 @@ func overridesChangedMidLoad(t *testing.T, url string) {
 	if err := dbs[0].Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	const defRate, defCap = 10.0, 4.0
+	const defRate, defCap = 1.0, 4.0
 	mustPut(t, engines[0], "ov", limiter.Definition{Kind: limiter.TokenBucket, Rate: defRate, Period: 1000, Capacity: ptr(defCap)})
 	keys := []string{"org:a:1", "org:a:2", "org:b:1", "user:1", "user:2"}
 	matches := []string{"org:a:*", "org:*", "user:1"}
@@ -153,7 +153,7 @@ changes:
 			o.Action = limiter.ActionAllow
 		default:
 			o.Capacity = ptr(float64(1 + r.IntN(8)))
-			o.Rate = ptr([]float64{5, 10, 40}[r.IntN(3)])
+			o.Rate = ptr([]float64{0.5, 1, 2}[r.IntN(3)])
 		}
 		e := engines[step%2]
 		start := time.Now()
