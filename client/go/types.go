@@ -70,6 +70,9 @@ type Result struct {
 	Remaining float64
 	Name      string
 	Key       string // "" for the limit's global key
+	// Override is the match of the limit's override that decided this key ("org:acme:*"), ""
+	// when none applied (see PutOverride).
+	Override string
 	// Degraded is true when Sluice could not answer and the client's FailPolicy made the result.
 	Degraded bool
 	// RateLimitPolicy and RateLimit are the IETF headers Sluice sent with the answer ("" when
@@ -118,10 +121,11 @@ type wireDecision struct {
 	Remaining  float64 `json:"remaining"`
 	Name       string  `json:"name"`
 	Key        *string `json:"key"`
+	Override   string  `json:"override"`
 }
 
 func (w wireDecision) result() Result {
-	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name}
+	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name, Override: w.Override}
 	if w.Key != nil {
 		r.Key = *w.Key
 	}
