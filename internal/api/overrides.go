@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -82,26 +81,6 @@ func (b OverrideBody) ToOverride() (limiter.Override, error) {
 	return o, nil
 }
 
-// OverrideSummary describes an override in a line, for the audit log.
-func OverrideSummary(o limiter.Override) string {
-	var parts []string
-	if o.Action != "" {
-		parts = append(parts, "action="+string(o.Action))
-	}
-	for _, n := range []struct {
-		name string
-		v    *float64
-	}{{"rate", o.Rate}, {"capacity", o.Capacity}, {"maxReserved", o.MaxReserved}} {
-		if n.v != nil {
-			parts = append(parts, n.name+"="+strconv.FormatFloat(*n.v, 'g', -1, 64))
-		}
-	}
-	if o.ExpiresAt != nil {
-		parts = append(parts, "expiresAt="+time.UnixMilli(*o.ExpiresAt).UTC().Format(time.RFC3339Nano))
-	}
-	return strings.Join(parts, " ")
-}
-
 func (s *Server) putOverride(c *gin.Context) {
 	name, ok := s.existingLimitName(c)
 	if !ok {
@@ -126,7 +105,7 @@ func (s *Server) putOverride(c *gin.Context) {
 	if created {
 		action = "override.create"
 	}
-	s.recordAudit(c, action, name+" override "+strconv.Quote(o.Match), OverrideSummary(o))
+	s.recordAudit(c, action, name+" override "+strconv.Quote(o.Match), limiter.OverrideSummary(o))
 	c.JSON(http.StatusOK, toOverrideResponse(stored))
 }
 

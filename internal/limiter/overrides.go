@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -187,6 +188,31 @@ func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match
 	return nil
 }
 
+// GetOverride reads the override of name whose match is match: ErrLimitNotFound without a stored
+// definition, ErrOverrideNotFound without such an override.
+func (e *Engine) GetOverride(ctx context.Context, tenantID int64, name, match string) (StoredOverride, error) {
+	if !ValidName(name) {
+		return StoredOverride{}, ErrLimitNotFound
+	}
+	var rows []overrideRow
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		if _, ok, err := loadDefinition(tx, tenantID, name); err != nil || !ok {
+			if err == nil {
+				err = ErrLimitNotFound
+			}
+			return err
+		}
+		return tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Limit(1).Find(&rows).Error
+	})
+	if err != nil {
+		return StoredOverride{}, fmt.Errorf("limiter: get override: %w", err)
+	}
+	if len(rows) == 0 {
+		return StoredOverride{}, fmt.Errorf("limiter: get override: %w", ErrOverrideNotFound)
+	}
+	return rows[0].toDomain(), nil
+}
+
 // MaxOverridesPage bounds one page of ListOverrides.
 const MaxOverridesPage = 1000
 
@@ -306,3 +332,23 @@ func checkOverridesFit(tx *gorm.DB, tenantID int64, name string, def Definition)
 
 // Action is what an override does instead of changing numbers (see algo.Action).
 type Action = algo.Action
+
+// OverrideSummary describes an override in a line, for the audit log (the API's and the dashboard's).
+func OverrideSummary(o Override) string {
+	var parts []string
+	if o.Action != "" {
+		parts = append(parts, "action="+string(o.Action))
+	}
+	for _, n := range []struct {
+		name string
+		v    *float64
+	}{{"rate", o.Rate}, {"capacity", o.Capacity}, {"maxReserved", o.MaxReserved}} {
+		if n.v != nil {
+			parts = append(parts, n.name+"="+strconv.FormatFloat(*n.v, 'g', -1, 64))
+		}
+	}
+	if o.ExpiresAt != nil {
+		parts = append(parts, "expiresAt="+time.UnixMilli(*o.ExpiresAt).UTC().Format(time.RFC3339Nano))
+	}
+	return strings.Join(parts, " ")
+}

@@ -29,6 +29,7 @@ type limitVM struct {
 	LookupError string
 	Error       string
 	Charts      []*chartVM
+	Overrides   overridesVM
 }
 
 type configRow struct{ Label, Value string }
@@ -107,6 +108,10 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		SelfURL: limitPath(t.ID, d.Name, ""),
 	}
 	if vm.Keys, err = u.recentKeys(c, d); err != nil && !limiter.IsNotFound(err) {
+		u.internalError(c, err)
+		return
+	}
+	if vm.Overrides, err = u.overridesSection(c, d, c.Query("overrides_after")); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
 	}

@@ -255,16 +255,18 @@ func redirect(c *gin.Context, to string) {
 // flashes are the fixed messages a redirect may ask the next page to show (?msg=…), so a URL
 // can never inject arbitrary text into a page.
 var flashes = map[string]string{
-	"tenant-created":  "Tenant created.",
-	"limit-saved":     "Limit saved.",
-	"key-reset":       "Key reset: it is full again.",
-	"all-reset":       "Every key of this limit was reset.",
-	"key-revoked":     "API key revoked. It stops working immediately.",
-	"limit-deleted":   "Limit deleted.",
-	"welcome":         "Welcome to Sluice. Create a tenant to get started.",
-	"logged-out":      "You are logged out.",
-	"captcha-saved":   "Captcha settings saved.",
-	"session-revoked": "Session revoked. It is no longer authorized.",
+	"tenant-created":   "Tenant created.",
+	"limit-saved":      "Limit saved.",
+	"key-reset":        "Key reset: it is full again.",
+	"all-reset":        "Every key of this limit was reset.",
+	"override-saved":   "Override saved. It applies from the next decision.",
+	"override-deleted": "Override deleted.",
+	"key-revoked":      "API key revoked. It stops working immediately.",
+	"limit-deleted":    "Limit deleted.",
+	"welcome":          "Welcome to Sluice. Create a tenant to get started.",
+	"logged-out":       "You are logged out.",
+	"captcha-saved":    "Captcha settings saved.",
+	"session-revoked":  "Session revoked. It is no longer authorized.",
 }
 
 func flash(c *gin.Context) string { return flashes[c.Query("msg")] }
