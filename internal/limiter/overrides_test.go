@@ -155,25 +155,8 @@ func TestOverridesAreCappedPerLimitAndStayFastAtTheCap(t *testing.T) {
 		e := newEngine(t, d, clock.opts())
 		ctx := context.Background()
 		mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
-		// 9,999 overrides written directly (one statement each would take minutes), then the
-		// 10,000th through the engine.
-		var sb strings.Builder
-		for i := range limiter.MaxOverrides - 1 {
-			if sb.Len() > 0 {
-				sb.WriteString(",")
-			}
-			match := fmt.Sprintf("user:%d", i)
-			if i%2 == 1 {
-				match = fmt.Sprintf("org:%d:*", i)
-			}
-			fmt.Fprintf(&sb, "(%d, 'api', '%s', 3, '', '2026-01-01 00:00:00', '2026-01-01 00:00:00')", tenant, match)
-			if i%1000 == 999 || i == limiter.MaxOverrides-2 {
-				if err := d.Gorm.Exec("INSERT INTO limit_overrides (tenant_id, name, pattern, capacity, action, created_at, updated_at) VALUES " + sb.String()).Error; err != nil {
-					t.Fatal(err)
-				}
-				sb.Reset()
-			}
-		}
+		// 9,999 overrides written directly, then the 10,000th through the engine.
+		insertOverrides(t, d, "api", limiter.MaxOverrides-1)
 		mustOverride(t, e, "api", limiter.Override{Match: "last", Capacity: ptr(4.0)})
 		_, _, err := e.PutOverride(ctx, tenant, "api", limiter.Override{Match: "one-more", Capacity: ptr(4.0)})
 		if e := apperr.From(err); e.Code != apperr.InvalidRequest || e.Field != "match" || !strings.Contains(e.Message, "10000") {

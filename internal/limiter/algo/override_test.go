@@ -3,6 +3,7 @@ package algo
 import (
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -187,3 +188,30 @@ func TestDenyRetryAfterRunsToTheExpiryOrTheMaximum(t *testing.T) {
 		t.Errorf("until expiry: %d", got)
 	}
 }
+
+// BenchmarkLookup1000 looks random keys up among 1,000 overrides (500 exact keys, 500 prefixes of
+// one length), as the bench's random-32-overrides scenario has them.
+func BenchmarkLookup1000(b *testing.B) {
+	var os []Override
+	for i := range 500 {
+		os = append(os, Override{Match: "k" + itoa(100+i) + "*"}, Override{Match: "k" + itoa(600+i)})
+	}
+	ix := NewOverrideIndex(os)
+	keys := make([]string, 1024)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range keys {
+		keys[i] = "k" + itoa(r.IntN(100_000))
+	}
+	b.ResetTimer()
+	hits := 0
+	for i := range b.N {
+		if ix.Lookup(keys[i%len(keys)], 0) != nil {
+			hits++
+		}
+	}
+	if b.N >= len(keys) && hits == 0 {
+		b.Fatal("no key matched")
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
