@@ -84,6 +84,11 @@ func TestOverridesOverHTTP(t *testing.T) {
 			t.Fatalf("bulk: %v", bulk)
 		}
 
+		// The value of a key reads under its override too.
+		v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/api/value?key=org:acme:1", a.key, nil), http.StatusOK)
+		if v["override"] != "org:acme:*" || number(t, v["config"].(map[string]any), "capacity") != 3 || number(t, v, "value") != 0 {
+			t.Fatalf("value under an override: %v", v)
+		}
 		// Paged list, in match order.
 		page := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/api/overrides?limit=3", a.key, nil), http.StatusOK)
 		items := page["overrides"].([]any)

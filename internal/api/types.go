@@ -153,10 +153,12 @@ type ValueResponse struct {
 	TS     int64                `json:"ts"`
 	Shards []ShardValueResponse `json:"shards"`
 	Config ConfigResponse       `json:"config"`
+	// Override is the match of the key's override (Config then has its numbers), absent when none.
+	Override string `json:"override,omitempty"`
 }
 
 func toValueResponse(v limiter.Value) ValueResponse {
-	out := ValueResponse{Value: roundTokens(v.Value), TS: v.TS, Config: toConfig(v.Definition), Shards: make([]ShardValueResponse, len(v.Shards))}
+	out := ValueResponse{Value: roundTokens(v.Value), TS: v.TS, Config: toConfig(v.Definition), Shards: make([]ShardValueResponse, len(v.Shards)), Override: v.Override}
 	for i, s := range v.Shards {
 		out.Shards[i] = ShardValueResponse{Shard: s.Shard, Value: roundTokens(s.Value), TS: s.TS}
 	}

@@ -338,10 +338,12 @@ type Value struct {
 	Value      float64
 	TS         int64
 	Shards     []ShardValue
-	Definition Definition
+	Definition Definition // with the numbers of the key's override, if one applies
+	Override   string     // the match of the override that applies to the key, "" when none
 }
 
-// GetValue computes a key's value to now without writing. It needs a stored definition.
+// GetValue computes a key's value to now without writing, under the key's override when one
+// applies. It needs a stored definition.
 func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string) (Value, error) {
 	if !ValidName(name) {
 		return Value{}, ErrLimitNotFound
@@ -363,6 +365,15 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 			return ErrLimitNotFound
 		}
 		def := stored.Definition
+		// The key's override, if any, decides its numbers here as in a decision.
+		ovs, err := e.overridesOf(tx, defKey{tenantID, name}, stored.OverridesVersion)
+		if err != nil {
+			return err
+		}
+		ov := ovs.Lookup(key, now)
+		if ov != nil {
+			def = ov.Apply(def)
+		}
 		all := make([]int, def.Shards)
 		for i := range all {
 			all[i] = i
@@ -372,6 +383,9 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 			return err
 		}
 		out = Value{Definition: def, Shards: make([]ShardValue, len(states))}
+		if ov != nil {
+			out.Override = ov.Match
+		}
 		origin := algo.Origin(def, tenantID, name, key)
 		for i, st := range states {
 			v, ts := algo.Peek(def, st, now, origin)
