@@ -215,3 +215,21 @@ func BenchmarkLookup1000(b *testing.B) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// BenchmarkLookupWorstCase10000 looks a 256-byte key up among 10,000 overrides whose prefixes
+// have every length from 1 to 255, none of them matching: one map probe per distinct length.
+func BenchmarkLookupWorstCase10000(b *testing.B) {
+	var os []Override
+	for i := range 10_000 {
+		n := 1 + i%255
+		os = append(os, Override{Match: strings.Repeat("p", n-1) + string(rune('a'+i%15)) + "*"})
+	}
+	ix := NewOverrideIndex(os)
+	key := strings.Repeat("p", 256)
+	b.ResetTimer()
+	for range b.N {
+		if ix.Lookup(key, 0) != nil {
+			b.Fatal("matched")
+		}
+	}
+}
