@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
 func TestOverridesOverHTTP(t *testing.T) {
@@ -197,6 +198,14 @@ func TestOverrideBadInputIsA400NamingTheFieldOrA404(t *testing.T) {
 			}
 		}
 		requireProblem(t, h.send(t, http.MethodGet, path, "", nil), http.StatusUnauthorized, api.CodeUnauthorized)
+		_, pk, err := h.tenants.CreateKey(context.Background(), a.id, tenants.KindPublishable, "widget", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireProblem(t, h.send(t, http.MethodPut, path, pk, map[string]any{"match": "k", "action": "allow"}), http.StatusForbidden, api.CodeForbidden)
+		requireProblem(t, h.send(t, http.MethodGet, path, pk, nil), http.StatusForbidden, api.CodeForbidden)
+		requireProblem(t, h.send(t, http.MethodDelete, path+"?match=k", pk, nil), http.StatusForbidden, api.CodeForbidden)
+		requireProblem(t, h.send(t, http.MethodPut, path, a.key, `{"match":"`+strings.Repeat("k", api.MaxBodyBytes)+`"}`), http.StatusRequestEntityTooLarge, api.CodePayloadTooLarge)
 		requireProblem(t, h.send(t, http.MethodPost, path, a.key, map[string]any{}), http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
 		empty := h.send(t, http.MethodGet, path, a.key, nil)
 		if requireJSON(t, empty, http.StatusOK); strings.TrimSpace(string(empty.body)) != `{"overrides":[],"next":null}` {
