@@ -3,7 +3,10 @@ package limiter_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/db"
@@ -64,6 +67,46 @@ func insertOverrides(t testing.TB, d *db.DB, name string, n int) {
 				t.Fatal(err)
 			}
 			sb.Reset()
+		}
+	}
+}
+
+// BenchmarkDecisionsWithAndWithoutOverrides is the bench's random-32 against random-32-overrides
+// inside the engine (no HTTP): 32 goroutines deciding random keys k0…k99999 of a token bucket, on
+// a limit without overrides and on one with 1,000 (500 exact keys, 500 prefixes matching about
+// half of the keys) carrying the limit's own numbers. Run with -count to interleave them.
+func BenchmarkDecisionsWithAndWithoutOverrides(b *testing.B) {
+	for _, dialect := range testkit.Dialects {
+		d := testkit.Open(b, dialect)
+		e := newEngine(b, d, limiter.Options{})
+		ctx := context.Background()
+		def := limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 1000}
+		for _, name := range []string{"without", "with"} {
+			if _, _, err := e.PutDefinition(ctx, tenant, name, def); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range 500 {
+			for _, m := range []string{fmt.Sprintf("k%d*", 100+i), fmt.Sprintf("k%d", 600+i)} {
+				if _, _, err := e.PutOverride(ctx, tenant, "with", limiter.Override{Match: m, Rate: ptr(1000.0), Capacity: ptr(1000.0)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		for _, name := range []string{"without", "with"} {
+			b.Run(string(dialect)+"/"+name, func(b *testing.B) {
+				var seed atomic.Uint64
+				b.SetParallelism(16)
+				b.RunParallel(func(pb *testing.PB) {
+					r := rand.New(rand.NewPCG(seed.Add(1), 7))
+					for pb.Next() {
+						if _, err := e.Limit(ctx, tenant, limiter.Request{Name: name, Key: "k" + strconv.Itoa(r.IntN(100_000)), Count: 1}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
 		}
 	}
 }
