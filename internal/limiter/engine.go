@@ -403,13 +403,15 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 
 // KeyValue is one key of a limit with its current value (summed over the shards that have state).
 type KeyValue struct {
-	Key   string
-	Value float64
-	TS    int64
+	Key        string
+	Value      float64
+	TS         int64
+	Definition Definition // with the numbers of the key's override, if one applies
+	Override   string     // the match of the override that applies to the key, "" when none
 }
 
 // RecentKeys lists up to n keys of name that have state, most recently written first, with their
-// values computed to now. Shards without state count as full.
+// values computed to now under each key's override. Shards without state count as full.
 func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n int) ([]KeyValue, error) {
 	var out []KeyValue
 	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
@@ -428,17 +430,25 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 		if err != nil {
 			return err
 		}
-		def := stored.Definition
-		all := make([]int, def.Shards)
+		ovs, err := e.overridesOf(tx, defKey{tenantID, name}, stored.OverridesVersion)
+		if err != nil {
+			return err
+		}
+		all := make([]int, stored.Definition.Shards)
 		for i := range all {
 			all[i] = i
 		}
 		for _, k := range keys {
+			def := stored.Definition
+			kv := KeyValue{Key: k}
+			if ov := ovs.Lookup(k, now); ov != nil {
+				def, kv.Override = ov.Apply(def), ov.Match
+			}
+			kv.Definition = def
 			states, err := loadStates(tx, tenantID, def, name, k, all)
 			if err != nil {
 				return err
 			}
-			kv := KeyValue{Key: k}
 			origin := algo.Origin(def, tenantID, name, k)
 			for _, st := range states {
 				v, ts := algo.Peek(def, st, now, origin)

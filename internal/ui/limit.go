@@ -78,7 +78,7 @@ func (u *UI) recentKeys(c *gin.Context, d limiter.StoredDefinition) ([]keyValueV
 	}
 	out := make([]keyValueVM, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, keyValue(k.Key, k.Value, d.Definition))
+		out = append(out, keyValue(k.Key, k.Value, k.Definition))
 	}
 	return out, nil
 }

@@ -57,6 +57,11 @@ func TestOverridesAreAddedEditedAndDeletedOnTheLimitPage(t *testing.T) {
 		if dec := e.consume(tn, "api", "org:1", 1); dec.Override != "org:*" || dec.Remaining != 2 {
 			t.Fatalf("decision after adding: %+v", dec)
 		}
+		// The key's value reads under the override (2 of 3, not of the limit's 10).
+		page = c.get(tpath(tn, "/limits/api"))
+		if row := page.doc(t).Find(`#key-rows tr[data-key="org:1"]`); strings.Join(strings.Fields(row.Find("td.num").Text()), " ") != "2 / 3" {
+			t.Fatalf("recent key under the override: %q", row.Text())
+		}
 		edit := c.get(tpath(tn, "/limits/api/overrides/edit?match="+url.QueryEscape("org:*")))
 		wantStatus(t, edit, http.StatusOK)
 		if v := edit.doc(t).Find("#capacity").AttrOr("value", ""); v != "3" {
