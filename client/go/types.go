@@ -117,6 +117,9 @@ type Result struct {
 	Remaining float64
 	Name      string
 	Key       string // "" for the limit's global key
+	// Override is the match of the limit's override that decided this key ("org:acme:*"), ""
+	// when none applied (see PutOverride).
+	Override string
 	// Degraded is true when Sluice could not answer and the client's FailPolicy made the result.
 	Degraded bool
 	// RateLimitPolicy and RateLimit are the IETF headers Sluice sent with the answer ("" when
@@ -137,6 +140,7 @@ type ParentResult struct {
 	Remaining  float64
 	RetryAfter time.Duration
 	Shadow     *ShadowResult // for an ancestor in shadow mode
+	Override   string        // the match of the override that decided for it, "" when none did
 }
 
 // ShadowResult is what a limit in shadow mode would have answered if it were enforced.
@@ -197,6 +201,7 @@ type wireDecision struct {
 	Name       string      `json:"name"`
 	Key        *string     `json:"key"`
 	Shadow     *wireShadow `json:"shadow"`
+	Override   string      `json:"override"`
 	Parents    []struct {
 		Name       string      `json:"name"`
 		Key        string      `json:"key"`
@@ -204,6 +209,7 @@ type wireDecision struct {
 		Remaining  float64     `json:"remaining"`
 		RetryAfter *int64      `json:"retryAfter"`
 		Shadow     *wireShadow `json:"shadow"`
+		Override   string      `json:"override"`
 	} `json:"parents"`
 }
 
@@ -220,13 +226,13 @@ func (w *wireShadow) result() *ShadowResult {
 }
 
 func (w wireDecision) result() Result {
-	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name, Shadow: w.Shadow.result()}
+	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name, Shadow: w.Shadow.result(), Override: w.Override}
 	if w.Key != nil {
 		r.Key = *w.Key
 	}
 	for _, p := range w.Parents {
 		r.Parents = append(r.Parents, ParentResult{Name: p.Name, Key: p.Key, OK: p.OK, Remaining: p.Remaining,
-			RetryAfter: ms(p.RetryAfter), Shadow: p.Shadow.result()})
+			RetryAfter: ms(p.RetryAfter), Shadow: p.Shadow.result(), Override: p.Override})
 	}
 	return r
 }

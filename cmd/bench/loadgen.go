@@ -31,6 +31,10 @@ type scenario struct {
 	// fastCommit runs against an instance with SLUICE_COMMIT=fast (decisions commit without
 	// waiting for their WAL to reach the disk).
 	fastCommit bool
+	// overrides puts this many overrides on the limit before the run (half exact keys, half
+	// prefixes; see putOverrides), with the limit's own numbers, so that the decision path looks
+	// every key up among them while the per-key bound stays the scenario's.
+	overrides int
 }
 
 func scenarios() []scenario {
@@ -40,6 +44,9 @@ func scenarios() []scenario {
 		{name: "random-8", conns: 8, keys: 100_000, rate: 1000},
 		{name: "random-32", conns: 32, keys: 100_000, rate: 1000},
 		{name: "random-32-fast", conns: 32, keys: 100_000, rate: 1000, fastCommit: true},
+		// random-32 with 1,000 overrides on the decision path: its throughput over random-32's
+		// is the cost of overrides (docs/performance.md).
+		{name: "random-32-overrides", conns: 32, keys: 100_000, rate: 1000, overrides: 1000},
 		{name: "random-64", conns: 64, keys: 100_000, rate: 1000},
 		{name: "random-32-2i", conns: 32, keys: 100_000, rate: 1000, instances: 2},
 		{name: "hot", conns: 32, hot: true, keys: 1, rate: 5000},
@@ -97,6 +104,11 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	}
 	for _, n := range names {
 		if err := s.put(ctx, n, def); err != nil {
+			return RunResult{}, err
+		}
+	}
+	if sc.overrides > 0 {
+		if err := putOverrides(ctx, s, name, sc); err != nil {
 			return RunResult{}, err
 		}
 	}
@@ -281,4 +293,22 @@ func summarize(sc scenario, runs []RunResult) Result {
 	mid := runs[len(runs)/2]
 	r.Admitted, r.Bound, r.Retries, r.PerGroup = mid.Admitted, mid.Bound, mid.Retries, mid.PerGroup
 	return r
+}
+
+// putOverrides puts sc.overrides overrides on the limit name: half exact keys (k600, k601, …,
+// keys of the scenario), half prefixes of four characters (k100*, k101*, …, which together
+// cover about half of the keys k0…k99999), each with the limit's own rate and capacity.
+func putOverrides(ctx context.Context, s *sluice, name string, sc scenario) error {
+	numbers := fmt.Sprintf(`"rate":%g,"capacity":%g`, sc.rate, sc.rate)
+	half := sc.overrides / 2
+	for i := range sc.overrides {
+		match := "k" + strconv.Itoa(100+i) + "*"
+		if i >= half {
+			match = "k" + strconv.Itoa(600+i-half)
+		}
+		if err := s.putPath(ctx, "/v1/limits/"+name+"/overrides", `{"match":"`+match+`",`+numbers+`}`); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -143,6 +143,17 @@ type Report struct {
 	// seconds, so that the VM's drift over the whole run cannot bias their ratio.
 	Pairs           []Pair  `json:"pairs,omitempty"`
 	PairRatioMedian float64 `json:"pairRatioMedian,omitempty"`
+	// OverridePairs are random-32 without and with 1,000 overrides run back to back (their order
+	// alternating), so that the load of a shared machine cannot bias the ratio.
+	OverridePairs           []OverridePair `json:"overridePairs,omitempty"`
+	OverridePairRatioMedian float64        `json:"overridePairRatioMedian,omitempty"`
+}
+
+// OverridePair is one back-to-back measurement of random-32 without and with overrides.
+type OverridePair struct {
+	Without float64 `json:"random32PerSecond"`
+	With    float64 `json:"random32OverridesPerSecond"`
+	Ratio   float64 `json:"ratio"`
 }
 
 // Pair is one back-to-back measurement of the pgbench random ceiling and random-32.
@@ -269,6 +280,12 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 			res.RatioPgbench = res.PerSecond / ceiling
 		}
 		report.Results = append(report.Results, res)
+	}
+	printOverridesRatio(report.Results)
+	if selected("random-32-overrides") && pairs > 0 {
+		if err := measureOverridePairs(&report, pg, pairs, duration); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: override pairs stopped: %v\n", err)
+		}
 	}
 	if !skipPgbench && selected("random-32") {
 		// The scenarios' figures are already in: a failed pair is reported, not fatal.
@@ -501,7 +518,12 @@ func (s *sluice) peakRSSMB() float64 {
 }
 
 func (s *sluice) put(ctx context.Context, name, body string) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, s.base+"/v1/limits/"+name, strings.NewReader(body))
+	return s.putPath(ctx, "/v1/limits/"+name, body)
+}
+
+// putPath sends one PUT to path with body and wants a 200.
+func (s *sluice) putPath(ctx context.Context, path, body string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, s.base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+s.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -510,7 +532,7 @@ func (s *sluice) put(ctx context.Context, name, body string) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("PUT %s: %d %s", name, resp.StatusCode, b)
+		return fmt.Errorf("PUT %s: %d %s", path, resp.StatusCode, b)
 	}
 	return nil
 }
@@ -631,5 +653,54 @@ func psql(dbURL, sql string) error {
 	if out, err := exec.Command(filepath.Join(bindir, "psql"), dbURL, "-q", "-c", sql).CombinedOutput(); err != nil {
 		return fmt.Errorf("psql: %w: %s", err, out)
 	}
+	return nil
+}
+
+// printOverridesRatio prints the throughput with 1,000 overrides over the same scenario without
+// them, when both ran (the target is at least 0.9).
+func printOverridesRatio(results []Result) {
+	var without, with float64
+	for _, r := range results {
+		switch r.Scenario {
+		case "random-32":
+			without = r.PerSecond
+		case "random-32-overrides":
+			with = r.PerSecond
+		}
+	}
+	if without > 0 && with > 0 {
+		fmt.Fprintf(os.Stderr, "bench: random-32-overrides / random-32 = %.0f / %.0f = %.2f×\n", with, without, with/without)
+	}
+}
+
+// measureOverridePairs runs random-32 and random-32-overrides back to back, pairs times, the
+// first of each pair alternating, and records each pair's ratio (with / without) and the median.
+func measureOverridePairs(report *Report, pg *sluice, pairs int, duration time.Duration) error {
+	byName := map[string]scenario{}
+	for _, s := range scenarios() {
+		byName[s.name] = s
+	}
+	var ratios []float64
+	for i := range pairs {
+		order := []string{"random-32", "random-32-overrides"}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		got := map[string]float64{}
+		for _, n := range order {
+			rr, err := runScenario([]*sluice{pg}, byName[n], fmt.Sprintf("opair_%s_%d", strings.ReplaceAll(n, "-", "_"), i), duration)
+			if err != nil {
+				return err
+			}
+			got[n] = rr.PerSecond
+		}
+		p := OverridePair{Without: got["random-32"], With: got["random-32-overrides"]}
+		p.Ratio = p.With / p.Without
+		report.OverridePairs = append(report.OverridePairs, p)
+		ratios = append(ratios, p.Ratio)
+		fmt.Fprintf(os.Stderr, "bench: override pair %d (%s first): random-32 %.0f/s, with 1,000 overrides %.0f/s: %.2f×\n", i+1, order[0], p.Without, p.With, p.Ratio)
+	}
+	report.OverridePairRatioMedian = median(ratios)
+	fmt.Fprintf(os.Stderr, "bench: override pairs: median %.2f×\n", report.OverridePairRatioMedian)
 	return nil
 }

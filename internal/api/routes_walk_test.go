@@ -71,6 +71,10 @@ func validRequest(ri gin.RouteInfo, name string, ids map[string]string) (path st
 		return path, map[string]any{"allKeys": true}
 	case "GET /v1/limits/:name/value":
 		return path + "?key=alice", nil
+	case "PUT /v1/limits/:name/overrides":
+		return path, map[string]any{"match": "alice", "action": "deny"}
+	case "DELETE /v1/limits/:name/overrides":
+		return path + "?match=alice", nil
 	case "POST /v1/limit", "POST /v1/check":
 		return path, map[string]any{"limits": []any{map[string]any{"name": name, "key": "alice"}}}
 	case "POST /v1/sessions/authorize":
@@ -147,10 +151,11 @@ func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testi
 		}
 
 		routes := apiRoutes(t, h.router)
-		// Writes by A under B's name create A's own definition; run them last so that every other
+		// A's PUT of a definition under B's name creates A's own; run it last so that every other
 		// route still meets a name A does not have.
+		createsDefinition := func(r gin.RouteInfo) bool { return r.Method == http.MethodPut && r.Path == "/v1/limits/:name" }
 		slices.SortStableFunc(routes, func(x, y gin.RouteInfo) int {
-			return boolInt(x.Method == http.MethodPut) - boolInt(y.Method == http.MethodPut)
+			return boolInt(createsDefinition(x)) - boolInt(createsDefinition(y))
 		})
 		for i, ri := range routes {
 			if publicRoutes[ri.Method+" "+ri.Path] {

@@ -141,6 +141,8 @@ type DecisionResponse struct {
 	Name       string          `json:"name"`
 	Key        *string         `json:"key"`
 	Shadow     *ShadowResponse `json:"shadow,omitempty"`
+	// Override is the match of the override that decided ("org:acme:*"), absent when none did.
+	Override string `json:"override,omitempty"`
 	// Parents are the decisions on the limit's ancestors (nested budgets); ok and retryAfter
 	// above are the whole family's.
 	Parents []ParentDecisionResponse `json:"parents,omitempty"`
@@ -162,6 +164,8 @@ type ParentDecisionResponse struct {
 	RetryAfter *int64  `json:"retryAfter"`
 	// Shadow is what a parent in shadow mode would have answered if enforced.
 	Shadow *ShadowResponse `json:"shadow,omitempty"`
+	// Override is the match of the override that decided for this parent, absent when none did.
+	Override string `json:"override,omitempty"`
 }
 
 // BatchResponse is the outcome of a batch.
@@ -172,7 +176,7 @@ type BatchResponse struct {
 }
 
 func toDecisionResponse(d limiter.Decision) DecisionResponse {
-	r := DecisionResponse{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: roundTokens(d.Remaining), Name: d.Name}
+	r := DecisionResponse{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: roundTokens(d.Remaining), Name: d.Name, Override: d.Override}
 	if d.Shadow != nil {
 		r.Shadow = &ShadowResponse{OK: d.Shadow.OK, RetryAfter: d.Shadow.RetryAfter}
 	}
@@ -181,7 +185,7 @@ func toDecisionResponse(d limiter.Decision) DecisionResponse {
 		r.Key = &k
 	}
 	for _, p := range d.Parents {
-		pr := ParentDecisionResponse{Name: p.Name, Key: p.Key, OK: p.OK, Remaining: roundTokens(p.Remaining), RetryAfter: p.RetryAfter}
+		pr := ParentDecisionResponse{Name: p.Name, Key: p.Key, OK: p.OK, Remaining: roundTokens(p.Remaining), RetryAfter: p.RetryAfter, Override: p.Override}
 		if p.Shadow != nil {
 			pr.Shadow = &ShadowResponse{OK: p.Shadow.OK, RetryAfter: p.Shadow.RetryAfter}
 		}
@@ -215,11 +219,13 @@ type ValueResponse struct {
 	FullAt *int64 `json:"fullAt"`
 	// PenaltyUntil is when the key's running penalty ends (ms since the epoch); absent when none runs.
 	PenaltyUntil *int64 `json:"penaltyUntil,omitempty"`
+	// Override is the match of the key's override (Config then has its numbers), absent when none.
+	Override string `json:"override,omitempty"`
 }
 
 func toValueResponse(v limiter.Value) ValueResponse {
 	out := ValueResponse{Value: roundTokens(v.Value), TS: v.TS, Config: toConfig(v.Definition), Shards: make([]ShardValueResponse, len(v.Shards)),
-		WindowStart: v.WindowStart, ResetAt: v.ResetAt}
+		WindowStart: v.WindowStart, ResetAt: v.ResetAt, Override: v.Override}
 	if v.FullAt != 0 {
 		f := v.FullAt
 		out.FullAt = &f

@@ -29,8 +29,10 @@ type Engine struct {
 	started  atomic.Bool   // Run has been called
 	stopped  chan struct{} // closed when Run has returned
 	hints    shardHints
-	groups   atomic.Int64 // group transactions committed or failed
-	jobs     atomic.Int64 // decisions (Batch calls) they carried
+	// overrides holds each limit's overrides under their version (overrides.go).
+	overrides overrideCache
+	groups    atomic.Int64 // group transactions committed or failed
+	jobs      atomic.Int64 // decisions (Batch calls) they carried
 }
 
 // Options tune an Engine; the zero value is production-ready.
@@ -98,7 +100,10 @@ type Decision struct {
 	OK         bool
 	RetryAfter *int64 // ms, rounded up; nil when there is nothing to wait for
 	Remaining  float64
-	Definition Definition
+	Definition Definition // the definition that decided: the stored one with the override's numbers
+	// Override is the match of the override that applied ("org:acme:*"), "" when none did.
+	Override string
+	denied   bool // refused by a deny override: its retryAfter is exact, never jittered
 	// Window is the calendar window a quota's decision counted in; nil for the other kinds.
 	Window *QuotaWindow
 	// Parents are the decisions on the limit's ancestors (nested budgets), breadth first: the
@@ -261,13 +266,13 @@ func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consu
 func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 	for i := range out.Results {
 		r := &out.Results[i]
-		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 {
+		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 && !r.denied {
 			// Reservations are never jittered: their retryAfter is when the reserved work is due.
 			// The jitter keeps within the cap every retryAfter has (the contract's maximum).
 			j := min(*r.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)
 			r.RetryAfter = &j
 		}
-		if sh := r.Shadow; sh != nil && !sh.OK && sh.RetryAfter != nil && r.Definition.Jitter > 0 {
+		if sh := r.Shadow; sh != nil && !sh.OK && sh.RetryAfter != nil && r.Definition.Jitter > 0 && !r.denied {
 			j := min(*sh.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)
 			sh.RetryAfter = &j
 		}
@@ -408,9 +413,11 @@ type Value struct {
 	FullAt int64
 	// PenaltyUntil is when the key's running penalty ends (ms since the epoch); 0 when none runs.
 	PenaltyUntil int64
+	Override     string // the match of the override that applies to the key, "" when none
 }
 
-// GetValue computes a key's value to now without writing. It needs a stored definition.
+// GetValue computes a key's value to now without writing, under the key's override when one
+// applies. It needs a stored definition.
 func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string) (Value, error) {
 	if !ValidName(name) {
 		return Value{}, ErrLimitNotFound
@@ -432,6 +439,15 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 			return ErrLimitNotFound
 		}
 		def := stored.Definition
+		// The key's override, if any, decides its numbers here as in a decision.
+		ovs, err := e.overridesOf(tx, defKey{tenantID, name}, stored.OverridesVersion)
+		if err != nil {
+			return err
+		}
+		ov := ovs.Lookup(key, now)
+		if ov != nil {
+			def = ov.Apply(def)
+		}
 		all := make([]int, def.Shards)
 		for i := range all {
 			all[i] = i
@@ -441,6 +457,9 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 			return err
 		}
 		out = Value{Definition: def, Shards: make([]ShardValue, len(states))}
+		if ov != nil {
+			out.Override = ov.Match
+		}
 		origin := algo.Origin(def, tenantID, name, key)
 		for i, st := range states {
 			v, ts := algo.Peek(def, st, now, origin)
@@ -468,13 +487,15 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 
 // KeyValue is one key of a limit with its current value (summed over the shards that have state).
 type KeyValue struct {
-	Key   string
-	Value float64
-	TS    int64
+	Key        string
+	Value      float64
+	TS         int64
+	Definition Definition // with the numbers of the key's override, if one applies
+	Override   string     // the match of the override that applies to the key, "" when none
 }
 
 // RecentKeys lists up to n keys of name that have state, most recently written first, with their
-// values computed to now. Shards without state count as full.
+// values computed to now under each key's override. Shards without state count as full.
 func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n int) ([]KeyValue, error) {
 	var out []KeyValue
 	err := e.db.ReadOnly(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
@@ -493,17 +514,25 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 		if err != nil {
 			return err
 		}
-		def := stored.Definition
-		all := make([]int, def.Shards)
+		ovs, err := e.overridesOf(tx, defKey{tenantID, name}, stored.OverridesVersion)
+		if err != nil {
+			return err
+		}
+		all := make([]int, stored.Definition.Shards)
 		for i := range all {
 			all[i] = i
 		}
 		for _, k := range keys {
+			def := stored.Definition
+			kv := KeyValue{Key: k}
+			if ov := ovs.Lookup(k, now); ov != nil {
+				def, kv.Override = ov.Apply(def), ov.Match
+			}
+			kv.Definition = def
 			states, err := loadStates(tx, tenantID, def, name, k, all)
 			if err != nil {
 				return err
 			}
-			kv := KeyValue{Key: k}
 			origin := algo.Origin(def, tenantID, name, k)
 			for _, st := range states {
 				v, ts := algo.Peek(def, st, now, origin)

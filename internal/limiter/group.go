@@ -178,7 +178,7 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 		return err
 	}
 	keys := definitionKeys(jobs)
-	defs, err := loadDefinitions(tx, keys)
+	defs, versions, err := loadDefinitions(tx, keys)
 	if err != nil {
 		return err
 	}
@@ -186,23 +186,33 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 	for _, k := range keys {
 		asked[k] = true
 	}
-	if err := readParents(jobs, defs, asked, func(k []defKey) (map[defKey]Definition, error) { return loadDefinitions(tx, k) }); err != nil {
+	err = readParents(jobs, defs, asked, func(k []defKey) (map[defKey]Definition, error) {
+		more, vs, err := loadDefinitions(tx, k)
+		maps.Copy(versions, vs)
+		return more, err
+	})
+	if err != nil {
 		return err
 	}
-	stored, err := loadRows(tx, e.plan(jobs, defs))
+	// Overrides come from memory unless their version changed (then they are read here).
+	ovs, err := e.overrides.indexes(versions, overrideLoader(tx))
+	if err != nil {
+		return err
+	}
+	stored, err := loadRows(tx, e.plan(jobs, defs, ovs, now))
 	if err != nil {
 		return err
 	}
 	return saveRows(tx, decideGroup(jobs, stored, now))
 }
 
-// plan expands every job (expand) and chooses its shards, and lists the rows they need. A job
-// whose definitions do not resolve gets its error and no rows.
-func (e *Engine) plan(jobs []*job, defs map[defKey]Definition) []rowKey {
+// plan expands every job (expand, with the overrides that apply at now) and chooses its shards,
+// and lists the rows they need. A job whose definitions do not resolve gets its error and no rows.
+func (e *Engine) plan(jobs []*job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideIndex, now int64) []rowKey {
 	var wanted []rowKey
 	for _, j := range jobs {
 		var missing []defKey
-		j.exp, missing, j.err = expand(j, defs)
+		j.exp, missing, j.err = expand(j, defs, ovs, now)
 		if j.err == nil && len(missing) > 0 { // the caller read every definition it could
 			j.err = parentNotFound(missing[0].name)
 		}
@@ -237,7 +247,9 @@ func readParents(jobs []*job, defs map[defKey]Definition, asked map[defKey]bool,
 		}
 		var want []defKey
 		for _, j := range jobs {
-			_, missing, err := expand(j, defs)
+			// Without overrides: they are read once every definition is, and a count over a
+			// definition's capacity (which an override may raise) must not hide a missing parent.
+			_, missing, err := expand(j, defs, nil, 0)
 			if err != nil {
 				continue
 			}
@@ -310,16 +322,36 @@ func definitionKeys(jobs []*job) []defKey {
 // limitRef is one limit a job decides: one of its requests, or an ancestor that request spends.
 type limitRef struct {
 	name, key string
-	def       Definition
-	of        int  // the request it belongs to
-	parent    bool // an ancestor, not the request itself
+	def       Definition     // with the numbers of ov, if any
+	ov        *algo.Override // the override that applies to the key, if any
+	of        int            // the request it belongs to
+	parent    bool           // an ancestor, not the request itself
 }
 
 // expand lists the limits a job decides: each request (its stored definition, or its inline
 // config), followed by its ancestors breadth first, each parent's key filled from the request's
-// attributes, each (name, key) once per request. missing lists the parents whose definitions
-// defs lacks; the job's limits are complete only when it is empty.
-func expand(j *job, defs map[defKey]Definition) (exp []limitRef, missing []defKey, err error) {
+// attributes, each (name, key) once per request. A stored limit's override for the key (ovs, at
+// now) replaces its numbers; with ovs nil none is looked up and counts are not checked (readParents
+// only looks for missing parents). missing lists the parents whose definitions defs lacks; the
+// job's limits are complete only when it is empty.
+func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideIndex, now int64) (exp []limitRef, missing []defKey, err error) {
+	// resolve applies the key's override to a stored definition and checks the count against it.
+	resolve := func(name, key string, d Definition, stored bool, req Request) (limitRef, error) {
+		r := limitRef{name: name, key: key, def: d}
+		if ovs == nil {
+			return r, nil
+		}
+		if stored {
+			if r.ov = ovs[defKey{j.tenantID, name}].Lookup(key, now); r.ov != nil {
+				r.def = r.ov.Apply(d)
+			}
+		}
+		err := r.def.CheckCount(req.Count, req.Reserve)
+		if r.ov != nil && r.ov.Action != algo.ActionNone && errors.Is(err, algo.ErrCountExceedsCapacity) {
+			err = nil // allow and deny never weigh the count against the capacity
+		}
+		return r, err
+	}
 	for i, req := range j.reqs {
 		d, ok := defs[defKey{j.tenantID, req.Name}]
 		switch {
@@ -331,10 +363,12 @@ func expand(j *job, defs map[defKey]Definition) (exp []limitRef, missing []defKe
 		default:
 			return nil, nil, ErrLimitNotFound
 		}
-		if err := d.CheckCount(req.Count, req.Reserve); err != nil {
+		self, err := resolve(req.Name, req.Key, d, ok, req)
+		if err != nil {
 			return nil, nil, fromAlgo(err)
 		}
-		exp = append(exp, limitRef{name: req.Name, key: req.Key, def: d, of: i})
+		self.of = i
+		exp = append(exp, self)
 		if len(d.Parents) == 0 {
 			continue
 		}
@@ -361,10 +395,11 @@ func expand(j *job, defs map[defKey]Definition) (exp []limitRef, missing []defKe
 						missing = append(missing, defKey{j.tenantID, p.Name})
 						continue
 					}
-					if err := pd.CheckCount(req.Count, req.Reserve); err != nil {
+					r, err := resolve(p.Name, key, pd, true, req)
+					if err != nil {
 						return nil, nil, parentCountError(p.Name, err)
 					}
-					r := limitRef{name: p.Name, key: key, def: pd, of: i, parent: true}
+					r.of, r.parent = i, true
 					exp = append(exp, r)
 					next = append(next, r)
 				}
@@ -399,8 +434,31 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		origin, until int64
 	}
 	var penalties map[rowKey]penalty
+	place := func(r limitRef, dec Decision) {
+		if r.ov != nil {
+			dec.Override = r.ov.Match
+		}
+		if r.parent {
+			out.Results[r.of].Parents = append(out.Results[r.of].Parents, dec)
+		} else {
+			out.Results[r.of] = dec
+		}
+	}
 	for x, r := range j.exp {
 		def := r.def
+		if r.ov != nil && r.ov.Action == algo.ActionDeny {
+			// Refused until the override expires; nothing read, nothing written. A shadow limit
+			// reports the refusal it would make.
+			ra := r.ov.DenyRetryAfter(now)
+			dec := Decision{Name: r.name, Key: r.key, RetryAfter: &ra, Definition: def, denied: true}
+			if def.IsShadow() {
+				dec.OK, dec.RetryAfter, dec.Shadow = true, nil, &ShadowOutcome{OK: false, RetryAfter: &ra}
+			} else {
+				out.OK = false
+			}
+			place(r, dec)
+			continue
+		}
 		origin := algo.Origin(def, j.tenantID, r.name, r.key)
 		states := make([]algo.State, len(j.picks[x]))
 		for k, s := range j.picks[x] {
@@ -414,6 +472,12 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			}
 		}
 		req := j.reqs[r.of]
+		if r.ov != nil && r.ov.Action == algo.ActionAllow {
+			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
+			d := algo.Decide(def, states, 0, false, now, origin)
+			place(r, Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def})
+			continue
+		}
 		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
 		var retryAfter *int64
 		if !math.IsNaN(d.RetryAfter) {
@@ -427,11 +491,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if def.IsShadow() {
 			dec.OK, dec.RetryAfter, dec.Shadow = true, nil, &ShadowOutcome{OK: d.OK, RetryAfter: retryAfter}
 		}
-		if r.parent {
-			out.Results[r.of].Parents = append(out.Results[r.of].Parents, dec)
-		} else {
-			out.Results[r.of] = dec
-		}
+		place(r, dec)
 		if d.PenaltyUntil != 0 && j.consume {
 			if penalties == nil {
 				penalties = map[rowKey]penalty{}

@@ -13,8 +13,12 @@ import (
 
 // The PostgreSQL hot path: a group transaction in two round trips, pipelined with pgx.
 //
-//	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL enable_seqscan; SELECT definitions; SELECT state rows
+//	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL enable_seqscan; SELECT definitions (with
+//	     the version of their overrides); SELECT state rows
 //	RT2: INSERT ... ON CONFLICT DO UPDATE (every changed row); COMMIT
+//
+// A limit's overrides come from memory (overrides.go); only when RT1 shows that their version
+// changed does the group read them, once, in between.
 //
 // The rows of RT1 are chosen from the shard count last seen for each limit (shardHints); the
 // definitions read in the same transaction are what decide, so a stale hint only costs one more
@@ -74,7 +78,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	b := &pgx.Batch{}
 	queueGroupReads(b, keys, guess, e.fastCommit)
 	br := conn.SendBatch(ctx, b)
-	now, defs, stored, err := readGroupReads(br, e.fastCommit)
+	now, defs, versions, stored, err := readGroupReads(br, e.fastCommit)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -86,15 +90,20 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		asked[k] = true
 	}
 	// Parents the hints did not foresee: one more query per generation (only after a change).
-	if err := readParents(jobs, defs, asked, func(k []defKey) (map[defKey]Definition, error) { return selectDefinitionsPg(ctx, conn, k) }); err != nil {
+	if err := readParents(jobs, defs, asked, func(k []defKey) (map[defKey]Definition, error) { return selectDefinitionsPg(ctx, conn, k, versions) }); err != nil {
 		return err
 	}
 	e.hints.set(defs)
 	if e.testNow != nil {
 		now = e.testNow().UnixMilli()
 	}
+	// Overrides come from memory unless their version changed (then one more round trip).
+	ovs, err := e.overrides.indexes(versions, func(k defKey) ([]Override, error) { return selectOverridesPg(ctx, conn, k) })
+	if err != nil {
+		return err
+	}
 
-	wanted := e.plan(jobs, defs)
+	wanted := e.plan(jobs, defs, ovs, now)
 	var missing []rowKey
 	have := make(map[rowKey]bool, len(guess))
 	for _, k := range guess {
@@ -139,8 +148,8 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 	}
 	var rows []rowKey
 	for _, j := range jobs {
-		exp, missing, err := expand(j, hint)
-		if err != nil { // no (or a stale) hint: the requests' own rows, as one shard or their config's
+		exp, missing, err := expand(j, hint, nil, 0) // overrides change numbers, never the shards
+		if err != nil {                              // no (or a stale) hint: the requests' own rows, as one shard or their config's
 			for i, req := range j.reqs {
 				shards := 1
 				if d, ok := hint[defKey{j.tenantID, req.Name}]; ok {

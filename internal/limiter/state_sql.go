@@ -30,7 +30,9 @@ const (
 	// stateUpsert makes an INSERT of stateColumns replace the state of rows that exist.
 	stateUpsert = " ON CONFLICT (" + statePrimaryKey + ") DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters, penalty_until = excluded.penalty_until"
 	// definitionColumns are limit_definitions' columns.
-	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, mode, penalty, created_at, updated_at, calendar, time_zone, anchor_day, parents"
+	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, mode, penalty, created_at, updated_at, calendar, time_zone, anchor_day, parents, overrides_version"
+	// overrideColumns are the columns of limit_overrides a decision reads.
+	overrideColumns = "pattern, rate, capacity, max_reserved, action, expires_at"
 )
 
 // The portable statements. Matches on a list of primary keys are an OR of equalities (matchAll):
@@ -54,6 +56,10 @@ const (
 	sqlScanState      = "SELECT " + stateColumns + " FROM limit_state"
 	sqlScanStateAfter = " WHERE (" + statePrimaryKey + ") > (?, ?, ?, ?)"
 	sqlScanStateOrder = " ORDER BY " + statePrimaryKey + " LIMIT ?"
+	// The overrides of one limit, and the tag that says which version of them is current.
+	sqlSelectOverrides     = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = ? AND name = ?"
+	sqlDeleteOverrides     = "DELETE FROM limit_overrides WHERE tenant_id = ? AND name = ?"
+	sqlSetOverridesVersion = "UPDATE limit_definitions SET overrides_version = ? WHERE tenant_id = ? AND name = ?"
 )
 
 // maxKeysPerStatement keeps every statement's bind parameters (4 per key, 8 per written row) far
@@ -97,7 +103,7 @@ func (r fullStateRow) state(def Definition) algo.State {
 func (r *definitionRow) fields() []any {
 	return []any{&r.TenantID, &r.Name, &r.Kind, &r.Rate, &r.Period, &r.Capacity, &r.MaxReserved,
 		&r.Shards, &r.Start, &r.Resolution, &r.Jitter, &r.IPFallback, &r.Mode, &r.Penalty, &r.CreatedAt, &r.UpdatedAt,
-		&r.Calendar, &r.TimeZone, &r.AnchorDay, &r.Parents}
+		&r.Calendar, &r.TimeZone, &r.AnchorDay, &r.Parents, &r.OverridesVersion}
 }
 
 // parentEdges reads the parent names of every definition of the tenant that has parents.
@@ -116,6 +122,11 @@ func parentEdges(tx *gorm.DB, tenantID int64) (map[string][]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// fields are the scan targets of overrideColumns, in order.
+func (r *overrideRow) fields() []any {
+	return []any{&r.Pattern, &r.Rate, &r.Capacity, &r.MaxReserved, &r.Action, &r.ExpiresAt}
 }
 
 // storedCounters is the counters column of a state to write.
@@ -152,17 +163,42 @@ func selectDefinitions(tx *gorm.DB, keys []defKey) ([]definitionRow, error) {
 	return rows, err
 }
 
-// loadDefinitions reads the named definitions in one query.
-func loadDefinitions(tx *gorm.DB, keys []defKey) (map[defKey]Definition, error) {
+// loadDefinitions reads the named definitions, and the versions of their overrides, in one query.
+func loadDefinitions(tx *gorm.DB, keys []defKey) (map[defKey]Definition, map[defKey]int64, error) {
 	rows, err := selectDefinitions(tx, keys)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make(map[defKey]Definition, len(rows))
+	versions := make(map[defKey]int64, len(rows))
 	for _, r := range rows {
-		out[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
+		k := defKey{r.TenantID, r.Name}
+		out[k], versions[k] = r.toDomain().Definition, r.OverridesVersion
+	}
+	return out, versions, nil
+}
+
+// selectOverrides reads every override of one limit.
+func selectOverrides(tx *gorm.DB, k defKey) ([]Override, error) {
+	var rows []overrideRow
+	if err := tx.Raw(sqlSelectOverrides, k.tenantID, k.name).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make([]Override, len(rows))
+	for i, r := range rows {
+		out[i] = r.override()
 	}
 	return out, nil
+}
+
+// deleteOverrides deletes every override of one limit.
+func deleteOverrides(tx *gorm.DB, tenantID int64, name string) error {
+	return tx.Exec(sqlDeleteOverrides, tenantID, name).Error
+}
+
+// setOverridesVersion tags the limit's overrides with a new version (0: it has none).
+func setOverridesVersion(tx *gorm.DB, tenantID int64, name string, version int64) error {
+	return tx.Exec(sqlSetOverridesVersion, version, tenantID, name).Error
 }
 
 // loadDefinition reads one definition; ok is false when there is none.

@@ -38,39 +38,42 @@ const (
 	pgSelectRows = "SELECT " + stateColumns + `
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(` + statePrimaryKey + `)
 		JOIN limit_state USING (` + statePrimaryKey + `)`
-	pgUpsertRows = "INSERT INTO limit_state (" + stateColumns + `)
+	pgSelectOverrides = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = $1 AND name = $2"
+	pgUpsertRows      = "INSERT INTO limit_state (" + stateColumns + `)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
 )
 
 // pgDeleteUnchanged is the sweeper's deletion on PostgreSQL (sweep.go): it deletes each
 // candidate row only if the row still holds exactly the state the sweeper judged full (every
 // state column compared) and its limit still has the definition the sweeper judged it by (the
-// same updated_at, or still none for an inline config). It runs on its own, in READ COMMITTED:
+// same updated_at and overrides_version, or still none for an inline config). It runs on its own, in READ COMMITTED:
 // a row changed by a decision since the scan is re-checked against its new version and kept.
 // Unchanged state that reads as full under an unchanged definition reads as full at any later
 // time, so deleting it is the same as leaving it whenever the deletion lands; no read set is
 // needed, and none is taken — a serializable deletion of hundreds of rows took predicate locks
 // on the index pages that the decisions write to, and failed (and gave up) under load.
 const pgDeleteUnchanged = `DELETE FROM limit_state s
-	USING unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[], $9::timestamptz[])
-		AS c(` + stateColumns + `, defined_at)
+	USING unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[], $9::timestamptz[], $10::bigint[])
+		AS c(` + stateColumns + `, defined_at, overrides_version)
 	WHERE (s.tenant_id, s.name, s.key, s.shard) = (c.tenant_id, c.name, c.key, c.shard)
 	AND (s.value, s.ts, s.counters, s.penalty_until) IS NOT DISTINCT FROM (c.value, c.ts, c.counters, c.penalty_until)
 	AND CASE WHEN c.defined_at IS NULL
 		THEN NOT EXISTS (SELECT 1 FROM limit_definitions d WHERE d.tenant_id = s.tenant_id AND d.name = s.name)
 		ELSE EXISTS (SELECT 1 FROM limit_definitions d
-			WHERE d.tenant_id = s.tenant_id AND d.name = s.name AND d.updated_at = c.defined_at) END`
+			WHERE d.tenant_id = s.tenant_id AND d.name = s.name AND d.updated_at = c.defined_at
+			AND d.overrides_version = c.overrides_version) END`
 
 // deleteUnchangedPg runs pgDeleteUnchanged on rows, each judged under the definition updated at
-// definedAt[i] (nil: no stored definition), and returns how many rows it deleted.
-func deleteUnchangedPg(ctx context.Context, conn *pgx.Conn, rows []fullStateRow, definedAt []*time.Time) (int64, error) {
+// definedAt[i] (nil: no stored definition) with the overrides of version overridesVersion[i],
+// and returns how many rows it deleted.
+func deleteUnchangedPg(ctx context.Context, conn *pgx.Conn, rows []fullStateRow, definedAt []*time.Time, overridesVersion []int64) (int64, error) {
 	keys := make([]rowKey, len(rows))
 	values, ts, counters, penalties := make([]float64, len(rows)), make([]int64, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {
 		keys[i] = r.key()
 		values[i], ts[i], counters[i], penalties[i] = r.Value, r.TS, r.Counters, r.PenaltyUntil
 	}
-	tag, err := conn.Exec(ctx, pgDeleteUnchanged, append(rowArgs(keys), values, ts, counters, penalties, definedAt)...)
+	tag, err := conn.Exec(ctx, pgDeleteUnchanged, append(rowArgs(keys), values, ts, counters, penalties, definedAt, overridesVersion)...)
 	return tag.RowsAffected(), err
 }
 
@@ -91,53 +94,73 @@ func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit boo
 	b.Queue(pgSelectRows, rowArgs(guess)...)
 }
 
-// readGroupReads reads the results of queueGroupReads: the database's time (ms), definitions
-// and rows.
-func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Definition, map[rowKey]fullStateRow, error) {
+// readGroupReads reads the results of queueGroupReads: the database's time (ms), definitions,
+// the versions of their overrides and rows.
+func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Definition, map[defKey]int64, map[rowKey]fullStateRow, error) {
 	settings := 2 // BEGIN, SET LOCAL
 	if fastCommit {
 		settings++
 	}
 	for range settings {
 		if _, err := br.Exec(); err != nil {
-			return 0, nil, nil, err
+			return 0, nil, nil, nil, err
 		}
 	}
 	var now int64
 	if err := br.QueryRow().Scan(&now); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	defs := map[defKey]Definition{}
+	versions := map[defKey]int64{}
 	for rows.Next() {
 		var r definitionRow
 		if err := rows.Scan(r.fields()...); err != nil {
 			rows.Close()
-			return 0, nil, nil, err
+			return 0, nil, nil, nil, err
 		}
-		defs[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
+		k := defKey{r.TenantID, r.Name}
+		defs[k], versions[k] = r.toDomain().Definition, r.OverridesVersion
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	stateRows, err := br.Query()
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	stored := map[rowKey]fullStateRow{}
 	if err := scanRows(stateRows, stored); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
-	return now, defs, stored, nil
+	return now, defs, versions, stored, nil
+}
+
+// selectOverridesPg reads every override of one limit within the group's transaction.
+func selectOverridesPg(ctx context.Context, conn *pgx.Conn, k defKey) ([]Override, error) {
+	rows, err := conn.Query(ctx, pgSelectOverrides, k.tenantID, k.name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Override
+	for rows.Next() {
+		var r overrideRow
+		if err := rows.Scan(r.fields()...); err != nil {
+			return nil, err
+		}
+		out = append(out, r.override())
+	}
+	return out, rows.Err()
 }
 
 // selectDefinitionsPg reads more definitions within the group's transaction (parents the
 // hints did not foresee).
-func selectDefinitionsPg(ctx context.Context, conn *pgx.Conn, keys []defKey) (map[defKey]Definition, error) {
+func selectDefinitionsPg(ctx context.Context, conn *pgx.Conn, keys []defKey, versions map[defKey]int64) (map[defKey]Definition, error) {
 	tenantIDs, names := make([]int64, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenantIDs[i], names[i] = k.tenantID, k.name
@@ -153,7 +176,8 @@ func selectDefinitionsPg(ctx context.Context, conn *pgx.Conn, keys []defKey) (ma
 		if err := rows.Scan(r.fields()...); err != nil {
 			return nil, err
 		}
-		out[defKey{r.TenantID, r.Name}] = r.toDomain().Definition
+		k := defKey{r.TenantID, r.Name}
+		out[k], versions[k] = r.toDomain().Definition, r.OverridesVersion
 	}
 	return out, rows.Err()
 }

@@ -33,6 +33,8 @@ type definitionRow struct {
 	TimeZone    *string `gorm:"column:time_zone"`
 	AnchorDay   *int
 	Parents     string // JSON [{"name", "key"}], '' for none
+	// OverridesVersion tags the limit's overrides (overrides.go); only override changes write it.
+	OverridesVersion int64 `gorm:"column:overrides_version"`
 }
 
 // parentJSON is the stored form of one parent.
@@ -79,6 +81,8 @@ type StoredDefinition struct {
 	Definition Definition
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// OverridesVersion is the version of the limit's overrides; 0 when it has none.
+	OverridesVersion int64
 }
 
 func (r definitionRow) toDomain() StoredDefinition {
@@ -100,7 +104,8 @@ func (r definitionRow) toDomain() StoredDefinition {
 		d.AnchorDay = *r.AnchorDay
 	}
 	d.Parents = decodeParents(r.Parents)
-	return StoredDefinition{Name: r.Name, Definition: d.Normalized(), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	return StoredDefinition{Name: r.Name, Definition: d.Normalized(), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		OverridesVersion: r.OverridesVersion}
 }
 
 // PutDefinition creates or replaces the definition called name. created tells which.
@@ -148,8 +153,14 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 				return err
 			}
 		} else {
-			row.CreatedAt = old.CreatedAt
-			if err := tx.Select("*").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
+			row.CreatedAt, row.OverridesVersion = old.CreatedAt, old.OverridesVersion
+			if old.OverridesVersion != 0 {
+				if err := checkOverridesFit(tx, tenantID, name, def); err != nil {
+					return err
+				}
+			}
+			// Only override changes write overrides_version (the instances' tag of them).
+			if err := tx.Select("*").Omit("overrides_version").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
 				return err
 			}
 			if algo.StateShapeChanged(old.Definition, def) {
@@ -220,7 +231,8 @@ func (e *Engine) ListDefinitions(ctx context.Context, tenantID int64) ([]StoredD
 	return out, nil
 }
 
-// DeleteDefinition removes a definition and all of its state, or returns ErrLimitNotFound.
+// DeleteDefinition removes a definition with its overrides and all of its state, or returns
+// ErrLimitNotFound.
 func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string) error {
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		res := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Delete(&definitionRow{})
@@ -229,6 +241,9 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		}
 		if res.RowsAffected == 0 {
 			return ErrLimitNotFound
+		}
+		if err := deleteOverrides(tx, tenantID, name); err != nil {
+			return err
 		}
 		return deleteState(tx, tenantID, name, nil)
 	})

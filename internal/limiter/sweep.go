@@ -65,17 +65,21 @@ const DefaultSweepBatch = 500
 // maxSweepBatch keeps every statement's bind parameters well under SQLite's and PostgreSQL's limits.
 const maxSweepBatch = 1000
 
-// definitionLookup is a definition or its absence.
+// definitionLookup is a definition (with its overrides) or its absence.
 type definitionLookup struct {
 	def       Definition
 	updatedAt time.Time // which version of the definition def is
-	ok        bool
+	// overridesVersion and ovs are the limit's overrides, which a row must read as missing under
+	// too (the sweeper's deletion checks that neither the definition nor they have changed).
+	overridesVersion int64
+	ovs              *algo.OverrideIndex
+	ok               bool
 }
 
 // definitionCache reads each (tenant, name) definition once per pass.
 type definitionCache map[defKey]definitionLookup
 
-func (c definitionCache) get(tx *gorm.DB, r fullStateRow) (definitionLookup, error) {
+func (c definitionCache) get(e *Engine, tx *gorm.DB, r fullStateRow) (definitionLookup, error) {
 	k := defKey{r.TenantID, r.Name}
 	if d, seen := c[k]; seen {
 		return d, nil
@@ -84,7 +88,11 @@ func (c definitionCache) get(tx *gorm.DB, r fullStateRow) (definitionLookup, err
 	if err != nil {
 		return definitionLookup{}, err
 	}
-	c[k] = definitionLookup{def.Definition, def.UpdatedAt, ok}
+	ovs, err := e.overridesOf(tx, k, def.OverridesVersion)
+	if err != nil {
+		return definitionLookup{}, err
+	}
+	c[k] = definitionLookup{def.Definition, def.UpdatedAt, def.OverridesVersion, ovs, ok}
 	return c[k], nil
 }
 
@@ -146,8 +154,9 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 		}
 		var candidates []fullStateRow
 		var definedAt []*time.Time
+		var versions []int64
 		for _, r := range rows {
-			d, err := scanDefs.get(e.db.Gorm.WithContext(ctx), r)
+			d, err := scanDefs.get(e, e.db.Gorm.WithContext(ctx), r)
 			if err != nil {
 				return deleted, fmt.Errorf("limiter: sweep: definition: %w", err)
 			}
@@ -157,14 +166,14 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 				if d.ok {
 					at = &d.updatedAt
 				}
-				definedAt = append(definedAt, at)
+				definedAt, versions = append(definedAt, at), append(versions, d.overridesVersion)
 			}
 		}
 		if len(candidates) > 0 {
 			var n int
 			var err error
 			if e.db.Dialect == db.Postgres {
-				n, err = e.deleteUnchanged(ctx, candidates, definedAt)
+				n, err = e.deleteUnchanged(ctx, candidates, definedAt, versions)
 			} else {
 				n, err = e.deleteIfStillFull(ctx, candidates)
 			}
@@ -183,12 +192,12 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 }
 
 // deleteUnchanged deletes the candidates that still hold their scanned state under the
-// definition they were judged by (PostgreSQL; see pgDeleteUnchanged).
-func (e *Engine) deleteUnchanged(ctx context.Context, candidates []fullStateRow, definedAt []*time.Time) (int, error) {
+// definition and the overrides they were judged by (PostgreSQL; see pgDeleteUnchanged).
+func (e *Engine) deleteUnchanged(ctx context.Context, candidates []fullStateRow, definedAt []*time.Time, overridesVersion []int64) (int, error) {
 	var deleted int64
 	err := e.db.WithPgx(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		var err error
-		deleted, err = deleteUnchangedPg(ctx, conn, candidates, definedAt)
+		deleted, err = deleteUnchangedPg(ctx, conn, candidates, definedAt, overridesVersion)
 		return err
 	})
 	return int(deleted), err
@@ -219,7 +228,7 @@ func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRo
 			if !ok {
 				continue
 			}
-			d, err := defs.get(tx, r)
+			d, err := defs.get(e, tx, r)
 			if err != nil {
 				return err
 			}
@@ -234,7 +243,11 @@ func (e *Engine) deleteIfStillFull(ctx context.Context, candidates []fullStateRo
 	return deleted, err
 }
 
-// sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before.
+// sweepable reports whether row r reads exactly like no row at now and SweepClockGrace before,
+// under the definition and under the numbers of every override that matches the key: whichever
+// of them decides the key next (the winner may expire, or be deleted, leaving a shorter prefix or
+// the definition), the row must make no difference. A row that reads as full under a raised
+// capacity may still be short of a lower one.
 func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
 	if r.PenaltyUntil > now-SweepClockGrace.Milliseconds() {
 		return false // a running penalty is state no missing row has
@@ -247,6 +260,17 @@ func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
 		return false // cannot happen (a shard count change drops state); keep what we do not understand
 	}
 	r.exists = true
-	return algo.ReadsAsMissing(def, r.state(def), algo.Origin(def, r.TenantID, r.Name, r.Key),
-		now-SweepClockGrace.Milliseconds(), now)
+	then := now - SweepClockGrace.Milliseconds()
+	defs := []Definition{def}
+	for _, o := range d.ovs.Matching(r.Key, then) {
+		if o.Action == algo.ActionNone {
+			defs = append(defs, o.Apply(def))
+		}
+	}
+	for _, dd := range defs {
+		if !algo.ReadsAsMissing(dd, r.state(dd), algo.Origin(dd, r.TenantID, r.Name, r.Key), then, now) {
+			return false
+		}
+	}
+	return true
 }

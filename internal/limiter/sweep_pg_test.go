@@ -46,7 +46,13 @@ func TestSweepDeletionOnPostgreSQLNeedsTheJudgedStateAndDefinition(t *testing.T)
 	}
 	deleteJudged := func(r fullStateRow, definedAt *time.Time) int {
 		t.Helper()
-		n, err := e.deleteUnchanged(ctx, []fullStateRow{r}, []*time.Time{definedAt})
+		var version int64
+		if definedAt != nil { // the version of the limit's overrides the row was judged with
+			if err := d.Gorm.Raw("SELECT overrides_version FROM limit_definitions WHERE tenant_id = ? AND name = ?", tenantID, r.Name).Scan(&version).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := e.deleteUnchanged(ctx, []fullStateRow{r}, []*time.Time{definedAt}, []int64{version})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,6 +101,21 @@ func TestSweepDeletionOnPostgreSQLNeedsTheJudgedStateAndDefinition(t *testing.T)
 	}
 	if n := deleteJudged(untouched, &vp.UpdatedAt); n != 1 {
 		t.Fatalf("the same row without the change: deleted %d, want 1", n)
+	}
+
+	// An override that raises the key's capacity after the row was judged full under none.
+	write("tb", "overridden", nil)
+	judged = scan("tb", "overridden")
+	before, _ := e.GetDefinition(ctx, tenantID, "tb")
+	var noOverrides int64
+	if err := d.Gorm.Raw("SELECT overrides_version FROM limit_definitions WHERE tenant_id = ? AND name = 'tb'", tenantID).Scan(&noOverrides).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.PutOverride(ctx, tenantID, "tb", Override{Match: "overridden", Capacity: ptr(40.0)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.deleteUnchanged(ctx, []fullStateRow{judged}, []*time.Time{&before.UpdatedAt}, []int64{noOverrides}); err != nil || n != 0 {
+		t.Fatalf("deleted a row judged full before an override raised its capacity: %d, %v", n, err)
 	}
 
 	write("adhoc", "k", &def)

@@ -36,6 +36,7 @@ type limitVM struct {
 	Error         string
 	Charts        []*chartVM
 	Window        *windowVM // quotas: the current calendar window
+	Overrides     overridesVM
 }
 
 // windowVM is a quota's current window, in the quota's zone.
@@ -128,7 +129,7 @@ func (u *UI) recentKeys(c *gin.Context, d limiter.StoredDefinition) ([]keyValueV
 	}
 	out := make([]keyValueVM, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, keyValue(k.Key, k.Value, d.Definition))
+		out = append(out, keyValue(k.Key, k.Value, k.Definition))
 	}
 	return out, nil
 }
@@ -167,6 +168,10 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 			u.internalError(c, err)
 			return
 		}
+	}
+	if vm.Overrides, err = u.overridesSection(c, d, c.Query("overrides_after")); err != nil && !limiter.IsNotFound(err) {
+		u.internalError(c, err)
+		return
 	}
 	if _, has := c.Request.URL.Query()["key"]; has {
 		key := c.Query("key")

@@ -117,7 +117,7 @@ func (u *UI) limitRows(c *gin.Context) ([]limitRow, error) {
 		}
 		r := limitRow{Name: d.Name, URL: limitPath(t.ID, d.Name, ""), Kind: string(d.Definition.Kind), Summary: summary(d.Definition), Shadow: d.Definition.IsShadow()}
 		for _, k := range keys {
-			r.Keys = append(r.Keys, keyValue(k.Key, k.Value, d.Definition))
+			r.Keys = append(r.Keys, keyValue(k.Key, k.Value, k.Definition))
 		}
 		rows = append(rows, r)
 	}

@@ -46,6 +46,10 @@ func (u *UI) Register(r *gin.Engine) {
 	t.POST("/limits/:name/reset-all", u.resetAll)
 	t.GET("/limits/:name/enforce", u.enforceConfirm) // shadow -> enforce: the confirmation
 	t.POST("/limits/:name/enforce", u.enforce)
+	t.GET("/limits/:name/overrides/new", u.newOverrideForm)
+	t.GET("/limits/:name/overrides/edit", u.editOverrideForm) // ?match=…
+	t.POST("/limits/:name/overrides", u.saveOverride)
+	t.POST("/limits/:name/overrides/delete", u.deleteOverride)
 	t.GET("/keys", u.keysPage)
 	t.POST("/keys", u.createKey)
 	t.POST("/keys/:kid/revoke", u.revokeKey)

@@ -264,6 +264,8 @@ var flashes = map[string]string{
 	"key-reset":        "Key reset: it is full again.",
 	"all-reset":        "Every key of this limit was reset.",
 	"limit-enforced":   "The limit is enforced now.",
+	"override-saved":   "Override saved. It applies from the next decision.",
+	"override-deleted": "Override deleted.",
 	"key-revoked":      "API key revoked. It stops working immediately.",
 	"limit-deleted":    "Limit deleted.",
 	"welcome":          "Welcome to Sluice. Create a tenant to get started.",

@@ -409,6 +409,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/limits/{name}/overrides": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * List a limit's overrides, a page at a time
+         * @description Ordered by `match`. Pass the `next` of a page as `after` to get the following one; `next` is null on the last page.
+         */
+        get: operations["listOverrides"];
+        /**
+         * Create or replace an override of a limit for the keys it matches
+         * @description An override changes a stored limit for the keys its `match` matches: an exact key, or a prefix followed by one `*`. For a key the exact match wins, then the longest matching prefix; an expired override no longer applies (by the decision clock: the database's on PostgreSQL). Numbers change only `rate`, `capacity` and `maxReserved` (kind, period and shards stay the definition's, so the key's state stays meaningful; the definition with the override's numbers must be valid). `action: "allow"` admits without counting; `"deny"` refuses with `retryAfter` until `expiresAt` (or 1e15 ms when it never expires). A limit holds at most 10,000 overrides (expired ones count until deleted). A change applies on every instance from the next decision transaction that begins after it. Decisions name the override that applied in `override`. Audited.
+         */
+        put: operations["putOverride"];
+        post?: never;
+        /** Delete an override */
+        delete: operations["deleteOverride"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -543,6 +570,8 @@ export interface components {
                 /** @description ms; as a decision's retryAfter */
                 retryAfter: number | null;
             };
+            /** @description the match of the override that decided this key (`org:acme:*`); absent when none applied */
+            override?: string;
         };
         BatchDecision: {
             ok: boolean;
@@ -567,6 +596,8 @@ export interface components {
             fullAt: number | null;
             /** @description ms since the epoch when the key's running penalty ends; absent when none runs */
             penaltyUntil?: number;
+            /** @description the match of the override that applies to the key (`config` then shows its numbers); absent when none does */
+            override?: string;
         };
         Problem: {
             type: string;
@@ -709,6 +740,47 @@ export interface components {
                 /** @description ms; as a decision's retryAfter */
                 retryAfter: number | null;
             };
+            /** @description the match of the override that decided this key (`org:acme:*`); absent when none applied */
+            override?: string;
+        };
+        OverrideRequest: {
+            /** @description an exact key, or a prefix followed by one `*` at the end (`org:acme:*`; `*` alone matches every key) */
+            match: string;
+            /** @description tokens per the definition's period, for the matched keys */
+            rate?: number;
+            /** @description the most tokens a matched key holds (not for sliding windows) */
+            capacity?: number;
+            /** @description how far a matched key's reservation may go below zero (not for sliding windows) */
+            maxReserved?: number;
+            /**
+             * @description `allow` admits without counting; `deny` refuses until `expiresAt`. Not with numbers.
+             * @enum {unknown}
+             */
+            action?: "allow" | "deny";
+            /**
+             * Format: date-time
+             * @description RFC 3339; from then on the override no longer applies. Absent or null: never expires.
+             */
+            expiresAt?: string | null;
+        };
+        Override: {
+            match: string;
+            rate?: number;
+            capacity?: number;
+            maxReserved?: number;
+            /** @enum {unknown} */
+            action?: "allow" | "deny";
+            /** Format: date-time */
+            expiresAt: string | null;
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        OverridesPage: {
+            overrides: components["schemas"]["Override"][];
+            /** @description pass as `after` for the next page; null on the last page */
+            next: string | null;
         };
     };
     responses: never;
@@ -2461,6 +2533,244 @@ export interface operations {
                 };
             };
             /** @description unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listOverrides: {
+        parameters: {
+            query?: {
+                /** @description overrides per page, 1 to 1000 (default 100) */
+                limit?: number;
+                /** @description list the overrides whose match sorts after this one (the previous page's `next`) */
+                after?: string;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description one page of overrides */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OverridesPage"];
+                };
+            };
+            /** @description invalid_request: limit out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description limit_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the decision could not be made safely (fails closed) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putOverride: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OverrideRequest"];
+            };
+        };
+        responses: {
+            /** @description the override, created or replaced */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Override"];
+                };
+            };
+            /** @description invalid_request (match, action, expiresAt; more than 10,000 overrides) or invalid_config (rate, capacity, maxReserved), naming the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description limit_not_found: the limit has no stored definition */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the decision could not be made safely (fails closed) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteOverride: {
+        parameters: {
+            query: {
+                /** @description the match of the override to delete */
+                match: string;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid_request: match missing or not a valid match */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description limit_not_found (no such limit) or not_found (no override with this match) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
                     [name: string]: unknown;
