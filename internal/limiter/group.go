@@ -212,7 +212,7 @@ func (e *Engine) plan(jobs []*job, defs map[defKey]Definition, ovs map[defKey]*a
 	var wanted []rowKey
 	for _, j := range jobs {
 		var missing []defKey
-		j.exp, missing, j.err = expand(j, defs, ovs, now)
+		j.exp, missing, j.err = expand(j, defs, ovs, now, true)
 		if j.err == nil && len(missing) > 0 { // the caller read every definition it could
 			j.err = parentNotFound(missing[0].name)
 		}
@@ -249,7 +249,7 @@ func readParents(jobs []*job, defs map[defKey]Definition, asked map[defKey]bool,
 		for _, j := range jobs {
 			// Without overrides: they are read once every definition is, and a count over a
 			// definition's capacity (which an override may raise) must not hide a missing parent.
-			_, missing, err := expand(j, defs, nil, 0)
+			_, missing, err := expand(j, defs, nil, 0, false)
 			if err != nil {
 				continue
 			}
@@ -330,15 +330,16 @@ type limitRef struct {
 
 // expand lists the limits a job decides: each request (its stored definition, or its inline
 // config), followed by its ancestors breadth first, each parent's key filled from the request's
-// attributes, each (name, key) once per request. A stored limit's override for the key (ovs, at
-// now) replaces its numbers; with ovs nil none is looked up and counts are not checked (readParents
-// only looks for missing parents). missing lists the parents whose definitions defs lacks; the
-// job's limits are complete only when it is empty.
-func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideIndex, now int64) (exp []limitRef, missing []defKey, err error) {
+// attributes, each (name, key) once per request. With decide set, a stored limit's override for
+// the key (ovs, at now) replaces its numbers and the count is checked against them; without it
+// (readParents and the PostgreSQL path's guess only look for definitions and rows) neither is.
+// missing lists the parents whose definitions defs lacks; the job's limits are complete only when
+// it is empty.
+func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideIndex, now int64, decide bool) (exp []limitRef, missing []defKey, err error) {
 	// resolve applies the key's override to a stored definition and checks the count against it.
 	resolve := func(name, key string, d Definition, stored bool, req Request) (limitRef, error) {
 		r := limitRef{name: name, key: key, def: d}
-		if ovs == nil {
+		if !decide {
 			return r, nil
 		}
 		if stored {

@@ -148,7 +148,7 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 	}
 	var rows []rowKey
 	for _, j := range jobs {
-		exp, missing, err := expand(j, hint, nil, 0) // overrides change numbers, never the shards
+		exp, missing, err := expand(j, hint, nil, 0, false) // overrides change numbers, never the shards
 		if err != nil {                              // no (or a stale) hint: the requests' own rows, as one shard or their config's
 			for i, req := range j.reqs {
 				shards := 1

@@ -424,3 +424,51 @@ func TestShadowAndPenaltiesInNestedBudgets(t *testing.T) {
 		}
 	})
 }
+
+// TestOverridesApplyToAncestorsAndShadowLimits: an override on a parent's key changes that
+// parent's numbers in a child's decision (and is named there); a deny override on a shadow limit
+// is reported as its would-be refusal and admits.
+func TestOverridesApplyToAncestorsAndShadowLimits(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
+		window := func(rate float64) limiter.Definition {
+			return limiter.Definition{Kind: limiter.FixedWindow, Rate: rate, Period: 3_600_000, Start: ptr(int64(0))}
+		}
+		mustPut(t, e, "org", window(1))
+		user := window(10)
+		user.Parents = []limiter.Parent{{Name: "org", Key: "org:{org}"}}
+		mustPut(t, e, "user", user)
+		if _, _, err := e.PutOverride(ctx, tenant, "org", limiter.Override{Match: "org:big*", Rate: ptr(3.0)}); err != nil {
+			t.Fatal(err)
+		}
+		admitted := 0
+		for range 5 {
+			got := mustLimit(t, e, limiter.Request{Name: "user", Key: "u", Count: 1, Attributes: map[string]string{"org": "bigco"}})
+			if got.OK {
+				admitted++
+			}
+			if len(got.Parents) != 1 || got.Parents[0].Override != "org:big*" {
+				t.Fatalf("the parent's decision does not name its override: %+v", got.Parents)
+			}
+		}
+		if admitted != 3 {
+			t.Fatalf("%d admitted under an org overridden to 3 per window, want 3", admitted)
+		}
+		if got := mustLimit(t, e, limiter.Request{Name: "user", Key: "v", Count: 1, Attributes: map[string]string{"org": "small"}}); !got.OK || got.Parents[0].Override != "" {
+			t.Fatalf("an org without an override: %+v", got)
+		}
+
+		watched := window(10)
+		watched.Mode = limiter.Shadow
+		mustPut(t, e, "watched", watched)
+		if _, _, err := e.PutOverride(ctx, tenant, "watched", limiter.Override{Match: "blocked", Action: limiter.ActionDeny}); err != nil {
+			t.Fatal(err)
+		}
+		got := mustLimit(t, e, limiter.Request{Name: "watched", Key: "blocked", Count: 1})
+		if !got.OK || got.Shadow == nil || got.Shadow.OK || got.Shadow.RetryAfter == nil || got.Override != "blocked" {
+			t.Fatalf("a deny override on a shadow limit: %+v (shadow %+v)", got, got.Shadow)
+		}
+	})
+}
