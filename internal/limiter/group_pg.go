@@ -149,7 +149,7 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 	var rows []rowKey
 	for _, j := range jobs {
 		exp, missing, err := expand(j, hint, nil, 0, false) // overrides change numbers, never the shards
-		if err != nil {                              // no (or a stale) hint: the requests' own rows, as one shard or their config's
+		if err != nil {                                     // no (or a stale) hint: the requests' own rows, as one shard or their config's
 			for i, req := range j.reqs {
 				shards := 1
 				if d, ok := hint[defKey{j.tenantID, req.Name}]; ok {
