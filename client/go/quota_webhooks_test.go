@@ -149,3 +149,26 @@ func TestWebhooksAreManagedAndVerified(t *testing.T) {
 		t.Fatalf("deliveries of a deleted endpoint: %v", err)
 	}
 }
+
+// TestRefundGivesBackWhatWasTaken: a refund through the client gives tokens back, never above
+// the limit's maximum; an impossible count is refused before sending.
+func TestRefundGivesBackWhatWasTaken(t *testing.T) {
+	c, ctx := newClient(t), testCtx(t)
+	name := limitName(t, "refund")
+	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.FixedWindow, Rate: 10, Period: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Limit(ctx, name, sluice.Decision{Key: "k", Count: sluice.Count(6)}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Refund(ctx, name, sluice.Refund{Key: "k", Count: 4})
+	if err != nil || r.Refunded != 4 || r.Remaining != 8 {
+		t.Fatalf("refund = %+v, %v", r, err)
+	}
+	if r, err = c.Refund(ctx, name, sluice.Refund{Key: "k", Count: 50}); err != nil || r.Refunded != 2 || r.Remaining != 10 {
+		t.Fatalf("refund past the maximum = %+v, %v", r, err)
+	}
+	if _, err := c.Refund(ctx, name, sluice.Refund{Key: "k", Count: -1}); !errors.Is(err, sluice.ErrInvalidArgument) {
+		t.Fatalf("a negative refund: %v", err)
+	}
+}

@@ -26,6 +26,7 @@ func (s *Server) Register(r *gin.Engine) {
 	authed.POST("/limits/:name/limit", s.limitOne)
 	authed.POST("/limits/:name/check", s.checkOne)
 	authed.POST("/limits/:name/reset", s.reset)
+	authed.POST("/limits/:name/refund", s.refund)
 	authed.GET("/limits/:name/value", s.value)
 	authed.PUT("/limits/:name/overrides", s.putOverride)
 	authed.GET("/limits/:name/overrides", s.listOverrides)

@@ -67,6 +67,8 @@ func validRequest(ri gin.RouteInfo, name string, ids map[string]string) (path st
 		return path, bucket10PerMinute
 	case "POST /v1/limits/:name/limit", "POST /v1/limits/:name/check":
 		return path, map[string]any{"key": "alice"}
+	case "POST /v1/limits/:name/refund":
+		return path, map[string]any{"key": "alice", "count": 1}
 	case "POST /v1/limits/:name/reset":
 		return path, map[string]any{"allKeys": true}
 	case "GET /v1/limits/:name/value":
@@ -161,7 +163,7 @@ func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testi
 			if publicRoutes[ri.Method+" "+ri.Path] {
 				continue
 			}
-			ghost := "ghost-" + string(rune('a'+i)) + "-never-defined"
+			ghost := "ghost-" + strconv.Itoa(i) + "-never-defined"
 			path, body := validRequest(ri, bName, bIDs)
 			gotB := h.send(t, ri.Method, path, a.key, body)
 			path, body = validRequest(ri, ghost, ghostIDs)

@@ -91,6 +91,9 @@ type Request struct {
 	Config  *Definition // inline definition, used only when name has no stored definition
 	// Attributes fill the {placeholders} of the keys of the limit's parents (nested budgets).
 	Attributes map[string]string
+	// Refund gives Count back instead of taking it (Engine.Refund): never above the maximum,
+	// always decided OK.
+	Refund bool
 }
 
 // Decision is the outcome of one limit.
@@ -100,6 +103,9 @@ type Decision struct {
 	OK         bool
 	RetryAfter *int64 // ms, rounded up; nil when there is nothing to wait for
 	Remaining  float64
+	// Refunded is, for a refund, what was given back (at most the count asked).
+	Refunded   float64
+	refund     bool       // a refund, which counts as no decision in the metrics
 	Definition Definition // the definition that decided: the stored one with the override's numbers
 	// Override is the match of the override that applied ("org:acme:*"), "" when none did.
 	Override string
@@ -181,6 +187,21 @@ func (e *Engine) nowIn(tx *gorm.DB) (int64, error) {
 
 // Limit consumes count tokens of one limit if it allows them.
 func (e *Engine) Limit(ctx context.Context, tenantID int64, req Request) (Decision, error) {
+	b, err := e.Batch(ctx, tenantID, []Request{req}, true)
+	if err != nil {
+		return Decision{}, err
+	}
+	return b.Results[0], nil
+}
+
+// Refund gives count tokens back to one key of a stored limit, and to the same key of each of its
+// ancestors (nested budgets), in one group transaction like a decision: a token bucket, a fixed
+// window or a quota gains them up to its maximum; a sliding window takes them off the counts of
+// its current window, never below zero. It never creates more than a limit's maximum; a key whose
+// override allows or denies it (nothing counted) is left as it is. Decision.Refunded says what was
+// given back.
+func (e *Engine) Refund(ctx context.Context, tenantID int64, req Request) (Decision, error) {
+	req.Refund = true
 	b, err := e.Batch(ctx, tenantID, []Request{req}, true)
 	if err != nil {
 		return Decision{}, err
@@ -288,7 +309,7 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 			v := *r.RetryAfter
 			out.RetryAfter = &v
 		}
-		if consume && e.onDecision != nil {
+		if consume && e.onDecision != nil && !r.refund {
 			e.onDecision(tenantID, r.Name, out.OK)
 			for _, p := range r.Parents {
 				e.onDecision(tenantID, p.Name, out.OK)
@@ -327,6 +348,9 @@ func validateRequest(r *Request) error {
 	}
 	if err := algo.CheckAttributes(r.Attributes); err != nil {
 		return fromAlgo(err)
+	}
+	if r.Refund && (r.Reserve || r.Config != nil) {
+		return invalidRequest("count", "a refund gives tokens back to a stored limit: no reserve, no inline config")
 	}
 	if r.Config != nil {
 		if len(r.Config.Parents) > 0 {

@@ -348,8 +348,8 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			}
 		}
 		err := r.def.CheckCount(req.Count, req.Reserve)
-		if r.ov != nil && r.ov.Action != algo.ActionNone && errors.Is(err, algo.ErrCountExceedsCapacity) {
-			err = nil // allow and deny never weigh the count against the capacity
+		if (req.Refund || (r.ov != nil && r.ov.Action != algo.ActionNone)) && errors.Is(err, algo.ErrCountExceedsCapacity) {
+			err = nil // refunds, allow and deny never weigh the count against the capacity
 		}
 		return r, err
 	}
@@ -447,6 +447,21 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 	}
 	for x, r := range j.exp {
 		def := r.def
+		if req := j.reqs[r.of]; req.Refund {
+			dec := Decision{Name: r.name, Key: r.key, OK: true, Definition: def, refund: true}
+			if r.ov == nil || r.ov.Action == algo.ActionNone { // allow and deny counted nothing to give back
+				states := j.statesOf(x, r, stored, overlay, local)
+				o, given := algo.Refund(def, states, req.Count, now, algo.Origin(def, j.tenantID, r.name, r.key))
+				dec.Remaining, dec.Refunded = o.Remaining, given
+				for k, w := range o.Writes {
+					if w.Exists {
+						local[rowKey{j.tenantID, r.name, r.key, j.picks[x][k]}] = w
+					}
+				}
+			}
+			place(r, dec)
+			continue
+		}
 		if r.ov != nil && r.ov.Action == algo.ActionDeny {
 			// Refused until the override expires; nothing read, nothing written. A shadow limit
 			// reports the refusal it would make.
@@ -461,17 +476,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			continue
 		}
 		origin := algo.Origin(def, j.tenantID, r.name, r.key)
-		states := make([]algo.State, len(j.picks[x]))
-		for k, s := range j.picks[x] {
-			rk := rowKey{j.tenantID, r.name, r.key, s}
-			if st, ok := local[rk]; ok {
-				states[k] = st
-			} else if st, ok := overlay[rk]; ok {
-				states[k] = st
-			} else {
-				states[k] = stored[rk].state(def)
-			}
-		}
+		states := j.statesOf(x, r, stored, overlay, local)
 		req := j.reqs[r.of]
 		if r.ov != nil && r.ov.Action == algo.ActionAllow {
 			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
@@ -555,4 +560,20 @@ func familyOutcome(d *Decision) {
 		consider(p)
 	}
 	d.RetryAfter = ra
+}
+
+// statesOf reads the shards the job's x-th limit uses as the job and the jobs before it left them.
+func (j *job) statesOf(x int, r limitRef, stored map[rowKey]fullStateRow, overlay, local map[rowKey]algo.State) []algo.State {
+	states := make([]algo.State, len(j.picks[x]))
+	for k, s := range j.picks[x] {
+		rk := rowKey{j.tenantID, r.name, r.key, s}
+		if st, ok := local[rk]; ok {
+			states[k] = st
+		} else if st, ok := overlay[rk]; ok {
+			states[k] = st
+		} else {
+			states[k] = stored[rk].state(r.def)
+		}
+	}
+	return states
 }

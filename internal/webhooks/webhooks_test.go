@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -388,6 +389,33 @@ func TestEndpointsAreValidatedAndKeptPerTenant(t *testing.T) {
 		}
 		if _, _, err := s.CreateEndpoint(ctx, b, rb.URL, Events); apperr.From(err).Code != apperr.Conflict {
 			t.Fatalf("endpoint %d: got %v, want a conflict naming the maximum", MaxEndpointsPerTenant+1, err)
+		}
+	})
+}
+
+// FuzzCheckURL: whatever a tenant types as an endpoint URL, checking it never panics, and what
+// it accepts is an absolute http(s) URL with a host, no credentials and, unless private
+// addresses are allowed, no literal address that is not public.
+func FuzzCheckURL(f *testing.F) {
+	for _, s := range []string{"https://hooks.example.com/x", "http://127.0.0.1:9/", "http://[::ffff:10.0.0.1]/",
+		"https://u:p@example.com/", "ftp://x/", "//example.com", "http://[fe80::1%25eth0]/", "https://0x7f000001/", ""} {
+		f.Add(s)
+	}
+	s, err := NewService(nil, sealKey, Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, err := s.checkURL(raw)
+		if err != nil {
+			return
+		}
+		u, perr := url.Parse(got)
+		if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
+			t.Fatalf("accepted %q as %q", raw, got)
+		}
+		if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !publicAddr(ip) {
+			t.Fatalf("accepted the non-public address %q", raw)
 		}
 	})
 }

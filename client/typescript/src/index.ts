@@ -327,6 +327,18 @@ export class Sluice {
     await this.#call("POST", `${limitPath(name)}/reset`, body, true, opts);
   }
 
+  /**
+   * Gives tokens back to a stored limit ("charge what was used, give back the rest"): count of
+   * them to key (absent: the global key) and, through attributes, to the same decision's
+   * ancestors; never above a limit's maximum. Never retried: when the answer is lost the tokens
+   * may already be back.
+   */
+  async refund(name: string, body: BodyJSON<"/v1/limits/{name}/refund", "post">, opts?: CallOptions): Promise<OkJSON<"/v1/limits/{name}/refund", "post">> {
+    const bad = invalidItem({ name, count: body.count }, "refund");
+    if (bad) throw bad;
+    return (await this.#call("POST", `${limitPath(name)}/refund`, body, false, opts)).data as OkJSON<"/v1/limits/{name}/refund", "post">;
+  }
+
   /** Forgets the state of every key of the limit. */
   async resetAll(name: string, opts?: CallOptions): Promise<void> {
     await this.#call("POST", `${limitPath(name)}/reset`, { allKeys: true } satisfies BodyJSON<"/v1/limits/{name}/reset", "post">, true, opts);

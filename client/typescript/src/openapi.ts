@@ -436,6 +436,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/limits/{name}/refund": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Give tokens back
+         * @description Gives count tokens back to one key of a stored limit and to the same decision's ancestors (nested budgets), in one serializable transaction like a decision: a token bucket, fixed window or quota gains them up to its maximum; a sliding window takes them off the counts of its current window, never below zero. A refund never creates more than a limit's maximum, touches at most two shards of a sharded limit, and leaves a key an override allows or denies as it is. Not audited (it is traffic, like a decision).
+         */
+        post: operations["refund"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -781,6 +803,30 @@ export interface components {
             overrides: components["schemas"]["Override"][];
             /** @description pass as `after` for the next page; null on the last page */
             next: string | null;
+        };
+        RefundRequest: {
+            /** @description absent: the limit's global key */
+            key?: string;
+            /** @description tokens to give back; more than were taken only fills the key up to its maximum */
+            count: number;
+            /** @description fill the {placeholders} of the keys of the limit's parents (nested budgets); a placeholder without its attribute is 400 invalid_request naming attributes.<name> */
+            attributes?: {
+                [key: string]: string;
+            };
+        };
+        Refund: {
+            name: string;
+            key: string | null;
+            /** @description what was given back: at most count */
+            refunded: number;
+            /** @description what the key's shard(s) hold afterwards */
+            remaining: number;
+            parents?: {
+                name: string;
+                key: string;
+                refunded: number;
+                remaining: number;
+            }[];
         };
     };
     responses: never;
@@ -2771,6 +2817,86 @@ export interface operations {
                 };
             };
             /** @description unavailable: the decision could not be made safely (fails closed) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    refund: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RefundRequest"];
+            };
+        };
+        responses: {
+            /** @description what was given back */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refund"];
+                };
+            };
+            /** @description invalid_request: count (required, 0 to 1e15), key, attributes */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description limit_not_found (refunds need a stored definition) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the refund could not be made safely */
             503: {
                 headers: {
                     [name: string]: unknown;

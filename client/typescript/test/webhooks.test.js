@@ -76,3 +76,15 @@ test("webhooks: create, receive a verified event, test, log, resend, delete", as
     receiver.close();
   }
 });
+
+test("refund: gives tokens back, never above the limit; bad counts are refused before sending", async () => {
+  const c = new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey });
+  await c.putLimit("ts.refund.one", { kind: "fixed window", rate: 10, period: 3_600_000 });
+  await c.limit("ts.refund.one", { key: "k", count: 6 });
+  let r = await c.refund("ts.refund.one", { key: "k", count: 4 });
+  assert.deepEqual([r.refunded, r.remaining, r.key], [4, 8, "k"]);
+  r = await c.refund("ts.refund.one", { key: "k", count: 50 });
+  assert.deepEqual([r.refunded, r.remaining], [2, 10]);
+  await assert.rejects(c.refund("ts.refund.one", { key: "k", count: -1 }), TypeError);
+  await assert.rejects(c.refund("ts.refund.nope", { count: 1 }), (e) => e instanceof SluiceError && e.code === "limit_not_found");
+});

@@ -1,0 +1,45 @@
+package sluice
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+)
+
+// Refund asks to give tokens back: Count of them, to Key ("" for the limit's global key) and,
+// through Attributes, to the same decision's ancestors (nested budgets).
+type Refund struct {
+	Key        string            `json:"key,omitempty"`
+	Count      float64           `json:"count"`
+	Attributes map[string]string `json:"attributes,omitempty"`
+}
+
+// RefundResult is what a refund gave back: Refunded (at most the count) and what the key holds
+// afterwards, and the same for each ancestor.
+type RefundResult struct {
+	Name      string  `json:"name"`
+	Key       *string `json:"key"`
+	Refunded  float64 `json:"refunded"`
+	Remaining float64 `json:"remaining"`
+	Parents   []struct {
+		Name      string  `json:"name"`
+		Key       string  `json:"key"`
+		Refunded  float64 `json:"refunded"`
+		Remaining float64 `json:"remaining"`
+	} `json:"parents"`
+}
+
+// Refund gives tokens back to a stored limit (charge what was used, give back the rest): never
+// above the limit's maximum. It is never retried: when its answer is lost the tokens may already
+// be back, and a second refund could give back tokens another caller took since.
+func (c *Client) Refund(ctx context.Context, name string, r Refund) (RefundResult, error) {
+	if err := checkDecision(name, Decision{Count: &r.Count}); err != nil {
+		return RefundResult{}, err
+	}
+	var out RefundResult
+	_, err := c.do(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+"/refund", nil, r, consuming, &out)
+	if err != nil {
+		return RefundResult{}, err
+	}
+	return out, nil
+}

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// RefundBody is the body of POST /v1/limits/{name}/refund.
+type RefundBody struct {
+	Key        *string           `json:"key"`
+	Count      *float64          `json:"count"`
+	Attributes map[string]string `json:"attributes"`
+}
+
+// RefundResponse says what a refund gave back.
+type RefundResponse struct {
+	Name      string  `json:"name"`
+	Key       *string `json:"key"`
+	Refunded  float64 `json:"refunded"`
+	Remaining float64 `json:"remaining"`
+	// Parents are the refunds of the limit's ancestors (nested budgets).
+	Parents []ParentRefundResponse `json:"parents,omitempty"`
+}
+
+// ParentRefundResponse is one ancestor's part in a refund.
+type ParentRefundResponse struct {
+	Name      string  `json:"name"`
+	Key       string  `json:"key"`
+	Refunded  float64 `json:"refunded"`
+	Remaining float64 `json:"remaining"`
+}
+
+// refund gives tokens back (issue 15: "charge what was used, give back the rest"). It is not
+// audited: like a decision, it is traffic, not a change of configuration.
+func (s *Server) refund(c *gin.Context) {
+	name, ok := s.existingLimitName(c)
+	if !ok {
+		return
+	}
+	var body RefundBody
+	if err := decodeJSON(c, &body); err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	if body.Count == nil {
+		writeProblem(c, s.log, badRequest("count", "is required: how many tokens to give back"))
+		return
+	}
+	req := limiter.Request{Name: name, Count: *body.Count, Attributes: body.Attributes}
+	if body.Key != nil {
+		if !limiter.ValidKey(*body.Key) { // "" too: the global key is the absent one
+			writeProblem(c, s.log, badRequest("key", limiter.KeyRule+`; leave "key" out for the limit's global key`))
+			return
+		}
+		req.Key = *body.Key
+	}
+	d, err := s.engine.Refund(c.Request.Context(), tenantOf(c).TenantID, req)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	out := RefundResponse{Name: d.Name, Refunded: roundTokens(d.Refunded), Remaining: roundTokens(d.Remaining)}
+	if d.Key != "" {
+		k := d.Key
+		out.Key = &k
+	}
+	for _, p := range d.Parents {
+		out.Parents = append(out.Parents, ParentRefundResponse{Name: p.Name, Key: p.Key, Refunded: roundTokens(p.Refunded), Remaining: roundTokens(p.Remaining)})
+	}
+	c.JSON(http.StatusOK, out)
+}

@@ -1,0 +1,103 @@
+package algo
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestRefundGivesBackAtMostWhatWasTakenAndNeverAboveTheMaximum: for every kind, after random
+// consumptions, a refund of r gives back min(r, what is missing): a bucket or window never holds
+// more than its maximum, a sliding window's counts never go below zero, and the refunded amount
+// is exactly the gain in what the key may take next.
+func TestRefundGivesBackAtMostWhatWasTakenAndNeverAboveTheMaximum(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	capacity := 10.0
+	defs := map[string]Definition{
+		"token bucket":   {Kind: TokenBucket, Rate: 10, Period: 60_000},
+		"gcra":           {Kind: GCRA, Rate: 10, Period: 60_000, Capacity: &capacity},
+		"fixed window":   {Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)},
+		"sliding window": {Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 4},
+		"sharded":        {Kind: TokenBucket, Rate: 10, Period: 60_000, Shards: 2},
+	}
+	for name, def := range defs {
+		def = def.Normalized()
+		for trial := range 300 {
+			now := int64(1_700_000_000_000) + int64(trial)*1000
+			states := make([]State, min(def.Shards, 2))
+			for range r.IntN(6) {
+				d := Decide(def, states, float64(r.IntN(4)), false, now, 0)
+				for i, w := range d.Writes {
+					if w.Exists {
+						states[i] = w
+					}
+				}
+				now += int64(r.IntN(3000))
+			}
+			before := Decide(def, states, 0, false, now, 0).Remaining
+			if len(states) == 2 {
+				before = Peek2(def, states, now)
+			}
+			count := float64(r.IntN(12))
+			out, refunded := Refund(def, states, count, now, 0)
+			if refunded < 0 || refunded > count+1e-9 {
+				t.Fatalf("%s: refunded %v of %v", name, refunded, count)
+			}
+			after := out.Remaining
+			if math.Abs(after-(before+refunded)) > 1e-9 && def.Kind != SlidingWindow {
+				t.Fatalf("%s: %v before, %v refunded, %v after", name, before, refunded, after)
+			}
+			if after > def.Max()*1.0000001 {
+				t.Fatalf("%s: %v after a refund, above the maximum %v", name, after, def.Max())
+			}
+			for i, w := range out.Writes {
+				if !w.Exists {
+					continue
+				}
+				for _, c := range w.Counters {
+					if c < 0 {
+						t.Fatalf("%s: a count went below zero: %v", name, w.Counters)
+					}
+				}
+				states[i] = w
+			}
+			// Nothing the refund wrote lets more through than the limit's maximum now.
+			if got := Decide(def, states, 0, false, now, 0).Remaining; len(states) == 1 && got > def.Max()*1.0000001 {
+				t.Fatalf("%s: %v available after a refund", name, got)
+			}
+		}
+	}
+}
+
+// Peek2 is the sum over two shards of what they hold at now.
+func Peek2(def Definition, states []State, now int64) float64 {
+	var sum float64
+	for _, st := range states {
+		v, _ := Peek(def, st, now, 0)
+		sum += v
+	}
+	return sum
+}
+
+func TestRefundExamples(t *testing.T) {
+	now := int64(1_700_000_000_000)
+	tb := Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}.Normalized()
+	st := State{Value: 3, TS: now, Exists: true, PenaltyUntil: now + 5000}
+	out, got := Refund(tb, []State{st}, 4, now, 0)
+	if got != 4 || out.Writes[0].Value != 7 || out.Writes[0].PenaltyUntil != now+5000 {
+		t.Fatalf("token bucket: refunded %v, wrote %+v (a refund keeps a running penalty)", got, out.Writes[0])
+	}
+	if out, got = Refund(tb, []State{st}, 100, now, 0); got != 7 || out.Writes[0].Value != 10 {
+		t.Fatalf("token bucket over its capacity: refunded %v, wrote %+v", got, out.Writes[0])
+	}
+	if out, got = Refund(tb, []State{{}}, 5, now, 0); got != 0 || out.Writes[0].Exists {
+		t.Fatalf("a full (absent) key: refunded %v, wrote %+v", got, out.Writes[0])
+	}
+	sw := Definition{Kind: SlidingWindow, Rate: 10, Period: 4000, Resolution: 4}.Normalized()
+	n, _ := subInterval(sw.shardParams(), now)
+	sst := State{Value: 4, TS: subIntervalStart(sw.shardParams(), n), Counters: []float64{0, 1, 2, 0, 3}, Exists: true}
+	out, got = Refund(sw, []State{sst}, 4, now, 0)
+	if got != 4 || out.Writes[0].Counters[4] != 0 || out.Writes[0].Counters[3] != 0 || out.Writes[0].Counters[2] != 1 || out.Writes[0].Counters[1] != 1 {
+		t.Fatalf("sliding window: refunded %v, counters %v (newest first, never below zero)", got, out.Writes[0].Counters)
+	}
+}
