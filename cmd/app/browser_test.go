@@ -187,6 +187,7 @@ func TestDashboardEndToEndInChromium(t *testing.T) {
 	step("revoke key",
 		chromedp.Click(`nav.tabs a[href$="/keys"]`),
 		chromedp.WaitVisible("button.revoke"),
+		chromedp.Click(`#keys input[name="confirm"]`),
 		chromedp.Click("button.revoke"),
 		chromedp.WaitVisible("#keys .tag.danger"),
 	)

@@ -39,8 +39,11 @@ func AccessLog(log *slog.Logger) gin.HandlerFunc {
 		c.Next()
 		status := c.Writer.Status()
 		level := slog.LevelInfo
-		if status >= 500 {
+		switch {
+		case status >= 500:
 			level = slog.LevelError
+		case c.Request.Method == http.MethodGet && c.GetHeader("HX-Request") == "true" && status < 400:
+			level = slog.LevelDebug // the dashboard's polls (every few seconds per open page)
 		}
 		if !log.Enabled(c.Request.Context(), level) {
 			return // spare the attributes (ClientIP parses headers) when the line is not wanted

@@ -164,15 +164,31 @@ func (u *UI) requireUser(c *gin.Context) {
 		return
 	}
 	login := "/login"
-	if c.Request.Method == http.MethodGet {
-		login += "?next=" + url.QueryEscape(c.Request.URL.RequestURI())
-	}
 	if c.GetHeader("HX-Request") == "true" {
+		// An htmx poll's own URL is a fragment: after logging in again the user returns to the
+		// page that was polling (htmx names it in HX-Current-URL), never to a bare fragment.
+		if page, ok := pagePath(c.GetHeader("HX-Current-URL")); ok {
+			login += "?next=" + url.QueryEscape(page)
+		}
 		c.Header("HX-Redirect", login)
 		c.AbortWithStatus(http.StatusUnauthorized)
 		return
 	}
+	if c.Request.Method == http.MethodGet {
+		login += "?next=" + url.QueryEscape(c.Request.URL.RequestURI())
+	}
 	redirect(c, login)
+}
+
+// pagePath is the path and query of an absolute or relative URL, when it is a local path (the
+// login form only ever redirects within the dashboard).
+func pagePath(raw string) (string, bool) {
+	u, err := url.Parse(raw)
+	if err != nil || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
+		return "", false
+	}
+	u.Scheme, u.Host, u.User, u.Fragment = "", "", nil, ""
+	return u.RequestURI(), true
 }
 
 func principalOf(c *gin.Context) principal {

@@ -274,14 +274,18 @@ func TestCreatedKeyIsShownOnceAndWorks(t *testing.T) {
 
 	// Revoke: the key stops working at once and the list says so.
 	id, _ := row.Attr("data-key-id")
-	wantStatus(t, c.post(tpath(tn, "/keys/"+id+"/revoke"), nil), http.StatusSeeOther)
+	wantStatus(t, c.post(tpath(tn, "/keys/"+id+"/revoke"), nil), http.StatusUnprocessableEntity) // not confirmed
+	if _, err := e.svc.Authenticate(context.Background(), secret, tenants.KindSecret); err != nil {
+		t.Fatalf("an unconfirmed revoke revoked the key: %v", err)
+	}
+	wantStatus(t, c.post(tpath(tn, "/keys/"+id+"/revoke"), url.Values{"confirm": {"yes"}}), http.StatusSeeOther)
 	if _, err := e.svc.Authenticate(context.Background(), secret, tenants.KindSecret); err == nil {
 		t.Fatal("revoked key still authenticates")
 	}
 	if got := text(c.get(tpath(tn, "/keys")).doc(t), `tr[data-key-id="`+id+`"] .tag.danger`); got != "revoked" {
 		t.Fatalf("revoked key shows %q", got)
 	}
-	wantStatus(t, c.post(tpath(tn, "/keys/key_nonexistent00000/revoke"), nil), http.StatusNotFound)
+	wantStatus(t, c.post(tpath(tn, "/keys/key_nonexistent00000/revoke"), url.Values{"confirm": {"yes"}}), http.StatusNotFound)
 	wantStatus(t, c.post(tpath(tn, "/keys"), url.Values{"label": {"x"}, "kind": {"weird"}}), http.StatusUnprocessableEntity)
 }
 

@@ -215,6 +215,19 @@ func TestSessionCookieIsVerified(t *testing.T) {
 		if res.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(res.Header.Get("HX-Redirect"), "/login") {
 			t.Fatalf("status %d, HX-Redirect %q", res.StatusCode, res.Header.Get("HX-Redirect"))
 		}
+		// A poll of a fragment sends the user back, after the login, to the page that polled.
+		poll, _ := http.NewRequest(http.MethodGet, e.url+"/tenants/1/limit-values", nil)
+		poll.Header.Set("HX-Request", "true")
+		poll.Header.Set("HX-Current-URL", e.url+"/tenants/1/limits?x=1")
+		if got := e.client().do(poll).Header.Get("HX-Redirect"); got != "/login?next="+url.QueryEscape("/tenants/1/limits?x=1") {
+			t.Fatalf("HX-Redirect %q: the login must return to the polling page, not the fragment", got)
+		}
+		for _, bad := range []string{"//evil.example/x", "https://evil.example", "javascript:alert(1)"} {
+			poll.Header.Set("HX-Current-URL", bad)
+			if got := e.client().do(poll).Header.Get("HX-Redirect"); got != "/login" && !strings.HasPrefix(got, "/login?next=%2F") {
+				t.Fatalf("HX-Current-URL %q gave HX-Redirect %q", bad, got)
+			}
+		}
 	})
 }
 
