@@ -22,6 +22,7 @@ type limitVM struct {
 	EditURL     string
 	ResetURL    string
 	ResetAllURL string
+	DeleteURL   string
 	KeysURL     string
 	SelfURL     string
 	// Shadow: the limit is in shadow mode; EnforceURL is its switch to enforcement (a
@@ -156,6 +157,7 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		Config: configRows(d.Definition), Error: errMsg,
 		EditURL: limitPath(t.ID, d.Name, "/edit"), ResetURL: limitPath(t.ID, d.Name, "/reset"),
 		ResetAllURL: limitPath(t.ID, d.Name, "/reset-all"), KeysURL: limitPath(t.ID, d.Name, "/keys"),
+		DeleteURL: limitPath(t.ID, d.Name, "/delete"),
 		SelfURL: limitPath(t.ID, d.Name, ""),
 		Shadow:  d.Definition.IsShadow(), EnforceURL: limitPath(t.ID, d.Name, "/enforce"),
 	}
@@ -277,6 +279,41 @@ func (u *UI) resetAllConfirm(c *gin.Context) {
 	t := tenantOf(c)
 	u.render(c, http.StatusOK, resetAllPage(resetAllVM{Layout: l, Name: d.Name,
 		Action: limitPath(t.ID, d.Name, "/reset-all"), Cancel: limitPath(t.ID, d.Name, "")}))
+}
+
+// deleteLimitConfirm asks before deleteLimit: deleting drops the state of every key.
+func (u *UI) deleteLimitConfirm(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	l, err := u.layout(c, "Delete "+d.Name, "limits")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	t := tenantOf(c)
+	u.render(c, http.StatusOK, deleteLimitPage(resetAllVM{Layout: l, Name: d.Name,
+		Action: limitPath(t.ID, d.Name, "/delete"), Cancel: limitPath(t.ID, d.Name, "")}))
+}
+
+func (u *UI) deleteLimit(c *gin.Context) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	t := tenantOf(c)
+	if c.PostForm("confirm") != "yes" {
+		redirect(c, limitPath(t.ID, d.Name, "/delete"))
+		return
+	}
+	ctx := c.Request.Context()
+	if err := u.engine.DeleteDefinition(ctx, t.ID, d.Name); err != nil {
+		u.fail(c, err)
+		return
+	}
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.delete", d.Name, "from the dashboard")
+	redirect(c, tenantPath(t.ID, "/limits?msg=limit-deleted"))
 }
 
 func (u *UI) resetAll(c *gin.Context) {

@@ -452,3 +452,44 @@ func tableFragment(t *testing.T, r response) *goquery.Document {
 	}
 	return d
 }
+
+// TestDeleteALimitFromItsPageWithConfirmation: the limit's page links to a confirmation page; a
+// post without the confirmation deletes nothing; with it, the definition and its keys' state go,
+// audited, and the API no longer knows the limit.
+func TestDeleteALimitFromItsPageWithConfirmation(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	tn := e.tenant("acme")
+	ctx := context.Background()
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.engine.Limit(ctx, tn.ID, limiter.Request{Name: "api", Key: "bob", Count: 4}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.login(opEmail, opPassword)
+	page := c.get(tpath(tn, "/limits/api"))
+	wantStatus(t, page, http.StatusOK)
+	confirm, _ := page.doc(t).Find("#delete-limit").Attr("href")
+	if confirm != tpath(tn, "/limits/api/delete") {
+		t.Fatalf("delete link %q", confirm)
+	}
+	wantStatus(t, c.get(confirm), http.StatusOK)
+	wantStatus(t, c.post(confirm, nil), http.StatusSeeOther) // back to the confirmation
+	if _, err := e.engine.GetDefinition(ctx, tn.ID, "api"); err != nil {
+		t.Fatalf("deleted without confirmation: %v", err)
+	}
+	res := c.post(confirm, url.Values{"confirm": {"yes"}})
+	wantStatus(t, res, http.StatusSeeOther)
+	if loc := res.Header.Get("Location"); loc != tpath(tn, "/limits?msg=limit-deleted") {
+		t.Fatalf("redirect to %q", loc)
+	}
+	if _, err := e.engine.GetDefinition(ctx, tn.ID, "api"); !limiter.IsNotFound(err) {
+		t.Fatalf("the definition is still there: %v", err)
+	}
+	wantStatus(t, c.get(tpath(tn, "/limits/api")), http.StatusNotFound)
+	wantStatus(t, c.post(confirm, url.Values{"confirm": {"yes"}}), http.StatusNotFound)
+	if !strings.Contains(c.get(tpath(tn, "/audit")).body, "limit.delete") {
+		t.Fatal("the deletion is not in the audit log")
+	}
+}

@@ -44,6 +44,8 @@ func (u *UI) Register(r *gin.Engine) {
 	t.POST("/limits/:name/reset", u.resetKey)
 	t.GET("/limits/:name/reset-all", u.resetAllConfirm)
 	t.POST("/limits/:name/reset-all", u.resetAll)
+	t.GET("/limits/:name/delete", u.deleteLimitConfirm)
+	t.POST("/limits/:name/delete", u.deleteLimit)
 	t.GET("/limits/:name/enforce", u.enforceConfirm) // shadow -> enforce: the confirmation
 	t.POST("/limits/:name/enforce", u.enforce)
 	t.GET("/limits/:name/overrides/new", u.newOverrideForm)

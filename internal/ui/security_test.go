@@ -95,6 +95,7 @@ func TestTenantMemberCannotReachOtherTenantsByURL(t *testing.T) {
 		"/limits/api":                  {"kind": {"token bucket"}, "rate": {"1"}, "period": {"1000"}},
 		"/limits/api/reset":            {"key": {"bkey"}},
 		"/limits/api/reset-all":        {"confirm": {"yes"}},
+		"/limits/api/delete":           {"confirm": {"yes"}},
 		"/keys":                        {"label": {"x"}, "kind": {"secret"}},
 		"/keys/" + bKey.ID + "/revoke": nil,
 	}
