@@ -265,3 +265,33 @@ func (w *pageWatch) wantSecureResponses(t *testing.T, base string, paths ...stri
 		t.Errorf("Content Security Policy violations:\n%s", strings.Join(w.violations, "\n"))
 	}
 }
+
+// driver runs a browser test's chromedp steps on ctx; a step that fails fails t with where the
+// page was and what it said.
+type driver struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func (d driver) fail(name string, err error) {
+	d.t.Helper()
+	loc, _ := chromedp.Run(d.ctx, chromedp.Location())
+	body, _ := chromedp.Run(d.ctx, chromedp.Text("body"))
+	d.t.Fatalf("%s: %v\nat %s:\n%.2000s", name, err, loc, body)
+}
+
+func (d driver) step(name string, actions ...chromedp.Action[chromedp.Void]) {
+	d.t.Helper()
+	if err := chromedp.Do(d.ctx, actions...); err != nil {
+		d.fail(name, err)
+	}
+}
+
+func (d driver) read(name string, a chromedp.Action[string]) string {
+	d.t.Helper()
+	v, err := chromedp.Run(d.ctx, a)
+	if err != nil {
+		d.fail(name, err)
+	}
+	return strings.TrimSpace(v)
+}

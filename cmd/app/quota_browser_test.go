@@ -19,26 +19,8 @@ func TestQuotaAndParentsFromTheDashboardInChromium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 75*time.Second)
 	defer cancel()
 	watchPage(t, ctx)
-	fail := func(name string, err error) {
-		t.Helper()
-		loc, _ := chromedp.Run(ctx, chromedp.Location())
-		body, _ := chromedp.Run(ctx, chromedp.Text("body"))
-		t.Fatalf("%s: %v\nat %s:\n%.2000s", name, err, loc, body)
-	}
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			fail(name, err)
-		}
-	}
-	read := func(name string, a chromedp.Action[string]) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, a)
-		if err != nil {
-			fail(name, err)
-		}
-		return strings.TrimSpace(v)
-	}
+	dr := driver{t, ctx}
+	fail, step, read := dr.fail, dr.step, dr.read
 	const password = "a long enough password"
 	step("setup",
 		chromedp.Navigate(srv.setupURL),

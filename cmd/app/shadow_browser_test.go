@@ -23,26 +23,8 @@ func TestDashboardSwitchesAShadowLimitToEnforce(t *testing.T) {
 	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelTimeout()
 
-	fail := func(name string, err error) {
-		t.Helper()
-		loc, _ := chromedp.Run(ctx, chromedp.Location())
-		body, _ := chromedp.Run(ctx, chromedp.Text("body"))
-		t.Fatalf("%s: %v\nat %s:\n%.2000s", name, err, loc, body)
-	}
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			fail(name, err)
-		}
-	}
-	read := func(name string, a chromedp.Action[string]) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, a)
-		if err != nil {
-			fail(name, err)
-		}
-		return strings.TrimSpace(v)
-	}
+	dr := driver{t, ctx}
+	step, read := dr.step, dr.read
 	const password = "a long enough password"
 	step("set up the first operator",
 		chromedp.Navigate(srv.setupURL),

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -158,8 +159,8 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		EditURL: limitPath(t.ID, d.Name, "/edit"), ResetURL: limitPath(t.ID, d.Name, "/reset"),
 		ResetAllURL: limitPath(t.ID, d.Name, "/reset-all"), KeysURL: limitPath(t.ID, d.Name, "/keys"),
 		DeleteURL: limitPath(t.ID, d.Name, "/delete"),
-		SelfURL: limitPath(t.ID, d.Name, ""),
-		Shadow:  d.Definition.IsShadow(), EnforceURL: limitPath(t.ID, d.Name, "/enforce"),
+		SelfURL:   limitPath(t.ID, d.Name, ""),
+		Shadow:    d.Definition.IsShadow(), EnforceURL: limitPath(t.ID, d.Name, "/enforce"),
 	}
 	if vm.Keys, err = u.recentKeys(c, d); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
@@ -266,35 +267,30 @@ type resetAllVM struct {
 	Cancel string
 }
 
-func (u *UI) resetAllConfirm(c *gin.Context) {
+// confirmLimitAction renders the confirmation page of an irreversible action on the limit:
+// title names it, page is its template and action the path it posts to.
+func (u *UI) confirmLimitAction(c *gin.Context, title string, page func(resetAllVM) templ.Component, action string) {
 	d, ok := u.storedLimit(c)
 	if !ok {
 		return
 	}
-	l, err := u.layout(c, "Reset all keys of "+d.Name, "limits")
+	l, err := u.layout(c, title+" "+d.Name, "limits")
 	if err != nil {
 		u.internalError(c, err)
 		return
 	}
 	t := tenantOf(c)
-	u.render(c, http.StatusOK, resetAllPage(resetAllVM{Layout: l, Name: d.Name,
-		Action: limitPath(t.ID, d.Name, "/reset-all"), Cancel: limitPath(t.ID, d.Name, "")}))
+	u.render(c, http.StatusOK, page(resetAllVM{Layout: l, Name: d.Name,
+		Action: limitPath(t.ID, d.Name, action), Cancel: limitPath(t.ID, d.Name, "")}))
+}
+
+func (u *UI) resetAllConfirm(c *gin.Context) {
+	u.confirmLimitAction(c, "Reset all keys of", resetAllPage, "/reset-all")
 }
 
 // deleteLimitConfirm asks before deleteLimit: deleting drops the state of every key.
 func (u *UI) deleteLimitConfirm(c *gin.Context) {
-	d, ok := u.storedLimit(c)
-	if !ok {
-		return
-	}
-	l, err := u.layout(c, "Delete "+d.Name, "limits")
-	if err != nil {
-		u.internalError(c, err)
-		return
-	}
-	t := tenantOf(c)
-	u.render(c, http.StatusOK, deleteLimitPage(resetAllVM{Layout: l, Name: d.Name,
-		Action: limitPath(t.ID, d.Name, "/delete"), Cancel: limitPath(t.ID, d.Name, "")}))
+	u.confirmLimitAction(c, "Delete", deleteLimitPage, "/delete")
 }
 
 func (u *UI) deleteLimit(c *gin.Context) {
