@@ -78,24 +78,73 @@ type AuditEvent struct {
 // AuditLog returns a tenant's most recent entries, newest first. limit <= 0 means 50; it is
 // capped at 1000.
 func (s *Service) AuditLog(ctx context.Context, tenantID int64, limit int) ([]AuditEntry, error) {
-	return s.auditLog(ctx, "audit log", limit, func(tx *gorm.DB) *gorm.DB { return tx.Where("tenant_id = ?", tenantID) })
+	return s.auditLog(ctx, "audit log", AuditQuery{Limit: min(limit, maxAuditLimit)}, func(tx *gorm.DB) *gorm.DB { return tx.Where("tenant_id = ?", tenantID) })
 }
 
 // ServerAuditLog returns the most recent server-wide entries (TenantID nil: operators' logins,
 // failed logins of unknown accounts, lockouts, tenant creation), newest first. It is for
 // operators only. limit <= 0 means 50; it is capped at 1000.
 func (s *Service) ServerAuditLog(ctx context.Context, limit int) ([]AuditEntry, error) {
-	return s.auditLog(ctx, "server audit log", limit, func(tx *gorm.DB) *gorm.DB { return tx.Where("tenant_id IS NULL") })
+	return s.auditLog(ctx, "server audit log", AuditQuery{Limit: min(limit, maxAuditLimit)}, func(tx *gorm.DB) *gorm.DB { return tx.Where("tenant_id IS NULL") })
 }
 
-func (s *Service) auditLog(ctx context.Context, op string, limit int, scope func(*gorm.DB) *gorm.DB) ([]AuditEntry, error) {
+// AuditQuery narrows and pages an audit log: entries of one actor and one action (exact; "" for
+// any), created in [Since, Until) (zero for open ends), older than the entry Before (0: from the
+// newest), at most Limit of them (<= 0: 50; capped at 1000).
+type AuditQuery struct {
+	Actor, Action string
+	Since, Until  time.Time
+	Before        int64
+	Limit         int
+}
+
+// AuditPage is a tenant's audit log (tenantID not nil) or the server's (nil, for operators), as
+// q narrows it, newest first; next is the Before of the following page, 0 when there is none.
+func (s *Service) AuditPage(ctx context.Context, tenantID *int64, q AuditQuery) (entries []AuditEntry, next int64, err error) {
+	limit := q.Limit
 	if limit <= 0 {
 		limit = defaultAuditLimit
 	}
 	limit = min(limit, maxAuditLimit)
+	q.Limit = limit + 1 // one more tells whether there is a next page
+	entries, err = s.auditLog(ctx, "audit page", q, func(tx *gorm.DB) *gorm.DB {
+		if tenantID == nil {
+			return tx.Where("tenant_id IS NULL")
+		}
+		return tx.Where("tenant_id = ?", *tenantID)
+	})
+	if err != nil || len(entries) <= limit {
+		return entries, 0, err
+	}
+	entries = entries[:limit]
+	return entries, entries[limit-1].ID, nil
+}
+
+func (s *Service) auditLog(ctx context.Context, op string, q AuditQuery, scope func(*gorm.DB) *gorm.DB) ([]AuditEntry, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = defaultAuditLimit
+	}
+	limit = min(limit, maxAuditLimit+1)
 	var rows []auditRow
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		return scope(tx).Order("id DESC").Limit(limit).Find(&rows).Error
+		tx = scope(tx)
+		if q.Actor != "" {
+			tx = tx.Where("actor = ?", q.Actor)
+		}
+		if q.Action != "" {
+			tx = tx.Where("action = ?", q.Action)
+		}
+		if !q.Since.IsZero() {
+			tx = tx.Where("created_at >= ?", q.Since.UTC())
+		}
+		if !q.Until.IsZero() {
+			tx = tx.Where("created_at < ?", q.Until.UTC())
+		}
+		if q.Before > 0 {
+			tx = tx.Where("id < ?", q.Before)
+		}
+		return tx.Order("id DESC").Limit(limit).Find(&rows).Error
 	})
 	if err != nil {
 		return nil, wrap(op, err)

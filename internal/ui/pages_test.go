@@ -1,17 +1,20 @@
 package ui_test
 
 import (
-	"github.com/PuerkitoBio/goquery"
-	"math"
-
 	"context"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // dailyBucket refills 10 tokens a day: values stay put while a test runs.
@@ -492,4 +495,65 @@ func TestDeleteALimitFromItsPageWithConfirmation(t *testing.T) {
 	if !strings.Contains(c.get(tpath(tn, "/audit")).body, "limit.delete") {
 		t.Fatal("the deletion is not in the audit log")
 	}
+}
+
+// TestAuditLogPagesAndFilters: the audit log pages 100 entries at a time (the filter kept across
+// pages), narrows by actor, action and dates (to inclusive), and shows a bad date inline.
+func TestAuditLogPagesAndFilters(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, url string) { auditLogPagesAndFilters(t, newEnv(t, onDatabase(url))) })
+}
+
+func auditLogPagesAndFilters(t *testing.T, e *env) {
+	e.operator()
+	tn := e.tenant("acme")
+	ctx := context.Background()
+	for i := range 230 {
+		actor, action := "user:a@example.com", "limit.reset"
+		if i%10 == 0 {
+			actor, action = "user:b@example.com", "key.revoke"
+		}
+		if err := e.svc.Audit(ctx, &tn.ID, actor, action, fmt.Sprint("t", i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.login(opEmail, opPassword)
+	rows := func(r response) int { return r.doc(t).Find("#audit tbody tr").Length() }
+	first := c.get(tpath(tn, "/audit"))
+	wantStatus(t, first, http.StatusOK)
+	total := rows(first)
+	older, _ := first.doc(t).Find("#older").Attr("href")
+	for older != "" {
+		next := c.get(older)
+		wantStatus(t, next, http.StatusOK)
+		total += rows(next)
+		older, _ = next.doc(t).Find("#older").Attr("href")
+	}
+	if rows(first) != 100 || total != 230 {
+		t.Fatalf("first page %d rows, %d over all pages", rows(first), total)
+	}
+	revokes := c.get(tpath(tn, "/audit?action=key.revoke&actor=user:b@example.com"))
+	if n := rows(revokes); n != 23 {
+		t.Fatalf("filtered by action and actor: %d rows, want 23", n)
+	}
+	if strings.Contains(revokes.body, "limit.reset") {
+		t.Fatal("the action filter let another action through")
+	}
+	paged := c.get(tpath(tn, "/audit?action=limit.reset"))
+	if href, _ := paged.doc(t).Find("#older").Attr("href"); !strings.Contains(href, "action=limit.reset") || !strings.Contains(href, "before=") {
+		t.Fatalf("the next page link %q drops the filter", href)
+	}
+	today := time.Now().UTC().Format(time.DateOnly)
+	if n := rows(c.get(tpath(tn, "/audit?action=key.revoke&from="+today+"&to="+today))); n != 23 {
+		t.Fatalf("from and to today: %d rows, want 23 (to is inclusive)", n)
+	}
+	future := c.get(tpath(tn, "/audit?from=2999-01-01"))
+	if rows(future) != 0 || !strings.Contains(future.body, "Nothing matches") {
+		t.Fatal("a filter matching nothing should say so")
+	}
+	bad := c.get(tpath(tn, "/audit?from=yesterday&to=31/12/2026"))
+	wantStatus(t, bad, http.StatusUnprocessableEntity)
+	if d := bad.doc(t); text(d, "#from-error") == "" || text(d, "#to-error") == "" || d.Find(`input[name="from"]`).AttrOr("value", "") != "yesterday" {
+		t.Fatal("bad dates: every field error inline, and what was typed kept")
+	}
+	wantStatus(t, c.get("/audit?action=login"), http.StatusOK) // the security log takes the same filter
 }
