@@ -3,6 +3,7 @@ package ui
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 
 	"github.com/gin-gonic/gin"
@@ -63,7 +64,17 @@ func (u *UI) renderKeys(c *gin.Context, status int, vm keysVM) {
 	u.render(c, status, keysPage(vm))
 }
 
-func (u *UI) keysPage(c *gin.Context) { u.renderKeys(c, http.StatusOK, keysVM{}) }
+// keysPage lists the keys; right after the create form it shows the new key's secret, once
+// (handed over by createKey through a one-time cookie: onetime.go).
+func (u *UI) keysPage(c *gin.Context) {
+	vm := keysVM{}
+	if id := c.Query("created"); id != "" {
+		if secret, ok := u.takeOneTime(c, tenantPath(tenantOf(c).ID, "/keys"), "key:"+id); ok {
+			vm.NewSecret, vm.NewKeyID = secret, id
+		}
+	}
+	u.renderKeys(c, http.StatusOK, vm)
+}
 
 func (u *UI) createKey(c *gin.Context) {
 	kind := tenants.KeyKind(c.PostForm("kind"))
@@ -84,7 +95,10 @@ func (u *UI) createKey(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	u.renderKeys(c, http.StatusCreated, keysVM{NewSecret: secret, NewKeyID: k.ID})
+	// POST-redirect-GET: reloading the page that shows the secret must not create another key.
+	keys := tenantPath(tenantOf(c).ID, "/keys")
+	u.putOneTime(c, keys, "key:"+k.ID, secret)
+	redirect(c, keys+"?created="+url.QueryEscape(k.ID))
 }
 
 func (u *UI) revokeKey(c *gin.Context) {

@@ -244,8 +244,15 @@ func TestCreatedKeyIsShownOnceAndWorks(t *testing.T) {
 	tn := e.tenant("acme")
 	c := e.login(opEmail, opPassword)
 
-	res := c.post(tpath(tn, "/keys"), url.Values{"label": {"backend"}, "kind": {"secret"}})
-	wantStatus(t, res, http.StatusCreated)
+	// POST-redirect-GET: the form redirects to the list, which shows the secret once; reloading
+	// that page creates nothing and shows nothing secret.
+	posted := c.post(tpath(tn, "/keys"), url.Values{"label": {"backend"}, "kind": {"secret"}})
+	wantStatus(t, posted, http.StatusSeeOther)
+	if strings.Contains(posted.body, "sk_live_") {
+		t.Fatal("the form's answer carries the secret")
+	}
+	res := c.get(posted.Header.Get("Location"))
+	wantStatus(t, res, http.StatusOK)
 	if cc := res.Header.Get("Cache-Control"); cc != "no-store" {
 		t.Fatalf("Cache-Control = %q; a page with a secret must not be cached", cc)
 	}
@@ -269,6 +276,23 @@ func TestCreatedKeyIsShownOnceAndWorks(t *testing.T) {
 		t.Fatalf("hint %q does not match the secret", hint)
 	}
 
+	reloaded := c.get(posted.Header.Get("Location")) // the browser's reload
+	wantStatus(t, reloaded, http.StatusOK)
+	if reloaded.doc(t).Find("#new-secret").Length() != 0 || reloaded.doc(t).Find("#keys tbody tr[data-key-id]").Length() != 1 {
+		t.Fatal("reloading the page after the form showed the secret again or created a key")
+	}
+	// A secret not picked up within its minute is gone.
+	late := c.post(tpath(tn, "/keys"), url.Values{"label": {"late"}, "kind": {"secret"}})
+	wantStatus(t, late, http.StatusSeeOther)
+	e.clock.Advance(2 * time.Minute)
+	if r := c.get(late.Header.Get("Location")); r.doc(t).Find("#new-secret").Length() != 0 {
+		t.Fatal("a one-time secret was shown after its minute")
+	}
+	// Another client (without the cookie) sees nothing either.
+	other := e.client()
+	if r := other.get(posted.Header.Get("Location")); r.StatusCode == http.StatusOK && strings.Contains(r.body, secret) {
+		t.Fatal("a client without the cookie saw the secret")
+	}
 	again := c.get(tpath(tn, "/keys"))
 	wantStatus(t, again, http.StatusOK)
 	if again.doc(t).Find("#new-secret").Length() != 0 || strings.Contains(again.body, secret) {
@@ -347,7 +371,7 @@ func TestAuditLogListsDashboardActions(t *testing.T) {
 	tn := e.tenant("acme")
 	c := e.login(opEmail, opPassword)
 	wantStatus(t, c.post(tpath(tn, "/limits"), limitForm("api", "10")), http.StatusSeeOther)
-	wantStatus(t, c.post(tpath(tn, "/keys"), url.Values{"label": {"ci"}, "kind": {"secret"}}), http.StatusCreated)
+	wantStatus(t, c.post(tpath(tn, "/keys"), url.Values{"label": {"ci"}, "kind": {"secret"}}), http.StatusSeeOther)
 	e.consume(tn, "api", "k", 1)
 	wantStatus(t, c.post(tpath(tn, "/limits/api/reset"), url.Values{"key": {"k"}}), http.StatusSeeOther)
 

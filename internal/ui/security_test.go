@@ -46,7 +46,7 @@ func TestCrossOriginPostIsRefused(t *testing.T) {
 	wantStatus(t, e.client().post("/login", url.Values{"email": {opEmail}, "password": {opPassword}}, "Sec-Fetch-Site", "cross-site"), http.StatusForbidden)
 	wantStatus(t, c.post("/logout", nil, "Origin", "https://evil.example"), http.StatusForbidden)
 	// The same request from our own origin works: the check is what refused the others.
-	wantStatus(t, c.post(tpath(tn, "/keys"), form, "Sec-Fetch-Site", "same-origin", "Origin", e.url), http.StatusCreated)
+	wantStatus(t, c.post(tpath(tn, "/keys"), form, "Sec-Fetch-Site", "same-origin", "Origin", e.url), http.StatusSeeOther)
 	// Reading across origins (a link from elsewhere) is fine.
 	wantStatus(t, c.get(tpath(tn, "/limits")), http.StatusOK)
 }

@@ -68,7 +68,7 @@ func TestOperatorRenamesSuspendsAndResumesATenant(t *testing.T) {
 		t.Fatal("the member's pages do not say the tenant is suspended")
 	}
 	wantStatus(t, member.post(tpath(acme, "/keys"), url.Values{"label": {"x"}, "kind": {"secret"}}), http.StatusForbidden)
-	wantStatus(t, op.post(tpath(acme, "/keys"), url.Values{"label": {"ops"}, "kind": {"secret"}}), http.StatusCreated)
+	wantStatus(t, op.post(tpath(acme, "/keys"), url.Values{"label": {"ops"}, "kind": {"secret"}}), http.StatusSeeOther)
 	if _, err := e.svc.Tenant(ctx, other.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestOperatorRenamesSuspendsAndResumesATenant(t *testing.T) {
 	if _, err := e.svc.Authenticate(ctx, secret, tenants.KindSecret); err != nil {
 		t.Fatalf("the key after resuming: %v", err)
 	}
-	wantStatus(t, member.post(tpath(acme, "/keys"), url.Values{"label": {"x"}, "kind": {"secret"}}), http.StatusCreated)
+	wantStatus(t, member.post(tpath(acme, "/keys"), url.Values{"label": {"x"}, "kind": {"secret"}}), http.StatusSeeOther)
 	wantStatus(t, op.get("/tenants/99999/manage"), http.StatusNotFound)
 
 	audit := op.get("/audit").body

@@ -1,0 +1,72 @@
+package ui
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// A secret the dashboard shows once (a new API key's) survives the redirect after the form that
+// created it (POST-redirect-GET, so that reloading the page cannot create a second key) in a
+// cookie of its own: encrypted and authenticated with a key derived from the session key, bound
+// to what it is for and to a deadline a minute away, readable only by the next page of that path
+// (HttpOnly, SameSite=Strict), and cleared by the page that shows it. Nothing of it is stored on
+// the server.
+
+// oneTimeTTL is how long the page after the redirect has to show the secret.
+const oneTimeTTL = time.Minute
+
+func (u *UI) oneTimeCookie() string { return u.cookieName() + "_once" }
+
+func (u *UI) oneTimeAEAD() cipher.AEAD {
+	m := hmac.New(sha256.New, u.sessionKey)
+	m.Write([]byte("sluice/dashboard/one-time-secret"))
+	block, _ := aes.NewCipher(m.Sum(nil)) // 32 bytes: AES-256, cannot fail
+	aead, _ := cipher.NewGCM(block)
+	return aead
+}
+
+// putOneTime hands secret, for purpose (e.g. "key:<id>"), to the next page under path.
+func (u *UI) putOneTime(c *gin.Context, path, purpose, secret string) {
+	aead := u.oneTimeAEAD()
+	nonce := make([]byte, aead.NonceSize())
+	_, _ = rand.Read(nonce)
+	deadline := strconv.FormatInt(u.now().Add(oneTimeTTL).Unix(), 10)
+	sealed := aead.Seal(nonce, nonce, []byte(deadline+"\n"+secret), []byte(purpose))
+	http.SetCookie(c.Writer, &http.Cookie{Name: u.oneTimeCookie(), Value: base64.RawURLEncoding.EncodeToString(sealed),
+		Path: path, MaxAge: int(oneTimeTTL.Seconds()), Secure: !u.insecure, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+}
+
+// takeOneTime returns the secret handed over for purpose, if a live one is there, and clears it.
+func (u *UI) takeOneTime(c *gin.Context, path, purpose string) (string, bool) {
+	ck, err := c.Request.Cookie(u.oneTimeCookie())
+	if err != nil {
+		return "", false
+	}
+	http.SetCookie(c.Writer, &http.Cookie{Name: u.oneTimeCookie(), Value: "", Path: path, MaxAge: -1,
+		Secure: !u.insecure, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	raw, err := base64.RawURLEncoding.DecodeString(ck.Value)
+	aead := u.oneTimeAEAD()
+	if err != nil || len(raw) < aead.NonceSize() {
+		return "", false
+	}
+	plain, err := aead.Open(nil, raw[:aead.NonceSize()], raw[aead.NonceSize():], []byte(purpose))
+	if err != nil {
+		return "", false
+	}
+	deadline, secret, ok := strings.Cut(string(plain), "\n")
+	until, perr := strconv.ParseInt(deadline, 10, 64)
+	if !ok || perr != nil || u.now().Unix() > until {
+		return "", false
+	}
+	return secret, true
+}
