@@ -44,6 +44,41 @@ func adminCmd(ctx context.Context, cfg config.Config, group string, args []strin
 		fmt.Fprintf(stdout, "tenant %q created (id %d)\n", t.Name, t.ID)
 		return nil
 
+	case "tenant list":
+		ts, err := svc.ListTenants(ctx)
+		for _, t := range ts {
+			fmt.Fprintf(stdout, "%d\t%s\t%s\n", t.ID, t.Name, map[bool]string{true: "suspended", false: "active"}[t.SuspendedAt != nil])
+		}
+		return err
+	case "tenant rename", "tenant suspend", "tenant resume":
+		if (sub == "rename") != (len(args) == 2) || len(args) == 0 || len(args) > 2 {
+			return errors.New("usage: app tenant rename NAME NEW-NAME | app tenant suspend NAME | app tenant resume NAME")
+		}
+		t, err := svc.TenantByName(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("tenant %q: %w", args[0], err)
+		}
+		if sub == "rename" {
+			err = svc.RenameTenant(ctx, t.ID, args[1], actor)
+		} else {
+			err = svc.SetSuspended(ctx, t.ID, sub == "suspend", actor)
+		}
+		return err
+
+	case "key list":
+		if len(args) != 1 {
+			return errors.New("usage: app key list TENANT")
+		}
+		t, err := svc.TenantByName(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("tenant %q: %w", args[0], err)
+		}
+		ks, err := svc.ListKeys(ctx, t.ID)
+		for _, k := range ks {
+			fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Kind, k.Hint, map[bool]string{true: "revoked", false: "active"}[k.RevokedAt != nil], k.Label)
+		}
+		return err
+
 	case "key create":
 		fs := flag.NewFlagSet("key create", flag.ContinueOnError)
 		fs.SetOutput(stdout)

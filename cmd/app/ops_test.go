@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +24,9 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the test's own lock
 
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/config"
+	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
@@ -853,4 +857,59 @@ func TestHealthcheckCommandProbesTheServer(t *testing.T) {
 	if err := run(context.Background(), []string{"healthcheck"}, envFunc(probeEnv), strings.NewReader(""), io.Discard); err == nil {
 		t.Fatal("healthcheck succeeded with the server stopped")
 	}
+}
+
+// TestTenantAndKeyCommands: the CLI lists tenants and keys, renames a tenant, and suspends and
+// resumes it (its API key refused in between), on SQLite; bad usage is an error, not a panic.
+func TestTenantAndKeyCommands(t *testing.T) {
+	env := appEnv("sqlite:"+filepath.Join(t.TempDir(), "cli.db"), "MIGRATE=auto")
+	cliInProcess(t, env, "migrate")
+	cliInProcess(t, env, "tenant", "create", "acme")
+	secret := strings.TrimSpace(strings.SplitN(cliInProcess(t, env, "key", "create", "--tenant", "acme", "--label", "ops"), "\n", 2)[0])
+	if out := cliInProcess(t, env, "tenant", "list"); !strings.Contains(out, "\tacme\tactive") {
+		t.Fatalf("tenant list: %q", out)
+	}
+	if out := cliInProcess(t, env, "key", "list", "acme"); !strings.Contains(out, "\tsecret\t") || !strings.Contains(out, "\tactive\tops") {
+		t.Fatalf("key list: %q", out)
+	}
+	cliInProcess(t, env, "tenant", "rename", "acme", "acme-corp")
+	cliInProcess(t, env, "tenant", "suspend", "acme-corp")
+	if out := cliInProcess(t, env, "tenant", "list"); !strings.Contains(out, "\tacme-corp\tsuspended") {
+		t.Fatalf("tenant list after rename and suspend: %q", out)
+	}
+	authenticate := func() error {
+		d, err := app.Open(context.Background(), mustConfig(t, env), app.NewLogger(mustConfig(t, env), io.Discard), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		keys, err := app.LoadSecrets(context.Background(), mustConfig(t, env), d, app.NewLogger(mustConfig(t, env), io.Discard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tenants.NewService(d, keys.Pepper, nil).Authenticate(context.Background(), secret, tenants.KindSecret)
+		return err
+	}
+	if err := authenticate(); !errors.Is(err, tenants.ErrTenantSuspended) {
+		t.Fatalf("a suspended tenant's key: %v", err)
+	}
+	cliInProcess(t, env, "tenant", "resume", "acme-corp")
+	if err := authenticate(); err != nil {
+		t.Fatalf("after resume: %v", err)
+	}
+	for _, bad := range [][]string{{"tenant", "rename", "acme-corp"}, {"tenant", "suspend"}, {"tenant", "suspend", "nope"}, {"key", "list"}} {
+		var out bytes.Buffer
+		if err := run(context.Background(), bad, envFunc(env), strings.NewReader(""), &out); err == nil {
+			t.Errorf("app %s succeeded", strings.Join(bad, " "))
+		}
+	}
+}
+
+func mustConfig(t *testing.T, env []string) config.Config {
+	t.Helper()
+	cfg, err := config.FromEnv(envFunc(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

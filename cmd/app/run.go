@@ -15,6 +15,9 @@ commands:
   serve                                  run the service (default)
   migrate                                apply database migrations
   tenant create NAME                     create a tenant
+  tenant list | rename NAME NEW-NAME | suspend NAME | resume NAME
+                                         list, rename, suspend (every API key refused) or resume
+  key list TENANT                        list a tenant's keys (id, kind, hint, state, label)
   key create --tenant NAME [--label L] [--publishable]
                                          create an API key (the secret is printed once)
   key revoke KEY                         revoke a key by its secret or its ID
