@@ -121,17 +121,8 @@ func (s *Server) webhookDeliveries(c *gin.Context) {
 		limit = n
 	}
 	tenantID := tenantOf(c).TenantID
-	eps, err := s.webhooks.Endpoints(c.Request.Context(), tenantID)
-	if err != nil {
+	if _, err := s.webhooks.Endpoint(c.Request.Context(), tenantID, id); err != nil {
 		writeProblem(c, s.log, err)
-		return
-	}
-	found := false
-	for _, e := range eps {
-		found = found || e.ID == id
-	}
-	if !found {
-		writeProblem(c, s.log, webhooks.ErrEndpointNotFound)
 		return
 	}
 	ds, err := s.webhooks.Deliveries(c.Request.Context(), tenantID, id, limit)

@@ -138,11 +138,7 @@ func (s *Service) RenameTenant(ctx context.Context, id int64, name, actor string
 		if err := tx.Model(&tenantRow{}).Where("id = ?", id).Update("name", name).Error; err != nil {
 			return err
 		}
-		detail := old.Name + " → " + name
-		if err := s.audit(tx, &id, actor, "tenant.rename", "tenant:"+strconv.FormatInt(id, 10), detail); err != nil {
-			return err
-		}
-		return s.audit(tx, nil, actor, "tenant.rename", "tenant:"+strconv.FormatInt(id, 10), detail)
+		return s.auditTenantAndServer(tx, id, actor, "tenant.rename", old.Name+" → "+name)
 	})
 	return wrap("rename tenant", err)
 }
@@ -174,16 +170,22 @@ func (s *Service) SetSuspended(ctx context.Context, id int64, suspend bool, acto
 		if err := db.Notify(tx, s.db.Dialect, revocationChannel, ""); err != nil {
 			return err
 		}
-		target := "tenant:" + strconv.FormatInt(id, 10)
-		if err := s.audit(tx, &id, actor, action, target, row.Name); err != nil {
-			return err
-		}
-		return s.audit(tx, nil, actor, action, target, row.Name)
+		return s.auditTenantAndServer(tx, id, actor, action, row.Name)
 	})
 	if err == nil {
 		s.forgetKey("")
 	}
 	return wrap("set suspended", err)
+}
+
+// auditTenantAndServer records an operator's change of tenant id in the tenant's log and in the
+// server's security log, inside the caller's transaction.
+func (s *Service) auditTenantAndServer(tx *gorm.DB, id int64, actor, action, detail string) error {
+	target := "tenant:" + strconv.FormatInt(id, 10)
+	if err := s.audit(tx, &id, actor, action, target, detail); err != nil {
+		return err
+	}
+	return s.audit(tx, nil, actor, action, target, detail)
 }
 
 // UpdateCaptchaSettings replaces a tenant's allowed origins and captcha difficulty. Each origin

@@ -103,21 +103,19 @@ func (u *UI) createKey(c *gin.Context) {
 
 func (u *UI) revokeKey(c *gin.Context) {
 	t := tenantOf(c)
-	keys, err := u.tenants.ListKeys(c.Request.Context(), t.ID)
-	if err != nil {
-		u.internalError(c, err)
-		return
-	}
-	if !slices.ContainsFunc(keys, func(k tenants.APIKey) bool { return k.ID == c.Param("kid") }) {
-		u.NotFound(c) // another tenant's key, or none: the same answer, confirmed or not
-		return
-	}
 	if c.PostForm("confirm") != "yes" { // a revoked key stops working at once, everywhere
-		u.renderKeys(c, http.StatusUnprocessableEntity, keysVM{FormErr: "Tick the box beside Revoke to confirm: a revoked key stops working at once."})
+		keys, err := u.tenants.ListKeys(c.Request.Context(), t.ID)
+		switch {
+		case err != nil:
+			u.internalError(c, err)
+		case !slices.ContainsFunc(keys, func(k tenants.APIKey) bool { return k.ID == c.Param("kid") }):
+			u.NotFound(c) // another tenant's key, or none: the same answer, confirmed or not
+		default:
+			u.renderKeys(c, http.StatusUnprocessableEntity, keysVM{FormErr: "Tick the box beside Revoke to confirm: a revoked key stops working at once."})
+		}
 		return
 	}
-	err = u.tenants.RevokeKey(c.Request.Context(), t.ID, c.Param("kid"), actor(c))
-	if err != nil {
+	if err := u.tenants.RevokeKey(c.Request.Context(), t.ID, c.Param("kid"), actor(c)); err != nil {
 		u.fail(c, err)
 		return
 	}

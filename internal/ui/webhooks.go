@@ -110,20 +110,16 @@ func (u *UI) createWebhook(c *gin.Context) {
 // endpointOf finds the {id} endpoint of the tenant; ok false when it has answered 404.
 func (u *UI) endpointOf(c *gin.Context) (webhooks.Endpoint, bool) {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err == nil {
-		eps, err := u.webhooks.Endpoints(c.Request.Context(), tenantOf(c).ID)
-		if err != nil {
-			u.internalError(c, err)
-			return webhooks.Endpoint{}, false
-		}
-		for _, e := range eps {
-			if e.ID == id {
-				return e, true
-			}
-		}
+	if err != nil {
+		u.NotFound(c)
+		return webhooks.Endpoint{}, false
 	}
-	u.NotFound(c)
-	return webhooks.Endpoint{}, false
+	ep, err := u.webhooks.Endpoint(c.Request.Context(), tenantOf(c).ID, id)
+	if err != nil {
+		u.fail(c, err) // the not-found page for another tenant's endpoint, or none
+		return webhooks.Endpoint{}, false
+	}
+	return ep, true
 }
 
 func (u *UI) webhookLog(c *gin.Context) {

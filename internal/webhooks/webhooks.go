@@ -200,12 +200,25 @@ func (s *Service) Endpoints(ctx context.Context, tenantID int64) ([]Endpoint, er
 	return out, nil
 }
 
-// DeleteEndpoint removes one of tenantID's endpoints and its deliveries.
+// Endpoint is one of tenantID's endpoints (ErrEndpointNotFound for another tenant's, or none).
+func (s *Service) Endpoint(ctx context.Context, tenantID, id int64) (Endpoint, error) {
+	var r endpointRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		res := tx.Where("tenant_id = ? AND id = ?", tenantID, id).Limit(1).Find(&r)
+		if res.Error == nil && res.RowsAffected == 0 {
+			return ErrEndpointNotFound
+		}
+		return res.Error
+	})
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("webhooks: endpoint: %w", err)
+	}
+	return r.toDomain(), nil
+}
+
+// DeleteEndpoint removes one of tenantID's endpoints and (ON DELETE CASCADE) its deliveries.
 func (s *Service) DeleteEndpoint(ctx context.Context, tenantID, id int64) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
-		if err := tx.Where("tenant_id = ? AND endpoint_id = ?", tenantID, id).Delete(&deliveryRow{}).Error; err != nil {
-			return err
-		}
 		res := tx.Where("tenant_id = ? AND id = ?", tenantID, id).Delete(&endpointRow{})
 		if res.Error == nil && res.RowsAffected == 0 {
 			return ErrEndpointNotFound

@@ -382,6 +382,11 @@ func TestEndpointsAreValidatedAndKeptPerTenant(t *testing.T) {
 		if eps, _ := s.Endpoints(ctx, a); len(eps) != 0 {
 			t.Fatalf("endpoints after delete: %+v", eps)
 		}
+		var left int64
+		d.Gorm.Raw("SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_id = ?", epA.ID).Scan(&left)
+		if left != 0 {
+			t.Fatalf("%d deliveries of the deleted endpoint are left", left)
+		}
 		for range MaxEndpointsPerTenant - 1 {
 			if _, _, err := s.CreateEndpoint(ctx, b, rb.URL, Events); err != nil {
 				t.Fatal(err)
