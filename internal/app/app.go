@@ -153,7 +153,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	}, OnShadowRefused: func(tenantID int64, name string) {
 		a.Metrics.OnShadowRefused(tenantID, name)
 		a.Usage.RecordShadowRefused(tenantID, name)
-	}})
+	}, OnHoldOverage: a.Metrics.OnHoldOverage})
 	a.Metrics.WatchGroups(a.Engine.GroupStats)
 	a.Captcha = captcha.NewStore(a.DB, o.Now, captcha.WithLogger(a.Log))
 
@@ -309,6 +309,7 @@ func (a *App) Run(ctx context.Context) error {
 	bg.start(ctx, "captcha", a.Captcha.Run)
 	bg.start(ctx, "webhooks", a.Webhooks.Run)
 	bg.start(ctx, "state sweeper", a.sweepState)
+	bg.start(ctx, "hold and lease sweeper", a.sweepHolds)
 	if a.Config.PprofAddr != "" {
 		bg.start(ctx, "pprof", a.servePprof)
 	}

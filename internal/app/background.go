@@ -71,6 +71,33 @@ func (a *App) sweepState(ctx context.Context) error {
 	return nil
 }
 
+// sweepHolds releases expired holds and deletes expired leases every HOLD_SWEEP_INTERVAL (±10%),
+// a batch at a time until none is due. Failures are logged and counted; the next tick tries again.
+func (a *App) sweepHolds(ctx context.Context) error {
+	loop.Every(ctx, a.Config.HoldSweepInterval, 0.1, func(ctx context.Context) {
+		for ctx.Err() == nil {
+			holds, err := a.Engine.SweepHolds(ctx, a.Config.SweepBatch)
+			a.Metrics.Swept("holds", holds)
+			var leases int64
+			if err == nil {
+				leases, err = a.Engine.SweepLeases(ctx, a.Config.SweepBatch)
+				a.Metrics.Swept("leases", int(leases))
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					a.Metrics.SweepFailed()
+					a.Log.Warn("hold sweep failed", "err", err)
+				}
+				return
+			}
+			if holds < a.Config.SweepBatch && int(leases) < a.Config.SweepBatch {
+				return
+			}
+		}
+	})
+	return nil
+}
+
 // servePprof serves net/http/pprof on SLUICE_PPROF_ADDR (loopback only, checked by config) for
 // profiling, until ctx ends.
 func (a *App) servePprof(ctx context.Context) error {

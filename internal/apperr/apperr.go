@@ -31,6 +31,8 @@ const (
 	NotFound             Code = "not_found"
 	DefinitionExists     Code = "definition_exists"
 	Conflict             Code = "conflict"
+	HoldClosed           Code = "hold_closed"
+	LeaseClosed          Code = "lease_closed"
 	PayloadTooLarge      Code = "payload_too_large"
 	MethodNotAllowed     Code = "method_not_allowed"
 	RateLimited          Code = "rate_limited"
@@ -53,6 +55,8 @@ var codes = map[Code]struct {
 	NotFound:             {http.StatusNotFound, "Not found"},
 	DefinitionExists:     {http.StatusConflict, "Definition exists"},
 	Conflict:             {http.StatusConflict, "Conflict"},
+	HoldClosed:           {http.StatusConflict, "Hold closed"},
+	LeaseClosed:          {http.StatusConflict, "Lease closed"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	RateLimited:          {http.StatusTooManyRequests, "Rate limited"},

@@ -44,6 +44,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// SweepBatch is the number of rows one sweeping transaction deletes at most.
 	SweepBatch int
+	// HoldSweepInterval is the time between sweeps of expired holds (released) and leases
+	// (deleted): a hold's capacity is back at most this long after its expiry.
+	HoldSweepInterval time.Duration
 	// GCPercent is the garbage collector's target (GOGC); -1 turns the collector off.
 	GCPercent int
 	// MemoryLimit is the Go runtime's soft memory limit in bytes (GOMEMLIMIT); math.MaxInt64
@@ -174,6 +177,15 @@ var options = []Option{
 				return errors.New("SWEEP_INTERVAL must be a duration of at least 1s (e.g. 1m), 0 or off")
 			}
 			c.SweepInterval = d
+			return nil
+		}},
+	{Name: "HOLD_SWEEP_INTERVAL", Default: "1s", Doc: "time between sweeps of expired holds (released, their amounts given back) and expired leases (deleted; their slots are free at expiry anyway): the documented sweep delay, a Go duration from 100ms to 1h",
+		parse: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 100*time.Millisecond || d > time.Hour {
+				return errors.New("HOLD_SWEEP_INTERVAL must be a duration from 100ms to 1h (e.g. 1s)")
+			}
+			c.HoldSweepInterval = d
 			return nil
 		}},
 	{Name: "SWEEP_BATCH", Default: strconv.Itoa(DefaultSweepBatch), Doc: "rows per sweeping transaction (1 to 1000)",

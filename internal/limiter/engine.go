@@ -23,6 +23,7 @@ type Engine struct {
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
 	onShadow   func(tenantID int64, name string)
+	onOverage  func(tenantID int64, name string, amount float64)
 
 	queue    chan *job     // decisions waiting for the group-commit worker (Run)
 	maxGroup int           // most decisions in one group transaction
@@ -52,6 +53,9 @@ type Options struct {
 	// shadow-refused count each decision once.
 	OnDecision      func(tenantID int64, name string, ok bool)
 	OnShadowRefused func(tenantID int64, name string)
+	// OnHoldOverage is told of every amount a settled hold charged beyond what it held and the
+	// limit could not take (holds.go).
+	OnHoldOverage func(tenantID int64, name string, amount float64)
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
 	// FastCommit (SLUICE_COMMIT=fast) commits decision transactions on PostgreSQL without
@@ -63,7 +67,7 @@ type Options struct {
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, stopped: make(chan struct{})}
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, stopped: make(chan struct{})}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
@@ -94,6 +98,7 @@ type Request struct {
 	// Refund gives Count back instead of taking it (Engine.Refund): never above the maximum,
 	// always decided OK.
 	Refund bool
+	hold   bool // part of a hold (Engine.Hold): amounts only, no concurrency limit
 }
 
 // Decision is the outcome of one limit.
@@ -119,6 +124,11 @@ type Decision struct {
 	// Shadow is what enforcement would have answered, for a limit in shadow mode (nil
 	// otherwise): OK and RetryAfter are then always true and nil, whatever Shadow says.
 	Shadow *ShadowOutcome
+	// LeaseID and LeaseExpiresAt (ms since the epoch) are, for an admitted decision on a
+	// concurrency limit, the lease it acquired (leases.go); "" and 0 otherwise.
+	LeaseID        string
+	LeaseExpiresAt int64
+	leaseSlot      bool // a concurrency slot was taken: a lease is handed out if the job's writes are kept
 }
 
 // ShadowOutcome is the decision a shadow-mode limit would have made if it were enforced.
@@ -353,6 +363,10 @@ func validateRequest(r *Request) error {
 		return invalidRequest("count", "a refund gives tokens back to a stored limit: no reserve, no inline config")
 	}
 	if r.Config != nil {
+		if r.Config.Kind == Concurrency {
+			return fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "config",
+				Message: "concurrency limits need a stored definition (PUT /v1/limits/{name}): their leases are released and extended by it"}}})
+		}
 		if len(r.Config.Parents) > 0 {
 			return fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "parents",
 				Message: "inline configs cannot have parents: store the definition (PUT /v1/limits/{name}) to give it parents"}}})

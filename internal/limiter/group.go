@@ -33,6 +33,9 @@ type job struct {
 	out      BatchDecision
 	err      error
 	done     chan struct{}
+	// step, when set, is the job's own writes (a hold's row, holds.go), made in its group's
+	// transaction after every decision and before commit (afterDecisions).
+	step func(j *job, now int64) []stmt
 }
 
 // rowKey identifies one state row.
@@ -203,7 +206,10 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 	if err != nil {
 		return err
 	}
-	return saveRows(tx, decideGroup(jobs, stored, now))
+	if err := saveRows(tx, decideGroup(jobs, stored, now)); err != nil {
+		return err
+	}
+	return execStmts(tx, afterDecisions(jobs, now))
 }
 
 // plan expands every job (expand, with the overrides that apply at now) and chooses its shards,
@@ -347,6 +353,9 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 				r.def = r.ov.Apply(d)
 			}
 		}
+		if err := concurrencyMisuse(r.def, req); err != nil {
+			return r, err
+		}
 		err := r.def.CheckCount(req.Count, req.Reserve)
 		if (req.Refund || (r.ov != nil && r.ov.Action != algo.ActionNone)) && errors.Is(err, algo.ErrCountExceedsCapacity) {
 			err = nil // refunds, allow and deny never weigh the count against the capacity
@@ -395,6 +404,9 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 					if !ok {
 						missing = append(missing, defKey{j.tenantID, p.Name})
 						continue
+					}
+					if pd.Kind == Concurrency {
+						return nil, nil, concurrencyParent(p.Name)
 					}
 					r, err := resolve(p.Name, key, pd, true, req)
 					if err != nil {
@@ -491,6 +503,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			retryAfter = &ra
 		}
 		dec := Decision{Name: r.name, Key: r.key, OK: d.OK, RetryAfter: retryAfter, Remaining: d.Remaining, Definition: def}
+		dec.leaseSlot = d.OK && def.Kind == Concurrency // a lease to hand out if the job's writes are kept (leases.go)
 		if def.Kind == Quota {
 			dec.Window = &QuotaWindow{Start: d.WindowStart, End: d.WindowEnd, Now: now}
 		}

@@ -122,7 +122,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 
 	writes := decideGroup(jobs, stored, now)
 	b = &pgx.Batch{}
-	queueGroupWrites(b, writes)
+	queueGroupWrites(b, writes, afterDecisions(jobs, now))
 	br = conn.SendBatch(ctx, b)
 	for range b.Len() {
 		if _, err = br.Exec(); err != nil {

@@ -36,6 +36,7 @@ const (
 	SlidingWindow = algo.SlidingWindow
 	Quota         = algo.Quota
 	GCRA          = algo.GCRA
+	Concurrency   = algo.Concurrency
 	Enforce       = algo.Enforce
 	Shadow        = algo.Shadow
 	MaxPenalty    = algo.MaxPenalty

@@ -30,7 +30,7 @@ const (
 	// stateUpsert makes an INSERT of stateColumns replace the state of rows that exist.
 	stateUpsert = " ON CONFLICT (" + statePrimaryKey + ") DO UPDATE SET value = excluded.value, ts = excluded.ts, counters = excluded.counters, penalty_until = excluded.penalty_until"
 	// definitionColumns are limit_definitions' columns.
-	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, mode, penalty, created_at, updated_at, calendar, time_zone, anchor_day, parents, overrides_version"
+	definitionColumns = "tenant_id, name, kind, rate, period, capacity, max_reserved, shards, start, resolution, jitter, ip_fallback, mode, penalty, created_at, updated_at, calendar, time_zone, anchor_day, parents, overrides_version, lease_ttl"
 	// overrideColumns are the columns of limit_overrides a decision reads.
 	overrideColumns = "pattern, rate, capacity, max_reserved, action, expires_at"
 )
@@ -93,7 +93,7 @@ func (r fullStateRow) state(def Definition) algo.State {
 		return algo.State{}
 	}
 	st := algo.State{Value: r.Value, TS: r.TS, PenaltyUntil: r.PenaltyUntil, Exists: true}
-	if def.Kind == SlidingWindow {
+	if def.Kind == SlidingWindow || def.Kind == Concurrency {
 		st.Counters = algo.ParseCounters(def, r.Counters)
 	}
 	return st
@@ -103,7 +103,7 @@ func (r fullStateRow) state(def Definition) algo.State {
 func (r *definitionRow) fields() []any {
 	return []any{&r.TenantID, &r.Name, &r.Kind, &r.Rate, &r.Period, &r.Capacity, &r.MaxReserved,
 		&r.Shards, &r.Start, &r.Resolution, &r.Jitter, &r.IPFallback, &r.Mode, &r.Penalty, &r.CreatedAt, &r.UpdatedAt,
-		&r.Calendar, &r.TimeZone, &r.AnchorDay, &r.Parents, &r.OverridesVersion}
+		&r.Calendar, &r.TimeZone, &r.AnchorDay, &r.Parents, &r.OverridesVersion, &r.LeaseTTL}
 }
 
 // parentEdges reads the parent names of every definition of the tenant that has parents.
@@ -283,6 +283,10 @@ func saveRows(tx *gorm.DB, rows map[rowKey]algo.State) error {
 
 // deleteState deletes the state of one key (every shard), or of every key of name when key is nil.
 func deleteState(tx *gorm.DB, tenantID int64, name string, key *string) error {
+	// A concurrency limit's slots live in its state: their leases end with it (leases.go).
+	if err := deleteLeases(tx, tenantID, name, key); err != nil {
+		return err
+	}
 	if key == nil {
 		return tx.Exec(sqlDeleteNameState, tenantID, name).Error
 	}

@@ -192,9 +192,12 @@ func selectRowsPg(ctx context.Context, conn *pgx.Conn, keys []rowKey, into map[r
 }
 
 // queueGroupWrites queues the second round trip of a group: the changed rows and the commit.
-func queueGroupWrites(b *pgx.Batch, writes map[rowKey]algo.State) {
+func queueGroupWrites(b *pgx.Batch, writes map[rowKey]algo.State, extra []stmt) {
 	if len(writes) > 0 {
 		b.Queue(pgUpsertRows, writeArgs(writes)...)
+	}
+	for _, st := range extra { // the jobs' own writes (afterDecisions), in the same round trip
+		b.Queue(st.pg(), st.args...)
 	}
 	b.Queue(pgCommit)
 }

@@ -35,6 +35,7 @@ type definitionRow struct {
 	Parents     string // JSON [{"name", "key"}], '' for none
 	// OverridesVersion tags the limit's overrides (overrides.go); only override changes write it.
 	OverridesVersion int64 `gorm:"column:overrides_version"`
+	LeaseTTL         int64 `gorm:"column:lease_ttl"` // concurrency only, else 0
 }
 
 // parentJSON is the stored form of one parent.
@@ -89,7 +90,7 @@ func (r definitionRow) toDomain() StoredDefinition {
 	d := Definition{
 		Kind: Kind(r.Kind), Rate: r.Rate, Period: r.Period, Capacity: r.Capacity, MaxReserved: r.MaxReserved,
 		Shards: r.Shards, Start: r.Start, Jitter: r.Jitter, IPFallback: r.IPFallback,
-		Mode: algo.Mode(r.Mode), Penalty: r.Penalty,
+		Mode: algo.Mode(r.Mode), Penalty: r.Penalty, LeaseTTL: r.LeaseTTL,
 	}
 	if r.Resolution != nil {
 		d.Resolution = *r.Resolution
@@ -130,7 +131,7 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			TenantID: tenantID, Name: name, Kind: string(def.Kind), Rate: def.Rate, Period: def.Period,
 			Capacity: def.Capacity, MaxReserved: def.MaxReserved, Shards: def.Shards, Start: def.Start,
 			Jitter: def.Jitter, IPFallback: def.IPFallback, Mode: string(def.Mode), Penalty: def.Penalty,
-			CreatedAt: now, UpdatedAt: now,
+			LeaseTTL: def.LeaseTTL, CreatedAt: now, UpdatedAt: now,
 		}
 		if def.Kind == SlidingWindow {
 			row.Resolution = &def.Resolution

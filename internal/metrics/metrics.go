@@ -45,6 +45,7 @@ type Metrics struct {
 	inFlight  prometheus.Gauge
 	swept     *prometheus.CounterVec
 	sweepErrs prometheus.Counter
+	overage   *prometheus.CounterVec
 	tenants   *boundedLabels
 	names     *boundedLabels
 }
@@ -80,10 +81,14 @@ func New(o Options) *Metrics {
 			Name: "sluice_sweep_errors_total",
 			Help: "Sweeper runs that ended with an error (they are retried at the next interval).",
 		}),
+		overage: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_hold_overage_total",
+			Help: "Amounts settled holds charged beyond what they held that their limit could not take (recorded, not enforced), by tenant ID and limit name.",
+		}, []string{"tenant", "name"}),
 		tenants: newBoundedLabels(o.MaxLabelValues),
 		names:   newBoundedLabels(o.MaxLabelValues),
 	}
-	m.reg.MustRegister(m.decisions, m.latency, m.inFlight, m.swept, m.sweepErrs,
+	m.reg.MustRegister(m.decisions, m.latency, m.inFlight, m.swept, m.sweepErrs, m.overage,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfo(o.Version))
@@ -125,6 +130,12 @@ func (m *Metrics) ObserveDecision(route string, status int, d time.Duration) {
 // DecisionInFlight adds delta (+1 when a decision request arrives, -1 when it is answered) to
 // the requests in flight.
 func (m *Metrics) DecisionInFlight(delta float64) { m.inFlight.Add(delta) }
+
+// OnHoldOverage counts an amount a settled hold charged beyond what its limit could take; it has
+// the signature of limiter.Options.OnHoldOverage.
+func (m *Metrics) OnHoldOverage(tenantID int64, name string, amount float64) {
+	m.overage.WithLabelValues(m.tenants.get(strconv.FormatInt(tenantID, 10)), m.names.get(name)).Add(amount)
+}
 
 // Swept records rows deleted by the sweeper from table.
 func (m *Metrics) Swept(table string, n int) {

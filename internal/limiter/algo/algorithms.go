@@ -142,6 +142,8 @@ func viewOf(p shardParams, st State, now, origin int64) shardView {
 		return viewTokenBucket(p, st, now)
 	case FixedWindow:
 		return viewFixedWindow(p, st, now, origin)
+	case Concurrency:
+		return viewConcurrency(p, st, now)
 	default:
 		return viewSlidingWindow(p, st, now)
 	}
@@ -203,6 +205,9 @@ func FormatCounters(c []float64) string {
 // a damaged list reads as "window full", which refuses rather than admits until the counters age
 // out.
 func ParseCounters(def Definition, s string) []float64 {
+	if def.Kind == Concurrency {
+		return parseLeases(def, s)
+	}
 	p := def.shardParams()
 	res, rate := p.resolution, p.rate
 	out := make([]float64, res+1)

@@ -26,6 +26,9 @@ type Outcome struct {
 // retrying when told to gets its answer), and a penalty never admits anything, so the limit
 // alone still bounds what is admitted.
 func Decide(def Definition, states []State, count float64, reserve bool, now, origin int64) Outcome {
+	if def.Kind == Concurrency { // one shard, no penalty (validation): a lease or not
+		return decideConcurrency(def, states[0], now)
+	}
 	d := decide(def, states, count, reserve, now, origin)
 	var until int64
 	for _, st := range states {
@@ -75,6 +78,12 @@ func FullAt(def Definition, st State, now, origin int64) int64 {
 	v := viewOf(p, st, now, origin)
 	var at float64
 	switch p.kind {
+	case Concurrency:
+		// Every slot is free when the last lease expires.
+		if len(v.counters) == 0 {
+			return now
+		}
+		at = v.counters[len(v.counters)-1]
 	case Quota:
 		// A quota is whole again only when its calendar window ends.
 		if p.max-v.avail <= 0 {

@@ -29,6 +29,9 @@ const (
 	// the capacity and the emission interval is period / rate. A definition keeps the name its
 	// author wrote; the math is the token bucket's (Kind.Algorithm).
 	GCRA Kind = "gcra"
+	// Concurrency bounds what is in flight: Rate leases at once, each ending when released or
+	// LeaseTTL ms after it was acquired or last extended (concurrency.go).
+	Concurrency Kind = "concurrency"
 )
 
 // Algorithm is the kind whose math decides: the token bucket for GCRA, the kind itself otherwise.
@@ -104,6 +107,8 @@ type Definition struct {
 	// Penalty (ms, default 0): a key the limit refuses stays refused until Penalty ms after that
 	// refusal. Single-shard limits only: the lockout lives in the key's one state row.
 	Penalty int64
+	// LeaseTTL (concurrency only, ms): how long a lease lasts unless released or extended.
+	LeaseTTL int64
 }
 
 // IsShadow reports whether the limit is in shadow mode.
@@ -158,9 +163,9 @@ func (d Definition) Validate() error {
 		fe = append(fe, FieldError{field, fmt.Sprintf(format, args...)})
 	}
 	switch d.Kind {
-	case TokenBucket, GCRA, FixedWindow, SlidingWindow, Quota:
+	case TokenBucket, GCRA, FixedWindow, SlidingWindow, Quota, Concurrency:
 	default:
-		add("kind", `must be "token bucket", "gcra", "fixed window", "sliding window" or "quota"`)
+		add("kind", `must be "token bucket", "gcra", "fixed window", "sliding window", "quota" or "concurrency"`)
 	}
 	switch d.Mode {
 	case "", Enforce, Shadow:
@@ -178,6 +183,8 @@ func (d Definition) Validate() error {
 	switch {
 	case d.Kind == Quota:
 		fe = append(fe, d.quotaProblems()...)
+	case d.Kind == Concurrency:
+		fe = append(fe, d.concurrencyProblems()...)
 	case d.Period <= 0 || d.Period > maxPeriod:
 		add("period", "must be a whole number of milliseconds > 0 and <= %d", int64(maxPeriod))
 	}
@@ -234,6 +241,9 @@ func (d Definition) Validate() error {
 		// Zero capacity is legal (everything must be reserved), but only with a reservation bound
 		// does it mean anything other than "always refuse", which is worth stating loudly.
 		add("capacity", "0 admits nothing; set maxReserved to allow reservations, or raise capacity")
+	}
+	if d.LeaseTTL != 0 && d.Kind != Concurrency {
+		add("leaseTtl", "applies to concurrency limits only")
 	}
 	if len(fe) > 0 {
 		return &ValidationError{Code: CodeInvalidConfig, Fields: fe}
@@ -353,6 +363,15 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 	}
 	if reserve && d.Kind == Quota {
 		return InvalidRequest("reserve", "quotas cannot reserve")
+	}
+	if d.Kind == Concurrency {
+		if reserve {
+			return InvalidRequest("reserve", "concurrency limits cannot reserve")
+		}
+		if count != 1 {
+			return InvalidRequest("count", "must be 1 for a concurrency limit (one lease per decision)")
+		}
+		return nil
 	}
 	d = d.Normalized()
 	p := d.shardParams()

@@ -1,0 +1,383 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+
+	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/db"
+)
+
+// Holds. A hold reserves amounts of several limits all or nothing, exactly like a consuming batch
+// (it is one: the group commit decides it, and its step writes the hold's rows in the same
+// transaction), and is later closed exactly once:
+//   - settled with the actual amounts: less than held gives the difference back (algo.Refund,
+//     the refund's math, so never above a limit's maximum); more than held takes the extra as a
+//     decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of
+//     it and records it as overage, which the answer returns and the metrics count: a settle never
+//     blocks;
+//   - released (DELETE): everything held is given back;
+//   - expired: a hold not settled by its expiry (the engine's clock) is released by SweepHolds.
+// Closing reads the hold and changes the state rows and the hold in one serializable transaction,
+// so of two concurrent closes one finds it closed (ErrHoldClosed).
+
+// Bounds on holds.
+const (
+	MaxHoldLimits = 64         // limits in one hold
+	MaxHoldTTL    = 86_400_000 // ms: a day
+)
+
+// The states of a hold.
+const (
+	HoldOpen     = "open"
+	HoldSettled  = "settled"
+	HoldReleased = "released"
+	HoldExpired  = "expired"
+)
+
+// Errors of holds.
+var (
+	// ErrHoldNotFound: no hold of the tenant has that id.
+	ErrHoldNotFound = &apperr.Error{Code: apperr.NotFound, Message: "no such hold"}
+	// ErrHoldClosed: the hold was settled, released or has expired; it cannot be closed again.
+	ErrHoldClosed = &apperr.Error{Code: apperr.HoldClosed, Message: "the hold is closed (settled, released or expired)"}
+)
+
+// HoldLimit is one amount a hold reserves.
+type HoldLimit struct {
+	Name, Key  string
+	Count      float64
+	Attributes map[string]string
+}
+
+// HoldResult is the outcome of Hold: when the batch is admitted, the hold's id and expiry (ms
+// since the epoch); when refused, nothing is held and Decision says why.
+type HoldResult struct {
+	ID        string
+	ExpiresAt int64
+	Decision  BatchDecision
+}
+
+// Settlement is the outcome of settling a hold, per limit in the hold's order.
+type Settlement struct {
+	Held, Charged, Overage []float64
+	// Refunded is what was given back of each limit (less than held - actual only when the limit
+	// could not take it all back without exceeding its maximum).
+	Refunded []float64
+}
+
+func holdProblem(field, msg string) error { return invalidRequest(field, msg) }
+
+// Hold reserves every amount all or nothing for ttlMs (1 ms to a day). Every limit must be a
+// stored definition that is not a concurrency limit.
+func (e *Engine) Hold(ctx context.Context, tenantID int64, limits []HoldLimit, ttlMs int64) (HoldResult, error) {
+	if len(limits) == 0 || len(limits) > MaxHoldLimits {
+		return HoldResult{}, holdProblem("limits", fmt.Sprintf("must hold 1 to %d limits", MaxHoldLimits))
+	}
+	if ttlMs < 1 || ttlMs > MaxHoldTTL {
+		return HoldResult{}, holdProblem("ttl", fmt.Sprintf("must be a whole number of milliseconds from 1 to %d", MaxHoldTTL))
+	}
+	reqs := make([]Request, len(limits))
+	for i, l := range limits {
+		if !finiteAmount(l.Count) {
+			return HoldResult{}, holdProblem(fmt.Sprintf("limits[%d].count", i), "must be a finite number >= 0")
+		}
+		reqs[i] = Request{Name: l.Name, Key: l.Key, Count: l.Count, Attributes: l.Attributes, hold: true}
+		if err := validateRequest(&reqs[i]); err != nil {
+			return HoldResult{}, err
+		}
+	}
+	var out HoldResult
+	j := &job{tenantID: tenantID, reqs: reqs, consume: true, picks: make([][]int, len(reqs)), done: make(chan struct{})}
+	j.step = func(j *job, now int64) []stmt {
+		out.ID, out.ExpiresAt = newID("hold_"), now+ttlMs
+		return holdInserts(tenantID, out.ID, limits, now, out.ExpiresAt)
+	}
+	if err := e.submit(ctx, j); err != nil {
+		return HoldResult{}, fmt.Errorf("limiter: hold: %w", err)
+	}
+	if j.err != nil {
+		return HoldResult{}, j.err
+	}
+	out.Decision = j.out
+	if !j.out.OK {
+		out.ID, out.ExpiresAt = "", 0
+	}
+	return out, nil
+}
+
+func finiteAmount(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
+
+// The statements on holds (portable SQL).
+const (
+	sqlInsertHold      = "INSERT INTO holds (tenant_id, id, state, created_at, expires_at) VALUES (?, ?, 'open', ?, ?)"
+	sqlInsertHoldLimit = "INSERT INTO hold_limits (tenant_id, hold_id, idx, name, key, count, attributes) VALUES "
+	sqlSelectHold      = "SELECT state, expires_at FROM holds WHERE tenant_id = ? AND id = ?"
+	sqlSelectHoldLimit = "SELECT name, key, count, attributes FROM hold_limits WHERE tenant_id = ? AND hold_id = ? ORDER BY idx"
+	sqlCloseHold       = "UPDATE holds SET state = ?, closed_at = ?, settled = ? WHERE tenant_id = ? AND id = ? AND state = 'open'"
+	sqlDueHolds        = "SELECT tenant_id, id FROM holds WHERE state = 'open' AND expires_at <= ? ORDER BY expires_at LIMIT ?"
+	sqlHoldStats       = `SELECT COUNT(DISTINCT h.id) AS n, MIN(h.created_at) AS oldest,
+		COUNT(DISTINCT CASE WHEN h.expires_at <= ? THEN h.id END) AS soon, COALESCE(SUM(l.count), 0) AS held
+		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
+		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open'`
+	sqlOpenHolds = `SELECT h.id, l.key, l.count, h.created_at, h.expires_at
+		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
+		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open' ORDER BY h.created_at, h.id LIMIT ?`
+)
+
+func holdInserts(tenantID int64, id string, limits []HoldLimit, now, expiresAt int64) []stmt {
+	ss := []stmt{{sqlInsertHold, []any{tenantID, id, now, expiresAt}}}
+	var b strings.Builder
+	b.WriteString(sqlInsertHoldLimit)
+	args := make([]any, 0, 7*len(limits))
+	for i, l := range limits {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+		attrs := ""
+		if len(l.Attributes) > 0 {
+			a, _ := json.Marshal(l.Attributes) // strings only: cannot fail
+			attrs = string(a)
+		}
+		args = append(args, tenantID, id, i, l.Name, l.Key, l.Count, attrs)
+	}
+	return append(ss, stmt{b.String(), args})
+}
+
+type holdLimitRow struct {
+	Name, Key  string
+	Count      float64
+	Attributes string
+}
+
+func (r holdLimitRow) attributes() map[string]string {
+	if r.Attributes == "" {
+		return nil
+	}
+	var m map[string]string
+	_ = json.Unmarshal([]byte(r.Attributes), &m) // written by holdInserts; unreadable reads as none
+	return m
+}
+
+// SettleHold charges a hold's actual amounts (counts, in the hold's order) exactly once.
+func (e *Engine) SettleHold(ctx context.Context, tenantID int64, id string, counts []float64) (Settlement, error) {
+	for i, c := range counts {
+		if !finiteAmount(c) {
+			return Settlement{}, holdProblem(fmt.Sprintf("counts[%d]", i), "must be a finite number >= 0")
+		}
+	}
+	var out Settlement
+	err := e.closeHolds(ctx, tenantID, id, func(held []holdLimitRow) error {
+		if len(counts) != len(held) {
+			return holdProblem("counts", fmt.Sprintf("must give one actual count per limit of the hold (%d)", len(held)))
+		}
+		return nil
+	}, counts, &out)
+	if err != nil {
+		return Settlement{}, fmt.Errorf("limiter: settle hold: %w", err)
+	}
+	return out, nil
+}
+
+// ReleaseHold gives everything a hold reserved back.
+func (e *Engine) ReleaseHold(ctx context.Context, tenantID int64, id string) error {
+	if err := e.closeHolds(ctx, tenantID, id, nil, nil, nil); err != nil {
+		return fmt.Errorf("limiter: release hold: %w", err)
+	}
+	return nil
+}
+
+// closeHolds settles (counts set) or releases one open hold in a serializable transaction.
+func (e *Engine) closeHolds(ctx context.Context, tenantID int64, id string, check func([]holdLimitRow) error, counts []float64, out *Settlement) error {
+	if !validHandle(id, "hold_") {
+		return ErrHoldNotFound
+	}
+	return e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+		now, err := e.nowIn(tx)
+		if err != nil {
+			return err
+		}
+		var hs []struct {
+			State     string
+			ExpiresAt int64
+		}
+		if err := tx.Raw(sqlSelectHold, tenantID, id).Scan(&hs).Error; err != nil {
+			return err
+		}
+		if len(hs) == 0 {
+			return ErrHoldNotFound
+		}
+		if hs[0].State != HoldOpen || hs[0].ExpiresAt <= now { // expired: the sweeper releases it
+			return ErrHoldClosed
+		}
+		var held []holdLimitRow
+		if err := tx.Raw(sqlSelectHoldLimit, tenantID, id).Scan(&held).Error; err != nil {
+			return err
+		}
+		if check != nil {
+			if err := check(held); err != nil {
+				return err
+			}
+		}
+		state := HoldReleased
+		actual := make([]float64, len(held))
+		if counts != nil {
+			state = HoldSettled
+			copy(actual, counts)
+		}
+		s, err := e.settleInTx(tx, tenantID, held, actual)
+		if err != nil {
+			return err
+		}
+		if out != nil {
+			*out = s
+		}
+		return closeHold(tx, tenantID, id, state, now, s)
+	})
+}
+
+func closeHold(tx *gorm.DB, tenantID int64, id, state string, now int64, s Settlement) error {
+	rec, _ := json.Marshal(map[string][]float64{"charged": s.Charged, "overage": s.Overage}) // numbers only
+	res := tx.Exec(sqlCloseHold, state, now, string(rec), tenantID, id)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != 1 {
+		return ErrHoldClosed
+	}
+	return nil
+}
+
+// settleInTx charges actual[i] for each held limit in tx: the difference from what is held is
+// given back (less) or taken (more, or recorded as overage when the limit cannot take it).
+func (e *Engine) settleInTx(tx *gorm.DB, tenantID int64, held []holdLimitRow, actual []float64) (Settlement, error) {
+	n := len(held)
+	s := Settlement{Held: make([]float64, n), Charged: make([]float64, n), Overage: make([]float64, n), Refunded: make([]float64, n)}
+	var jobs []*job
+	of := map[*job]int{}
+	for i, h := range held {
+		s.Held[i], s.Charged[i] = h.Count, actual[i]
+		diff := actual[i] - h.Count
+		if diff == 0 {
+			continue
+		}
+		req := Request{Name: h.Name, Key: h.Key, Count: math.Abs(diff), Attributes: h.attributes(), Refund: diff < 0, hold: true}
+		j := &job{tenantID: tenantID, reqs: []Request{req}, consume: true, picks: make([][]int, 1)}
+		jobs = append(jobs, j)
+		of[j] = i
+	}
+	if len(jobs) > 0 {
+		if err := e.groupGorm(tx, jobs); err != nil {
+			return Settlement{}, err
+		}
+	}
+	for _, j := range jobs {
+		i := of[j]
+		req := j.reqs[0]
+		switch {
+		case req.Refund && j.err == nil:
+			s.Refunded[i] = j.out.Results[0].Refunded
+		case req.Refund:
+			// The limit went (or changed kind) since the hold: there is nothing to give back to.
+		case j.err != nil || !j.out.OK:
+			s.Overage[i], s.Charged[i] = req.Count, s.Held[i]
+			if e.onOverage != nil {
+				e.onOverage(tenantID, req.Name, req.Count)
+			}
+		}
+	}
+	return s, nil
+}
+
+// SweepHolds releases up to batch open holds whose expiry has passed by the engine's clock, in
+// one serializable transaction, marking them expired. It returns how many it released.
+func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
+	if batch <= 0 {
+		batch = DefaultSweepBatch
+	}
+	var n int
+	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+		n = 0
+		now, err := e.nowIn(tx)
+		if err != nil {
+			return err
+		}
+		var due []struct {
+			TenantID int64
+			ID       string
+		}
+		if err := tx.Raw(sqlDueHolds, now, batch).Scan(&due).Error; err != nil {
+			return err
+		}
+		for _, h := range due {
+			var held []holdLimitRow
+			if err := tx.Raw(sqlSelectHoldLimit, h.TenantID, h.ID).Scan(&held).Error; err != nil {
+				return err
+			}
+			s, err := e.settleInTx(tx, h.TenantID, held, make([]float64, len(held)))
+			if err != nil {
+				return err
+			}
+			if err := closeHold(tx, h.TenantID, h.ID, HoldExpired, now, s); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("limiter: sweep holds: %w", err)
+	}
+	return n, nil
+}
+
+// HoldStats summarises the open holds on a limit: how many, the oldest's creation (ms since the
+// epoch, 0 when none), how many expire within the given time, and the amount they hold.
+type HoldStats struct {
+	Open, ExpiringSoon int64
+	Oldest             int64
+	Held               float64
+}
+
+// OpenHold is one open hold's amount on a limit, for the dashboard.
+type OpenHold struct {
+	ID, Key              string
+	Count                float64
+	CreatedAt, ExpiresAt int64
+}
+
+// OpenHolds summarises the open holds on a limit and lists up to n, oldest first.
+func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soonMs int64, n int) (HoldStats, []OpenHold, error) {
+	var stats HoldStats
+	var out []OpenHold
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		now, err := e.nowIn(tx)
+		if err != nil {
+			return err
+		}
+		var s struct {
+			N      int64
+			Oldest *int64
+			Soon   int64
+			Held   float64
+		}
+		if err := tx.Raw(sqlHoldStats, now+soonMs, tenantID, name).Scan(&s).Error; err != nil {
+			return err
+		}
+		stats = HoldStats{Open: s.N, ExpiringSoon: s.Soon, Held: s.Held}
+		if s.Oldest != nil {
+			stats.Oldest = *s.Oldest
+		}
+		return tx.Raw(sqlOpenHolds, tenantID, name, n).Scan(&out).Error
+	})
+	if err != nil {
+		return HoldStats{}, nil, fmt.Errorf("limiter: open holds: %w", err)
+	}
+	return stats, out, nil
+}
