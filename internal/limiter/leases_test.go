@@ -1,0 +1,137 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// TestLeasesBoundWhatIsInFlight: a concurrency limit admits rate leases at once, refuses the next
+// with retryAfter the earliest expiry, frees a slot on release and at expiry (the engine's clock,
+// no sweep needed), renews on extend, and sits all or nothing in a batch with a rate limit.
+func TestLeasesBoundWhatIsInFlight(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		const t0 = 1_700_000_000_000
+		clock := newClock(t0)
+		e := newEngine(t, d, clock.opts())
+		mustPut(t, e, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000})
+		a := mustLimit(t, e, limiter.Request{Name: "jobs", Key: "k", Count: 1})
+		clock.Advance(100)
+		b := mustLimit(t, e, limiter.Request{Name: "jobs", Key: "k", Count: 1})
+		if !a.OK || !b.OK || a.LeaseID == "" || a.LeaseID == b.LeaseID || a.LeaseExpiresAt != t0+1000 || b.LeaseExpiresAt != t0+1100 {
+			t.Fatalf("two leases: %+v %+v", a, b)
+		}
+		c := mustLimit(t, e, limiter.Request{Name: "jobs", Key: "k", Count: 1})
+		if c.OK || c.LeaseID != "" || c.RetryAfter == nil || *c.RetryAfter != 900 {
+			t.Fatalf("third lease: %+v", c)
+		}
+		if v := value(t, e, "jobs", "k"); v != 0 {
+			t.Fatalf("free slots: %v", v)
+		}
+		if err := e.ReleaseLease(ctx, tenant, a.LeaseID); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ReleaseLease(ctx, tenant, a.LeaseID); !errors.Is(err, limiter.ErrLeaseNotFound) {
+			t.Fatalf("releasing twice: %v", err)
+		}
+		c = mustLimit(t, e, limiter.Request{Name: "jobs", Key: "k", Count: 1})
+		if !c.OK {
+			t.Fatalf("after a release: %+v", c)
+		}
+		clock.Advance(500) // t0+600
+		exp, err := e.ExtendLease(ctx, tenant, b.LeaseID)
+		if err != nil || exp != t0+1600 {
+			t.Fatalf("extend: %d %v", exp, err)
+		}
+		if _, err := e.ExtendLease(ctx, tenant+1, b.LeaseID); !errors.Is(err, limiter.ErrLeaseNotFound) {
+			t.Fatalf("another tenant's lease: %v", err)
+		}
+		clock.Advance(500) // t0+1100: c (t0+1100) expired, b extended to t0+1600
+		if _, err := e.ExtendLease(ctx, tenant, c.LeaseID); !errors.Is(err, limiter.ErrLeaseClosed) {
+			t.Fatalf("extending an expired lease: %v", err)
+		}
+		if d := mustLimit(t, e, limiter.Request{Name: "jobs", Key: "k", Count: 1}); !d.OK {
+			t.Fatalf("an expired lease frees its slot without a sweep: %+v", d)
+		}
+		if d := mustLimit(t, e, limiter.Request{Name: "jobs", Key: "k", Count: 1}); d.OK || *d.RetryAfter != 500 {
+			t.Fatalf("the extended lease still holds its slot: %+v", d)
+		}
+		n, err := e.SweepLeases(ctx, 0)
+		if err != nil || n != 1 {
+			t.Fatalf("sweep: %d %v", n, err)
+		}
+
+		// All or nothing with a rate limit in one batch.
+		mustPut(t, e, "rpm", limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: 86_400_000 * 365, Start: ptr(int64(0))})
+		batch := func(key string) limiter.BatchDecision {
+			t.Helper()
+			out, err := e.Batch(ctx, tenant, []limiter.Request{{Name: "jobs", Key: key, Count: 1}, {Name: "rpm", Key: key, Count: 1}}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		if b := batch("z"); !b.OK || b.Results[0].LeaseID == "" {
+			t.Fatalf("batch: %+v", b)
+		}
+		if b := batch("z"); b.OK || b.Results[0].LeaseID != "" || value(t, e, "jobs", "z") != 1 {
+			t.Fatalf("a batch the rate limit refuses takes no slot: %+v, free %v", b, value(t, e, "jobs", "z"))
+		}
+	})
+}
+
+// TestConcurrencyMisuseIsRefused: what a concurrency limit does not support is a 400 naming the field.
+func TestConcurrencyMisuseIsRefused(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		mustPut(t, e, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000})
+		for _, c := range []struct {
+			def   limiter.Definition
+			field string
+		}{
+			{limiter.Definition{Kind: limiter.Concurrency, Rate: 2}, "leaseTtl"},
+			{limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 86_400_001}, "leaseTtl"},
+			{limiter.Definition{Kind: limiter.Concurrency, Rate: 2.5, LeaseTTL: 1000}, "rate"},
+			{limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000, Period: 1000}, "period"},
+			{limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000, Shards: 2}, "shards"},
+			{limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000, Mode: limiter.Shadow}, "mode"},
+			{limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 1000, LeaseTTL: 1000}, "leaseTtl"},
+		} {
+			_, _, err := e.PutDefinition(ctx, tenant, "bad", c.def)
+			var ve *limiter.ValidationError
+			if !errors.As(err, &ve) || ve.Fields[0].Field != c.field {
+				t.Errorf("%+v: %v", c.def, err)
+			}
+		}
+		if _, err := e.Refund(ctx, tenant, limiter.Request{Name: "jobs", Count: 1}); apperr.From(err).Code != apperr.InvalidConfig {
+			t.Errorf("refund: %v", err)
+		}
+		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "jobs", Count: 2}); apperr.From(err).Field != "count" {
+			t.Errorf("count 2: %v", err)
+		}
+		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "jobs", Count: 1, Reserve: true}); apperr.From(err).Field != "reserve" {
+			t.Errorf("reserve: %v", err)
+		}
+		inline := limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000}
+		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "inline", Count: 1, Config: &inline}); apperr.From(err).Code != apperr.InvalidConfig {
+			t.Errorf("inline: %v", err)
+		}
+		if _, _, err := e.PutDefinition(ctx, tenant, "child", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 1000,
+			Parents: []limiter.Parent{{Name: "jobs", Key: "k"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "child", Count: 1}); apperr.From(err).Code != apperr.InvalidConfig || apperr.From(err).Field != "parents" {
+			t.Errorf("concurrency parent: %v", err)
+		}
+		if countRows(t, d, "leases") != 0 {
+			t.Fatal("misuse wrote leases")
+		}
+	})
+}
