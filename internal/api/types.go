@@ -29,6 +29,7 @@ type ConfigResponse struct {
 	Parents     []limiter.ParentSpec `json:"parents,omitempty"`
 	Mode        string               `json:"mode"`
 	Penalty     int64                `json:"penalty"`
+	LeaseTTL    *int64               `json:"leaseTtl,omitempty"` // concurrency limits only
 }
 
 // toConfig is a definition as the API returns it. The kind is the one its author wrote: "gcra"
@@ -46,6 +47,9 @@ func toConfig(d limiter.Definition) ConfigResponse {
 	}
 	if d.Kind == limiter.Quota {
 		c.Calendar, c.TimeZone, c.AnchorDay = string(d.Calendar), d.TimeZone, d.AnchorDay
+	} else if d.Kind == limiter.Concurrency {
+		ttl := d.LeaseTTL
+		c.LeaseTTL = &ttl
 	} else {
 		p := d.Period
 		c.Period = &p
@@ -146,6 +150,10 @@ type DecisionResponse struct {
 	// Parents are the decisions on the limit's ancestors (nested budgets); ok and retryAfter
 	// above are the whole family's.
 	Parents []ParentDecisionResponse `json:"parents,omitempty"`
+	// LeaseID and ExpiresAt (ms since the epoch): the lease an admitted consuming decision on a
+	// concurrency limit acquired; absent otherwise.
+	LeaseID   string `json:"leaseId,omitempty"`
+	ExpiresAt *int64 `json:"expiresAt,omitempty"`
 }
 
 // ShadowResponse is what a limit in shadow mode would have answered if enforced; present on
@@ -177,6 +185,10 @@ type BatchResponse struct {
 
 func toDecisionResponse(d limiter.Decision) DecisionResponse {
 	r := DecisionResponse{OK: d.OK, RetryAfter: d.RetryAfter, Remaining: roundTokens(d.Remaining), Name: d.Name, Override: d.Override}
+	if d.LeaseID != "" {
+		exp := d.LeaseExpiresAt
+		r.LeaseID, r.ExpiresAt = d.LeaseID, &exp
+	}
 	if d.Shadow != nil {
 		r.Shadow = &ShadowResponse{OK: d.Shadow.OK, RetryAfter: d.Shadow.RetryAfter}
 	}

@@ -47,6 +47,9 @@ type Options struct {
 	// Now is the clock of dashboard sessions and captcha challenges, sessions and tokens;
 	// time.Now when nil. Limit decisions never read it (they use the engine's clock).
 	Now func() time.Time
+	// EngineNow, when set, is the time of every limit decision, hold, lease and sweep (the
+	// engine's clock, limiter.Options.Now): tests move it to expire holds and leases.
+	EngineNow func() time.Time
 	// ChallengeIPLimit, ChallengeKeyLimit and the Login limits (failed dashboard logins per
 	// account and client address, per client address, per account) replace the built-in limits
 	// on Sluice's own endpoints when set.
@@ -147,7 +150,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	}
 	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenantOpts...)
 	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log})
-	a.Engine = limiter.NewEngine(a.DB, limiter.Options{FastCommit: cfg.FastCommit, OnDecision: func(tenantID int64, name string, ok bool) {
+	a.Engine = limiter.NewEngine(a.DB, limiter.Options{Now: o.EngineNow, FastCommit: cfg.FastCommit, OnDecision: func(tenantID int64, name string, ok bool) {
 		a.Metrics.OnDecision(tenantID, name, ok)
 		a.Usage.Record(tenantID, name, ok)
 	}, OnShadowRefused: func(tenantID int64, name string) {

@@ -65,6 +65,7 @@ type HoldResult struct {
 
 // Settlement is the outcome of settling a hold, per limit in the hold's order.
 type Settlement struct {
+	Names, Keys            []string
 	Held, Charged, Overage []float64
 	// Refunded is what was given back of each limit (less than held - actual only when the limit
 	// could not take it all back without exceeding its maximum).
@@ -258,11 +259,11 @@ func closeHold(tx *gorm.DB, tenantID int64, id, state string, now int64, s Settl
 // given back (less) or taken (more, or recorded as overage when the limit cannot take it).
 func (e *Engine) settleInTx(tx *gorm.DB, tenantID int64, held []holdLimitRow, actual []float64) (Settlement, error) {
 	n := len(held)
-	s := Settlement{Held: make([]float64, n), Charged: make([]float64, n), Overage: make([]float64, n), Refunded: make([]float64, n)}
+	s := Settlement{Names: make([]string, n), Keys: make([]string, n), Held: make([]float64, n), Charged: make([]float64, n), Overage: make([]float64, n), Refunded: make([]float64, n)}
 	var jobs []*job
 	of := map[*job]int{}
 	for i, h := range held {
-		s.Held[i], s.Charged[i] = h.Count, actual[i]
+		s.Names[i], s.Keys[i], s.Held[i], s.Charged[i] = h.Name, h.Key, h.Count, actual[i]
 		diff := actual[i] - h.Count
 		if diff == 0 {
 			continue

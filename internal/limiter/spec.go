@@ -22,6 +22,8 @@ type Spec struct {
 	IPFallback  *bool    `json:"ipFallback,omitempty"`
 	Mode        *string  `json:"mode,omitempty"`
 	Penalty     *int64   `json:"penalty,omitempty"`
+	// LeaseTTL (concurrency limits): how long a lease lasts unless released or extended, in ms.
+	LeaseTTL *int64 `json:"leaseTtl,omitempty"`
 	// Quotas: the calendar window, its IANA time zone, a monthly quota's billing day.
 	Calendar  *string `json:"calendar,omitempty"`
 	TimeZone  *string `json:"timeZone,omitempty"`
@@ -47,8 +49,9 @@ func (b Spec) ToDefinition() (Definition, error) {
 		missing = append(missing, FieldError{Field: "rate", Message: "is required"})
 	}
 	quota := Kind(b.Kind) == Quota
+	concurrency := Kind(b.Kind) == Concurrency
 	switch {
-	case b.Period == nil && !quota:
+	case b.Period == nil && !quota && !concurrency:
 		missing = append(missing, FieldError{Field: "period", Message: "is required"})
 	case b.Period != nil && quota:
 		missing = append(missing, FieldError{Field: "period", Message: "does not apply to quotas: the calendar sets the window"})
@@ -104,6 +107,9 @@ func (b Spec) ToDefinition() (Definition, error) {
 	if b.Penalty != nil {
 		d.Penalty = *b.Penalty
 	}
+	if b.LeaseTTL != nil {
+		d.LeaseTTL = *b.LeaseTTL
+	}
 	return d, fromAlgo(d.Validate())
 }
 
@@ -118,7 +124,9 @@ func invalidConfig(field, msg string) error {
 func AuditDetail(d Definition) string {
 	var b strings.Builder
 	b.WriteString(string(d.Kind) + " rate=" + strconv.FormatFloat(d.Rate, 'g', -1, 64))
-	if d.Kind == Quota {
+	if d.Kind == Concurrency {
+		b.WriteString(" leaseTtl=" + strconv.FormatInt(d.LeaseTTL, 10))
+	} else if d.Kind == Quota {
 		b.WriteString(" calendar=" + string(d.Calendar) + " timeZone=" + d.TimeZone)
 		if d.Calendar == algo.Month {
 			b.WriteString(" anchorDay=" + strconv.Itoa(max(d.AnchorDay, 1)))
