@@ -39,7 +39,9 @@ func TestHoldsOverHTTP(t *testing.T) {
 		a, b := h.newTenant(t, "acme"), h.newTenant(t, "other")
 		h.define(t, a.key, "tokens", map[string]any{"kind": "fixed window", "rate": 10, "period": 31536000000, "start": 0})
 		h.define(t, a.key, "jobs", map[string]any{"kind": "concurrency", "rate": 1, "leaseTtl": 60000})
-		tok := func(key string, count any) map[string]any { return map[string]any{"name": "tokens", "key": key, "count": count} }
+		tok := func(key string, count any) map[string]any {
+			return map[string]any{"name": "tokens", "key": key, "count": count}
+		}
 
 		got := requireJSON(t, h.send(t, http.MethodPost, "/v1/holds", a.key, holdBody(60000, tok("k", 4))), http.StatusCreated)
 		id, _ := got["holdId"].(string)
