@@ -47,6 +47,8 @@ const (
 	CodeNotFound             = string(apperr.NotFound)
 	CodeDefinitionExists     = string(apperr.DefinitionExists)
 	CodeConflict             = string(apperr.Conflict)
+	CodeHoldClosed           = string(apperr.HoldClosed)
+	CodeLeaseClosed          = string(apperr.LeaseClosed)
 	CodePayloadTooLarge      = string(apperr.PayloadTooLarge)
 	CodeMethodNotAllowed     = string(apperr.MethodNotAllowed)
 	CodeRateLimited          = string(apperr.RateLimited)

@@ -39,6 +39,7 @@ type limitVM struct {
 	Charts        []*chartVM
 	Window        *windowVM // quotas: the current calendar window
 	Overrides     overridesVM
+	InFlight      inFlightVM // open holds and leases (holds.go)
 }
 
 // windowVM is a quota's current window, in the quota's zone.
@@ -88,6 +89,9 @@ func configRows(d limiter.Definition) []configRow {
 	rate := fmtNum(d.Rate) + " per " + fmtMS(d.Period) + " (" + strconv.FormatInt(d.Period, 10) + " ms)"
 	if d.Kind == limiter.Quota {
 		rate = quotaRate(d)
+	}
+	if d.Kind == limiter.Concurrency {
+		rate = fmtNum(d.Rate) + " leases in flight, each lasting " + fmtMS(d.LeaseTTL) + " (" + strconv.FormatInt(d.LeaseTTL, 10) + " ms) unless released or extended"
 	}
 	rows := []configRow{
 		{"Kind", string(d.Kind)},
@@ -173,6 +177,10 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		}
 	}
 	if vm.Overrides, err = u.overridesSection(c, d, c.Query("overrides_after")); err != nil && !limiter.IsNotFound(err) {
+		u.internalError(c, err)
+		return
+	}
+	if vm.InFlight, err = u.inFlightSection(c, d); err != nil {
 		u.internalError(c, err)
 		return
 	}

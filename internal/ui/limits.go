@@ -44,6 +44,8 @@ func summary(d limiter.Definition) string {
 	var b strings.Builder
 	if d.Kind == limiter.Quota {
 		b.WriteString(quotaRate(d))
+	} else if d.Kind == limiter.Concurrency {
+		b.WriteString(fmtNum(d.Rate) + " in flight, leases of " + fmtMS(d.LeaseTTL))
 	} else {
 		b.WriteString(fmtNum(d.Rate) + " per " + fmtMS(d.Period))
 	}
@@ -169,7 +171,7 @@ type limitFormVM struct {
 	Kinds   []string
 }
 
-var kinds = []string{string(limiter.TokenBucket), string(limiter.GCRA), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota)}
+var kinds = []string{string(limiter.TokenBucket), string(limiter.GCRA), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota), string(limiter.Concurrency)}
 
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
@@ -224,11 +226,13 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 	body := limiter.Spec{Kind: get("kind")}
 	body.Rate = float("rate")
 	body.Period = integer("period")
-	if limiter.Kind(body.Kind) == limiter.Quota {
-		// The form starts with a period filled in; a quota's window is its calendar.
+	if k := limiter.Kind(body.Kind); k == limiter.Quota || k == limiter.Concurrency {
+		// The form starts with a period filled in; a quota's window is its calendar, a
+		// concurrency limit's lease lasts leaseTtl.
 		body.Period = nil
 		delete(errs, "period")
 	}
+	body.LeaseTTL = integer("leaseTtl")
 	if s := get("calendar"); s != "" {
 		body.Calendar = &s
 	}
@@ -317,6 +321,9 @@ func definitionValues(d limiter.Definition) map[string]string {
 	}
 	if d.Penalty > 0 {
 		v["penalty"] = strconv.FormatInt(d.Penalty, 10)
+	}
+	if d.Kind == limiter.Concurrency {
+		v["period"], v["leaseTtl"] = "", strconv.FormatInt(d.LeaseTTL, 10)
 	}
 	if d.Kind == limiter.Quota {
 		v["period"] = ""

@@ -52,6 +52,10 @@ func (u *UI) Register(r *gin.Engine) {
 	t.GET("/limits/:name/overrides/edit", u.editOverrideForm) // ?match=…
 	t.POST("/limits/:name/overrides", u.saveOverride)
 	t.POST("/limits/:name/overrides/delete", u.deleteOverride)
+	t.GET("/limits/:name/holds/:hid/release", u.releaseHoldConfirm)
+	t.POST("/limits/:name/holds/:hid/release", u.releaseHold)
+	t.GET("/limits/:name/leases/:lid/release", u.releaseLeaseConfirm)
+	t.POST("/limits/:name/leases/:lid/release", u.releaseLease)
 	t.GET("/keys", u.keysPage)
 	t.POST("/keys", u.createKey)
 	t.POST("/keys/:kid/revoke", u.revokeKey)

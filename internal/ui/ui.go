@@ -268,6 +268,8 @@ var flashes = map[string]string{
 	"override-deleted": "Override deleted.",
 	"key-revoked":      "API key revoked. It stops working immediately.",
 	"limit-deleted":    "Limit deleted.",
+	"hold-released":    "Hold released: everything it held was given back.",
+	"lease-released":   "Lease released: its slot is free.",
 	"welcome":          "Welcome to Sluice. Create a tenant to get started.",
 	"logged-out":       "You are logged out.",
 	"captcha-saved":    "Captcha settings saved.",

@@ -1,0 +1,151 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// Open holds and leases on a limit's page, and their manual release (a confirmation page, then
+// a POST that passes the cross-origin check and the tenant's access check like every dashboard
+// change, audited as hold.release or lease.release).
+
+// expiringSoonMs is what "expiring soon" means on the page.
+const expiringSoonMs = 60_000
+
+// inFlightRows is how many open holds and leases the page lists.
+const inFlightRows = 20
+
+// inFlightVM is the card of a limit's open holds and leases.
+type inFlightVM struct {
+	Holds, Leases         inFlightStats
+	HoldRows, LeaseRows   []inFlightRow
+	ShowHolds, ShowLeases bool // leases only on concurrency limits, holds on the others
+	HoldsMore, LeasesMore bool // more than the rows listed are open
+	ExpiringSoonSeconds   int
+}
+
+// inFlightStats summarises open holds or leases.
+type inFlightStats struct {
+	Open, ExpiringSoon string
+	Oldest             string // "" when none is open
+	Held               string // holds only: the amount they hold
+}
+
+// inFlightRow is one open hold or lease.
+type inFlightRow struct {
+	ID, Key, Amount, Created, Expires, ReleaseURL string
+}
+
+func (u *UI) inFlightSection(c *gin.Context, d limiter.StoredDefinition) (inFlightVM, error) {
+	t := tenantOf(c)
+	ctx := c.Request.Context()
+	vm := inFlightVM{ExpiringSoonSeconds: expiringSoonMs / 1000}
+	keyLabel := func(k string) string {
+		if k == "" {
+			return "(default key)"
+		}
+		return k
+	}
+	if d.Definition.Kind == limiter.Concurrency {
+		vm.ShowLeases = true
+		st, ls, err := u.engine.OpenLeases(ctx, t.ID, d.Name, expiringSoonMs, inFlightRows)
+		if err != nil {
+			return vm, err
+		}
+		vm.Leases = inFlightStats{Open: strconv.FormatInt(st.Open, 10), ExpiringSoon: strconv.FormatInt(st.ExpiringSoon, 10)}
+		if st.Oldest != 0 {
+			vm.Leases.Oldest = fmtTime(timeMS(st.Oldest))
+		}
+		vm.LeasesMore = st.Open > int64(len(ls))
+		for _, l := range ls {
+			vm.LeaseRows = append(vm.LeaseRows, inFlightRow{ID: l.ID, Key: keyLabel(l.Key), Amount: "1",
+				Created: fmtTime(timeMS(l.CreatedAt)), Expires: fmtTime(timeMS(l.ExpiresAt)),
+				ReleaseURL: limitPath(t.ID, d.Name, "/leases/"+url.PathEscape(l.ID)+"/release")})
+		}
+		return vm, nil
+	}
+	vm.ShowHolds = true
+	st, hs, err := u.engine.OpenHolds(ctx, t.ID, d.Name, expiringSoonMs, inFlightRows)
+	if err != nil {
+		return vm, err
+	}
+	vm.Holds = inFlightStats{Open: strconv.FormatInt(st.Open, 10), ExpiringSoon: strconv.FormatInt(st.ExpiringSoon, 10), Held: fmtNum(st.Held)}
+	if st.Oldest != 0 {
+		vm.Holds.Oldest = fmtTime(timeMS(st.Oldest))
+	}
+	vm.HoldsMore = st.Open > int64(len(hs))
+	for _, h := range hs {
+		vm.HoldRows = append(vm.HoldRows, inFlightRow{ID: h.ID, Key: keyLabel(h.Key), Amount: fmtNum(h.Count),
+			Created: fmtTime(timeMS(h.CreatedAt)), Expires: fmtTime(timeMS(h.ExpiresAt)),
+			ReleaseURL: limitPath(t.ID, d.Name, "/holds/"+url.PathEscape(h.ID)+"/release")})
+	}
+	return vm, nil
+}
+
+// releaseVM is the confirmation page of a manual release.
+type releaseVM struct {
+	Layout layoutVM
+	Name   string // the limit
+	What   string // "hold" or "lease"
+	ID     string
+	Action string
+	Cancel string
+}
+
+func (u *UI) releaseHoldConfirm(c *gin.Context)  { u.releaseConfirm(c, "hold", "hid") }
+func (u *UI) releaseLeaseConfirm(c *gin.Context) { u.releaseConfirm(c, "lease", "lid") }
+
+func (u *UI) releaseConfirm(c *gin.Context, what, param string) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	l, err := u.layout(c, "Release a "+what+" of "+d.Name, "limits")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	t := tenantOf(c)
+	id := c.Param(param)
+	u.render(c, http.StatusOK, releasePage(releaseVM{Layout: l, Name: d.Name, What: what, ID: id,
+		Action: limitPath(t.ID, d.Name, "/"+what+"s/"+url.PathEscape(id)+"/release"), Cancel: limitPath(t.ID, d.Name, "")}))
+}
+
+func (u *UI) releaseHold(c *gin.Context) {
+	u.release(c, "hold", "hid", func(tid int64, id string) error { return u.engine.ReleaseHold(c.Request.Context(), tid, id) })
+}
+
+func (u *UI) releaseLease(c *gin.Context) {
+	u.release(c, "lease", "lid", func(tid int64, id string) error { return u.engine.ReleaseLease(c.Request.Context(), tid, id) })
+}
+
+// release releases a hold or lease of the tenant after the confirmation and audits it. A hold or
+// lease that is already closed is said on the limit's page (409); another tenant's is not found.
+func (u *UI) release(c *gin.Context, what, param string, do func(tid int64, id string) error) {
+	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	t := tenantOf(c)
+	id := c.Param(param)
+	if c.PostForm("confirm") != "yes" {
+		redirect(c, limitPath(t.ID, d.Name, "/"+what+"s/"+url.PathEscape(id)+"/release"))
+		return
+	}
+	if err := do(t.ID, id); err != nil {
+		if e := apperr.From(err); e.Status() == http.StatusConflict { // closed meanwhile: say so on the limit's page
+			u.renderLimit(c, http.StatusConflict, d, e.Sentence())
+			return
+		}
+		u.fail(c, err)
+		return
+	}
+	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), what+".release", d.Name+" "+id, "released from the dashboard")
+	redirect(c, limitPath(t.ID, d.Name, "?msg="+what+"-released"))
+}
