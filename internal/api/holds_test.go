@@ -103,7 +103,7 @@ func TestHoldsOverHTTP(t *testing.T) {
 			{holdBody(0, tok("m", 1)), 400, "invalid_request", "ttl"},
 			{holdBody(86400001, tok("m", 1)), 400, "invalid_request", "ttl"},
 			{holdBody(1000, tok("m", 1), tok("m", -1)), 400, "invalid_request", "limits[1].count"},
-			{holdBody(1000, tok("m", 1), map[string]any{"name": "nope", "key": "m"}), 404, "limit_not_found", ""},
+			{holdBody(1000, tok("m", 1), map[string]any{"name": "nope", "key": "m"}), 404, "limit_not_found", "limits[1].name"},
 			{holdBody(1000, tok("m", 1), map[string]any{"name": "jobs", "key": "m"}), 400, "invalid_config", "name"},
 			{holdBody(1000, tok("m", 11)), 400, "count_exceeds_capacity", "count"},
 		} {

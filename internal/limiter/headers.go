@@ -31,6 +31,9 @@ func RateLimitHeaders(ds []Decision) (policy, limit string) {
 		n++
 		def := d.Definition
 		window := float64(def.Period)
+		if def.Kind == Concurrency { // the "window" of a slot is a lease's life
+			window = float64(def.LeaseTTL)
+		}
 		if d.Window != nil {
 			window = float64(d.Window.End - d.Window.Start)
 		}

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -103,13 +104,28 @@ func (e *Engine) Hold(ctx context.Context, tenantID int64, limits []HoldLimit, t
 		return HoldResult{}, fmt.Errorf("limiter: hold: %w", err)
 	}
 	if j.err != nil {
-		return HoldResult{}, j.err
+		return HoldResult{}, e.nameMissing(ctx, tenantID, reqs, j.err)
 	}
 	out.Decision = j.out
 	if !j.out.OK {
 		out.ID, out.ExpiresAt = "", 0
 	}
 	return out, nil
+}
+
+// nameMissing names the field of the first limit without a definition when err says a limit is
+// missing (the error path only: one lookup per limit until it is found); a missing parent stays
+// as it is.
+func (e *Engine) nameMissing(ctx context.Context, tenantID int64, reqs []Request, err error) error {
+	if !errors.Is(err, ErrLimitNotFound) {
+		return err
+	}
+	for i, r := range reqs {
+		if _, lookErr := e.GetDefinition(ctx, tenantID, r.Name); errors.Is(lookErr, ErrLimitNotFound) {
+			return ErrLimitNotFound.WithField(fmt.Sprintf("limits[%d].name", i))
+		}
+	}
+	return err
 }
 
 func finiteAmount(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }

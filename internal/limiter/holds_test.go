@@ -142,7 +142,7 @@ func TestHoldBadInputWritesNothing(t *testing.T) {
 			{[]limiter.HoldLimit{ok, {Name: "tokens", Count: -1}}, 1000, apperr.InvalidRequest, "limits[1].count"},
 			{[]limiter.HoldLimit{{Name: "tokens", Count: math.NaN()}}, 1000, apperr.InvalidRequest, "limits[0].count"},
 			{[]limiter.HoldLimit{{Name: "tokens", Count: math.Inf(1)}}, 1000, apperr.InvalidRequest, "limits[0].count"},
-			{[]limiter.HoldLimit{ok, {Name: "nope", Count: 1}}, 1000, apperr.LimitNotFound, ""},
+			{[]limiter.HoldLimit{ok, {Name: "nope", Count: 1}}, 1000, apperr.LimitNotFound, "limits[1].name"},
 			{[]limiter.HoldLimit{ok, {Name: "inflight", Count: 1}}, 1000, apperr.InvalidConfig, "name"},
 			{[]limiter.HoldLimit{{Name: "tokens", Count: 11}}, 1000, apperr.CountExceedsCapacity, "count"},
 		} {
