@@ -612,6 +612,12 @@ func printRatios(w io.Writer, r Report) {
 		if n, ok := res["new-keys-32"]; ok && a.PerSecond > 0 {
 			lines = append(lines, fmt.Sprintf("new-keys-32 / random-32: %.2f×", n.PerSecond/a.PerSecond))
 		}
+		// Units of work (two requests each: hold and settle, acquire and release) per second.
+		for _, name := range []string{"hold-settle", "lease"} {
+			if x, ok := res[name]; ok && a.PerSecond > 0 {
+				lines = append(lines, fmt.Sprintf("%s (units of work of two round trips) / random-32: %.0f / %.0f = %.2f×", name, x.PerSecond, a.PerSecond, x.PerSecond/a.PerSecond))
+			}
+		}
 		if one, ok := res["random-1"]; ok && a.AppCPUus > 0 {
 			lines = append(lines, fmt.Sprintf("app CPU per decision, random-1 / random-32: %.0f / %.0f µs = %.2f×", one.AppCPUus, a.AppCPUus, one.AppCPUus/a.AppCPUus))
 		}

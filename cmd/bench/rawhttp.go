@@ -90,6 +90,8 @@ func (rc *rawConn) readResponse() (int, []byte, error) {
 		}
 	}
 	switch {
+	case status == 204 || status == 304: // no body, and no length to say so
+		return status, nil, nil
 	case chunked:
 		var body []byte
 		for {
