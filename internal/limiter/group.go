@@ -36,6 +36,10 @@ type job struct {
 	// step, when set, is the job's own writes (a hold's row, holds.go), made in its group's
 	// transaction after every decision and before commit (afterDecisions).
 	step func(j *job, now int64) []stmt
+	// close, when set, makes the job a close (a hold settled, released or expired, a lease
+	// released or extended, holds.go): the worker runs it in a transaction of its own, never
+	// beside a decision group (runCloses).
+	close func(tx *gorm.DB) error
 }
 
 // rowKey identifies one state row.
@@ -142,6 +146,9 @@ func (e *Engine) await(ctx context.Context, j *job) error {
 
 // runGroup decides jobs in one serializable transaction and completes each job.
 func (e *Engine) runGroup(jobs []*job) {
+	if jobs = e.runCloses(jobs); len(jobs) == 0 {
+		return
+	}
 	e.groups.Add(1)
 	e.jobs.Add(int64(len(jobs)))
 	var err error

@@ -25,7 +25,9 @@ import (
 //   - released (DELETE): everything held is given back;
 //   - expired: a hold not settled by its expiry (the engine's clock) is released by SweepHolds.
 // Closing reads the hold and changes the state rows and the hold in one serializable transaction,
-// so of two concurrent closes one finds it closed (ErrHoldClosed).
+// so of two concurrent closes one finds it closed (ErrHoldClosed). Closes (and lease changes) are
+// jobs of the group-commit worker (runCloses): an engine's closes share one transaction and never
+// run beside its decision groups, so they do not turn into serialization retries against them.
 
 // Bounds on holds.
 const (
@@ -128,6 +130,50 @@ func (e *Engine) nameMissing(ctx context.Context, tenantID int64, reqs []Request
 	return err
 }
 
+// closeJob runs fn as a close on the group-commit worker (runCloses) and returns its error.
+func (e *Engine) closeJob(ctx context.Context, fn func(tx *gorm.DB) error) error {
+	j := &job{close: fn, done: make(chan struct{})}
+	if err := e.submit(ctx, j); err != nil {
+		return err
+	}
+	return j.err
+}
+
+// runCloses runs the closes among jobs in one serializable transaction of their own, in arrival
+// order, and returns the other jobs. A close refused for its own reason (a 4xx: not found,
+// closed, bad counts) keeps only writes that stand whatever the answer (a lease row of a limit
+// that is gone), and the others go on; any other error fails them all (a serialization failure
+// retries them all first).
+func (e *Engine) runCloses(jobs []*job) []*job {
+	var closes, rest []*job
+	for _, j := range jobs {
+		if j.close != nil {
+			closes = append(closes, j)
+		} else {
+			rest = append(rest, j)
+		}
+	}
+	if len(closes) == 0 {
+		return jobs
+	}
+	err := e.db.Serializable(db.WithPurpose(context.Background(), db.PurposeDecision), func(tx *gorm.DB) error {
+		for _, j := range closes {
+			j.err = j.close(tx)
+			if j.err != nil && apperr.From(j.err).Status() >= 500 {
+				return j.err
+			}
+		}
+		return nil
+	})
+	for _, j := range closes {
+		if err != nil {
+			j.err = err
+		}
+		close(j.done)
+	}
+	return rest
+}
+
 func finiteAmount(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
 
 // The statements on holds (portable SQL).
@@ -215,7 +261,7 @@ func (e *Engine) closeHolds(ctx context.Context, tenantID int64, id string, chec
 	if !validHandle(id, "hold_") {
 		return ErrHoldNotFound
 	}
-	return e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+	return e.closeJob(ctx, func(tx *gorm.DB) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -265,8 +311,8 @@ func closeHold(tx *gorm.DB, tenantID int64, id, state string, now int64, s Settl
 	if res.Error != nil {
 		return res.Error
 	}
-	if res.RowsAffected != 1 {
-		return ErrHoldClosed
+	if res.RowsAffected != 1 { // read open in this very transaction: only a damaged database gets here
+		return fmt.Errorf("limiter: close hold %s: %d rows changed", id, res.RowsAffected)
 	}
 	return nil
 }
@@ -319,7 +365,7 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		batch = DefaultSweepBatch
 	}
 	var n int
-	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+	err := e.closeJob(ctx, func(tx *gorm.DB) error {
 		n = 0
 		now, err := e.nowIn(tx)
 		if err != nil {

@@ -10,7 +10,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
-	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
@@ -173,7 +172,7 @@ func (e *Engine) changeLease(ctx context.Context, tenantID int64, id string, ext
 		return 0, ErrLeaseNotFound
 	}
 	var newExp int64
-	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+	err := e.closeJob(ctx, func(tx *gorm.DB) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -252,7 +251,7 @@ func (e *Engine) SweepLeases(ctx context.Context, batch int) (int64, error) {
 		batch = DefaultSweepBatch
 	}
 	var n int64
-	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+	err := e.closeJob(ctx, func(tx *gorm.DB) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
