@@ -1,0 +1,50 @@
+package algo
+
+import (
+	"math"
+	"testing"
+)
+
+// TestConcurrencyCountsOnlyUnexpiredLeases: a slot is an unexpired expiry; a decision admits
+// while fewer than rate are unexpired, refuses with the earliest expiry, and release and extend
+// move exactly one entry.
+func TestConcurrencyCountsOnlyUnexpiredLeases(t *testing.T) {
+	def := Definition{Kind: Concurrency, Rate: 2, LeaseTTL: 100}
+	if err := def.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	st := State{}
+	for i, now := range []int64{1000, 1010} {
+		d := Decide(def, []State{st}, 1, false, now, 0)
+		if !d.OK || d.Remaining != float64(1-i) {
+			t.Fatalf("lease %d: %+v", i, d)
+		}
+		st = d.Writes[0]
+	}
+	if d := Decide(def, []State{st}, 1, false, 1050, 0); d.OK || d.RetryAfter != 50 || len(d.Writes) != 1 || d.Writes[0].Exists {
+		t.Fatalf("full: %+v", d)
+	}
+	if d := Decide(def, []State{st}, 1, false, 1100, 0); !d.OK || len(d.Writes[0].Counters) != 2 {
+		t.Fatalf("at the first expiry its slot is free and the expired entry leaves: %+v", d)
+	}
+	ext, found := ExtendLease(def, st, 1110, 1150, 1050)
+	if !found || InFlight(ext, 1120) != 1 || InFlight(ext, 1149) != 1 || InFlight(ext, 1150) != 0 {
+		t.Fatalf("extend: %+v %v", ext, found)
+	}
+	if _, found := ReleaseLease(def, st, 1100, 1100); found {
+		t.Fatal("an expired lease was released")
+	}
+	rel, found := ReleaseLease(def, st, 1110, 1050)
+	if !found || InFlight(rel, 1050) != 1 || rel.Value != 1 {
+		t.Fatalf("release: %+v %v", rel, found)
+	}
+	if FullAt(def, st, 1050, 0) != 1110 || ReadsAsMissing(def, st, 0, 1050) || !ReadsAsMissing(def, st, 0, 1110, 2000) {
+		t.Fatal("fullAt or sweepability")
+	}
+	if c := ParseCounters(def, "1,x"); len(c) != 2 || !math.IsInf(c[0], 1) {
+		t.Fatalf("a damaged list reads as every slot taken: %v", c)
+	}
+	if err := def.CheckCount(2, false); err == nil {
+		t.Fatal("count 2 accepted")
+	}
+}
