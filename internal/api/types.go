@@ -45,12 +45,13 @@ func toConfig(d limiter.Definition) ConfigResponse {
 		r := max(d.Resolution, 1)
 		c.Resolution = &r
 	}
-	if d.Kind == limiter.Quota {
+	switch d.Kind {
+	case limiter.Quota:
 		c.Calendar, c.TimeZone, c.AnchorDay = string(d.Calendar), d.TimeZone, d.AnchorDay
-	} else if d.Kind == limiter.Concurrency {
+	case limiter.Concurrency:
 		ttl := d.LeaseTTL
 		c.LeaseTTL = &ttl
-	} else {
+	default:
 		p := d.Period
 		c.Period = &p
 	}

@@ -124,14 +124,15 @@ func invalidConfig(field, msg string) error {
 func AuditDetail(d Definition) string {
 	var b strings.Builder
 	b.WriteString(string(d.Kind) + " rate=" + strconv.FormatFloat(d.Rate, 'g', -1, 64))
-	if d.Kind == Concurrency {
+	switch d.Kind {
+	case Concurrency:
 		b.WriteString(" leaseTtl=" + strconv.FormatInt(d.LeaseTTL, 10))
-	} else if d.Kind == Quota {
+	case Quota:
 		b.WriteString(" calendar=" + string(d.Calendar) + " timeZone=" + d.TimeZone)
 		if d.Calendar == algo.Month {
 			b.WriteString(" anchorDay=" + strconv.Itoa(max(d.AnchorDay, 1)))
 		}
-	} else {
+	default:
 		b.WriteString(" period=" + strconv.FormatInt(d.Period, 10))
 	}
 	for i, p := range d.Parents {

@@ -42,11 +42,12 @@ type keyValueVM struct {
 
 func summary(d limiter.Definition) string {
 	var b strings.Builder
-	if d.Kind == limiter.Quota {
+	switch d.Kind {
+	case limiter.Quota:
 		b.WriteString(quotaRate(d))
-	} else if d.Kind == limiter.Concurrency {
+	case limiter.Concurrency:
 		b.WriteString(fmtNum(d.Rate) + " in flight, leases of " + fmtMS(d.LeaseTTL))
-	} else {
+	default:
 		b.WriteString(fmtNum(d.Rate) + " per " + fmtMS(d.Period))
 	}
 	if d.Capacity != nil && d.Kind != limiter.SlidingWindow {
