@@ -36,6 +36,8 @@ const (
 	CodeNotFound             = "not_found"
 	CodeDefinitionExists     = "definition_exists"
 	CodeConflict             = "conflict"
+	CodeHoldClosed           = "hold_closed"
+	CodeLeaseClosed          = "lease_closed"
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeRateLimited          = "rate_limited"

@@ -16,6 +16,9 @@ const (
 	// Quota counts Rate per calendar window (Definition.Calendar) in a time zone; it has no
 	// Period.
 	Quota Kind = "quota"
+	// Concurrency bounds what is in flight: Rate leases at once per key, each lasting LeaseTTL
+	// ms unless released (Client.ReleaseLease) or extended (Client.ExtendLease).
+	Concurrency Kind = "concurrency"
 )
 
 // Calendar is a quota's window.
@@ -74,6 +77,8 @@ type Definition struct {
 	AnchorDay int      `json:"anchorDay,omitempty"`
 	// Parents are the budgets every decision on this limit also spends, all or nothing.
 	Parents []Parent `json:"parents,omitempty"`
+	// LeaseTTL (concurrency limits only, ms): how long a lease lasts unless released or extended.
+	LeaseTTL int64 `json:"leaseTtl,omitempty"`
 }
 
 // StoredDefinition is a definition as Sluice stores it.
@@ -131,6 +136,10 @@ type Result struct {
 	// Parents are the decisions on the limit's ancestors (nested budgets); OK and RetryAfter
 	// above are the whole family's.
 	Parents []ParentResult
+	// LeaseID and LeaseExpiresAt are, for an admitted Limit on a concurrency limit, the lease it
+	// acquired (release it with ReleaseLease when the work is done); "" and zero otherwise.
+	LeaseID        string
+	LeaseExpiresAt time.Time
 }
 
 // ParentResult is one ancestor's part in a decision.
@@ -202,6 +211,8 @@ type wireDecision struct {
 	Key        *string     `json:"key"`
 	Shadow     *wireShadow `json:"shadow"`
 	Override   string      `json:"override"`
+	LeaseID    string      `json:"leaseId"`
+	ExpiresAt  *int64      `json:"expiresAt"`
 	Parents    []struct {
 		Name       string      `json:"name"`
 		Key        string      `json:"key"`
@@ -229,6 +240,9 @@ func (w wireDecision) result() Result {
 	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name, Shadow: w.Shadow.result(), Override: w.Override}
 	if w.Key != nil {
 		r.Key = *w.Key
+	}
+	if w.LeaseID != "" && w.ExpiresAt != nil {
+		r.LeaseID, r.LeaseExpiresAt = w.LeaseID, time.UnixMilli(*w.ExpiresAt)
 	}
 	for _, p := range w.Parents {
 		r.Parents = append(r.Parents, ParentResult{Name: p.Name, Key: p.Key, OK: p.OK, Remaining: p.Remaining,
