@@ -339,6 +339,35 @@ export class Sluice {
     return (await this.#call("POST", `${limitPath(name)}/refund`, body, false, opts)).data as OkJSON<"/v1/limits/{name}/refund", "post">;
   }
 
+  /**
+   * Holds amounts of several stored limits all or nothing for body.ttl ms (a refusal is a
+   * SluiceError with code "rate_limited"); settle it with settleHold or give it back with
+   * releaseHold before its expiresAt. Never retried: a lost answer may have held.
+   */
+  async hold(body: BodyJSON<"/v1/holds", "post">, opts?: CallOptions): Promise<Schemas["Hold"]> {
+    return (await this.#call("POST", "/v1/holds", body, false, opts)).data as Schemas["Hold"];
+  }
+
+  /** Charges a hold's actual amounts (one per limit, in its order) exactly once. */
+  async settleHold(id: string, counts: number[], opts?: CallOptions): Promise<OkJSON<"/v1/holds/{id}/settle", "post">> {
+    return (await this.#call("POST", `/v1/holds/${encodeURIComponent(id)}/settle`, { counts } satisfies BodyJSON<"/v1/holds/{id}/settle", "post">, false, opts)).data as OkJSON<"/v1/holds/{id}/settle", "post">;
+  }
+
+  /** Gives back everything a hold reserved. */
+  async releaseHold(id: string, opts?: CallOptions): Promise<void> {
+    await this.#call("DELETE", `/v1/holds/${encodeURIComponent(id)}`, undefined, false, opts);
+  }
+
+  /** Ends a concurrency lease (a decision's leaseId): its slot is free at once. */
+  async releaseLease(id: string, opts?: CallOptions): Promise<void> {
+    await this.#call("POST", `/v1/leases/${encodeURIComponent(id)}/release`, undefined, false, opts);
+  }
+
+  /** Renews a concurrency lease to its limit's leaseTtl from now. */
+  async extendLease(id: string, opts?: CallOptions): Promise<OkJSON<"/v1/leases/{id}/extend", "post">> {
+    return (await this.#call("POST", `/v1/leases/${encodeURIComponent(id)}/extend`, undefined, false, opts)).data as OkJSON<"/v1/leases/{id}/extend", "post">;
+  }
+
   /** Forgets the state of every key of the limit. */
   async resetAll(name: string, opts?: CallOptions): Promise<void> {
     await this.#call("POST", `${limitPath(name)}/reset`, { allKeys: true } satisfies BodyJSON<"/v1/limits/{name}/reset", "post">, true, opts);

@@ -88,3 +88,20 @@ test("refund: gives tokens back, never above the limit; bad counts are refused b
   await assert.rejects(c.refund("ts.refund.one", { key: "k", count: -1 }), TypeError);
   await assert.rejects(c.refund("ts.refund.nope", { count: 1 }), (e) => e instanceof SluiceError && e.code === "limit_not_found");
 });
+
+test("holds and leases: settled once, refused when full, released", async () => {
+  const c = new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey });
+  await c.putLimit("ts.hold.tokens", { kind: "fixed window", rate: 10, period: 3_600_000 });
+  await c.putLimit("ts.lease.jobs", { kind: "concurrency", rate: 1, leaseTtl: 60_000 });
+  const h = await c.hold({ limits: [{ name: "ts.hold.tokens", key: "k", count: 6 }], ttl: 60_000 });
+  assert.match(h.holdId, /^hold_/);
+  const s = await c.settleHold(h.holdId, [2]);
+  assert.deepEqual([s.limits[0].charged, s.limits[0].refunded], [2, 4]);
+  await assert.rejects(c.settleHold(h.holdId, [2]), (e) => e instanceof SluiceError && e.code === "hold_closed");
+  const l = await c.limit("ts.lease.jobs", { key: "w" });
+  assert.ok(l.ok && l.leaseId);
+  assert.equal((await c.limit("ts.lease.jobs", { key: "w" })).ok, false);
+  assert.ok((await c.extendLease(l.leaseId)).expiresAt >= l.expiresAt);
+  await c.releaseLease(l.leaseId);
+  assert.equal((await c.limit("ts.lease.jobs", { key: "w" })).ok, true);
+});
