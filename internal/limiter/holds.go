@@ -33,6 +33,9 @@ import (
 const (
 	MaxHoldLimits = 64         // limits in one hold
 	MaxHoldTTL    = 86_400_000 // ms: a day
+	// ClosedHoldRetention is how long a closed hold's rows are kept (ms after it closed) before
+	// SweepHolds deletes them: until then a second settle or release is 409 hold_closed, not 404.
+	ClosedHoldRetention = 86_400_000
 )
 
 // The states of a hold.
@@ -184,6 +187,9 @@ const (
 	sqlSelectHoldLimit = "SELECT name, key, count, attributes FROM hold_limits WHERE tenant_id = ? AND hold_id = ? ORDER BY idx"
 	sqlCloseHold       = "UPDATE holds SET state = ?, closed_at = ?, settled = ? WHERE tenant_id = ? AND id = ? AND state = 'open'"
 	sqlDueHolds        = "SELECT tenant_id, id FROM holds WHERE state = 'open' AND expires_at <= ? ORDER BY expires_at LIMIT ?"
+	sqlOldHolds        = "SELECT tenant_id, id FROM holds WHERE state <> 'open' AND closed_at <= ? LIMIT ?"
+	sqlDeleteHold      = "DELETE FROM holds WHERE tenant_id = ? AND id = ?"
+	sqlDeleteHoldLimit = "DELETE FROM hold_limits WHERE tenant_id = ? AND hold_id = ?"
 	sqlHoldStats       = `SELECT COUNT(DISTINCT h.id) AS n, MIN(h.created_at) AS oldest,
 		COUNT(DISTINCT CASE WHEN h.expires_at <= ? THEN h.id END) AS soon, COALESCE(SUM(l.count), 0) AS held
 		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
@@ -359,7 +365,8 @@ func (e *Engine) settleInTx(tx *gorm.DB, tenantID int64, held []holdLimitRow, ac
 }
 
 // SweepHolds releases up to batch open holds whose expiry has passed by the engine's clock, in
-// one serializable transaction, marking them expired. It returns how many it released.
+// one serializable transaction, marking them expired, and deletes up to batch holds closed more
+// than ClosedHoldRetention ago. It returns how many it released.
 func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 	if batch <= 0 {
 		batch = DefaultSweepBatch
@@ -391,6 +398,21 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 				return err
 			}
 			n++
+		}
+		var old []struct {
+			TenantID int64
+			ID       string
+		}
+		if err := tx.Raw(sqlOldHolds, now-ClosedHoldRetention, batch).Scan(&old).Error; err != nil {
+			return err
+		}
+		for _, h := range old {
+			if err := tx.Exec(sqlDeleteHoldLimit, h.TenantID, h.ID).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(sqlDeleteHold, h.TenantID, h.ID).Error; err != nil {
+				return err
+			}
 		}
 		return nil
 	})

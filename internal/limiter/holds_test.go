@@ -113,6 +113,14 @@ func TestHoldsSettleExactlyOnce(t *testing.T) {
 		if _, err := e.SettleHold(ctx, tenant, h.ID, []float64{1}); !errors.Is(err, limiter.ErrHoldClosed) {
 			t.Fatalf("settling a swept hold: %v", err)
 		}
+		// Closed holds are kept a day, then deleted.
+		clock.Advance(limiter.ClosedHoldRetention)
+		if _, err := e.SweepHolds(ctx, 0); err != nil || countRows(t, d, "holds") != 0 || countRows(t, d, "hold_limits") != 0 {
+			t.Fatalf("closed holds a day later: %v, %d left", err, countRows(t, d, "holds"))
+		}
+		if _, err := e.SettleHold(ctx, tenant, h.ID, []float64{1}); !errors.Is(err, limiter.ErrHoldNotFound) {
+			t.Fatalf("a deleted hold: %v", err)
+		}
 	})
 }
 

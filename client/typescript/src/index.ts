@@ -694,6 +694,10 @@ function sessionPath(id: string): string {
 function result(w: WireDecision): Result {
   const r: Result = { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
   if (w.shadow) r.shadow = { ok: w.shadow.ok, retryAfter: w.shadow.retryAfter ?? null };
+  if (w.leaseId !== undefined) {
+    r.leaseId = w.leaseId;
+    r.expiresAt = w.expiresAt;
+  }
   return r;
 }
 

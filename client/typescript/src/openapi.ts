@@ -3221,7 +3221,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description not_found: no hold of this tenant has that id */
+            /** @description not_found: no hold of this tenant has that id (closed holds are kept a day, then deleted) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3295,7 +3295,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description not_found: no hold of this tenant has that id */
+            /** @description not_found: no hold of this tenant has that id (closed holds are kept a day, then deleted) */
             404: {
                 headers: {
                     [name: string]: unknown;
