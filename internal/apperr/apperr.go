@@ -31,6 +31,7 @@ const (
 	NotFound             Code = "not_found"
 	DefinitionExists     Code = "definition_exists"
 	Conflict             Code = "conflict"
+	IdempotencyKeyReused Code = "idempotency_key_reused"
 	PayloadTooLarge      Code = "payload_too_large"
 	MethodNotAllowed     Code = "method_not_allowed"
 	RateLimited          Code = "rate_limited"
@@ -53,6 +54,7 @@ var codes = map[Code]struct {
 	NotFound:             {http.StatusNotFound, "Not found"},
 	DefinitionExists:     {http.StatusConflict, "Definition exists"},
 	Conflict:             {http.StatusConflict, "Conflict"},
+	IdempotencyKeyReused: {http.StatusUnprocessableEntity, "Idempotency key reused"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	RateLimited:          {http.StatusTooManyRequests, "Rate limited"},

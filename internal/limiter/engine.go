@@ -33,6 +33,8 @@ type Engine struct {
 	overrides overrideCache
 	groups    atomic.Int64 // group transactions committed or failed
 	jobs      atomic.Int64 // decisions (Batch calls) they carried
+
+	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
 }
 
 // Options tune an Engine; the zero value is production-ready.
@@ -59,11 +61,16 @@ type Options struct {
 	// acknowledged in the last moments (the WAL writer's delay) and admit them again. Every
 	// other write (definitions, keys, users, audit) stays durable. No effect on SQLite.
 	FastCommit bool
+	// AfterIdempotentCommit is test-only (SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT): when set,
+	// the worker calls it after a group that stored idempotent answers commits and before it
+	// answers any of them, so that a test can kill the process in between.
+	AfterIdempotentCommit func()
 }
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, stopped: make(chan struct{})}
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, stopped: make(chan struct{}),
+		afterIdempotentCommit: opts.AfterIdempotentCommit}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
@@ -283,8 +290,9 @@ func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consu
 	return out
 }
 
-// finish adds jitter to refusals, picks the batch retryAfter and reports consumed outcomes.
-func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
+// settle adds jitter to refusals and picks the batch retryAfter. It runs inside the group's
+// transaction, so that an answer stored there (an idempotent decision's) is the final one.
+func (e *Engine) settle(out *BatchDecision) {
 	for i := range out.Results {
 		r := &out.Results[i]
 		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 && !r.denied {
@@ -297,17 +305,27 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 			j := min(*sh.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)
 			sh.RetryAfter = &j
 		}
-		if consume && out.OK && r.Shadow != nil && !r.Shadow.OK {
-			if e.onShadow != nil {
-				e.onShadow(tenantID, r.Name)
-			}
-			continue
+		if out.OK && r.Shadow != nil && !r.Shadow.OK {
+			continue // a shadow limit's would-be refusal paces nothing (its RetryAfter is nil anyway)
 		}
 		// A refused batch carries the largest retryAfter among its refusals; an admitted one the
 		// largest among its reservations (when all of the reserved work may run).
 		if r.RetryAfter != nil && (out.OK || !r.OK) && (out.RetryAfter == nil || *r.RetryAfter > *out.RetryAfter) {
 			v := *r.RetryAfter
 			out.RetryAfter = &v
+		}
+	}
+}
+
+// finish reports a committed group's consumed outcomes (settle made them final).
+func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
+	for i := range out.Results {
+		r := &out.Results[i]
+		if consume && out.OK && r.Shadow != nil && !r.Shadow.OK {
+			if e.onShadow != nil {
+				e.onShadow(tenantID, r.Name)
+			}
+			continue
 		}
 		if consume && e.onDecision != nil && !r.refund {
 			e.onDecision(tenantID, r.Name, out.OK)

@@ -33,6 +33,12 @@ type job struct {
 	out      BatchDecision
 	err      error
 	done     chan struct{}
+	// Idempotent decisions (idempotency.go): the job's record, its answer (rendered in the
+	// transaction, or replayed), and the earlier job of the group with the same key, if any.
+	idem     *Idempotency
+	answer   Answer
+	replayed bool
+	twinOf   *job
 }
 
 // rowKey identifies one state row.
@@ -150,11 +156,14 @@ func (e *Engine) runGroup(jobs []*job) {
 	} else {
 		err = e.db.Serializable(ctx, func(tx *gorm.DB) error { return e.groupGorm(tx, jobs) })
 	}
+	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
+		e.afterIdempotentCommit()
+	}
 	for _, j := range jobs {
 		if err != nil {
 			j.err = fmt.Errorf("limiter: decide: %w", err)
 		}
-		if j.err == nil {
+		if j.err == nil && !j.replayed {
 			e.finish(j.tenantID, &j.out, j.consume)
 		}
 		close(j.done)
@@ -199,11 +208,18 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 	if err != nil {
 		return err
 	}
-	stored, err := loadRows(tx, e.plan(jobs, defs, ovs, now))
+	deciding, err := idemReadGorm(tx, jobs, now) // replays decide nothing
 	if err != nil {
 		return err
 	}
-	return saveRows(tx, decideGroup(jobs, stored, now))
+	stored, err := loadRows(tx, e.plan(deciding, defs, ovs, now))
+	if err != nil {
+		return err
+	}
+	if err := saveRows(tx, decideGroup(deciding, stored, now)); err != nil {
+		return err
+	}
+	return e.beforeCommitGorm(tx, jobs, now)
 }
 
 // plan expands every job (expand, with the overrides that apply at now) and chooses its shards,

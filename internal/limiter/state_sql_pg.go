@@ -191,12 +191,12 @@ func selectRowsPg(ctx context.Context, conn *pgx.Conn, keys []rowKey, into map[r
 	return scanRows(rows, into)
 }
 
-// queueGroupWrites queues the second round trip of a group: the changed rows and the commit.
+// queueGroupWrites queues the changed rows in the second round trip of a group (its COMMIT
+// follows them).
 func queueGroupWrites(b *pgx.Batch, writes map[rowKey]algo.State) {
 	if len(writes) > 0 {
 		b.Queue(pgUpsertRows, writeArgs(writes)...)
 	}
-	b.Queue(pgCommit)
 }
 
 func scanRows(rows pgx.Rows, into map[rowKey]fullStateRow) error {
