@@ -47,6 +47,7 @@ const (
 	CodeNotFound             = string(apperr.NotFound)
 	CodeDefinitionExists     = string(apperr.DefinitionExists)
 	CodeConflict             = string(apperr.Conflict)
+	CodeIdempotencyKeyReused = string(apperr.IdempotencyKeyReused)
 	CodePayloadTooLarge      = string(apperr.PayloadTooLarge)
 	CodeMethodNotAllowed     = string(apperr.MethodNotAllowed)
 	CodeRateLimited          = string(apperr.RateLimited)

@@ -252,6 +252,10 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 type Outcome struct {
 	Decision Decision
 	Err      error
+	// Answer and Replayed are an idempotent request's (EachIdempotent): its answer, and whether
+	// it was replayed.
+	Answer   Answer
+	Replayed bool
 }
 
 // Each decides every request on its own, not all or nothing: each valid request is its own job,
@@ -260,6 +264,11 @@ type Outcome struct {
 // one that fails (an unknown limit), gets its error and the others are still decided. The
 // result is in the order of reqs.
 func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consume bool) []Outcome {
+	return e.each(ctx, tenantID, reqs, consume, nil)
+}
+
+// each is Each, with an idempotency record for each request when idems is not nil.
+func (e *Engine) each(ctx context.Context, tenantID int64, reqs []Request, consume bool, idems []*Idempotency) []Outcome {
 	out := make([]Outcome, len(reqs))
 	jobs := make([]*job, len(reqs))
 	for i := range reqs {
@@ -268,6 +277,9 @@ func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consu
 			continue
 		}
 		j := &job{tenantID: tenantID, reqs: reqs[i : i+1], consume: consume, picks: make([][]int, 1), done: make(chan struct{})}
+		if idems != nil {
+			j.idem = idems[i]
+		}
 		if err := e.enqueue(ctx, j); err != nil {
 			out[i].Err = err
 			continue
@@ -283,8 +295,10 @@ func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consu
 			out[i].Err = err
 		case j.err != nil:
 			out[i].Err = j.err
+		case j.replayed:
+			out[i].Answer, out[i].Replayed = j.answer, true
 		default:
-			out[i].Decision = j.out.Results[0]
+			out[i].Decision, out[i].Answer = j.out.Results[0], j.answer
 		}
 	}
 	return out

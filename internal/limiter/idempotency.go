@@ -113,6 +113,31 @@ func (e *Engine) LimitIdempotent(ctx context.Context, tenantID int64, reqs []Req
 	return IdempotentResult{Answer: j.answer, Replayed: j.replayed}, nil
 }
 
+// EachIdempotent is Each (consuming) with an idempotency record per request (idems[i] for
+// reqs[i]): each outcome's Answer is the one its record's Render gave the first attempt, and
+// Replayed says whether it was stored by an earlier attempt.
+func (e *Engine) EachIdempotent(ctx context.Context, tenantID int64, reqs []Request, idems []*Idempotency) []Outcome {
+	return e.each(ctx, tenantID, reqs, true, idems)
+}
+
+// IdempotencyKeyReused reports whether key holds, unexpired, an answer to a request other than
+// the one hashed to hash (any part): for a request whose parts are decided on their own, so that
+// none of them is decided under a key used for another request.
+func (e *Engine) IdempotencyKeyReused(ctx context.Context, tenantID int64, key string, hash []byte) (bool, error) {
+	var n int64
+	err := e.db.ReadOnly(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+		now, err := e.nowIn(tx)
+		if err != nil {
+			return err
+		}
+		return tx.Raw(sqlIdemOther, tenantID, key, hash, now).Scan(&n).Error
+	})
+	if err != nil {
+		return false, fmt.Errorf("limiter: read idempotency key: %w", err)
+	}
+	return n > 0, nil
+}
+
 // idemKeys lists the keys of the group's idempotent jobs; none in the common case.
 func idemKeys(jobs []*job) []idemKey {
 	var out []idemKey
@@ -220,7 +245,8 @@ const (
 	// delete a bounded batch).
 	sqlIdemSweep = `DELETE FROM idempotency_keys WHERE (tenant_id, key, part) IN
 		(SELECT tenant_id, key, part FROM idempotency_keys WHERE expires_at <= ? LIMIT ?)`
-	pgIdemRead = "SELECT " + idemColumns + `
+	sqlIdemOther = "SELECT COUNT(*) FROM idempotency_keys WHERE tenant_id = ? AND key = ? AND request_hash <> ? AND expires_at > ?"
+	pgIdemRead   = "SELECT " + idemColumns + `
 		FROM unnest($1::bigint[], $2::text[], $3::int[]) AS u(tenant_id, key, part)
 		JOIN idempotency_keys USING (tenant_id, key, part)`
 	pgIdemWrite = "INSERT INTO idempotency_keys (" + idemColumns + `)
