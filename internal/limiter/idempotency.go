@@ -374,29 +374,29 @@ func (e *Engine) beforeCommitPg(b *pgx.Batch, jobs []*job, now int64) {
 
 // SweepIdempotency deletes the stored answers that expired (IdempotencyTTL after their
 // decision, by the engine's clock), in batches of at most batch, and returns how many it deleted.
-func (e *Engine) SweepIdempotency(ctx context.Context, batch int) (int64, error) {
+func (e *Engine) SweepIdempotency(ctx context.Context, batch int) (int, error) {
 	ctx = db.WithPurpose(ctx, db.PurposeSweep)
 	if batch <= 0 {
 		batch = DefaultSweepBatch
 	}
 	batch = min(batch, maxSweepBatch)
-	var total int64
+	total := 0
 	for {
-		var n int64
+		n := 0
 		err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 			now, err := e.nowIn(tx)
 			if err != nil {
 				return err
 			}
 			res := tx.Exec(sqlIdemSweep, now, batch)
-			n = res.RowsAffected
+			n = int(res.RowsAffected)
 			return res.Error
 		})
 		if err != nil {
 			return total, fmt.Errorf("limiter: sweep idempotency keys: %w", err)
 		}
 		total += n
-		if n < int64(batch) || ctx.Err() != nil {
+		if n < batch || ctx.Err() != nil {
 			return total, nil
 		}
 	}
