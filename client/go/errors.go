@@ -36,6 +36,7 @@ const (
 	CodeNotFound             = "not_found"
 	CodeDefinitionExists     = "definition_exists"
 	CodeConflict             = "conflict"
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeRateLimited          = "rate_limited"
