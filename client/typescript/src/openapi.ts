@@ -627,7 +627,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {unknown} */
-            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal";
+            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "idempotency_key_reused" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal";
             field?: string;
             errors?: {
                 field?: string;
@@ -830,7 +830,10 @@ export interface components {
         };
     };
     responses: never;
-    parameters: never;
+    parameters: {
+        /** @description Makes the decision idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+        IdempotencyKey: string;
+    };
     requestBodies: never;
     headers: never;
     pathItems: never;
@@ -1128,7 +1131,10 @@ export interface operations {
     limit: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 name: string;
             };
@@ -1147,13 +1153,15 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Decision"];
                 };
             };
-            /** @description invalid_request, invalid_config or count_exceeds_capacity */
+            /** @description invalid_request, invalid_config or count_exceeds_capacity; invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1207,6 +1215,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description rate_limited (only with throws: true) */
             429: {
                 headers: {
@@ -1216,6 +1233,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1500,7 +1519,10 @@ export interface operations {
     limitBatch: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1517,13 +1539,15 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["BatchDecision"];
                 };
             };
-            /** @description invalid_request, invalid_config or count_exceeds_capacity */
+            /** @description invalid_request, invalid_config or count_exceeds_capacity; invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1577,6 +1601,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description rate_limited (only with throws: true) */
             429: {
                 headers: {
@@ -1586,6 +1619,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2107,7 +2142,10 @@ export interface operations {
     decideBulk: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2120,13 +2158,15 @@ export interface operations {
             /** @description one result per decision, in order */
             200: {
                 headers: {
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["BulkResponse"];
                 };
             };
-            /** @description invalid_request (the whole body) */
+            /** @description invalid_request (the whole body); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2155,6 +2195,15 @@ export interface operations {
             };
             /** @description payload_too_large (over 1 MiB) */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
