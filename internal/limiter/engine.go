@@ -35,6 +35,7 @@ type Engine struct {
 	jobs      atomic.Int64 // decisions (Batch calls) they carried
 
 	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
+	afterDecide           func() // test-only (export_test.go): runs first in beforeCommit
 }
 
 // Options tune an Engine; the zero value is production-ready.

@@ -205,6 +205,9 @@ func anyIdempotent(jobs []*job) bool {
 // job's answer rendered, and the answers to store returned (written by beforeCommitGorm or
 // beforeCommitPg in the same transaction).
 func (e *Engine) beforeCommit(jobs []*job, now int64) []idemWrite {
+	if e.afterDecide != nil {
+		e.afterDecide()
+	}
 	var writes []idemWrite
 	for _, j := range jobs {
 		if j.err != nil || j.replayed || j.twinOf != nil {

@@ -225,12 +225,14 @@ func TestConcurrentIdempotentRetriesOnTwoInstancesConsumeOnce(t *testing.T) {
 	url := testkit.NewDatabase(t)
 	ctx := context.Background()
 	var engines []*limiter.Engine
+	var dbs []*db.DB
 	for i := range 2 {
 		d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 8})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
+		dbs = append(dbs, d)
 		if i == 0 {
 			if err := d.Migrate(ctx); err != nil {
 				t.Fatal(err)
@@ -244,6 +246,8 @@ func TestConcurrentIdempotentRetriesOnTwoInstancesConsumeOnce(t *testing.T) {
 	for round := range 5 {
 		concurrentRetries(t, engines, 32, fmt.Sprint("k", round))
 	}
+	// The retries are the first attempts that raced in the database and lost (then replayed).
+	t.Logf("serialization retries of the two instances: %d and %d", dbs[0].Retries(), dbs[1].Retries())
 }
 
 func TestIdempotentRetriesInOneGroupDecideOnce(t *testing.T) {
@@ -312,4 +316,61 @@ func TestIdempotentRetriesInOneGroupDecideOnce(t *testing.T) {
 			t.Fatalf("%d groups carried %d decisions; want all %d in one group", g, j, n+1)
 		}
 	})
+}
+
+func TestFirstAttemptsRacingOnTwoInstancesDecideOnce(t *testing.T) {
+	// Two instances each take the same request as a first attempt and hold their transactions
+	// open until both have read (no stored answer) and decided. Only one may commit: the other's
+	// transaction conflicts, is retried, reads the stored answer and replays it.
+	url := testkit.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	decided := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var engines []*limiter.Engine
+	var dbs []*db.DB
+	for i := range 2 {
+		d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if i == 0 {
+			if err := d.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e := newEngine(t, d, limiter.Options{})
+		var once sync.Once
+		limiter.SetAfterDecide(e, func() {
+			once.Do(func() { close(decided[i]) })
+			select {
+			case <-decided[1-i]:
+			case <-ctx.Done():
+			}
+		})
+		engines, dbs = append(engines, e), append(dbs, d)
+	}
+	mustPutOnce(t, engines[0])
+	req := limiter.Request{Name: "once", Key: "raced", Count: 1}
+	results := make([]limiter.IdempotentResult, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, e := range engines {
+		wg.Go(func() {
+			results[i], errs[i] = e.LimitIdempotent(ctx, tenant, []limiter.Request{req}, idem("race", "b"))
+		})
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("attempts: %v, %v", errs[0], errs[1])
+	}
+	if results[0].Replayed == results[1].Replayed || !reflect.DeepEqual(results[0].Answer, results[1].Answer) {
+		t.Fatalf("results %+v and %+v: want one decided and the other replaying its answer", results[0], results[1])
+	}
+	if v := value(t, engines[0], "once", "raced"); v != 99 {
+		t.Fatalf("value = %v, want 99 (one consumption)", v)
+	}
+	if r := dbs[0].Retries() + dbs[1].Retries(); r == 0 {
+		t.Fatal("no transaction was retried: the two first attempts did not conflict in the database")
+	}
 }
