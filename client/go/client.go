@@ -99,7 +99,7 @@ func (c *Client) Limit(ctx context.Context, name string, d Decision) (Result, er
 	if err := checkDecision(name, d); err != nil {
 		return Result{}, err
 	}
-	if c.batcher != nil {
+	if _, keyed := ctx.Value(idempotencyKey{}).(string); c.batcher != nil && !keyed {
 		return c.limitBatched(ctx, name, d)
 	}
 	return c.decide(ctx, name, "/limit", d, consuming)
@@ -114,13 +114,21 @@ func (c *Client) decide(ctx context.Context, name, verb string, d Decision, retr
 	if err := checkDecision(name, d); err != nil {
 		return Result{}, err
 	}
+	ik := ""
+	if verb == "/limit" {
+		var err error
+		if ik, err = idempotencyKeyOf(ctx); err != nil {
+			return Result{}, err
+		}
+	}
 	var w wireDecision
-	h, err := c.do(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w)
+	h, err := c.doKeyed(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik)
 	if err != nil {
 		return c.fallbackOne(ctx, Item{Name: name, Decision: d}, err)
 	}
 	r := w.result()
 	r.RateLimitPolicy, r.RateLimit = h.Get("RateLimit-Policy"), h.Get("RateLimit")
+	r.Replayed = h.Get("Idempotent-Replayed") == "true"
 	return r, nil
 }
 
@@ -141,15 +149,22 @@ func (c *Client) batch(ctx context.Context, path string, items []Item, retry boo
 			return BatchResult{}, fmt.Errorf("items[%d]: %w", i, err)
 		}
 	}
+	ik := ""
+	if path == "/v1/limit" {
+		var err error
+		if ik, err = idempotencyKeyOf(ctx); err != nil {
+			return BatchResult{}, err
+		}
+	}
 	var w wireBatch
-	h, err := c.do(ctx, http.MethodPost, path, nil, struct {
+	h, err := c.doKeyed(ctx, http.MethodPost, path, nil, struct {
 		Limits []Item `json:"limits"`
-	}{items}, retry, &w)
+	}{items}, retry, &w, ik)
 	if err != nil {
 		return c.fallbackBatch(ctx, items, err)
 	}
 	out := BatchResult{OK: w.OK, RetryAfter: ms(w.RetryAfter), Results: make([]Result, len(w.Results)),
-		RateLimitPolicy: h.Get("RateLimit-Policy"), RateLimit: h.Get("RateLimit")}
+		RateLimitPolicy: h.Get("RateLimit-Policy"), RateLimit: h.Get("RateLimit"), Replayed: h.Get("Idempotent-Replayed") == "true"}
 	for i, r := range w.Results {
 		out.Results[i] = r.result()
 	}
@@ -174,10 +189,14 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 	if len(sent) == 0 {
 		return out, nil
 	}
+	ik, err := idempotencyKeyOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var w wireBulk
-	if _, err := c.do(ctx, http.MethodPost, "/v1/decisions", nil, struct {
+	if _, err := c.doKeyed(ctx, http.MethodPost, "/v1/decisions", nil, struct {
 		Decisions []Item `json:"decisions"`
-	}{sent}, consuming, &w); err != nil {
+	}{sent}, consuming, &w, ik); err != nil {
 		fell, ferr := c.fallbackBulk(ctx, sent, err)
 		if ferr != nil {
 			return nil, ferr
@@ -258,6 +277,13 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 // do makes one call: it sends body as JSON, retries when retry allows it, and decodes a 2xx
 // answer into out (when not nil) or a problem into *Error.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any) (http.Header, error) {
+	return c.doKeyed(ctx, method, path, q, body, retry, out, "")
+}
+
+// doKeyed is do with an Idempotency-Key header when idemKey is not "": the call is then retried
+// like an idempotent one (Sluice replays the first answer).
+func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any, idemKey string) (http.Header, error) {
+	retry = retry || idemKey != ""
 	var payload []byte
 	if body != nil {
 		var err error
@@ -275,7 +301,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		target += "?" + q.Encode()
 	}
 	for attempt := 0; ; attempt++ {
-		h, err := c.once(ctx, method, target, payload, out)
+		h, err := c.once(ctx, method, target, payload, out, idemKey)
 		if err == nil {
 			return h, nil
 		}
@@ -288,7 +314,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 }
 
-func (c *Client) once(ctx context.Context, method, target string, payload []byte, out any) (http.Header, error) {
+func (c *Client) once(ctx context.Context, method, target string, payload []byte, out any, idemKey string) (http.Header, error) {
 	var body io.Reader
 	if payload != nil {
 		body = bytes.NewReader(payload)
@@ -301,6 +327,9 @@ func (c *Client) once(ctx context.Context, method, target string, payload []byte
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -38,6 +38,7 @@ const (
 	CodeConflict             = "conflict"
 	CodeHoldClosed           = "hold_closed"
 	CodeLeaseClosed          = "lease_closed"
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeRateLimited          = "rate_limited"

@@ -130,6 +130,9 @@ type Result struct {
 	// RateLimitPolicy and RateLimit are the IETF headers Sluice sent with the answer ("" when
 	// Degraded, and on the results of a bulk request, which carries none).
 	RateLimitPolicy, RateLimit string
+	// Replayed is true when Sluice answered with the stored answer of an earlier request with the
+	// same Idempotency-Key (WithIdempotencyKey): nothing was consumed by this call.
+	Replayed bool
 	// Shadow is, for a limit in shadow mode (whose OK is then always true), what enforcement
 	// would have answered; nil otherwise.
 	Shadow *ShadowResult
@@ -168,6 +171,9 @@ type BatchResult struct {
 	Degraded   bool
 	// RateLimitPolicy and RateLimit are the headers Sluice sent, one entry per limit.
 	RateLimitPolicy, RateLimit string
+	// Replayed is true when Sluice answered with the stored answer of an earlier request with the
+	// same Idempotency-Key (WithIdempotencyKey): nothing was consumed by this call.
+	Replayed bool
 }
 
 // BulkResult is one answer of a bulk request: a Result, or, when Err is not nil, the error of

@@ -578,7 +578,7 @@ func TestProblemCodesAreTheDocumentedEnum(t *testing.T) {
 	codes := []string{
 		api.CodeInvalidRequest, api.CodeInvalidConfig, api.CodeCountExceedsCapacity, api.CodeUnauthorized,
 		api.CodeForbidden, api.CodeSessionNotAuthorized, api.CodeTenantSuspended, api.CodeLimitNotFound, api.CodeNotFound,
-		api.CodeDefinitionExists, api.CodeConflict, api.CodeHoldClosed, api.CodeLeaseClosed, api.CodePayloadTooLarge, api.CodeMethodNotAllowed,
+		api.CodeDefinitionExists, api.CodeConflict, api.CodeHoldClosed, api.CodeLeaseClosed, api.CodeIdempotencyKeyReused, api.CodePayloadTooLarge, api.CodeMethodNotAllowed,
 		api.CodeRateLimited, api.CodeUnavailable, api.CodeInternal,
 	}
 	for _, code := range codes {

@@ -170,8 +170,14 @@ func (s *Server) sessionKey(c *gin.Context, it item, sessionID, clientIP, field 
 
 func (s *Server) decideOne(c *gin.Context, consume bool) {
 	name := c.Param("name")
+	idemKey, err := idempotencyKeyOf(c)
+	if err != nil && consume {
+		writeProblem(c, s.log, err)
+		return
+	}
 	var body DecisionBody
-	if err := decodeJSON(c, &body); err != nil {
+	raw, err := decodeJSONRaw(c, &body, MaxBodyBytes)
+	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
@@ -181,6 +187,17 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 			err = limiter.ErrLimitNotFound // the name is part of the path: an impossible name is not found
 		}
 		writeProblem(c, s.log, err)
+		return
+	}
+	if consume && idemKey != "" {
+		requestID := c.GetString(RequestIDKey)
+		r, err := s.engine.LimitIdempotent(c.Request.Context(), tenantOf(c).TenantID, []limiter.Request{req},
+			idempotencyFor(c, idemKey, 0, raw, func(b limiter.BatchDecision) limiter.Answer { return oneAnswer(b.Results[0], body.Throws, requestID) }))
+		if err != nil {
+			writeProblem(c, s.log, err)
+			return
+		}
+		writeAnswer(c, r.Answer, r.Replayed)
 		return
 	}
 	var d limiter.Decision
@@ -205,8 +222,14 @@ func (s *Server) limitOne(c *gin.Context) { s.decideOne(c, true) }
 func (s *Server) checkOne(c *gin.Context) { s.decideOne(c, false) }
 
 func (s *Server) decideBatch(c *gin.Context, consume bool) {
+	idemKey, err := idempotencyKeyOf(c)
+	if err != nil && consume {
+		writeProblem(c, s.log, err)
+		return
+	}
 	var body BatchBody
-	if err := decodeJSON(c, &body); err != nil {
+	raw, err := decodeJSONRaw(c, &body, MaxBodyBytes)
+	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
@@ -224,6 +247,17 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 		}
 		reqs[i] = req
 	}
+	if consume && idemKey != "" {
+		requestID := c.GetString(RequestIDKey)
+		r, err := s.engine.LimitIdempotent(c.Request.Context(), tenantOf(c).TenantID, reqs,
+			idempotencyFor(c, idemKey, 0, raw, func(b limiter.BatchDecision) limiter.Answer { return batchAnswer(b, body.Throws, requestID) }))
+		if err != nil {
+			writeProblem(c, s.log, err)
+			return
+		}
+		writeAnswer(c, r.Answer, r.Replayed)
+		return
+	}
 	b, err := s.engine.Batch(c.Request.Context(), tenantOf(c).TenantID, reqs, consume)
 	if err != nil {
 		writeProblem(c, s.log, err)
@@ -231,27 +265,42 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 	}
 	setRateLimitHeaders(c, b.Results)
 	if !b.OK && body.Throws {
-		worst := b.Results[0]
-		for _, r := range b.Results {
-			if !r.OK && (worst.OK || (r.RetryAfter != nil && (worst.RetryAfter == nil || *r.RetryAfter > *worst.RetryAfter))) {
-				worst = r
-			}
-		}
-		s.tooMany(c, worst)
+		s.tooMany(c, worstRefusal(b))
 		return
 	}
+	c.JSON(http.StatusOK, toBatchResponse(b))
+}
+
+// worstRefusal is the refusal a refused batch's 429 names: the one with the largest retryAfter.
+func worstRefusal(b limiter.BatchDecision) limiter.Decision {
+	worst := b.Results[0]
+	for _, r := range b.Results {
+		if !r.OK && (worst.OK || (r.RetryAfter != nil && (worst.RetryAfter == nil || *r.RetryAfter > *worst.RetryAfter))) {
+			worst = r
+		}
+	}
+	return worst
+}
+
+func toBatchResponse(b limiter.BatchDecision) BatchResponse {
 	out := BatchResponse{OK: b.OK, RetryAfter: b.RetryAfter, Results: make([]DecisionResponse, len(b.Results))}
 	for i, r := range b.Results {
 		out.Results[i] = toDecisionResponse(r)
 	}
-	c.JSON(http.StatusOK, out)
+	return out
 }
 
 // decideBulk answers POST /v1/decisions: each decision on its own, in order, sharing the group
 // transactions (not all or nothing, unlike /v1/limit). A bad item gets its own problem.
 func (s *Server) decideBulk(c *gin.Context) {
+	idemKey, err := idempotencyKeyOf(c)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
 	var body BulkBody
-	if err := decodeJSONUpTo(c, &body, MaxBulkBodyBytes); err != nil {
+	raw, err := decodeJSONRaw(c, &body, MaxBulkBodyBytes)
+	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
@@ -269,6 +318,10 @@ func (s *Server) decideBulk(c *gin.Context) {
 			continue
 		}
 		reqs, at = append(reqs, req), append(at, i)
+	}
+	if idemKey != "" {
+		s.decideBulkIdempotent(c, idemKey, raw, reqs, at, results)
+		return
 	}
 	for k, o := range s.engine.Each(c.Request.Context(), tenantOf(c).TenantID, reqs, true) {
 		if o.Err != nil {
@@ -294,9 +347,11 @@ func (s *Server) limitBatch(c *gin.Context) { s.decideBatch(c, true) }
 func (s *Server) checkBatch(c *gin.Context) { s.decideBatch(c, false) }
 
 // tooMany renders a refusal as 429 (throws: true) with Retry-After in whole seconds, rounded up.
-func (s *Server) tooMany(c *gin.Context, d limiter.Decision) {
-	writeProblem(c, s.log, &apperr.Error{Code: apperr.RateLimited, Message: fmt.Sprintf("limit %q refused the request", d.Name),
-		Name: d.Name, RetryAfterMs: d.RetryAfter})
+func (s *Server) tooMany(c *gin.Context, d limiter.Decision) { writeProblem(c, s.log, errTooMany(d)) }
+
+func errTooMany(d limiter.Decision) error {
+	return &apperr.Error{Code: apperr.RateLimited, Message: fmt.Sprintf("limit %q refused the request", d.Name),
+		Name: d.Name, RetryAfterMs: d.RetryAfter}
 }
 
 // setRateLimitHeaders writes the RateLimit-Policy and RateLimit headers (limiter.RateLimitHeaders),

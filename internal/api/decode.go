@@ -28,15 +28,21 @@ func decodeJSON(c *gin.Context, dst any) error { return decodeJSONUpTo(c, dst, M
 
 // decodeJSONUpTo is decodeJSON with another cap on the body (bulk requests carry more).
 func decodeJSONUpTo(c *gin.Context, dst any, limit int64) error {
+	_, err := decodeJSONRaw(c, dst, limit)
+	return err
+}
+
+// decodeJSONRaw is decodeJSONUpTo that also returns the body as read (idempotent requests hash it).
+func decodeJSONRaw(c *gin.Context, dst any, limit int64) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return apperr.New(apperr.PayloadTooLarge, fmt.Sprintf("request body exceeds %d KiB", limit>>10))
+			return nil, apperr.New(apperr.PayloadTooLarge, fmt.Sprintf("request body exceeds %d KiB", limit>>10))
 		}
-		return badRequest("", "could not read the request body")
+		return nil, badRequest("", "could not read the request body")
 	}
-	return decodeStrict(body, dst)
+	return body, decodeStrict(body, dst)
 }
 
 // DecodeStrict is decodeJSON's parser, separated so that it can be fuzzed directly.

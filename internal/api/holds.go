@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -55,8 +56,14 @@ type SettledAmount struct {
 // used"). Like a decision it is traffic, not configuration: not audited. A refusal is 429 with
 // the largest retryAfter, like a batch with throws.
 func (s *Server) hold(c *gin.Context) {
+	idemKey, err := idempotencyKeyOf(c)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
 	var body HoldBody
-	if err := decodeJSON(c, &body); err != nil {
+	raw, err := decodeJSONRaw(c, &body, MaxBodyBytes)
+	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
@@ -78,33 +85,59 @@ func (s *Server) hold(c *gin.Context) {
 		}
 		ls[i] = limiter.HoldLimit{Name: req.Name, Key: req.Key, Count: req.Count, Attributes: req.Attributes}
 	}
-	h, err := s.engine.Hold(c.Request.Context(), tenantOf(c).TenantID, ls, *body.TTL)
-	if err != nil {
-		writeProblem(c, s.log, err)
-		return
-	}
-	setRateLimitHeaders(c, h.Decision.Results)
+	requestID := c.GetString(RequestIDKey)
+	s.answerCall(c, idemKey, raw, func(r any) limiter.Answer { return holdAnswer(r.(limiter.HoldResult), requestID) },
+		func(ctx context.Context) (any, error) {
+			return s.engine.Hold(ctx, tenantOf(c).TenantID, ls, *body.TTL)
+		})
+}
+
+// holdAnswer renders POST /v1/holds' answer: 201 with the hold, or the batch's 429.
+func holdAnswer(h limiter.HoldResult, requestID string) limiter.Answer {
+	hs := rateLimitHeaderMap(h.Decision.Results)
 	if !h.Decision.OK {
-		worst := h.Decision.Results[0]
-		for _, r := range h.Decision.Results {
-			if !r.OK && (worst.OK || (r.RetryAfter != nil && (worst.RetryAfter == nil || *r.RetryAfter > *worst.RetryAfter))) {
-				worst = r
-			}
-		}
-		s.tooMany(c, worst)
-		return
+		return tooManyAnswer(worstRefusal(h.Decision), requestID, hs)
 	}
 	out := HoldResponse{HoldID: h.ID, ExpiresAt: h.ExpiresAt, Results: make([]DecisionResponse, len(h.Decision.Results))}
 	for i, r := range h.Decision.Results {
 		out.Results[i] = toDecisionResponse(r)
 	}
-	c.JSON(http.StatusCreated, out)
+	return jsonAnswer(http.StatusCreated, out, hs)
+}
+
+// answerCall runs call (a hold, or a close of a hold or lease) and writes render's answer to its
+// result. With an Idempotency-Key (key, with the request's body bytes) the engine stores that
+// answer in the call's own transaction, and a retry gets it replayed without calling again.
+func (s *Server) answerCall(c *gin.Context, key string, body []byte, render func(any) limiter.Answer, call func(context.Context) (any, error)) {
+	ctx := c.Request.Context()
+	var idem *limiter.Idempotency
+	if key != "" {
+		idem = idempotencyFor(c, key, 0, body, nil)
+		idem.RenderCall = render
+		ctx = limiter.WithIdempotency(ctx, idem)
+	}
+	result, err := call(ctx)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	if idem != nil {
+		writeAnswer(c, idem.Result.Answer, idem.Result.Replayed)
+		return
+	}
+	writeAnswer(c, render(result), false)
 }
 
 // settleHold charges a hold's actual amounts, once.
 func (s *Server) settleHold(c *gin.Context) {
+	idemKey, err := idempotencyKeyOf(c)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
 	var body SettleBody
-	if err := decodeJSON(c, &body); err != nil {
+	raw, err := decodeJSONRaw(c, &body, MaxBodyBytes)
+	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
@@ -113,11 +146,14 @@ func (s *Server) settleHold(c *gin.Context) {
 		return
 	}
 	id := c.Param("id")
-	st, err := s.engine.SettleHold(c.Request.Context(), tenantOf(c).TenantID, id, body.Counts)
-	if err != nil {
-		writeProblem(c, s.log, err)
-		return
-	}
+	s.answerCall(c, idemKey, raw, func(r any) limiter.Answer { return settleAnswer(id, r.(limiter.Settlement)) },
+		func(ctx context.Context) (any, error) {
+			return s.engine.SettleHold(ctx, tenantOf(c).TenantID, id, body.Counts)
+		})
+}
+
+// settleAnswer renders a settled hold.
+func settleAnswer(id string, st limiter.Settlement) limiter.Answer {
 	out := SettleResponse{HoldID: id, Limits: make([]SettledAmount, len(st.Names))}
 	for i := range st.Names {
 		a := SettledAmount{Name: st.Names[i], Held: st.Held[i], Charged: roundTokens(st.Charged[i]),
@@ -128,14 +164,28 @@ func (s *Server) settleHold(c *gin.Context) {
 		}
 		out.Limits[i] = a
 	}
-	c.JSON(http.StatusOK, out)
+	return jsonAnswer(http.StatusOK, out, map[string]string{})
+}
+
+// noContent is the answer of a release: 204 without a body.
+func noContent(any) limiter.Answer {
+	return limiter.Answer{Status: http.StatusNoContent, Header: map[string]string{}, Body: []byte{}} // stored: body NOT NULL
 }
 
 // releaseHold gives everything a hold reserved back.
 func (s *Server) releaseHold(c *gin.Context) {
-	if err := s.engine.ReleaseHold(c.Request.Context(), tenantOf(c).TenantID, c.Param("id")); err != nil {
+	s.closeWithoutBody(c, func(ctx context.Context) (any, error) {
+		return nil, s.engine.ReleaseHold(ctx, tenantOf(c).TenantID, c.Param("id"))
+	})
+}
+
+// closeWithoutBody answers a release (204) made idempotent by an Idempotency-Key like the other
+// calls; such requests have no body, so the request's hash is its method, path and tenant.
+func (s *Server) closeWithoutBody(c *gin.Context, call func(context.Context) (any, error)) {
+	idemKey, err := idempotencyKeyOf(c)
+	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	c.Status(http.StatusNoContent)
+	s.answerCall(c, idemKey, nil, noContent, call)
 }

@@ -1,9 +1,12 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
 // LeaseResponse is an extended lease: its handle and its new expiry (ms since the epoch).
@@ -14,20 +17,22 @@ type LeaseResponse struct {
 
 // releaseLease ends a concurrency lease (acquired by a limit decision); its slot is free at once.
 func (s *Server) releaseLease(c *gin.Context) {
-	if err := s.engine.ReleaseLease(c.Request.Context(), tenantOf(c).TenantID, c.Param("id")); err != nil {
-		writeProblem(c, s.log, err)
-		return
-	}
-	c.Status(http.StatusNoContent)
+	s.closeWithoutBody(c, func(ctx context.Context) (any, error) {
+		return nil, s.engine.ReleaseLease(ctx, tenantOf(c).TenantID, c.Param("id"))
+	})
 }
 
 // extendLease renews a lease by its limit's leaseTtl from now.
 func (s *Server) extendLease(c *gin.Context) {
-	id := c.Param("id")
-	exp, err := s.engine.ExtendLease(c.Request.Context(), tenantOf(c).TenantID, id)
+	idemKey, err := idempotencyKeyOf(c)
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	c.JSON(http.StatusOK, LeaseResponse{LeaseID: id, ExpiresAt: exp})
+	id := c.Param("id")
+	s.answerCall(c, idemKey, nil, func(r any) limiter.Answer {
+		return jsonAnswer(http.StatusOK, LeaseResponse{LeaseID: id, ExpiresAt: r.(int64)}, map[string]string{})
+	}, func(ctx context.Context) (any, error) {
+		return s.engine.ExtendLease(ctx, tenantOf(c).TenantID, id)
+	})
 }

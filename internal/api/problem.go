@@ -49,6 +49,7 @@ const (
 	CodeConflict             = string(apperr.Conflict)
 	CodeHoldClosed           = string(apperr.HoldClosed)
 	CodeLeaseClosed          = string(apperr.LeaseClosed)
+	CodeIdempotencyKeyReused = string(apperr.IdempotencyKeyReused)
 	CodePayloadTooLarge      = string(apperr.PayloadTooLarge)
 	CodeMethodNotAllowed     = string(apperr.MethodNotAllowed)
 	CodeRateLimited          = string(apperr.RateLimited)

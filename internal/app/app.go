@@ -156,7 +156,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	}, OnShadowRefused: func(tenantID int64, name string) {
 		a.Metrics.OnShadowRefused(tenantID, name)
 		a.Usage.RecordShadowRefused(tenantID, name)
-	}, OnHoldOverage: a.Metrics.OnHoldOverage})
+	}, OnHoldOverage: a.Metrics.OnHoldOverage, AfterIdempotentCommit: haltAfterIdempotentCommit(cfg, a.Log)})
 	a.Metrics.WatchGroups(a.Engine.GroupStats)
 	a.Captcha = captcha.NewStore(a.DB, o.Now, captcha.WithLogger(a.Log))
 

@@ -55,6 +55,7 @@ func (a *App) sweepState(ctx context.Context) error {
 		a.Log.Info("sweeper disabled")
 	}
 	loop.Every(ctx, a.Config.SweepInterval, 0.1, func(ctx context.Context) {
+		a.sweepIdempotencyKeys(ctx)
 		start := time.Now()
 		n, err := a.Engine.SweepPaced(ctx, a.Config.SweepBatch, sweepDutyCycle)
 		a.Metrics.Swept("limit_state", n)
@@ -96,6 +97,17 @@ func (a *App) sweepHolds(ctx context.Context) error {
 		}
 	})
 	return nil
+}
+
+// sweepIdempotencyKeys deletes the idempotent decisions' stored answers that expired (24 hours
+// after their decision), on the state sweeper's schedule.
+func (a *App) sweepIdempotencyKeys(ctx context.Context) {
+	n, err := a.Engine.SweepIdempotency(ctx, a.Config.SweepBatch)
+	a.Metrics.Swept("idempotency_keys", n)
+	if err != nil && ctx.Err() == nil {
+		a.Metrics.SweepFailed()
+		a.Log.Warn("sweep of idempotency keys failed", "err", err, "idempotency_keys_deleted", n)
+	}
 }
 
 // servePprof serves net/http/pprof on SLUICE_PPROF_ADDR (loopback only, checked by config) for

@@ -33,6 +33,7 @@ const (
 	Conflict             Code = "conflict"
 	HoldClosed           Code = "hold_closed"
 	LeaseClosed          Code = "lease_closed"
+	IdempotencyKeyReused Code = "idempotency_key_reused"
 	PayloadTooLarge      Code = "payload_too_large"
 	MethodNotAllowed     Code = "method_not_allowed"
 	RateLimited          Code = "rate_limited"
@@ -57,6 +58,7 @@ var codes = map[Code]struct {
 	Conflict:             {http.StatusConflict, "Conflict"},
 	HoldClosed:           {http.StatusConflict, "Hold closed"},
 	LeaseClosed:          {http.StatusConflict, "Lease closed"},
+	IdempotencyKeyReused: {http.StatusUnprocessableEntity, "Idempotency key reused"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	RateLimited:          {http.StatusTooManyRequests, "Rate limited"},

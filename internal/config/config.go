@@ -62,6 +62,10 @@ type Config struct {
 	// WebhookAllowPrivate lets webhook endpoints be loopback, private or link-local addresses
 	// (WEBHOOK_ALLOW_PRIVATE); by default only public addresses are reached.
 	WebhookAllowPrivate bool
+	// TestHaltAfterIdempotentCommit (test-only) stops the decision worker for good after it
+	// commits a group that stored idempotent answers, before it answers them, so that a test can
+	// kill the process between the commit and the answer.
+	TestHaltAfterIdempotentCommit bool
 }
 
 // Defaults of the options whose default is a number or a duration.
@@ -227,6 +231,15 @@ var options = []Option{
 				}
 			}
 			c.PprofAddr = v
+			return nil
+		}},
+	{Name: "SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT", Default: "false", Doc: "test-only, never in production: `true` stops the decision worker for good after it commits idempotent decisions and before it answers them (the crash test kills the process there)",
+		parse: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT must be true or false")
+			}
+			c.TestHaltAfterIdempotentCommit = b
 			return nil
 		}},
 	{Name: "GOGC", Default: strconv.Itoa(DefaultGCPercent), Doc: "the Go garbage collector's target percentage (`off` disables it)",

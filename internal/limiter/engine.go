@@ -34,6 +34,9 @@ type Engine struct {
 	overrides overrideCache
 	groups    atomic.Int64 // group transactions committed or failed
 	jobs      atomic.Int64 // decisions (Batch calls) they carried
+
+	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
+	afterDecide           func() // test-only (export_test.go): runs first in beforeCommit
 }
 
 // Options tune an Engine; the zero value is production-ready.
@@ -63,11 +66,16 @@ type Options struct {
 	// acknowledged in the last moments (the WAL writer's delay) and admit them again. Every
 	// other write (definitions, keys, users, audit) stays durable. No effect on SQLite.
 	FastCommit bool
+	// AfterIdempotentCommit is test-only (SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT): when set,
+	// the worker calls it after a group that stored idempotent answers commits and before it
+	// answers any of them, so that a test can kill the process in between.
+	AfterIdempotentCommit func()
 }
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, stopped: make(chan struct{})}
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, stopped: make(chan struct{}),
+		afterIdempotentCommit: opts.AfterIdempotentCommit}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
@@ -255,6 +263,10 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 type Outcome struct {
 	Decision Decision
 	Err      error
+	// Answer and Replayed are an idempotent request's (EachIdempotent): its answer, and whether
+	// it was replayed.
+	Answer   Answer
+	Replayed bool
 }
 
 // Each decides every request on its own, not all or nothing: each valid request is its own job,
@@ -263,6 +275,11 @@ type Outcome struct {
 // one that fails (an unknown limit), gets its error and the others are still decided. The
 // result is in the order of reqs.
 func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consume bool) []Outcome {
+	return e.each(ctx, tenantID, reqs, consume, nil)
+}
+
+// each is Each, with an idempotency record for each request when idems is not nil.
+func (e *Engine) each(ctx context.Context, tenantID int64, reqs []Request, consume bool, idems []*Idempotency) []Outcome {
 	out := make([]Outcome, len(reqs))
 	jobs := make([]*job, len(reqs))
 	for i := range reqs {
@@ -271,6 +288,9 @@ func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consu
 			continue
 		}
 		j := &job{tenantID: tenantID, reqs: reqs[i : i+1], consume: consume, picks: make([][]int, 1), done: make(chan struct{})}
+		if idems != nil {
+			j.idem = idems[i]
+		}
 		if err := e.enqueue(ctx, j); err != nil {
 			out[i].Err = err
 			continue
@@ -286,15 +306,18 @@ func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consu
 			out[i].Err = err
 		case j.err != nil:
 			out[i].Err = j.err
+		case j.replayed:
+			out[i].Answer, out[i].Replayed = j.answer, true
 		default:
-			out[i].Decision = j.out.Results[0]
+			out[i].Decision, out[i].Answer = j.out.Results[0], j.answer
 		}
 	}
 	return out
 }
 
-// finish adds jitter to refusals, picks the batch retryAfter and reports consumed outcomes.
-func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
+// settle adds jitter to refusals and picks the batch retryAfter. It runs inside the group's
+// transaction, so that an answer stored there (an idempotent decision's) is the final one.
+func (e *Engine) settle(out *BatchDecision) {
 	for i := range out.Results {
 		r := &out.Results[i]
 		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 && !r.denied {
@@ -307,17 +330,27 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 			j := min(*sh.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)
 			sh.RetryAfter = &j
 		}
-		if consume && out.OK && r.Shadow != nil && !r.Shadow.OK {
-			if e.onShadow != nil {
-				e.onShadow(tenantID, r.Name)
-			}
-			continue
+		if out.OK && r.Shadow != nil && !r.Shadow.OK {
+			continue // a shadow limit's would-be refusal paces nothing (its RetryAfter is nil anyway)
 		}
 		// A refused batch carries the largest retryAfter among its refusals; an admitted one the
 		// largest among its reservations (when all of the reserved work may run).
 		if r.RetryAfter != nil && (out.OK || !r.OK) && (out.RetryAfter == nil || *r.RetryAfter > *out.RetryAfter) {
 			v := *r.RetryAfter
 			out.RetryAfter = &v
+		}
+	}
+}
+
+// finish reports a committed group's consumed outcomes (settle made them final).
+func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
+	for i := range out.Results {
+		r := &out.Results[i]
+		if consume && out.OK && r.Shadow != nil && !r.Shadow.OK {
+			if e.onShadow != nil {
+				e.onShadow(tenantID, r.Name)
+			}
+			continue
 		}
 		if consume && e.onDecision != nil && !r.refund {
 			e.onDecision(tenantID, r.Name, out.OK)

@@ -40,6 +40,12 @@ type job struct {
 	// released or extended, holds.go): the worker runs it in a transaction of its own, never
 	// beside a decision group (runCloses).
 	close func(tx *gorm.DB) error
+	// Idempotent decisions (idempotency.go): the job's record, its answer (rendered in the
+	// transaction, or replayed), and the earlier job of the group with the same key, if any.
+	idem     *Idempotency
+	answer   Answer
+	replayed bool
+	twinOf   *job
 }
 
 // rowKey identifies one state row.
@@ -160,11 +166,14 @@ func (e *Engine) runGroup(jobs []*job) {
 	} else {
 		err = e.db.Serializable(ctx, func(tx *gorm.DB) error { return e.groupGorm(tx, jobs) })
 	}
+	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
+		e.afterIdempotentCommit()
+	}
 	for _, j := range jobs {
 		if err != nil {
 			j.err = fmt.Errorf("limiter: decide: %w", err)
 		}
-		if j.err == nil {
+		if j.err == nil && !j.replayed {
 			e.finish(j.tenantID, &j.out, j.consume)
 		}
 		close(j.done)
@@ -209,14 +218,22 @@ func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 	if err != nil {
 		return err
 	}
-	stored, err := loadRows(tx, e.plan(jobs, defs, ovs, now))
+	deciding, err := idemReadGorm(tx, jobs, now) // replays decide nothing
 	if err != nil {
 		return err
 	}
-	if err := saveRows(tx, decideGroup(jobs, stored, now)); err != nil {
+	stored, err := loadRows(tx, e.plan(deciding, defs, ovs, now))
+	if err != nil {
 		return err
 	}
-	return execStmts(tx, afterDecisions(jobs, now))
+	if err := saveRows(tx, decideGroup(deciding, stored, now)); err != nil {
+		return err
+	}
+	// Leases and holds first: an idempotent answer carries the lease it took.
+	if err := execStmts(tx, afterDecisions(deciding, now)); err != nil {
+		return err
+	}
+	return e.beforeCommitGorm(tx, jobs, now)
 }
 
 // plan expands every job (expand, with the overrides that apply at now) and chooses its shards,

@@ -77,8 +77,16 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 
 	b := &pgx.Batch{}
 	queueGroupReads(b, keys, guess, e.fastCommit)
+	pending := idemKeys(jobs)
+	if len(pending) > 0 {
+		queueIdemRead(b, pending)
+	}
 	br := conn.SendBatch(ctx, b)
 	now, defs, versions, stored, err := readGroupReads(br, e.fastCommit)
+	var answers map[idemKey]idemRecord
+	if err == nil && len(pending) > 0 {
+		answers, err = readIdemPg(br)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -103,7 +111,8 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		return err
 	}
 
-	wanted := e.plan(jobs, defs, ovs, now)
+	deciding := idemBefore(jobs, answers, now) // replays decide nothing
+	wanted := e.plan(deciding, defs, ovs, now)
 	var missing []rowKey
 	have := make(map[rowKey]bool, len(guess))
 	for _, k := range guess {
@@ -120,9 +129,11 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		}
 	}
 
-	writes := decideGroup(jobs, stored, now)
+	writes := decideGroup(deciding, stored, now)
 	b = &pgx.Batch{}
-	queueGroupWrites(b, writes, afterDecisions(jobs, now))
+	queueGroupWrites(b, writes, afterDecisions(deciding, now))
+	e.beforeCommitPg(b, jobs, now) // after the leases: an idempotent answer carries its lease
+	b.Queue(pgCommit)
 	br = conn.SendBatch(ctx, b)
 	for range b.Len() {
 		if _, err = br.Exec(); err != nil {

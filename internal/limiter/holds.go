@@ -105,11 +105,23 @@ func (e *Engine) Hold(ctx context.Context, tenantID int64, limits []HoldLimit, t
 		out.ID, out.ExpiresAt = newID("hold_"), now+ttlMs
 		return holdInserts(tenantID, out.ID, limits, now, out.ExpiresAt)
 	}
+	j.idem = callIdempotency(ctx, func() any { // rendered after the step: the hold's id is set
+		r := out
+		r.Decision = j.out
+		if !j.out.OK {
+			r.ID, r.ExpiresAt = "", 0
+		}
+		return r
+	})
 	if err := e.submit(ctx, j); err != nil {
 		return HoldResult{}, fmt.Errorf("limiter: hold: %w", err)
 	}
 	if j.err != nil {
 		return HoldResult{}, e.nameMissing(ctx, tenantID, reqs, j.err)
+	}
+	reportIdempotent(j)
+	if j.replayed {
+		return HoldResult{}, nil
 	}
 	out.Decision = j.out
 	if !j.out.OK {
@@ -133,12 +145,16 @@ func (e *Engine) nameMissing(ctx context.Context, tenantID int64, reqs []Request
 	return err
 }
 
-// closeJob runs fn as a close on the group-commit worker (runCloses) and returns its error.
-func (e *Engine) closeJob(ctx context.Context, fn func(tx *gorm.DB) error) error {
+// closeJob runs fn as a close on the group-commit worker (runCloses) and returns its error. With
+// an idempotency record in ctx (WithIdempotency) the answer rendered from result() is stored in
+// the close's transaction, and a retry replays it without running fn.
+func (e *Engine) closeJob(ctx context.Context, fn func(tx *gorm.DB) error, result func() any) error {
 	j := &job{close: fn, done: make(chan struct{})}
+	j.idem = callIdempotency(ctx, result)
 	if err := e.submit(ctx, j); err != nil {
 		return err
 	}
+	reportIdempotent(j)
 	return j.err
 }
 
@@ -160,11 +176,24 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 		return jobs
 	}
 	err := e.db.Serializable(db.WithPurpose(context.Background(), db.PurposeDecision), func(tx *gorm.DB) error {
-		for _, j := range closes {
+		running, now := closes, int64(0)
+		if anyIdempotent(closes) { // stored answers replay; new ones are written before commit
+			var err error
+			if now, err = e.nowIn(tx); err != nil {
+				return err
+			}
+			if running, err = idemReadGorm(tx, closes, now); err != nil {
+				return err
+			}
+		}
+		for _, j := range running {
 			j.err = j.close(tx)
 			if j.err != nil && apperr.From(j.err).Status() >= 500 {
 				return j.err
 			}
+		}
+		if anyIdempotent(closes) {
+			return e.beforeCommitGorm(tx, closes, now)
 		}
 		return nil
 	})
@@ -308,6 +337,11 @@ func (e *Engine) closeHolds(ctx context.Context, tenantID int64, id string, chec
 			*out = s
 		}
 		return closeHold(tx, tenantID, id, state, now, s)
+	}, func() any {
+		if out != nil {
+			return *out
+		}
+		return nil
 	})
 }
 
@@ -415,7 +449,7 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 			}
 		}
 		return nil
-	})
+	}, nil) // a sweep has no answer to store
 	if err != nil {
 		return 0, fmt.Errorf("limiter: sweep holds: %w", err)
 	}

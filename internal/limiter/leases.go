@@ -227,6 +227,11 @@ func (e *Engine) changeLease(ctx context.Context, tenantID int64, id string, ext
 			return tx.Exec(sqlExtendLease, newExp, tenantID, id).Error
 		}
 		return tx.Exec(sqlDeleteLease, tenantID, id).Error
+	}, func() any {
+		if extend {
+			return newExp
+		}
+		return nil
 	})
 	return newExp, err
 }
@@ -259,7 +264,7 @@ func (e *Engine) SweepLeases(ctx context.Context, batch int) (int64, error) {
 		res := tx.Exec(sqlSweepLeases, now, batch)
 		n = res.RowsAffected
 		return res.Error
-	})
+	}, nil) // a sweep has no answer to store
 	if err != nil {
 		return 0, fmt.Errorf("limiter: sweep leases: %w", err)
 	}

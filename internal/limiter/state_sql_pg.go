@@ -191,7 +191,8 @@ func selectRowsPg(ctx context.Context, conn *pgx.Conn, keys []rowKey, into map[r
 	return scanRows(rows, into)
 }
 
-// queueGroupWrites queues the second round trip of a group: the changed rows and the commit.
+// queueGroupWrites queues the changed rows and the jobs' own writes in the second round trip of
+// a group (its COMMIT follows them).
 func queueGroupWrites(b *pgx.Batch, writes map[rowKey]algo.State, extra []stmt) {
 	if len(writes) > 0 {
 		b.Queue(pgUpsertRows, writeArgs(writes)...)
@@ -199,7 +200,6 @@ func queueGroupWrites(b *pgx.Batch, writes map[rowKey]algo.State, extra []stmt) 
 	for _, st := range extra { // the jobs' own writes (afterDecisions), in the same round trip
 		b.Queue(st.pg(), st.args...)
 	}
-	b.Queue(pgCommit)
 }
 
 func scanRows(rows pgx.Rows, into map[rowKey]fullStateRow) error {

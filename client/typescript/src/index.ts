@@ -67,6 +67,11 @@ interface Extras {
   rateLimitPolicy?: string;
   /** The RateLimit header Sluice sent. */
   rateLimit?: string;
+  /**
+   * True when Sluice answered with the stored answer of an earlier request with the same
+   * idempotencyKey (the Idempotent-Replayed header): nothing was consumed by this call.
+   */
+  replayed?: boolean;
 }
 
 /**
@@ -193,6 +198,15 @@ export interface SluiceOptions {
 export interface CallOptions {
   /** Aborting gives up on the call; it is the caller's doing, so no fail policy applies. */
   signal?: AbortSignal;
+  /**
+   * limit, batch and bulk only: sent as the Idempotency-Key header (1 to 255 printable ASCII
+   * characters; one per logical request, such as the ID of the order being charged). Sluice stores
+   * the first answer in the decision's own transaction and answers a retry with the same key and
+   * request within 24 hours with it (`replayed: true`), consuming nothing more; so these calls
+   * are then retried like idempotent ones. The same key with another request is a SluiceError
+   * 422 idempotency_key_reused.
+   */
+  idempotencyKey?: string;
 }
 
 /**
@@ -225,9 +239,9 @@ type WireDecision = Schemas["Decision"];
 /**
  * A client of one Sluice server with one secret key. Only idempotent calls are retried (check,
  * checkBatch, value, reset, resetAll and the definition calls). limit, batch and bulk consume
- * tokens and are never retried: when their answer is lost Sluice may have consumed the tokens
- * already, and the server takes no Idempotency-Key yet to recognise a repeat, so a retry could
- * consume them twice. Their failure goes to the fail policy instead.
+ * tokens and are not retried unless given an idempotencyKey (CallOptions): when their answer is
+ * lost Sluice may have consumed the tokens already, so a plain retry could consume them twice.
+ * Their failure goes to the fail policy instead.
  */
 export class Sluice {
   readonly #base: string;
@@ -254,9 +268,9 @@ export class Sluice {
     this.#fetch = o.fetch ?? ((input, init) => globalThis.fetch(input, init));
   }
 
-  /** Consumes decision.count (default 1) tokens of the limit if it allows it. A refusal is a result with ok false. Never retried. */
+  /** Consumes decision.count (default 1) tokens of the limit if it allows it. A refusal is a result with ok false. Retried only with opts.idempotencyKey. */
   limit(name: string, decision: DecisionRequest = {}, opts?: CallOptions): Promise<Result> {
-    return this.#decide(name, "/limit", decision, false, opts);
+    return this.#decide(name, "/limit", decision, idempotent(opts), opts);
   }
 
   /** Answers what limit would, consuming nothing. */
@@ -264,9 +278,9 @@ export class Sluice {
     return this.#decide(name, "/check", decision, true, opts);
   }
 
-  /** Consumes from every limit of items, or from none when one refuses (up to 100 items). Never retried. */
+  /** Consumes from every limit of items, or from none when one refuses (up to 100 items). Retried only with opts.idempotencyKey. */
   batch(items: Item[], opts?: BatchOptions): Promise<BatchResult> {
-    return this.#batch("/v1/limit", items, false, opts);
+    return this.#batch("/v1/limit", items, idempotent(opts), opts);
   }
 
   /** Answers what batch would, consuming nothing. */
@@ -276,7 +290,7 @@ export class Sluice {
 
   /**
    * Makes up to 1,000 independent consuming decisions in one request, answered in the order of
-   * items; an invalid item gets its own error and the others are decided. Never retried.
+   * items; an invalid item gets its own error and the others are decided. Retried only with opts.idempotencyKey.
    */
   async bulk(items: Item[], opts?: CallOptions): Promise<BulkResult[]> {
     // An invalid item gets its error here and is not sent; the others are.
@@ -293,7 +307,7 @@ export class Sluice {
     const decisions = sent.map((s) => s.it);
     let a: Answer;
     try {
-      a = await this.#call("POST", "/v1/decisions", { decisions } satisfies BodyJSON<"/v1/decisions", "post">, false, opts);
+      a = await this.#call("POST", "/v1/decisions", { decisions } satisfies BodyJSON<"/v1/decisions", "post">, idempotent(opts), opts, true);
     } catch (err) {
       this.#mustFallBack(err, opts);
       return merge(
@@ -457,7 +471,7 @@ export class Sluice {
     let a: Answer;
     try {
       const body: BodyJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post"> = d;
-      a = await this.#call("POST", limitPath(name) + verb, body, retry, opts);
+      a = await this.#call("POST", limitPath(name) + verb, body, retry, opts, verb === "/limit");
     } catch (err) {
       this.#mustFallBack(err, opts);
       const { throws: _, ...decision } = d;
@@ -475,7 +489,7 @@ export class Sluice {
     let a: Answer;
     try {
       const body: BodyJSON<"/v1/limit" | "/v1/check", "post"> = opts?.throws ? { limits: items, throws: true } : { limits: items };
-      a = await this.#call("POST", path, body, retry, opts);
+      a = await this.#call("POST", path, body, retry, opts, path === "/v1/limit");
     } catch (err) {
       this.#mustFallBack(err, opts);
       const results = await Promise.all(items.map((it) => this.#fallBack(it, err)));
@@ -503,8 +517,12 @@ export class Sluice {
    * Makes one call: sends body as JSON, retries when retry allows it, and resolves to a 2xx
    * answer's JSON or throws a SluiceError (a problem), a NoAnswerError or the caller's abort reason.
    */
-  async #call(method: string, path: string, body: unknown, retry: boolean, opts?: CallOptions): Promise<Answer> {
+  async #call(method: string, path: string, body: unknown, retry: boolean, opts?: CallOptions, keyed = false): Promise<Answer> {
     const route = `${method} ${path.split("?")[0]}`;
+    const idemKey = keyed ? opts?.idempotencyKey : undefined;
+    if (idemKey !== undefined && !/^[\x20-\x7e]{1,255}$/.test(idemKey)) {
+      throw new TypeError(`sluice: ${route}: an idempotencyKey is 1 to 255 printable ASCII characters`);
+    }
     const payload = body === undefined ? undefined : JSON.stringify(body);
     // One signal for the whole call (its retries included), aborted by the timeout or the
     // caller. Linked by hand rather than with AbortSignal.any, which Node 20.0-20.2 lack (and
@@ -525,7 +543,7 @@ export class Sluice {
       if (caller?.aborted) throw caller.reason;
       for (let attempt = 0; ; attempt++) {
         try {
-          return await this.#once(method, this.#base + path, route, payload, ctl.signal);
+          return await this.#once(method, this.#base + path, route, payload, ctl.signal, idemKey);
         } catch (err) {
           if (caller?.aborted) throw caller.reason;
           if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
@@ -542,12 +560,13 @@ export class Sluice {
     }
   }
 
-  async #once(method: string, url: string, route: string, payload: string | undefined, signal: AbortSignal): Promise<Answer> {
+  async #once(method: string, url: string, route: string, payload: string | undefined, signal: AbortSignal, idemKey?: string): Promise<Answer> {
     const headers: Record<string, string> = {
       Authorization: `Bearer ${this.#key}`,
       Accept: "application/json, application/problem+json",
     };
     if (payload !== undefined) headers["Content-Type"] = "application/json";
+    if (idemKey !== undefined) headers["Idempotency-Key"] = idemKey;
     let resp: Response;
     let text: string;
     try {
@@ -701,12 +720,18 @@ function result(w: WireDecision): Result {
   return r;
 }
 
-function withHeaders<T extends { rateLimitPolicy?: string; rateLimit?: string }>(r: T, h: Headers): T {
+function withHeaders<T extends { rateLimitPolicy?: string; rateLimit?: string; replayed?: boolean }>(r: T, h: Headers): T {
   const policy = h.get("RateLimit-Policy");
   const limit = h.get("RateLimit");
   if (policy !== null) r.rateLimitPolicy = policy;
   if (limit !== null) r.rateLimit = limit;
+  if (h.get("Idempotent-Replayed") === "true") r.replayed = true;
   return r;
+}
+
+/** Whether a consuming call may be retried: only with an idempotencyKey (Sluice replays). */
+function idempotent(opts?: CallOptions): boolean {
+  return opts?.idempotencyKey !== undefined;
 }
 
 function problem(resp: Response, text: string, route: string): SluiceError {

@@ -741,7 +741,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {unknown} */
-            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "hold_closed" | "lease_closed" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal";
+            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "hold_closed" | "lease_closed" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal" | "idempotency_key_reused";
             field?: string;
             errors?: {
                 field?: string;
@@ -996,7 +996,10 @@ export interface components {
         };
     };
     responses: never;
-    parameters: never;
+    parameters: {
+        /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+        IdempotencyKey: string;
+    };
     requestBodies: never;
     headers: never;
     pathItems: never;
@@ -1294,7 +1297,10 @@ export interface operations {
     limit: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 name: string;
             };
@@ -1313,13 +1319,15 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Decision"];
                 };
             };
-            /** @description invalid_request, invalid_config or count_exceeds_capacity */
+            /** @description invalid_request, invalid_config or count_exceeds_capacity; invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1373,6 +1381,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description rate_limited (only with throws: true) */
             429: {
                 headers: {
@@ -1382,6 +1399,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1666,7 +1685,10 @@ export interface operations {
     limitBatch: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1683,13 +1705,15 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["BatchDecision"];
                 };
             };
-            /** @description invalid_request, invalid_config or count_exceeds_capacity */
+            /** @description invalid_request, invalid_config or count_exceeds_capacity; invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1743,6 +1767,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description rate_limited (only with throws: true) */
             429: {
                 headers: {
@@ -1752,6 +1785,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2273,7 +2308,10 @@ export interface operations {
     decideBulk: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2286,13 +2324,15 @@ export interface operations {
             /** @description one result per decision, in order */
             200: {
                 headers: {
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["BulkResponse"];
                 };
             };
-            /** @description invalid_request (the whole body) */
+            /** @description invalid_request (the whole body); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2321,6 +2361,15 @@ export interface operations {
             };
             /** @description payload_too_large (over 1 MiB) */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3076,7 +3125,10 @@ export interface operations {
     createHold: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3144,6 +3196,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description rate_limited: a limit refused; nothing is held; retryAfter is the largest among the refusals */
             429: {
                 headers: {
@@ -3173,7 +3234,10 @@ export interface operations {
     settleHold: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 id: string;
             };
@@ -3248,6 +3312,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
@@ -3262,7 +3335,10 @@ export interface operations {
     releaseHold: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 id: string;
             };
@@ -3276,6 +3352,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
             /** @description unauthorized */
             401: {
@@ -3322,6 +3407,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
@@ -3336,7 +3430,10 @@ export interface operations {
     releaseLease: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 id: string;
             };
@@ -3350,6 +3447,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
             /** @description unauthorized */
             401: {
@@ -3396,6 +3502,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
@@ -3410,7 +3525,10 @@ export interface operations {
     extendLease: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 id: string;
             };
@@ -3425,6 +3543,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Lease"];
+                };
+            };
+            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description unauthorized */
@@ -3465,6 +3592,15 @@ export interface operations {
             };
             /** @description payload_too_large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

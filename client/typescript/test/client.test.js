@@ -486,3 +486,37 @@ test("a shadow gcra limit with a penalty keeps its mode and penalty, admits with
   const full = await c.value(name, "unused");
   assert.equal(full.fullAt, null);
 });
+
+test("an idempotencyKey replays the first answer and makes consuming calls retryable", async () => {
+  const c = client();
+  const name = limitName("idem");
+  await putBucket(c, name, 10);
+  const opts = { idempotencyKey: `order-${name}` };
+  const first = await c.limit(name, { key: "a", count: 3 }, opts);
+  assert.ok(first.ok && !first.replayed, JSON.stringify(first));
+  const again = await c.limit(name, { key: "a", count: 3 }, opts);
+  assert.ok(again.replayed && again.remaining === first.remaining && again.rateLimit === first.rateLimit, JSON.stringify(again));
+  assert.ok(near((await c.value(name, "a")).value, 7), "one consumption of 3");
+  const reused = await problemOf(c.limit(name, { key: "a", count: 4 }, opts));
+  assert.equal(reused.status, 422);
+  assert.equal(reused.code, "idempotency_key_reused");
+
+  const items = [{ name, key: "b", count: 2 }];
+  const b1 = await c.batch(items, { idempotencyKey: `batch-${name}` });
+  const b2 = await c.batch(items, { idempotencyKey: `batch-${name}` });
+  assert.ok(b1.ok && !b1.replayed && b2.replayed, JSON.stringify([b1, b2]));
+  assert.ok(near((await c.value(name, "b")).value, 8), "one consumption of 2");
+
+  for (const [call, run] of [
+    ["limit", (u) => u.limit("x", {}, { idempotencyKey: "k-1" })],
+    ["batch", (u) => u.batch([{ name: "x" }], { idempotencyKey: "k-1" })],
+    ["bulk", (u) => u.bulk([{ name: "x" }], { idempotencyKey: "k-1" })],
+  ]) {
+    const { c: u, f } = await unreachable();
+    await noAnswerOf(run(u));
+    assert.equal(f.calls, 4, `${call} with an idempotencyKey: ${f.calls} attempts, want 4 (retried)`);
+  }
+  const { c: u, f } = await unreachable();
+  await assert.rejects(u.limit("x", {}, { idempotencyKey: "clé" }), TypeError);
+  assert.equal(f.calls, 0, "a malformed key is not sent");
+});

@@ -1,0 +1,183 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// Idempotent decisions (limiter/idempotency.go does the work in the deciding transaction). A
+// consuming route that takes the Idempotency-Key header reads it with idempotencyKeyOf, decodes
+// its body with decodeJSONRaw, and, when a key was given, hands the engine an idempotency record
+// (idempotencyFor) whose Render builds the whole answer — status, headers, body — exactly as the
+// route would write it; the route then writes what the engine returns (writeAnswer). Wiring
+// another route is those three calls.
+//
+// The canonical request is the method, the path, the tenant and the body's bytes: a retry must
+// send the same bytes (clients that re-encode a body must encode it the same way). A retry while
+// the first attempt is still being decided waits for it (the database orders the two; the second
+// replays), so the API never answers 409 for a key in flight.
+
+const (
+	// IdempotencyKeyHeader is the request header that makes a decision idempotent.
+	IdempotencyKeyHeader = "Idempotency-Key"
+	// IdempotentReplayedHeader marks a replayed answer ("true"): nothing was decided again.
+	IdempotentReplayedHeader = "Idempotent-Replayed"
+	// maxIdempotencyKey is the longest Idempotency-Key.
+	maxIdempotencyKey = 255
+)
+
+// idempotencyKeyOf reads the Idempotency-Key header: "" when absent, a 400 naming the header
+// unless it is one value of 1 to 255 printable ASCII characters.
+func idempotencyKeyOf(c *gin.Context) (string, error) {
+	vs := c.Request.Header.Values(IdempotencyKeyHeader)
+	if len(vs) == 0 {
+		return "", nil
+	}
+	const rule = "Idempotency-Key must be one header of 1 to 255 printable ASCII characters"
+	if len(vs) > 1 {
+		return "", badRequest(IdempotencyKeyHeader, rule+"; it was given more than once")
+	}
+	k := vs[0]
+	if len(k) == 0 || len(k) > maxIdempotencyKey {
+		return "", badRequest(IdempotencyKeyHeader, rule)
+	}
+	for i := range len(k) {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return "", badRequest(IdempotencyKeyHeader, rule)
+		}
+	}
+	return k, nil
+}
+
+// requestHash is the hash of the canonical request: method, path, tenant and body bytes.
+func requestHash(c *gin.Context, body []byte) []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %s\n%d\n", c.Request.Method, c.Request.URL.Path, tenantOf(c).TenantID)
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// idempotencyFor is the engine's idempotency record of a request with key and body; part tells
+// apart the items of one bulk request.
+func idempotencyFor(c *gin.Context, key string, part int, body []byte, render func(limiter.BatchDecision) limiter.Answer) *limiter.Idempotency {
+	return &limiter.Idempotency{Key: key, Part: part, Hash: requestHash(c, body), Render: render}
+}
+
+// writeAnswer writes an answer rendered for an idempotent request (or replayed, marked so).
+func writeAnswer(c *gin.Context, a limiter.Answer, replayed bool) {
+	h := c.Writer.Header()
+	for k, v := range a.Header {
+		h.Set(k, v)
+	}
+	if replayed {
+		h.Set(IdempotentReplayedHeader, "true")
+	}
+	if a.Status == http.StatusNoContent { // a release: no body, no Content-Type
+		c.Status(a.Status)
+		return
+	}
+	c.Data(a.Status, a.Header["Content-Type"], a.Body)
+}
+
+// rateLimitHeaderMap is setRateLimitHeaders' headers, for an answer.
+func rateLimitHeaderMap(ds []limiter.Decision) map[string]string {
+	h := map[string]string{}
+	if policy, limit := limiter.RateLimitHeaders(limiter.WithParents(ds)); policy != "" {
+		h["Ratelimit-Policy"], h["Ratelimit"] = policy, limit
+	}
+	return h
+}
+
+// jsonAnswer is c.JSON(status, v) with headers h, as an answer.
+func jsonAnswer(status int, v any, h map[string]string) limiter.Answer {
+	body, err := json.Marshal(v)
+	if err != nil { // the API's response types always encode
+		panic(fmt.Sprintf("api: encode answer: %v", err))
+	}
+	h["Content-Type"] = "application/json; charset=utf-8"
+	return limiter.Answer{Status: status, Header: h, Body: body}
+}
+
+// tooManyAnswer is tooMany's 429 problem (writeProblem's rendering of it) as an answer.
+func tooManyAnswer(d limiter.Decision, requestID string, h map[string]string) limiter.Answer {
+	p := ProblemFor(errTooMany(d))
+	p.RequestID = requestID
+	if p.RetryAfter != nil {
+		h["Retry-After"] = strconv.FormatInt(limiter.HeaderSeconds(float64(*p.RetryAfter)), 10)
+	}
+	h["Cache-Control"] = "no-store"
+	a := jsonAnswer(p.Status, p, h)
+	a.Header["Content-Type"] = "application/problem+json"
+	return a
+}
+
+// oneAnswer renders POST /v1/limits/{name}/limit's answer to a decision.
+func oneAnswer(d limiter.Decision, throws bool, requestID string) limiter.Answer {
+	h := rateLimitHeaderMap([]limiter.Decision{d})
+	if !d.OK && throws {
+		return tooManyAnswer(d, requestID, h)
+	}
+	return jsonAnswer(http.StatusOK, toDecisionResponse(d), h)
+}
+
+// batchAnswer renders POST /v1/limit's answer to a batch decision.
+func batchAnswer(b limiter.BatchDecision, throws bool, requestID string) limiter.Answer {
+	h := rateLimitHeaderMap(b.Results)
+	if !b.OK && throws {
+		return tooManyAnswer(worstRefusal(b), requestID, h)
+	}
+	return jsonAnswer(http.StatusOK, toBatchResponse(b), h)
+}
+
+// decideBulkIdempotent decides a bulk request's valid items (reqs, at their items at) with key:
+// each item's answer is stored on its own (part = its index), so that a retry after a crash
+// replays the items decided and decides only the others. results holds the invalid items'
+// problems already (not stored: they are the same on every attempt). Idempotent-Replayed is set
+// when every item that reached the engine was replayed (nothing was decided again).
+func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, reqs []limiter.Request, at []int, results []BulkResult) {
+	ctx := c.Request.Context()
+	tenantID := tenantOf(c).TenantID
+	hash := requestHash(c, body)
+	// Items without a stored answer would otherwise be decided under a key used for another
+	// request: refuse the whole request first if the key holds another one.
+	if reused, err := s.engine.IdempotencyKeyReused(ctx, tenantID, key, hash); err != nil || reused {
+		if err == nil {
+			err = limiter.ErrIdempotencyKeyReused
+		}
+		writeProblem(c, s.log, err)
+		return
+	}
+	idems := make([]*limiter.Idempotency, len(reqs))
+	for k := range reqs {
+		idems[k] = &limiter.Idempotency{Key: key, Part: at[k], Hash: hash, Render: func(b limiter.BatchDecision) limiter.Answer {
+			d := toDecisionResponse(b.Results[0])
+			return jsonAnswer(http.StatusOK, BulkResult{DecisionResponse: &d}, map[string]string{})
+		}}
+	}
+	raw := make([]json.RawMessage, len(results))
+	replayed := len(reqs) > 0
+	for k, o := range s.engine.EachIdempotent(ctx, tenantID, reqs, idems) {
+		if o.Err != nil {
+			results[at[k]].Error = s.itemProblem(c, o.Err)
+			replayed = false
+			continue
+		}
+		raw[at[k]] = o.Answer.Body
+		replayed = replayed && o.Replayed
+	}
+	for i := range raw {
+		if raw[i] == nil {
+			raw[i] = jsonAnswer(http.StatusOK, results[i], map[string]string{}).Body
+		}
+	}
+	writeAnswer(c, jsonAnswer(http.StatusOK, struct {
+		Results []json.RawMessage `json:"results"`
+	}{raw}, map[string]string{}), replayed)
+}
