@@ -94,7 +94,16 @@ type Request struct {
 	// Refund gives Count back instead of taking it (Engine.Refund): never above the maximum,
 	// always decided OK.
 	Refund bool
+	// System decides this request in the system tenant's key space (SystemTenant) with its inline
+	// Config, whatever tenant the batch is for. It lets a limit Sluice keeps on a tenant (its
+	// plan's decision rate) ride in the tenant's own batch, all or nothing with it, at no extra
+	// round trip. Only the server sets it; a System request needs a Config and no Refund.
+	System bool
 }
+
+// SystemTenant is the tenant ID of the limits Sluice keeps on its own behalf (login attempts,
+// captcha challenges, plans' decision rates); no real tenant has it.
+const SystemTenant int64 = 0
 
 // Decision is the outcome of one limit.
 type Decision struct {
@@ -116,6 +125,7 @@ type Decision struct {
 	// parents, then theirs. OK and RetryAfter above are the whole family's: the request passed
 	// only if the limit and every ancestor allowed it.
 	Parents []Decision
+	system  bool // decided for the system tenant (Request.System)
 	// Shadow is what enforcement would have answered, for a limit in shadow mode (nil
 	// otherwise): OK and RetryAfter are then always true and nil, whatever Shadow says.
 	Shadow *ShadowOutcome
@@ -244,7 +254,10 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 // Outcome is one result of Each: a decision, or why the request got none.
 type Outcome struct {
 	Decision Decision
-	Err      error
+	// With is the decision of EachWith's added request (nil without one): when it refused, so was
+	// the job, and Decision.OK says only what the request's own limit said.
+	With *Decision
+	Err  error
 }
 
 // Each decides every request on its own, not all or nothing: each valid request is its own job,
@@ -253,14 +266,32 @@ type Outcome struct {
 // one that fails (an unknown limit), gets its error and the others are still decided. The
 // result is in the order of reqs.
 func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consume bool) []Outcome {
+	return e.EachWith(ctx, tenantID, reqs, nil, consume)
+}
+
+// EachWith is Each with, when with is not nil, a copy of with added to each request's job, all
+// or nothing with it (a plan's decision rate, Request.System): Outcome.With is its decision.
+func (e *Engine) EachWith(ctx context.Context, tenantID int64, reqs []Request, with *Request, consume bool) []Outcome {
 	out := make([]Outcome, len(reqs))
+	if with != nil {
+		if err := validateRequest(with); err != nil {
+			for i := range out {
+				out[i].Err = err
+			}
+			return out
+		}
+	}
 	jobs := make([]*job, len(reqs))
 	for i := range reqs {
 		if err := validateRequest(&reqs[i]); err != nil {
 			out[i].Err = err
 			continue
 		}
-		j := &job{tenantID: tenantID, reqs: reqs[i : i+1], consume: consume, picks: make([][]int, 1), done: make(chan struct{})}
+		jr := reqs[i : i+1]
+		if with != nil {
+			jr = []Request{reqs[i], *with}
+		}
+		j := &job{tenantID: tenantID, reqs: jr, consume: consume, picks: make([][]int, len(jr)), done: make(chan struct{})}
 		if err := e.enqueue(ctx, j); err != nil {
 			out[i].Err = err
 			continue
@@ -278,6 +309,10 @@ func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consu
 			out[i].Err = j.err
 		default:
 			out[i].Decision = j.out.Results[0]
+			if with != nil {
+				w := j.out.Results[1]
+				out[i].With = &w
+			}
 		}
 	}
 	return out
@@ -310,6 +345,10 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 			out.RetryAfter = &v
 		}
 		if consume && e.onDecision != nil && !r.refund {
+			if r.system {
+				e.onDecision(SystemTenant, r.Name, out.OK)
+				continue
+			}
 			e.onDecision(tenantID, r.Name, out.OK)
 			for _, p := range r.Parents {
 				e.onDecision(tenantID, p.Name, out.OK)
@@ -348,6 +387,9 @@ func validateRequest(r *Request) error {
 	}
 	if err := algo.CheckAttributes(r.Attributes); err != nil {
 		return fromAlgo(err)
+	}
+	if r.System && (r.Config == nil || r.Refund) {
+		return invalidRequest("config", "a system request needs an inline config and cannot be a refund")
 	}
 	if r.Refund && (r.Reserve || r.Config != nil) {
 		return invalidRequest("count", "a refund gives tokens back to a stored limit: no reserve, no inline config")
