@@ -183,16 +183,25 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	var d limiter.Decision
-	if consume {
-		d, err = s.engine.Limit(c.Request.Context(), tenantOf(c).TenantID, req)
-	} else {
-		d, err = s.engine.Check(c.Request.Context(), tenantOf(c).TenantID, req)
-	}
+	plan, err := s.planGuard(c, 1)
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
+	reqs := []limiter.Request{req}
+	if plan != nil {
+		reqs = append(reqs, *plan)
+	}
+	b, err := s.engine.Batch(c.Request.Context(), tenantOf(c).TenantID, reqs, consume)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	if plan != nil && !b.Results[1].OK {
+		writeProblem(c, s.log, planRefusal(plan, b.Results[1]))
+		return
+	}
+	d := b.Results[0]
 	setRateLimitHeaders(c, []limiter.Decision{d})
 	if !d.OK && body.Throws {
 		s.tooMany(c, d)
@@ -224,10 +233,25 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 		}
 		reqs[i] = req
 	}
+	plan, err := s.planGuard(c, len(reqs))
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	if plan != nil {
+		reqs = append(reqs, *plan)
+	}
 	b, err := s.engine.Batch(c.Request.Context(), tenantOf(c).TenantID, reqs, consume)
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
+	}
+	if plan != nil {
+		if last := b.Results[len(b.Results)-1]; !last.OK {
+			writeProblem(c, s.log, planRefusal(plan, last))
+			return
+		}
+		b.Results = b.Results[:len(b.Results)-1]
 	}
 	setRateLimitHeaders(c, b.Results)
 	if !b.OK && body.Throws {
@@ -270,9 +294,18 @@ func (s *Server) decideBulk(c *gin.Context) {
 		}
 		reqs, at = append(reqs, req), append(at, i)
 	}
-	for k, o := range s.engine.Each(c.Request.Context(), tenantOf(c).TenantID, reqs, true) {
+	plan, err := s.planGuard(c, 1) // each item is its own decision, all or nothing with the plan
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	for k, o := range s.engine.EachWith(c.Request.Context(), tenantOf(c).TenantID, reqs, plan, true) {
 		if o.Err != nil {
 			results[at[k]].Error = s.itemProblem(c, o.Err)
+			continue
+		}
+		if o.With != nil && !o.With.OK {
+			results[at[k]].Error = s.itemProblem(c, planRefusal(plan, *o.With))
 			continue
 		}
 		d := toDecisionResponse(o.Decision)

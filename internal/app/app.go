@@ -141,13 +141,15 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if err != nil {
 		return nil, err
 	}
-	tenantOpts := []tenants.Option{tenants.WithEvents(a.Webhooks)}
+	tenantOpts := []tenants.Option{tenants.WithEvents(a.Webhooks), tenants.WithDefaultPlan(tenants.Plan{
+		DecisionsPerSecond: cfg.PlanDecisionsPerSecond, MaxLimits: cfg.PlanMaxLimits, MaxKeys: cfg.PlanMaxKeys, MaxOverrides: cfg.PlanMaxOverrides,
+	})}
 	if o.AuthCacheTTL > 0 {
 		tenantOpts = append(tenantOpts, tenants.WithAuthCacheTTL(o.AuthCacheTTL))
 	}
 	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenantOpts...)
 	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log})
-	a.Engine = limiter.NewEngine(a.DB, limiter.Options{FastCommit: cfg.FastCommit, OnDecision: func(tenantID int64, name string, ok bool) {
+	a.Engine = limiter.NewEngine(a.DB, limiter.Options{FastCommit: cfg.FastCommit, Quotas: a.Tenants, OnDecision: func(tenantID int64, name string, ok bool) {
 		a.Metrics.OnDecision(tenantID, name, ok)
 		a.Usage.Record(tenantID, name, ok)
 	}, OnShadowRefused: func(tenantID int64, name string) {
@@ -171,7 +173,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		signer = signer.WithClock(o.Now)
 	}
 	a.API, err = api.New(api.Deps{
-		Engine: a.Engine, Auth: a.Tenants, Audit: a.Tenants, Tenants: a.Tenants,
+		Engine: a.Engine, Auth: a.Tenants, Audit: a.Tenants, Tenants: a.Tenants, Plans: a.Tenants,
 		Captcha: a.Captcha, Issuer: issuer, Signer: signer, Webhooks: a.Webhooks, Logger: a.Log,
 		ChallengeIPLimit: o.ChallengeIPLimit, ChallengeKeyLimit: o.ChallengeKeyLimit,
 	})

@@ -11,6 +11,7 @@ package apperr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -31,9 +32,11 @@ const (
 	NotFound             Code = "not_found"
 	DefinitionExists     Code = "definition_exists"
 	Conflict             Code = "conflict"
+	PlanQuotaReached     Code = "plan_quota_reached"
 	PayloadTooLarge      Code = "payload_too_large"
 	MethodNotAllowed     Code = "method_not_allowed"
 	RateLimited          Code = "rate_limited"
+	TenantQuotaExceeded  Code = "tenant_quota_exceeded"
 	Unavailable          Code = "unavailable"
 	Internal             Code = "internal"
 )
@@ -53,9 +56,11 @@ var codes = map[Code]struct {
 	NotFound:             {http.StatusNotFound, "Not found"},
 	DefinitionExists:     {http.StatusConflict, "Definition exists"},
 	Conflict:             {http.StatusConflict, "Conflict"},
+	PlanQuotaReached:     {http.StatusConflict, "Plan quota reached"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	RateLimited:          {http.StatusTooManyRequests, "Rate limited"},
+	TenantQuotaExceeded:  {http.StatusTooManyRequests, "Tenant quota exceeded"},
 	Unavailable:          {http.StatusServiceUnavailable, "Service unavailable"},
 	Internal:             {http.StatusInternalServerError, "Internal error"},
 }
@@ -176,4 +181,10 @@ func (e *Error) Sentence() string {
 		s += "."
 	}
 	return s
+}
+
+// QuotaReached is plan_quota_reached (409) for a creation past the tenant's plan: the plan allows
+// at most max of what ("limits", "API keys", "overrides").
+func QuotaReached(what string, max int64) *Error {
+	return &Error{Code: PlanQuotaReached, Message: fmt.Sprintf("the tenant's plan allows at most %d %s; delete one, or ask an operator for a larger plan", max, what)}
 }

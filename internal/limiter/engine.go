@@ -23,6 +23,7 @@ type Engine struct {
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
 	onShadow   func(tenantID int64, name string)
+	quotas     Quotas // Options.Quotas; nil: no plan bounds the counts
 
 	queue    chan *job     // decisions waiting for the group-commit worker (Run)
 	maxGroup int           // most decisions in one group transaction
@@ -59,11 +60,22 @@ type Options struct {
 	// acknowledged in the last moments (the WAL writer's delay) and admit them again. Every
 	// other write (definitions, keys, users, audit) stays durable. No effect on SQLite.
 	FastCommit bool
+	// Quotas, when set, bounds how many limits and overrides each tenant may hold (its plan).
+	Quotas Quotas
+}
+
+// Quotas is what the engine needs of tenants' plans (package tenants implements it).
+type Quotas interface {
+	// MaxCount is the most of quota ("limits", "overrides") the tenant may hold; 0 is no limit.
+	MaxCount(ctx context.Context, tenantID int64, quota string) (int64, error)
+	// QuotaUsed is told, inside the transaction that created one more, how many the tenant now
+	// holds of quota, whose max is max (it may queue a "near its quota" event there).
+	QuotaUsed(tx *gorm.DB, tenantID int64, quota string, used, max int64) error
 }
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, stopped: make(chan struct{})}
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, quotas: opts.Quotas, stopped: make(chan struct{})}
 	if e.clock == nil {
 		e.clock = time.Now
 	}

@@ -290,14 +290,30 @@ func (s *Service) CreateKey(ctx context.Context, tenantID int64, kind KeyKind, l
 		Hint:      keyHint(secret),
 		CreatedAt: s.clock(),
 	}
+	plan, err := s.PlanOf(ctx, tenantID)
+	if err != nil {
+		return APIKey{}, "", wrap("create key", err)
+	}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		if err := first(tx, &tenantRow{}, "id = ?", tenantID); err != nil {
 			return err
 		}
+		// The plan's count, in the creating transaction: two concurrent creations cannot both
+		// take the last place.
+		n, err := countKeys(tx, tenantID)
+		if err != nil {
+			return err
+		}
+		if plan.MaxKeys > 0 && n >= plan.MaxKeys {
+			return apperr.QuotaReached("API keys", plan.MaxKeys)
+		}
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
-		return s.audit(tx, &tenantID, actor, "key.create", row.ID, fmt.Sprintf("%s key %q", kind, label))
+		if err := s.audit(tx, &tenantID, actor, "key.create", row.ID, fmt.Sprintf("%s key %q", kind, label)); err != nil {
+			return err
+		}
+		return s.QuotaUsed(tx, tenantID, QuotaKeys, n+1, plan.MaxKeys)
 	})
 	if err != nil {
 		return APIKey{}, "", wrap("create key", err)

@@ -32,11 +32,14 @@ const (
 	EventKeyCreated        = "key.created"
 	EventKeyRevoked        = "key.revoked"
 	EventDefinitionChanged = "definition.changed"
+	// EventTenantQuotaNear: the tenant's count of limits, API keys or overrides has just reached
+	// 80 % of its plan (tenants.EventQuotaNear, queued in the creating transaction).
+	EventTenantQuotaNear = "tenant.quota_near"
 	EventTest              = "webhook.test" // sent on request only, to every endpoint asked
 )
 
 // Events lists the events an endpoint may subscribe to.
-var Events = []string{EventKeyCreated, EventKeyRevoked, EventDefinitionChanged}
+var Events = []string{EventKeyCreated, EventKeyRevoked, EventDefinitionChanged, EventTenantQuotaNear}
 
 // Bounds on what a tenant may configure.
 const (
