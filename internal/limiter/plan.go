@@ -2,11 +2,14 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // Plans: a tenant's decision rate is a system limit (PlanRequest) that rides in each of the
@@ -78,3 +81,30 @@ func countOverrides(tx *gorm.DB, tenantID int64, n *int64) error {
 // PlanBurst is how many decisions a plan of perSecond admits at once: one second's worth, and at
 // least one (a plan below one per second, "one per minute", admits one, then one per 60 s).
 func PlanBurst(perSecond float64) float64 { return max(perSecond, 1) }
+
+// PlanAvailable is how many decisions a tenant's plan rate of perSecond admits right now (its
+// bucket computed to now, nothing written); 0 when the plan sets no rate.
+func (e *Engine) PlanAvailable(ctx context.Context, tenantID int64, perSecond float64) (float64, error) {
+	req := PlanRequest(tenantID, perSecond, 1)
+	if req == nil {
+		return 0, nil
+	}
+	def := req.Config.Normalized()
+	var v float64
+	err := e.db.ReadOnly(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+		now, err := e.nowIn(tx)
+		if err != nil {
+			return err
+		}
+		states, err := loadStates(tx, SystemTenant, def, req.Name, req.Key, []int{0})
+		if err != nil {
+			return err
+		}
+		v, _ = algo.Peek(def, states[0], now, algo.Origin(def, SystemTenant, req.Name, req.Key))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("limiter: plan available: %w", err)
+	}
+	return v, nil
+}

@@ -167,6 +167,7 @@ type limitFormVM struct {
 	Errors  map[string]string
 	Warning string
 	Kinds   []string
+	FormErr string // a refusal of the whole form (the plan's quota of limits)
 }
 
 var kinds = []string{string(limiter.TokenBucket), string(limiter.GCRA), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota)}
@@ -409,6 +410,11 @@ func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, a
 			vm.Errors[fe.Field] = fe.Message
 		}
 		u.renderLimitForm(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
+	if e := apperr.From(err); err != nil && e.Code == apperr.PlanQuotaReached {
+		vm.FormErr = e.Sentence()
+		u.renderLimitForm(c, http.StatusConflict, vm)
 		return
 	}
 	if err != nil {
