@@ -35,7 +35,7 @@ const (
 	// EventTenantQuotaNear: the tenant's count of limits, API keys or overrides has just reached
 	// 80 % of its plan (tenants.EventQuotaNear, queued in the creating transaction).
 	EventTenantQuotaNear = "tenant.quota_near"
-	EventTest              = "webhook.test" // sent on request only, to every endpoint asked
+	EventTest            = "webhook.test" // sent on request only, to every endpoint asked
 )
 
 // Events lists the events an endpoint may subscribe to.
