@@ -76,7 +76,8 @@ func TestKeyKindRadiosAndPublishableKeyInChromium(t *testing.T) {
 		t.Fatalf("new publishable key %q", pk)
 	}
 	step("reload the captcha page", chromedp.Click(`nav.tabs a[href$="/captcha"]`), chromedp.WaitVisible("#publishable-keys"))
-	if shown := read("listed key", chromedp.Value("#publishable-keys input.pk-value")); shown != pk {
+	shown := read("listed key", chromedp.Evaluate[string](`(document.querySelector('#publishable-keys input.pk-value') || {value: ''}).value`))
+	if shown != pk {
 		t.Fatalf("after a reload the page shows the publishable key %q, want %q", shown, pk)
 	}
 	if snippet := read("snippet", chromedp.Text("#embed-snippet")); !strings.Contains(snippet, "pk="+pk+"&") {
