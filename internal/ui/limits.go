@@ -45,7 +45,7 @@ func summary(d limiter.Definition) string {
 	if d.Kind == limiter.Quota {
 		b.WriteString(quotaRate(d))
 	} else {
-		b.WriteString(fmtNum(d.Rate) + " per " + fmtMS(d.Period))
+		b.WriteString(fmtNum(d.Rate) + " " + limiter.PerDuration(d.Period))
 	}
 	if d.Capacity != nil && d.Kind != limiter.SlidingWindow {
 		b.WriteString(", capacity " + fmtNum(*d.Capacity))
@@ -172,6 +172,14 @@ type limitFormVM struct {
 
 var kinds = []string{string(limiter.TokenBucket), string(limiter.GCRA), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota)}
 
+// inputMode is a form field's keyboard on phones: the period takes words ("10m"), the rest numbers.
+func inputMode(field string) string {
+	if field == "period" {
+		return "text"
+	}
+	return "decimal"
+}
+
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
 
@@ -224,7 +232,13 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 	}
 	body := limiter.Spec{Kind: get("kind")}
 	body.Rate = float("rate")
-	body.Period = integer("period")
+	if s := get("period"); s != "" { // milliseconds, or a human duration: "10m", "per 10 minutes"
+		if ms, err := limiter.ParseDuration(s); err != nil {
+			errs["period"] = err.Error()
+		} else {
+			body.Period = &ms
+		}
+	}
 	if limiter.Kind(body.Kind) == limiter.Quota {
 		// The form starts with a period filled in; a quota's window is its calendar.
 		body.Period = nil
@@ -311,7 +325,7 @@ func definitionValues(d limiter.Definition) map[string]string {
 	v := map[string]string{
 		"kind":   string(d.Kind),
 		"rate":   strconv.FormatFloat(d.Rate, 'f', -1, 64),
-		"period": strconv.FormatInt(d.Period, 10),
+		"period": limiter.FormatDuration(d.Period),
 		"shards": strconv.Itoa(max(d.Shards, 1)),
 		"jitter": strconv.FormatInt(d.Jitter, 10),
 		"mode":   string(d.Normalized().Mode),
@@ -376,7 +390,7 @@ func (u *UI) renderLimitForm(c *gin.Context, status int, vm limitFormVM) {
 }
 
 func (u *UI) newLimitForm(c *gin.Context) {
-	u.renderLimitForm(c, http.StatusOK, limitFormVM{Values: map[string]string{"kind": string(limiter.TokenBucket), "period": "60000"}})
+	u.renderLimitForm(c, http.StatusOK, limitFormVM{Values: map[string]string{"kind": string(limiter.TokenBucket), "period": "1m"}})
 }
 
 func (u *UI) createLimit(c *gin.Context) {
