@@ -627,7 +627,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {unknown} */
-            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal";
+            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "plan_quota_reached" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "tenant_quota_exceeded" | "unavailable" | "internal";
             field?: string;
             errors?: {
                 field?: string;
@@ -713,12 +713,12 @@ export interface components {
         WebhookRequest: {
             /** @description http or https, no credentials */
             url: string;
-            events: ("key.created" | "key.revoked" | "definition.changed")[];
+            events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near")[];
         };
         WebhookEndpoint: {
             id: number;
             url: string;
-            events: ("key.created" | "key.revoked" | "definition.changed")[];
+            events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near")[];
             enabled: boolean;
             /** Format: date-time */
             createdAt: string;
@@ -1031,6 +1031,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description plan_quota_reached: creating this limit would pass the tenant's plan (its most limits) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
@@ -1207,7 +1216,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1315,7 +1324,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1577,7 +1586,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1683,7 +1692,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -2723,6 +2732,15 @@ export interface operations {
             };
             /** @description limit_not_found: the limit has no stored definition */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description plan_quota_reached: creating this override would pass the tenant's plan (its most overrides over all limits) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
