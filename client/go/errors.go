@@ -36,9 +36,11 @@ const (
 	CodeNotFound             = "not_found"
 	CodeDefinitionExists     = "definition_exists"
 	CodeConflict             = "conflict"
+	CodePlanQuotaReached     = "plan_quota_reached" // 409: creating one more would pass the tenant's plan
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeRateLimited          = "rate_limited"
+	CodeTenantQuotaExceeded  = "tenant_quota_exceeded" // 429: the tenant is over its plan's decision rate
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
 )
