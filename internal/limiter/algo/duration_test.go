@@ -18,7 +18,7 @@ func TestParseDurationReadsMillisecondsAndHumanDurations(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "0", "-5", "10", "10.5", "m10", "1e3s", "per", "and", "1 fortnight", "0.0001s",
-		"1h-30m", "0m", "99999999999999999999ms", "31710 weeks 10000000 weeks", "1..5s", "10 10m", strings.Repeat("1m", 60)} {
+		"1h-30m", "0m", "1.0005s", "0.5ms", "99999999999999999999ms", "31710 weeks 10000000 weeks", "1..5s", "10 10m", strings.Repeat("1m", 60)} {
 		if in == "10" {
 			continue // ten milliseconds: a number alone is milliseconds
 		}
