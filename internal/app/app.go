@@ -201,7 +201,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		}
 	}
 	if cfg.GRPCAddr != "" {
-		a.Envoy = envoyrls.New(a.Tenants, a.Engine, envoyrls.Options{KeyHeader: cfg.GRPCKeyHeader, AllowUnknown: cfg.GRPCAllowUnknown, Logger: a.Log})
+		a.Envoy = envoyrls.New(a.Tenants, a.Engine, envoyrls.Options{KeyHeader: cfg.GRPCKeyHeader, AllowUnknown: cfg.GRPCAllowUnknown, Logger: a.Log, Plans: a.Tenants})
 	}
 	// SLUICE_ADMIN_EMAIL/PASSWORD create the first operator; otherwise an empty database gets a
 	// one-time setup link, printed once the address is known.
