@@ -106,6 +106,13 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool
 	return d, nil
 }
 
+// DefaultPlan is the tenants' option of the configured default plan (PLAN_*), for the server and
+// the command line alike.
+func DefaultPlan(cfg config.Config) tenants.Option {
+	return tenants.WithDefaultPlan(tenants.Plan{DecisionsPerSecond: cfg.PlanDecisionsPerSecond,
+		MaxLimits: cfg.PlanMaxLimits, MaxKeys: cfg.PlanMaxKeys, MaxOverrides: cfg.PlanMaxOverrides})
+}
+
 // NewLogger is the process's logger: text lines at the configured level.
 func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.LogLevel}))
@@ -141,9 +148,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if err != nil {
 		return nil, err
 	}
-	tenantOpts := []tenants.Option{tenants.WithEvents(a.Webhooks), tenants.WithDefaultPlan(tenants.Plan{
-		DecisionsPerSecond: cfg.PlanDecisionsPerSecond, MaxLimits: cfg.PlanMaxLimits, MaxKeys: cfg.PlanMaxKeys, MaxOverrides: cfg.PlanMaxOverrides,
-	})}
+	tenantOpts := []tenants.Option{tenants.WithEvents(a.Webhooks), DefaultPlan(cfg)}
 	if o.AuthCacheTTL > 0 {
 		tenantOpts = append(tenantOpts, tenants.WithAuthCacheTTL(o.AuthCacheTTL))
 	}
