@@ -201,6 +201,9 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 		writeProblem(c, s.log, planRefusal(plan, b.Results[1]))
 		return
 	}
+	if plan != nil && b.OK && consume {
+		s.planUsed(c, plan, b.Results[1])
+	}
 	d := b.Results[0]
 	setRateLimitHeaders(c, []limiter.Decision{d})
 	if !d.OK && body.Throws {
@@ -247,9 +250,13 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 		return
 	}
 	if plan != nil {
-		if last := b.Results[len(b.Results)-1]; !last.OK {
+		last := b.Results[len(b.Results)-1]
+		if !last.OK {
 			writeProblem(c, s.log, planRefusal(plan, last))
 			return
+		}
+		if b.OK && consume {
+			s.planUsed(c, plan, last)
 		}
 		b.Results = b.Results[:len(b.Results)-1]
 	}
@@ -299,6 +306,7 @@ func (s *Server) decideBulk(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
+	var used *limiter.Decision // the plan as the last admitted item left it
 	for k, o := range s.engine.EachWith(c.Request.Context(), tenantOf(c).TenantID, reqs, plan, true) {
 		if o.Err != nil {
 			results[at[k]].Error = s.itemProblem(c, o.Err)
@@ -308,8 +316,14 @@ func (s *Server) decideBulk(c *gin.Context) {
 			results[at[k]].Error = s.itemProblem(c, planRefusal(plan, *o.With))
 			continue
 		}
+		if o.With != nil && o.Decision.OK {
+			used = o.With
+		}
 		d := toDecisionResponse(o.Decision)
 		results[at[k]].DecisionResponse = &d
+	}
+	if used != nil {
+		s.planUsed(c, plan, *used)
 	}
 	c.JSON(http.StatusOK, BulkResponse{Results: results})
 }

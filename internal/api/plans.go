@@ -15,6 +15,20 @@ import (
 // PlanSource gives the plan in force for a tenant, cached: it is asked on every decision.
 type PlanSource interface {
 	PlanOf(ctx context.Context, tenantID int64) (tenants.Plan, error)
+	// RateUsed is told what the plan's rate still admits after an admitted decision (it tells the
+	// tenant's webhooks when that is little).
+	RateUsed(ctx context.Context, tenantID int64, remaining, burst float64) error
+}
+
+// planUsed tells the plans what an admitted decision left of the plan's rate. A failure to tell
+// is logged, never the decision's failure.
+func (s *Server) planUsed(c *gin.Context, plan *limiter.Request, d limiter.Decision) {
+	if plan == nil || !d.OK {
+		return
+	}
+	if err := s.plans.RateUsed(c.Request.Context(), tenantOf(c).TenantID, d.Remaining, *plan.Config.Capacity); err != nil {
+		s.log.WarnContext(c.Request.Context(), "plan: near-quota event not recorded", "err", err)
+	}
 }
 
 // planGuard is the request that spends n decisions of the caller's plan decision rate, to add to

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,8 +142,10 @@ func TestPlanCountQuotasAre409OverHTTP(t *testing.T) {
 }
 
 // TestTenantNearItsPlanQuotaReachesItsWebhook: the creation that first brings a tenant's limits
-// to 80 % of its plan queues tenant.quota_near in its transaction; a real receiver on loopback
-// gets it once, with the quota, the count and the max; later creations send no more.
+// to 80 % of its plan queues tenant.quota_near in its transaction; a decision that leaves less
+// than 20 % of the plan's burst queues it for the decision rate (once an hour, not on every
+// decision). A real receiver on loopback gets each once, with the quota, the count and the max;
+// later creations and decisions send no more.
 func TestTenantNearItsPlanQuotaReachesItsWebhook(t *testing.T) {
 	t.Parallel()
 	testkit.EachURL(t, func(t *testing.T, url string) {
@@ -173,12 +176,19 @@ func TestTenantNearItsPlanQuotaReachesItsWebhook(t *testing.T) {
 		for _, name := range []string{"l1", "l2", "l3", "l4", "l5"} {
 			h.define(t, acme.key, name, map[string]any{"kind": "token bucket", "rate": 10, "period": 1000})
 		}
+		// A plan of one decision per 1,000 s (a burst of one): the first decision leaves nothing.
+		setPlan(t, h, acme.id, tenants.PlanSettings{MaxLimits: ptr(int64(5)), DecisionsPerSecond: ptr(0.001)})
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusOK)
+		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusTooManyRequests, "tenant_quota_exceeded")
+		setPlan(t, h, acme.id, tenants.PlanSettings{MaxLimits: ptr(int64(5)), DecisionsPerSecond: ptr(100_000.0)}) // refills within the millisecond
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusOK) // near again, within the hour
 		if _, err := a.Webhooks.DeliverDue(ctx); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if want := []string{"tenant.quota_near limits 4/5"}; len(got) != 1 || got[0] != want[0] {
+		slices.Sort(got)
+		if want := []string{"tenant.quota_near decisions 1/1", "tenant.quota_near limits 4/5"}; !slices.Equal(got, want) {
 			t.Fatalf("receiver got %q, want %q", got, want)
 		}
 	})

@@ -284,6 +284,44 @@ func (s *Service) QuotaUsed(tx *gorm.DB, tenantID int64, quota string, used, max
 	return s.events.Enqueue(tx, tenantID, EventQuotaNear, QuotaNearEvent{Quota: quota, Used: used, Max: max})
 }
 
+// rateNearEvery is how often one instance tells a tenant that its decisions are near the plan's
+// rate, at most: a tenant that stays near it is not told on every decision.
+const rateNearEvery = time.Hour
+
+// RateUsed is told, after a decision the plan admitted, how many decisions its rate still admits
+// at once (remaining) of its burst. When that is under 100 - NearQuotaPercent percent, it audits
+// "plan.quota_near" and queues EventQuotaNear (quota "decisions", used and max in decisions of the
+// burst), at most once per rateNearEvery per tenant on this instance (so with several instances a
+// tenant may hear it once per instance). Otherwise it costs one comparison.
+func (s *Service) RateUsed(ctx context.Context, tenantID int64, remaining, burst float64) error {
+	if burst <= 0 || remaining*100 >= burst*(100-NearQuotaPercent) {
+		return nil
+	}
+	now := time.Now()
+	s.planMu.Lock()
+	if last, ok := s.rateNear[tenantID]; ok && now.Sub(last) < rateNearEvery {
+		s.planMu.Unlock()
+		return nil
+	}
+	if s.rateNear == nil || len(s.rateNear) >= maxCachedKeys {
+		s.rateNear = map[int64]time.Time{}
+	}
+	s.rateNear[tenantID] = now
+	s.planMu.Unlock()
+	used, max := int64(math.Ceil(burst-remaining)), int64(math.Ceil(burst))
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		detail := fmt.Sprintf("%d of the %d decisions the plan admits at once", used, max)
+		if err := s.audit(tx, &tenantID, "sluice", "plan.quota_near", QuotaDecisions, detail); err != nil {
+			return err
+		}
+		if s.events == nil {
+			return nil
+		}
+		return s.events.Enqueue(tx, tenantID, EventQuotaNear, QuotaNearEvent{Quota: QuotaDecisions, Used: used, Max: max})
+	})
+	return wrap("rate used", err)
+}
+
 // crossesNear reports whether used is the first count at or past NearQuotaPercent of max.
 func crossesNear(used, max int64) bool {
 	threshold := (max*NearQuotaPercent + 99) / 100 // the smallest count at or past the share
