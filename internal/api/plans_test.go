@@ -180,7 +180,7 @@ func TestTenantNearItsPlanQuotaReachesItsWebhook(t *testing.T) {
 		setPlan(t, h, acme.id, tenants.PlanSettings{MaxLimits: ptr(int64(5)), DecisionsPerSecond: ptr(0.001)})
 		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusOK)
 		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusTooManyRequests, "tenant_quota_exceeded")
-		setPlan(t, h, acme.id, tenants.PlanSettings{MaxLimits: ptr(int64(5)), DecisionsPerSecond: ptr(100_000.0)}) // refills within the millisecond
+		setPlan(t, h, acme.id, tenants.PlanSettings{MaxLimits: ptr(int64(5)), DecisionsPerSecond: ptr(100_000.0)})             // refills within the millisecond
 		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusOK) // near again, within the hour
 		if _, err := a.Webhooks.DeliverDue(ctx); err != nil {
 			t.Fatal(err)
