@@ -28,7 +28,8 @@ const (
 )
 
 // EventQuotaNear is the webhook event of a tenant whose use of a count quota has just reached
-// NearQuotaPercent of its plan.
+// NearQuotaPercent of its plan, or whose decisions left less than 100 - NearQuotaPercent percent
+// of its plan's burst (RateUsed).
 const EventQuotaNear = "tenant.quota_near"
 
 // NearQuotaPercent is the share of a count quota past which a tenant is told it is near it.
@@ -63,7 +64,7 @@ type TenantPlan struct {
 
 // QuotaNearEvent is the data of EventQuotaNear.
 type QuotaNearEvent struct {
-	Quota string `json:"quota"` // limits, keys or overrides
+	Quota string `json:"quota"` // limits, keys, overrides or decisions
 	Used  int64  `json:"used"`
 	Max   int64  `json:"max"`
 }

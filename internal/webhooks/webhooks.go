@@ -33,7 +33,8 @@ const (
 	EventKeyRevoked        = "key.revoked"
 	EventDefinitionChanged = "definition.changed"
 	// EventTenantQuotaNear: the tenant's count of limits, API keys or overrides has just reached
-	// 80 % of its plan (tenants.EventQuotaNear, queued in the creating transaction).
+	// 80 % of its plan (queued in the creating transaction), or a decision left under 20 % of its
+	// plan's burst (tenants.EventQuotaNear).
 	EventTenantQuotaNear = "tenant.quota_near"
 	EventTest            = "webhook.test" // sent on request only, to every endpoint asked
 )
