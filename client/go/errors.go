@@ -39,9 +39,11 @@ const (
 	CodeHoldClosed           = "hold_closed"
 	CodeLeaseClosed          = "lease_closed"
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	CodePlanQuotaReached     = "plan_quota_reached" // 409: creating one more would pass the tenant's plan
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeRateLimited          = "rate_limited"
+	CodeTenantQuotaExceeded  = "tenant_quota_exceeded" // 429: the tenant is over its plan's decision rate
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
 )

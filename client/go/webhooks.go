@@ -18,6 +18,8 @@ const (
 	EventKeyCreated        = "key.created"
 	EventKeyRevoked        = "key.revoked"
 	EventDefinitionChanged = "definition.changed"
+	// EventTenantQuotaNear: the tenant's limits, API keys or overrides reached 80 % of its plan.
+	EventTenantQuotaNear = "tenant.quota_near"
 )
 
 // Webhook is one of the tenant's webhook endpoints.

@@ -29,7 +29,7 @@ func adminCmd(ctx context.Context, cfg config.Config, group string, args []strin
 	if err != nil {
 		return err
 	}
-	svc := tenants.NewService(d, keys.Pepper, nil)
+	svc := tenants.NewService(d, keys.Pepper, nil, app.DefaultPlan(cfg)) // the CLI's keys count too
 	const actor = "cli"
 
 	switch group + " " + sub {

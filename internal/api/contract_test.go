@@ -580,6 +580,7 @@ func TestProblemCodesAreTheDocumentedEnum(t *testing.T) {
 		api.CodeForbidden, api.CodeSessionNotAuthorized, api.CodeTenantSuspended, api.CodeLimitNotFound, api.CodeNotFound,
 		api.CodeDefinitionExists, api.CodeConflict, api.CodeHoldClosed, api.CodeLeaseClosed, api.CodeIdempotencyKeyReused, api.CodePayloadTooLarge, api.CodeMethodNotAllowed,
 		api.CodeRateLimited, api.CodeUnavailable, api.CodeInternal,
+		api.CodeTenantQuotaExceeded, api.CodePlanQuotaReached,
 	}
 	for _, code := range codes {
 		if apperr.Code(code).Title() == "" {

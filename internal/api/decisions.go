@@ -189,33 +189,64 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	if consume && idemKey != "" {
-		requestID := c.GetString(RequestIDKey)
-		r, err := s.engine.LimitIdempotent(c.Request.Context(), tenantOf(c).TenantID, []limiter.Request{req},
-			idempotencyFor(c, idemKey, 0, raw, func(b limiter.BatchDecision) limiter.Answer { return oneAnswer(b.Results[0], body.Throws, requestID) }))
-		if err != nil {
-			writeProblem(c, s.log, err)
-			return
-		}
-		writeAnswer(c, r.Answer, r.Replayed)
-		return
-	}
-	var d limiter.Decision
-	if consume {
-		d, err = s.engine.Limit(c.Request.Context(), tenantOf(c).TenantID, req)
-	} else {
-		d, err = s.engine.Check(c.Request.Context(), tenantOf(c).TenantID, req)
-	}
+	requestID := c.GetString(RequestIDKey)
+	s.decideWithPlan(c, []limiter.Request{req}, consume, idemKey, raw, func(b limiter.BatchDecision) limiter.Answer {
+		return oneAnswer(b.Results[0], body.Throws, requestID)
+	})
+}
+
+// decideWithPlan decides reqs as one batch, all or nothing with the tenant's plan (planGuard), and
+// writes render's answer to the tenant's own decisions (the plan's refusal is 429
+// tenant_quota_exceeded). With an Idempotency-Key (consuming only) the answer is stored in the
+// deciding transaction and a retry replays it (limiter.LimitIdempotent).
+func (s *Server) decideWithPlan(c *gin.Context, reqs []limiter.Request, consume bool, idemKey string, raw []byte, render func(limiter.BatchDecision) limiter.Answer) {
+	plan, err := s.planGuard(c, len(reqs))
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	setRateLimitHeaders(c, []limiter.Decision{d})
-	if !d.OK && body.Throws {
-		s.tooMany(c, d)
+	if plan != nil {
+		reqs = append(reqs, *plan)
+	}
+	requestID := c.GetString(RequestIDKey)
+	var used *limiter.Decision // the plan as an admitted consuming batch left it
+	answer := func(b limiter.BatchDecision) limiter.Answer {
+		used = nil // a retried transaction renders again
+		if plan != nil {
+			last := b.Results[len(b.Results)-1]
+			if !last.OK {
+				return problemAnswer(planRefusal(plan, last), requestID, map[string]string{})
+			}
+			if b.OK && consume {
+				used = &last
+			}
+			b.Results = b.Results[:len(b.Results)-1]
+		}
+		return render(b)
+	}
+	ctx, tenantID := c.Request.Context(), tenantOf(c).TenantID
+	if consume && idemKey != "" {
+		r, err := s.engine.LimitIdempotent(ctx, tenantID, reqs, idempotencyFor(c, idemKey, 0, raw, answer))
+		if err != nil {
+			writeProblem(c, s.log, err)
+			return
+		}
+		if used != nil && !r.Replayed {
+			s.planUsed(c, plan, *used)
+		}
+		writeAnswer(c, r.Answer, r.Replayed)
 		return
 	}
-	c.JSON(http.StatusOK, toDecisionResponse(d))
+	b, err := s.engine.Batch(ctx, tenantID, reqs, consume)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
+	a := answer(b)
+	if used != nil {
+		s.planUsed(c, plan, *used)
+	}
+	writeAnswer(c, a, false)
 }
 
 func (s *Server) limitOne(c *gin.Context) { s.decideOne(c, true) }
@@ -247,28 +278,10 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 		}
 		reqs[i] = req
 	}
-	if consume && idemKey != "" {
-		requestID := c.GetString(RequestIDKey)
-		r, err := s.engine.LimitIdempotent(c.Request.Context(), tenantOf(c).TenantID, reqs,
-			idempotencyFor(c, idemKey, 0, raw, func(b limiter.BatchDecision) limiter.Answer { return batchAnswer(b, body.Throws, requestID) }))
-		if err != nil {
-			writeProblem(c, s.log, err)
-			return
-		}
-		writeAnswer(c, r.Answer, r.Replayed)
-		return
-	}
-	b, err := s.engine.Batch(c.Request.Context(), tenantOf(c).TenantID, reqs, consume)
-	if err != nil {
-		writeProblem(c, s.log, err)
-		return
-	}
-	setRateLimitHeaders(c, b.Results)
-	if !b.OK && body.Throws {
-		s.tooMany(c, worstRefusal(b))
-		return
-	}
-	c.JSON(http.StatusOK, toBatchResponse(b))
+	requestID := c.GetString(RequestIDKey)
+	s.decideWithPlan(c, reqs, consume, idemKey, raw, func(b limiter.BatchDecision) limiter.Answer {
+		return batchAnswer(b, body.Throws, requestID)
+	})
 }
 
 // worstRefusal is the refusal a refused batch's 429 names: the one with the largest retryAfter.
@@ -319,17 +332,33 @@ func (s *Server) decideBulk(c *gin.Context) {
 		}
 		reqs, at = append(reqs, req), append(at, i)
 	}
-	if idemKey != "" {
-		s.decideBulkIdempotent(c, idemKey, raw, reqs, at, results)
+	plan, err := s.planGuard(c, 1) // each item is its own decision, all or nothing with the plan
+	if err != nil {
+		writeProblem(c, s.log, err)
 		return
 	}
-	for k, o := range s.engine.Each(c.Request.Context(), tenantOf(c).TenantID, reqs, true) {
+	if idemKey != "" {
+		s.decideBulkIdempotent(c, idemKey, raw, reqs, at, plan, results)
+		return
+	}
+	var used *limiter.Decision // the plan as the last admitted item left it
+	for k, o := range s.engine.EachWith(c.Request.Context(), tenantOf(c).TenantID, reqs, plan, true) {
 		if o.Err != nil {
 			results[at[k]].Error = s.itemProblem(c, o.Err)
 			continue
 		}
+		if o.With != nil && !o.With.OK {
+			results[at[k]].Error = s.itemProblem(c, planRefusal(plan, *o.With))
+			continue
+		}
+		if o.With != nil && o.Decision.OK {
+			used = o.With
+		}
 		d := toDecisionResponse(o.Decision)
 		results[at[k]].DecisionResponse = &d
+	}
+	if used != nil {
+		s.planUsed(c, plan, *used)
 	}
 	c.JSON(http.StatusOK, BulkResponse{Results: results})
 }

@@ -107,7 +107,13 @@ func jsonAnswer(status int, v any, h map[string]string) limiter.Answer {
 
 // tooManyAnswer is tooMany's 429 problem (writeProblem's rendering of it) as an answer.
 func tooManyAnswer(d limiter.Decision, requestID string, h map[string]string) limiter.Answer {
-	p := ProblemFor(errTooMany(d))
+	return problemAnswer(errTooMany(d), requestID, h)
+}
+
+// problemAnswer is writeProblem's rendering of a refusal (a 429: rate_limited or
+// tenant_quota_exceeded) as an answer.
+func problemAnswer(err error, requestID string, h map[string]string) limiter.Answer {
+	p := ProblemFor(err)
 	p.RequestID = requestID
 	if p.RetryAfter != nil {
 		h["Retry-After"] = strconv.FormatInt(limiter.HeaderSeconds(float64(*p.RetryAfter)), 10)
@@ -141,7 +147,7 @@ func batchAnswer(b limiter.BatchDecision, throws bool, requestID string) limiter
 // replays the items decided and decides only the others. results holds the invalid items'
 // problems already (not stored: they are the same on every attempt). Idempotent-Replayed is set
 // when every item that reached the engine was replayed (nothing was decided again).
-func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, reqs []limiter.Request, at []int, results []BulkResult) {
+func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, reqs []limiter.Request, at []int, plan *limiter.Request, results []BulkResult) {
 	ctx := c.Request.Context()
 	tenantID := tenantOf(c).TenantID
 	hash := requestHash(c, body)
@@ -157,13 +163,17 @@ func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, r
 	idems := make([]*limiter.Idempotency, len(reqs))
 	for k := range reqs {
 		idems[k] = &limiter.Idempotency{Key: key, Part: at[k], Hash: hash, Render: func(b limiter.BatchDecision) limiter.Answer {
+			if plan != nil && !b.Results[1].OK { // the item's own problem, as in decideBulk
+				p := ProblemFor(planRefusal(plan, b.Results[1]))
+				return jsonAnswer(http.StatusOK, BulkResult{Error: &p}, map[string]string{})
+			}
 			d := toDecisionResponse(b.Results[0])
 			return jsonAnswer(http.StatusOK, BulkResult{DecisionResponse: &d}, map[string]string{})
 		}}
 	}
 	raw := make([]json.RawMessage, len(results))
 	replayed := len(reqs) > 0
-	for k, o := range s.engine.EachIdempotent(ctx, tenantID, reqs, idems) {
+	for k, o := range s.engine.EachIdempotent(ctx, tenantID, reqs, plan, idems) {
 		if o.Err != nil {
 			results[at[k]].Error = s.itemProblem(c, o.Err)
 			replayed = false

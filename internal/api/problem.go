@@ -53,6 +53,8 @@ const (
 	CodePayloadTooLarge      = string(apperr.PayloadTooLarge)
 	CodeMethodNotAllowed     = string(apperr.MethodNotAllowed)
 	CodeRateLimited          = string(apperr.RateLimited)
+	CodeTenantQuotaExceeded  = string(apperr.TenantQuotaExceeded)
+	CodePlanQuotaReached     = string(apperr.PlanQuotaReached)
 	CodeUnavailable          = string(apperr.Unavailable)
 	CodeInternal             = string(apperr.Internal)
 )

@@ -42,6 +42,7 @@ type TenantSource interface {
 
 // Server holds the API's dependencies.
 type Server struct {
+	plans    PlanSource
 	engine   *limiter.Engine
 	auth     Authenticator
 	audit    Auditor
@@ -57,6 +58,8 @@ type Deps struct {
 	Auth    Authenticator // secret and publishable keys
 	Audit   Auditor
 	Tenants TenantSource
+	// Plans gives each tenant's plan; nil: no plan bounds decisions.
+	Plans PlanSource
 	// Captcha stores authorized sessions; decisions by anonymous session ask it.
 	Captcha *captcha.Store
 	Issuer  *captcha.Issuer // makes and verifies challenges
@@ -82,7 +85,7 @@ func New(d Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{engine: d.Engine, auth: d.Auth, audit: d.Audit, sessions: d.Captcha, anon: anon, webhooks: d.Webhooks, log: d.Logger}, nil
+	return &Server{engine: d.Engine, auth: d.Auth, audit: d.Audit, sessions: d.Captcha, anon: anon, webhooks: d.Webhooks, plans: d.Plans, log: d.Logger}, nil
 }
 
 // tenantOf is the authenticated tenant; the tenant never comes from the request itself.

@@ -109,6 +109,13 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool
 	return d, nil
 }
 
+// DefaultPlan is the tenants' option of the configured default plan (PLAN_*), for the server and
+// the command line alike.
+func DefaultPlan(cfg config.Config) tenants.Option {
+	return tenants.WithDefaultPlan(tenants.Plan{DecisionsPerSecond: cfg.PlanDecisionsPerSecond,
+		MaxLimits: cfg.PlanMaxLimits, MaxKeys: cfg.PlanMaxKeys, MaxOverrides: cfg.PlanMaxOverrides})
+}
+
 // NewLogger is the process's logger: text lines at the configured level.
 func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.LogLevel}))
@@ -144,13 +151,13 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if err != nil {
 		return nil, err
 	}
-	tenantOpts := []tenants.Option{tenants.WithEvents(a.Webhooks)}
+	tenantOpts := []tenants.Option{tenants.WithEvents(a.Webhooks), DefaultPlan(cfg)}
 	if o.AuthCacheTTL > 0 {
 		tenantOpts = append(tenantOpts, tenants.WithAuthCacheTTL(o.AuthCacheTTL))
 	}
 	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenantOpts...)
 	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log})
-	a.Engine = limiter.NewEngine(a.DB, limiter.Options{Now: o.EngineNow, FastCommit: cfg.FastCommit, OnDecision: func(tenantID int64, name string, ok bool) {
+	a.Engine = limiter.NewEngine(a.DB, limiter.Options{Now: o.EngineNow, FastCommit: cfg.FastCommit, Quotas: a.Tenants, OnDecision: func(tenantID int64, name string, ok bool) {
 		a.Metrics.OnDecision(tenantID, name, ok)
 		a.Usage.Record(tenantID, name, ok)
 	}, OnShadowRefused: func(tenantID int64, name string) {
@@ -174,7 +181,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		signer = signer.WithClock(o.Now)
 	}
 	a.API, err = api.New(api.Deps{
-		Engine: a.Engine, Auth: a.Tenants, Audit: a.Tenants, Tenants: a.Tenants,
+		Engine: a.Engine, Auth: a.Tenants, Audit: a.Tenants, Tenants: a.Tenants, Plans: a.Tenants,
 		Captcha: a.Captcha, Issuer: issuer, Signer: signer, Webhooks: a.Webhooks, Logger: a.Log,
 		ChallengeIPLimit: o.ChallengeIPLimit, ChallengeKeyLimit: o.ChallengeKeyLimit,
 	})
@@ -202,7 +209,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		}
 	}
 	if cfg.GRPCAddr != "" {
-		a.Envoy = envoyrls.New(a.Tenants, a.Engine, envoyrls.Options{KeyHeader: cfg.GRPCKeyHeader, AllowUnknown: cfg.GRPCAllowUnknown, Logger: a.Log})
+		a.Envoy = envoyrls.New(a.Tenants, a.Engine, envoyrls.Options{KeyHeader: cfg.GRPCKeyHeader, AllowUnknown: cfg.GRPCAllowUnknown, Logger: a.Log, Plans: a.Tenants})
 	}
 	// SLUICE_ADMIN_EMAIL/PASSWORD create the first operator; otherwise an empty database gets a
 	// one-time setup link, printed once the address is known.

@@ -11,6 +11,7 @@ package apperr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -34,9 +35,11 @@ const (
 	HoldClosed           Code = "hold_closed"
 	LeaseClosed          Code = "lease_closed"
 	IdempotencyKeyReused Code = "idempotency_key_reused"
+	PlanQuotaReached     Code = "plan_quota_reached"
 	PayloadTooLarge      Code = "payload_too_large"
 	MethodNotAllowed     Code = "method_not_allowed"
 	RateLimited          Code = "rate_limited"
+	TenantQuotaExceeded  Code = "tenant_quota_exceeded"
 	Unavailable          Code = "unavailable"
 	Internal             Code = "internal"
 )
@@ -59,9 +62,11 @@ var codes = map[Code]struct {
 	HoldClosed:           {http.StatusConflict, "Hold closed"},
 	LeaseClosed:          {http.StatusConflict, "Lease closed"},
 	IdempotencyKeyReused: {http.StatusUnprocessableEntity, "Idempotency key reused"},
+	PlanQuotaReached:     {http.StatusConflict, "Plan quota reached"},
 	PayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	RateLimited:          {http.StatusTooManyRequests, "Rate limited"},
+	TenantQuotaExceeded:  {http.StatusTooManyRequests, "Tenant quota exceeded"},
 	Unavailable:          {http.StatusServiceUnavailable, "Service unavailable"},
 	Internal:             {http.StatusInternalServerError, "Internal error"},
 }
@@ -182,4 +187,10 @@ func (e *Error) Sentence() string {
 		s += "."
 	}
 	return s
+}
+
+// QuotaReached is plan_quota_reached (409) for a creation past the tenant's plan: the plan allows
+// at most max of what ("limits", "API keys", "overrides").
+func QuotaReached(what string, max int64) *Error {
+	return &Error{Code: PlanQuotaReached, Message: fmt.Sprintf("the tenant's plan allows at most %d %s; delete one, or ask an operator for a larger plan", max, what)}
 }

@@ -66,6 +66,10 @@ type Config struct {
 	// commits a group that stored idempotent answers, before it answers them, so that a test can
 	// kill the process between the commit and the answer.
 	TestHaltAfterIdempotentCommit bool
+	// PlanDecisionsPerSecond, PlanMaxLimits, PlanMaxKeys and PlanMaxOverrides are the plan of
+	// every tenant whose operator set no other (PLAN_*); 0 is no limit.
+	PlanDecisionsPerSecond                       float64
+	PlanMaxLimits, PlanMaxKeys, PlanMaxOverrides int64
 }
 
 // Defaults of the options whose default is a number or a duration.
@@ -76,7 +80,26 @@ const (
 	// CPU: Sluice's live heap is small while every request allocates (docs/performance.md).
 	DefaultGCPercent   = 400
 	DefaultMemoryLimit = 256 << 20
+	// The default plan: high enough that one tenant alone on a modest instance never meets it
+	// (a 2-core instance decides about 12,000 per second), low enough that no tenant can create
+	// rows without bound. Operators of shared instances set tenants' plans lower.
+	DefaultPlanDecisionsPerSecond = 20_000
+	DefaultPlanMaxLimits          = 1_000
+	DefaultPlanMaxKeys            = 100
+	DefaultPlanMaxOverrides       = 100_000
 )
+
+// planCount is the parser of a PLAN_MAX_* option: a whole number from 0 (no limit) to 10^9.
+func planCount(name string, field func(c *Config) *int64) func(c *Config, v string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 1_000_000_000 {
+			return errors.New(name + " must be a whole number from 0 (no limit) to 1000000000")
+		}
+		*field(c) = n
+		return nil
+	}
+}
 
 // Option describes one environment variable.
 type Option struct {
@@ -305,6 +328,21 @@ var options = []Option{
 			c.WebhookAllowPrivate = b
 			return nil
 		}},
+	{Name: "PLAN_DECISIONS_PER_SECOND", Default: strconv.Itoa(DefaultPlanDecisionsPerSecond), Doc: "the default plan's most decisions per second per tenant, over all instances (a burst of one second's worth; `0` for no limit); an operator sets a tenant's own plan on its dashboard page",
+		parse: func(c *Config, v string) error {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil || n < 0 || n > 1_000_000_000 || n != n {
+				return errors.New("PLAN_DECISIONS_PER_SECOND must be a number from 0 (no limit) to 1000000000")
+			}
+			c.PlanDecisionsPerSecond = n
+			return nil
+		}},
+	{Name: "PLAN_MAX_LIMITS", Default: strconv.Itoa(DefaultPlanMaxLimits), Doc: "the default plan's most limit definitions per tenant (`0` for no limit)",
+		parse: planCount("PLAN_MAX_LIMITS", func(c *Config) *int64 { return &c.PlanMaxLimits })},
+	{Name: "PLAN_MAX_KEYS", Default: strconv.Itoa(DefaultPlanMaxKeys), Doc: "the default plan's most API keys (not revoked) per tenant (`0` for no limit)",
+		parse: planCount("PLAN_MAX_KEYS", func(c *Config) *int64 { return &c.PlanMaxKeys })},
+	{Name: "PLAN_MAX_OVERRIDES", Default: strconv.Itoa(DefaultPlanMaxOverrides), Doc: "the default plan's most overrides per tenant, over all its limits (`0` for no limit)",
+		parse: planCount("PLAN_MAX_OVERRIDES", func(c *Config) *int64 { return &c.PlanMaxOverrides })},
 }
 
 // grpcHeaderRE is a gRPC metadata key (lower case); gRPC's own "grpc-" keys and binary "-bin"

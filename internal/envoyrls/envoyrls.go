@@ -54,6 +54,14 @@ type Options struct {
 	AllowUnknown bool
 	// Logger receives the causes of internal failures; slog.Default when nil.
 	Logger *slog.Logger
+	// Plans gives each tenant's plan, whose decision rate every request also spends, all or
+	// nothing with its descriptors (nil: no plans).
+	Plans PlanSource
+}
+
+// PlanSource gives the plan in force for a tenant, cached (tenants.Service).
+type PlanSource interface {
+	PlanOf(ctx context.Context, tenantID int64) (tenants.Plan, error)
 }
 
 // Service is the rate limit service. New starts nothing; Serve listens until its ctx ends.
@@ -123,9 +131,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.engine.Batch(ctx, p.TenantID, reqs, true)
+	plan, fits, err := s.plan(ctx, p.TenantID, len(reqs))
+	switch {
+	case err != nil:
+		return nil, s.statusOf(ctx, err)
+	case !fits: // more descriptors than the plan admits at once: can never pass
+		return overLimitAll(len(reqs)), nil
+	}
+	b, err := s.engine.Batch(ctx, p.TenantID, withPlan(reqs, plan), true)
 	if limiter.IsNotFound(err) {
-		return s.withUnknown(ctx, p.TenantID, reqs)
+		return s.withUnknown(ctx, p.TenantID, reqs, plan)
 	}
 	if errors.Is(err, limiter.ErrCountExceedsCapacity) {
 		// Some descriptor asks for more than its limit can ever admit: the request can never
@@ -135,13 +150,67 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if err != nil {
 		return nil, s.statusOf(ctx, err)
 	}
-	return response(b.OK, b.Results, nil), nil
+	results, planned := splitPlan(b.Results, plan)
+	return planResponse(response(b.OK, results, nil), planned), nil
+}
+
+// plan is the request that spends n decisions of the tenant's plan rate (nil without one);
+// fits is false when n is more than the plan admits at once.
+func (s *Service) plan(ctx context.Context, tenantID int64, n int) (plan *limiter.Request, fits bool, err error) {
+	if s.opts.Plans == nil {
+		return nil, true, nil
+	}
+	p, err := s.opts.Plans.PlanOf(ctx, tenantID)
+	if err != nil {
+		return nil, false, err
+	}
+	if p.DecisionsPerSecond > 0 && float64(n) > limiter.PlanBurst(p.DecisionsPerSecond) {
+		return nil, false, nil
+	}
+	return limiter.PlanRequest(tenantID, p.DecisionsPerSecond, n), true, nil
+}
+
+func withPlan(reqs []limiter.Request, plan *limiter.Request) []limiter.Request {
+	if plan == nil {
+		return reqs
+	}
+	return append(reqs[:len(reqs):len(reqs)], *plan)
+}
+
+// splitPlan separates the plan's decision (the last) from the descriptors'.
+func splitPlan(results []limiter.Decision, plan *limiter.Request) ([]limiter.Decision, *limiter.Decision) {
+	if plan == nil {
+		return results, nil
+	}
+	d := results[len(results)-1]
+	return results[:len(results)-1], &d
+}
+
+// planResponse makes a request the plan refused over the limit as a whole (its descriptors keep
+// their own statuses; none was counted) with the plan's Retry-After.
+func planResponse(out *rls.RateLimitResponse, planned *limiter.Decision) *rls.RateLimitResponse {
+	if planned == nil || planned.OK {
+		return out
+	}
+	out.OverallCode = rls.RateLimitResponse_OVER_LIMIT
+	kept := out.ResponseHeadersToAdd[:0]
+	for _, h := range out.ResponseHeadersToAdd {
+		if h.Key != "retry-after" {
+			kept = append(kept, h)
+		}
+	}
+	out.ResponseHeadersToAdd = kept
+	if planned.RetryAfter != nil {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &core.HeaderValue{Key: "retry-after",
+			Value: strconv.FormatInt(limiter.HeaderSeconds(float64(*planned.RetryAfter)), 10)})
+	}
+	return out
 }
 
 // withUnknown answers a request naming at least one limit without a stored definition: the
 // unknown ones per the policy, the known ones decided (allow: counted; deny: only checked, as the
 // request is refused and so consumes nothing).
-func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limiter.Request) (*rls.RateLimitResponse, error) {
+func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limiter.Request, plan *limiter.Request) (*rls.RateLimitResponse, error) {
 	unknown := make([]bool, len(reqs))
 	seen := map[string]bool{} // name -> unknown
 	var known []limiter.Request
@@ -164,8 +233,9 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 	}
 	results := make([]limiter.Decision, len(reqs))
 	ok := s.opts.AllowUnknown
+	var planned *limiter.Decision // the plan is spent only with what is counted: the known limits
 	if len(known) > 0 {
-		b, err := s.engine.Batch(ctx, tenantID, known, s.opts.AllowUnknown)
+		b, err := s.engine.Batch(ctx, tenantID, withPlan(known, plan), s.opts.AllowUnknown)
 		switch {
 		case limiter.IsNotFound(err):
 			// A definition was deleted meanwhile: fail closed rather than guess.
@@ -176,7 +246,9 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 			return nil, s.statusOf(ctx, err)
 		}
 		ok = ok && b.OK
-		for k, d := range b.Results {
+		var decided []limiter.Decision
+		decided, planned = splitPlan(b.Results, plan)
+		for k, d := range decided {
 			results[at[k]] = d
 		}
 	}
@@ -185,7 +257,7 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 			results[i] = limiter.Decision{Name: reqs[i].Name, Key: reqs[i].Key, OK: s.opts.AllowUnknown}
 		}
 	}
-	return response(ok, results, unknown), nil
+	return planResponse(response(ok, results, unknown), planned), nil
 }
 
 // authenticate reads the secret key from the configured metadata header.

@@ -495,3 +495,51 @@ func TestAttributesOfADescriptor(t *testing.T) {
 		t.Fatalf("attributes %v", got)
 	}
 }
+
+// TestAPlanOverItsRateIsOverLimitWithoutSpending: a tenant over its plan's decision rate gets
+// OVER_LIMIT with the plan's Retry-After, and its descriptors' limits are not spent; another
+// tenant on the same service is unaffected.
+func TestAPlanOverItsRateIsOverLimitWithoutSpending(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, false)
+		ctx := context.Background()
+		perSecond := 0.001 // one decision, then one per 1,000 s: nothing refills during the test
+		if err := h.app.Tenants.SetPlan(ctx, h.tenantID, tenants.PlanSettings{DecisionsPerSecond: &perSecond}, "test"); err != nil {
+			t.Fatal(err)
+		}
+		h.define(t, "api.user", 10)
+		req := request("api", descriptor("user", "alice"))
+		if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OK {
+			t.Fatalf("first call: %v, want OK", resp)
+		}
+		resp := h.decide(t, req)
+		if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("second call over the plan: %v, want OVER_LIMIT", resp)
+		}
+		if s, _ := strconv.Atoi(headers(resp)["retry-after"]); s < 990 || s > 1000 {
+			t.Fatalf("headers %v, want the plan's Retry-After of about 1000 s", headers(resp))
+		}
+		if v := h.value(t, "api.user", "alice"); v != 9 {
+			t.Fatalf("api.user = %v after one admitted and one plan-refused call, want 9", v)
+		}
+		// Another tenant, same service, same limit: its own default plan.
+		other, err := h.app.Tenants.CreateTenant(ctx, "other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, secret, err := h.app.Tenants.CreateKey(ctx, other.ID, tenants.KindSecret, "tests", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := h.app.Engine.PutDefinition(ctx, other.ID, "api.user", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			resp, err := h.call(t, "authorization", "Bearer "+secret, req)
+			if err != nil || resp.OverallCode != rls.RateLimitResponse_OK {
+				t.Fatalf("the other tenant's call %d: %v, %v", i, resp, err)
+			}
+		}
+	})
+}

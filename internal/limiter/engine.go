@@ -24,6 +24,7 @@ type Engine struct {
 	onDecision func(tenantID int64, name string, ok bool)
 	onShadow   func(tenantID int64, name string)
 	onOverage  func(tenantID int64, name string, amount float64)
+	quotas     Quotas // Options.Quotas; nil: no plan bounds the counts
 
 	queue    chan *job     // decisions waiting for the group-commit worker (Run)
 	maxGroup int           // most decisions in one group transaction
@@ -70,11 +71,22 @@ type Options struct {
 	// the worker calls it after a group that stored idempotent answers commits and before it
 	// answers any of them, so that a test can kill the process in between.
 	AfterIdempotentCommit func()
+	// Quotas, when set, bounds how many limits and overrides each tenant may hold (its plan).
+	Quotas Quotas
+}
+
+// Quotas is what the engine needs of tenants' plans (package tenants implements it).
+type Quotas interface {
+	// MaxCount is the most of quota ("limits", "overrides") the tenant may hold; 0 is no limit.
+	MaxCount(ctx context.Context, tenantID int64, quota string) (int64, error)
+	// QuotaUsed is told, inside the transaction that created one more, how many the tenant now
+	// holds of quota, whose max is max (it may queue a "near its quota" event there).
+	QuotaUsed(tx *gorm.DB, tenantID int64, quota string, used, max int64) error
 }
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, stopped: make(chan struct{}),
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, quotas: opts.Quotas, stopped: make(chan struct{}),
 		afterIdempotentCommit: opts.AfterIdempotentCommit}
 	if e.clock == nil {
 		e.clock = time.Now
@@ -107,7 +119,16 @@ type Request struct {
 	// always decided OK.
 	Refund bool
 	hold   bool // part of a hold (Engine.Hold): amounts only, no concurrency limit
+	// System decides this request in the system tenant's key space (SystemTenant) with its inline
+	// Config, whatever tenant the batch is for. It lets a limit Sluice keeps on a tenant (its
+	// plan's decision rate) ride in the tenant's own batch, all or nothing with it, at no extra
+	// round trip. Only the server sets it; a System request needs a Config and no Refund.
+	System bool
 }
+
+// SystemTenant is the tenant ID of the limits Sluice keeps on its own behalf (login attempts,
+// captcha challenges, plans' decision rates); no real tenant has it.
+const SystemTenant int64 = 0
 
 // Decision is the outcome of one limit.
 type Decision struct {
@@ -129,6 +150,7 @@ type Decision struct {
 	// parents, then theirs. OK and RetryAfter above are the whole family's: the request passed
 	// only if the limit and every ancestor allowed it.
 	Parents []Decision
+	system  bool // decided for the system tenant (Request.System)
 	// Shadow is what enforcement would have answered, for a limit in shadow mode (nil
 	// otherwise): OK and RetryAfter are then always true and nil, whatever Shadow says.
 	Shadow *ShadowOutcome
@@ -262,7 +284,10 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 // Outcome is one result of Each: a decision, or why the request got none.
 type Outcome struct {
 	Decision Decision
-	Err      error
+	// With is the decision of EachWith's added request (nil without one): when it refused, so was
+	// the job, and Decision.OK says only what the request's own limit said.
+	With *Decision
+	Err  error
 	// Answer and Replayed are an idempotent request's (EachIdempotent): its answer, and whether
 	// it was replayed.
 	Answer   Answer
@@ -275,19 +300,37 @@ type Outcome struct {
 // one that fails (an unknown limit), gets its error and the others are still decided. The
 // result is in the order of reqs.
 func (e *Engine) Each(ctx context.Context, tenantID int64, reqs []Request, consume bool) []Outcome {
-	return e.each(ctx, tenantID, reqs, consume, nil)
+	return e.EachWith(ctx, tenantID, reqs, nil, consume)
 }
 
-// each is Each, with an idempotency record for each request when idems is not nil.
-func (e *Engine) each(ctx context.Context, tenantID int64, reqs []Request, consume bool, idems []*Idempotency) []Outcome {
+// EachWith is Each with, when with is not nil, a copy of with added to each request's job, all
+// or nothing with it (a plan's decision rate, Request.System): Outcome.With is its decision.
+func (e *Engine) EachWith(ctx context.Context, tenantID int64, reqs []Request, with *Request, consume bool) []Outcome {
+	return e.each(ctx, tenantID, reqs, with, consume, nil)
+}
+
+// each is EachWith, with an idempotency record for each request when idems is not nil.
+func (e *Engine) each(ctx context.Context, tenantID int64, reqs []Request, with *Request, consume bool, idems []*Idempotency) []Outcome {
 	out := make([]Outcome, len(reqs))
+	if with != nil {
+		if err := validateRequest(with); err != nil {
+			for i := range out {
+				out[i].Err = err
+			}
+			return out
+		}
+	}
 	jobs := make([]*job, len(reqs))
 	for i := range reqs {
 		if err := validateRequest(&reqs[i]); err != nil {
 			out[i].Err = err
 			continue
 		}
-		j := &job{tenantID: tenantID, reqs: reqs[i : i+1], consume: consume, picks: make([][]int, 1), done: make(chan struct{})}
+		jr := reqs[i : i+1]
+		if with != nil {
+			jr = []Request{reqs[i], *with}
+		}
+		j := &job{tenantID: tenantID, reqs: jr, consume: consume, picks: make([][]int, len(jr)), done: make(chan struct{})}
 		if idems != nil {
 			j.idem = idems[i]
 		}
@@ -310,6 +353,10 @@ func (e *Engine) each(ctx context.Context, tenantID int64, reqs []Request, consu
 			out[i].Answer, out[i].Replayed = j.answer, true
 		default:
 			out[i].Decision, out[i].Answer = j.out.Results[0], j.answer
+			if with != nil {
+				w := j.out.Results[1]
+				out[i].With = &w
+			}
 		}
 	}
 	return out
@@ -353,6 +400,10 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 			continue
 		}
 		if consume && e.onDecision != nil && !r.refund {
+			if r.system {
+				e.onDecision(SystemTenant, r.Name, out.OK)
+				continue
+			}
 			e.onDecision(tenantID, r.Name, out.OK)
 			for _, p := range r.Parents {
 				e.onDecision(tenantID, p.Name, out.OK)
@@ -391,6 +442,9 @@ func validateRequest(r *Request) error {
 	}
 	if err := algo.CheckAttributes(r.Attributes); err != nil {
 		return fromAlgo(err)
+	}
+	if r.System && (r.Config == nil || r.Refund) {
+		return invalidRequest("config", "a system request needs an inline config and cannot be a refund")
 	}
 	if r.Refund && (r.Reserve || r.Config != nil) {
 		return invalidRequest("count", "a refund gives tokens back to a stored limit: no reserve, no inline config")

@@ -252,7 +252,7 @@ func (e *Engine) plan(jobs []*job, defs map[defKey]Definition, ovs map[defKey]*a
 		for x, r := range j.exp {
 			e.ensurePicks(j, x, r.def.Shards)
 			for _, s := range j.picks[x] {
-				wanted = append(wanted, rowKey{j.tenantID, r.name, r.key, s})
+				wanted = append(wanted, rowKey{r.tenantID, r.name, r.key, s})
 			}
 		}
 	}
@@ -339,6 +339,9 @@ func definitionKeys(jobs []*job) []defKey {
 	var keys []defKey
 	for _, j := range jobs {
 		for _, r := range j.reqs {
+			if r.System { // an inline config in the system tenant's key space: no definition to read
+				continue
+			}
 			k := defKey{j.tenantID, r.Name}
 			if !seen[k] {
 				seen[k] = true
@@ -351,6 +354,7 @@ func definitionKeys(jobs []*job) []defKey {
 
 // limitRef is one limit a job decides: one of its requests, or an ancestor that request spends.
 type limitRef struct {
+	tenantID  int64 // the job's tenant, or SystemTenant for a System request
 	name, key string
 	def       Definition     // with the numbers of ov, if any
 	ov        *algo.Override // the override that applies to the key, if any
@@ -368,7 +372,7 @@ type limitRef struct {
 func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideIndex, now int64, decide bool) (exp []limitRef, missing []defKey, err error) {
 	// resolve applies the key's override to a stored definition and checks the count against it.
 	resolve := func(name, key string, d Definition, stored bool, req Request) (limitRef, error) {
-		r := limitRef{name: name, key: key, def: d}
+		r := limitRef{tenantID: j.tenantID, name: name, key: key, def: d}
 		if !decide {
 			return r, nil
 		}
@@ -387,6 +391,16 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 		return r, err
 	}
 	for i, req := range j.reqs {
+		if req.System {
+			// Validated to carry an inline config and no parents; decided for the system tenant.
+			self, err := resolve(req.Name, req.Key, req.Config.Normalized(), false, req)
+			if err != nil {
+				return nil, nil, fromAlgo(err)
+			}
+			self.tenantID, self.of = SystemTenant, i
+			exp = append(exp, self)
+			continue
+		}
 		d, ok := defs[defKey{j.tenantID, req.Name}]
 		switch {
 		case ok && req.Config != nil:
@@ -475,6 +489,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if r.ov != nil {
 			dec.Override = r.ov.Match
 		}
+		dec.system = j.reqs[r.of].System
 		if r.parent {
 			out.Results[r.of].Parents = append(out.Results[r.of].Parents, dec)
 		} else {
@@ -487,11 +502,11 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Definition: def, refund: true}
 			if r.ov == nil || r.ov.Action == algo.ActionNone { // allow and deny counted nothing to give back
 				states := j.statesOf(x, r, stored, overlay, local)
-				o, given := algo.Refund(def, states, req.Count, now, algo.Origin(def, j.tenantID, r.name, r.key))
+				o, given := algo.Refund(def, states, req.Count, now, algo.Origin(def, r.tenantID, r.name, r.key))
 				dec.Remaining, dec.Refunded = o.Remaining, given
 				for k, w := range o.Writes {
 					if w.Exists {
-						local[rowKey{j.tenantID, r.name, r.key, j.picks[x][k]}] = w
+						local[rowKey{r.tenantID, r.name, r.key, j.picks[x][k]}] = w
 					}
 				}
 			}
@@ -511,7 +526,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			place(r, dec)
 			continue
 		}
-		origin := algo.Origin(def, j.tenantID, r.name, r.key)
+		origin := algo.Origin(def, r.tenantID, r.name, r.key)
 		states := j.statesOf(x, r, stored, overlay, local)
 		req := j.reqs[r.of]
 		if r.ov != nil && r.ov.Action == algo.ActionAllow {
@@ -540,7 +555,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 				penalties = map[rowKey]penalty{}
 			}
 			for _, s := range j.picks[x] {
-				penalties[rowKey{j.tenantID, r.name, r.key, s}] = penalty{def, origin, d.PenaltyUntil}
+				penalties[rowKey{r.tenantID, r.name, r.key, s}] = penalty{def, origin, d.PenaltyUntil}
 			}
 		}
 		if !d.OK {
@@ -551,7 +566,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		}
 		for k, w := range d.Writes {
 			if w.Exists {
-				local[rowKey{j.tenantID, r.name, r.key, j.picks[x][k]}] = w
+				local[rowKey{r.tenantID, r.name, r.key, j.picks[x][k]}] = w
 			}
 		}
 	}
@@ -603,7 +618,7 @@ func familyOutcome(d *Decision) {
 func (j *job) statesOf(x int, r limitRef, stored map[rowKey]fullStateRow, overlay, local map[rowKey]algo.State) []algo.State {
 	states := make([]algo.State, len(j.picks[x]))
 	for k, s := range j.picks[x] {
-		rk := rowKey{j.tenantID, r.name, r.key, s}
+		rk := rowKey{r.tenantID, r.name, r.key, s}
 		if st, ok := local[rk]; ok {
 			states[k] = st
 		} else if st, ok := overlay[rk]; ok {

@@ -162,8 +162,11 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 		exp, missing, err := expand(j, hint, nil, 0, false) // overrides change numbers, never the shards
 		if err != nil {                                     // no (or a stale) hint: the requests' own rows, as one shard or their config's
 			for i, req := range j.reqs {
-				shards := 1
-				if d, ok := hint[defKey{j.tenantID, req.Name}]; ok {
+				shards, tenant := 1, j.tenantID
+				if req.System {
+					tenant = SystemTenant
+				}
+				if d, ok := hint[defKey{j.tenantID, req.Name}]; ok && !req.System {
 					shards = d.Shards
 				}
 				if req.Config != nil {
@@ -171,7 +174,7 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 				}
 				e.ensurePicks(j, i, shards)
 				for _, s := range j.picks[i] {
-					rows = append(rows, rowKey{j.tenantID, req.Name, req.Key, s})
+					rows = append(rows, rowKey{tenant, req.Name, req.Key, s})
 				}
 			}
 			continue
@@ -179,9 +182,9 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 		for x, r := range exp {
 			e.ensurePicks(j, x, r.def.Shards)
 			for _, s := range j.picks[x] {
-				rows = append(rows, rowKey{j.tenantID, r.name, r.key, s})
+				rows = append(rows, rowKey{r.tenantID, r.name, r.key, s})
 			}
-			if k := (defKey{j.tenantID, r.name}); !seen[k] {
+			if k := (defKey{j.tenantID, r.name}); !seen[k] && !j.reqs[r.of].System {
 				seen[k] = true
 				keys = append(keys, k)
 			}

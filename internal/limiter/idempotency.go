@@ -153,11 +153,11 @@ func (e *Engine) LimitIdempotent(ctx context.Context, tenantID int64, reqs []Req
 	return IdempotentResult{Answer: j.answer, Replayed: j.replayed}, nil
 }
 
-// EachIdempotent is Each (consuming) with an idempotency record per request (idems[i] for
+// EachIdempotent is EachWith (consuming) with an idempotency record per request (idems[i] for
 // reqs[i]): each outcome's Answer is the one its record's Render gave the first attempt, and
 // Replayed says whether it was stored by an earlier attempt.
-func (e *Engine) EachIdempotent(ctx context.Context, tenantID int64, reqs []Request, idems []*Idempotency) []Outcome {
-	return e.each(ctx, tenantID, reqs, true, idems)
+func (e *Engine) EachIdempotent(ctx context.Context, tenantID int64, reqs []Request, with *Request, idems []*Idempotency) []Outcome {
+	return e.each(ctx, tenantID, reqs, with, true, idems)
 }
 
 // IdempotencyKeyReused reports whether key holds, unexpired, an answer to a request other than

@@ -101,9 +101,13 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 	if !ValidName(name) {
 		return StoredOverride{}, false, ErrLimitNotFound
 	}
+	maxOverrides, err := e.quotaMax(ctx, tenantID, "overrides")
+	if err != nil {
+		return StoredOverride{}, false, fmt.Errorf("limiter: put override: %w", err)
+	}
 	var out StoredOverride
 	var created bool
-	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+	err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -134,7 +138,16 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 			if n >= MaxOverrides {
 				return ErrTooManyOverrides
 			}
+			after, err := e.countQuota(tx, tenantID, "overrides", "overrides", maxOverrides, func() (n int64, err error) {
+				return n, countOverrides(tx, tenantID, &n)
+			})
+			if err != nil {
+				return err
+			}
 			if err := tx.Create(&row).Error; err != nil {
+				return err
+			}
+			if err := after(); err != nil {
 				return err
 			}
 		} else {

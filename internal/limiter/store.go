@@ -118,9 +118,13 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 		return StoredDefinition{}, false, fromAlgo(err)
 	}
 	def = def.Normalized()
+	maxLimits, err := e.quotaMax(ctx, tenantID, "limits")
+	if err != nil {
+		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
+	}
 	var out StoredDefinition
 	var created bool
-	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+	err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		now := e.wallClock().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
 		old, found, err := loadDefinition(tx, tenantID, name)
 		if err != nil {
@@ -150,7 +154,16 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			}
 		}
 		if created {
+			after, err := e.countQuota(tx, tenantID, "limits", "limits", maxLimits, func() (n int64, err error) {
+				return n, countDefinitions(tx, tenantID, &n)
+			})
+			if err != nil {
+				return err
+			}
 			if err := tx.Create(&row).Error; err != nil {
+				return err
+			}
+			if err := after(); err != nil {
 				return err
 			}
 		} else {

@@ -280,9 +280,13 @@ func (s *Service) CreateKey(ctx context.Context, tenantID int64, kind KeyKind, l
 		return APIKey{}, "", wrap("create key", err)
 	}
 	// Generated outside the transaction: a retried attempt must store the secret we return.
+	id := keyIDPrefix + randomBase62(keyIDBodyLen)
 	secret := newKeySecret(kind)
+	if kind == KindPublishable {
+		secret = s.publishableSecret(id) // shown again on request: PublishableKey
+	}
 	row := apiKeyRow{
-		ID:        keyIDPrefix + randomBase62(keyIDBodyLen),
+		ID:        id,
 		TenantID:  tenantID,
 		Kind:      string(kind),
 		Label:     label,
@@ -290,14 +294,30 @@ func (s *Service) CreateKey(ctx context.Context, tenantID int64, kind KeyKind, l
 		Hint:      keyHint(secret),
 		CreatedAt: s.clock(),
 	}
+	plan, err := s.PlanOf(ctx, tenantID)
+	if err != nil {
+		return APIKey{}, "", wrap("create key", err)
+	}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		if err := first(tx, &tenantRow{}, "id = ?", tenantID); err != nil {
 			return err
 		}
+		// The plan's count, in the creating transaction: two concurrent creations cannot both
+		// take the last place.
+		n, err := countKeys(tx, tenantID)
+		if err != nil {
+			return err
+		}
+		if plan.MaxKeys > 0 && n >= plan.MaxKeys {
+			return apperr.QuotaReached("API keys", plan.MaxKeys)
+		}
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
-		return s.audit(tx, &tenantID, actor, "key.create", row.ID, fmt.Sprintf("%s key %q", kind, label))
+		if err := s.audit(tx, &tenantID, actor, "key.create", row.ID, fmt.Sprintf("%s key %q", kind, label)); err != nil {
+			return err
+		}
+		return s.QuotaUsed(tx, tenantID, QuotaKeys, n+1, plan.MaxKeys)
 	})
 	if err != nil {
 		return APIKey{}, "", wrap("create key", err)
@@ -491,4 +511,39 @@ func (s *Service) Flush(ctx context.Context) error {
 		return wrap("flush last used", err)
 	}
 	return nil
+}
+
+// publishableSecret is the publishable key of key ID id: derived from the pepper (the root
+// secret) and the ID, so that it can be shown again without the database holding it. A
+// publishable key is public by design (it sits in the tenant's web pages); deriving it keeps it
+// unguessable to whoever does not hold the root secret.
+func (s *Service) publishableSecret(id string) string {
+	m := hmac.New(sha256.New, s.pepper)
+	m.Write([]byte("publishable-key\x00" + id))
+	return DeriveKey(KindPublishable, m.Sum(nil))
+}
+
+// ErrKeyNotShowable is PublishableKey's answer for a publishable key created before publishable
+// keys could be shown again (its secret was random and only its hash is stored).
+var ErrKeyNotShowable = apperr.New(apperr.NotFound, "this publishable key was created before keys could be shown again; create a new one and revoke this one")
+
+// PublishableKey returns the secret of a tenant's publishable key that is not revoked, so that an
+// admin can see it again and the captcha snippet can carry it. Another tenant's key, a secret
+// key, a revoked or unknown one is ErrNotFound.
+func (s *Service) PublishableKey(ctx context.Context, tenantID int64, keyID string) (string, error) {
+	if !validKeyID(keyID) {
+		return "", wrap("publishable key", ErrNotFound)
+	}
+	var row apiKeyRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return first(tx, &row, "id = ? AND tenant_id = ? AND kind = ? AND revoked_at IS NULL", keyID, tenantID, string(KindPublishable))
+	})
+	if err != nil {
+		return "", wrap("publishable key", err)
+	}
+	secret := s.publishableSecret(row.ID)
+	if !hmac.Equal([]byte(s.hashKey(secret)), []byte(row.Hash)) {
+		return "", wrap("publishable key", ErrKeyNotShowable)
+	}
+	return secret, nil
 }

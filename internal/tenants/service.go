@@ -69,6 +69,11 @@ type Service struct {
 
 	events EventSink // nil: events go nowhere
 
+	defaultPlan Plan // plans.go: the plan of tenants without one of their own
+	planMu      sync.RWMutex
+	planCache   map[int64]cachedPlan
+	rateNear    map[int64]time.Time // when each tenant was last told it is near its plan's rate
+
 	dummyOnce sync.Once
 	dummyHash string // password hash verified when a login names an unknown email
 }

@@ -42,6 +42,7 @@ type captchaVM struct {
 
 type pkRow struct {
 	ID, Label, Hint, Created, Revoked string
+	Value                             string // the key itself, for a key not revoked that can be shown again
 }
 
 type sessionRowVM struct {
@@ -81,6 +82,8 @@ func (u *UI) renderCaptcha(c *gin.Context, status int, vm captchaVM, fromForm bo
 		vm.Origins = strings.Join(t.AllowedOrigins, "\n")
 		vm.Difficulty = strconv.Itoa(t.CaptchaDifficulty)
 	}
+	// The snippet carries the key just created, or else the newest one that can be shown.
+	pk := "PUBLISHABLE_KEY"
 	for _, k := range keys {
 		if k.Kind != tenants.KindPublishable {
 			continue
@@ -88,11 +91,17 @@ func (u *UI) renderCaptcha(c *gin.Context, status int, vm captchaVM, fromForm bo
 		r := pkRow{ID: k.ID, Label: k.Label, Hint: k.Hint, Created: fmtTime(k.CreatedAt)}
 		if k.RevokedAt != nil {
 			r.Revoked = fmtTime(*k.RevokedAt)
+		} else {
+			switch v, err := u.tenants.PublishableKey(ctx, t.ID, k.ID); {
+			case err == nil:
+				r.Value, pk = v, v // oldest first: the last one kept is the newest
+			case !errors.Is(err, tenants.ErrKeyNotShowable):
+				u.internalError(c, err)
+				return
+			}
 		}
 		vm.Keys = append(vm.Keys, r)
 	}
-	// Only a key just created can be put into the snippet: Sluice keeps no copy of the secret.
-	pk := "PUBLISHABLE_KEY"
 	if vm.NewSecret != "" {
 		pk = vm.NewSecret
 	}
@@ -163,6 +172,9 @@ func (u *UI) createPublishableKey(c *gin.Context) {
 	switch {
 	case errors.Is(err, tenants.ErrInvalid):
 		u.renderCaptcha(c, http.StatusUnprocessableEntity, captchaVM{Label: label, Errors: map[string]string{"pk-label": apperr.From(err).Sentence()}}, false)
+		return
+	case err != nil && apperr.From(err).Code == apperr.PlanQuotaReached:
+		u.renderCaptcha(c, http.StatusConflict, captchaVM{Label: label, Errors: map[string]string{"pk-label": apperr.From(err).Sentence()}}, false)
 		return
 	case err != nil:
 		u.internalError(c, err)

@@ -91,6 +91,10 @@ func (u *UI) createKey(c *gin.Context) {
 		vm.LabelErr = apperr.From(err).Sentence()
 		u.renderKeys(c, http.StatusUnprocessableEntity, vm)
 		return
+	case err != nil && apperr.From(err).Code == apperr.PlanQuotaReached:
+		vm.FormErr = apperr.From(err).Sentence()
+		u.renderKeys(c, http.StatusConflict, vm)
+		return
 	case err != nil:
 		u.internalError(c, err)
 		return

@@ -336,7 +336,7 @@ func keysPage(vm keysVM) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 33, "> Secret (<code>sk_live_…</code>): the whole API, for your backend</label> <label><input type=\"radio\" name=\"kind\" value=\"publishable\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 33, "> <span>Secret (<code>sk_live_…</code>): the whole API, for your backend</span></label> <label><input type=\"radio\" name=\"kind\" value=\"publishable\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -346,7 +346,7 @@ func keysPage(vm keysVM) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 35, "> Publishable (<code>pk_live_…</code>): captcha challenges only</label></fieldset><button type=\"submit\" class=\"btn primary\" id=\"create-key\">Create key</button></form></section></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 35, "> <span>Publishable (<code>pk_live_…</code>): captcha challenges only</span></label></fieldset><button type=\"submit\" class=\"btn primary\" id=\"create-key\">Create key</button></form></section></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -86,7 +86,7 @@ type shardVM struct {
 const recentKeysShown = 20
 
 func configRows(d limiter.Definition) []configRow {
-	rate := fmtNum(d.Rate) + " per " + fmtMS(d.Period) + " (" + strconv.FormatInt(d.Period, 10) + " ms)"
+	rate := fmtNum(d.Rate) + " " + limiter.PerDuration(d.Period) + " (" + strconv.FormatInt(d.Period, 10) + " ms)"
 	if d.Kind == limiter.Quota {
 		rate = quotaRate(d)
 	}

@@ -48,7 +48,7 @@ func summary(d limiter.Definition) string {
 	case limiter.Concurrency:
 		b.WriteString(fmtNum(d.Rate) + " in flight, leases of " + fmtMS(d.LeaseTTL))
 	default:
-		b.WriteString(fmtNum(d.Rate) + " per " + fmtMS(d.Period))
+		b.WriteString(fmtNum(d.Rate) + " " + limiter.PerDuration(d.Period))
 	}
 	if d.Capacity != nil && d.Kind != limiter.SlidingWindow {
 		b.WriteString(", capacity " + fmtNum(*d.Capacity))
@@ -170,9 +170,18 @@ type limitFormVM struct {
 	Errors  map[string]string
 	Warning string
 	Kinds   []string
+	FormErr string // a refusal of the whole form (the plan's quota of limits)
 }
 
 var kinds = []string{string(limiter.TokenBucket), string(limiter.GCRA), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota), string(limiter.Concurrency)}
+
+// inputMode is a form field's keyboard on phones: the period takes words ("10m"), the rest numbers.
+func inputMode(field string) string {
+	if field == "period" {
+		return "text"
+	}
+	return "decimal"
+}
 
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
@@ -226,7 +235,13 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 	}
 	body := limiter.Spec{Kind: get("kind")}
 	body.Rate = float("rate")
-	body.Period = integer("period")
+	if s := get("period"); s != "" { // milliseconds, or a human duration: "10m", "per 10 minutes"
+		if ms, err := limiter.ParseDuration(s); err != nil {
+			errs["period"] = err.Error()
+		} else {
+			body.Period = &ms
+		}
+	}
 	if k := limiter.Kind(body.Kind); k == limiter.Quota || k == limiter.Concurrency {
 		// The form starts with a period filled in; a quota's window is its calendar, a
 		// concurrency limit's lease lasts leaseTtl.
@@ -315,7 +330,7 @@ func definitionValues(d limiter.Definition) map[string]string {
 	v := map[string]string{
 		"kind":   string(d.Kind),
 		"rate":   strconv.FormatFloat(d.Rate, 'f', -1, 64),
-		"period": strconv.FormatInt(d.Period, 10),
+		"period": limiter.FormatDuration(d.Period),
 		"shards": strconv.Itoa(max(d.Shards, 1)),
 		"jitter": strconv.FormatInt(d.Jitter, 10),
 		"mode":   string(d.Normalized().Mode),
@@ -383,7 +398,7 @@ func (u *UI) renderLimitForm(c *gin.Context, status int, vm limitFormVM) {
 }
 
 func (u *UI) newLimitForm(c *gin.Context) {
-	u.renderLimitForm(c, http.StatusOK, limitFormVM{Values: map[string]string{"kind": string(limiter.TokenBucket), "period": "60000"}})
+	u.renderLimitForm(c, http.StatusOK, limitFormVM{Values: map[string]string{"kind": string(limiter.TokenBucket), "period": "1m"}})
 }
 
 func (u *UI) createLimit(c *gin.Context) {
@@ -417,6 +432,11 @@ func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, a
 			vm.Errors[fe.Field] = fe.Message
 		}
 		u.renderLimitForm(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
+	if e := apperr.From(err); err != nil && e.Code == apperr.PlanQuotaReached {
+		vm.FormErr = e.Sentence()
+		u.renderLimitForm(c, http.StatusConflict, vm)
 		return
 	}
 	if err != nil {

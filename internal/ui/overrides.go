@@ -43,6 +43,7 @@ type overrideFormVM struct {
 	Cancel  string
 	Values  map[string]string
 	Errors  map[string]string
+	FormErr string // a refusal of the whole form (the plan's quota of overrides, the limit's cap)
 }
 
 func overrideEffect(o limiter.Override) string {
@@ -206,6 +207,11 @@ func (u *UI) saveOverride(c *gin.Context) {
 	_, created, err := u.engine.PutOverride(ctx, t.ID, d.Name, o)
 	if err != nil {
 		e := apperr.From(err)
+		if e.Code == apperr.PlanQuotaReached || e.Code == apperr.Conflict {
+			vm.FormErr = e.Sentence()
+			u.renderOverrideForm(c, http.StatusConflict, d, vm)
+			return
+		}
 		if e.Code != apperr.InvalidRequest && e.Code != apperr.InvalidConfig {
 			if limiter.IsNotFound(err) {
 				u.NotFound(c)

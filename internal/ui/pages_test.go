@@ -52,7 +52,7 @@ func TestLimitsListShowsLimitsWithLiveValues(t *testing.T) {
 	if got := text(d, `tr[data-limit="api"] .chip[data-key="alice"] .value`); got != "7" {
 		t.Fatalf("alice's live value = %q, want 7", got)
 	}
-	if got := text(d, `tr[data-limit="api"] td:nth-child(3)`); got != "10 per 1 d" {
+	if got := text(d, `tr[data-limit="api"] td:nth-child(3)`); got != "10 per day" {
 		t.Fatalf("rate summary = %q", got)
 	}
 	if got := text(d, `tr[data-limit="idle"] .live`); !strings.Contains(got, "full") {

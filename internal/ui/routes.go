@@ -27,6 +27,7 @@ func (u *UI) Register(r *gin.Engine) {
 	op.GET("/tenants/:tid/manage", u.manageTenant)
 	op.POST("/tenants/:tid/manage/rename", u.renameTenant)
 	op.POST("/tenants/:tid/manage/state", u.setTenantState)
+	op.POST("/tenants/:tid/manage/plan", u.setTenantPlan)
 	op.GET("/tenants/go", u.switchTenant) // the operator's tenant switcher (a GET form)
 	op.GET("/audit", u.serverAuditPage)   // server-wide events: operators' logins, failures, lockouts
 
@@ -70,4 +71,5 @@ func (u *UI) Register(r *gin.Engine) {
 	t.POST("/webhooks/:id/delete", u.deleteWebhook)
 	t.POST("/webhooks/:id/deliveries/:did/resend", u.resendWebhook)
 	t.GET("/audit", u.auditPage)
+	t.GET("/plan", u.planPage) // the tenant's plan and its use of it
 }

@@ -38,6 +38,10 @@ type tenantVM struct {
 	NewName   string
 	NameErr   string
 	StateErr  string
+	// The tenant's plan and its form (plans.go); PlanValues and PlanErrors keep what was typed.
+	Plan       planVM
+	PlanValues map[string]string
+	PlanErrors map[string]string
 }
 
 func (u *UI) tenantsPage(c *gin.Context) { u.renderTenants(c, http.StatusOK, "", "") }
@@ -118,6 +122,16 @@ func (u *UI) renderManageTenant(c *gin.Context, status int, t tenants.Tenant, vm
 	if vm.NewName == "" && vm.NameErr == "" {
 		vm.NewName = t.Name
 	}
+	plan, err := u.planView(c.Request.Context(), t.ID)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	plan.FormURL, plan.Errors = base+"/plan", vm.PlanErrors
+	if vm.PlanValues != nil {
+		plan.Values = vm.PlanValues
+	}
+	vm.Plan = plan
 	u.render(c, status, manageTenantPage(vm))
 }
 

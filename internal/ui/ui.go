@@ -275,6 +275,7 @@ var flashes = map[string]string{
 	"captcha-saved":    "Captcha settings saved.",
 	"session-revoked":  "Session revoked. It is no longer authorized.",
 	"tenant-renamed":   "Tenant renamed.",
+	"plan-saved":       "Plan saved: it applies at once.",
 	"tenant-suspended": "Tenant suspended: its API keys are refused and its members' dashboard is read-only.",
 	"tenant-resumed":   "Tenant resumed: its API keys work again.",
 	"webhook-deleted":  "Webhook endpoint deleted, with its delivery log.",

@@ -28,8 +28,8 @@ func TestWebhooksPageAddsEndpointsShowsTheirLogAndDeletesWithConfirmation(t *tes
 
 	page := c.get(tpath(tn, "/webhooks"))
 	wantStatus(t, page, http.StatusOK)
-	if got := page.doc(t).Find(`#new-webhook-form input[name="events"][checked]`).Length(); got != 3 {
-		t.Fatalf("%d events ticked by default, want all 3", got)
+	if got := page.doc(t).Find(`#new-webhook-form input[name="events"][checked]`).Length(); got != 4 {
+		t.Fatalf("%d events ticked by default, want all 4", got)
 	}
 
 	bad := c.post(tpath(tn, "/webhooks"), url.Values{"url": {"ftp://nope.example/"}, "events": {"key.created"}})

@@ -32,11 +32,15 @@ const (
 	EventKeyCreated        = "key.created"
 	EventKeyRevoked        = "key.revoked"
 	EventDefinitionChanged = "definition.changed"
-	EventTest              = "webhook.test" // sent on request only, to every endpoint asked
+	// EventTenantQuotaNear: the tenant's count of limits, API keys or overrides has just reached
+	// 80 % of its plan (queued in the creating transaction), or a decision left under 20 % of its
+	// plan's burst (tenants.EventQuotaNear).
+	EventTenantQuotaNear = "tenant.quota_near"
+	EventTest            = "webhook.test" // sent on request only, to every endpoint asked
 )
 
 // Events lists the events an endpoint may subscribe to.
-var Events = []string{EventKeyCreated, EventKeyRevoked, EventDefinitionChanged}
+var Events = []string{EventKeyCreated, EventKeyRevoked, EventDefinitionChanged, EventTenantQuotaNear}
 
 // Bounds on what a tenant may configure.
 const (

@@ -430,7 +430,7 @@ export class Sluice {
 
   /**
    * Adds a webhook endpoint that receives the events (key.created, key.revoked,
-   * definition.changed) of the tenant, and returns it with its signing secret ("whsec_…"), which
+   * definition.changed, tenant.quota_near) of the tenant, and returns it with its signing secret ("whsec_…"), which
    * Sluice shows this once. Never retried.
    */
   async createWebhook(url: string, events: WebhookEvent[], opts?: CallOptions): Promise<WebhookEndpoint & { secret: string }> {

@@ -741,7 +741,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {unknown} */
-            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "hold_closed" | "lease_closed" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal" | "idempotency_key_reused";
+            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "hold_closed" | "lease_closed" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal" | "idempotency_key_reused" | "plan_quota_reached" | "tenant_quota_exceeded";
             field?: string;
             errors?: {
                 field?: string;
@@ -827,12 +827,12 @@ export interface components {
         WebhookRequest: {
             /** @description http or https, no credentials */
             url: string;
-            events: ("key.created" | "key.revoked" | "definition.changed")[];
+            events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near")[];
         };
         WebhookEndpoint: {
             id: number;
             url: string;
-            events: ("key.created" | "key.revoked" | "definition.changed")[];
+            events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near")[];
             enabled: boolean;
             /** Format: date-time */
             createdAt: string;
@@ -1200,6 +1200,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description plan_quota_reached: creating this limit would pass the tenant's plan (its most limits) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
@@ -1390,7 +1399,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1500,7 +1509,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1776,7 +1785,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1884,7 +1893,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -2938,6 +2947,15 @@ export interface operations {
             };
             /** @description limit_not_found: the limit has no stored definition */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description plan_quota_reached: creating this override would pass the tenant's plan (its most overrides over all limits) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,0 +1,61 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// PlanSource gives the plan in force for a tenant, cached: it is asked on every decision.
+type PlanSource interface {
+	PlanOf(ctx context.Context, tenantID int64) (tenants.Plan, error)
+	// RateUsed is told what the plan's rate still admits after an admitted decision (it tells the
+	// tenant's webhooks when that is little).
+	RateUsed(ctx context.Context, tenantID int64, remaining, burst float64) error
+}
+
+// planUsed tells the plans what an admitted decision left of the plan's rate. A failure to tell
+// is logged, never the decision's failure.
+func (s *Server) planUsed(c *gin.Context, plan *limiter.Request, d limiter.Decision) {
+	if plan == nil || !d.OK {
+		return
+	}
+	if err := s.plans.RateUsed(c.Request.Context(), tenantOf(c).TenantID, d.Remaining, *plan.Config.Capacity); err != nil {
+		s.log.WarnContext(c.Request.Context(), "plan: near-quota event not recorded", "err", err)
+	}
+}
+
+// planGuard is the request that spends n decisions of the caller's plan decision rate, to add to
+// the tenant's own batch so that both are decided in one transaction, all or nothing (a refusal by
+// the plan consumes none of the tenant's limits, and a refusal by them none of the plan): nil when
+// the plan sets no rate. A batch larger than the plan's burst can never pass: that is the error.
+func (s *Server) planGuard(c *gin.Context, n int) (*limiter.Request, error) {
+	if s.plans == nil {
+		return nil, nil
+	}
+	tenantID := tenantOf(c).TenantID
+	p, err := s.plans.PlanOf(c.Request.Context(), tenantID)
+	if err != nil {
+		return nil, err
+	}
+	if p.DecisionsPerSecond > 0 && float64(n) > limiter.PlanBurst(p.DecisionsPerSecond) {
+		wait := int64(1000)
+		return nil, &apperr.Error{Code: apperr.TenantQuotaExceeded, RetryAfterMs: &wait,
+			Message: fmt.Sprintf("%d decisions in one request are more than this tenant's plan admits at once (%s per second)", n, perSecondText(p.DecisionsPerSecond))}
+	}
+	return limiter.PlanRequest(tenantID, p.DecisionsPerSecond, n), nil
+}
+
+// planRefusal is tenant_quota_exceeded (429, with Retry-After) for a decision the plan refused.
+func planRefusal(plan *limiter.Request, d limiter.Decision) error {
+	return &apperr.Error{Code: apperr.TenantQuotaExceeded, RetryAfterMs: d.RetryAfter,
+		Message: fmt.Sprintf("this tenant is over its plan's decision rate (%s per second); no limit of the tenant was consumed; retry later", perSecondText(plan.Config.Rate))}
+}
+
+func perSecondText(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

@@ -1,0 +1,197 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
+	"github.com/sluice-dev/sluice/internal/webhooks"
+)
+
+func setPlan(t *testing.T, h *harness, tenantID int64, p tenants.PlanSettings) {
+	t.Helper()
+	if err := h.tenants.SetPlan(context.Background(), tenantID, p, "test"); err != nil {
+		t.Fatalf("set plan: %v", err)
+	}
+}
+
+// TestNoisyTenantGets429WhileAnotherIsUnaffected: a tenant over its plan's decision rate gets 429
+// tenant_quota_exceeded with Retry-After on every decision route (single, batch, check, bulk
+// item), whatever throws says, and none of its own limits is consumed by a refused decision;
+// another tenant on the same instance decides on, unaffected. Setting the plan back applies at
+// once. The plan is one decision per 1,000 s, so no refill can happen while the test runs.
+func TestNoisyTenantGets429WhileAnotherIsUnaffected(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		noisy, quiet := h.newTenant(t, "noisy"), h.newTenant(t, "quiet")
+		for _, k := range []string{noisy.key, quiet.key} {
+			// A window of ten years that began at the epoch: nothing refills while the test runs.
+			h.define(t, k, "api", map[string]any{"kind": "fixed window", "rate": 1000, "period": 315360000000, "start": 0})
+		}
+		setPlan(t, h, noisy.id, tenants.PlanSettings{DecisionsPerSecond: ptr(0.001)})
+
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/api/limit", noisy.key, map[string]any{"key": "u"}), http.StatusOK)
+		for _, c := range []struct {
+			path string
+			body any
+		}{
+			{"/v1/limits/api/limit", map[string]any{"key": "u"}},
+			{"/v1/limits/api/limit", map[string]any{"key": "u", "throws": true}},
+			{"/v1/limits/api/check", map[string]any{"key": "u"}},
+			{"/v1/limit", map[string]any{"limits": []map[string]any{{"name": "api", "key": "u"}}}},
+			{"/v1/check", map[string]any{"limits": []map[string]any{{"name": "api", "key": "u"}}}},
+		} {
+			r := h.send(t, http.MethodPost, c.path, noisy.key, c.body)
+			p := requireProblem(t, r, http.StatusTooManyRequests, "tenant_quota_exceeded")
+			if s, _ := strconv.Atoi(r.header.Get("Retry-After")); s < 990 || s > 1000 {
+				t.Fatalf("%s: Retry-After %q, want about 1000 s (one decision per 1000 s)", c.path, r.header.Get("Retry-After"))
+			}
+			if !strings.Contains(p["detail"].(string), "0.001 per second") {
+				t.Fatalf("%s: problem %v should name the plan's rate", c.path, p)
+			}
+		}
+		bulk := requireJSON(t, h.send(t, http.MethodPost, "/v1/decisions", noisy.key,
+			map[string]any{"decisions": []map[string]any{{"name": "api", "key": "a"}, {"name": "api", "key": "b"}}}), http.StatusOK)
+		for i, r := range bulk["results"].([]any) {
+			if e, _ := r.(map[string]any)["error"].(map[string]any); e == nil || e["code"] != "tenant_quota_exceeded" {
+				t.Fatalf("bulk item %d: %v, want the problem tenant_quota_exceeded", i, r)
+			}
+		}
+		// Only the one admitted decision consumed the noisy tenant's limit.
+		for key, want := range map[string]float64{"u": 999, "a": 1000, "b": 1000} {
+			v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/api/value?key="+key, noisy.key, nil), http.StatusOK)
+			if number(t, v, "value") != want {
+				t.Fatalf("the noisy tenant's limit for %s = %v, want %v: a refused decision consumed it", key, v["value"], want)
+			}
+		}
+		// The quiet tenant, same instance, same limit name and key: 50 decisions, all admitted.
+		for i := range 50 {
+			d := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/api/limit", quiet.key, map[string]any{"key": "u"}), http.StatusOK)
+			if d["ok"] != true {
+				t.Fatalf("the quiet tenant's decision %d: %v", i, d)
+			}
+		}
+		// A batch larger than the plan's burst can never pass: said at once.
+		setPlan(t, h, noisy.id, tenants.PlanSettings{DecisionsPerSecond: ptr(2.0)})
+		three := []map[string]any{{"name": "api", "key": "x"}, {"name": "api", "key": "y"}, {"name": "api", "key": "z"}}
+		p := requireProblem(t, h.send(t, http.MethodPost, "/v1/limit", noisy.key, map[string]any{"limits": three}), http.StatusTooManyRequests, "tenant_quota_exceeded")
+		if !strings.Contains(p["detail"].(string), "3 decisions in one request") {
+			t.Fatalf("oversized batch: %v", p)
+		}
+		// Back to the default plan: admitted again at once.
+		setPlan(t, h, noisy.id, tenants.PlanSettings{})
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limit", noisy.key, map[string]any{"limits": three}), http.StatusOK)
+	})
+}
+
+// TestPlanCountQuotasAre409OverHTTP: creating a limit or an override past the plan is 409
+// plan_quota_reached naming the quota; replacing one is not a creation; deleting frees a place.
+func TestPlanCountQuotasAre409OverHTTP(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		setPlan(t, h, a.id, tenants.PlanSettings{MaxLimits: ptr(int64(2)), MaxOverrides: ptr(int64(1))})
+		tb := map[string]any{"kind": "token bucket", "rate": 10, "period": 1000}
+		h.define(t, a.key, "one", tb)
+		h.define(t, a.key, "two", tb)
+		p := requireProblem(t, h.send(t, http.MethodPut, "/v1/limits/three", a.key, tb), http.StatusConflict, "plan_quota_reached")
+		if !strings.Contains(p["detail"].(string), "at most 2 limits") {
+			t.Fatalf("problem %v should name the quota", p)
+		}
+		h.define(t, a.key, "two", map[string]any{"kind": "token bucket", "rate": 20, "period": 1000}) // a replacement
+		if r := h.send(t, http.MethodDelete, "/v1/limits/one", a.key, nil); r.status != http.StatusNoContent {
+			t.Fatalf("delete: %v", r)
+		}
+		h.define(t, a.key, "three", tb)
+
+		requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/two/overrides", a.key, map[string]any{"match": "vip", "rate": 50}), http.StatusOK)
+		requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/two/overrides", a.key, map[string]any{"match": "vip", "rate": 60}), http.StatusOK)
+		p = requireProblem(t, h.send(t, http.MethodPut, "/v1/limits/three/overrides", a.key, map[string]any{"match": "vip", "rate": 50}), http.StatusConflict, "plan_quota_reached")
+		if !strings.Contains(p["detail"].(string), "at most 1 overrides") {
+			t.Fatalf("problem %v should name the quota", p)
+		}
+		// Keys have no API route; the quota holds for every way of creating one.
+		setPlan(t, h, a.id, tenants.PlanSettings{MaxKeys: ptr(int64(1))}) // the tenant holds one already
+		_, _, err := h.tenants.CreateKey(context.Background(), a.id, tenants.KindSecret, "second", "test")
+		if !strings.Contains(err.Error(), "at most 1 API keys") {
+			t.Fatalf("a key past the plan: %v", err)
+		}
+		entries, err := h.tenants.AuditLog(context.Background(), a.id, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plans int
+		for _, e := range entries {
+			if e.Action == "plan.update" {
+				plans++
+			}
+		}
+		if plans != 2 {
+			t.Fatalf("audited %d plan changes, want 2: %+v", plans, entries)
+		}
+	})
+}
+
+// TestTenantNearItsPlanQuotaReachesItsWebhook: the creation that first brings a tenant's limits
+// to 80 % of its plan queues tenant.quota_near in its transaction; a decision that leaves less
+// than 20 % of the plan's burst queues it for the decision rate (once an hour, not on every
+// decision). A real receiver on loopback gets each once, with the quota, the count and the max;
+// later creations and decisions send no more.
+func TestTenantNearItsPlanQuotaReachesItsWebhook(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		cfg := apptest.Config(url)
+		cfg.WebhookAllowPrivate = true // the receiver is on loopback
+		a := apptest.Start(t, cfg, app.Options{})
+		h := &harness{app: a, db: a.DB, tenants: a.Tenants, engine: a.Engine, router: a.Router, url: a.BaseURL()}
+		ctx := context.Background()
+		var mu sync.Mutex
+		var got []string
+		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var p struct {
+				Type string                 `json:"type"`
+				Data tenants.QuotaNearEvent `json:"data"`
+			}
+			b, _ := io.ReadAll(r.Body)
+			_ = json.Unmarshal(b, &p)
+			mu.Lock()
+			got = append(got, p.Type+" "+p.Data.Quota+" "+strconv.FormatInt(p.Data.Used, 10)+"/"+strconv.FormatInt(p.Data.Max, 10))
+			mu.Unlock()
+		}))
+		defer rcv.Close()
+		acme := h.newTenant(t, "acme")
+		if _, _, err := a.Webhooks.CreateEndpoint(ctx, acme.id, rcv.URL, []string{webhooks.EventTenantQuotaNear}); err != nil {
+			t.Fatal(err)
+		}
+		setPlan(t, h, acme.id, tenants.PlanSettings{MaxLimits: ptr(int64(5))})
+		for _, name := range []string{"l1", "l2", "l3", "l4", "l5"} {
+			h.define(t, acme.key, name, map[string]any{"kind": "token bucket", "rate": 10, "period": 1000})
+		}
+		// A plan of one decision per 1,000 s (a burst of one): the first decision leaves nothing.
+		setPlan(t, h, acme.id, tenants.PlanSettings{MaxLimits: ptr(int64(5)), DecisionsPerSecond: ptr(0.001)})
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusOK)
+		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusTooManyRequests, "tenant_quota_exceeded")
+		setPlan(t, h, acme.id, tenants.PlanSettings{MaxLimits: ptr(int64(5)), DecisionsPerSecond: ptr(100_000.0)})             // refills within the millisecond
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/l1/limit", acme.key, map[string]any{"key": "u"}), http.StatusOK) // near again, within the hour
+		if _, err := a.Webhooks.DeliverDue(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		slices.Sort(got)
+		if want := []string{"tenant.quota_near decisions 1/1", "tenant.quota_near limits 4/5"}; !slices.Equal(got, want) {
+			t.Fatalf("receiver got %q, want %q", got, want)
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
