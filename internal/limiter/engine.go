@@ -23,6 +23,7 @@ type Engine struct {
 	intN       func(n int) int
 	onDecision func(tenantID int64, name string, ok bool)
 	onShadow   func(tenantID int64, name string)
+	onKey      func(tenantID int64, o KeyOutcome)
 
 	queue    chan *job     // decisions waiting for the group-commit worker (Run)
 	maxGroup int           // most decisions in one group transaction
@@ -52,6 +53,10 @@ type Options struct {
 	// shadow-refused count each decision once.
 	OnDecision      func(tenantID int64, name string, ok bool)
 	OnShadowRefused func(tenantID int64, name string)
+	// OnKeyOutcome is told of the same decisions as OnDecision and OnShadowRefused together,
+	// with the key and what it has left, for the analytics' top keys. It runs on the group
+	// commit worker, so it must be cheap and must not block.
+	OnKeyOutcome func(tenantID int64, o KeyOutcome)
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
 	// FastCommit (SLUICE_COMMIT=fast) commits decision transactions on PostgreSQL without
@@ -63,7 +68,7 @@ type Options struct {
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, stopped: make(chan struct{})}
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onKey: opts.OnKeyOutcome, stopped: make(chan struct{})}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
@@ -125,6 +130,17 @@ type Decision struct {
 type ShadowOutcome struct {
 	OK         bool
 	RetryAfter *int64 // ms: when a refused caller should retry, or reserved work run
+}
+
+// KeyOutcome is one consumed decision of one limit and key, as Options.OnKeyOutcome hears it.
+type KeyOutcome struct {
+	Name, Key string
+	OK        bool // admitted (in a batch, whether the batch was)
+	// ShadowRefused: admitted only because the limit is in shadow mode.
+	ShadowRefused bool
+	// Remaining is what the key has left after the decision; Max the most it holds (the
+	// definition's capacity, or rate), so that Remaining/Max says how near the key is to its limit.
+	Remaining, Max float64
 }
 
 // QuotaWindow is a quota's calendar window [Start, End) and the time of the decision, in ms
@@ -301,6 +317,9 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 			if e.onShadow != nil {
 				e.onShadow(tenantID, r.Name)
 			}
+			if e.onKey != nil {
+				e.onKey(tenantID, KeyOutcome{Name: r.Name, Key: r.Key, OK: true, ShadowRefused: true, Remaining: r.Remaining, Max: r.Definition.Max()})
+			}
 			continue
 		}
 		// A refused batch carries the largest retryAfter among its refusals; an admitted one the
@@ -313,6 +332,12 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 			e.onDecision(tenantID, r.Name, out.OK)
 			for _, p := range r.Parents {
 				e.onDecision(tenantID, p.Name, out.OK)
+			}
+		}
+		if consume && e.onKey != nil && !r.refund {
+			e.onKey(tenantID, KeyOutcome{Name: r.Name, Key: r.Key, OK: out.OK, Remaining: r.Remaining, Max: r.Definition.Max()})
+			for _, p := range r.Parents {
+				e.onKey(tenantID, KeyOutcome{Name: p.Name, Key: p.Key, OK: out.OK, Remaining: p.Remaining, Max: p.Definition.Max()})
 			}
 		}
 	}
