@@ -37,9 +37,9 @@ func TestTopKeysComeFromFlushedSketchesAndSurviveARestart(t *testing.T) {
 		refuse(b, 1, "api", "alice", 5)
 		refuse(a, 1, "api", "bob", 9)
 		refuse(a, 1, "search", "carol", 4)
-		refuse(a, 2, "api", "mallory", 100)                                                         // another tenant
-		a.Observe(1, usage.Observation{Name: "api", Key: "dave", OK: true, Remaining: 1, Max: 10})  // near: 10 %
-		a.Observe(1, usage.Observation{Name: "api", Key: "erin", OK: true, Remaining: 2, Max: 10})  // exactly 20 %: not near
+		refuse(a, 2, "api", "mallory", 100)                                                        // another tenant
+		a.Observe(1, usage.Observation{Name: "api", Key: "dave", OK: true, Remaining: 1, Max: 10}) // near: 10 %
+		a.Observe(1, usage.Observation{Name: "api", Key: "erin", OK: true, Remaining: 2, Max: 10}) // exactly 20 %: not near
 		a.Observe(1, usage.Observation{Name: "beta", Key: "frank", OK: true, ShadowRefused: true}) // shadow would-be refusal
 		for _, agg := range []*usage.Aggregator{a, b} {
 			if err := agg.Flush(ctx); err != nil {

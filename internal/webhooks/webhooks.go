@@ -34,7 +34,7 @@ const (
 	EventDefinitionChanged = "definition.changed"
 	EventLimitRefusals     = "limit.refusals" // a limit's refusals in a minute reached the endpoint's threshold
 	EventKeyNearLimit      = "key.near_limit" // a key was left below 20 % of its limit
-	EventTest              = "webhook.test" // sent on request only, to every endpoint asked
+	EventTest              = "webhook.test"   // sent on request only, to every endpoint asked
 )
 
 // Events lists the events an endpoint may subscribe to.
