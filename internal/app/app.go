@@ -45,8 +45,9 @@ type Options struct {
 	// Stdout receives the log and the start-up lines (the address, the setup link); os.Stdout
 	// when nil.
 	Stdout io.Writer
-	// Now is the clock of dashboard sessions and captcha challenges, sessions and tokens;
-	// time.Now when nil. Limit decisions never read it (they use the engine's clock).
+	// Now is the clock of dashboard sessions, captcha challenges, sessions and tokens, and of
+	// the usage aggregator's minutes (charts, top keys, threshold events); time.Now when nil.
+	// Limit decisions never read it (they use the engine's clock).
 	Now func() time.Time
 	// ChallengeIPLimit, ChallengeKeyLimit and the Login limits (failed dashboard logins per
 	// account and client address, per client address, per account) replace the built-in limits
@@ -147,7 +148,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		tenantOpts = append(tenantOpts, tenants.WithAuthCacheTTL(o.AuthCacheTTL))
 	}
 	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenantOpts...)
-	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log, OnMinute: thresholdEvents(a.Webhooks)})
+	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log, Now: o.Now, OnMinute: thresholdEvents(a.Webhooks)})
 	a.Engine = limiter.NewEngine(a.DB, limiter.Options{FastCommit: cfg.FastCommit, OnDecision: a.Metrics.OnDecision,
 		OnShadowRefused: a.Metrics.OnShadowRefused, OnKeyOutcome: func(tenantID int64, o limiter.KeyOutcome) {
 			a.Usage.Observe(tenantID, usage.Observation{Name: o.Name, Key: o.Key, OK: o.OK, ShadowRefused: o.ShadowRefused, Remaining: o.Remaining, Max: o.Max})

@@ -317,7 +317,7 @@ export interface paths {
         put?: never;
         /**
          * Add a webhook endpoint
-         * @description Sluice POSTs the subscribed events of this tenant to the URL, signed by the Standard Webhooks convention (headers webhook-id, webhook-timestamp, webhook-signature: v1,base64(HMAC-SHA256(secret bytes, id.timestamp.body))). Failed deliveries are retried with exponential backoff for 24 hours. Only public addresses are reached unless the operator sets WEBHOOK_ALLOW_PRIVATE. The signing secret is in this answer only.
+         * @description Sluice POSTs the subscribed events of this tenant to the URL, signed by the Standard Webhooks convention (headers webhook-id, webhook-timestamp, webhook-signature: v1,base64(HMAC-SHA256(secret bytes, id.timestamp.body))). Failed deliveries are retried with exponential backoff for 24 hours. Only public addresses are reached unless the operator sets WEBHOOK_ALLOW_PRIVATE. The signing secret is in this answer only. Threshold events come from the usage aggregator's minutes: limit.refusals when one limit's refusals in a minute reach the endpoint's refusalThreshold (once per limit and minute), key.near_limit when a decision leaves a key below 20 % of its limit's maximum (once per limit, key and hour; at most 5 keys per limit and minute).
          */
         post: operations["createWebhook"];
         delete?: never;
@@ -713,15 +713,22 @@ export interface components {
         WebhookRequest: {
             /** @description http or https, no credentials */
             url: string;
-            events: ("key.created" | "key.revoked" | "definition.changed")[];
+            events: ("key.created" | "key.revoked" | "definition.changed" | "limit.refusals" | "key.near_limit")[];
+            /**
+             * @description limit.refusals fires when one limit refuses at least this many decisions within one minute (UTC), at most once per limit and minute
+             * @default 100
+             */
+            refusalThreshold?: number;
         };
         WebhookEndpoint: {
             id: number;
             url: string;
-            events: ("key.created" | "key.revoked" | "definition.changed")[];
+            events: ("key.created" | "key.revoked" | "definition.changed" | "limit.refusals" | "key.near_limit")[];
             enabled: boolean;
             /** Format: date-time */
             createdAt: string;
+            /** @description refusals of one limit in one minute at or above which limit.refusals fires */
+            refusalThreshold: number;
             /** @description only when the endpoint is created */
             secret?: string;
         };
@@ -2253,7 +2260,7 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookEndpoint"];
                 };
             };
-            /** @description invalid_request: url (not http(s), credentials, a non-public address) or events */
+            /** @description invalid_request: url (not http(s), credentials, a non-public address), events or refusalThreshold */
             400: {
                 headers: {
                     [name: string]: unknown;
