@@ -268,11 +268,23 @@ ON CONFLICT (tenant_id, name, bucket_start) DO UPDATE SET
 	refused = usage_stats.refused + excluded.refused,
 	shadow_refused = usage_stats.shadow_refused + excluded.shadow_refused`
 
-// upsertTop adds to a stored top key's hits; portable like upsert.
-const upsertTop = `INSERT INTO usage_top_keys (tenant_id, name, kind, bucket_start, limit_key, hits, overcount) VALUES (?, ?, ?, ?, ?, ?, ?)
+// upsertTop adds to a stored top key's hits, in the minute or the hourly table; portable like
+// upsert.
+func upsertTop(table string) string {
+	return `INSERT INTO ` + table + ` (tenant_id, name, kind, bucket_start, limit_key, hits, overcount) VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (tenant_id, name, kind, bucket_start, limit_key) DO UPDATE SET
-	hits = usage_top_keys.hits + excluded.hits,
-	overcount = usage_top_keys.overcount + excluded.overcount`
+	hits = ` + table + `.hits + excluded.hits,
+	overcount = ` + table + `.overcount + excluded.overcount`
+}
+
+var (
+	upsertTopMinute = upsertTop("usage_top_keys")
+	upsertTopHour   = upsertTop("usage_top_keys_hourly")
+)
+
+// MinuteKeysRetention is how long the per-minute top keys (the last hour's view) are kept; the
+// hourly ones are kept for Retention.
+const MinuteKeysRetention = 3 * time.Hour
 
 // Flush writes the counts and top keys recorded so far in one transaction (with the threshold
 // events OnMinute derives from them). On failure they are merged back and retried by the next
@@ -341,7 +353,11 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		for _, k := range skeys {
 			entries := sketches[k].entries(k.name)
 			for _, e := range entries {
-				if err := tx.Exec(upsertTop, k.tenantID, k.name, string(k.kind), k.bucket, e.Key, e.Hits, e.Overcount).Error; err != nil {
+				if err := tx.Exec(upsertTopMinute, k.tenantID, k.name, string(k.kind), k.bucket, e.Key, e.Hits, e.Overcount).Error; err != nil {
+					return err
+				}
+				hour := k.bucket - k.bucket%time.Hour.Milliseconds()
+				if err := tx.Exec(upsertTopHour, k.tenantID, k.name, string(k.kind), hour, e.Key, e.Hits, e.Overcount).Error; err != nil {
 					return err
 				}
 			}
@@ -354,7 +370,10 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		}
 		if prune {
 			cut := now.Add(-Retention).UnixMilli()
-			if err := tx.Exec(`DELETE FROM usage_top_keys WHERE bucket_start < ?`, cut).Error; err != nil {
+			if err := tx.Exec(`DELETE FROM usage_top_keys WHERE bucket_start < ?`, now.Add(-MinuteKeysRetention).UnixMilli()).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(`DELETE FROM usage_top_keys_hourly WHERE bucket_start < ?`, cut).Error; err != nil {
 				return err
 			}
 			return tx.Exec(`DELETE FROM usage_stats WHERE bucket_start < ?`, cut).Error
@@ -496,7 +515,9 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 }
 
 // TopKeys returns the n keys of one tenant with the most decisions of kind over the span ending
-// now (whole minutes, the current one included), most first. name "" ranks the keys of every
+// now, most first: a span of up to an hour in whole minutes (the current one included), from the
+// minute table; a longer one in whole hours (the current hour and the span's hours before it,
+// so up to an hour more than span), from the hourly table. name "" ranks the keys of every
 // limit of the tenant together (each key named with its limit). It reads usage_top_keys (never
 // limit_state) and merges this instance's counts not yet flushed, as Series does.
 func (a *Aggregator) TopKeys(ctx context.Context, tenantID int64, name string, kind Kind, span time.Duration, n int) ([]KeyCount, error) {
@@ -505,10 +526,18 @@ func (a *Aggregator) TopKeys(ctx context.Context, tenantID int64, name string, k
 	}
 	a.flushMu.Lock() // as in Series: no flush moves counts between the two while we read both
 	defer a.flushMu.Unlock()
-	from := bucketStart(a.now()) - span.Milliseconds() + Bucket.Milliseconds()
+	table, width := "usage_top_keys", Bucket.Milliseconds()
+	if span > time.Hour {
+		table, width = "usage_top_keys_hourly", time.Hour.Milliseconds()
+	}
+	nowMS := a.now().UnixMilli()
+	from := nowMS - nowMS%width - span.Milliseconds() + width
+	if span > time.Hour {
+		from -= width // the current hour is partial: the span's whole hours come before it
+	}
 	var rows []KeyCount
 	err := a.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		q := `SELECT name, limit_key AS key, SUM(hits) AS hits, SUM(overcount) AS overcount FROM usage_top_keys
+		q := `SELECT name, limit_key AS key, SUM(hits) AS hits, SUM(overcount) AS overcount FROM ` + table + `
 			WHERE tenant_id = ? AND kind = ? AND bucket_start >= ?`
 		args := []any{tenantID, string(kind), from}
 		if name != "" {
