@@ -555,7 +555,7 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 		if !ok {
 			return ErrLimitNotFound
 		}
-		keys, err := recentKeys(tx, tenantID, name, n)
+		keys, err := recentKeys(tx, tenantID, name, n, stored.Definition.Shards)
 		if err != nil {
 			return err
 		}
