@@ -24,10 +24,11 @@ type webhooksVM struct {
 	URLErr    string
 	EventsErr string
 	FormErr   string
-	// Threshold is the typed refusals per minute for limit.refusals ("" for the default).
-	Threshold, ThresholdErr string
 	NewSecret string
 	NewURL    string
+	// Threshold is the typed refusals per minute for limit.refusals ("" for the default).
+	Threshold    string
+	ThresholdErr string
 }
 
 type eventChoice struct {
