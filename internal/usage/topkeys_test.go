@@ -139,3 +139,33 @@ func TestOnMinuteHearsTheMinutesRefusalsAcrossInstances(t *testing.T) {
 		}
 	})
 }
+
+// TestFlushPrunesTopKeysPastTheirRetention: minute top keys go after MinuteKeysRetention (they
+// serve the last hour), hourly ones after Retention, as the counts do.
+func TestFlushPrunesTopKeysPastTheirRetention(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		now := c.Now()
+		ins := func(table string, at time.Time, key string) {
+			t.Helper()
+			if err := d.Gorm.Exec(`INSERT INTO `+table+` (tenant_id, name, kind, bucket_start, limit_key, hits) VALUES (1, 'n', 'refused', ?, ?, 1)`, at.UnixMilli(), key).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		ins("usage_top_keys", now.Add(-usage.MinuteKeysRetention-time.Minute), "old-minute")
+		ins("usage_top_keys", now.Add(-usage.MinuteKeysRetention+time.Minute), "kept-minute")
+		ins("usage_top_keys_hourly", now.Add(-usage.Retention-time.Hour), "old-hour")
+		ins("usage_top_keys_hourly", now.Add(-usage.Retention+time.Hour), "kept-hour")
+		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
+		if err := a.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		if err := d.Gorm.Raw(`SELECT limit_key FROM usage_top_keys UNION ALL SELECT limit_key FROM usage_top_keys_hourly ORDER BY 1`).Scan(&keys).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 2 || keys[0] != "kept-hour" || keys[1] != "kept-minute" {
+			t.Fatalf("left %v, want kept-hour and kept-minute", keys)
+		}
+	})
+}
