@@ -3,7 +3,7 @@
 GO       ?= go
 TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
 
-.PHONY: bench-client print-go-modules run build test test-go test-ts lint-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
+.PHONY: bench-client bench-ui print-go-modules run build test test-go test-ts lint-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
 	SLUICE_DEMO=$${SLUICE_DEMO:-true} $(GO) run ./cmd/app serve
@@ -57,6 +57,12 @@ CLIENT_BENCHTIME ?= 5s
 bench-client:
 	cd client/go && env -u TEST_DATABASE_URL $(GO) test -count=1 -run '^$$' -bench LimitBatching -benchtime $(CLIENT_BENCHTIME) .
 	$(GO) run ./internal/testkit/withpg -- sh -c 'cd client/go && $(GO) test -count=1 -run "^$$" -bench LimitBatching -benchtime $(CLIENT_BENCHTIME) .'
+
+# The dashboard's server-side render of every page through the real router, on the throwaway
+# PostgreSQL seeded with 100 tenants, 1,000 limits and 1,000,000 state rows (docs/performance.md).
+RENDER_BENCHTIME ?= 20x
+bench-ui:
+	$(GO) run ./internal/testkit/withpg -- $(GO) test -count=1 -run '^$$' -bench DashboardRender -benchtime $(RENDER_BENCHTIME) -timeout 30m ./internal/ui/
 
 # Runs every fuzz target for FUZZTIME each (make test runs their seed corpora only).
 FUZZTIME ?= 30s

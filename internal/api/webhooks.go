@@ -17,11 +17,13 @@ type WebhookEndpoint struct {
 	Events    []string  `json:"events"`
 	Enabled   bool      `json:"enabled"`
 	CreatedAt time.Time `json:"createdAt"`
-	Secret    string    `json:"secret,omitempty"`
+	// RefusalThreshold: limit.refusals fires when one limit refuses this many in a minute.
+	RefusalThreshold int64  `json:"refusalThreshold"`
+	Secret           string `json:"secret,omitempty"`
 }
 
 func endpointJSON(e webhooks.Endpoint) WebhookEndpoint {
-	return WebhookEndpoint{ID: e.ID, URL: e.URL, Events: e.Events, Enabled: e.Enabled, CreatedAt: e.CreatedAt}
+	return WebhookEndpoint{ID: e.ID, URL: e.URL, Events: e.Events, Enabled: e.Enabled, CreatedAt: e.CreatedAt, RefusalThreshold: e.RefusalThreshold}
 }
 
 // WebhookDelivery is one delivery of the delivery log.
@@ -50,14 +52,19 @@ func (s *Server) webhookID(c *gin.Context) (int64, bool) {
 
 func (s *Server) createWebhook(c *gin.Context) {
 	var body struct {
-		URL    string   `json:"url"`
-		Events []string `json:"events"`
+		URL              string   `json:"url"`
+		Events           []string `json:"events"`
+		RefusalThreshold *int64   `json:"refusalThreshold"`
 	}
 	if err := decodeJSON(c, &body); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	ep, secret, err := s.webhooks.CreateEndpoint(c.Request.Context(), tenantOf(c).TenantID, body.URL, body.Events)
+	var threshold []int64
+	if body.RefusalThreshold != nil {
+		threshold = append(threshold, *body.RefusalThreshold)
+	}
+	ep, secret, err := s.webhooks.CreateEndpoint(c.Request.Context(), tenantOf(c).TenantID, body.URL, body.Events, threshold...)
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return

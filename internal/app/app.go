@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/captcha"
@@ -44,8 +45,9 @@ type Options struct {
 	// Stdout receives the log and the start-up lines (the address, the setup link); os.Stdout
 	// when nil.
 	Stdout io.Writer
-	// Now is the clock of dashboard sessions and captcha challenges, sessions and tokens;
-	// time.Now when nil. Limit decisions never read it (they use the engine's clock).
+	// Now is the clock of dashboard sessions, captcha challenges, sessions and tokens, and of
+	// the usage aggregator's minutes (charts, top keys, threshold events); time.Now when nil.
+	// Limit decisions never read it (they use the engine's clock).
 	Now func() time.Time
 	// EngineNow, when set, is the time of every limit decision, hold, lease and sweep (the
 	// engine's clock, limiter.Options.Now): tests move it to expire holds and leases.
@@ -156,14 +158,11 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		tenantOpts = append(tenantOpts, tenants.WithAuthCacheTTL(o.AuthCacheTTL))
 	}
 	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenantOpts...)
-	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log})
-	a.Engine = limiter.NewEngine(a.DB, limiter.Options{Now: o.EngineNow, FastCommit: cfg.FastCommit, Quotas: a.Tenants, OnDecision: func(tenantID int64, name string, ok bool) {
-		a.Metrics.OnDecision(tenantID, name, ok)
-		a.Usage.Record(tenantID, name, ok)
-	}, OnShadowRefused: func(tenantID int64, name string) {
-		a.Metrics.OnShadowRefused(tenantID, name)
-		a.Usage.RecordShadowRefused(tenantID, name)
-	}, OnHoldOverage: a.Metrics.OnHoldOverage, AfterIdempotentCommit: haltAfterIdempotentCommit(cfg, a.Log)})
+	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log, Now: o.Now, OnMinute: thresholdEvents(a.Webhooks)})
+	a.Engine = limiter.NewEngine(a.DB, limiter.Options{Now: o.EngineNow, FastCommit: cfg.FastCommit, Quotas: a.Tenants, OnDecision: a.Metrics.OnDecision,
+		OnShadowRefused: a.Metrics.OnShadowRefused, OnKeyOutcome: func(tenantID int64, o limiter.KeyOutcome) {
+			a.Usage.Observe(tenantID, usage.Observation{Name: o.Name, Key: o.Key, OK: o.OK, ShadowRefused: o.ShadowRefused, Remaining: o.Remaining, Max: o.Max})
+		}, OnHoldOverage: a.Metrics.OnHoldOverage, AfterIdempotentCommit: haltAfterIdempotentCommit(cfg, a.Log)})
 	a.Metrics.WatchGroups(a.Engine.GroupStats)
 	a.Captcha = captcha.NewStore(a.DB, o.Now, captcha.WithLogger(a.Log))
 
@@ -364,4 +363,18 @@ func (a *App) Run(ctx context.Context) error {
 func tuneGC(cfg config.Config) {
 	debug.SetGCPercent(cfg.GCPercent)
 	debug.SetMemoryLimit(cfg.MemoryLimit)
+}
+
+// thresholdEvents turns the usage aggregator's minutes into the webhooks' threshold events.
+func thresholdEvents(w *webhooks.Service) func(tx *gorm.DB, tenantID int64, limits []usage.LimitMinute) error {
+	return func(tx *gorm.DB, tenantID int64, limits []usage.LimitMinute) error {
+		ms := make([]webhooks.LimitMinute, len(limits))
+		for i, l := range limits {
+			ms[i] = webhooks.LimitMinute{Name: l.Name, Minute: l.Minute, Refused: l.Refused}
+			for _, k := range l.Near {
+				ms[i].NearKeys = append(ms[i].NearKeys, webhooks.NearKey{Key: k.Key, Decisions: k.Hits})
+			}
+		}
+		return w.ThresholdEvents(tx, tenantID, ms)
+	}
 }

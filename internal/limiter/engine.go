@@ -25,6 +25,7 @@ type Engine struct {
 	onShadow   func(tenantID int64, name string)
 	onOverage  func(tenantID int64, name string, amount float64)
 	quotas     Quotas // Options.Quotas; nil: no plan bounds the counts
+	onKey      func(tenantID int64, o KeyOutcome)
 
 	queue    chan *job     // decisions waiting for the group-commit worker (Run)
 	maxGroup int           // most decisions in one group transaction
@@ -60,6 +61,10 @@ type Options struct {
 	// OnHoldOverage is told of every amount a settled hold charged beyond what it held and the
 	// limit could not take (holds.go).
 	OnHoldOverage func(tenantID int64, name string, amount float64)
+	// OnKeyOutcome is told of the same decisions as OnDecision and OnShadowRefused together,
+	// with the key and what it has left, for the analytics' top keys. It runs on the group
+	// commit worker, so it must be cheap and must not block.
+	OnKeyOutcome func(tenantID int64, o KeyOutcome)
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
 	// FastCommit (SLUICE_COMMIT=fast) commits decision transactions on PostgreSQL without
@@ -86,7 +91,7 @@ type Quotas interface {
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, quotas: opts.Quotas, stopped: make(chan struct{}),
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, onKey: opts.OnKeyOutcome, quotas: opts.Quotas, stopped: make(chan struct{}),
 		afterIdempotentCommit: opts.AfterIdempotentCommit}
 	if e.clock == nil {
 		e.clock = time.Now
@@ -165,6 +170,17 @@ type Decision struct {
 type ShadowOutcome struct {
 	OK         bool
 	RetryAfter *int64 // ms: when a refused caller should retry, or reserved work run
+}
+
+// KeyOutcome is one consumed decision of one limit and key, as Options.OnKeyOutcome hears it.
+type KeyOutcome struct {
+	Name, Key string
+	OK        bool // admitted (in a batch, whether the batch was)
+	// ShadowRefused: admitted only because the limit is in shadow mode.
+	ShadowRefused bool
+	// Remaining is what the key has left after the decision; Max the most it holds (the
+	// definition's capacity, or rate), so that Remaining/Max says how near the key is to its limit.
+	Remaining, Max float64
 }
 
 // QuotaWindow is a quota's calendar window [Start, End) and the time of the decision, in ms
@@ -391,22 +407,37 @@ func (e *Engine) settle(out *BatchDecision) {
 
 // finish reports a committed group's consumed outcomes (settle made them final).
 func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
+	if !consume {
+		return
+	}
 	for i := range out.Results {
 		r := &out.Results[i]
-		if consume && out.OK && r.Shadow != nil && !r.Shadow.OK {
+		owner := tenantID
+		if r.system { // a plan's decision rate: the system tenant's limit
+			owner = SystemTenant
+		}
+		if out.OK && r.Shadow != nil && !r.Shadow.OK {
 			if e.onShadow != nil {
-				e.onShadow(tenantID, r.Name)
+				e.onShadow(owner, r.Name)
+			}
+			if e.onKey != nil {
+				e.onKey(owner, KeyOutcome{Name: r.Name, Key: r.Key, OK: true, ShadowRefused: true, Remaining: r.Remaining, Max: r.Definition.Max()})
 			}
 			continue
 		}
-		if consume && e.onDecision != nil && !r.refund {
-			if r.system {
-				e.onDecision(SystemTenant, r.Name, out.OK)
-				continue
-			}
-			e.onDecision(tenantID, r.Name, out.OK)
+		if r.refund {
+			continue
+		}
+		if e.onDecision != nil {
+			e.onDecision(owner, r.Name, out.OK)
 			for _, p := range r.Parents {
-				e.onDecision(tenantID, p.Name, out.OK)
+				e.onDecision(owner, p.Name, out.OK)
+			}
+		}
+		if e.onKey != nil {
+			e.onKey(owner, KeyOutcome{Name: r.Name, Key: r.Key, OK: out.OK, Remaining: r.Remaining, Max: r.Definition.Max()})
+			for _, p := range r.Parents {
+				e.onKey(owner, KeyOutcome{Name: p.Name, Key: p.Key, OK: out.OK, Remaining: p.Remaining, Max: p.Definition.Max()})
 			}
 		}
 	}
@@ -631,7 +662,7 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 		if !ok {
 			return ErrLimitNotFound
 		}
-		keys, err := recentKeys(tx, tenantID, name, n)
+		keys, err := recentKeys(tx, tenantID, name, n, stored.Definition.Shards)
 		if err != nil {
 			return err
 		}

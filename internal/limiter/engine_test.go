@@ -327,6 +327,18 @@ func TestEngineRecentKeysListsKeysWithStateNewestFirst(t *testing.T) {
 		if got[0].Value < 6.99 || got[0].Value > 7.01 {
 			t.Fatalf("value of new = %v, want ~7", got[0].Value)
 		}
+		// A key with rows in both shards is listed once, and the next key still makes the list.
+		for range 4 {
+			mustLimit(t, e, limiter.Request{Name: "rk", Key: "both", Count: 3})
+		}
+		var shardRows int64
+		if err := d.Gorm.Raw(`SELECT COUNT(*) FROM limit_state WHERE name = 'rk' AND key = 'both'`).Scan(&shardRows).Error; err != nil || shardRows != 2 {
+			t.Fatalf("both: %d shard rows (%v), want 2", shardRows, err)
+		}
+		got, err = e.RecentKeys(context.Background(), tenant, "rk", 2)
+		if err != nil || len(got) != 2 || got[0].Key != "both" || got[1].Key != "new" {
+			t.Fatalf("recent keys after a key wrote both shards: %+v (%v)", got, err)
+		}
 		if _, err := e.RecentKeys(context.Background(), tenant+1, "rk", 2); !errors.Is(err, limiter.ErrLimitNotFound) {
 			t.Fatalf("another tenant: %v", err)
 		}

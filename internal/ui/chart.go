@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/usage"
 )
 
 // Usage charts are plain SVG computed here and written by chart.templ: no chart library and no
@@ -87,6 +89,11 @@ func (u *UI) chart(c *gin.Context, tenantID int64, name, title string, spec char
 	if err != nil {
 		return nil, err
 	}
+	return buildChart(points, title), nil
+}
+
+// buildChart lays out the bars of points.
+func buildChart(points []usage.Point, title string) *chartVM {
 	vm := &chartVM{Title: title, ViewBox: fmt.Sprintf("0 0 %g %g", chartW, chartH)}
 	var peak int64
 	for _, p := range points {
@@ -105,7 +112,7 @@ func (u *UI) chart(c *gin.Context, tenantID int64, name, title string, spec char
 	}
 	n := len(points)
 	if n == 0 {
-		return vm, nil
+		return vm
 	}
 	slot := plotW / float64(n)
 	w := math.Max(1, slot*0.8)
@@ -136,5 +143,5 @@ func (u *UI) chart(c *gin.Context, tenantID int64, name, title string, spec char
 	if vm.TotalShadow > 0 {
 		vm.Summary += fmt.Sprintf(" %d more were admitted only because the limit is in shadow mode.", vm.TotalShadow)
 	}
-	return vm, nil
+	return vm
 }

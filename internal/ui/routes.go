@@ -72,4 +72,8 @@ func (u *UI) Register(r *gin.Engine) {
 	t.POST("/webhooks/:id/deliveries/:did/resend", u.resendWebhook)
 	t.GET("/audit", u.auditPage)
 	t.GET("/plan", u.planPage) // the tenant's plan and its use of it
+	t.GET("/analytics", u.analyticsPage)
+	t.GET("/analytics/panel", u.analyticsPanelFragment) // htmx fragment: refreshes every 10 s
+	t.GET("/analytics/keys.csv", u.analyticsKeysCSV)
+	t.GET("/analytics/ratio.csv", u.analyticsRatioCSV)
 }

@@ -44,6 +44,7 @@ import (
 // UsageSource answers the usage charts' queries (usage.Aggregator in production).
 type UsageSource interface {
 	Series(ctx context.Context, tenantID int64, name string, span, step time.Duration) ([]usage.Point, error)
+	TopKeys(ctx context.Context, tenantID int64, name string, kind usage.Kind, span time.Duration, n int) ([]usage.KeyCount, error)
 }
 
 // CaptchaSessions lists and revokes a tenant's authorized captcha sessions (captcha.Store in
@@ -57,7 +58,7 @@ type CaptchaSessions interface {
 type Deps struct {
 	Tenants *tenants.Service
 	Engine  *limiter.Engine
-	Usage   UsageSource     // nil: no charts
+	Usage   UsageSource     // nil: no charts and no analytics
 	Captcha CaptchaSessions // the authorized sessions the captcha page lists and revokes
 	// Webhooks owns the tenants' webhook endpoints and their delivery log.
 	Webhooks *webhooks.Service

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,6 +26,9 @@ type webhooksVM struct {
 	FormErr   string
 	NewSecret string
 	NewURL    string
+	// Threshold is the typed refusals per minute for limit.refusals ("" for the default).
+	Threshold    string
+	ThresholdErr string
 }
 
 type eventChoice struct {
@@ -69,7 +73,11 @@ func (u *UI) renderWebhooks(c *gin.Context, status int, vm webhooksVM, chosen []
 	}
 	vm.Layout, vm.CreateURL = l, tenantPath(t.ID, "/webhooks")
 	for _, e := range eps {
-		vm.Rows = append(vm.Rows, webhookRow{URL: e.URL, Events: strings.Join(e.Events, ", "), Created: fmtTime(e.CreatedAt),
+		evs := strings.Join(e.Events, ", ")
+		if slices.Contains(e.Events, webhooks.EventLimitRefusals) {
+			evs += fmt.Sprintf(" (limit.refusals at %d a minute)", e.RefusalThreshold)
+		}
+		vm.Rows = append(vm.Rows, webhookRow{URL: e.URL, Events: evs, Created: fmtTime(e.CreatedAt),
 			LogURL: webhookPath(t.ID, e.ID, ""), DeleteURL: webhookPath(t.ID, e.ID, "/delete")})
 	}
 	for _, ev := range webhooks.Events {
@@ -84,16 +92,27 @@ func (u *UI) webhooksPage(c *gin.Context) {
 
 func (u *UI) createWebhook(c *gin.Context) {
 	t := tenantOf(c)
-	rawURL, events := c.PostForm("url"), c.PostFormArray("events")
-	ep, secret, err := u.webhooks.CreateEndpoint(c.Request.Context(), t.ID, rawURL, events)
+	rawURL, events, rawThreshold := c.PostForm("url"), c.PostFormArray("events"), strings.TrimSpace(c.PostForm("refusalThreshold"))
+	var threshold []int64
+	var err error
+	if rawThreshold != "" {
+		n, perr := strconv.ParseInt(rawThreshold, 10, 64)
+		if perr != nil {
+			n = 0 // CreateEndpoint refuses it with the field's message
+		}
+		threshold = append(threshold, n)
+	}
+	ep, secret, err := u.webhooks.CreateEndpoint(c.Request.Context(), t.ID, rawURL, events, threshold...)
 	if err != nil {
 		e := apperr.From(err)
-		vm := webhooksVM{URL: rawURL}
+		vm := webhooksVM{URL: rawURL, Threshold: rawThreshold}
 		switch {
 		case e.Field == "url":
 			vm.URLErr = e.Sentence()
 		case e.Field == "events":
 			vm.EventsErr = e.Sentence()
+		case e.Field == "refusalThreshold":
+			vm.ThresholdErr = e.Sentence()
 		case e.Status() < 500:
 			vm.FormErr = e.Sentence()
 		default:

@@ -28,8 +28,8 @@ func TestWebhooksPageAddsEndpointsShowsTheirLogAndDeletesWithConfirmation(t *tes
 
 	page := c.get(tpath(tn, "/webhooks"))
 	wantStatus(t, page, http.StatusOK)
-	if got := page.doc(t).Find(`#new-webhook-form input[name="events"][checked]`).Length(); got != 4 {
-		t.Fatalf("%d events ticked by default, want all 4", got)
+	if got := page.doc(t).Find(`#new-webhook-form input[name="events"][checked]`).Length(); got != 6 {
+		t.Fatalf("%d events ticked by default, want all 6", got)
 	}
 
 	bad := c.post(tpath(tn, "/webhooks"), url.Values{"url": {"ftp://nope.example/"}, "events": {"key.created"}})
@@ -45,6 +45,24 @@ func TestWebhooksPageAddsEndpointsShowsTheirLogAndDeletesWithConfirmation(t *tes
 	wantStatus(t, noEvents, http.StatusUnprocessableEntity)
 	if text(noEvents.doc(t), "#events-error") == "" {
 		t.Fatal("no events: no inline error")
+	}
+
+	badThreshold := c.post(tpath(tn, "/webhooks"), url.Values{"url": {rcv.URL}, "events": {"limit.refusals"}, "refusalThreshold": {"many"}})
+	wantStatus(t, badThreshold, http.StatusUnprocessableEntity)
+	if d := badThreshold.doc(t); text(d, "#refusalThreshold-error") == "" || d.Find("#refusalThreshold").AttrOr("value", "") != "many" {
+		t.Fatalf("bad threshold: error %q, kept %q", text(d, "#refusalThreshold-error"), d.Find("#refusalThreshold").AttrOr("value", ""))
+	}
+	loud := c.post(tpath(tn, "/webhooks"), url.Values{"url": {rcv.URL + "/alerts"}, "events": {"limit.refusals"}, "refusalThreshold": {"7"}})
+	wantStatus(t, loud, http.StatusCreated)
+	if rows := c.get(tpath(tn, "/webhooks")).doc(t).Find("#webhooks tbody").Text(); !strings.Contains(rows, "limit.refusals at 7 a minute") {
+		t.Fatalf("the list does not show the endpoint's threshold: %q", rows)
+	}
+	eps, err := e.app.Webhooks.Endpoints(context.Background(), tn.ID)
+	if err != nil || len(eps) != 1 || eps[0].RefusalThreshold != 7 {
+		t.Fatalf("stored endpoints %+v (%v), want one with threshold 7", eps, err)
+	}
+	if err := e.app.Webhooks.DeleteEndpoint(context.Background(), tn.ID, eps[0].ID); err != nil {
+		t.Fatal(err)
 	}
 
 	created := c.post(tpath(tn, "/webhooks"), url.Values{"url": {rcv.URL + "/hook"}, "events": {"key.created", "key.revoked"}})

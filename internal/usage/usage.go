@@ -1,6 +1,11 @@
 // Package usage counts limit decisions (allowed, refused, and shadow-refused: admitted only
 // because the limit is in shadow mode) per tenant, limit and minute for the dashboard's charts.
 //
+// Besides counts, the aggregator follows the keys behind them (analytics): per limit, minute and
+// kind (refused, near their limit, would-be refused by a shadow limit) a bounded space-saving
+// sketch of the most frequent keys (topn.go), flushed with the counts to usage_top_keys. The
+// dashboard's top keys come from there, never from a scan of limit_state.
+//
 // Decisions are counted in memory (Record is a map update under a mutex, called from the
 // limiter's OnDecision hook) and flushed to the usage_stats table periodically with additive
 // upserts, one row per (tenant, name, minute) touched since the last flush: the decision path
@@ -32,6 +37,27 @@ const DefaultInterval = 10 * time.Second
 // Retention is how long usage rows are kept; older rows are deleted by the flusher.
 const Retention = 8 * 24 * time.Hour
 
+// NearFraction: a decision that leaves its key less than this fraction of the limit's maximum
+// counts the key as near its limit.
+const NearFraction = 0.2
+
+// Kind is what a top-keys list counts.
+type Kind string
+
+// The kinds of top-keys lists.
+const (
+	KindRefused Kind = "refused" // refused decisions
+	KindNear    Kind = "near"    // admitted decisions that left the key below NearFraction of its maximum
+	KindShadow  Kind = "shadow"  // decisions a shadow-mode limit would have refused (admitted)
+)
+
+// Kinds lists every Kind in the order the dashboard shows them.
+var Kinds = []Kind{KindRefused, KindNear, KindShadow}
+
+// maxSketches bounds the top-keys sketches held between flushes (each at most TopN keys);
+// beyond it decisions are still counted but their keys are not followed (logged at the flush).
+const maxSketches = 10_000
+
 // maxPending bounds the distinct (tenant, name, minute) counters held between flushes, so that a
 // flood of inline-config names cannot grow memory without bound; beyond it, counts are dropped
 // (and logged).
@@ -45,6 +71,20 @@ type Options struct {
 	// Flushed, when set, receives the result of every background flush (tests wait on it
 	// instead of sleeping). Sends do not block.
 	Flushed chan<- error
+	// OnMinute, when set, is called inside each flush's transaction once per tenant whose
+	// decisions the flush carries refusals or near-limit keys of, with each such limit's minute:
+	// its refusals so far (every instance's flushed counts, this flush's included) and the keys
+	// this flush saw near their limit. The threshold webhooks hang here, so that their outbox
+	// rows commit with the counts (at least once).
+	OnMinute func(tx *gorm.DB, tenantID int64, limits []LimitMinute) error
+}
+
+// LimitMinute is one limit's minute as OnMinute hears it.
+type LimitMinute struct {
+	Name    string
+	Minute  time.Time
+	Refused int64      // refusals in the minute so far, across instances
+	Near    []KeyCount // keys this flush saw near their limit in the minute, most first
 }
 
 type counterKey struct {
@@ -55,6 +95,11 @@ type counterKey struct {
 
 type counts struct{ allowed, refused, shadowRefused int64 }
 
+type sketchKey struct {
+	counterKey
+	kind Kind
+}
+
 // Aggregator counts decisions and flushes them. It is safe for concurrent use.
 type Aggregator struct {
 	db       *db.DB
@@ -62,12 +107,15 @@ type Aggregator struct {
 	log      *slog.Logger
 	interval time.Duration
 	flushed  chan<- error
+	onMinute func(tx *gorm.DB, tenantID int64, limits []LimitMinute) error
 
-	mu      sync.Mutex
-	pending map[counterKey]counts
-	dropped int64
+	mu          sync.Mutex
+	pending     map[counterKey]counts
+	dropped     int64
+	sketches    map[sketchKey]*topN
+	droppedKeys int64
 
-	flushMu   sync.Mutex // one flush at a time, so a failed flush's counts merge back in order
+	flushMu   sync.RWMutex // one flush at a time, so a failed flush's counts merge back in order; readers share it
 	lastPrune time.Time
 }
 
@@ -86,8 +134,8 @@ func New(d *db.DB, o Options) *Aggregator {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Aggregator{
-		db: d, now: o.Now, log: o.Logger, interval: o.Interval, flushed: o.Flushed,
-		pending: make(map[counterKey]counts),
+		db: d, now: o.Now, log: o.Logger, interval: o.Interval, flushed: o.Flushed, onMinute: o.OnMinute,
+		pending: make(map[counterKey]counts), sketches: make(map[sketchKey]*topN),
 	}
 }
 
@@ -114,6 +162,10 @@ func (a *Aggregator) add(tenantID int64, name string, n counts) {
 	k := counterKey{tenantID: tenantID, name: name, bucket: bucketStart(a.now())}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.addLocked(k, n)
+}
+
+func (a *Aggregator) addLocked(k counterKey, n counts) {
 	c, exists := a.pending[k]
 	if !exists && len(a.pending) >= maxPending {
 		a.dropped++
@@ -123,6 +175,55 @@ func (a *Aggregator) add(tenantID int64, name string, n counts) {
 	c.refused += n.refused
 	c.shadowRefused += n.shadowRefused
 	a.pending[k] = c
+}
+
+// Observation is one consumed decision of one key (limiter.KeyOutcome, converted by the
+// composition root: this package imports no limiter).
+type Observation struct {
+	Name, Key      string
+	OK             bool // admitted
+	ShadowRefused  bool // admitted only because the limit is in shadow mode
+	Remaining, Max float64
+}
+
+// Observe counts one decision like Record and RecordShadowRefused, and follows its key in the
+// minute's top-keys sketch of its kind: refused, would-be refused (shadow), or admitted but left
+// below NearFraction of the limit's maximum. Tenant 0 is not counted.
+func (a *Aggregator) Observe(tenantID int64, o Observation) {
+	if tenantID == 0 {
+		return
+	}
+	var n counts
+	var kind Kind
+	switch {
+	case o.ShadowRefused:
+		n.shadowRefused, kind = 1, KindShadow
+	case !o.OK:
+		n.refused, kind = 1, KindRefused
+	default:
+		n.allowed = 1
+		if o.Max > 0 && o.Remaining < NearFraction*o.Max {
+			kind = KindNear
+		}
+	}
+	k := counterKey{tenantID: tenantID, name: o.Name, bucket: bucketStart(a.now())}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.addLocked(k, n)
+	if kind == "" {
+		return
+	}
+	sk := sketchKey{counterKey: k, kind: kind}
+	t := a.sketches[sk]
+	if t == nil {
+		if len(a.sketches) >= maxSketches {
+			a.droppedKeys++
+			return
+		}
+		t = newTopN()
+		a.sketches[sk] = t
+	}
+	t.add(o.Key, 1)
 }
 
 func bucketStart(t time.Time) int64 {
@@ -167,19 +268,41 @@ ON CONFLICT (tenant_id, name, bucket_start) DO UPDATE SET
 	refused = usage_stats.refused + excluded.refused,
 	shadow_refused = usage_stats.shadow_refused + excluded.shadow_refused`
 
-// Flush writes the counts recorded so far in one transaction. On failure they are merged back
-// and retried by the next flush, so nothing is counted twice or lost while the process lives.
+// upsertTop adds to a stored top key's hits, in the minute or the hourly table; portable like
+// upsert.
+func upsertTop(table string) string {
+	return `INSERT INTO ` + table + ` (tenant_id, name, kind, bucket_start, limit_key, hits, overcount) VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (tenant_id, name, kind, bucket_start, limit_key) DO UPDATE SET
+	hits = ` + table + `.hits + excluded.hits,
+	overcount = ` + table + `.overcount + excluded.overcount`
+}
+
+var (
+	upsertTopMinute = upsertTop("usage_top_keys")
+	upsertTopHour   = upsertTop("usage_top_keys_hourly")
+)
+
+// MinuteKeysRetention is how long the per-minute top keys (the last hour's view) are kept; the
+// hourly ones are kept for Retention.
+const MinuteKeysRetention = 3 * time.Hour
+
+// Flush writes the counts and top keys recorded so far in one transaction (with the threshold
+// events OnMinute derives from them). On failure they are merged back and retried by the next
+// flush, so nothing is counted twice or lost while the process lives.
 func (a *Aggregator) Flush(ctx context.Context) error {
 	a.flushMu.Lock()
 	defer a.flushMu.Unlock()
 	a.mu.Lock()
-	batch := a.pending
-	a.pending = make(map[counterKey]counts)
-	dropped := a.dropped
-	a.dropped = 0
+	batch, sketches := a.pending, a.sketches
+	a.pending, a.sketches = make(map[counterKey]counts), make(map[sketchKey]*topN)
+	dropped, droppedKeys := a.dropped, a.droppedKeys
+	a.dropped, a.droppedKeys = 0, 0
 	a.mu.Unlock()
 	if dropped > 0 {
 		a.log.Warn("usage: too many distinct counters between flushes; some decisions were not counted", "dropped", dropped)
+	}
+	if droppedKeys > 0 {
+		a.log.Warn("usage: too many top-keys sketches between flushes; some decisions' keys were not followed", "dropped", droppedKeys)
 	}
 	now := a.now()
 	prune := now.Sub(a.lastPrune) > time.Hour
@@ -191,24 +314,69 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		keys = append(keys, k)
 	}
 	// A fixed order makes concurrent flushes from several instances lock rows in the same order.
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].tenantID != keys[j].tenantID {
-			return keys[i].tenantID < keys[j].tenantID
+	sort.Slice(keys, func(i, j int) bool { return keys[i].less(keys[j]) })
+	skeys := make([]sketchKey, 0, len(sketches))
+	for k := range sketches {
+		skeys = append(skeys, k)
+	}
+	sort.Slice(skeys, func(i, j int) bool {
+		if skeys[i].counterKey != skeys[j].counterKey {
+			return skeys[i].less(skeys[j].counterKey)
 		}
-		if keys[i].name != keys[j].name {
-			return keys[i].name < keys[j].name
-		}
-		return keys[i].bucket < keys[j].bucket
+		return skeys[i].kind < skeys[j].kind
 	})
 	err := a.db.Serializable(db.WithPurpose(ctx, db.PurposeUsage), func(tx *gorm.DB) error {
+		// The minutes that OnMinute hears of (built afresh on each attempt).
+		minutes := map[counterKey]*LimitMinute{}
+		addMinute := func(k counterKey) *LimitMinute {
+			m := minutes[k]
+			if m == nil {
+				m = &LimitMinute{Name: k.name, Minute: time.UnixMilli(k.bucket).UTC()}
+				minutes[k] = m
+			}
+			return m
+		}
 		for _, k := range keys {
 			c := batch[k]
+			if a.onMinute != nil && c.refused > 0 {
+				var refused int64
+				if err := tx.Raw(upsert+` RETURNING refused`, k.tenantID, k.name, k.bucket, c.allowed, c.refused, c.shadowRefused).Row().Scan(&refused); err != nil {
+					return err
+				}
+				addMinute(k).Refused = refused
+				continue
+			}
 			if err := tx.Exec(upsert, k.tenantID, k.name, k.bucket, c.allowed, c.refused, c.shadowRefused).Error; err != nil {
 				return err
 			}
 		}
+		for _, k := range skeys {
+			entries := sketches[k].entries(k.name)
+			for _, e := range entries {
+				if err := tx.Exec(upsertTopMinute, k.tenantID, k.name, string(k.kind), k.bucket, e.Key, e.Hits, e.Overcount).Error; err != nil {
+					return err
+				}
+				hour := k.bucket - k.bucket%time.Hour.Milliseconds()
+				if err := tx.Exec(upsertTopHour, k.tenantID, k.name, string(k.kind), hour, e.Key, e.Hits, e.Overcount).Error; err != nil {
+					return err
+				}
+			}
+			if a.onMinute != nil && k.kind == KindNear {
+				addMinute(k.counterKey).Near = entries
+			}
+		}
+		if err := a.tellMinutes(tx, minutes); err != nil {
+			return fmt.Errorf("threshold events: %w", err)
+		}
 		if prune {
-			return tx.Exec(`DELETE FROM usage_stats WHERE bucket_start < ?`, now.Add(-Retention).UnixMilli()).Error
+			cut := now.Add(-Retention).UnixMilli()
+			if err := tx.Exec(`DELETE FROM usage_top_keys WHERE bucket_start < ?`, now.Add(-MinuteKeysRetention).UnixMilli()).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(`DELETE FROM usage_top_keys_hourly WHERE bucket_start < ?`, cut).Error; err != nil {
+				return err
+			}
+			return tx.Exec(`DELETE FROM usage_stats WHERE bucket_start < ?`, cut).Error
 		}
 		return nil
 	})
@@ -221,6 +389,19 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 			p.shadowRefused += c.shadowRefused
 			a.pending[k] = p
 		}
+		for k, t := range sketches {
+			cur := a.sketches[k]
+			if cur == nil {
+				a.sketches[k] = t
+				continue
+			}
+			for key, e := range t.m {
+				cur.add(key, e.hits)
+				if ce := cur.m[key]; ce != nil {
+					ce.overcount += e.overcount
+				}
+			}
+		}
 		a.mu.Unlock()
 		return fmt.Errorf("usage: flush: %w", err)
 	}
@@ -228,6 +409,39 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		a.lastPrune = now
 	}
 	return nil
+}
+
+// tellMinutes calls onMinute once per tenant, in tenant, name and minute order.
+func (a *Aggregator) tellMinutes(tx *gorm.DB, minutes map[counterKey]*LimitMinute) error {
+	if a.onMinute == nil || len(minutes) == 0 {
+		return nil
+	}
+	ks := make([]counterKey, 0, len(minutes))
+	for k := range minutes {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].less(ks[j]) })
+	for i := 0; i < len(ks); {
+		t := ks[i].tenantID
+		var limits []LimitMinute
+		for ; i < len(ks) && ks[i].tenantID == t; i++ {
+			limits = append(limits, *minutes[ks[i]])
+		}
+		if err := a.onMinute(tx, t, limits); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k counterKey) less(o counterKey) bool {
+	if k.tenantID != o.tenantID {
+		return k.tenantID < o.tenantID
+	}
+	if k.name != o.name {
+		return k.name < o.name
+	}
+	return k.bucket < o.bucket
 }
 
 // Point is one bar of a chart: the decisions in [Start, Start+step).
@@ -243,8 +457,8 @@ type Point struct {
 // (a whole number of minutes; the span is cut to a whole number of steps). name "" sums every
 // limit of the tenant. Counts not yet flushed are included, so charts are current.
 func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, span, step time.Duration) ([]Point, error) {
-	a.flushMu.Lock() // no flush may move counts from memory to the table while we read both
-	defer a.flushMu.Unlock()
+	a.flushMu.RLock() // no flush may move counts from memory to the table while we read both
+	defer a.flushMu.RUnlock()
 	if step < Bucket || step%Bucket != 0 || span < step {
 		return nil, fmt.Errorf("usage: series: step must be a whole number of minutes and span at least one step")
 	}
@@ -275,14 +489,16 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 	}
 	var rows []row
 	err := a.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		q := `SELECT bucket_start, SUM(allowed) AS allowed, SUM(refused) AS refused, SUM(shadow_refused) AS shadow_refused FROM usage_stats
+		// Summed per step in the database: a week per minute of ten limits is 100,800 rows,
+		// which the page needs as 56 (docs/performance.md).
+		q := `SELECT bucket_start - bucket_start % ? AS bucket_start, SUM(allowed) AS allowed, SUM(refused) AS refused, SUM(shadow_refused) AS shadow_refused FROM usage_stats
 			WHERE tenant_id = ? AND bucket_start >= ? AND bucket_start < ?`
-		args := []any{tenantID, from, end}
+		args := []any{stepMS, tenantID, from, end}
 		if name != "" {
 			q += ` AND name = ?`
 			args = append(args, name)
 		}
-		return tx.Raw(q+` GROUP BY bucket_start`, args...).Scan(&rows).Error
+		return tx.Raw(q+` GROUP BY 1`, args...).Scan(&rows).Error
 	})
 	if err != nil {
 		return nil, fmt.Errorf("usage: series: %w", err)
@@ -298,4 +514,69 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 	}
 	a.mu.Unlock()
 	return out, nil
+}
+
+// TopKeys returns the n keys of one tenant with the most decisions of kind over the span ending
+// now, most first: a span of up to an hour in whole minutes (the current one included), from the
+// minute table; a longer one in whole hours (the current hour and the span's hours before it,
+// so up to an hour more than span), from the hourly table. name "" ranks the keys of every
+// limit of the tenant together (each key named with its limit). It reads usage_top_keys (never
+// limit_state) and merges this instance's counts not yet flushed, as Series does.
+func (a *Aggregator) TopKeys(ctx context.Context, tenantID int64, name string, kind Kind, span time.Duration, n int) ([]KeyCount, error) {
+	if span < Bucket || n <= 0 {
+		return nil, fmt.Errorf("usage: top keys: span must be at least a minute and n positive")
+	}
+	a.flushMu.RLock() // as in Series: no flush moves counts between the two while we read both
+	defer a.flushMu.RUnlock()
+	table, width := "usage_top_keys", Bucket.Milliseconds()
+	if span > time.Hour {
+		table, width = "usage_top_keys_hourly", time.Hour.Milliseconds()
+	}
+	nowMS := a.now().UnixMilli()
+	from := nowMS - nowMS%width - span.Milliseconds() + width
+	if span > time.Hour {
+		from -= width // the current hour is partial: the span's whole hours come before it
+	}
+	var rows []KeyCount
+	err := a.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		q := `SELECT name, limit_key AS key, SUM(hits) AS hits, SUM(overcount) AS overcount FROM ` + table + `
+			WHERE tenant_id = ? AND kind = ? AND bucket_start >= ?`
+		args := []any{tenantID, string(kind), from}
+		if name != "" {
+			q += ` AND name = ?`
+			args = append(args, name)
+		}
+		// Room for this instance's unflushed keys to move a stored key into the first n.
+		args = append(args, n+TopN)
+		return tx.Raw(q+` GROUP BY name, limit_key ORDER BY hits DESC, name, key LIMIT ?`, args...).Scan(&rows).Error
+	})
+	if err != nil {
+		return nil, fmt.Errorf("usage: top keys: %w", err)
+	}
+	type nk struct{ name, key string }
+	byKey := make(map[nk]int, len(rows))
+	for i, r := range rows {
+		byKey[nk{r.Name, r.Key}] = i
+	}
+	a.mu.Lock()
+	for sk, t := range a.sketches {
+		if sk.tenantID != tenantID || sk.kind != kind || sk.bucket < from || (name != "" && sk.name != name) {
+			continue
+		}
+		for key, e := range t.m {
+			if i, ok := byKey[nk{sk.name, key}]; ok {
+				rows[i].Hits += e.hits
+				rows[i].Overcount += e.overcount
+				continue
+			}
+			byKey[nk{sk.name, key}] = len(rows)
+			rows = append(rows, KeyCount{Name: sk.name, Key: key, Hits: e.hits, Overcount: e.overcount})
+		}
+	}
+	a.mu.Unlock()
+	sortKeyCounts(rows)
+	if len(rows) > n {
+		rows = rows[:n]
+	}
+	return rows, nil
 }

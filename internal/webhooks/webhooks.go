@@ -36,11 +36,13 @@ const (
 	// 80 % of its plan (queued in the creating transaction), or a decision left under 20 % of its
 	// plan's burst (tenants.EventQuotaNear).
 	EventTenantQuotaNear = "tenant.quota_near"
-	EventTest            = "webhook.test" // sent on request only, to every endpoint asked
+	EventLimitRefusals   = "limit.refusals" // a limit's refusals in a minute reached the endpoint's threshold
+	EventKeyNearLimit    = "key.near_limit" // a key was left below 20 % of its limit
+	EventTest            = "webhook.test"   // sent on request only, to every endpoint asked
 )
 
 // Events lists the events an endpoint may subscribe to.
-var Events = []string{EventKeyCreated, EventKeyRevoked, EventDefinitionChanged, EventTenantQuotaNear}
+var Events = []string{EventKeyCreated, EventKeyRevoked, EventDefinitionChanged, EventTenantQuotaNear, EventLimitRefusals, EventKeyNearLimit}
 
 // Bounds on what a tenant may configure.
 const (
@@ -56,6 +58,9 @@ type Endpoint struct {
 	Events    []string
 	Enabled   bool
 	CreatedAt time.Time
+	// RefusalThreshold is the refusals of one limit in one minute at or above which the
+	// endpoint hears limit.refusals (if it subscribes to it).
+	RefusalThreshold int64
 }
 
 type endpointRow struct {
@@ -66,13 +71,15 @@ type endpointRow struct {
 	Events       string
 	Enabled      bool
 	CreatedAt    int64
+	// RefusalThreshold: see Endpoint.
+	RefusalThreshold int64
 }
 
 func (endpointRow) TableName() string { return "webhook_endpoints" }
 
 func (r endpointRow) toDomain() Endpoint {
 	return Endpoint{ID: r.ID, TenantID: r.TenantID, URL: r.URL, Events: strings.Split(r.Events, ","), Enabled: r.Enabled,
-		CreatedAt: time.UnixMilli(r.CreatedAt).UTC()}
+		CreatedAt: time.UnixMilli(r.CreatedAt).UTC(), RefusalThreshold: r.RefusalThreshold}
 }
 
 // Options tune a Service; the zero value is production's.
@@ -128,10 +135,20 @@ func invalid(field, msg string) error { return apperr.Invalid(field, msg) }
 
 // CreateEndpoint adds an endpoint for tenantID and returns it with its signing secret
 // ("whsec_" + base64 of 32 random bytes), which is shown this once: only a sealed copy is kept.
-func (s *Service) CreateEndpoint(ctx context.Context, tenantID int64, rawURL string, events []string) (Endpoint, string, error) {
+//
+// refusalThreshold, when given, is the endpoint's RefusalThreshold (1 to MaxRefusalThreshold);
+// DefaultRefusalThreshold otherwise.
+func (s *Service) CreateEndpoint(ctx context.Context, tenantID int64, rawURL string, events []string, refusalThreshold ...int64) (Endpoint, string, error) {
 	u, err := s.checkURL(rawURL)
 	if err != nil {
 		return Endpoint{}, "", err
+	}
+	threshold := int64(DefaultRefusalThreshold)
+	if len(refusalThreshold) > 0 {
+		threshold = refusalThreshold[0]
+		if threshold < 1 || threshold > MaxRefusalThreshold {
+			return Endpoint{}, "", invalid("refusalThreshold", fmt.Sprintf("must be a whole number of refusals per minute from 1 to %d", MaxRefusalThreshold))
+		}
 	}
 	if len(events) == 0 {
 		return Endpoint{}, "", invalid("events", "choose at least one event: "+strings.Join(Events, ", "))
@@ -150,7 +167,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, tenantID int64, rawURL str
 		return Endpoint{}, "", err
 	}
 	row := endpointRow{TenantID: tenantID, URL: u, SecretSealed: sealed, Events: strings.Join(events, ","), Enabled: true,
-		CreatedAt: s.now().UnixMilli()}
+		CreatedAt: s.now().UnixMilli(), RefusalThreshold: threshold}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		var n int64
 		if err := tx.Model(&endpointRow{}).Where("tenant_id = ?", tenantID).Count(&n).Error; err != nil {
