@@ -126,6 +126,9 @@ func (u *UI) inviteMember(c *gin.Context) {
 // formError reports whether err is one a form shows inline (bad input, a taken name, the last
 // operator) rather than a page-ending error.
 func formError(err error) bool {
+	if err == nil {
+		return false
+	}
 	code := apperr.From(err).Code
 	return code == apperr.InvalidRequest || code == apperr.Conflict
 }
