@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,21 @@ func TestUserAndTenantDeleteCommands(t *testing.T) {
 	}
 	if out := cliInProcess(t, env, "tenant", "delete", "other", "--yes"); !strings.Contains(out, `tenant "other" deleted`) {
 		t.Fatalf("tenant delete: %q", out)
+	}
+	svc, closeDB = cliService(t, env)
+	log, err := svc.ServerAuditLog(context.Background(), 100)
+	closeDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, a := range log {
+		actions = append(actions, a.Actor+" "+a.Action)
+	}
+	for _, want := range []string{"cli tenant.create", "cli user.password", "cli user.remove", "cli tenant.delete"} {
+		if !slices.Contains(actions, want) {
+			t.Errorf("the security log lacks %q: %v", want, actions)
+		}
 	}
 	if out := cliInProcess(t, env, "tenant", "list"); strings.Contains(out, "other") || !strings.Contains(out, "acme") {
 		t.Fatalf("tenant list after delete: %q", out)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -30,6 +31,9 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 		}
 		t, err := s.CreateTenant(ctx, args[0])
 		if err != nil {
+			return err
+		}
+		if err := s.Audit(ctx, nil, actor, "tenant.create", "tenant:"+strconv.FormatInt(t.ID, 10), t.Name); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "tenant %q created (id %d)\n", t.Name, t.ID)

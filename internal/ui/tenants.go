@@ -78,6 +78,7 @@ func (u *UI) createTenant(c *gin.Context) {
 		return
 	}
 	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "tenant.create", t.Name, "")
+	_ = u.tenants.Audit(c.Request.Context(), nil, actor(c), "tenant.create", "tenant:"+strconv.FormatInt(t.ID, 10), t.Name) // and in the security log
 	redirect(c, tenantPath(t.ID, "/limits?msg=tenant-created"))
 }
 
