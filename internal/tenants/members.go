@@ -310,7 +310,9 @@ func (s *Service) SetRole(ctx context.Context, scope *int64, id int64, role Role
 			return err
 		}
 		if tenant != nil {
-			if err := first(tx, &tenantRow{}, "id = ?", *tenant); err != nil {
+			if err := first(tx, &tenantRow{}, "id = ?", *tenant); errors.Is(err, ErrNotFound) {
+				return invalid("tenant", "choose an existing tenant for an admin or a viewer")
+			} else if err != nil {
 				return err
 			}
 		}

@@ -144,6 +144,27 @@ func TestOperatorUsersPageResetLinksDisablingAndTheLastOperator(t *testing.T) {
 		t.Fatalf("the last operator changed: %+v", u)
 	}
 
+	both := opc.post("/users/invite", url.Values{"email": {"nope"}, "role": {"viewer"}, "tenant": {""}})
+	wantStatus(t, both, http.StatusUnprocessableEntity)
+	if d := both.doc(t); text(d, "#email-error") == "" || text(d, "#role-error") == "" || d.Find("#invite-form #email").AttrOr("value", "") != "nope" {
+		t.Fatalf("operator invite errors: %q / %q", text(d, "#email-error"), text(d, "#role-error"))
+	}
+	noTenant := opc.post("/users/"+mid+"/role", url.Values{"role": {"viewer"}, "tenant": {""}})
+	wantStatus(t, noTenant, http.StatusUnprocessableEntity)
+	if !strings.Contains(text(noTenant.doc(t), "#form-error"), "existing tenant") {
+		t.Fatalf("a role without its tenant: %q", text(noTenant.doc(t), "#form-error"))
+	}
+	invited := opc.post("/users/invite", url.Values{"email": {"op2@example.com"}, "role": {"operator"}})
+	wantStatus(t, invited, http.StatusSeeOther)
+	opLink := opc.get(invited.Header.Get("Location")).doc(t).Find("#new-link-url").AttrOr("value", "")
+	ol, _ := url.Parse(opLink)
+	op2 := e.client()
+	wantStatus(t, op2.post("/invite", url.Values{"token": {ol.Query().Get("token")}, "password": {"op2-password-1"}, "confirm": {"op2-password-1"}}), http.StatusSeeOther)
+	wantStatus(t, op2.get("/users"), http.StatusOK)
+	if u, _ := e.svc.UserByEmail(ctx, "op2@example.com"); !u.IsOperator {
+		t.Fatalf("the invited operator: %+v", u)
+	}
+
 	pw := opc.post("/account/password", url.Values{"current": {"wrong"}, "password": {"short"}, "confirm": {"different"}})
 	wantStatus(t, pw, http.StatusUnprocessableEntity)
 	if d := pw.doc(t); text(d, "#current-error") == "" || text(d, "#password-error") == "" || text(d, "#confirm-error") == "" {

@@ -96,14 +96,14 @@ func (u *UI) inviteUser(c *gin.Context) {
 	email, role := c.PostForm("email"), tenants.Role(c.PostForm("role"))
 	tid := tenantChoice(c, role)
 	vm := usersVM{Email: email, Role: string(role), Tenant: c.PostForm("tenant")}
-	if tid != nil && *tid <= 0 {
-		vm.RoleErr = "Choose the tenant of an admin or a viewer."
-	}
 	inv, token, err := u.tenants.CreateInvite(c.Request.Context(), tid, email, role, 0, actor(c))
-	if err != nil || vm.RoleErr != "" {
-		if err != nil && !formError(err) && apperr.From(err).Status() != http.StatusNotFound {
+	if err != nil {
+		if !formError(err) && apperr.From(err).Status() != http.StatusNotFound {
 			u.internalError(c, err)
 			return
+		}
+		if apperr.From(err).Status() == http.StatusNotFound || (tid != nil && *tid <= 0) {
+			vm.RoleErr = "Choose an existing tenant for an admin or a viewer."
 		}
 		f := apperr.Fields(err)
 		vm.EmailErr = f["email"]
