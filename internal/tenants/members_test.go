@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,44 @@ func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
 		wantErr(t, err, ErrNotFound)
 		_, err = e.svc.Login(e.ctx, "m@example.com", "m-password-56", "192.0.2.1")
 		must(t, err)
+	})
+}
+
+// TestTwoOperatorsDisablingEachOtherAtOnceLeaveOneActive: two operators disable each other at
+// the same moment through two services (two instances) on one database, twenty times; each
+// check-then-write is one serializable transaction, so the write skew that would disable both
+// never happens: one succeeds and the other is ErrLastOperator. On SQLite and PostgreSQL.
+func TestTwoOperatorsDisablingEachOtherAtOnceLeaveOneActive(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		other := NewService(e.db, testPepper, e.clock.Now)
+		op1, err := e.svc.CreateUser(e.ctx, "op1@example.com", "op1-password-1", true, nil)
+		must(t, err)
+		op2, err := e.svc.CreateUser(e.ctx, "op2@example.com", "op2-password-1", true, nil)
+		must(t, err)
+		for round := range 20 {
+			start := make(chan struct{})
+			errs := make(chan error, 2)
+			go func() { <-start; errs <- e.svc.SetDisabled(e.ctx, nil, op2.ID, true, "op1") }()
+			go func() { <-start; errs <- other.SetDisabled(e.ctx, nil, op1.ID, true, "op2") }()
+			close(start)
+			ok, last := 0, 0
+			for range 2 {
+				switch err := <-errs; {
+				case err == nil:
+					ok++
+				case errors.Is(err, ErrLastOperator):
+					last++
+				default:
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+			u1, _ := e.svc.User(e.ctx, op1.ID)
+			u2, _ := e.svc.User(e.ctx, op2.ID)
+			if ok != 1 || last != 1 || (u1.DisabledAt == nil) == (u2.DisabledAt == nil) {
+				t.Fatalf("round %d: %d succeeded, %d refused; op1 disabled %v, op2 disabled %v", round, ok, last, u1.DisabledAt != nil, u2.DisabledAt != nil)
+			}
+			must(t, e.svc.SetDisabled(e.ctx, nil, op1.ID, false, "test"))
+			must(t, e.svc.SetDisabled(e.ctx, nil, op2.ID, false, "test"))
+		}
 	})
 }
