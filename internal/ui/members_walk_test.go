@@ -190,8 +190,11 @@ func TestViewerChangesNothingOnAnyDashboardRoute(t *testing.T) {
 		if posts < 30 {
 			t.Fatalf("only %d POST routes walked", posts)
 		}
-		if r := viewer.get(tpath(a.Tenant, "/limits")); r.StatusCode != http.StatusOK {
-			t.Fatalf("the viewer cannot read the limits page: %d", r.StatusCode)
+		if r := viewer.get(tpath(a.Tenant, "/limits")); r.StatusCode != http.StatusOK || r.doc(t).Find("#viewer-banner").Length() != 1 {
+			t.Fatalf("the viewer's limits page: status %d, without the viewer banner", r.StatusCode)
+		}
+		if r := e.login("admin@acme.example", "admin-password-1").get(tpath(a.Tenant, "/limits")); r.doc(t).Find("#viewer-banner").Length() != 0 {
+			t.Fatal("an admin is told they are a viewer")
 		}
 	})
 }
