@@ -84,6 +84,8 @@ func TestInviteAcceptChangeRoleRemoveInChromium(t *testing.T) {
 	op.step("remove them",
 		chromedp.Click(row+" .remove-form input[type=checkbox]"),
 		chromedp.Click(row+" .remove"),
+		// The role change's flash is still on the page until the removal's answer replaces it.
+		chromedp.WaitNotPresent(row),
 		chromedp.WaitVisible(".flash"),
 	)
 	if n := op.read("rows of the removed member", chromedp.Evaluate[string](`String(document.querySelectorAll('`+row+`').length)`)); n != "0" {
