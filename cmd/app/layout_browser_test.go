@@ -77,7 +77,8 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 		chromedp.WaitVisible("#new-secret"),
 	)
 	pages := []string{"/tenants", tenantPath + "/limits", tenantPath + "/limits/a-limit-with-a-rather-long-name.for.the.layout",
-		tenantPath + "/new-limit", tenantPath + "/keys", tenantPath + "/captcha", tenantPath + "/webhooks", tenantPath + "/audit", tenantPath + "/analytics", "/audit"}
+		tenantPath + "/new-limit", tenantPath + "/keys", tenantPath + "/captcha", tenantPath + "/webhooks", tenantPath + "/audit", tenantPath + "/analytics", tenantPath + "/plan", "/audit",
+		tenantPath + "/members", "/users", "/account", tenantPath + "/manage"}
 	for _, width := range []int64{375, 1280} {
 		for _, p := range pages {
 			step("open "+p, chromedp.EmulateViewport(width, 800), chromedp.Navigate(srv.base+p), chromedp.WaitVisible("main"))

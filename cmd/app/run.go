@@ -17,12 +17,16 @@ commands:
   tenant create NAME                     create a tenant
   tenant list | rename NAME NEW-NAME | suspend NAME | resume NAME
                                          list, rename, suspend (every API key refused) or resume
+  tenant delete NAME --yes               delete a tenant and every row it owns
   key list TENANT                        list a tenant's keys (id, kind, hint, state, label)
   key create --tenant NAME [--label L] [--publishable]
                                          create an API key (the secret is printed once)
   key revoke KEY                         revoke a key by its secret or its ID
   user create --email E --password-stdin [--operator | --tenant NAME]
                                          create a dashboard user
+  user list | remove EMAIL | passwd EMAIL
+                                         list users, remove one (sessions end), or set a
+                                         password read from stdin (sessions end)
   healthcheck [--ready]                  probe the local server's /healthz (or /readyz)
 `
 

@@ -55,6 +55,9 @@ func (s *Server) putDefinition(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
+	// The definition it replaces, for the audit log's before and after: read just before, so a
+	// concurrent change in between would show as this one's "before" (the log stays ordered).
+	before := previousDefinition(c, s.engine, tenantOf(c).TenantID, name)
 	stored, created, err := s.engine.PutDefinition(c.Request.Context(), tenantOf(c).TenantID, name, def)
 	if err != nil {
 		writeProblem(c, s.log, err)
@@ -62,9 +65,9 @@ func (s *Server) putDefinition(c *gin.Context) {
 	}
 	action := "limit.update"
 	if created {
-		action = "limit.create"
+		action, before = "limit.create", nil
 	}
-	s.recordAudit(c, action, name, limiter.AuditDetail(def))
+	s.recordAudit(c, action, name, limiter.AuditChange(before, def))
 	c.JSON(http.StatusOK, toDefinitionResponse(stored))
 }
 
@@ -181,4 +184,14 @@ func (s *Server) value(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, toValueResponse(v))
+}
+
+// previousDefinition is the definition stored under name, or nil (none, or it cannot be read:
+// the audit entry then shows only the new one).
+func previousDefinition(c *gin.Context, e *limiter.Engine, tenantID int64, name string) *limiter.Definition {
+	d, err := e.GetDefinition(c.Request.Context(), tenantID, name)
+	if err != nil {
+		return nil
+	}
+	return &d.Definition
 }

@@ -64,3 +64,17 @@ func TestSentence(t *testing.T) {
 		t.Fatalf("Sentence = %q", got)
 	}
 }
+
+func TestFieldsReportsEveryJoinedFieldError(t *testing.T) {
+	err := fmt.Errorf("store: %w", errors.Join(Invalid("email", "bad email"), Invalid("password", "too short")))
+	got := Fields(err)
+	if got["email"] != "Bad email." || got["password"] != "Too short." || len(got) != 2 {
+		t.Fatalf("Fields = %v", got)
+	}
+	if got := Fields(New(Conflict, "taken").WithField("email")); got["email"] != "Taken." {
+		t.Fatalf("Fields of one error = %v", got)
+	}
+	if got := Fields(nil); len(got) != 0 {
+		t.Fatalf("Fields(nil) = %v", got)
+	}
+}

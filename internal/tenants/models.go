@@ -31,12 +31,14 @@ type apiKeyRow struct {
 func (apiKeyRow) TableName() string { return "api_keys" }
 
 type userRow struct {
-	ID           int64     `gorm:"column:id;primaryKey;autoIncrement"`
-	Email        string    `gorm:"column:email"`
-	PasswordHash string    `gorm:"column:password_hash"`
-	TenantID     *int64    `gorm:"column:tenant_id"`
-	IsOperator   bool      `gorm:"column:is_operator"`
-	CreatedAt    time.Time `gorm:"column:created_at;autoCreateTime:false"`
+	ID           int64      `gorm:"column:id;primaryKey;autoIncrement"`
+	Email        string     `gorm:"column:email"`
+	PasswordHash string     `gorm:"column:password_hash"`
+	TenantID     *int64     `gorm:"column:tenant_id"`
+	IsOperator   bool       `gorm:"column:is_operator"`
+	Role         string     `gorm:"column:role"` // a member's: "admin" or "viewer"
+	CreatedAt    time.Time  `gorm:"column:created_at;autoCreateTime:false"`
+	DisabledAt   *time.Time `gorm:"column:disabled_at"`
 }
 
 func (userRow) TableName() string { return "users" }
@@ -52,6 +54,23 @@ type adminSessionRow struct {
 }
 
 func (adminSessionRow) TableName() string { return "admin_sessions" }
+
+// userTokenRow is a one-time link (an invite or a password reset), stored by SHA-256 only.
+type userTokenRow struct {
+	ID        int64      `gorm:"column:id;primaryKey;autoIncrement"`
+	TenantID  *int64     `gorm:"column:tenant_id"`
+	Kind      string     `gorm:"column:kind"`
+	TokenHash string     `gorm:"column:token_hash"`
+	Email     string     `gorm:"column:email"`
+	Role      string     `gorm:"column:role"`
+	UserID    *int64     `gorm:"column:user_id"`
+	CreatedBy string     `gorm:"column:created_by"`
+	CreatedAt time.Time  `gorm:"column:created_at;autoCreateTime:false"`
+	ExpiresAt time.Time  `gorm:"column:expires_at"`
+	UsedAt    *time.Time `gorm:"column:used_at"`
+}
+
+func (userTokenRow) TableName() string { return "user_tokens" }
 
 type settingRow struct {
 	Key   string `gorm:"column:key;primaryKey"`

@@ -203,6 +203,10 @@ func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, ori
 		return wrap("update captcha settings", invalid("difficulty", "difficulty must be between %d and %d", MinCaptchaDifficulty, MaxCaptchaDifficulty))
 	}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		var old tenantRow
+		if err := first(tx, &old, "id = ?", tenantID); err != nil {
+			return err
+		}
 		res := tx.Model(&tenantRow{}).Where("id = ?", tenantID).Updates(map[string]any{
 			"allowed_origins":    strings.Join(canon, "\n"),
 			"captcha_difficulty": difficulty,
@@ -210,16 +214,19 @@ func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, ori
 		if res.Error != nil {
 			return res.Error
 		}
-		if res.RowsAffected == 0 {
-			return ErrNotFound
-		}
-		detail := fmt.Sprintf("difficulty %d, origins %s", difficulty, strings.Join(canon, " "))
-		if len(canon) == 0 {
-			detail = fmt.Sprintf("difficulty %d, no origins", difficulty)
-		}
-		return s.audit(tx, &tenantID, actor, "captcha.settings", "tenant:"+strconv.FormatInt(tenantID, 10), detail)
+		before := captchaDetail(old.CaptchaDifficulty, tenantFromRow(old).AllowedOrigins)
+		return s.audit(tx, &tenantID, actor, "captcha.settings", "tenant:"+strconv.FormatInt(tenantID, 10),
+			before+" → "+captchaDetail(difficulty, canon))
 	})
 	return wrap("update captcha settings", err)
+}
+
+// captchaDetail describes captcha settings in the audit log.
+func captchaDetail(difficulty int, origins []string) string {
+	if len(origins) == 0 {
+		return fmt.Sprintf("difficulty %d, no origins", difficulty)
+	}
+	return fmt.Sprintf("difficulty %d, origins %s", difficulty, strings.Join(origins, " "))
 }
 
 // NormalizeOrigins validates origins (see UpdateCaptchaSettings) and returns them in canonical

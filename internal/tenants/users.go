@@ -24,7 +24,11 @@ type User struct {
 	Email      string
 	TenantID   *int64
 	IsOperator bool
-	CreatedAt  time.Time
+	// Role is RoleOperator for operators, RoleAdmin or RoleViewer for a tenant's members.
+	Role      Role
+	CreatedAt time.Time
+	// DisabledAt is when the user was disabled (nil: active): a disabled user cannot log in.
+	DisabledAt *time.Time
 }
 
 // Password rules. The maximum only stops absurd inputs; argon2 itself accepts any length.
@@ -45,7 +49,14 @@ const (
 )
 
 func userFromRow(r userRow) User {
-	return User{ID: r.ID, Email: r.Email, TenantID: r.TenantID, IsOperator: r.IsOperator, CreatedAt: utc(r.CreatedAt)}
+	role := Role(r.Role)
+	if r.IsOperator {
+		role = RoleOperator
+	} else if role != RoleViewer {
+		role = RoleAdmin
+	}
+	return User{ID: r.ID, Email: r.Email, TenantID: r.TenantID, IsOperator: r.IsOperator, Role: role,
+		CreatedAt: utc(r.CreatedAt), DisabledAt: utcPtr(r.DisabledAt)}
 }
 
 // normalizeEmail lower-cases and checks an address. Lower-casing makes the UNIQUE column
@@ -111,7 +122,7 @@ func (s *Service) CreateUser(ctx context.Context, email, password string, operat
 		return User{}, wrap("create user", invalid("operator", "a user is either an operator or a member of one tenant"))
 	}
 	// Hashing is deliberately slow: do it once, outside the (retryable) transaction.
-	row := userRow{Email: email, PasswordHash: hashPassword(password), TenantID: tenantID, IsOperator: operator}
+	row := userRow{Email: email, PasswordHash: hashPassword(password), TenantID: tenantID, IsOperator: operator, Role: string(RoleAdmin)}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		row.ID, row.CreatedAt = 0, s.clock()
 		if tenantID != nil {
@@ -158,6 +169,10 @@ func (s *Service) Login(ctx context.Context, email, password, clientAddr string)
 	}
 	if len(password) > maxPasswordLen || !verifyPassword(row.PasswordHash, password) {
 		_ = s.Audit(ctx, row.TenantID, row.Email, "login.failed", fmt.Sprintf("user:%d", row.ID), client+"; wrong password")
+		return User{}, wrap("login", ErrUnauthorized)
+	}
+	if row.DisabledAt != nil { // checked after the password, so that it says nothing to a guesser
+		_ = s.Audit(ctx, row.TenantID, row.Email, "login.failed", fmt.Sprintf("user:%d", row.ID), client+"; user disabled")
 		return User{}, wrap("login", ErrUnauthorized)
 	}
 	// A login that cannot be audited is refused: the audit trail must not have holes.
@@ -279,6 +294,8 @@ func (s *Service) AdminSession(ctx context.Context, id string) (User, error) {
 		return User{}, wrap("admin session", fmt.Errorf("revoked: %w", ErrUnauthorized))
 	case !s.clock().Before(sess.ExpiresAt):
 		return User{}, wrap("admin session", fmt.Errorf("expired: %w", ErrUnauthorized))
+	case user.DisabledAt != nil:
+		return User{}, wrap("admin session", fmt.Errorf("user disabled: %w", ErrUnauthorized))
 	}
 	return userFromRow(user), nil
 }

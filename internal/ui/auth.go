@@ -226,10 +226,18 @@ func (u *UI) requireTenant(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	// A suspended tenant's dashboard is read-only for its members; operators still act on it.
-	if t.SuspendedAt != nil && !user.IsOperator && c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead {
-		u.forbidden(c, "This tenant is suspended: its dashboard is read-only until an operator resumes it.")
-		return
+	// A suspended tenant's dashboard is read-only for its members, and a viewer's always is;
+	// operators still act on it. Every state change below /tenants/:tid is a POST, so this one
+	// check covers every route of the group.
+	if writes := c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead; writes && !user.IsOperator {
+		switch {
+		case t.SuspendedAt != nil:
+			u.forbidden(c, "This tenant is suspended: its dashboard is read-only until an operator resumes it.")
+			return
+		case !user.CanChange(id):
+			u.forbidden(c, "You are a viewer of this tenant: you can read everything but change nothing. Ask an admin for the admin role.")
+			return
+		}
 	}
 	c.Set(tenantKey, t)
 	c.Next()

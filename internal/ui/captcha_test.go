@@ -117,6 +117,9 @@ func TestCaptchaSettingsAreSavedAndShown(t *testing.T) {
 	if stored, _ := e.svc.Tenant(context.Background(), tn.ID); len(stored.AllowedOrigins) != 0 || stored.CaptchaDifficulty != 1000 {
 		t.Fatalf("after clearing: %+v", stored)
 	}
+	if a, _ := e.lastAudit(tn, "captcha.settings"); !strings.HasSuffix(a.Detail, "→ difficulty 1000, no origins") || !strings.HasPrefix(a.Detail, "difficulty 80000, origins ") {
+		t.Fatalf("the change is not audited with before and after: %q", a.Detail)
+	}
 }
 
 func TestCaptchaPageShowsEmbedSnippet(t *testing.T) {

@@ -401,6 +401,6 @@ func (u *UI) enforce(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.update", d.Name, limiter.AuditDetail(def)+" (switched from shadow to enforce)")
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.update", d.Name, limiter.AuditChange(&d.Definition, def)+" (switched from shadow to enforce)")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=limit-enforced"))
 }

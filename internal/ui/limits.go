@@ -425,7 +425,14 @@ func (u *UI) createLimit(c *gin.Context) {
 func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, action string) {
 	t := tenantOf(c)
 	ctx := c.Request.Context()
-	_, _, err := u.engine.PutDefinition(ctx, t.ID, vm.Name, def)
+	var before *limiter.Definition // for the audit log's before and after
+	if prev, err := u.engine.GetDefinition(ctx, t.ID, vm.Name); err == nil {
+		before = &prev.Definition
+	}
+	_, created, err := u.engine.PutDefinition(ctx, t.ID, vm.Name, def)
+	if created {
+		before = nil
+	}
 	var ve *limiter.ValidationError
 	if errors.As(err, &ve) {
 		for _, fe := range ve.Fields {
@@ -443,7 +450,7 @@ func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, a
 		u.internalError(c, err)
 		return
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, limiter.AuditDetail(def))
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, limiter.AuditChange(before, def))
 	redirect(c, limitPath(t.ID, vm.Name, "?msg=limit-saved"))
 }
 

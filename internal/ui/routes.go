@@ -6,7 +6,8 @@ import "github.com/gin-gonic/gin"
 //
 // Every route passes the cross-origin check (state-changing requests from another origin are
 // 403); everything below /tenants needs a live session; /tenants/:tid/... also needs access to
-// that tenant (404 otherwise).
+// that tenant (404 otherwise), and a POST there needs the right to change it (an operator, or
+// the tenant's admin while it is not suspended: 403 otherwise, see requireTenant).
 func (u *UI) Register(r *gin.Engine) {
 	r.GET("/static/*filepath", u.static.serve)
 	r.HEAD("/static/*filepath", u.static.serve)
@@ -18,8 +19,14 @@ func (u *UI) Register(r *gin.Engine) {
 	d.POST("/logout", u.logout)
 	d.GET("/setup", u.setupForm)
 	d.POST("/setup", u.setup)
+	d.GET("/invite", u.invitePage) // a one-time invitation link: choose a password, join
+	d.POST("/invite", u.acceptInvite)
+	d.GET("/reset", u.resetPage) // a one-time password reset link, made by an operator
+	d.POST("/reset", u.resetPassword)
 
 	authed := d.Group("", u.requireUser)
+	authed.GET("/account", u.accountPage) // one's own password, whatever the role
+	authed.POST("/account/password", u.changePassword)
 	op := authed.Group("", u.requireOperator)
 	op.GET("/tenants", u.tenantsPage)
 	op.POST("/tenants", u.createTenant)
@@ -28,8 +35,16 @@ func (u *UI) Register(r *gin.Engine) {
 	op.POST("/tenants/:tid/manage/rename", u.renameTenant)
 	op.POST("/tenants/:tid/manage/state", u.setTenantState)
 	op.POST("/tenants/:tid/manage/plan", u.setTenantPlan)
+	op.POST("/tenants/:tid/manage/delete", u.deleteTenant)
 	op.GET("/tenants/go", u.switchTenant) // the operator's tenant switcher (a GET form)
 	op.GET("/audit", u.serverAuditPage)   // server-wide events: operators' logins, failures, lockouts
+	op.GET("/users", u.usersPage)         // every user: roles, disabling, removal, reset links
+	op.POST("/users/invite", u.inviteUser)
+	op.POST("/users/invites/:iid/revoke", u.revokeOperatorInvite)
+	op.POST("/users/:uid/role", u.setUserRole)
+	op.POST("/users/:uid/disable", u.disableUser)
+	op.POST("/users/:uid/remove", u.removeUser)
+	op.POST("/users/:uid/reset-link", u.createResetLink)
 
 	t := authed.Group("/tenants/:tid", u.requireTenant)
 	t.GET("", u.tenantHome)
@@ -76,4 +91,10 @@ func (u *UI) Register(r *gin.Engine) {
 	t.GET("/analytics/panel", u.analyticsPanelFragment) // htmx fragment: refreshes every 10 s
 	t.GET("/analytics/keys.csv", u.analyticsKeysCSV)
 	t.GET("/analytics/ratio.csv", u.analyticsRatioCSV)
+	t.GET("/members", u.membersPage)
+	t.POST("/members/invite", u.inviteMember)
+	t.POST("/members/:uid/role", u.setMemberRole)
+	t.POST("/members/:uid/disable", u.disableMember)
+	t.POST("/members/:uid/remove", u.removeMember)
+	t.POST("/invites/:iid/revoke", u.revokeInvite)
 }

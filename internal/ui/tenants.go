@@ -42,6 +42,8 @@ type tenantVM struct {
 	Plan       planVM
 	PlanValues map[string]string
 	PlanErrors map[string]string
+	DeleteURL  string
+	DeleteErr  string
 }
 
 func (u *UI) tenantsPage(c *gin.Context) { u.renderTenants(c, http.StatusOK, "", "") }
@@ -80,6 +82,7 @@ func (u *UI) createTenant(c *gin.Context) {
 		return
 	}
 	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "tenant.create", t.Name, "")
+	_ = u.tenants.Audit(c.Request.Context(), nil, actor(c), "tenant.create", "tenant:"+strconv.FormatInt(t.ID, 10), t.Name) // and in the security log
 	redirect(c, tenantPath(t.ID, "/limits?msg=tenant-created"))
 }
 
@@ -118,7 +121,7 @@ func (u *UI) renderManageTenant(c *gin.Context, status int, t tenants.Tenant, vm
 	}
 	base := "/tenants/" + strconv.FormatInt(t.ID, 10) + "/manage"
 	vm.Layout, vm.ID, vm.Name, vm.Suspended = l, t.ID, t.Name, fmtTimePtr(t.SuspendedAt, "")
-	vm.RenameURL, vm.StateURL = base+"/rename", base+"/state"
+	vm.RenameURL, vm.StateURL, vm.DeleteURL = base+"/rename", base+"/state", base+"/delete"
 	if vm.NewName == "" && vm.NameErr == "" {
 		vm.NewName = t.Name
 	}
@@ -183,4 +186,23 @@ func (u *UI) setTenantState(c *gin.Context) {
 		msg = "tenant-suspended"
 	}
 	redirect(c, "/tenants/"+strconv.FormatInt(t.ID, 10)+"/manage?msg="+msg)
+}
+
+// deleteTenant deletes a tenant and every row it owns (tenants.Service.DeleteTenant: its keys
+// suspended first, then its rows in batches); the form must carry the tenant's name typed out.
+// An unknown tenant is the not-found page.
+func (u *UI) deleteTenant(c *gin.Context) {
+	t, ok := u.manageTenantOf(c)
+	if !ok {
+		return
+	}
+	if c.PostForm("confirm") != t.Name {
+		u.renderManageTenant(c, http.StatusUnprocessableEntity, t, tenantVM{DeleteErr: "Type the tenant's name to confirm the deletion."})
+		return
+	}
+	if err := u.tenants.DeleteTenant(c.Request.Context(), t.ID, actor(c)); err != nil {
+		u.fail(c, err)
+		return
+	}
+	redirect(c, "/tenants?msg=tenant-deleted")
 }

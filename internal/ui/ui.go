@@ -282,6 +282,13 @@ var flashes = map[string]string{
 	"webhook-deleted":  "Webhook endpoint deleted, with its delivery log.",
 	"webhook-test":     "Test event queued: it appears below within seconds.",
 	"webhook-resent":   "Delivery queued again.",
+	"role-changed":     "Role changed. It applies from the member's next request.",
+	"member-removed":   "User removed. Their sessions have ended.",
+	"member-disabled":  "User disabled: they cannot log in, and their sessions have ended.",
+	"member-enabled":   "User enabled: they can log in again.",
+	"invite-revoked":   "Invitation revoked: its link no longer works.",
+	"password-changed": "Password changed. Your other sessions have ended.",
+	"tenant-deleted":   "Tenant deleted, with every row it owned.",
 }
 
 func flash(c *gin.Context) string { return flashes[c.Query("msg")] }

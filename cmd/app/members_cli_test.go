@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// cliWithStdin runs one command through run with stdin, returning its output and error.
+func cliWithStdin(env []string, stdin string, args ...string) (string, error) {
+	var out bytes.Buffer
+	err := run(context.Background(), args, envFunc(env), strings.NewReader(stdin), &out)
+	return out.String(), err
+}
+
+// TestUserAndTenantDeleteCommands: `user list` shows users with role, tenant and state; `user
+// passwd` reads the new password from stdin (a short one refused); `user remove` removes a
+// member but not the last operator; `tenant delete` needs --yes, deletes the tenant and its
+// members, and refuses an unknown name. Through run, on SQLite.
+func TestUserAndTenantDeleteCommands(t *testing.T) {
+	env := appEnv("sqlite:"+filepath.Join(t.TempDir(), "cli.db"), "MIGRATE=auto")
+	cliInProcess(t, env, "migrate")
+	cliInProcess(t, env, "tenant", "create", "acme")
+	cliInProcess(t, env, "tenant", "create", "other")
+	for _, u := range [][]string{{"--email", "op@example.com", "--operator"}, {"--email", "m@acme.example", "--tenant", "acme"}, {"--email", "o@other.example", "--tenant", "other"}} {
+		if _, err := cliWithStdin(env, "first-password-1\n", append([]string{"user", "create", "--password-stdin"}, u...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := cliInProcess(t, env, "user", "list")
+	for _, want := range []string{"\tm@acme.example\tadmin\tacme\tactive", "\top@example.com\toperator\t-\tactive"} {
+		if !strings.Contains(list, want) {
+			t.Fatalf("user list lacks %q:\n%s", want, list)
+		}
+	}
+
+	if _, err := cliWithStdin(env, "short\n", "user", "passwd", "m@acme.example"); err == nil {
+		t.Fatal("user passwd accepted a short password")
+	}
+	if _, err := cliWithStdin(env, "second-password-2\n", "user", "passwd", "m@acme.example"); err != nil {
+		t.Fatal(err)
+	}
+	svc, closeDB := cliService(t, env)
+	if _, err := svc.Login(context.Background(), "m@acme.example", "second-password-2", "cli-test"); err != nil {
+		t.Fatalf("login with the password set by user passwd: %v", err)
+	}
+	closeDB()
+
+	if _, err := cliWithStdin(env, "", "user", "remove", "op@example.com"); err == nil || !strings.Contains(err.Error(), "last operator") {
+		t.Fatalf("user remove of the last operator: %v", err)
+	}
+	cliInProcess(t, env, "user", "remove", "m@acme.example")
+	if list := cliInProcess(t, env, "user", "list"); strings.Contains(list, "m@acme.example") {
+		t.Fatalf("the removed user is listed:\n%s", list)
+	}
+
+	if _, err := cliWithStdin(env, "", "tenant", "delete", "other"); err == nil {
+		t.Fatal("tenant delete without --yes succeeded")
+	}
+	if out := cliInProcess(t, env, "tenant", "delete", "other", "--yes"); !strings.Contains(out, `tenant "other" deleted`) {
+		t.Fatalf("tenant delete: %q", out)
+	}
+	svc, closeDB = cliService(t, env)
+	log, err := svc.ServerAuditLog(context.Background(), 100)
+	closeDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, a := range log {
+		actions = append(actions, a.Actor+" "+a.Action)
+	}
+	for _, want := range []string{"cli tenant.create", "cli user.password", "cli user.remove", "cli tenant.delete"} {
+		if !slices.Contains(actions, want) {
+			t.Errorf("the security log lacks %q: %v", want, actions)
+		}
+	}
+	if out := cliInProcess(t, env, "tenant", "list"); strings.Contains(out, "other") || !strings.Contains(out, "acme") {
+		t.Fatalf("tenant list after delete: %q", out)
+	}
+	if list := cliInProcess(t, env, "user", "list"); strings.Contains(list, "o@other.example") {
+		t.Fatalf("the deleted tenant's member is listed:\n%s", list)
+	}
+	for _, bad := range [][]string{{"tenant", "delete", "nope", "--yes"}, {"user", "remove", "nobody@example.com"}, {"user", "passwd"}, {"user", "list", "x"}, {"user", "frobnicate"}} {
+		if _, err := cliWithStdin(env, "whatever-password-1\n", bad...); err == nil {
+			t.Errorf("app %s succeeded", strings.Join(bad, " "))
+		}
+	}
+}
+
+// cliService opens the CLI's database the way the CLI does, for checks the CLI cannot make.
+func cliService(t *testing.T, env []string) (*tenants.Service, func()) {
+	t.Helper()
+	cfg := mustConfig(t, env)
+	d, err := app.Open(context.Background(), cfg, app.NewLogger(cfg, io.Discard), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := app.LoadSecrets(context.Background(), cfg, d, app.NewLogger(cfg, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tenants.NewService(d, keys.Pepper, nil), func() { _ = d.Close() }
+}

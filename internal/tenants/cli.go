@@ -1,0 +1,241 @@
+package tenants
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// ErrUnknownCommand is what Command returns for a command it does not know.
+var ErrUnknownCommand = errors.New("unknown command")
+
+// Command runs one command line of the CLI's tenant, key and user groups (group is "tenant",
+// "key" or "user"; args start with the subcommand), as the actor "cli". Secrets it creates and
+// lists it prints go to stdout; passwords are read from stdin, never from the arguments.
+func (s *Service) Command(ctx context.Context, group string, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%s: missing subcommand: %w", group, ErrUnknownCommand)
+	}
+	sub, args := args[0], args[1:]
+	const actor = "cli"
+
+	switch group + " " + sub {
+	case "tenant create":
+		if len(args) != 1 {
+			return errors.New("usage: app tenant create NAME")
+		}
+		t, err := s.CreateTenant(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if err := s.Audit(ctx, nil, actor, "tenant.create", "tenant:"+strconv.FormatInt(t.ID, 10), t.Name); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "tenant %q created (id %d)\n", t.Name, t.ID)
+		return nil
+
+	case "tenant list":
+		ts, err := s.ListTenants(ctx)
+		for _, t := range ts {
+			fmt.Fprintf(stdout, "%d\t%s\t%s\n", t.ID, t.Name, map[bool]string{true: "suspended", false: "active"}[t.SuspendedAt != nil])
+		}
+		return err
+	case "tenant rename", "tenant suspend", "tenant resume":
+		if (sub == "rename") != (len(args) == 2) || len(args) == 0 || len(args) > 2 {
+			return errors.New("usage: app tenant rename NAME NEW-NAME | app tenant suspend NAME | app tenant resume NAME")
+		}
+		t, err := s.TenantByName(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("tenant %q: %w", args[0], err)
+		}
+		if sub == "rename" {
+			err = s.RenameTenant(ctx, t.ID, args[1], actor)
+		} else {
+			err = s.SetSuspended(ctx, t.ID, sub == "suspend", actor)
+		}
+		return err
+
+	case "key list":
+		if len(args) != 1 {
+			return errors.New("usage: app key list TENANT")
+		}
+		t, err := s.TenantByName(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("tenant %q: %w", args[0], err)
+		}
+		ks, err := s.ListKeys(ctx, t.ID)
+		for _, k := range ks {
+			fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Kind, k.Hint, map[bool]string{true: "revoked", false: "active"}[k.RevokedAt != nil], k.Label)
+		}
+		return err
+
+	case "key create":
+		fs := flag.NewFlagSet("key create", flag.ContinueOnError)
+		fs.SetOutput(stdout)
+		tenantName := fs.String("tenant", "", "tenant name (required)")
+		label := fs.String("label", "", "a label for the key")
+		publishable := fs.Bool("publishable", false, "create a publishable (pk_live_) key for the captcha widget")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if *tenantName == "" {
+			return errors.New("usage: app key create --tenant NAME [--label L] [--publishable]")
+		}
+		t, err := s.TenantByName(ctx, *tenantName)
+		if err != nil {
+			return fmt.Errorf("tenant %q: %w", *tenantName, err)
+		}
+		kind := KindSecret
+		if *publishable {
+			kind = KindPublishable
+		}
+		k, secret, err := s.CreateKey(ctx, t.ID, kind, *label, actor)
+		if err != nil {
+			return err
+		}
+		// The secret alone on stdout's first line, so scripts can capture it; shown only this once.
+		fmt.Fprintln(stdout, secret)
+		fmt.Fprintf(stdout, "# key %s for tenant %q; store the secret now, it is not shown again\n", k.ID, t.Name)
+		return nil
+
+	case "key revoke":
+		if len(args) != 1 {
+			return errors.New("usage: app key revoke KEY (the secret or the key ID)")
+		}
+		k, err := s.RevokeKeyAnyTenant(ctx, args[0], actor)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "key %s revoked\n", k.ID)
+		return nil
+
+	case "user create":
+		fs := flag.NewFlagSet("user create", flag.ContinueOnError)
+		fs.SetOutput(stdout)
+		email := fs.String("email", "", "login email (required)")
+		fromStdin := fs.Bool("password-stdin", false, "read the password from standard input (required)")
+		operator := fs.Bool("operator", false, "an operator (all tenants)")
+		tenantName := fs.String("tenant", "", "a member of this tenant")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if *email == "" || !*fromStdin || *operator == (*tenantName != "") {
+			return errors.New("usage: app user create --email E --password-stdin [--operator | --tenant NAME]")
+		}
+		password, err := readLine(stdin)
+		if err != nil {
+			return err
+		}
+		var tenantID *int64
+		if *tenantName != "" {
+			t, err := s.TenantByName(ctx, *tenantName)
+			if err != nil {
+				return fmt.Errorf("tenant %q: %w", *tenantName, err)
+			}
+			tenantID = &t.ID
+		}
+		u, err := s.CreateUser(ctx, *email, password, *operator, tenantID)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "user %s created (id %d)\n", u.Email, u.ID)
+		return nil
+
+	case "tenant delete":
+		name, yes := "", false
+		for _, a := range args {
+			if a == "--yes" || a == "-yes" {
+				yes = true
+			} else if name == "" {
+				name = a
+			} else {
+				name = "\x00" // two names: usage
+			}
+		}
+		if name == "" || strings.Contains(name, "\x00") || !yes {
+			return errors.New("usage: app tenant delete NAME --yes (every row of the tenant is deleted; --yes confirms)")
+		}
+		t, err := s.TenantByName(ctx, name)
+		if err != nil {
+			return fmt.Errorf("tenant %q: %w", name, err)
+		}
+		if err := s.DeleteTenant(ctx, t.ID, actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "tenant %q deleted\n", t.Name)
+		return nil
+
+	case "user list":
+		if len(args) != 0 {
+			return errors.New("usage: app user list")
+		}
+		return s.listUsersCommand(ctx, stdout)
+
+	case "user remove", "user passwd":
+		if len(args) != 1 {
+			return errors.New("usage: app user remove EMAIL | app user passwd EMAIL (the new password on stdin)")
+		}
+		u, err := s.UserByEmail(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("user %q: %w", args[0], err)
+		}
+		if sub == "remove" {
+			if err := s.RemoveUser(ctx, nil, u.ID, actor); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "user %s removed\n", u.Email)
+			return nil
+		}
+		password, err := readLine(stdin)
+		if err != nil {
+			return err
+		}
+		if err := s.SetPassword(ctx, u.ID, password, actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "password of %s changed; their sessions ended\n", u.Email)
+		return nil
+	}
+	return fmt.Errorf("%s %s: %w", group, sub, ErrUnknownCommand)
+}
+
+// readLine reads a password: the first line of r, without its line ending.
+func readLine(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read password: %w", err)
+	}
+	return strings.TrimRight(line, "\r\n"), nil
+}
+
+// listUsersCommand prints every user: ID, email, role, tenant ("-" for operators), state.
+func (s *Service) listUsersCommand(ctx context.Context, stdout io.Writer) error {
+	users, err := s.ListUsers(ctx, nil)
+	if err != nil {
+		return err
+	}
+	ts, err := s.ListTenants(ctx)
+	if err != nil {
+		return err
+	}
+	names := map[int64]string{}
+	for _, t := range ts {
+		names[t.ID] = t.Name
+	}
+	for _, u := range users {
+		tenant, state := "-", "active"
+		if u.TenantID != nil {
+			tenant = names[*u.TenantID]
+		}
+		if u.DisabledAt != nil {
+			state = "disabled"
+		}
+		fmt.Fprintf(stdout, "%d\t%s\t%s\t%s\t%s\n", u.ID, u.Email, u.Role, tenant, state)
+	}
+	return nil
+}

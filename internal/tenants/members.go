@@ -1,0 +1,561 @@
+package tenants
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+)
+
+// Role is what a dashboard user may do: an operator everything on every tenant; a tenant's
+// admin everything on that tenant; a viewer reads that tenant and changes nothing.
+type Role string
+
+// The roles.
+const (
+	RoleOperator Role = "operator"
+	RoleAdmin    Role = "admin"
+	RoleViewer   Role = "viewer"
+)
+
+// ErrLastOperator refuses to remove, disable or demote the only active operator: nobody would be
+// left to manage the server.
+var ErrLastOperator = apperr.New(apperr.Conflict, "the last operator cannot be removed, disabled or demoted")
+
+// DefaultLinkTTL is how long an invite or a password reset link stays valid.
+const DefaultLinkTTL = 7 * 24 * time.Hour
+
+// Kinds of one-time links.
+const (
+	linkInvite = "invite"
+	linkReset  = "reset"
+)
+
+// CanChange reports whether u may change tenant tenantID: operators always, its admins.
+func (u User) CanChange(tenantID int64) bool {
+	return u.IsOperator || (u.Role == RoleAdmin && u.TenantID != nil && *u.TenantID == tenantID)
+}
+
+// Invite is a pending (or used, or expired) invitation to a tenant, or for an operator.
+type Invite struct {
+	ID        int64
+	TenantID  *int64
+	Email     string
+	Role      Role
+	CreatedBy string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UsedAt    *time.Time
+}
+
+func inviteFromRow(r userTokenRow) Invite {
+	return Invite{ID: r.ID, TenantID: r.TenantID, Email: r.Email, Role: Role(r.Role), CreatedBy: r.CreatedBy,
+		CreatedAt: utc(r.CreatedAt), ExpiresAt: utc(r.ExpiresAt), UsedAt: utcPtr(r.UsedAt)}
+}
+
+// checkRole validates a role for a user of tenantID (nil: an operator).
+func checkRole(role Role, tenantID *int64) error {
+	switch {
+	case role == RoleOperator && tenantID == nil:
+		return nil
+	case (role == RoleAdmin || role == RoleViewer) && tenantID != nil:
+		return nil
+	case tenantID == nil:
+		return invalid("role", "a user without a tenant is an operator")
+	default:
+		return invalid("role", "role must be admin or viewer")
+	}
+}
+
+func checkPassword(field, password string) error {
+	if n := utf8.RuneCountInString(password); n < MinPasswordLen || len(password) > maxPasswordLen {
+		return invalid(field, "password must be %d to %d characters", MinPasswordLen, maxPasswordLen)
+	}
+	return nil
+}
+
+// newLinkToken returns a one-time link's token (256 random bits) and the hash that is stored.
+func newLinkToken() (token, hash string) {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	token = hex.EncodeToString(b[:])
+	return token, hashSessionID(token)
+}
+
+func userTarget(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
+
+// auditUserChange records a change to a user in the user's tenant log (if any) and in the
+// server's security log, inside the caller's transaction.
+func (s *Service) auditUserChange(tx *gorm.DB, tenantID *int64, actor, action, target, detail string) error {
+	if tenantID != nil {
+		if err := s.audit(tx, tenantID, actor, action, target, detail); err != nil {
+			return err
+		}
+	}
+	return s.audit(tx, nil, actor, action, target, detail)
+}
+
+// CreateInvite invites email to tenantID with role (admin or viewer), or, with tenantID nil, as
+// an operator (role RoleOperator). It returns the invite and its token, valid once within ttl
+// (DefaultLinkTTL if ttl <= 0); only the token's hash is stored, so the caller shows the token
+// once. An email that already has a user is ErrConflict (field "email"); bad input ErrInvalid
+// naming the field; an unknown tenant ErrNotFound. Audited in the tenant's log and the server's.
+func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email string, role Role, ttl time.Duration, actor string) (Invite, string, error) {
+	email, err := normalizeEmail(email)
+	roleErr := checkRole(role, tenantID)
+	if err != nil || roleErr != nil {
+		return Invite{}, "", wrap("create invite", errors.Join(err, roleErr))
+	}
+	if ttl <= 0 {
+		ttl = DefaultLinkTTL
+	}
+	token, hash := newLinkToken()
+	var row userTokenRow
+	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		if tenantID != nil {
+			if err := first(tx, &tenantRow{}, "id = ?", *tenantID); err != nil {
+				return err
+			}
+		}
+		var n int64
+		if err := tx.Model(&userRow{}).Where("email = ?", email).Count(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			e := ErrConflict.WithField("email")
+			e.Message = "a user with this email exists"
+			return e
+		}
+		now := s.clock()
+		row = userTokenRow{TenantID: tenantID, Kind: linkInvite, TokenHash: hash, Email: email, Role: string(role),
+			CreatedBy: truncate(actor), CreatedAt: now, ExpiresAt: now.Add(ttl)}
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		return s.auditUserChange(tx, tenantID, actor, "user.invite", "invite:"+strconv.FormatInt(row.ID, 10),
+			fmt.Sprintf("%s as %s, expires %s", email, role, row.ExpiresAt.Format(time.RFC3339)))
+	})
+	if err != nil {
+		return Invite{}, "", wrap("create invite", err)
+	}
+	return inviteFromRow(row), token, nil
+}
+
+// ListInvites returns the invites of a tenant (nil: the operators' invites) not yet used,
+// newest first, expired ones included (the page says so).
+func (s *Service) ListInvites(ctx context.Context, tenantID *int64) ([]Invite, error) {
+	var rows []userTokenRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		q := tx.Where("kind = ? AND used_at IS NULL", linkInvite)
+		if tenantID == nil {
+			q = q.Where("tenant_id IS NULL")
+		} else {
+			q = q.Where("tenant_id = ?", *tenantID)
+		}
+		return q.Order("id DESC").Limit(1000).Find(&rows).Error
+	})
+	if err != nil {
+		return nil, wrap("list invites", err)
+	}
+	return fromRows(rows, inviteFromRow), nil
+}
+
+// liveToken loads the unused, unexpired link of kind with this token, or ErrNotFound.
+func (s *Service) liveToken(tx *gorm.DB, kind, token string) (userTokenRow, error) {
+	var row userTokenRow
+	if len(token) != 64 {
+		return row, ErrNotFound
+	}
+	if err := first(tx, &row, "token_hash = ? AND kind = ?", hashSessionID(token), kind); err != nil {
+		return row, err
+	}
+	if row.UsedAt != nil || !s.clock().Before(row.ExpiresAt) {
+		return row, ErrNotFound
+	}
+	return row, nil
+}
+
+// InviteByToken returns the live invite of token: ErrNotFound when it is unknown, used or expired.
+func (s *Service) InviteByToken(ctx context.Context, token string) (Invite, error) {
+	var row userTokenRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) (err error) { row, err = s.liveToken(tx, linkInvite, token); return err })
+	if err != nil {
+		return Invite{}, wrap("invite", err)
+	}
+	return inviteFromRow(row), nil
+}
+
+// AcceptInvite uses an invite: it creates the user with the invite's email, tenant and role and
+// the given password (ErrInvalid, field "password", when too short or long), and marks the link
+// used. A link that is unknown, used or expired is ErrNotFound; an email taken meanwhile
+// ErrConflict. Audited as the new user ("user.join").
+func (s *Service) AcceptInvite(ctx context.Context, token, password string) (User, error) {
+	if err := checkPassword("password", password); err != nil {
+		return User{}, wrap("accept invite", err)
+	}
+	hash := hashPassword(password)
+	var user userRow
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		inv, err := s.liveToken(tx, linkInvite, token)
+		if err != nil {
+			return err
+		}
+		var n int64
+		if err := tx.Model(&userRow{}).Where("email = ?", inv.Email).Count(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			return ErrConflict
+		}
+		now := s.clock()
+		role := inv.Role
+		if role == string(RoleOperator) {
+			role = string(RoleAdmin) // operators are is_operator; the column is a member's role
+		}
+		user = userRow{Email: inv.Email, PasswordHash: hash, TenantID: inv.TenantID, IsOperator: inv.TenantID == nil,
+			Role: role, CreatedAt: now}
+		if err := tx.Create(&user).Error; err != nil {
+			return err
+		}
+		if err := tx.Model(&userTokenRow{}).Where("id = ?", inv.ID).Update("used_at", now).Error; err != nil {
+			return err
+		}
+		return s.auditUserChange(tx, inv.TenantID, user.Email, "user.join", userTarget(user.ID),
+			fmt.Sprintf("accepted invite %d from %s as %s", inv.ID, inv.CreatedBy, inv.Role))
+	})
+	if err != nil {
+		return User{}, wrap("accept invite", err)
+	}
+	return userFromRow(user), nil
+}
+
+// RevokeInvite deletes an unused invite of tenantID (nil: an operator invite), audited.
+func (s *Service) RevokeInvite(ctx context.Context, tenantID *int64, id int64, actor string) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		q := tx.Where("id = ? AND kind = ? AND used_at IS NULL", id, linkInvite)
+		if tenantID == nil {
+			q = q.Where("tenant_id IS NULL")
+		} else {
+			q = q.Where("tenant_id = ?", *tenantID)
+		}
+		var row userTokenRow
+		if err := q.Take(&row).Error; errors.Is(err, gorm.ErrRecordNotFound) {
+			return ErrNotFound
+		} else if err != nil {
+			return err
+		}
+		if err := tx.Delete(&userTokenRow{}, row.ID).Error; err != nil {
+			return err
+		}
+		return s.auditUserChange(tx, tenantID, actor, "user.invite.revoke", "invite:"+strconv.FormatInt(id, 10), row.Email)
+	})
+	return wrap("revoke invite", err)
+}
+
+// memberOf loads user id, which must belong to tenant scope (nil: any user), or ErrNotFound.
+func memberOf(tx *gorm.DB, scope *int64, id int64) (userRow, error) {
+	var row userRow
+	if err := first(tx, &row, "id = ?", id); err != nil {
+		return row, err
+	}
+	if scope != nil && (row.TenantID == nil || *row.TenantID != *scope) {
+		return row, ErrNotFound
+	}
+	return row, nil
+}
+
+// lastOperator reports whether row is an active operator and no other active operator exists.
+func lastOperator(tx *gorm.DB, row userRow) (bool, error) {
+	if !row.IsOperator || row.DisabledAt != nil {
+		return false, nil
+	}
+	var n int64
+	err := tx.Model(&userRow{}).Where("is_operator = ? AND disabled_at IS NULL AND id <> ?", true, row.ID).Count(&n).Error
+	return n == 0, err
+}
+
+// endSessions revokes every live session of user id but keep (a session ID, or "").
+func (s *Service) endSessions(tx *gorm.DB, id int64, keep string) error {
+	q := tx.Model(&adminSessionRow{}).Where("user_id = ? AND revoked_at IS NULL", id)
+	if keep != "" {
+		q = q.Where("id_hash <> ?", hashSessionID(keep))
+	}
+	return q.Update("revoked_at", s.clock()).Error
+}
+
+func roleName(r userRow) Role { return userFromRow(r).Role }
+
+// SetRole gives user id a new role: admin or viewer of tenant (which must then be set), or
+// operator (tenant nil). With scope set (a tenant's admin acting) the user must be a member of
+// scope and stays one. Demoting the last active operator is ErrLastOperator. Audited with the
+// role before and after, in the tenant logs concerned and the server's.
+func (s *Service) SetRole(ctx context.Context, scope *int64, id int64, role Role, tenant *int64, actor string) error {
+	if err := checkRole(role, tenant); err != nil {
+		return wrap("set role", err)
+	}
+	if scope != nil && (tenant == nil || *tenant != *scope) {
+		return wrap("set role", invalid("role", "role must be admin or viewer"))
+	}
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		row, err := memberOf(tx, scope, id)
+		if err != nil {
+			return err
+		}
+		if tenant != nil {
+			if err := first(tx, &tenantRow{}, "id = ?", *tenant); errors.Is(err, ErrNotFound) {
+				return invalid("tenant", "choose an existing tenant for an admin or a viewer")
+			} else if err != nil {
+				return err
+			}
+		}
+		if role != RoleOperator {
+			if last, err := lastOperator(tx, row); err != nil {
+				return err
+			} else if last {
+				return ErrLastOperator
+			}
+		}
+		before := describeRole(tx, roleName(row), row.TenantID)
+		after := describeRole(tx, role, tenant)
+		if before == after {
+			return nil
+		}
+		newRole := string(role)
+		if role == RoleOperator {
+			newRole = string(RoleAdmin)
+		}
+		if err := tx.Model(&userRow{}).Where("id = ?", id).Updates(map[string]any{
+			"role": newRole, "is_operator": role == RoleOperator, "tenant_id": tenant,
+		}).Error; err != nil {
+			return err
+		}
+		detail := row.Email + ": " + before + " → " + after
+		if row.TenantID != nil && (tenant == nil || *tenant != *row.TenantID) {
+			if err := s.audit(tx, row.TenantID, actor, "user.role", userTarget(id), detail); err != nil {
+				return err
+			}
+		}
+		return s.auditUserChange(tx, tenant, actor, "user.role", userTarget(id), detail)
+	})
+	return wrap("set role", err)
+}
+
+// describeRole names a role for the audit log: "operator", or "viewer of acme".
+func describeRole(tx *gorm.DB, role Role, tenant *int64) string {
+	if role == RoleOperator || tenant == nil {
+		return string(RoleOperator)
+	}
+	var t tenantRow
+	if err := first(tx, &t, "id = ?", *tenant); err != nil {
+		return string(role) + " of tenant " + strconv.FormatInt(*tenant, 10)
+	}
+	return string(role) + " of " + t.Name
+}
+
+// RemoveUser deletes user id (with scope set, a member of that tenant only: ErrNotFound
+// otherwise); their sessions end at once. Removing the last active operator is ErrLastOperator.
+// Audited in the tenant's log and the server's.
+func (s *Service) RemoveUser(ctx context.Context, scope *int64, id int64, actor string) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		row, err := memberOf(tx, scope, id)
+		if err != nil {
+			return err
+		}
+		if last, err := lastOperator(tx, row); err != nil {
+			return err
+		} else if last {
+			return ErrLastOperator
+		}
+		if err := tx.Where("user_id = ?", id).Delete(&adminSessionRow{}).Error; err != nil {
+			return err
+		}
+		if err := tx.Where("user_id = ?", id).Delete(&userTokenRow{}).Error; err != nil {
+			return err
+		}
+		if err := tx.Delete(&userRow{}, id).Error; err != nil {
+			return err
+		}
+		return s.auditUserChange(tx, row.TenantID, actor, "user.remove", userTarget(id), row.Email+" ("+string(roleName(row))+")")
+	})
+	return wrap("remove user", err)
+}
+
+// UserByEmail returns the user with this email, or ErrNotFound.
+func (s *Service) UserByEmail(ctx context.Context, email string) (User, error) {
+	e, err := normalizeEmail(email)
+	if err != nil {
+		return User{}, wrap("user by email", ErrNotFound)
+	}
+	var row userRow
+	if err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "email = ?", e) }); err != nil {
+		return User{}, wrap("user by email", err)
+	}
+	return userFromRow(row), nil
+}
+
+// SetDisabled disables (or enables) user id, with scope as RemoveUser. A disabled user cannot
+// log in and their sessions end at once. Disabling the last active operator is
+// ErrLastOperator. Audited.
+func (s *Service) SetDisabled(ctx context.Context, scope *int64, id int64, disabled bool, actor string) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		row, err := memberOf(tx, scope, id)
+		if err != nil {
+			return err
+		}
+		if (row.DisabledAt != nil) == disabled {
+			return nil
+		}
+		var at *time.Time
+		action := "user.enable"
+		if disabled {
+			if last, err := lastOperator(tx, row); err != nil {
+				return err
+			} else if last {
+				return ErrLastOperator
+			}
+			now := s.clock()
+			at, action = &now, "user.disable"
+			if err := s.endSessions(tx, id, ""); err != nil {
+				return err
+			}
+		}
+		if err := tx.Model(&userRow{}).Where("id = ?", id).Update("disabled_at", at).Error; err != nil {
+			return err
+		}
+		return s.auditUserChange(tx, row.TenantID, actor, action, userTarget(id), row.Email)
+	})
+	return wrap("set disabled", err)
+}
+
+// ChangePassword changes user id's password: current must be right (ErrInvalid, field
+// "current"), the new one follows CreateUser's rule (field "password"); every session of the
+// user but keep (the session making the change) ends. Both problems are reported at once.
+func (s *Service) ChangePassword(ctx context.Context, id int64, current, password, keep string) error {
+	var row userRow
+	if err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "id = ?", id) }); err != nil {
+		return wrap("change password", err)
+	}
+	var curErr error
+	if len(current) > maxPasswordLen || !verifyPassword(row.PasswordHash, current) {
+		curErr = invalid("current", "the current password is not right")
+	}
+	if err := errors.Join(curErr, checkPassword("password", password)); err != nil {
+		return wrap("change password", err)
+	}
+	return wrap("change password", s.setPassword(ctx, row, password, keep, row.Email, "user.password", "changed by the user"))
+}
+
+// SetPassword sets user id's password (the CLI's `user passwd`), ending every session of theirs.
+func (s *Service) SetPassword(ctx context.Context, id int64, password, actor string) error {
+	if err := checkPassword("password", password); err != nil {
+		return wrap("set password", err)
+	}
+	var row userRow
+	if err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "id = ?", id) }); err != nil {
+		return wrap("set password", err)
+	}
+	return wrap("set password", s.setPassword(ctx, row, password, "", actor, "user.password", "set by "+actor))
+}
+
+func (s *Service) setPassword(ctx context.Context, row userRow, password, keep, actor, action, detail string) error {
+	hash := hashPassword(password)
+	return s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		if err := tx.Model(&userRow{}).Where("id = ?", row.ID).Update("password_hash", hash).Error; err != nil {
+			return err
+		}
+		if err := s.endSessions(tx, row.ID, keep); err != nil {
+			return err
+		}
+		return s.auditUserChange(tx, row.TenantID, actor, action, userTarget(row.ID), row.Email+": "+detail+"; other sessions ended")
+	})
+}
+
+// CreateResetLink makes a one-time password reset link for user id (an operator's action),
+// valid within ttl (DefaultLinkTTL if <= 0). Only its hash is stored; earlier unused reset links
+// of the user stop working. Audited.
+func (s *Service) CreateResetLink(ctx context.Context, id int64, ttl time.Duration, actor string) (string, error) {
+	if ttl <= 0 {
+		ttl = DefaultLinkTTL
+	}
+	token, hash := newLinkToken()
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		var row userRow
+		if err := first(tx, &row, "id = ?", id); err != nil {
+			return err
+		}
+		if err := tx.Where("user_id = ? AND kind = ? AND used_at IS NULL", id, linkReset).Delete(&userTokenRow{}).Error; err != nil {
+			return err
+		}
+		now := s.clock()
+		link := userTokenRow{TenantID: row.TenantID, Kind: linkReset, TokenHash: hash, Email: row.Email, Role: string(roleName(row)),
+			UserID: &row.ID, CreatedBy: truncate(actor), CreatedAt: now, ExpiresAt: now.Add(ttl)}
+		if err := tx.Create(&link).Error; err != nil {
+			return err
+		}
+		return s.auditUserChange(tx, row.TenantID, actor, "user.reset_link", userTarget(id), row.Email+", expires "+link.ExpiresAt.Format(time.RFC3339))
+	})
+	if err != nil {
+		return "", wrap("create reset link", err)
+	}
+	return token, nil
+}
+
+// ResetUser returns the user a live reset link is for: ErrNotFound when the link is unknown,
+// used or expired.
+func (s *Service) ResetUser(ctx context.Context, token string) (User, error) {
+	var user userRow
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		link, err := s.liveToken(tx, linkReset, token)
+		if err != nil || link.UserID == nil {
+			return errors.Join(err, ErrNotFound)
+		}
+		return first(tx, &user, "id = ?", *link.UserID)
+	})
+	if err != nil {
+		return User{}, wrap("reset user", err)
+	}
+	return userFromRow(user), nil
+}
+
+// ResetPassword uses a reset link: the user's password becomes password (field "password"), the
+// link is used up and every session of the user ends. ErrNotFound for a dead link.
+func (s *Service) ResetPassword(ctx context.Context, token, password string) (User, error) {
+	if err := checkPassword("password", password); err != nil {
+		return User{}, wrap("reset password", err)
+	}
+	hash := hashPassword(password)
+	var user userRow
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		link, err := s.liveToken(tx, linkReset, token)
+		if err != nil || link.UserID == nil {
+			return errors.Join(err, ErrNotFound)
+		}
+		if err := first(tx, &user, "id = ?", *link.UserID); err != nil {
+			return err
+		}
+		now := s.clock()
+		if err := tx.Model(&userTokenRow{}).Where("id = ?", link.ID).Update("used_at", now).Error; err != nil {
+			return err
+		}
+		if err := tx.Model(&userRow{}).Where("id = ?", user.ID).Update("password_hash", hash).Error; err != nil {
+			return err
+		}
+		if err := s.endSessions(tx, user.ID, ""); err != nil {
+			return err
+		}
+		return s.auditUserChange(tx, user.TenantID, user.Email, "user.password_reset", userTarget(user.ID),
+			fmt.Sprintf("%s: reset with the link of %s; sessions ended", user.Email, link.CreatedBy))
+	})
+	if err != nil {
+		return User{}, wrap("reset password", err)
+	}
+	return userFromRow(user), nil
+}

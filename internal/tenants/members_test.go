@@ -1,0 +1,207 @@
+package tenants
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+)
+
+// TestInviteIsOneTimeHashedAndExpires: an invite's token is stored only as a hash, accepting it
+// creates the member with the invited role once, a second use and an expired link are
+// ErrNotFound, and bad input names every field at once.
+func TestInviteIsOneTimeHashedAndExpires(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		_, _, err := e.svc.CreateInvite(e.ctx, &acme.ID, "not an email", "owner", 0, "tester")
+		if f := apperr.Fields(err); f["email"] == "" || f["role"] == "" {
+			t.Fatalf("bad invite: field errors %v (%v)", f, err)
+		}
+		inv, token, err := e.svc.CreateInvite(e.ctx, &acme.ID, "Viewer@Example.com", RoleViewer, 0, "tester")
+		must(t, err)
+		if inv.Email != "viewer@example.com" || !inv.ExpiresAt.Equal(inv.CreatedAt.Add(DefaultLinkTTL)) {
+			t.Fatalf("invite %+v", inv)
+		}
+		for _, v := range e.rowsAsText(t, "user_tokens") {
+			if strings.Contains(v, token) {
+				t.Fatal("the raw invite token is stored")
+			}
+		}
+		if _, err := e.svc.AcceptInvite(e.ctx, token, "short"); apperr.Fields(err)["password"] == "" {
+			t.Fatalf("a short password: %v", err)
+		}
+		u, err := e.svc.AcceptInvite(e.ctx, token, "viewer-password-1")
+		must(t, err)
+		if u.Role != RoleViewer || u.TenantID == nil || *u.TenantID != acme.ID || u.CanChange(acme.ID) {
+			t.Fatalf("accepted user %+v", u)
+		}
+		_, err = e.svc.AcceptInvite(e.ctx, token, "viewer-password-1")
+		wantErr(t, err, ErrNotFound)
+		_, _, err = e.svc.CreateInvite(e.ctx, &acme.ID, "viewer@example.com", RoleAdmin, 0, "tester")
+		wantErr(t, err, ErrConflict)
+
+		_, late, err := e.svc.CreateInvite(e.ctx, &acme.ID, "late@example.com", RoleAdmin, time.Hour, "tester")
+		must(t, err)
+		e.clock.Advance(time.Hour)
+		_, err = e.svc.InviteByToken(e.ctx, late)
+		wantErr(t, err, ErrNotFound)
+		_, err = e.svc.AcceptInvite(e.ctx, late, "late-password-1")
+		wantErr(t, err, ErrNotFound)
+	})
+}
+
+// TestRolesRemovalAndDisablingEndSessions: a role change is audited with before and after; a
+// removed or disabled member's sessions stop at once and a disabled one cannot log in; a
+// tenant's admin reaches only its own members.
+func TestRolesRemovalAndDisablingEndSessions(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme, other := e.tenant(t, "acme"), e.tenant(t, "other")
+		a, err := e.svc.CreateUser(e.ctx, "a@example.com", "a-password-12", false, &acme.ID)
+		must(t, err)
+		b, err := e.svc.CreateUser(e.ctx, "b@example.com", "b-password-12", false, &acme.ID)
+		must(t, err)
+		if !a.CanChange(acme.ID) || a.CanChange(other.ID) {
+			t.Fatalf("an admin's reach: %+v", a)
+		}
+		wantErr(t, e.svc.SetRole(e.ctx, &other.ID, a.ID, RoleViewer, &other.ID, "x"), ErrNotFound)
+		must(t, e.svc.SetRole(e.ctx, &acme.ID, a.ID, RoleViewer, &acme.ID, "user:b@example.com"))
+		if u, _ := e.svc.User(e.ctx, a.ID); u.Role != RoleViewer {
+			t.Fatalf("role after change: %s", u.Role)
+		}
+		log, err := e.svc.AuditLog(e.ctx, acme.ID, 10)
+		must(t, err)
+		if log[0].Action != "user.role" || log[0].Detail != "a@example.com: admin of acme → viewer of acme" {
+			t.Fatalf("role change audited as %+v", log[0])
+		}
+
+		sa, _, err := e.svc.CreateAdminSession(e.ctx, a.ID, time.Hour)
+		must(t, err)
+		sb, _, err := e.svc.CreateAdminSession(e.ctx, b.ID, time.Hour)
+		must(t, err)
+		wantErr(t, e.svc.RemoveUser(e.ctx, &other.ID, a.ID, "x"), ErrNotFound)
+		must(t, e.svc.RemoveUser(e.ctx, &acme.ID, a.ID, "x"))
+		_, err = e.svc.AdminSession(e.ctx, sa)
+		wantErr(t, err, ErrUnauthorized)
+
+		must(t, e.svc.SetDisabled(e.ctx, &acme.ID, b.ID, true, "x"))
+		_, err = e.svc.AdminSession(e.ctx, sb)
+		wantErr(t, err, ErrUnauthorized)
+		_, err = e.svc.Login(e.ctx, "b@example.com", "b-password-12", "192.0.2.1")
+		wantErr(t, err, ErrUnauthorized)
+		must(t, e.svc.SetDisabled(e.ctx, &acme.ID, b.ID, false, "x"))
+		_, err = e.svc.Login(e.ctx, "b@example.com", "b-password-12", "192.0.2.1")
+		must(t, err)
+	})
+}
+
+// TestLastOperatorCannotBeRemovedDisabledOrDemoted: with one active operator each of the three
+// is ErrLastOperator; with a second one they work (and the survivor is protected again).
+func TestLastOperatorCannotBeRemovedDisabledOrDemoted(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		op1, err := e.svc.CreateUser(e.ctx, "op1@example.com", "op1-password-1", true, nil)
+		must(t, err)
+		wantErr(t, e.svc.RemoveUser(e.ctx, nil, op1.ID, "x"), ErrLastOperator)
+		wantErr(t, e.svc.SetDisabled(e.ctx, nil, op1.ID, true, "x"), ErrLastOperator)
+		wantErr(t, e.svc.SetRole(e.ctx, nil, op1.ID, RoleAdmin, &acme.ID, "x"), ErrLastOperator)
+
+		op2, err := e.svc.CreateUser(e.ctx, "op2@example.com", "op2-password-1", true, nil)
+		must(t, err)
+		must(t, e.svc.SetDisabled(e.ctx, nil, op2.ID, true, "x"))
+		// A disabled operator does not count: op1 is still the last active one.
+		wantErr(t, e.svc.RemoveUser(e.ctx, nil, op1.ID, "x"), ErrLastOperator)
+		must(t, e.svc.SetDisabled(e.ctx, nil, op2.ID, false, "x"))
+		must(t, e.svc.SetRole(e.ctx, nil, op1.ID, RoleAdmin, &acme.ID, "x"))
+		if u, _ := e.svc.User(e.ctx, op1.ID); u.IsOperator || u.Role != RoleAdmin || u.TenantID == nil {
+			t.Fatalf("demoted operator: %+v", u)
+		}
+		wantErr(t, e.svc.RemoveUser(e.ctx, nil, op2.ID, "x"), ErrLastOperator)
+	})
+}
+
+// TestPasswordChangeAndResetEndOtherSessions: changing one's password needs the current one
+// (both problems reported at once) and ends the other sessions only; an operator's reset link
+// works once, ends every session, and is stored as a hash.
+func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		u, err := e.svc.CreateUser(e.ctx, "m@example.com", "m-password-12", false, &acme.ID)
+		must(t, err)
+		s1, _, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+		must(t, err)
+		s2, _, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+		must(t, err)
+		f := apperr.Fields(e.svc.ChangePassword(e.ctx, u.ID, "wrong", "short", s1))
+		if f["current"] == "" || f["password"] == "" {
+			t.Fatalf("field errors %v", f)
+		}
+		must(t, e.svc.ChangePassword(e.ctx, u.ID, "m-password-12", "m-password-34", s1))
+		if _, err := e.svc.AdminSession(e.ctx, s1); err != nil {
+			t.Fatalf("the session that changed the password: %v", err)
+		}
+		_, err = e.svc.AdminSession(e.ctx, s2)
+		wantErr(t, err, ErrUnauthorized)
+		_, err = e.svc.Login(e.ctx, "m@example.com", "m-password-34", "192.0.2.1")
+		must(t, err)
+
+		token, err := e.svc.CreateResetLink(e.ctx, u.ID, 0, "user:op@example.com")
+		must(t, err)
+		for _, v := range e.rowsAsText(t, "user_tokens") {
+			if strings.Contains(v, token) {
+				t.Fatal("the raw reset token is stored")
+			}
+		}
+		if got, err := e.svc.ResetUser(e.ctx, token); err != nil || got.ID != u.ID {
+			t.Fatalf("ResetUser: %+v, %v", got, err)
+		}
+		_, err = e.svc.ResetPassword(e.ctx, token, "m-password-56")
+		must(t, err)
+		_, err = e.svc.AdminSession(e.ctx, s1)
+		wantErr(t, err, ErrUnauthorized)
+		_, err = e.svc.ResetPassword(e.ctx, token, "m-password-78")
+		wantErr(t, err, ErrNotFound)
+		_, err = e.svc.Login(e.ctx, "m@example.com", "m-password-56", "192.0.2.1")
+		must(t, err)
+	})
+}
+
+// TestTwoOperatorsDisablingEachOtherAtOnceLeaveOneActive: two operators disable each other at
+// the same moment through two services (two instances) on one database, twenty times; each
+// check-then-write is one serializable transaction, so the write skew that would disable both
+// never happens: one succeeds and the other is ErrLastOperator. On SQLite and PostgreSQL.
+func TestTwoOperatorsDisablingEachOtherAtOnceLeaveOneActive(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		other := NewService(e.db, testPepper, e.clock.Now)
+		op1, err := e.svc.CreateUser(e.ctx, "op1@example.com", "op1-password-1", true, nil)
+		must(t, err)
+		op2, err := e.svc.CreateUser(e.ctx, "op2@example.com", "op2-password-1", true, nil)
+		must(t, err)
+		for round := range 20 {
+			start := make(chan struct{})
+			errs := make(chan error, 2)
+			go func() { <-start; errs <- e.svc.SetDisabled(e.ctx, nil, op2.ID, true, "op1") }()
+			go func() { <-start; errs <- other.SetDisabled(e.ctx, nil, op1.ID, true, "op2") }()
+			close(start)
+			ok, last := 0, 0
+			for range 2 {
+				switch err := <-errs; {
+				case err == nil:
+					ok++
+				case errors.Is(err, ErrLastOperator):
+					last++
+				default:
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+			u1, _ := e.svc.User(e.ctx, op1.ID)
+			u2, _ := e.svc.User(e.ctx, op2.ID)
+			if ok != 1 || last != 1 || (u1.DisabledAt == nil) == (u2.DisabledAt == nil) {
+				t.Fatalf("round %d: %d succeeded, %d refused; op1 disabled %v, op2 disabled %v", round, ok, last, u1.DisabledAt != nil, u2.DisabledAt != nil)
+			}
+			must(t, e.svc.SetDisabled(e.ctx, nil, op1.ID, false, "test"))
+			must(t, e.svc.SetDisabled(e.ctx, nil, op2.ID, false, "test"))
+		}
+	})
+}

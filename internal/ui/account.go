@@ -1,0 +1,186 @@
+package ui
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// passwordVM is a form that sets a password: one's own account (with the current password), or
+// the page a one-time link opens (an invite's, a reset's: with the token).
+type passwordVM struct {
+	Layout   layoutVM
+	Heading  string
+	Intro    string
+	Action   string // where the form posts
+	Token    string // a link's token ("" on the account page)
+	Email    string
+	Role     string
+	Current  bool // ask for the current password
+	Errs     map[string]string
+	Disabled bool // the link is dead: no form
+}
+
+func (u *UI) renderAccount(c *gin.Context, status int, errs map[string]string) {
+	l, err := u.layout(c, "Account", "account")
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	p := principalOf(c)
+	u.render(c, status, passwordPage(passwordVM{Layout: l, Heading: "Your account", Action: "/account/password",
+		Intro: "Changing your password ends your other sessions.", Email: p.user.Email, Role: string(p.user.Role), Current: true, Errs: errs}))
+}
+
+func (u *UI) accountPage(c *gin.Context) { u.renderAccount(c, http.StatusOK, nil) }
+
+// changePassword changes the logged-in user's password: the current one required, the new one
+// typed twice; every other session of theirs ends.
+func (u *UI) changePassword(c *gin.Context) {
+	p := principalOf(c)
+	err := u.tenants.ChangePassword(c.Request.Context(), p.user.ID, c.PostForm("current"), c.PostForm("password"), p.sessionID)
+	errs := apperr.Fields(err)
+	if c.PostForm("password") != c.PostForm("confirm") {
+		errs["confirm"] = "The two new passwords differ."
+	}
+	if len(errs) > 0 {
+		if err != nil && !formError(err) {
+			u.fail(c, err)
+			return
+		}
+		u.renderAccount(c, http.StatusUnprocessableEntity, errs)
+		return
+	}
+	redirect(c, "/account?msg=password-changed")
+}
+
+// linkPage renders the page of a one-time link: its form when the link is live, a plain "this
+// link is invalid or has expired" (404) otherwise.
+func (u *UI) linkPage(c *gin.Context, status int, vm passwordVM) {
+	vm.Layout = u.bareLayout(c, vm.Heading)
+	if vm.Disabled {
+		status = http.StatusNotFound
+	}
+	u.render(c, status, passwordPage(vm))
+}
+
+func (u *UI) inviteVM(c *gin.Context, token string) (passwordVM, error) {
+	vm := passwordVM{Heading: "Join Sluice", Action: "/invite", Token: token,
+		Intro: "Choose a password to accept the invitation; you are logged in at once."}
+	inv, err := u.tenants.InviteByToken(c.Request.Context(), token)
+	if errors.Is(err, tenants.ErrNotFound) {
+		vm.Disabled, vm.Intro = true, "This invitation link is invalid, used or expired. Ask for a new one."
+		return vm, nil
+	}
+	vm.Email, vm.Role = inv.Email, string(inv.Role)
+	return vm, err
+}
+
+func (u *UI) invitePage(c *gin.Context) {
+	vm, err := u.inviteVM(c, c.Query("token"))
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	u.linkPage(c, http.StatusOK, vm)
+}
+
+// acceptInvite creates the invited user with the chosen password and logs them in.
+func (u *UI) acceptInvite(c *gin.Context) {
+	token := c.PostForm("token")
+	vm, err := u.inviteVM(c, token)
+	if err != nil || vm.Disabled {
+		if err != nil {
+			u.internalError(c, err)
+		} else {
+			u.linkPage(c, http.StatusNotFound, vm)
+		}
+		return
+	}
+	if c.PostForm("password") != c.PostForm("confirm") {
+		vm.Errs = map[string]string{"confirm": "The two passwords differ."}
+		if err := checkLength(c.PostForm("password")); err != nil {
+			vm.Errs["password"] = apperr.From(err).Sentence()
+		}
+		u.linkPage(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
+	user, err := u.tenants.AcceptInvite(c.Request.Context(), token, c.PostForm("password"))
+	u.linkDone(c, vm, user, err)
+}
+
+func (u *UI) resetVM(c *gin.Context, token string) (passwordVM, error) {
+	vm := passwordVM{Heading: "Reset your password", Action: "/reset", Token: token,
+		Intro: "Choose a new password; every session of yours ends and you are logged in here."}
+	user, err := u.tenants.ResetUser(c.Request.Context(), token)
+	if errors.Is(err, tenants.ErrNotFound) {
+		vm.Disabled, vm.Intro = true, "This reset link is invalid, used or expired. Ask an operator for a new one."
+		return vm, nil
+	}
+	vm.Email, vm.Role = user.Email, string(user.Role)
+	return vm, err
+}
+
+func (u *UI) resetPage(c *gin.Context) {
+	vm, err := u.resetVM(c, c.Query("token"))
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	u.linkPage(c, http.StatusOK, vm)
+}
+
+func (u *UI) resetPassword(c *gin.Context) {
+	token := c.PostForm("token")
+	vm, err := u.resetVM(c, token)
+	if err != nil || vm.Disabled {
+		if err != nil {
+			u.internalError(c, err)
+		} else {
+			u.linkPage(c, http.StatusNotFound, vm)
+		}
+		return
+	}
+	if c.PostForm("password") != c.PostForm("confirm") {
+		vm.Errs = map[string]string{"confirm": "The two passwords differ."}
+		if err := checkLength(c.PostForm("password")); err != nil {
+			vm.Errs["password"] = apperr.From(err).Sentence()
+		}
+		u.linkPage(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
+	user, err := u.tenants.ResetPassword(c.Request.Context(), token, c.PostForm("password"))
+	u.linkDone(c, vm, user, err)
+}
+
+// linkDone logs in the user a one-time link has just set up, or shows the form's problems.
+func (u *UI) linkDone(c *gin.Context, vm passwordVM, user tenants.User, err error) {
+	switch {
+	case errors.Is(err, tenants.ErrNotFound) || errors.Is(err, tenants.ErrConflict):
+		vm.Disabled, vm.Intro = true, "This link was used meanwhile, or its account exists already."
+		u.linkPage(c, http.StatusNotFound, vm)
+	case formError(err):
+		vm.Errs = apperr.Fields(err)
+		u.linkPage(c, http.StatusUnprocessableEntity, vm)
+	case err != nil:
+		u.internalError(c, err)
+	default:
+		if err := u.startSession(c, user); err != nil {
+			u.internalError(c, err)
+			return
+		}
+		redirect(c, "/")
+	}
+}
+
+// checkLength is the password rule, checked here only to report it beside a mismatch.
+func checkLength(password string) error {
+	if n := len([]rune(password)); n < tenants.MinPasswordLen || len(password) > 1024 {
+		return apperr.Invalid("password", "password must be 10 to 1024 characters")
+	}
+	return nil
+}

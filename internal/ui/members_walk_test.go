@@ -1,0 +1,254 @@
+package ui_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/config"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// dashboardRoutes are the dashboard's registered routes (not the API's, the operations routes
+// or static files), in registration order.
+func dashboardRoutes(t *testing.T, e *env) []gin.RouteInfo {
+	t.Helper()
+	var out []gin.RouteInfo
+	for _, ri := range e.app.Router.Routes() {
+		switch {
+		case api.IsAPIPath(ri.Path), strings.HasPrefix(ri.Path, "/static/"), strings.HasPrefix(ri.Path, "/.well-known/"),
+			strings.HasPrefix(ri.Path, "/demo"), slices.Contains([]string{"/healthz", "/readyz", "/metrics"}, ri.Path):
+			continue
+		}
+		out = append(out, ri)
+	}
+	if len(out) < 40 {
+		t.Fatalf("only %d dashboard routes: %v", len(out), out)
+	}
+	return out
+}
+
+// walkTenant is a tenant with one object of every kind a dashboard route can name.
+type walkTenant struct {
+	tenants.Tenant
+	ids map[string]string // route parameter -> an object of this tenant
+}
+
+func (e *env) walkTenant(t *testing.T, name string) walkTenant {
+	t.Helper()
+	ctx := context.Background()
+	tn := e.tenant(name)
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.engine.Limit(ctx, tn.ID, limiter.Request{Name: "api", Key: "alice", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	k, _, err := e.svc.CreateKey(ctx, tn.ID, tenants.KindSecret, "walk", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := e.svc.CreateUser(ctx, "admin@"+name+".example", "admin-password-1", false, &tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, err := e.svc.CreateInvite(ctx, &tn.ID, "invited@"+name+".example", tenants.RoleViewer, 0, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, _, err := e.app.Webhooks.CreateEndpoint(ctx, tn.ID, "https://hooks.example.com/"+name, []string{"key.created"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return walkTenant{tn, map[string]string{
+		"tid": strconv.FormatInt(tn.ID, 10), "name": "api", "kid": k.ID, "uid": strconv.FormatInt(admin.ID, 10),
+		"iid": strconv.FormatInt(inv.ID, 10), "id": strconv.FormatInt(ep.ID, 10), "did": "none", "hash": "none",
+	}}
+}
+
+// walkForm is a form that every dashboard action would accept from an admin: every field any
+// handler reads, confirmed, so that only the role check stands between it and a change.
+var walkForm = url.Values{
+	"confirm": {"yes"}, "name": {"walked"}, "kind": {"token_bucket"}, "rate": {"5"}, "period": {"60000"},
+	"label": {"walked"}, "email": {"walked@example.com"}, "role": {"admin"}, "disable": {"true"},
+	"key": {"alice"}, "match": {"alice"}, "action": {"deny"}, "url": {"https://walked.example.com/"},
+	"events": {"key.created"}, "origins": {"https://walked.example.com"}, "difficulty": {"60000"}, "suspend": {"true"},
+}
+
+func walkPath(route string, ids map[string]string) string {
+	parts := strings.Split(route, "/")
+	for i, p := range parts {
+		if strings.HasPrefix(p, ":") {
+			parts[i] = url.PathEscape(ids[p[1:]])
+		}
+	}
+	return strings.Join(parts, "/")
+}
+
+// snapshot is every row of every table but the ones a request may write without changing
+// anything of a tenant: the audit log, sessions, the login limits' state (tenant 0), and the
+// key last-used times.
+func (e *env) snapshot(t *testing.T) string {
+	t.Helper()
+	var lines []string
+	for _, table := range testkit.Tables(t, e.db) {
+		switch table {
+		case "audit_log", "admin_sessions", "sqlite_sequence":
+			continue
+		}
+		for _, row := range testkit.Rows(t, e.db, table) {
+			cells := make([]string, 0, len(row))
+			for _, c := range row {
+				cells = append(cells, c.Text)
+			}
+			if table == "limit_state" && cells[0] == "0" {
+				continue // the login limits
+			}
+			lines = append(lines, table+": "+strings.Join(cells, "|"))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// outsideTenant are the POST routes outside /tenants/:tid that anyone may reach: what each does
+// to a viewer is checked by its own expectation below.
+var outsideTenant = map[string]int{
+	"POST /login":            http.StatusUnauthorized, // the form again, for a wrong password: no tenant state
+	"POST /setup":            http.StatusNotFound,
+	"POST /invite":           http.StatusNotFound, // no live token
+	"POST /reset":            http.StatusNotFound,
+	"POST /account/password": http.StatusUnprocessableEntity, // the current password is required
+}
+
+// TestViewerChangesNothingOnAnyDashboardRoute walks every registered dashboard route as a viewer
+// of tenant A: every POST below /tenants/:tid is 403, every operator route 404, the rest as
+// listed in outsideTenant, no GET fails, and no table changes. On SQLite and PostgreSQL.
+func TestViewerChangesNothingOnAnyDashboardRoute(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, onDatabase(dbURL), func(c *config.Config, _ *app.Options) { c.WebhookAllowPrivate = true })
+		e.operator()
+		a := e.walkTenant(t, "acme")
+		e.walkTenant(t, "other")
+		ctx := context.Background()
+		if _, err := e.svc.CreateUser(ctx, "viewer@acme.example", "viewer-password-1", false, &a.ID); err != nil {
+			t.Fatal(err)
+		}
+		v, _ := e.svc.UserByEmail(ctx, "viewer@acme.example")
+		if err := e.svc.SetRole(ctx, &a.ID, v.ID, tenants.RoleViewer, &a.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		viewer := e.login("viewer@acme.example", "viewer-password-1")
+		before := e.snapshot(t)
+		posts := 0
+		for _, ri := range dashboardRoutes(t, e) {
+			if ri.Path == "/logout" {
+				continue // ends the viewer's own session only; checked last
+			}
+			path := walkPath(ri.Path, a.ids)
+			var res response
+			if ri.Method == http.MethodGet {
+				res = viewer.get(path)
+				if res.StatusCode >= 500 {
+					t.Errorf("GET %s: status %d", path, res.StatusCode)
+				}
+				continue
+			}
+			posts++
+			form := walkForm
+			if ri.Path == "/login" {
+				form = url.Values{"email": {"viewer@acme.example"}, "password": {"wrong-password-1"}}
+			}
+			res = viewer.post(path, form)
+			want, listed := outsideTenant[ri.Method+" "+ri.Path]
+			switch {
+			case strings.HasPrefix(ri.Path, "/tenants/:tid/manage"), strings.HasPrefix(ri.Path, "/users"), ri.Path == "/tenants":
+				want = http.StatusNotFound // operators only: the page does not exist for a member
+			case strings.HasPrefix(ri.Path, "/tenants/:tid"):
+				want = http.StatusForbidden
+			case !listed:
+				t.Errorf("%s %s: a POST route outside /tenants/:tid that this walk does not know; add it to outsideTenant", ri.Method, ri.Path)
+				continue
+			}
+			if res.StatusCode != want {
+				t.Errorf("viewer %s %s: status %d, want %d", ri.Method, path, res.StatusCode, want)
+			}
+			if after := e.snapshot(t); after != before {
+				t.Fatalf("viewer %s %s changed the database: %s", ri.Method, path, changed(before, after))
+			}
+		}
+		if posts < 30 {
+			t.Fatalf("only %d POST routes walked", posts)
+		}
+		if r := viewer.get(tpath(a.Tenant, "/limits")); r.StatusCode != http.StatusOK || r.doc(t).Find("#viewer-banner").Length() != 1 {
+			t.Fatalf("the viewer's limits page: status %d, without the viewer banner", r.StatusCode)
+		}
+		if r := e.login("admin@acme.example", "admin-password-1").get(tpath(a.Tenant, "/limits")); r.doc(t).Find("#viewer-banner").Length() != 0 {
+			t.Fatal("an admin is told they are a viewer")
+		}
+	})
+}
+
+// TestMemberOfOneTenantReachesNothingOfAnother walks every dashboard route under /tenants/:tid
+// as an admin of A with B's ID and B's objects: every one is 404, GET or POST, and nothing
+// changes. On SQLite and PostgreSQL.
+func TestMemberOfOneTenantReachesNothingOfAnother(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, onDatabase(dbURL), func(c *config.Config, _ *app.Options) { c.WebhookAllowPrivate = true })
+		e.operator()
+		e.walkTenant(t, "acme")
+		b := e.walkTenant(t, "other")
+		admin := e.login("admin@acme.example", "admin-password-1")
+		before := e.snapshot(t)
+		n := 0
+		for _, ri := range dashboardRoutes(t, e) {
+			if !strings.HasPrefix(ri.Path, "/tenants/:tid") {
+				continue
+			}
+			n++
+			path := walkPath(ri.Path, b.ids)
+			var res response
+			if ri.Method == http.MethodGet {
+				res = admin.get(path)
+			} else {
+				res = admin.post(path, walkForm)
+			}
+			if res.StatusCode != http.StatusNotFound {
+				t.Errorf("admin of acme %s %s (other's): status %d, want 404", ri.Method, path, res.StatusCode)
+			}
+		}
+		if n < 40 {
+			t.Fatalf("only %d tenant routes walked", n)
+		}
+		if after := e.snapshot(t); after != before {
+			t.Fatalf("the walk changed the database: %s", changed(before, after))
+		}
+	})
+}
+
+// changed lists the rows of one snapshot that the other lacks.
+func changed(before, after string) string {
+	b, a := strings.Split(before, "\n"), strings.Split(after, "\n")
+	var out []string
+	for _, l := range b {
+		if !slices.Contains(a, l) {
+			out = append(out, "\n- "+l)
+		}
+	}
+	for _, l := range a {
+		if !slices.Contains(b, l) {
+			out = append(out, "\n+ "+l)
+		}
+	}
+	return strings.Join(out, "")
+}
