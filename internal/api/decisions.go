@@ -376,21 +376,8 @@ func (s *Server) limitBatch(c *gin.Context) { s.decideBatch(c, true) }
 func (s *Server) checkBatch(c *gin.Context) { s.decideBatch(c, false) }
 
 // tooMany renders a refusal as 429 (throws: true) with Retry-After in whole seconds, rounded up.
-func (s *Server) tooMany(c *gin.Context, d limiter.Decision) { writeProblem(c, s.log, errTooMany(d)) }
 
 func errTooMany(d limiter.Decision) error {
 	return &apperr.Error{Code: apperr.RateLimited, Message: fmt.Sprintf("limit %q refused the request", d.Name),
 		Name: d.Name, RetryAfterMs: d.RetryAfter}
-}
-
-// setRateLimitHeaders writes the RateLimit-Policy and RateLimit headers (limiter.RateLimitHeaders),
-// under their canonical keys directly: this runs on every decision.
-func setRateLimitHeaders(c *gin.Context, ds []limiter.Decision) {
-	policy, limit := limiter.RateLimitHeaders(limiter.WithParents(ds))
-	if policy == "" { // only shadow limits: nothing to pace by
-		return
-	}
-	h := c.Writer.Header()
-	h["Ratelimit-Policy"] = []string{policy} // textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
-	h["Ratelimit"] = []string{limit}
 }
