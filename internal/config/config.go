@@ -80,10 +80,12 @@ const (
 	// CPU: Sluice's live heap is small while every request allocates (docs/performance.md).
 	DefaultGCPercent   = 400
 	DefaultMemoryLimit = 256 << 20
-	// The default plan: high enough that one tenant alone on a modest instance never meets it
-	// (a 2-core instance decides about 12,000 per second), low enough that no tenant can create
-	// rows without bound. Operators of shared instances set tenants' plans lower.
-	DefaultPlanDecisionsPerSecond = 20_000
+	// The default plan: counts high enough that one tenant alone never meets them, low enough that
+	// no tenant can create rows without bound. The decision rate is off by default: enforcing it
+	// writes one row per tenant in every decision, which costs a tenant spread over several
+	// instances a quarter to a third of its throughput (docs/performance.md); operators of shared
+	// instances turn it on (PLAN_DECISIONS_PER_SECOND, or a tenant's own plan).
+	DefaultPlanDecisionsPerSecond = 0
 	DefaultPlanMaxLimits          = 1_000
 	DefaultPlanMaxKeys            = 100
 	DefaultPlanMaxOverrides       = 100_000
@@ -328,7 +330,7 @@ var options = []Option{
 			c.WebhookAllowPrivate = b
 			return nil
 		}},
-	{Name: "PLAN_DECISIONS_PER_SECOND", Default: strconv.Itoa(DefaultPlanDecisionsPerSecond), Doc: "the default plan's most decisions per second per tenant, over all instances (a burst of one second's worth; `0` for no limit); an operator sets a tenant's own plan on its dashboard page",
+	{Name: "PLAN_DECISIONS_PER_SECOND", Default: strconv.Itoa(DefaultPlanDecisionsPerSecond), Doc: "the default plan's most decisions per second per tenant, over all instances (a burst of one second's worth); `0`, the default, for no limit (the rate costs throughput across instances: set it on a shared instance); an operator sets a tenant's own plan on its dashboard page",
 		parse: func(c *Config, v string) error {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil || n < 0 || n > 1_000_000_000 || n != n {
