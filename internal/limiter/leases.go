@@ -59,9 +59,10 @@ func execStmts(tx *gorm.DB, ss []stmt) error {
 	return nil
 }
 
-// afterDecisions is the group commit's one hook for writes of the jobs' own: the rows of the
-// leases their admitted concurrency decisions took, and each job's step (a hold's row). It runs
-// in the group's transaction after every decision and before commit, on both paths (the
+// afterDecisions is the first of the group commit's two steps after the decisions: the rows of
+// the leases the jobs' admitted concurrency decisions took, and each job's step (a hold's row).
+// The second, beforeCommit (idempotency.go), renders and stores idempotent answers, which carry
+// those leases and holds. Both run in the group's transaction before commit, on both paths (the
 // PostgreSQL path sends the statements in its write round trip). Jobs with neither add nothing,
 // so a group without leases or holds sends exactly what it always sends.
 func afterDecisions(jobs []*job, now int64) []stmt {
