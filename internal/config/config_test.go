@@ -184,3 +184,33 @@ func FuzzFromEnv(f *testing.F) {
 		}
 	})
 }
+
+func TestSMTPVariablesParse(t *testing.T) {
+	if d := Default(); d.SMTPAddr != "" || d.SMTPTLS != "starttls" {
+		t.Fatalf("defaults: addr %q tls %q, want off and starttls", d.SMTPAddr, d.SMTPTLS)
+	}
+	c, err := FromEnv(env(map[string]string{"SMTP_ADDR": "smtp.example.com:587", "SMTP_FROM": "sluice@example.com",
+		"SMTP_USERNAME": "sluice", "SMTP_PASSWORD": "smtp-password-very-secret", "SMTP_TLS": "tls"}))
+	if err != nil || c.SMTPAddr != "smtp.example.com:587" || c.SMTPFrom != "sluice@example.com" || c.SMTPUsername != "sluice" || c.SMTPTLS != "tls" {
+		t.Fatalf("set: %+v %v", c, err)
+	}
+	if s := c.String(); strings.Contains(s, "very-secret") || !strings.Contains(s, "smtp.example.com:587") {
+		t.Fatalf("SMTP_PASSWORD printed, or the server not: %s", s)
+	}
+	for _, bad := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"SMTP_ADDR": "smtp.example.com"}, "SMTP_ADDR"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25"}, "SMTP_FROM"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "Sluice <s@example.com>"}, "SMTP_FROM"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "s@example.com\r\nBcc: x@example.com"}, "SMTP_FROM"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u"}, "SMTP_PASSWORD"},
+		{map[string]string{"SMTP_FROM": "s@example.com"}, "SMTP_ADDR"},
+		{map[string]string{"SMTP_TLS": "ssl"}, "SMTP_TLS"},
+	} {
+		if _, err := FromEnv(env(bad.env)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want an error naming %s", bad.env, err, bad.want)
+		}
+	}
+}
