@@ -75,6 +75,8 @@ func TestHeaderInjectionIsRefused(t *testing.T) {
 	for _, m := range []mail.Message{
 		{To: "a@example.com\r\nBcc: evil@example.com", Subject: "s"},
 		{To: "a@example.com\nBcc: evil@example.com", Subject: "s"},
+		{To: "a@example.com\r\n.evil", Subject: "s"},
+		{To: "a@example.com\n", Subject: "s"},
 		{To: "a@example.com", Subject: "hi\r\nBcc: evil@example.com"},
 		{To: "a@example.com", Subject: "hi\rBcc: evil@example.com"},
 		{To: "a@example.com", Subject: "hi\nX: y"},
