@@ -87,6 +87,9 @@ func TestHeaderInjectionIsRefused(t *testing.T) {
 		if err := s.Send(context.Background(), m); err == nil {
 			t.Errorf("sent %q / %q", m.To, m.Subject)
 		}
+		if err := mail.CheckAddress(m.To); strings.ContainsAny(m.To, "\r\n") && err == nil {
+			t.Errorf("CheckAddress accepted %q", m.To)
+		}
 	}
 	if n := len(srv.Messages()); n != 0 {
 		t.Fatalf("%d messages were sent", n)
