@@ -113,3 +113,27 @@ func FuzzHeaderValuesNeverHoldALineBreak(f *testing.F) {
 		}
 	})
 }
+
+func TestTLSModesEncryptAndAuthenticate(t *testing.T) {
+	for _, implicit := range []bool{false, true} {
+		srv, roots := testkit.StartSMTPTLS(t, implicit)
+		mode := map[bool]string{false: mail.TLSStartTLS, true: mail.TLSImplicit}[implicit]
+		s, err := mail.New(mail.Config{Addr: srv.Addr, From: "sluice@example.com", Username: "sluice", Password: "smtp-secret",
+			TLS: mode, RootCAs: roots, Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(context.Background(), mail.Message{To: "a@example.com", Subject: "s", Body: "b"}); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		got := srv.Messages()
+		if len(got) != 1 || !got[0].TLS || got[0].Auth != "\x00sluice\x00smtp-secret" {
+			t.Fatalf("%s: received %+v, want one message over TLS after AUTH PLAIN", mode, got)
+		}
+		// A certificate the sender does not trust is refused.
+		untrusting, _ := mail.New(mail.Config{Addr: srv.Addr, From: "sluice@example.com", TLS: mode, Timeout: 30 * time.Second})
+		if err := untrusting.Send(context.Background(), mail.Message{To: "a@example.com", Subject: "s", Body: "b"}); err == nil {
+			t.Fatalf("%s: an untrusted certificate was accepted", mode)
+		}
+	}
+}
