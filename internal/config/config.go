@@ -476,6 +476,11 @@ func (c Config) crossErrors() []error {
 	if (c.SMTPUsername == "") != (c.SMTPPassword == "") {
 		errs = append(errs, errors.New("SMTP_USERNAME and SMTP_PASSWORD go together"))
 	}
+	// Go's PLAIN authentication refuses to send a password in the clear except to a loopback
+	// relay: say so at start-up rather than at the first invite.
+	if host, _, _ := net.SplitHostPort(c.SMTPAddr); c.SMTPTLS == "plain" && c.SMTPUsername != "" && host != "localhost" && host != "127.0.0.1" && host != "::1" {
+		errs = append(errs, errors.New("SMTP_USERNAME with SMTP_TLS=plain works only with a relay on localhost: a password is never sent in the clear"))
+	}
 	return errs
 }
 

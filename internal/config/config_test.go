@@ -124,6 +124,9 @@ func TestStringNamesNoSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := FromEnv(env(map[string]string{"SMTP_ADDR": "localhost:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u", "SMTP_PASSWORD": "p", "SMTP_TLS": "plain"})); err != nil {
+		t.Fatalf("a loopback relay with a password: %v", err)
+	}
 	if s := c.String(); strings.Contains(s, "very-secret") || strings.Contains(s, "password-secret") {
 		t.Fatalf("secrets printed: %s", s)
 	}
@@ -194,6 +197,9 @@ func TestSMTPVariablesParse(t *testing.T) {
 	if err != nil || c.SMTPAddr != "smtp.example.com:587" || c.SMTPFrom != "sluice@example.com" || c.SMTPUsername != "sluice" || c.SMTPTLS != "tls" {
 		t.Fatalf("set: %+v %v", c, err)
 	}
+	if _, err := FromEnv(env(map[string]string{"SMTP_ADDR": "localhost:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u", "SMTP_PASSWORD": "p", "SMTP_TLS": "plain"})); err != nil {
+		t.Fatalf("a loopback relay with a password: %v", err)
+	}
 	if s := c.String(); strings.Contains(s, "very-secret") || !strings.Contains(s, "smtp.example.com:587") {
 		t.Fatalf("SMTP_PASSWORD printed, or the server not: %s", s)
 	}
@@ -208,6 +214,7 @@ func TestSMTPVariablesParse(t *testing.T) {
 		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u"}, "SMTP_PASSWORD"},
 		{map[string]string{"SMTP_FROM": "s@example.com"}, "SMTP_ADDR"},
 		{map[string]string{"SMTP_TLS": "ssl"}, "SMTP_TLS"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u", "SMTP_PASSWORD": "p", "SMTP_TLS": "plain"}, "SMTP_TLS=plain"},
 	} {
 		if _, err := FromEnv(env(bad.env)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v: %v, want an error naming %s", bad.env, err, bad.want)
