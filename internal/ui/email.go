@@ -46,7 +46,9 @@ func (u *UI) emailLink(c *gin.Context, kind string, inv tenants.Invite, target, 
 	if kind == mail.LinkReset {
 		role = ""
 	}
-	if err := u.mailer.Send(ctx, mail.LinkMessage(kind, inv.Email, tenant, role, link, inv.ExpiresAt)); err != nil {
+	// The invite is committed: a browser that goes away meanwhile does not cancel its email (the
+	// sender's own timeout bounds it, below the request's).
+	if err := u.mailer.Send(context.WithoutCancel(ctx), mail.LinkMessage(kind, inv.Email, tenant, role, link, inv.ExpiresAt)); err != nil {
 		u.log.WarnContext(ctx, "link not emailed", "kind", kind, "target", target, "to", inv.Email, "err", err)
 		return mailFailed + strings.TrimPrefix(err.Error(), "mail: ")
 	}
