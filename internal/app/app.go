@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/envoyrls"
 	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/mail"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/ui"
@@ -187,8 +188,17 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if err != nil {
 		return nil, err
 	}
+	var mailer ui.LinkMailer // a nil *mail.Sender would be a non-nil interface
+	if cfg.SMTPAddr != "" {
+		sender, err := mail.New(mail.Config{Addr: cfg.SMTPAddr, From: cfg.SMTPFrom, Username: cfg.SMTPUsername,
+			Password: cfg.SMTPPassword, TLS: cfg.SMTPTLS})
+		if err != nil {
+			return nil, err
+		}
+		mailer = sender
+	}
 	a.UI, err = ui.New(ui.Deps{
-		Tenants: a.Tenants, Engine: a.Engine, Usage: a.Usage, Captcha: a.Captcha, Webhooks: a.Webhooks, Logger: a.Log,
+		Tenants: a.Tenants, Engine: a.Engine, Usage: a.Usage, Captcha: a.Captcha, Webhooks: a.Webhooks, Logger: a.Log, Mailer: mailer,
 		SessionKey: keys.Derive("dashboard-session"), BaseURL: cfg.BaseURL, Static: web.Static(), Now: o.Now,
 		LoginPerAccountIP: o.LoginPerAccountIP, LoginPerIP: o.LoginPerIP, LoginPerAccount: o.LoginPerAccount,
 	})

@@ -70,6 +70,11 @@ type Config struct {
 	// every tenant whose operator set no other (PLAN_*); 0 is no limit.
 	PlanDecisionsPerSecond                       float64
 	PlanMaxLimits, PlanMaxKeys, PlanMaxOverrides int64
+	// SMTPAddr is the SMTP server (host:port) that emails invite and password reset links; ""
+	// (the default) sends no email. SMTPFrom is the sender address; SMTPUsername and
+	// SMTPPassword authenticate (PLAIN, only over TLS or to a loopback relay); SMTPTLS is
+	// starttls (required), tls (implicit, port 465) or plain (no TLS, for a local relay).
+	SMTPAddr, SMTPFrom, SMTPUsername, SMTPPassword, SMTPTLS string
 }
 
 // Defaults of the options whose default is a number or a duration.
@@ -345,7 +350,35 @@ var options = []Option{
 		parse: planCount("PLAN_MAX_KEYS", func(c *Config) *int64 { return &c.PlanMaxKeys })},
 	{Name: "PLAN_MAX_OVERRIDES", Default: strconv.Itoa(DefaultPlanMaxOverrides), Doc: "the default plan's most overrides per tenant, over all its limits (`0` for no limit)",
 		parse: planCount("PLAN_MAX_OVERRIDES", func(c *Config) *int64 { return &c.PlanMaxOverrides })},
+	{Name: "SMTP_ADDR", Default: "", Doc: "the SMTP server (`host:port`) that emails invite and password reset links (they are still shown once on the page); empty sends no email",
+		parse: func(c *Config, v string) error {
+			if v != "" {
+				if host, port, err := net.SplitHostPort(v); err != nil || host == "" || port == "" {
+					return errors.New("SMTP_ADDR must be host:port, e.g. smtp.example.com:587")
+				}
+			}
+			c.SMTPAddr = v
+			return nil
+		}},
+	{Name: "SMTP_FROM", Default: "", Doc: "the sender address of those emails, a bare address such as `sluice@example.com` (required with `SMTP_ADDR`)",
+		parse: set(func(c *Config) *string { return &c.SMTPFrom })},
+	{Name: "SMTP_USERNAME", Default: "", Doc: "with `SMTP_PASSWORD`: PLAIN authentication to the SMTP server (only over TLS, or to a loopback relay)",
+		parse: set(func(c *Config) *string { return &c.SMTPUsername })},
+	{Name: "SMTP_PASSWORD", Default: "", Secret: true, Doc: "the SMTP password (with `SMTP_USERNAME`)",
+		parse: set(func(c *Config) *string { return &c.SMTPPassword })},
+	{Name: "SMTP_TLS", Default: "starttls", Doc: "`starttls`: upgrade with STARTTLS and refuse to send when the server does not offer it; `tls`: TLS from the first byte (port 465); `plain`: no TLS, only for a relay on the same host or a trusted network",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "starttls", "tls", "plain":
+				c.SMTPTLS = v
+				return nil
+			}
+			return errors.New("SMTP_TLS must be starttls, tls or plain")
+		}},
 }
+
+// smtpAddressRE is a bare email address, as SMTP_FROM must be: no display name, no line break.
+var smtpAddressRE = regexp.MustCompile(`^[^\s@<>,;:"()\[\]\\]+@[^\s@<>,;:"()\[\]\\]+$`)
 
 // grpcHeaderRE is a gRPC metadata key (lower case); gRPC's own "grpc-" keys and binary "-bin"
 // keys are refused beside it.
@@ -412,7 +445,8 @@ func defaultBaseURL(listen string) string {
 // checks the environment.
 func (c Config) Validate() error {
 	errs := c.crossErrors()
-	checks := map[string]string{"DATABASE_URL": c.DatabaseURL, "LISTEN_ADDR": c.ListenAddr, "SWEEP_BATCH": strconv.Itoa(c.SweepBatch)}
+	checks := map[string]string{"DATABASE_URL": c.DatabaseURL, "LISTEN_ADDR": c.ListenAddr, "SWEEP_BATCH": strconv.Itoa(c.SweepBatch),
+		"SMTP_ADDR": c.SMTPAddr, "SMTP_TLS": c.SMTPTLS}
 	for _, o := range options {
 		if v, ok := checks[o.Name]; ok {
 			if err := o.parse(&Config{}, v); err != nil {
@@ -435,6 +469,20 @@ func (c Config) crossErrors() []error {
 	if (c.AdminEmail == "") != (c.AdminPassword == "") {
 		errs = append(errs, errors.New("SLUICE_ADMIN_EMAIL and SLUICE_ADMIN_PASSWORD go together"))
 	}
+	if c.SMTPAddr != "" && !smtpAddressRE.MatchString(c.SMTPFrom) {
+		errs = append(errs, errors.New("SMTP_FROM must be a bare email address such as sluice@example.com when SMTP_ADDR is set"))
+	}
+	if c.SMTPAddr == "" && (c.SMTPFrom != "" || c.SMTPUsername != "" || c.SMTPPassword != "") {
+		errs = append(errs, errors.New("SMTP_FROM, SMTP_USERNAME and SMTP_PASSWORD need SMTP_ADDR"))
+	}
+	if (c.SMTPUsername == "") != (c.SMTPPassword == "") {
+		errs = append(errs, errors.New("SMTP_USERNAME and SMTP_PASSWORD go together"))
+	}
+	// Go's PLAIN authentication refuses to send a password in the clear except to a loopback
+	// relay: say so at start-up rather than at the first invite.
+	if host, _, _ := net.SplitHostPort(c.SMTPAddr); c.SMTPTLS == "plain" && c.SMTPUsername != "" && host != "localhost" && host != "127.0.0.1" && host != "::1" {
+		errs = append(errs, errors.New("SMTP_USERNAME with SMTP_TLS=plain works only with a relay on localhost: a password is never sent in the clear"))
+	}
 	return errs
 }
 
@@ -455,9 +503,10 @@ func (c Config) String() string {
 		}
 		return "[redacted]"
 	}
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t webhook_allow_private=%t",
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t webhook_allow_private=%t smtp_addr=%q smtp_from=%q smtp_username=%q smtp_password=%s smtp_tls=%s",
 		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
-		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown, c.WebhookAllowPrivate)
+		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown, c.WebhookAllowPrivate,
+		c.SMTPAddr, c.SMTPFrom, c.SMTPUsername, secret(c.SMTPPassword), c.SMTPTLS)
 }
 
 // RedactURL hides the password of a database URL.

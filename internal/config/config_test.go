@@ -124,6 +124,9 @@ func TestStringNamesNoSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := FromEnv(env(map[string]string{"SMTP_ADDR": "localhost:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u", "SMTP_PASSWORD": "p", "SMTP_TLS": "plain"})); err != nil {
+		t.Fatalf("a loopback relay with a password: %v", err)
+	}
 	if s := c.String(); strings.Contains(s, "very-secret") || strings.Contains(s, "password-secret") {
 		t.Fatalf("secrets printed: %s", s)
 	}
@@ -183,4 +186,38 @@ func FuzzFromEnv(f *testing.F) {
 			t.Fatal("String prints SECRET_KEY")
 		}
 	})
+}
+
+func TestSMTPVariablesParse(t *testing.T) {
+	if d := Default(); d.SMTPAddr != "" || d.SMTPTLS != "starttls" {
+		t.Fatalf("defaults: addr %q tls %q, want off and starttls", d.SMTPAddr, d.SMTPTLS)
+	}
+	c, err := FromEnv(env(map[string]string{"SMTP_ADDR": "smtp.example.com:587", "SMTP_FROM": "sluice@example.com",
+		"SMTP_USERNAME": "sluice", "SMTP_PASSWORD": "smtp-password-very-secret", "SMTP_TLS": "tls"}))
+	if err != nil || c.SMTPAddr != "smtp.example.com:587" || c.SMTPFrom != "sluice@example.com" || c.SMTPUsername != "sluice" || c.SMTPTLS != "tls" {
+		t.Fatalf("set: %+v %v", c, err)
+	}
+	if _, err := FromEnv(env(map[string]string{"SMTP_ADDR": "localhost:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u", "SMTP_PASSWORD": "p", "SMTP_TLS": "plain"})); err != nil {
+		t.Fatalf("a loopback relay with a password: %v", err)
+	}
+	if s := c.String(); strings.Contains(s, "very-secret") || !strings.Contains(s, "smtp.example.com:587") {
+		t.Fatalf("SMTP_PASSWORD printed, or the server not: %s", s)
+	}
+	for _, bad := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"SMTP_ADDR": "smtp.example.com"}, "SMTP_ADDR"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25"}, "SMTP_FROM"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "Sluice <s@example.com>"}, "SMTP_FROM"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "s@example.com\r\nBcc: x@example.com"}, "SMTP_FROM"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u"}, "SMTP_PASSWORD"},
+		{map[string]string{"SMTP_FROM": "s@example.com"}, "SMTP_ADDR"},
+		{map[string]string{"SMTP_TLS": "ssl"}, "SMTP_TLS"},
+		{map[string]string{"SMTP_ADDR": "smtp.example.com:25", "SMTP_FROM": "s@example.com", "SMTP_USERNAME": "u", "SMTP_PASSWORD": "p", "SMTP_TLS": "plain"}, "SMTP_TLS=plain"},
+	} {
+		if _, err := FromEnv(env(bad.env)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want an error naming %s", bad.env, err, bad.want)
+		}
+	}
 }

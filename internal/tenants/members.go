@@ -482,10 +482,18 @@ func (s *Service) setPassword(ctx context.Context, row userRow, password, keep, 
 // valid within ttl (DefaultLinkTTL if <= 0). Only its hash is stored; earlier unused reset links
 // of the user stop working. Audited.
 func (s *Service) CreateResetLink(ctx context.Context, id int64, ttl time.Duration, actor string) (string, error) {
+	_, token, err := s.NewResetLink(ctx, id, ttl, actor)
+	return token, err
+}
+
+// NewResetLink is CreateResetLink returning also what the link is for: the user's email, tenant
+// and role, and when the link expires (as an Invite value), so that it can be emailed.
+func (s *Service) NewResetLink(ctx context.Context, id int64, ttl time.Duration, actor string) (Invite, string, error) {
 	if ttl <= 0 {
 		ttl = DefaultLinkTTL
 	}
 	token, hash := newLinkToken()
+	var link userTokenRow
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		var row userRow
 		if err := first(tx, &row, "id = ?", id); err != nil {
@@ -495,7 +503,7 @@ func (s *Service) CreateResetLink(ctx context.Context, id int64, ttl time.Durati
 			return err
 		}
 		now := s.clock()
-		link := userTokenRow{TenantID: row.TenantID, Kind: linkReset, TokenHash: hash, Email: row.Email, Role: string(roleName(row)),
+		link = userTokenRow{TenantID: row.TenantID, Kind: linkReset, TokenHash: hash, Email: row.Email, Role: string(roleName(row)),
 			UserID: &row.ID, CreatedBy: truncate(actor), CreatedAt: now, ExpiresAt: now.Add(ttl)}
 		if err := tx.Create(&link).Error; err != nil {
 			return err
@@ -503,9 +511,19 @@ func (s *Service) CreateResetLink(ctx context.Context, id int64, ttl time.Durati
 		return s.auditUserChange(tx, row.TenantID, actor, "user.reset_link", userTarget(id), row.Email+", expires "+link.ExpiresAt.Format(time.RFC3339))
 	})
 	if err != nil {
-		return "", wrap("create reset link", err)
+		return Invite{}, "", wrap("create reset link", err)
 	}
-	return token, nil
+	return inviteFromRow(link), token, nil
+}
+
+// AuditLinkEmailed records that a one-time link (an invite's, or a password reset's) was
+// emailed to email: never the link itself. action is "user.invite_emailed" or
+// "user.reset_emailed"; the entry goes to the tenant's log (if any) and the server's.
+func (s *Service) AuditLinkEmailed(ctx context.Context, tenantID *int64, actor, action, target, email string) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		return s.auditUserChange(tx, tenantID, actor, action, target, "emailed to "+email)
+	})
+	return wrap("audit email", err)
 }
 
 // ResetUser returns the user a live reset link is for: ErrNotFound when the link is unknown,

@@ -4,11 +4,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/mail"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
@@ -28,8 +28,9 @@ type membersVM struct {
 	Email, Role       string
 	EmailErr, RoleErr string
 	FormErr           string
-	// NewLink is a new invite's link, shown once (handed over by a one-time cookie).
-	NewLink, NewLinkEmail string
+	// NewLink is a new invite's link, shown once (handed over by a one-time cookie); NewLinkMail
+	// what became of its email (mailOff, mailSent or mailFailed and why).
+	NewLink, NewLinkEmail, NewLinkMail string
 }
 
 type memberRow struct {
@@ -97,7 +98,7 @@ func (u *UI) membersPage(c *gin.Context) {
 	vm := membersVM{}
 	if id := c.Query("invited"); id != "" {
 		if link, ok := u.takeOneTime(c, tenantPath(tenantOf(c).ID, "/members"), "invite:"+id); ok {
-			vm.NewLinkEmail, vm.NewLink, _ = strings.Cut(link, "\n")
+			vm.NewLinkEmail, vm.NewLink, vm.NewLinkMail = readOneTimeLink(link)
 		}
 	}
 	u.renderMembers(c, http.StatusOK, vm)
@@ -119,7 +120,9 @@ func (u *UI) inviteMember(c *gin.Context) {
 	// POST-redirect-GET, the link handed over like a new API key's secret (onetime.go).
 	path := tenantPath(t.ID, "/members")
 	id := strconv.FormatInt(inv.ID, 10)
-	u.putOneTime(c, path, "invite:"+id, inv.Email+"\n"+u.inviteLink(token))
+	link := u.inviteLink(token)
+	mailed := u.emailLink(c, mail.LinkInvite, inv, "invite:"+id, link)
+	u.putOneTime(c, path, "invite:"+id, oneTimeLink(inv.Email, link, mailed))
 	redirect(c, path+"?invited="+id)
 }
 

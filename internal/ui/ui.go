@@ -63,6 +63,8 @@ type Deps struct {
 	// Webhooks owns the tenants' webhook endpoints and their delivery log.
 	Webhooks *webhooks.Service
 	Logger   *slog.Logger
+	// Mailer, when set (SMTP_ADDR), emails new invite and password reset links to their users.
+	Mailer LinkMailer
 	// SessionKey signs session cookies (HS256). Derive it from the server secret; every instance
 	// must use the same key.
 	SessionKey []byte
@@ -90,6 +92,7 @@ type UI struct {
 	captcha    CaptchaSessions
 	webhooks   *webhooks.Service
 	log        *slog.Logger
+	mailer     LinkMailer // nil: no email
 	sessionKey []byte
 	baseURL    *url.URL
 	insecure   bool // development cookie: no __Host- prefix, no Secure flag
@@ -126,7 +129,7 @@ func New(d Deps) (*UI, error) {
 		d.SessionTTL = DefaultSessionTTL
 	}
 	u := &UI{
-		tenants: d.Tenants, engine: d.Engine, usage: d.Usage, captcha: d.Captcha, webhooks: d.Webhooks, log: d.Logger,
+		tenants: d.Tenants, engine: d.Engine, usage: d.Usage, captcha: d.Captcha, webhooks: d.Webhooks, log: d.Logger, mailer: d.Mailer,
 		sessionKey: append([]byte(nil), d.SessionKey...), baseURL: base,
 		insecure: base.Scheme == "http" && isLoopback(base.Hostname()),
 		now:      d.Now, ttl: d.SessionTTL,

@@ -3,11 +3,11 @@ package ui
 import (
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/mail"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
@@ -23,6 +23,7 @@ type usersVM struct {
 	EmailErr, RoleErr, FormErr string
 	NewLink, NewLinkFor        string
 	NewLinkKind                string // "invite" or "reset"
+	NewLinkMail                string // what became of its email: mailOff, mailSent or mailFailed and why
 }
 
 func (u *UI) renderUsers(c *gin.Context, status int, vm usersVM) {
@@ -73,7 +74,7 @@ func (u *UI) usersPage(c *gin.Context) {
 	for _, kind := range []string{"invite", "reset"} {
 		if id := c.Query(kind); id != "" {
 			if link, ok := u.takeOneTime(c, "/users", kind+":"+id); ok {
-				vm.NewLinkFor, vm.NewLink, _ = strings.Cut(link, "\n")
+				vm.NewLinkFor, vm.NewLink, vm.NewLinkMail = readOneTimeLink(link)
 				vm.NewLinkKind = kind
 			}
 		}
@@ -114,7 +115,9 @@ func (u *UI) inviteUser(c *gin.Context) {
 		return
 	}
 	id := strconv.FormatInt(inv.ID, 10)
-	u.putOneTime(c, "/users", "invite:"+id, inv.Email+"\n"+u.inviteLink(token))
+	link := u.inviteLink(token)
+	mailed := u.emailLink(c, mail.LinkInvite, inv, "invite:"+id, link)
+	u.putOneTime(c, "/users", "invite:"+id, oneTimeLink(inv.Email, link, mailed))
 	redirect(c, "/users?invite="+id)
 }
 
@@ -146,18 +149,15 @@ func (u *UI) revokeOperatorInvite(c *gin.Context) {
 // createResetLink makes a one-time password reset link for a user and shows it once.
 func (u *UI) createResetLink(c *gin.Context) {
 	id := memberID(c)
-	token, err := u.tenants.CreateResetLink(c.Request.Context(), id, 0, actor(c))
+	link, token, err := u.tenants.NewResetLink(c.Request.Context(), id, 0, actor(c))
 	if err != nil {
 		u.fail(c, err)
 		return
 	}
 	uid := strconv.FormatInt(id, 10)
-	user, err := u.tenants.User(c.Request.Context(), id)
-	if err != nil {
-		u.fail(c, err)
-		return
-	}
-	u.putOneTime(c, "/users", "reset:"+uid, user.Email+"\n"+u.resetLink(token))
+	url := u.resetLink(token)
+	mailed := u.emailLink(c, mail.LinkReset, link, userTargetOf(id), url)
+	u.putOneTime(c, "/users", "reset:"+uid, oneTimeLink(link.Email, url, mailed))
 	redirect(c, "/users?reset="+uid)
 }
 
@@ -171,3 +171,6 @@ func (u *UI) userDone(c *gin.Context, err error, msg string) {
 		u.fail(c, err)
 	}
 }
+
+// userTargetOf is a user as the audit log names it.
+func userTargetOf(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
