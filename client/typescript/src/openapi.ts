@@ -458,6 +458,114 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/holds": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hold amounts of several limits
+         * @description Reserves every listed amount all or nothing, like a /v1/limit batch, in the same group transaction that stores the hold; the hold is then closed exactly once: settled (POST /v1/holds/{id}/settle), released (DELETE /v1/holds/{id}) or, not closed by expiresAt, expired and released by the hold sweeper (HOLD_SWEEP_INTERVAL). Not audited (traffic, like a decision).
+         */
+        post: operations["createHold"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/holds/{id}/settle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Settle a hold to the actual amounts
+         * @description Charges the actual amounts once, in one serializable transaction: less than held gives the difference back (the refund's math: never above a limit's maximum); more than held takes the extra as a decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of it and records it as overage (never blocking).
+         */
+        post: operations["settleHold"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/holds/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Release a hold
+         * @description Gives back everything the hold reserved (the refund's math) and closes it.
+         */
+        delete: operations["releaseHold"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/leases/{id}/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Release a concurrency lease
+         * @description Ends a lease a limit decision on a concurrency limit acquired: its slot is free for the next decision at once.
+         */
+        post: operations["releaseLease"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/leases/{id}/extend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Extend a concurrency lease
+         * @description Renews a lease: it now expires the limit's leaseTtl after the engine's clock.
+         */
+        post: operations["extendLease"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -465,13 +573,13 @@ export interface components {
         /** @description the members of a definition, open so that StoredDefinition can add its own; Definition closes it */
         DefinitionFields: {
             /**
-             * @description "gcra" is the token bucket under its other name (the generic cell rate algorithm): burst = capacity (default rate), emission interval = period / rate ms per request; the same decisions, state and bounds. A definition is returned with the kind it was written with; changing between "gcra" and "token bucket" keeps its keys' state.
+             * @description "gcra" is the token bucket under its other name (the generic cell rate algorithm): burst = capacity (default rate), emission interval = period / rate ms per request; the same decisions, state and bounds. A definition is returned with the kind it was written with; changing between "gcra" and "token bucket" keeps its keys' state. "concurrency" bounds what is in flight: rate leases at once per key (a whole number, 1 to 10000), each acquired by a consuming limit decision (which answers leaseId and expiresAt) and held until released (POST /v1/leases/{id}/release) or leaseTtl ms after it was acquired or last extended; expired leases free their slots by the deciding clock. A concurrency limit has one shard, no capacity, maxReserved, period, penalty, parents or shadow mode (400 invalid_config naming the field), cannot be refunded or held (400 invalid_config: release the lease) nor given as an inline config; its count must be 1. Check answers whether a slot is free without taking one; value and remaining are the free slots; reset frees every slot and ends the key's leases; overrides change rate (the most in flight) and allow (admitted with no lease) or deny.
              * @enum {unknown}
              */
-            kind: "token bucket" | "fixed window" | "sliding window" | "quota" | "gcra";
+            kind: "token bucket" | "fixed window" | "sliding window" | "quota" | "gcra" | "concurrency";
             /** @description tokens per period; for a quota, the count of each calendar window */
             rate: number;
-            /** @description milliseconds; required for every kind but quota, where the calendar sets the window and period must not be given */
+            /** @description milliseconds; required for every kind but quota (the calendar sets the window) and concurrency (leaseTtl does), where period must not be given */
             period?: number;
             /** @description default rate; not for sliding windows */
             capacity?: number;
@@ -521,6 +629,8 @@ export interface components {
              * @default 0
              */
             penalty?: number;
+            /** @description concurrency only (required): ms a lease lasts unless released or extended (an extend renews it to leaseTtl from the engine's clock) */
+            leaseTtl?: number;
         };
         Definition: components["schemas"]["DefinitionFields"];
         StoredDefinition: components["schemas"]["DefinitionFields"] & {
@@ -594,6 +704,10 @@ export interface components {
             };
             /** @description the match of the override that decided this key (`org:acme:*`); absent when none applied */
             override?: string;
+            /** @description an admitted consuming decision on a concurrency limit: the lease it acquired (release it with POST /v1/leases/{id}/release when the work is done); absent otherwise */
+            leaseId?: string;
+            /** @description with leaseId: when the lease expires unless extended, ms since the epoch by the engine's clock */
+            expiresAt?: number;
         };
         BatchDecision: {
             ok: boolean;
@@ -627,7 +741,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {unknown} */
-            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal";
+            code: "invalid_request" | "invalid_config" | "count_exceeds_capacity" | "unauthorized" | "forbidden" | "session_not_authorized" | "tenant_suspended" | "limit_not_found" | "not_found" | "definition_exists" | "conflict" | "hold_closed" | "lease_closed" | "payload_too_large" | "method_not_allowed" | "rate_limited" | "unavailable" | "internal" | "idempotency_key_reused" | "plan_quota_reached" | "tenant_quota_exceeded";
             field?: string;
             errors?: {
                 field?: string;
@@ -713,7 +827,7 @@ export interface components {
         WebhookRequest: {
             /** @description http or https, no credentials */
             url: string;
-            events: ("key.created" | "key.revoked" | "definition.changed" | "limit.refusals" | "key.near_limit")[];
+            events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             /**
              * @description limit.refusals fires when one limit refuses at least this many decisions within one minute (UTC), at most once per limit and minute
              * @default 100
@@ -723,14 +837,14 @@ export interface components {
         WebhookEndpoint: {
             id: number;
             url: string;
-            events: ("key.created" | "key.revoked" | "definition.changed" | "limit.refusals" | "key.near_limit")[];
+            events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             enabled: boolean;
             /** Format: date-time */
             createdAt: string;
-            /** @description refusals of one limit in one minute at or above which limit.refusals fires */
-            refusalThreshold: number;
             /** @description only when the endpoint is created */
             secret?: string;
+            /** @description refusals of one limit in one minute at or above which limit.refusals fires */
+            refusalThreshold: number;
         };
         WebhookDelivery: {
             /** @description the webhook-id header */
@@ -835,9 +949,64 @@ export interface components {
                 remaining: number;
             }[];
         };
+        HoldRequest: {
+            /** @description reserved all or nothing, like a /v1/limit batch */
+            limits: {
+                /** @description a stored limit (not a concurrency limit) */
+                name: string;
+                /** @description absent: the limit's global key */
+                key?: string;
+                /**
+                 * @description the amount to hold (the estimate)
+                 * @default 1
+                 */
+                count?: number;
+                /** @description fill the {placeholders} of the keys of the limit's parents (nested budgets); a placeholder without its attribute is 400 invalid_request naming attributes.<name> */
+                attributes?: {
+                    [key: string]: string;
+                };
+            }[];
+            /** @description ms until the hold expires; an expired hold is released (everything given back) by the hold sweeper within HOLD_SWEEP_INTERVAL after its expiry */
+            ttl: number;
+        };
+        Hold: {
+            /** @description 128 random bits; only its tenant's keys can use it (another tenant's id is 404) */
+            holdId: string;
+            /** @description ms since the epoch by the engine's clock: settling or releasing from then on is 409 hold_closed */
+            expiresAt: number;
+            /** @description each limit's decision, in the request's order */
+            results: components["schemas"]["Decision"][];
+        };
+        SettleRequest: {
+            /** @description the actual amount of each limit of the hold, in its order (one per limit) */
+            counts: number[];
+        };
+        Settlement: {
+            holdId: string;
+            limits: {
+                name: string;
+                key: string | null;
+                /** @description the amount the hold reserved */
+                held: number;
+                /** @description what the limit now counts for this hold: the actual count, or held when the extra did not fit (overage) */
+                charged: number;
+                /** @description given back of held - actual (less only when the limit could not take it all back without exceeding its maximum) */
+                refunded: number;
+                /** @description actual - held when the limit (with its ancestors) could not take that extra: recorded here and in the sluice_hold_overage_total metric, never taken, never blocking */
+                overage: number;
+            }[];
+        };
+        Lease: {
+            leaseId: string;
+            /** @description the new expiry, ms since the epoch: the engine's clock + the limit's leaseTtl */
+            expiresAt: number;
+        };
     };
     responses: never;
-    parameters: never;
+    parameters: {
+        /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+        IdempotencyKey: string;
+    };
     requestBodies: never;
     headers: never;
     pathItems: never;
@@ -1038,6 +1207,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description plan_quota_reached: creating this limit would pass the tenant's plan (its most limits) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
@@ -1135,7 +1313,10 @@ export interface operations {
     limit: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 name: string;
             };
@@ -1154,13 +1335,15 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Decision"];
                 };
             };
-            /** @description invalid_request, invalid_config or count_exceeds_capacity */
+            /** @description invalid_request, invalid_config or count_exceeds_capacity; invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1214,7 +1397,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1223,6 +1415,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1322,7 +1516,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1507,7 +1701,10 @@ export interface operations {
     limitBatch: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1524,13 +1721,15 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["BatchDecision"];
                 };
             };
-            /** @description invalid_request, invalid_config or count_exceeds_capacity */
+            /** @description invalid_request, invalid_config or count_exceeds_capacity; invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1584,7 +1783,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -1593,6 +1801,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description e.g. "sendMessage";r=3;t=18 */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1690,7 +1900,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited (only with throws: true) */
+            /** @description rate_limited (only with throws: true); tenant_quota_exceeded: the tenant is over its plan's decision rate, whatever throws says (nothing of the tenant's limits was consumed) */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
@@ -2114,7 +2324,10 @@ export interface operations {
     decideBulk: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2127,13 +2340,15 @@ export interface operations {
             /** @description one result per decision, in order */
             200: {
                 headers: {
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["BulkResponse"];
                 };
             };
-            /** @description invalid_request (the whole body) */
+            /** @description invalid_request (the whole body); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2162,6 +2377,15 @@ export interface operations {
             };
             /** @description payload_too_large (over 1 MiB) */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2737,6 +2961,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description plan_quota_reached: creating this override would pass the tenant's plan (its most overrides over all limits) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
@@ -2858,7 +3091,7 @@ export interface operations {
                     "application/json": components["schemas"]["Refund"];
                 };
             };
-            /** @description invalid_request: count (required, 0 to 1e15), key, attributes */
+            /** @description invalid_request: count (required, 0 to 1e15), key, attributes; invalid_config: a concurrency limit (release its lease instead) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2904,6 +3137,503 @@ export interface operations {
                 };
             };
             /** @description unavailable: the refund could not be made safely */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createHold: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HoldRequest"];
+            };
+        };
+        responses: {
+            /** @description held */
+            201: {
+                headers: {
+                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    "RateLimit-Policy"?: string;
+                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Hold"];
+                };
+            };
+            /** @description invalid_request: limits (1 to 64), ttl (1 to 86400000 ms), limits[i].count (finite, >= 0), limits[i].key, limits[i].attributes; invalid_config: a concurrency limit; count_exceeds_capacity. Nothing is held. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description limit_not_found: a limit without a stored definition (nothing is held) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description rate_limited: a limit refused; nothing is held; retryAfter is the largest among the refusals. tenant_quota_exceeded: the tenant's plan decision rate refused (each limit of the hold is one decision of the plan, taken all or nothing with the hold; a hold of more limits than the plan's burst is always refused); nothing is held and none of the tenant's limits is consumed */
+            429: {
+                headers: {
+                    /** @description whole seconds, rounded up */
+                    "Retry-After"?: number;
+                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    "RateLimit-Policy"?: string;
+                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the change could not be made safely; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    settleHold: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettleRequest"];
+            };
+        };
+        responses: {
+            /** @description settled */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Settlement"];
+                };
+            };
+            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not_found: no hold of this tenant has that id (closed holds are kept a day, then deleted) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description hold_closed: settled, released or expired (by the engine's clock, from expiresAt on) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the change could not be made safely; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    releaseHold: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description released */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not_found: no hold of this tenant has that id (closed holds are kept a day, then deleted) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description hold_closed: settled, released or expired */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the change could not be made safely; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    releaseLease: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description released */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not_found: no lease of this tenant has that id (released already, swept after expiry, or never existed) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description lease_closed: the lease has expired (its slot is free again) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the change could not be made safely; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    extendLease: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the decision (or the hold, settle, release or lease extension) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: a request answered with a problem other than `rate_limited` (for example 404 `limit_not_found`) stored nothing, and its retry is decided afresh. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description extended */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Lease"];
+                };
+            };
+            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not_found: no lease of this tenant has that id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description lease_closed: the lease has expired (its slot may be taken); acquire a new one */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload_too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description idempotency_key_reused: the Idempotency-Key was used with a different request in the last 24 hours */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
                     [name: string]: unknown;
