@@ -18,7 +18,8 @@ import (
 // (it is one: the group commit decides it, and its step writes the hold's rows in the same
 // transaction), and is later closed exactly once:
 //   - settled with the actual amounts: less than held gives the difference back (algo.Refund,
-//     the refund's math, so never above a limit's maximum); more than held takes the extra as a
+//     the refund's math, so never above a limit's maximum, over every shard of a sharded limit:
+//     everyShard); more than held takes the extra as a
 //     decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of
 //     it and records it as overage, which the answer returns and the metrics count: a settle never
 //     blocks;

@@ -491,7 +491,7 @@ export interface paths {
         put?: never;
         /**
          * Settle a hold to the actual amounts
-         * @description Charges the actual amounts once, in one serializable transaction: less than held gives the difference back (the refund's math: never above a limit's maximum); more than held takes the extra as a decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of it and records it as overage (never blocking).
+         * @description Charges the actual amounts once, in one serializable transaction: less than held gives the difference back (the refund's math: never above a limit's maximum; on a sharded limit to the shards that lack most among all the key's shards, so that it is given back whole); more than held takes the extra as a decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of it and records it as overage (never blocking).
          */
         post: operations["settleHold"];
         delete?: never;
@@ -514,7 +514,7 @@ export interface paths {
         post?: never;
         /**
          * Release a hold
-         * @description Gives back everything the hold reserved (the refund's math) and closes it.
+         * @description Gives back everything the hold reserved (the refund's math; on a sharded limit to the shards that lack most among all the key's shards) and closes it.
          */
         delete: operations["releaseHold"];
         options?: never;
