@@ -22,6 +22,9 @@ type Hold struct {
 	ID        string
 	ExpiresAt time.Time
 	Results   []Result
+	// Replayed is true when Sluice answered with the stored answer of an earlier Hold under the
+	// same Idempotency-Key (WithIdempotencyKey): this call held nothing more.
+	Replayed bool
 }
 
 // Settled is one limit of a settled hold: what it held, what it now counts (Charged), what was
@@ -36,8 +39,15 @@ type Settled struct {
 }
 
 // Hold reserves every item all or nothing for ttl (1 ms to 24 h). A refusal is an *Error with
-// Code "rate_limited" and its RetryAfter. It is never retried (a lost answer may have held).
+// Code "rate_limited" and its RetryAfter (or "tenant_quota_exceeded" when the tenant's plan
+// refused: each item is one decision of it). Without WithIdempotencyKey it is never retried (a
+// lost answer may have held); with one it is retried, and a retry is answered with the first
+// hold.
 func (c *Client) Hold(ctx context.Context, items []HoldItem, ttl time.Duration) (Hold, error) {
+	ik, err := idempotencyKeyOf(ctx)
+	if err != nil {
+		return Hold{}, err
+	}
 	var w struct {
 		HoldID    string         `json:"holdId"`
 		ExpiresAt int64          `json:"expiresAt"`
@@ -47,10 +57,11 @@ func (c *Client) Hold(ctx context.Context, items []HoldItem, ttl time.Duration) 
 		Limits []HoldItem `json:"limits"`
 		TTL    int64      `json:"ttl"`
 	}{items, ttl.Milliseconds()}
-	if _, err := c.do(ctx, http.MethodPost, "/v1/holds", nil, body, consuming, &w); err != nil {
+	hs, err := c.doKeyed(ctx, http.MethodPost, "/v1/holds", nil, body, consuming, &w, ik)
+	if err != nil {
 		return Hold{}, err
 	}
-	h := Hold{ID: w.HoldID, ExpiresAt: time.UnixMilli(w.ExpiresAt)}
+	h := Hold{ID: w.HoldID, ExpiresAt: time.UnixMilli(w.ExpiresAt), Replayed: hs.Get("Idempotent-Replayed") == "true"}
 	for _, r := range w.Results {
 		h.Results = append(h.Results, r.result())
 	}
@@ -58,15 +69,21 @@ func (c *Client) Hold(ctx context.Context, items []HoldItem, ttl time.Duration) 
 }
 
 // SettleHold charges a hold's actual amounts, one per item in the hold's order, exactly once:
-// a second settle, or one after a release or expiry, is an *Error with Code "hold_closed".
+// a second settle, or one after a release or expiry, is an *Error with Code "hold_closed"
+// (except a retry under the first one's Idempotency-Key, which gets the first answer again).
+// Like the other calls on holds and leases it is retried only under WithIdempotencyKey.
 func (c *Client) SettleHold(ctx context.Context, id string, counts []float64) ([]Settled, error) {
+	ik, err := idempotencyKeyOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var w struct {
 		Limits []Settled `json:"limits"`
 	}
 	body := struct {
 		Counts []float64 `json:"counts"`
 	}{counts}
-	if _, err := c.do(ctx, http.MethodPost, "/v1/holds/"+url.PathEscape(id)+"/settle", nil, body, consuming, &w); err != nil {
+	if _, err := c.doKeyed(ctx, http.MethodPost, "/v1/holds/"+url.PathEscape(id)+"/settle", nil, body, consuming, &w, ik); err != nil {
 		return nil, err
 	}
 	return w.Limits, nil
@@ -74,14 +91,12 @@ func (c *Client) SettleHold(ctx context.Context, id string, counts []float64) ([
 
 // ReleaseHold gives back everything a hold reserved.
 func (c *Client) ReleaseHold(ctx context.Context, id string) error {
-	_, err := c.do(ctx, http.MethodDelete, "/v1/holds/"+url.PathEscape(id), nil, nil, consuming, nil)
-	return err
+	return c.closeKeyed(ctx, http.MethodDelete, "/v1/holds/"+url.PathEscape(id), nil)
 }
 
 // ReleaseLease ends a concurrency lease (Result.LeaseID): its slot is free at once.
 func (c *Client) ReleaseLease(ctx context.Context, id string) error {
-	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/release", nil, nil, consuming, nil)
-	return err
+	return c.closeKeyed(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/release", nil)
 }
 
 // ExtendLease renews a lease to its limit's leaseTtl from now and returns its new expiry; an
@@ -90,8 +105,19 @@ func (c *Client) ExtendLease(ctx context.Context, id string) (time.Time, error) 
 	var w struct {
 		ExpiresAt int64 `json:"expiresAt"`
 	}
-	if _, err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/extend", nil, nil, consuming, &w); err != nil {
+	if err := c.closeKeyed(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/extend", &w); err != nil {
 		return time.Time{}, err
 	}
 	return time.UnixMilli(w.ExpiresAt), nil
+}
+
+// closeKeyed makes a call on a hold or lease without a body, with ctx's Idempotency-Key when it
+// has one (then retried, the stored answer replayed) and otherwise never retried.
+func (c *Client) closeKeyed(ctx context.Context, method, path string, out any) error {
+	ik, err := idempotencyKeyOf(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = c.doKeyed(ctx, method, path, nil, nil, consuming, out, ik)
+	return err
 }

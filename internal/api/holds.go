@@ -85,11 +85,31 @@ func (s *Server) hold(c *gin.Context) {
 		}
 		ls[i] = limiter.HoldLimit{Name: req.Name, Key: req.Key, Count: req.Count, Attributes: req.Attributes}
 	}
+	// Each limit held is one decision of the tenant's plan, taken in the hold's own batch: a plan
+	// refusal holds nothing, and a refused hold spends nothing of the plan.
+	plan, err := s.planGuard(c, len(ls))
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
 	requestID := c.GetString(RequestIDKey)
-	s.answerCall(c, idemKey, raw, func(r any) limiter.Answer { return holdAnswer(r.(limiter.HoldResult), requestID) },
-		func(ctx context.Context) (any, error) {
-			return s.engine.Hold(ctx, tenantOf(c).TenantID, ls, *body.TTL)
-		})
+	var used *limiter.Decision // the plan as an admitted hold left it
+	s.answerCall(c, idemKey, raw, func(r any) limiter.Answer {
+		h := r.(limiter.HoldResult)
+		used = nil // a retried transaction renders again
+		if h.With != nil && !h.With.OK {
+			return problemAnswer(planRefusal(plan, *h.With), requestID, map[string]string{})
+		}
+		if h.With != nil && h.Decision.OK {
+			used = h.With
+		}
+		return holdAnswer(h, requestID)
+	}, func(ctx context.Context) (any, error) {
+		return s.engine.HoldWith(ctx, tenantOf(c).TenantID, ls, *body.TTL, plan)
+	})
+	if used != nil && c.Writer.Header().Get(IdempotentReplayedHeader) == "" { // a replay spent nothing now
+		s.planUsed(c, plan, *used)
+	}
 }
 
 // holdAnswer renders POST /v1/holds' answer: 201 with the hold, or the batch's 429.

@@ -195,3 +195,79 @@ func TestTenantNearItsPlanQuotaReachesItsWebhook(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestHoldsSpendThePlansDecisions: a hold spends one decision of the tenant's plan per limit it
+// holds, all or nothing with the hold: a plan refusal is 429 tenant_quota_exceeded and holds
+// nothing, a hold refused by the tenant's own limit spends nothing of the plan, an admitted
+// hold's results do not show the plan, and a hold retried under its Idempotency-Key replays
+// without spending again. Another tenant holds on, unaffected. The plan is one decision per
+// 1,000 s (a burst of one), so nothing refills while the test runs.
+func TestHoldsSpendThePlansDecisions(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		noisy, quiet := h.newTenant(t, "noisy"), h.newTenant(t, "quiet")
+		for _, k := range []string{noisy.key, quiet.key} {
+			h.define(t, k, "tokens", map[string]any{"kind": "fixed window", "rate": 100, "period": 315360000000, "start": 0})
+			h.define(t, k, "calls", map[string]any{"kind": "fixed window", "rate": 1, "period": 315360000000, "start": 0})
+		}
+		post := func(k, body, idemKey string) response {
+			return sendIdemMethod(t, http.MethodPost, h.url, "/v1/holds", k, body, idemKey)
+		}
+		// Before the plan: the calls limit of x is used up by a hold.
+		callX := `{"limits":[{"name":"calls","key":"x","count":1}],"ttl":60000}`
+		if r := post(noisy.key, callX, "before-plan"); r.status != http.StatusCreated {
+			t.Fatalf("hold before the plan: %s", r)
+		}
+		setPlan(t, h, noisy.id, tenants.PlanSettings{DecisionsPerSecond: ptr(0.001)})
+
+		two := `{"limits":[{"name":"tokens","key":"a","count":1},{"name":"tokens","key":"b","count":1}],"ttl":60000}`
+		p := requireProblem(t, post(noisy.key, two, "two"), http.StatusTooManyRequests, "tenant_quota_exceeded")
+		if !strings.Contains(p["detail"].(string), "2 decisions in one request") {
+			t.Fatalf("a hold of more limits than the plan's burst: %v", p)
+		}
+		// Refused by the tenant's own limit: the plan's one decision is not spent.
+		requireProblem(t, post(noisy.key, callX, "refused"), http.StatusTooManyRequests, "rate_limited")
+
+		hold := `{"limits":[{"name":"tokens","key":"u","count":5}],"ttl":60000}`
+		first := post(noisy.key, hold, "h1")
+		if first.status != http.StatusCreated {
+			t.Fatalf("the plan's one decision should admit this hold: %s", first)
+		}
+		var held struct {
+			HoldID  string
+			Results []struct{ Name string }
+		}
+		if err := json.Unmarshal(first.body, &held); err != nil || held.HoldID == "" {
+			t.Fatalf("hold body %s: %v", first.body, err)
+		}
+		if len(held.Results) != 1 || held.Results[0].Name != "tokens" {
+			t.Fatalf("the hold's results %+v should be the tenant's one limit, without the plan", held.Results)
+		}
+		requireReplay(t, first, post(noisy.key, hold, "h1")) // spends nothing: the plan has no decision left
+
+		r := post(noisy.key, hold, "h2")
+		p = requireProblem(t, r, http.StatusTooManyRequests, "tenant_quota_exceeded")
+		if s, _ := strconv.Atoi(r.header.Get("Retry-After")); s < 990 || s > 1000 {
+			t.Fatalf("Retry-After %q, want about 1000 s (one decision per 1000 s)", r.header.Get("Retry-After"))
+		}
+		if !strings.Contains(p["detail"].(string), "0.001 per second") {
+			t.Fatalf("problem %v should name the plan's rate", p)
+		}
+		if v := valueOf(t, h, noisy.key, "/v1/limits/tokens/value?key=u"); v != 95 {
+			t.Fatalf("tokens of u = %v, want 95: held once (the replay and the plan's refusal hold nothing)", v)
+		}
+		// The plan's refusal is stored under its key like any answer: a retry replays it.
+		requireReplay(t, r, post(noisy.key, hold, "h2"))
+
+		// The quiet tenant, same instance and names: holds of two limits, admitted.
+		for i := range 5 {
+			if r := post(quiet.key, two, "q"+strconv.Itoa(i)); r.status != http.StatusCreated {
+				t.Fatalf("the quiet tenant's hold %d: %s", i, r)
+			}
+		}
+		// Back to the default plan: holds of two limits admitted again at once.
+		setPlan(t, h, noisy.id, tenants.PlanSettings{})
+		if r := post(noisy.key, two, "after"); r.status != http.StatusCreated {
+			t.Fatalf("a hold after the plan went back to the default: %s", r)
+		}
+	})
+}

@@ -250,7 +250,7 @@ func (e *Engine) plan(jobs []*job, defs map[defKey]Definition, ovs map[defKey]*a
 			continue
 		}
 		for x, r := range j.exp {
-			e.ensurePicks(j, x, r.def.Shards)
+			e.ensurePicks(j, x, r.def.Shards, everyShard(j.reqs[r.of]))
 			for _, s := range j.picks[x] {
 				wanted = append(wanted, rowKey{r.tenantID, r.name, r.key, s})
 			}
@@ -311,16 +311,43 @@ func anyParents(defs map[defKey]Definition) bool {
 	return false
 }
 
-// ensurePicks keeps a limit's shard choice across retries unless the shard count changed.
-func (e *Engine) ensurePicks(j *job, x, shards int) {
+// ensurePicks keeps a limit's shard choice across retries unless the shard count changed. With
+// every (everyShard) it takes them all.
+func (e *Engine) ensurePicks(j *job, x, shards int, every bool) {
 	for len(j.picks) <= x {
 		j.picks = append(j.picks, nil)
 	}
+	want := min(shards, 2)
+	if every {
+		want = shards
+	}
 	p := j.picks[x]
-	if len(p) == min(shards, 2) && maxIndex(p) < shards {
+	if len(p) == want && maxIndex(p) < shards {
+		return
+	}
+	if every {
+		j.picks[x] = allShards(shards)
 		return
 	}
 	j.picks[x] = e.pickShards(shards)
+}
+
+// everyShard reports whether req gives back to every shard of its limit rather than to the two
+// a decision picks: what a hold returns on its settle, release or expiry. The hold took its
+// amounts from shards that are not recorded, and other decisions and holds may since have moved
+// the shard balance, so two random shards (or even the two it took from) may lack less than is
+// owed: across every shard, what they lack includes all that the hold still has out, so for a
+// limit that does not refill the whole amount is given back, and the stored total stays exactly
+// the charged total (holds_shards_test.go). A refill in between can make a bucket full first;
+// then, as with any refund, nothing goes above the maximum.
+func everyShard(req Request) bool { return req.Refund && req.hold }
+
+func allShards(n int) []int {
+	out := make([]int, max(n, 1))
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // decideGroup decides the jobs in arrival order and returns the rows to write.

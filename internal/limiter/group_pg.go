@@ -172,7 +172,7 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 				if req.Config != nil {
 					shards = max(req.Config.Shards, 1)
 				}
-				e.ensurePicks(j, i, shards)
+				e.ensurePicks(j, i, shards, everyShard(req))
 				for _, s := range j.picks[i] {
 					rows = append(rows, rowKey{tenant, req.Name, req.Key, s})
 				}
@@ -180,7 +180,7 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 			continue
 		}
 		for x, r := range exp {
-			e.ensurePicks(j, x, r.def.Shards)
+			e.ensurePicks(j, x, r.def.Shards, everyShard(j.reqs[r.of]))
 			for _, s := range j.picks[x] {
 				rows = append(rows, rowKey{r.tenantID, r.name, r.key, s})
 			}

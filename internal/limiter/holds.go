@@ -18,7 +18,8 @@ import (
 // (it is one: the group commit decides it, and its step writes the hold's rows in the same
 // transaction), and is later closed exactly once:
 //   - settled with the actual amounts: less than held gives the difference back (algo.Refund,
-//     the refund's math, so never above a limit's maximum); more than held takes the extra as a
+//     the refund's math, so never above a limit's maximum, over every shard of a sharded limit:
+//     everyShard); more than held takes the extra as a
 //     decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of
 //     it and records it as overage, which the answer returns and the metrics count: a settle never
 //     blocks;
@@ -67,6 +68,10 @@ type HoldResult struct {
 	ID        string
 	ExpiresAt int64
 	Decision  BatchDecision
+	// With is the decision of HoldWith's extra request (a plan's decision rate), nil without one.
+	// It is not among Decision's results, but Decision.OK is false when it refused: then nothing
+	// is held.
+	With *Decision
 }
 
 // Settlement is the outcome of settling a hold, per limit in the hold's order.
@@ -83,6 +88,14 @@ func holdProblem(field, msg string) error { return invalidRequest(field, msg) }
 // Hold reserves every amount all or nothing for ttlMs (1 ms to a day). Every limit must be a
 // stored definition that is not a concurrency limit.
 func (e *Engine) Hold(ctx context.Context, tenantID int64, limits []HoldLimit, ttlMs int64) (HoldResult, error) {
+	return e.HoldWith(ctx, tenantID, limits, ttlMs, nil)
+}
+
+// HoldWith is Hold with, when with is not nil, with decided in the hold's batch, all or nothing
+// with it (a plan's decision rate, Request.System, spending one decision per limit held): when
+// it refuses nothing is held, and when the hold is refused it consumes nothing. It is not part
+// of the hold: a settle or release gives nothing back to it.
+func (e *Engine) HoldWith(ctx context.Context, tenantID int64, limits []HoldLimit, ttlMs int64, with *Request) (HoldResult, error) {
 	if len(limits) == 0 || len(limits) > MaxHoldLimits {
 		return HoldResult{}, holdProblem("limits", fmt.Sprintf("must hold 1 to %d limits", MaxHoldLimits))
 	}
@@ -99,20 +112,28 @@ func (e *Engine) Hold(ctx context.Context, tenantID int64, limits []HoldLimit, t
 			return HoldResult{}, err
 		}
 	}
+	all := reqs
+	if with != nil {
+		if err := validateRequest(with); err != nil {
+			return HoldResult{}, err
+		}
+		all = append(reqs[:len(reqs):len(reqs)], *with)
+	}
 	var out HoldResult
-	j := &job{tenantID: tenantID, reqs: reqs, consume: true, picks: make([][]int, len(reqs)), done: make(chan struct{})}
+	j := &job{tenantID: tenantID, reqs: all, consume: true, picks: make([][]int, len(all)), done: make(chan struct{})}
 	j.step = func(j *job, now int64) []stmt {
 		out.ID, out.ExpiresAt = newID("hold_"), now+ttlMs
 		return holdInserts(tenantID, out.ID, limits, now, out.ExpiresAt)
 	}
-	j.idem = callIdempotency(ctx, func() any { // rendered after the step: the hold's id is set
+	result := func() HoldResult {
 		r := out
-		r.Decision = j.out
+		r.Decision, r.With = withOut(j.out, with != nil)
 		if !j.out.OK {
 			r.ID, r.ExpiresAt = "", 0
 		}
 		return r
-	})
+	}
+	j.idem = callIdempotency(ctx, func() any { return result() }) // rendered after the step: the hold's id is set
 	if err := e.submit(ctx, j); err != nil {
 		return HoldResult{}, fmt.Errorf("limiter: hold: %w", err)
 	}
@@ -123,11 +144,19 @@ func (e *Engine) Hold(ctx context.Context, tenantID int64, limits []HoldLimit, t
 	if j.replayed {
 		return HoldResult{}, nil
 	}
-	out.Decision = j.out
-	if !j.out.OK {
-		out.ID, out.ExpiresAt = "", 0
+	return result(), nil
+}
+
+// withOut splits the decision of a batch's last request (HoldWith's with) off the batch when
+// with is set; the batch keeps its OK (all or nothing) and its retryAfter.
+func withOut(b BatchDecision, with bool) (BatchDecision, *Decision) {
+	if !with {
+		return b, nil
 	}
-	return out, nil
+	n := len(b.Results) - 1
+	w := b.Results[n]
+	b.Results = b.Results[:n:n]
+	return b, &w
 }
 
 // nameMissing names the field of the first limit without a definition when err says a limit is

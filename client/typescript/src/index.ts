@@ -199,7 +199,7 @@ export interface CallOptions {
   /** Aborting gives up on the call; it is the caller's doing, so no fail policy applies. */
   signal?: AbortSignal;
   /**
-   * limit, batch and bulk only: sent as the Idempotency-Key header (1 to 255 printable ASCII
+   * limit, batch, bulk and the hold and lease calls only: sent as the Idempotency-Key header (1 to 255 printable ASCII
    * characters; one per logical request, such as the ID of the order being charged). Sluice stores
    * the first answer in the decision's own transaction and answers a retry with the same key and
    * request within 24 hours with it (`replayed: true`), consuming nothing more; so these calls
@@ -355,31 +355,37 @@ export class Sluice {
 
   /**
    * Holds amounts of several stored limits all or nothing for body.ttl ms (a refusal is a
-   * SluiceError with code "rate_limited"); settle it with settleHold or give it back with
-   * releaseHold before its expiresAt. Never retried: a lost answer may have held.
+   * SluiceError with code "rate_limited", or "tenant_quota_exceeded" when the tenant's plan
+   * refused: each limit is one decision of it); settle it with settleHold or give it back with
+   * releaseHold before its expiresAt. Retried only with opts.idempotencyKey (a plain retry of a
+   * lost answer could hold twice); a replay of the first hold has `replayed: true`.
+   * settleHold, releaseHold, releaseLease and extendLease send opts.idempotencyKey likewise.
    */
-  async hold(body: BodyJSON<"/v1/holds", "post">, opts?: CallOptions): Promise<Schemas["Hold"]> {
-    return (await this.#call("POST", "/v1/holds", body, false, opts)).data as Schemas["Hold"];
+  async hold(body: BodyJSON<"/v1/holds", "post">, opts?: CallOptions): Promise<Schemas["Hold"] & { replayed?: true }> {
+    const a = await this.#call("POST", "/v1/holds", body, idempotent(opts), opts, true);
+    const h = a.data as Schemas["Hold"] & { replayed?: true };
+    if (a.headers.get("Idempotent-Replayed") === "true") h.replayed = true;
+    return h;
   }
 
-  /** Charges a hold's actual amounts (one per limit, in its order) exactly once. */
+  /** Charges a hold's actual amounts (one per limit, in its order) exactly once. Retried only with opts.idempotencyKey. */
   async settleHold(id: string, counts: number[], opts?: CallOptions): Promise<OkJSON<"/v1/holds/{id}/settle", "post">> {
-    return (await this.#call("POST", `/v1/holds/${encodeURIComponent(id)}/settle`, { counts } satisfies BodyJSON<"/v1/holds/{id}/settle", "post">, false, opts)).data as OkJSON<"/v1/holds/{id}/settle", "post">;
+    return (await this.#call("POST", `/v1/holds/${encodeURIComponent(id)}/settle`, { counts } satisfies BodyJSON<"/v1/holds/{id}/settle", "post">, idempotent(opts), opts, true)).data as OkJSON<"/v1/holds/{id}/settle", "post">;
   }
 
-  /** Gives back everything a hold reserved. */
+  /** Gives back everything a hold reserved. Retried only with opts.idempotencyKey. */
   async releaseHold(id: string, opts?: CallOptions): Promise<void> {
-    await this.#call("DELETE", `/v1/holds/${encodeURIComponent(id)}`, undefined, false, opts);
+    await this.#call("DELETE", `/v1/holds/${encodeURIComponent(id)}`, undefined, idempotent(opts), opts, true);
   }
 
-  /** Ends a concurrency lease (a decision's leaseId): its slot is free at once. */
+  /** Ends a concurrency lease (a decision's leaseId): its slot is free at once. Retried only with opts.idempotencyKey. */
   async releaseLease(id: string, opts?: CallOptions): Promise<void> {
-    await this.#call("POST", `/v1/leases/${encodeURIComponent(id)}/release`, undefined, false, opts);
+    await this.#call("POST", `/v1/leases/${encodeURIComponent(id)}/release`, undefined, idempotent(opts), opts, true);
   }
 
-  /** Renews a concurrency lease to its limit's leaseTtl from now. */
+  /** Renews a concurrency lease to its limit's leaseTtl from now. Retried only with opts.idempotencyKey. */
   async extendLease(id: string, opts?: CallOptions): Promise<OkJSON<"/v1/leases/{id}/extend", "post">> {
-    return (await this.#call("POST", `/v1/leases/${encodeURIComponent(id)}/extend`, undefined, false, opts)).data as OkJSON<"/v1/leases/{id}/extend", "post">;
+    return (await this.#call("POST", `/v1/leases/${encodeURIComponent(id)}/extend`, undefined, idempotent(opts), opts, true)).data as OkJSON<"/v1/leases/{id}/extend", "post">;
   }
 
   /** Forgets the state of every key of the limit. */

@@ -491,7 +491,7 @@ export interface paths {
         put?: never;
         /**
          * Settle a hold to the actual amounts
-         * @description Charges the actual amounts once, in one serializable transaction: less than held gives the difference back (the refund's math: never above a limit's maximum); more than held takes the extra as a decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of it and records it as overage (never blocking).
+         * @description Charges the actual amounts once, in one serializable transaction: less than held gives the difference back (the refund's math: never above a limit's maximum; on a sharded limit to the shards that lack most among all the key's shards, so that it is given back whole); more than held takes the extra as a decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of it and records it as overage (never blocking).
          */
         post: operations["settleHold"];
         delete?: never;
@@ -514,7 +514,7 @@ export interface paths {
         post?: never;
         /**
          * Release a hold
-         * @description Gives back everything the hold reserved (the refund's math) and closes it.
+         * @description Gives back everything the hold reserved (the refund's math; on a sharded limit to the shards that lack most among all the key's shards) and closes it.
          */
         delete: operations["releaseHold"];
         options?: never;
@@ -3230,7 +3230,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited: a limit refused; nothing is held; retryAfter is the largest among the refusals */
+            /** @description rate_limited: a limit refused; nothing is held; retryAfter is the largest among the refusals. tenant_quota_exceeded: the tenant's plan decision rate refused (each limit of the hold is one decision of the plan, taken all or nothing with the hold; a hold of more limits than the plan's burst is always refused); nothing is held and none of the tenant's limits is consumed */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */

@@ -105,3 +105,83 @@ test("holds and leases: settled once, refused when full, released", async () => 
   await c.releaseLease(l.leaseId);
   assert.equal((await c.limit("ts.lease.jobs", { key: "w" })).ok, true);
 });
+
+/**
+ * A fetch that sends every request to the real Sluice but loses the answer of the next one when
+ * armed (it rejects, as when a connection drops after the request was carried out), recording
+ * the lost answer's body and the Idempotency-Key of each request.
+ */
+function losingFetch() {
+  const f = async (input, init) => {
+    f.calls++;
+    f.keys.push(init?.headers?.["Idempotency-Key"]);
+    const resp = await fetch(input, init);
+    if (f.armed) {
+      f.armed = false;
+      f.lost = await resp.text();
+      throw new TypeError("fetch failed: the answer was lost");
+    }
+    return resp;
+  };
+  f.arm = () => {
+    f.armed = true;
+    f.calls = 0;
+    f.keys = [];
+  };
+  f.calls = 0;
+  f.keys = [];
+  return f;
+}
+
+test("hold and lease calls send the idempotencyKey and are retried only with one", async () => {
+  const direct = new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey });
+  await direct.putLimit("ts.idem.tokens", { kind: "fixed window", rate: 100, period: 3_600_000 });
+  await direct.putLimit("ts.idem.jobs", { kind: "concurrency", rate: 1, leaseTtl: 60_000 });
+  const f = losingFetch();
+  const c = new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey, retries: 2, backoffMs: 1, maxBackoffMs: 4, fetch: f });
+  const value = async () => (await direct.value("ts.idem.tokens", "k")).value;
+  const body = { limits: [{ name: "ts.idem.tokens", key: "k", count: 10 }], ttl: 60_000 };
+
+  // Without a key: one attempt, no header; the lost hold was made (released here by hand).
+  f.arm();
+  await assert.rejects(c.hold(body));
+  assert.deepEqual([f.calls, f.keys], [1, [undefined]], "a hold without a key is never retried");
+  await direct.releaseHold(JSON.parse(f.lost).holdId);
+
+  // With a key: retried, the retry is the first hold (same holdId), held once.
+  f.arm();
+  const h = await c.hold(body, { idempotencyKey: "ts-hold" });
+  assert.deepEqual([f.calls, f.keys], [2, ["ts-hold", "ts-hold"]]);
+  assert.equal(h.replayed, true);
+  assert.equal(h.holdId, JSON.parse(f.lost).holdId, "the retry answers the hold the lost answer made");
+  assert.equal(await value(), 90);
+
+  f.arm();
+  const s = await c.settleHold(h.holdId, [4], { idempotencyKey: "ts-settle" });
+  assert.deepEqual([f.calls, f.keys, s.limits[0].charged, s.limits[0].refunded], [2, ["ts-settle", "ts-settle"], 4, 6]);
+  assert.equal(await value(), 96, "settled once");
+
+  const h2 = await direct.hold({ limits: [{ name: "ts.idem.tokens", key: "k", count: 5 }], ttl: 60_000 });
+  f.arm();
+  await c.releaseHold(h2.holdId, { idempotencyKey: "ts-release" });
+  assert.deepEqual([f.calls, f.keys], [2, ["ts-release", "ts-release"]], "the retried release is the first 204, not 409 hold_closed");
+  assert.equal(await value(), 96);
+
+  const l = await direct.limit("ts.idem.jobs", { key: "w" });
+  assert.ok(l.ok && l.leaseId);
+  f.arm();
+  assert.ok((await c.extendLease(l.leaseId, { idempotencyKey: "ts-extend" })).expiresAt >= l.expiresAt);
+  assert.deepEqual([f.calls, f.keys], [2, ["ts-extend", "ts-extend"]]);
+  f.arm();
+  await c.releaseLease(l.leaseId, { idempotencyKey: "ts-lease-release" });
+  assert.deepEqual([f.calls, f.keys], [2, ["ts-lease-release", "ts-lease-release"]]);
+  const again = await direct.limit("ts.idem.jobs", { key: "w" });
+  assert.ok(again.ok, "the slot is free after the release");
+  await direct.releaseLease(again.leaseId);
+
+  // Without a key a settle is not retried either.
+  const h3 = await direct.hold({ limits: [{ name: "ts.idem.tokens", key: "k", count: 1 }], ttl: 60_000 });
+  f.arm();
+  await assert.rejects(c.settleHold(h3.holdId, [1]));
+  assert.deepEqual([f.calls, f.keys], [1, [undefined]]);
+});

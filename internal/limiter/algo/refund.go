@@ -1,12 +1,16 @@
 package algo
 
-import "math"
+import (
+	"math"
+	"sort"
+)
 
-// Refund gives count tokens back to one or two shard states (the shards a decision would use):
+// Refund gives count tokens back to shard states: the one or two a decision would use (a refund),
+// or every shard of the limit (what a hold gives back, so that all of it finds room):
 // a token bucket, a fixed window or a quota gains them up to its maximum; a sliding window takes
 // them off the counts of its current window, newest first, never below zero. It never creates
-// more than the limit's maximum, and it keeps a running penalty. The emptier shard is refilled
-// first. Writes hold only the shards that changed; Remaining is what the shards hold afterwards
+// more than the limit's maximum, and it keeps a running penalty. The emptiest shard is refilled
+// first, so it gives back min(count, what the shards lack), to the shards that lack most. Writes hold only the shards that changed; Remaining is what the shards hold afterwards
 // and Refunded what was actually given back (at most count).
 func Refund(def Definition, states []State, count float64, now, origin int64) (out Outcome, refunded float64) {
 	p := def.shardParams()
@@ -16,9 +20,8 @@ func Refund(def Definition, states []State, count float64, now, origin int64) (o
 		views[i] = viewOf(p, st, now, origin)
 		order[i] = i
 	}
-	if len(order) == 2 && views[1].avail < views[0].avail {
-		order[0], order[1] = 1, 0
-	}
+	// Emptiest first (stable: ties keep the given order).
+	sort.SliceStable(order, func(a, b int) bool { return views[order[a]].avail < views[order[b]].avail })
 	out = Outcome{OK: true, RetryAfter: math.NaN(), Writes: make([]State, len(states))}
 	left := count
 	for _, i := range order {

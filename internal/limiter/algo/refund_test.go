@@ -101,3 +101,48 @@ func TestRefundExamples(t *testing.T) {
 		t.Fatalf("sliding window: refunded %v, counters %v (newest first, never below zero)", got, out.Writes[0].Counters)
 	}
 }
+
+// TestRefundOverEveryShardGivesBackAllThatFits: given every shard of a sharded limit (what a
+// hold gives back), a refund gives back exactly min(count, what the shards lack together), no
+// shard above its maximum: however decisions spread what they took over the shards.
+func TestRefundOverEveryShardGivesBackAllThatFits(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	for _, def := range []Definition{
+		{Kind: FixedWindow, Rate: 40, Period: 60_000, Start: new(int64), Shards: 5},
+		{Kind: Quota, Rate: 40, Calendar: "month", TimeZone: "UTC", Shards: 4},
+	} {
+		def = def.Normalized()
+		shardMax := def.shardParams().max
+		for trial := range 300 {
+			now := int64(1_700_000_000_000) + int64(trial)
+			states := make([]State, def.Shards)
+			for range r.IntN(20) { // decisions on two random shards each, as the engine makes them
+				a, b := r.IntN(def.Shards), r.IntN(def.Shards-1)
+				if b >= a {
+					b++
+				}
+				pair := []State{states[a], states[b]}
+				d := Decide(def, pair, float64(1+r.IntN(6)), false, now, 0)
+				for k, i := range []int{a, b} {
+					if d.Writes[k].Exists {
+						states[i] = d.Writes[k]
+					}
+				}
+			}
+			lack := 0.0
+			for _, st := range states {
+				lack += shardMax - viewOf(def.shardParams(), st, now, 0).avail
+			}
+			count := float64(r.IntN(50))
+			out, refunded := Refund(def, states, count, now, 0)
+			if want := math.Min(count, lack); math.Abs(refunded-want) > 1e-9 {
+				t.Fatalf("%s: refunded %v of %v over every shard, which lacked %v together: want %v", def.Kind, refunded, count, lack, want)
+			}
+			for i, w := range out.Writes {
+				if w.Exists && w.Value > shardMax+1e-9 {
+					t.Fatalf("%s: shard %d holds %v after the refund, above its maximum %v", def.Kind, i, w.Value, shardMax)
+				}
+			}
+		}
+	}
+}
