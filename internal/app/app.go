@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	}
 	a.Tenants = tenants.NewService(a.DB, keys.Pepper, nil, tenantOpts...)
 	a.Usage = usage.New(a.DB, usage.Options{Logger: a.Log, Now: o.Now, OnMinute: thresholdEvents(a.Webhooks)})
-	a.Engine = limiter.NewEngine(a.DB, limiter.Options{Now: o.EngineNow, FastCommit: cfg.FastCommit, Quotas: a.Tenants, OnDecision: a.Metrics.OnDecision,
+	a.Engine = limiter.NewEngine(a.DB, limiter.Options{Now: o.EngineNow, FastCommit: cfg.FastCommit, Lanes: cfg.DecisionLanes, Quotas: a.Tenants, OnDecision: a.Metrics.OnDecision,
 		OnShadowRefused: a.Metrics.OnShadowRefused, OnKeyOutcome: func(tenantID int64, o limiter.KeyOutcome) {
 			a.Usage.Observe(tenantID, usage.Observation{Name: o.Name, Key: o.Key, OK: o.OK, ShadowRefused: o.ShadowRefused, Remaining: o.Remaining, Max: o.Max})
 		}, OnHoldOverage: a.Metrics.OnHoldOverage, AfterIdempotentCommit: haltAfterIdempotentCommit(cfg, a.Log)})

@@ -35,6 +35,9 @@ type Config struct {
 	Demo bool
 	// FastCommit is SLUICE_COMMIT=fast: decisions on PostgreSQL commit without waiting for disk.
 	FastCommit bool
+	// DecisionLanes is SLUICE_DECISION_LANES: how many group transactions of decisions may be in
+	// flight at once on PostgreSQL (0: the engine's default).
+	DecisionLanes int
 	// MetricsAddr is the listener of /metrics (loopback by default); "" when off.
 	MetricsAddr string
 	// MetricsToken, when set, is the bearer token /metrics requires, and puts /metrics on the
@@ -62,7 +65,7 @@ type Config struct {
 	// WebhookAllowPrivate lets webhook endpoints be loopback, private or link-local addresses
 	// (WEBHOOK_ALLOW_PRIVATE); by default only public addresses are reached.
 	WebhookAllowPrivate bool
-	// TestHaltAfterIdempotentCommit (test-only) stops the decision worker for good after it
+	// TestHaltAfterIdempotentCommit (test-only) stops a lane of decisions for good after it
 	// commits a group that stored idempotent answers, before it answers them, so that a test can
 	// kill the process between the commit and the answer.
 	TestHaltAfterIdempotentCommit bool
@@ -243,6 +246,15 @@ var options = []Option{
 			}
 			return nil
 		}},
+	{Name: "SLUICE_DECISION_LANES", Default: "2", Doc: "PostgreSQL: how many group transactions of decisions one instance keeps in flight at once (1 to 64); a hot key's decisions always share one. SQLite always uses one",
+		parse: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 64 {
+				return errors.New("SLUICE_DECISION_LANES must be a whole number from 1 to 64")
+			}
+			c.DecisionLanes = n
+			return nil
+		}},
 	{Name: "SLUICE_DEMO", Default: "false", Doc: "`true` serves `/demo`, the captcha flow in a browser, on a tenant the demo creates (named `demo`); `make run` sets it",
 		parse: func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
@@ -263,7 +275,7 @@ var options = []Option{
 			c.PprofAddr = v
 			return nil
 		}},
-	{Name: "SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT", Default: "false", Doc: "test-only, never in production: `true` stops the decision worker for good after it commits idempotent decisions and before it answers them (the crash test kills the process there)",
+	{Name: "SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT", Default: "false", Doc: "test-only, never in production: `true` stops a lane of decisions for good after it commits idempotent decisions and before it answers them (the crash test kills the process there)",
 		parse: func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {

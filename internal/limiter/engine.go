@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -27,10 +28,12 @@ type Engine struct {
 	quotas     Quotas // Options.Quotas; nil: no plan bounds the counts
 	onKey      func(tenantID int64, o KeyOutcome)
 
-	queue    chan *job     // decisions waiting for the group-commit worker (Run)
+	lanes    []*lane       // decisions waiting for a group (group.go)
+	laneSeed maphash.Seed  // places jobs in lanes
 	maxGroup int           // most decisions in one group transaction
 	started  atomic.Bool   // Run has been called
-	stopped  chan struct{} // closed when Run has returned
+	stopping atomic.Bool   // Run's context has ended: nobody starts another group
+	stopped  chan struct{} // closed when Run has refused what was queued
 	hints    shardHints
 	// overrides holds each limit's overrides under their version (overrides.go).
 	overrides overrideCache
@@ -62,18 +65,21 @@ type Options struct {
 	// limit could not take (holds.go).
 	OnHoldOverage func(tenantID int64, name string, amount float64)
 	// OnKeyOutcome is told of the same decisions as OnDecision and OnShadowRefused together,
-	// with the key and what it has left, for the analytics' top keys. It runs on the group
-	// commit worker, so it must be cheap and must not block.
+	// with the key and what it has left, for the analytics' top keys. It runs on the goroutine
+	// that leads the group (some caller's), so it must be cheap and must not block.
 	OnKeyOutcome func(tenantID int64, o KeyOutcome)
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
+	// Lanes is how many group transactions may be in flight at once (group.go): default
+	// DefaultLanes on PostgreSQL, always 1 on SQLite (one writer).
+	Lanes int
 	// FastCommit (SLUICE_COMMIT=fast) commits decision transactions on PostgreSQL without
 	// waiting for their WAL to reach the disk: a database crash may lose the decisions
 	// acknowledged in the last moments (the WAL writer's delay) and admit them again. Every
 	// other write (definitions, keys, users, audit) stays durable. No effect on SQLite.
 	FastCommit bool
 	// AfterIdempotentCommit is test-only (SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT): when set,
-	// the worker calls it after a group that stored idempotent answers commits and before it
+	// the group's leader calls it after a group that stored idempotent answers commits and before it
 	// answers any of them, so that a test can kill the process in between.
 	AfterIdempotentCommit func()
 	// Quotas, when set, bounds how many limits and overrides each tenant may hold (its plan).
@@ -103,13 +109,23 @@ func NewEngine(d *db.DB, opts Options) *Engine {
 	if maxGroup <= 0 {
 		maxGroup = 64
 	}
-	// One group-commit worker: its groups never conflict with each other, and one pipelined
-	// transaction at a time already carries tens of decisions. Measured on 2 cores
-	// (docs/performance.md): more workers on PostgreSQL turned random keys' SIREAD page locks into
-	// serialization retries and cut throughput; SQLite has one writer anyway.
-	e.maxGroup, e.queue = maxGroup, make(chan *job, 4*maxGroup)
+	lanes := opts.Lanes
+	switch {
+	case d.Dialect != db.Postgres:
+		lanes = 1
+	case lanes <= 0:
+		lanes = DefaultLanes
+	}
+	e.maxGroup, e.laneSeed = maxGroup, maphash.MakeSeed()
+	for range lanes {
+		e.lanes = append(e.lanes, &lane{queue: make(chan *job, 4*maxGroup), token: make(chan struct{}, 1)})
+	}
 	return e
 }
+
+// DefaultLanes is how many group transactions an engine on PostgreSQL has in flight at once
+// unless Options.Lanes says otherwise (measured in docs/performance.md).
+const DefaultLanes = 2
 
 // Request asks for one limit.
 type Request struct {
@@ -276,8 +292,8 @@ func (e *Engine) Check(ctx context.Context, tenantID int64, req Request) (Decisi
 
 // Batch decides several limits in one transaction, all or nothing: when any refuses, nothing is
 // written. With consume=false it only checks. Requests naming the same key see each other's
-// consumption in order. Concurrent calls are grouped into shared transactions (group.go) by the
-// worker Run runs; without it, the call fails closed with ErrUnavailable when ctx ends.
+// consumption in order. Concurrent calls are grouped into shared transactions (group.go) while
+// Run runs; without it, the call fails closed with ErrUnavailable when ctx ends.
 func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, consume bool) (BatchDecision, error) {
 	if len(reqs) == 0 {
 		return BatchDecision{}, invalidRequest("limits", "must name at least one limit")

@@ -1,7 +1,13 @@
 package limiter
 
-// Queued is how many decisions wait for the group-commit worker (tests fill one group with it).
-func (e *Engine) Queued() int { return len(e.queue) }
+// Queued is how many decisions wait in the engine's lanes (tests fill one group with it).
+func (e *Engine) Queued() int {
+	n := 0
+	for _, l := range e.lanes {
+		n += len(l.queue)
+	}
+	return n
+}
 
 // SetAfterDecide makes every group of e call f after its decisions, inside its transaction,
 // before anything is written (tests hold two instances' transactions open together with it).

@@ -2,10 +2,14 @@ package limiter
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"math"
+	"slices"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
@@ -15,13 +19,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
-// Group commit. Every decision is a job; a worker takes every job waiting in its queue (up to
-// maxGroup) and decides them all in ONE serializable transaction: one query for the definitions,
-// one for the state rows, one multi-row upsert, in arrival order, each job all-or-nothing on its
-// own. One worker decides every group of its engine, so a hot key's decisions are coalesced into
-// one transaction instead of fighting each other with serialization failures. Strictness is
-// unchanged: the transaction still reads and writes every row it decides on, and conflicting
-// transactions of other processes are retried as before.
+// Group commit. Every decision is a job; the leader of a lane (below) takes every job waiting in
+// it (up to maxGroup) and decides them all in ONE serializable transaction: one query for the
+// definitions, one for the state rows, one multi-row upsert, in arrival order, each job
+// all-or-nothing on its own. One lane has one group in flight at a time, so a hot key's
+// decisions are coalesced into one transaction instead of fighting each other with
+// serialization failures. Strictness is unchanged: the transaction still reads and writes every
+// row it decides on, and conflicting transactions (another lane's, another process's) are retried
+// as before.
 
 // job is one Batch call waiting for its decision.
 type job struct {
@@ -33,11 +38,13 @@ type job struct {
 	out      BatchDecision
 	err      error
 	done     chan struct{}
+	lane     *lane        // where it queued (enqueue)
+	state    atomic.Int32 // jobQueued, jobTaken or jobAbandoned
 	// step, when set, is the job's own writes (a hold's row, holds.go), made in its group's
 	// transaction after every decision and before commit (afterDecisions).
 	step func(j *job, now int64) []stmt
 	// close, when set, makes the job a close (a hold settled, released or expired, a lease
-	// released or extended, holds.go): the worker runs it in a transaction of its own, never
+	// released or extended, holds.go): the lane's leader runs it in a transaction of its own, never
 	// beside a decision group (runCloses).
 	close func(tx *gorm.DB) error
 	// Idempotent decisions (idempotency.go): the job's record, its answer (rendered in the
@@ -60,55 +67,89 @@ type defKey struct {
 	name     string
 }
 
-// Run runs the engine's group-commit worker until ctx ends, then refuses what is still queued
-// (those decisions fail closed with ErrUnavailable) and returns. The group in progress when ctx
-// ends is finished first. Decisions need Run: without it they wait for their own context and
-// then fail closed. Run may be called once per engine; it returns an error only when misused.
+// Lanes. Decisions wait in lanes; whoever holds a lane's token leads it: it takes every job
+// queued there (up to maxGroup) and decides them as one group transaction. There is no worker
+// goroutine: the caller whose job finds its lane idle leads it itself, so a decision that
+// arrives alone is decided at once on its own goroutine, with no hand-off; under load the callers
+// waiting in a lane take turns leading it, each group carrying what queued meanwhile. A job goes
+// to the lane of its first request's row (or of its tenant when it carries the tenant's plan,
+// whose row every decision of the tenant writes), so a hot key's decisions meet in one lane and
+// are coalesced into one group instead of conflicting, and the groups of different lanes, in
+// flight at once, touch different rows.
+type lane struct {
+	queue chan *job
+	// token holds one token while Run runs and nobody leads the lane: empty before Run, taken
+	// back by Run when it stops.
+	token chan struct{}
+}
+
+// Job states: queued until a leader takes it (or its caller gives up on it first).
+const (
+	jobQueued int32 = iota
+	jobTaken
+	jobAbandoned
+)
+
+// Run lets the engine decide until ctx ends, then waits for the groups in progress, refuses what
+// is still queued (those decisions fail closed with ErrUnavailable) and returns. Decisions need
+// Run: without it they wait for their own context and then fail closed. Run may be called once
+// per engine; it returns an error only when misused.
 func (e *Engine) Run(ctx context.Context) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("limiter: Run called twice on one engine")
 	}
-	defer e.refuseQueued()
-	group := make([]*job, 0, e.maxGroup)
-	for {
-		if ctx.Err() != nil { // checked first: a busy queue must not delay the stop
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case j := <-e.queue:
-			group = append(group[:0], j)
-		drain:
-			for len(group) < e.maxGroup {
-				select {
-				case next := <-e.queue:
-					group = append(group, next)
-				default:
-					break drain
-				}
-			}
-			e.runGroup(group)
-		}
+	for _, l := range e.lanes {
+		l.token <- struct{}{}
 	}
+	<-ctx.Done()
+	e.stopping.Store(true)
+	for _, l := range e.lanes {
+		<-l.token // the group in progress in the lane finishes first
+	}
+	e.refuseQueued()
+	return nil
 }
 
 // refuseQueued marks the engine stopped and fails every queued decision closed.
 func (e *Engine) refuseQueued() {
 	close(e.stopped)
-	for {
-		select {
-		case j := <-e.queue:
-			j.err = ErrUnavailable
-			close(j.done)
-		default:
-			return
+	for _, l := range e.lanes {
+	drain:
+		for {
+			select {
+			case j := <-l.queue:
+				if j.state.CompareAndSwap(jobQueued, jobTaken) {
+					j.err = ErrUnavailable
+					close(j.done)
+				}
+			default:
+				break drain
+			}
 		}
 	}
 }
 
-// submit queues j for the worker and waits for the decision. It fails closed with ErrUnavailable
-// when Run has stopped, or when ctx ends before the decision is made (Run not running, or too slow).
+// laneOf is the lane of j: by its tenant's plan when it carries one, else by its first
+// request's tenant, limit and key.
+func (e *Engine) laneOf(j *job) *lane {
+	if len(e.lanes) == 1 || len(j.reqs) == 0 {
+		return e.lanes[0]
+	}
+	var h maphash.Hash
+	h.SetSeed(e.laneSeed)
+	var tenant [8]byte
+	binary.LittleEndian.PutUint64(tenant[:], uint64(j.tenantID))
+	_, _ = h.Write(tenant[:])
+	if !slices.ContainsFunc(j.reqs, func(r Request) bool { return r.System }) {
+		_, _ = h.WriteString(j.reqs[0].Name)
+		_ = h.WriteByte(0)
+		_, _ = h.WriteString(j.reqs[0].Key)
+	}
+	return e.lanes[h.Sum64()%uint64(len(e.lanes))]
+}
+
+// submit queues j and waits for its decision. It fails closed with ErrUnavailable when Run has
+// stopped, or when ctx ends before the decision is made (Run not running, or too slow).
 func (e *Engine) submit(ctx context.Context, j *job) error {
 	if err := e.enqueue(ctx, j); err != nil {
 		return err
@@ -116,38 +157,86 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 	return e.await(ctx, j)
 }
 
-// enqueue hands j to the group-commit worker.
+// enqueue puts j in its lane. When the lane's queue is full and nobody leads it (Each's many
+// jobs), it leads the lane once to make room.
 func (e *Engine) enqueue(ctx context.Context, j *job) error {
+	l := e.laneOf(j)
+	j.lane = l
 	select {
-	case e.queue <- j:
+	case l.queue <- j:
 		return nil
-	case <-e.stopped:
-		return ErrUnavailable
-	case <-ctx.Done():
-		return ErrUnavailable.Wrap(ctx.Err())
+	default:
+	}
+	for {
+		select {
+		case l.queue <- j:
+			return nil
+		case <-l.token:
+			e.leadOnce(l)
+		case <-e.stopped:
+			return ErrUnavailable
+		case <-ctx.Done():
+			return ErrUnavailable.Wrap(ctx.Err())
+		}
 	}
 }
 
-// await waits for a queued job's decision.
+// await waits for a queued job's decision, leading its lane whenever the lane is idle.
 func (e *Engine) await(ctx context.Context, j *job) error {
-	// Once queued the job will be decided unless Run stops first; a caller that goes away only
-	// loses the answer (and, at worst, tokens it no longer wants: an under-admission, never an
-	// over-admission). A decision that was made wins over a stop or a cancellation racing it.
-	select {
-	case <-j.done:
-		return nil
-	case <-e.stopped:
-	case <-ctx.Done():
+	token := j.lane.token
+	for {
+		select {
+		case <-j.done:
+			return nil
+		case <-token:
+			if !e.leadOnce(j.lane) {
+				token = nil // Run is stopping: wait for it to refuse the job
+			}
+			continue
+		case <-e.stopped:
+		case <-ctx.Done():
+		}
+		break
 	}
+	// A decision that was made wins over a stop or a cancellation racing it. A job still queued
+	// is given up: no leader will decide it. One already taken may still be decided; its caller
+	// only loses the answer (and, at worst, tokens it no longer wants: an under-admission, never
+	// an over-admission).
 	select {
 	case <-j.done:
 		return nil
 	default:
 	}
+	j.state.CompareAndSwap(jobQueued, jobAbandoned)
 	if err := ctx.Err(); err != nil {
 		return ErrUnavailable.Wrap(err)
 	}
 	return ErrUnavailable
+}
+
+// leadOnce is called holding l's token: it decides one group of l's queued jobs and gives the
+// token back. It reports false, deciding nothing, when Run is stopping.
+func (e *Engine) leadOnce(l *lane) bool {
+	defer func() { l.token <- struct{}{} }()
+	if e.stopping.Load() {
+		return false
+	}
+	group := make([]*job, 0, min(len(l.queue), e.maxGroup))
+	for len(group) < e.maxGroup {
+		select {
+		case j := <-l.queue:
+			if j.state.CompareAndSwap(jobQueued, jobTaken) {
+				group = append(group, j)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if len(group) > 0 {
+		e.runGroup(group)
+	}
+	return true
 }
 
 // runGroup decides jobs in one serializable transaction and completes each job.

@@ -222,8 +222,8 @@ func TestRunFinishesItsDecisionsAndFailsClosedOnceStopped(t *testing.T) {
 	}
 }
 
-// TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued stops Run while its worker is inside a
-// group and two more decisions wait in the queue: the group in progress completes, the queued
+// TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued stops Run while a lane's leader is
+// inside a group and two more decisions wait in the lane (queued by nobody who would lead it): the group in progress completes, the queued
 // decisions fail closed with ErrUnavailable (they never hang), and Run returns.
 func TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued(t *testing.T) {
 	d := testkit.Open(t, db.SQLite)
@@ -255,7 +255,9 @@ func TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued(t *testing.T) {
 	await(t, entered, "the worker to begin the first group")
 	queued := []*job{newJob(1, true, Request{Name: "q", Key: "k", Count: 1}), newJob(1, false, Request{Name: "q", Key: "k", Count: 1})}
 	for _, j := range queued {
-		e.queue <- j
+		l := e.laneOf(j)
+		j.lane = l
+		l.queue <- j
 	}
 	stop()
 	close(release)

@@ -27,8 +27,8 @@ import (
 //   - expired: a hold not settled by its expiry (the engine's clock) is released by SweepHolds.
 // Closing reads the hold and changes the state rows and the hold in one serializable transaction,
 // so of two concurrent closes one finds it closed (ErrHoldClosed). Closes (and lease changes) are
-// jobs of the group-commit worker (runCloses): an engine's closes share one transaction and never
-// run beside its decision groups, so they do not turn into serialization retries against them.
+// jobs of the engine's lanes (runCloses): the closes of one group share one transaction of their
+// own, never beside that lane's decisions.
 
 // Bounds on holds.
 const (
@@ -174,7 +174,7 @@ func (e *Engine) nameMissing(ctx context.Context, tenantID int64, reqs []Request
 	return err
 }
 
-// closeJob runs fn as a close on the group-commit worker (runCloses) and returns its error. With
+// closeJob runs fn as a close in a lane's group (runCloses) and returns its error. With
 // an idempotency record in ctx (WithIdempotency) the answer rendered from result() is stored in
 // the close's transaction, and a retry replays it without running fn.
 func (e *Engine) closeJob(ctx context.Context, fn func(tx *gorm.DB) error, result func() any) error {

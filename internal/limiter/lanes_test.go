@@ -1,0 +1,147 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// keysInLanes returns two keys of limit name (tenant 1) that e places in different lanes.
+func keysInLanes(t *testing.T, e *Engine, name string) (string, string) {
+	t.Helper()
+	first := e.laneOf(newJob(1, true, Request{Name: name, Key: "k0"}))
+	for i := 1; i < 1000; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if e.laneOf(newJob(1, true, Request{Name: name, Key: k})) != first {
+			return "k0", k
+		}
+	}
+	t.Fatal("1,000 keys all fell in one lane")
+	return "", ""
+}
+
+// holdFirstGroup makes the first group of e that reaches its commit wait there until release is
+// closed; entered is closed when it does.
+func holdFirstGroup(e *Engine) (entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	armed.Store(true)
+	e.afterDecide = func() {
+		if armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+	}
+	return entered, release
+}
+
+// TestTwoLanesDecideWhileTheOtherIsInFlight: on PostgreSQL a decision on a key of the other lane
+// is decided and committed while a group of the first lane is still open (two groups in flight);
+// both are exact.
+func TestTwoLanesDecideWhileTheOtherIsInFlight(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	ctx := context.Background()
+	e := NewEngine(d, Options{Lanes: 2})
+	if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := holdFirstGroup(e)
+	testkit.Run(t, e.Run)
+	held, other := keysInLanes(t, e, "q")
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.Limit(ctx, 1, Request{Name: "q", Key: held, Count: 1})
+		first <- err
+	}()
+	await(t, entered, "the first lane's group to reach its commit")
+	second := make(chan error, 1)
+	go func() {
+		got, err := e.Limit(ctx, 1, Request{Name: "q", Key: other, Count: 2})
+		if err == nil && !got.OK {
+			err = errors.New("refused")
+		}
+		second <- err
+	}()
+	if err := await(t, second, "the other lane's decision while the first lane's group is open"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := await(t, first, "the held group's decision"); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{held: 9, other: 8} {
+		// The database's clock refills 10 an hour: a few thousandths over the test's seconds.
+		if v, err := e.GetValue(ctx, 1, "q", key); err != nil || v.Value < want || v.Value > want+0.01 {
+			t.Fatalf("%s: value %v (%v), want %v", key, v.Value, err, want)
+		}
+	}
+}
+
+// TestAQueuedDecisionWhoseCallerLeftIsNotDecided: a caller whose context ends while its decision
+// waits behind a group in progress gets ErrUnavailable, and nothing is consumed for it.
+func TestAQueuedDecisionWhoseCallerLeftIsNotDecided(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		e := NewEngine(d, Options{Lanes: 1})
+		if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}); err != nil {
+			t.Fatal(err)
+		}
+		entered, release := holdFirstGroup(e)
+		testkit.Run(t, e.Run)
+		first := make(chan error, 1)
+		go func() {
+			_, err := e.Limit(ctx, 1, Request{Name: "q", Key: "k", Count: 1})
+			first <- err
+		}()
+		await(t, entered, "the first group to reach its commit")
+		leaving, leave := context.WithCancel(ctx)
+		left := make(chan error, 1)
+		go func() {
+			_, err := e.Limit(leaving, 1, Request{Name: "q", Key: "k", Count: 5})
+			left <- err
+		}()
+		for deadline := time.Now().Add(30 * time.Second); e.Queued() != 1; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("waited 30 s for the second decision to queue")
+			}
+		}
+		leave()
+		if err := await(t, left, "the abandoned decision's caller to return"); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("abandoned decision: %v, want ErrUnavailable", err)
+		}
+		close(release)
+		if err := await(t, first, "the held group's decision"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Limit(ctx, 1, Request{Name: "q", Key: "k", Count: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := e.GetValue(ctx, 1, "q", "k"); err != nil || v.Value < 8 || v.Value > 8.01 {
+			t.Fatalf("value %v (%v), want 8: the abandoned 5 must not be consumed", v.Value, err)
+		}
+	})
+}
+
+// TestLanesKeepAKeyAndATenantsPlanTogether: every decision on one key goes to one lane (so a hot
+// key's decisions are coalesced, never in flight against each other), and so does every
+// decision that carries its tenant's plan, whose one row they all write.
+func TestLanesKeepAKeyAndATenantsPlanTogether(t *testing.T) {
+	e := NewEngine(testkit.Open(t, db.Postgres), Options{Lanes: 8})
+	a, b := keysInLanes(t, e, "q")
+	if e.laneOf(newJob(1, true, Request{Name: "q", Key: a})) != e.laneOf(newJob(1, true, Request{Name: "q", Key: a, Count: 3})) {
+		t.Fatal("one key in two lanes")
+	}
+	plan := PlanRequest(1, 100, 1)
+	if e.laneOf(newJob(1, true, Request{Name: "q", Key: a}, *plan)) != e.laneOf(newJob(1, true, Request{Name: "q", Key: b}, *plan)) {
+		t.Fatal("one tenant's plan in two lanes")
+	}
+	if got := len(NewEngine(testkit.Open(t, db.SQLite), Options{Lanes: 8}).lanes); got != 1 {
+		t.Fatalf("SQLite engine has %d lanes, want 1 (one writer)", got)
+	}
+}
