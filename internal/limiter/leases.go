@@ -173,7 +173,7 @@ func (e *Engine) changeLease(ctx context.Context, tenantID int64, id string, ext
 		return 0, ErrLeaseNotFound
 	}
 	var newExp int64
-	err := e.closeJob(ctx, func(tx *gorm.DB) error {
+	err := e.closeJob(ctx, func(tx *gorm.DB, _ *job) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -257,7 +257,7 @@ func (e *Engine) SweepLeases(ctx context.Context, batch int) (int64, error) {
 		batch = DefaultSweepBatch
 	}
 	var n int64
-	err := e.closeJob(ctx, func(tx *gorm.DB) error {
+	err := e.closeJob(ctx, func(tx *gorm.DB, _ *job) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
