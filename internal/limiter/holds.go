@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"gorm.io/gorm"
@@ -504,6 +505,33 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		return 0, fmt.Errorf("limiter: sweep holds: %w", err)
 	}
 	return n, nil
+}
+
+// HoldLimitNames returns the names of the limits a hold of the tenant reserves amounts of, each
+// once, in the hold's order, whatever its state (until SweepHolds deletes it). A hold's limits
+// never change after it is made, so the answer stays true for its release. ErrHoldNotFound when
+// the tenant has no such hold.
+func (e *Engine) HoldLimitNames(ctx context.Context, tenantID int64, id string) ([]string, error) {
+	if !validHandle(id, "hold_") {
+		return nil, ErrHoldNotFound
+	}
+	var held []holdLimitRow
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Raw(sqlSelectHoldLimit, tenantID, id).Scan(&held).Error
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limiter: hold limits: %w", err)
+	}
+	if len(held) == 0 {
+		return nil, ErrHoldNotFound
+	}
+	var names []string
+	for _, h := range held {
+		if !slices.Contains(names, h.Name) {
+			names = append(names, h.Name)
+		}
+	}
+	return names, nil
 }
 
 // HoldStats summarises the open holds on a limit: how many, the oldest's creation (ms since the

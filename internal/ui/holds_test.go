@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -98,5 +100,92 @@ func TestLimitPageShowsAndReleasesHoldsAndLeases(t *testing.T) {
 	want := []string{"lease.release jobs " + lease.LeaseID, "hold.release tokens " + h.ID}
 	if strings.Join(seen, ",") != strings.Join(want, ",") {
 		t.Fatalf("audited releases %v, want %v", seen, want)
+	}
+}
+
+// TestReleaseGoesOnlyThroughALimitItInvolves: a hold or lease is released (and its confirmation
+// shown) only through the page of a limit it involves: through another limit's page of the same
+// tenant it is not found and stays open. The confirmation of a hold over several limits names
+// the others, and the audit entry names the limit released through.
+func TestReleaseGoesOnlyThroughALimitItInvolves(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	tn := e.tenant("acme")
+	ctx := context.Background()
+	for _, name := range []string{"tokens", "calls"} {
+		if _, _, err := e.engine.PutDefinition(ctx, tn.ID, name, dailyBucket); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(ls ...limiter.HoldLimit) string {
+		t.Helper()
+		h, err := e.engine.Hold(ctx, tn.ID, ls, 3_600_000)
+		if err != nil || !h.Decision.OK {
+			t.Fatalf("hold: %+v %v", h, err)
+		}
+		return h.ID
+	}
+	single := hold(limiter.HoldLimit{Name: "tokens", Key: "alice", Count: 3})
+	both := hold(limiter.HoldLimit{Name: "tokens", Key: "bob", Count: 2}, limiter.HoldLimit{Name: "calls", Key: "bob", Count: 4})
+	lease := e.consume(tn, "jobs", "worker", 1).LeaseID
+	left := func(name, key string) float64 {
+		t.Helper()
+		v, err := e.engine.GetValue(ctx, tn.ID, name, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Value
+	}
+	c := e.login(opEmail, opPassword)
+	yes := url.Values{"confirm": {"yes"}}
+
+	// Through a limit it does not involve: not found, and nothing is released.
+	for _, wrong := range []string{
+		"/limits/calls/holds/" + single + "/release",
+		"/limits/jobs/holds/" + single + "/release",
+		"/limits/tokens/leases/" + lease + "/release",
+	} {
+		wantStatus(t, c.get(tpath(tn, wrong)), http.StatusNotFound)
+		wantStatus(t, c.post(tpath(tn, wrong), yes), http.StatusNotFound)
+	}
+	if v := left("tokens", "alice"); v > dailyBucket.Max()-3+0.01 {
+		t.Fatalf("the hold was released through another limit's page: tokens left %v", v)
+	}
+	if got := text(c.get(tpath(tn, "/limits/jobs")).doc(t), "#leases-open"); got != "1" {
+		t.Fatalf("the lease was released through another limit's page: %s in flight", got)
+	}
+
+	// The confirmation says what else a hold gives back.
+	page := c.get(tpath(tn, "/limits/tokens/holds/"+single+"/release")).doc(t)
+	if page.Find("#release-others").Length() != 0 {
+		t.Fatalf("a hold of one limit said it holds others: %q", text(page, "#release-others"))
+	}
+	page = c.get(tpath(tn, "/limits/calls/holds/"+both+"/release")).doc(t)
+	if others := page.Find("#release-others li").Map(func(_ int, s *goquery.Selection) string { return s.Text() }); strings.Join(others, ",") != "tokens" {
+		t.Fatalf("the confirmation of a hold of calls and tokens, on calls, lists %q as the other limits", others)
+	}
+
+	// Released through either of its limits: both get their amounts back, audited under the
+	// limit of the page.
+	wantStatus(t, c.post(tpath(tn, "/limits/calls/holds/"+both+"/release"), yes), http.StatusSeeOther)
+	if left("calls", "bob") < dailyBucket.Max()-0.01 || left("tokens", "bob") < dailyBucket.Max()-0.01 {
+		t.Fatalf("after the release: calls %v, tokens %v left", left("calls", "bob"), left("tokens", "bob"))
+	}
+	log, err := e.svc.AuditLog(ctx, tn.ID, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, a := range log {
+		if strings.HasSuffix(a.Action, ".release") {
+			seen = append(seen, a.Action+" "+a.Target+" ("+a.Detail+")")
+		}
+	}
+	want := "hold.release calls " + both + " (released from the dashboard; it also held tokens)"
+	if strings.Join(seen, ",") != want {
+		t.Fatalf("audited releases %v, want only %q", seen, want)
 	}
 }
