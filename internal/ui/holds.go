@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -160,7 +161,9 @@ func (u *UI) releaseLease(c *gin.Context) {
 
 // release releases a hold or lease of the tenant that involves the page's limit after the
 // confirmation and audits it. A hold or lease that is already closed is said on the limit's page
-// (409); another tenant's, or one of another limit only, is not found.
+// (409); another tenant's, or one of another limit only, is not found. The release is committed
+// before its audit entry is written (the engine's transaction is not the audit log's): when that
+// write fails, the page says so and the failure is logged, so that it is not silently lost.
 func (u *UI) release(c *gin.Context, what, param string, do func(tid int64, id string) error) {
 	d, ok := u.storedLimit(c)
 	if !ok {
@@ -188,6 +191,12 @@ func (u *UI) release(c *gin.Context, what, param string, do func(tid int64, id s
 	if len(others) > 0 {
 		detail += "; it also held " + strings.Join(others, ", ")
 	}
-	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), what+".release", d.Name+" "+id, detail)
+	ctx, action, target := c.Request.Context(), what+".release", d.Name+" "+id
+	if err := u.tenants.Audit(ctx, &t.ID, actor(c), action, target, detail); err != nil {
+		rid := c.GetString(httpserver.RequestIDKey)
+		u.log.ErrorContext(ctx, "audit log write failed", "request_id", rid, "action", action, "target", target, "err", err)
+		u.renderLimit(c, http.StatusInternalServerError, d, "The "+what+" "+id+" was released, but its audit log entry could not be written (request "+rid+"). The failure has been logged.")
+		return
+	}
 	redirect(c, limitPath(t.ID, d.Name, "?msg="+what+"-released"))
 }

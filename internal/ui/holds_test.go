@@ -1,15 +1,19 @@
 package ui_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/PuerkitoBio/goquery"
 
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -187,5 +191,61 @@ func TestReleaseGoesOnlyThroughALimitItInvolves(t *testing.T) {
 	want := "hold.release calls " + both + " (released from the dashboard; it also held tokens)"
 	if strings.Join(seen, ",") != want {
 		t.Fatalf("audited releases %v, want only %q", seen, want)
+	}
+}
+
+// syncBuffer is an io.Writer that tests read while the application writes its log to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestReleaseSaysWhenItsAuditEntryIsLost: when the audit entry of a manual release cannot be
+// written, the release (committed) stands, and the page says that its entry is missing and the
+// failure is logged as an error, instead of redirecting as if all went well.
+func TestReleaseSaysWhenItsAuditEntryIsLost(t *testing.T) {
+	out := &syncBuffer{}
+	e := newEnv(t, func(_ *config.Config, o *app.Options) { o.Stdout = out })
+	e.operator()
+	tn := e.tenant("acme")
+	ctx := context.Background()
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "tokens", dailyBucket); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.engine.Hold(ctx, tn.ID, []limiter.HoldLimit{{Name: "tokens", Key: "alice", Count: 3}}, 3_600_000)
+	if err != nil || !h.Decision.OK {
+		t.Fatalf("hold: %+v %v", h, err)
+	}
+	c := e.login(opEmail, opPassword)
+
+	// The audit log cannot be written while its table is away.
+	if err := e.db.Gorm.Exec("ALTER TABLE audit_log RENAME TO audit_log_away").Error; err != nil {
+		t.Fatal(err)
+	}
+	res := c.post(tpath(tn, "/limits/tokens/holds/"+h.ID+"/release"), url.Values{"confirm": {"yes"}})
+	if err := e.db.Gorm.Exec("ALTER TABLE audit_log_away RENAME TO audit_log").Error; err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, res, http.StatusInternalServerError)
+	if msg := text(res.doc(t), "#limit-error"); !strings.Contains(msg, "was released, but its audit log entry could not be written") {
+		t.Fatalf("the page says %q", msg)
+	}
+	if err := e.engine.ReleaseHold(ctx, tn.ID, h.ID); !errors.Is(err, limiter.ErrHoldClosed) {
+		t.Fatalf("the hold is not released: %v", err)
+	}
+	if log := out.String(); !strings.Contains(log, `level=ERROR msg="audit log write failed"`) || !strings.Contains(log, "hold.release") {
+		t.Fatalf("no error logged for the lost audit entry:\n%s", log)
 	}
 }
