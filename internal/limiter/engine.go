@@ -62,7 +62,8 @@ type Options struct {
 	OnDecision      func(tenantID int64, name string, ok bool)
 	OnShadowRefused func(tenantID int64, name string)
 	// OnHoldOverage is told of every amount a settled hold charged beyond what it held and the
-	// limit could not take (holds.go).
+	// limit could not take (holds.go), once, after the settle's transaction has committed: an
+	// attempt that was retried or rolled back is not told.
 	OnHoldOverage func(tenantID int64, name string, amount float64)
 	// OnKeyOutcome is told of the same decisions as OnDecision and OnShadowRefused together,
 	// with the key and what it has left, for the analytics' top keys. It runs on the goroutine

@@ -46,7 +46,10 @@ type job struct {
 	// close, when set, makes the job a close (a hold settled, released or expired, a lease
 	// released or extended, holds.go): the lane's leader runs it in a transaction of its own, never
 	// beside a decision group (runCloses).
-	close func(tx *gorm.DB) error
+	close func(tx *gorm.DB, j *job) error
+	// overage is what the close's settles recorded as overage in the transaction's current
+	// attempt; runCloses reports it (Options.OnHoldOverage) only once that attempt committed.
+	overage []overage
 	// Idempotent decisions (idempotency.go): the job's record, its answer (rendered in the
 	// transaction, or replayed), and the earlier job of the group with the same key, if any.
 	idem     *Idempotency

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"gorm.io/gorm"
@@ -21,8 +22,8 @@ import (
 //     the refund's math, so never above a limit's maximum, over every shard of a sharded limit:
 //     everyShard); more than held takes the extra as a
 //     decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of
-//     it and records it as overage, which the answer returns and the metrics count: a settle never
-//     blocks;
+//     it and records it as overage, which the answer returns and the metrics count (once the
+//     close's transaction has committed, runCloses): a settle never blocks;
 //   - released (DELETE): everything held is given back;
 //   - expired: a hold not settled by its expiry (the engine's clock) is released by SweepHolds.
 // Closing reads the hold and changes the state rows and the hold in one serializable transaction,
@@ -177,7 +178,7 @@ func (e *Engine) nameMissing(ctx context.Context, tenantID int64, reqs []Request
 // closeJob runs fn as a close in a lane's group (runCloses) and returns its error. With
 // an idempotency record in ctx (WithIdempotency) the answer rendered from result() is stored in
 // the close's transaction, and a retry replays it without running fn.
-func (e *Engine) closeJob(ctx context.Context, fn func(tx *gorm.DB) error, result func() any) error {
+func (e *Engine) closeJob(ctx context.Context, fn func(tx *gorm.DB, j *job) error, result func() any) error {
 	j := &job{close: fn, done: make(chan struct{})}
 	j.idem = callIdempotency(ctx, result)
 	if err := e.submit(ctx, j); err != nil {
@@ -191,7 +192,8 @@ func (e *Engine) closeJob(ctx context.Context, fn func(tx *gorm.DB) error, resul
 // order, and returns the other jobs. A close refused for its own reason (a 4xx: not found,
 // closed, bad counts) keeps only writes that stand whatever the answer (a lease row of a limit
 // that is gone), and the others go on; any other error fails them all (a serialization failure
-// retries them all first).
+// retries them all first). Overage is reported after the commit, once per close that succeeded:
+// an attempt that rolled back (retried, or failed by another close) charged nothing.
 func (e *Engine) runCloses(jobs []*job) []*job {
 	var closes, rest []*job
 	for _, j := range jobs {
@@ -205,6 +207,9 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 		return jobs
 	}
 	err := e.db.Serializable(db.WithPurpose(context.Background(), db.PurposeDecision), func(tx *gorm.DB) error {
+		for _, j := range closes { // this attempt's overage only: an earlier one rolled back
+			j.overage = nil
+		}
 		running, now := closes, int64(0)
 		if anyIdempotent(closes) { // stored answers replay; new ones are written before commit
 			var err error
@@ -216,7 +221,7 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 			}
 		}
 		for _, j := range running {
-			j.err = j.close(tx)
+			j.err = j.close(tx, j)
 			if j.err != nil && apperr.From(j.err).Status() >= 500 {
 				return j.err
 			}
@@ -229,10 +234,28 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 	for _, j := range closes {
 		if err != nil {
 			j.err = err
+		} else if j.err == nil {
+			e.reportOverage(j.overage)
 		}
 		close(j.done)
 	}
 	return rest
+}
+
+// overage is an amount a settle charged beyond what its limit could take (settleInTx).
+type overage struct {
+	tenantID int64
+	name     string
+	amount   float64
+}
+
+func (e *Engine) reportOverage(list []overage) {
+	if e.onOverage == nil {
+		return
+	}
+	for _, o := range list {
+		e.onOverage(o.tenantID, o.name, o.amount)
+	}
 }
 
 func finiteAmount(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
@@ -325,7 +348,7 @@ func (e *Engine) closeHolds(ctx context.Context, tenantID int64, id string, chec
 	if !validHandle(id, "hold_") {
 		return ErrHoldNotFound
 	}
-	return e.closeJob(ctx, func(tx *gorm.DB) error {
+	return e.closeJob(ctx, func(tx *gorm.DB, j *job) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -358,7 +381,7 @@ func (e *Engine) closeHolds(ctx context.Context, tenantID int64, id string, chec
 			state = HoldSettled
 			copy(actual, counts)
 		}
-		s, err := e.settleInTx(tx, tenantID, held, actual)
+		s, err := e.settleInTx(tx, j, tenantID, held, actual)
 		if err != nil {
 			return err
 		}
@@ -386,9 +409,10 @@ func closeHold(tx *gorm.DB, tenantID int64, id, state string, now int64, s Settl
 	return nil
 }
 
-// settleInTx charges actual[i] for each held limit in tx: the difference from what is held is
-// given back (less) or taken (more, or recorded as overage when the limit cannot take it).
-func (e *Engine) settleInTx(tx *gorm.DB, tenantID int64, held []holdLimitRow, actual []float64) (Settlement, error) {
+// settleInTx charges actual[i] for each held limit in tx, a transaction of close's: the
+// difference from what is held is given back (less) or taken (more, or recorded as overage on
+// closing when the limit cannot take it, for runCloses to report once the transaction commits).
+func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []holdLimitRow, actual []float64) (Settlement, error) {
 	n := len(held)
 	s := Settlement{Names: make([]string, n), Keys: make([]string, n), Held: make([]float64, n), Charged: make([]float64, n), Overage: make([]float64, n), Refunded: make([]float64, n)}
 	var jobs []*job
@@ -419,9 +443,7 @@ func (e *Engine) settleInTx(tx *gorm.DB, tenantID int64, held []holdLimitRow, ac
 			// The limit went (or changed kind) since the hold: there is nothing to give back to.
 		case j.err != nil || !j.out.OK:
 			s.Overage[i], s.Charged[i] = req.Count, s.Held[i]
-			if e.onOverage != nil {
-				e.onOverage(tenantID, req.Name, req.Count)
-			}
+			closing.overage = append(closing.overage, overage{tenantID, req.Name, req.Count})
 		}
 	}
 	return s, nil
@@ -435,7 +457,7 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		batch = DefaultSweepBatch
 	}
 	var n int
-	err := e.closeJob(ctx, func(tx *gorm.DB) error {
+	err := e.closeJob(ctx, func(tx *gorm.DB, j *job) error {
 		n = 0
 		now, err := e.nowIn(tx)
 		if err != nil {
@@ -453,7 +475,7 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 			if err := tx.Raw(sqlSelectHoldLimit, h.TenantID, h.ID).Scan(&held).Error; err != nil {
 				return err
 			}
-			s, err := e.settleInTx(tx, h.TenantID, held, make([]float64, len(held)))
+			s, err := e.settleInTx(tx, j, h.TenantID, held, make([]float64, len(held)))
 			if err != nil {
 				return err
 			}
@@ -483,6 +505,33 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		return 0, fmt.Errorf("limiter: sweep holds: %w", err)
 	}
 	return n, nil
+}
+
+// HoldLimitNames returns the names of the limits a hold of the tenant reserves amounts of, each
+// once, in the hold's order, whatever its state (until SweepHolds deletes it). A hold's limits
+// never change after it is made, so the answer stays true for its release. ErrHoldNotFound when
+// the tenant has no such hold.
+func (e *Engine) HoldLimitNames(ctx context.Context, tenantID int64, id string) ([]string, error) {
+	if !validHandle(id, "hold_") {
+		return nil, ErrHoldNotFound
+	}
+	var held []holdLimitRow
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Raw(sqlSelectHoldLimit, tenantID, id).Scan(&held).Error
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limiter: hold limits: %w", err)
+	}
+	if len(held) == 0 {
+		return nil, ErrHoldNotFound
+	}
+	var names []string
+	for _, h := range held {
+		if !slices.Contains(names, h.Name) {
+			names = append(names, h.Name)
+		}
+	}
+	return names, nil
 }
 
 // HoldStats summarises the open holds on a limit: how many, the oldest's creation (ms since the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
@@ -173,6 +174,42 @@ func TestHoldBadInputWritesNothing(t *testing.T) {
 		}
 		if s, err := e.SettleHold(ctx, tenant, h.ID, []float64{1, 1}); err != nil || s.Charged[1] != 1 {
 			t.Fatalf("the hold is still open after bad settles: %+v %v", s, err)
+		}
+	})
+}
+
+// TestHoldAndLeaseLimitNames: what the dashboard checks a release against: the limits a hold
+// reserves (each once, in its order, also once it is closed) and a lease's limit, the tenant's
+// own only.
+func TestHoldAndLeaseLimitNames(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		mustPut(t, e, "tokens", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+		mustPut(t, e, "calls", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+		mustPut(t, e, "inflight", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000})
+		h := mustHold(t, e, 1000, limiter.HoldLimit{Name: "calls", Key: "a", Count: 1}, limiter.HoldLimit{Name: "tokens", Key: "a", Count: 1}, limiter.HoldLimit{Name: "calls", Key: "b", Count: 1})
+		if err := e.ReleaseHold(ctx, tenant, h.ID); err != nil {
+			t.Fatal(err)
+		}
+		if names, err := e.HoldLimitNames(ctx, tenant, h.ID); err != nil || strings.Join(names, ",") != "calls,tokens" {
+			t.Fatalf("hold limit names: %v %v", names, err)
+		}
+		lease := mustLimit(t, e, limiter.Request{Name: "inflight", Key: "w", Count: 1}).LeaseID
+		if name, err := e.LeaseLimitName(ctx, tenant, lease); err != nil || name != "inflight" {
+			t.Fatalf("lease limit name: %q %v", name, err)
+		}
+		if _, err := e.HoldLimitNames(ctx, tenant+1, h.ID); !errors.Is(err, limiter.ErrHoldNotFound) {
+			t.Fatalf("another tenant's hold: %v", err)
+		}
+		if _, err := e.LeaseLimitName(ctx, tenant+1, lease); !errors.Is(err, limiter.ErrLeaseNotFound) {
+			t.Fatalf("another tenant's lease: %v", err)
+		}
+		if err := e.ReleaseLease(ctx, tenant, lease); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.LeaseLimitName(ctx, tenant, lease); !errors.Is(err, limiter.ErrLeaseNotFound) {
+			t.Fatalf("a released lease: %v", err)
 		}
 	})
 }

@@ -157,6 +157,26 @@ func (e *Engine) ReleaseLease(ctx context.Context, tenantID int64, id string) er
 	return nil
 }
 
+// LeaseLimitName returns the name of the concurrency limit a lease of the tenant holds a slot of
+// (expired or not, until it is released or swept). A lease's limit never changes, so the answer
+// stays true for its release. ErrLeaseNotFound when the tenant has no such lease.
+func (e *Engine) LeaseLimitName(ctx context.Context, tenantID int64, id string) (string, error) {
+	if !validHandle(id, "lease_") {
+		return "", ErrLeaseNotFound
+	}
+	var rows []leaseRow
+	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Raw(sqlSelectLease, tenantID, id).Scan(&rows).Error
+	})
+	if err != nil {
+		return "", fmt.Errorf("limiter: lease limit: %w", err)
+	}
+	if len(rows) == 0 {
+		return "", ErrLeaseNotFound
+	}
+	return rows[0].Name, nil
+}
+
 // ExtendLease renews a lease: it now expires the limit's leaseTtl after the engine's clock.
 // It returns the new expiry (ms since the epoch). Errors as ReleaseLease's.
 func (e *Engine) ExtendLease(ctx context.Context, tenantID int64, id string) (int64, error) {
@@ -173,7 +193,7 @@ func (e *Engine) changeLease(ctx context.Context, tenantID int64, id string, ext
 		return 0, ErrLeaseNotFound
 	}
 	var newExp int64
-	err := e.closeJob(ctx, func(tx *gorm.DB) error {
+	err := e.closeJob(ctx, func(tx *gorm.DB, _ *job) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -257,7 +277,7 @@ func (e *Engine) SweepLeases(ctx context.Context, batch int) (int64, error) {
 		batch = DefaultSweepBatch
 	}
 	var n int64
-	err := e.closeJob(ctx, func(tx *gorm.DB) error {
+	err := e.closeJob(ctx, func(tx *gorm.DB, _ *job) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err

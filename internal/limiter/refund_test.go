@@ -148,3 +148,89 @@ func TestRefundsAndDecisionsAccountExactly(t *testing.T) {
 		})
 	}
 }
+
+// shardRow is one stored state row of a shard.
+type shardRow struct {
+	Value    float64
+	TS       int64
+	Counters string
+}
+
+// shardRows reads the stored state rows of one key of a limit, by shard.
+func shardRows(t *testing.T, d *db.DB, name, key string) map[int]shardRow {
+	t.Helper()
+	var rows []struct {
+		Shard    int
+		Value    float64
+		TS       int64 `gorm:"column:ts"`
+		Counters string
+	}
+	if err := d.Gorm.Raw("SELECT shard, value, ts, counters FROM limit_state WHERE tenant_id = ? AND name = ? AND key = ?", tenant, name, key).Scan(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]shardRow{}
+	for _, r := range rows {
+		out[r.Shard] = shardRow{r.Value, r.TS, r.Counters}
+	}
+	return out
+}
+
+// TestRefundOnAShardedLimitTouchesAtMostTwoShards: a refund (unlike a hold's give-back, which
+// may spread over every shard) is a decision on a sharded limit like any other: it reads and
+// writes at most two of its shards' rows, even when every shard lacks tokens and it asks for more
+// than two shards can take; the others are left exactly as they were.
+func TestRefundOnAShardedLimitTouchesAtMostTwoShards(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		const shards, perShard = 4, 100.0
+		mustPut(t, e, "pool", limiter.Definition{Kind: limiter.FixedWindow, Rate: shards * perShard, Period: 86_400_000 * 3650, Start: ptr(int64(0)), Shards: shards})
+		// Take until every shard lacks at least 20.
+		lacking := func() bool {
+			rows := shardRows(t, d, "pool", "k")
+			for s := range shards {
+				if r, ok := rows[s]; !ok || r.Value > perShard-20 {
+					return false
+				}
+			}
+			return true
+		}
+		for i := 0; !lacking(); i++ {
+			if i == 200 {
+				t.Fatal("200 decisions did not take from every shard")
+			}
+			mustLimit(t, e, limiter.Request{Name: "pool", Key: "k", Count: 5})
+		}
+
+		for i, count := range []float64{3, 1000, 7, 1000, 2, 1000} {
+			before := shardRows(t, d, "pool", "k")
+			total := value(t, e, "pool", "k")
+			got := refund(t, e, limiter.Request{Name: "pool", Key: "k", Count: count})
+			after := shardRows(t, d, "pool", "k")
+			var touched []int
+			for s := range shards {
+				if before[s] != after[s] {
+					touched = append(touched, s)
+				}
+			}
+			if len(touched) == 0 || len(touched) > 2 {
+				t.Fatalf("refund %d of %v changed shards %v, want one or two:\nbefore %v\nafter  %v", i, count, touched, before, after)
+			}
+			if got.Refunded <= 0 || got.Refunded > count || value(t, e, "pool", "k") != total+got.Refunded {
+				t.Fatalf("refund %d of %v: %+v, total %v -> %v", i, count, got, total, value(t, e, "pool", "k"))
+			}
+			if count == 1000 && value(t, e, "pool", "k") >= shards*perShard {
+				t.Fatalf("refund %d of %v filled every shard: it reached more than two", i, count)
+			}
+			// Take again what was given back, so that every shard keeps lacking.
+			for left := got.Refunded; left > 0; left -= 5 {
+				mustLimit(t, e, limiter.Request{Name: "pool", Key: "k", Count: min(left, 5)})
+			}
+			for j := 0; !lacking(); j++ {
+				if j == 200 {
+					t.Fatal("200 decisions did not take from every shard again")
+				}
+				mustLimit(t, e, limiter.Request{Name: "pool", Key: "k", Count: 5})
+			}
+		}
+	})
+}

@@ -3,11 +3,14 @@ package ui
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -94,6 +97,8 @@ type releaseVM struct {
 	Name   string // the limit
 	What   string // "hold" or "lease"
 	ID     string
+	// Others are the other limits a hold reserves amounts of: releasing it gives those back too.
+	Others []string
 	Action string
 	Cancel string
 }
@@ -101,8 +106,38 @@ type releaseVM struct {
 func (u *UI) releaseHoldConfirm(c *gin.Context)  { u.releaseConfirm(c, "hold", "hid") }
 func (u *UI) releaseLeaseConfirm(c *gin.Context) { u.releaseConfirm(c, "lease", "lid") }
 
+// releaseTarget reads which limits the hold or lease id of the page's tenant involves and
+// answers the 404 page (false) unless limit d is one of them: a release goes through the page of
+// a limit it gives back to, and is audited under that limit. It returns the other limits.
+func (u *UI) releaseTarget(c *gin.Context, d limiter.StoredDefinition, what, id string) ([]string, bool) {
+	ctx, t := c.Request.Context(), tenantOf(c)
+	var names []string
+	var err error
+	if what == "hold" {
+		names, err = u.engine.HoldLimitNames(ctx, t.ID, id)
+	} else {
+		var name string
+		name, err = u.engine.LeaseLimitName(ctx, t.ID, id)
+		names = []string{name}
+	}
+	if err != nil {
+		u.fail(c, err)
+		return nil, false
+	}
+	if !slices.Contains(names, d.Name) {
+		u.NotFound(c)
+		return nil, false
+	}
+	return slices.DeleteFunc(names, func(n string) bool { return n == d.Name }), true
+}
+
 func (u *UI) releaseConfirm(c *gin.Context, what, param string) {
 	d, ok := u.storedLimit(c)
+	if !ok {
+		return
+	}
+	id := c.Param(param)
+	others, ok := u.releaseTarget(c, d, what, id)
 	if !ok {
 		return
 	}
@@ -112,8 +147,7 @@ func (u *UI) releaseConfirm(c *gin.Context, what, param string) {
 		return
 	}
 	t := tenantOf(c)
-	id := c.Param(param)
-	u.render(c, http.StatusOK, releasePage(releaseVM{Layout: l, Name: d.Name, What: what, ID: id,
+	u.render(c, http.StatusOK, releasePage(releaseVM{Layout: l, Name: d.Name, What: what, ID: id, Others: others,
 		Action: limitPath(t.ID, d.Name, "/"+what+"s/"+url.PathEscape(id)+"/release"), Cancel: limitPath(t.ID, d.Name, "")}))
 }
 
@@ -125,8 +159,11 @@ func (u *UI) releaseLease(c *gin.Context) {
 	u.release(c, "lease", "lid", func(tid int64, id string) error { return u.engine.ReleaseLease(c.Request.Context(), tid, id) })
 }
 
-// release releases a hold or lease of the tenant after the confirmation and audits it. A hold or
-// lease that is already closed is said on the limit's page (409); another tenant's is not found.
+// release releases a hold or lease of the tenant that involves the page's limit after the
+// confirmation and audits it. A hold or lease that is already closed is said on the limit's page
+// (409); another tenant's, or one of another limit only, is not found. The release is committed
+// before its audit entry is written (the engine's transaction is not the audit log's): when that
+// write fails, the page says so and the failure is logged, so that it is not silently lost.
 func (u *UI) release(c *gin.Context, what, param string, do func(tid int64, id string) error) {
 	d, ok := u.storedLimit(c)
 	if !ok {
@@ -138,6 +175,10 @@ func (u *UI) release(c *gin.Context, what, param string, do func(tid int64, id s
 		redirect(c, limitPath(t.ID, d.Name, "/"+what+"s/"+url.PathEscape(id)+"/release"))
 		return
 	}
+	others, ok := u.releaseTarget(c, d, what, id)
+	if !ok {
+		return
+	}
 	if err := do(t.ID, id); err != nil {
 		if e := apperr.From(err); e.Status() == http.StatusConflict { // closed meanwhile: say so on the limit's page
 			u.renderLimit(c, http.StatusConflict, d, e.Sentence())
@@ -146,6 +187,16 @@ func (u *UI) release(c *gin.Context, what, param string, do func(tid int64, id s
 		u.fail(c, err)
 		return
 	}
-	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), what+".release", d.Name+" "+id, "released from the dashboard")
+	detail := "released from the dashboard"
+	if len(others) > 0 {
+		detail += "; it also held " + strings.Join(others, ", ")
+	}
+	ctx, action, target := c.Request.Context(), what+".release", d.Name+" "+id
+	if err := u.tenants.Audit(ctx, &t.ID, actor(c), action, target, detail); err != nil {
+		rid := c.GetString(httpserver.RequestIDKey)
+		u.log.ErrorContext(ctx, "audit log write failed", "request_id", rid, "action", action, "target", target, "err", err)
+		u.renderLimit(c, http.StatusInternalServerError, d, "The "+what+" "+id+" was released, but its audit log entry could not be written (request "+rid+"). The failure has been logged.")
+		return
+	}
 	redirect(c, limitPath(t.ID, d.Name, "?msg="+what+"-released"))
 }

@@ -1,13 +1,19 @@
 package ui_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/PuerkitoBio/goquery"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -98,5 +104,148 @@ func TestLimitPageShowsAndReleasesHoldsAndLeases(t *testing.T) {
 	want := []string{"lease.release jobs " + lease.LeaseID, "hold.release tokens " + h.ID}
 	if strings.Join(seen, ",") != strings.Join(want, ",") {
 		t.Fatalf("audited releases %v, want %v", seen, want)
+	}
+}
+
+// TestReleaseGoesOnlyThroughALimitItInvolves: a hold or lease is released (and its confirmation
+// shown) only through the page of a limit it involves: through another limit's page of the same
+// tenant it is not found and stays open. The confirmation of a hold over several limits names
+// the others, and the audit entry names the limit released through.
+func TestReleaseGoesOnlyThroughALimitItInvolves(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	tn := e.tenant("acme")
+	ctx := context.Background()
+	for _, name := range []string{"tokens", "calls"} {
+		if _, _, err := e.engine.PutDefinition(ctx, tn.ID, name, dailyBucket); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(ls ...limiter.HoldLimit) string {
+		t.Helper()
+		h, err := e.engine.Hold(ctx, tn.ID, ls, 3_600_000)
+		if err != nil || !h.Decision.OK {
+			t.Fatalf("hold: %+v %v", h, err)
+		}
+		return h.ID
+	}
+	single := hold(limiter.HoldLimit{Name: "tokens", Key: "alice", Count: 3})
+	both := hold(limiter.HoldLimit{Name: "tokens", Key: "bob", Count: 2}, limiter.HoldLimit{Name: "calls", Key: "bob", Count: 4})
+	lease := e.consume(tn, "jobs", "worker", 1).LeaseID
+	left := func(name, key string) float64 {
+		t.Helper()
+		v, err := e.engine.GetValue(ctx, tn.ID, name, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Value
+	}
+	c := e.login(opEmail, opPassword)
+	yes := url.Values{"confirm": {"yes"}}
+
+	// Through a limit it does not involve: not found, and nothing is released.
+	for _, wrong := range []string{
+		"/limits/calls/holds/" + single + "/release",
+		"/limits/jobs/holds/" + single + "/release",
+		"/limits/tokens/leases/" + lease + "/release",
+	} {
+		wantStatus(t, c.get(tpath(tn, wrong)), http.StatusNotFound)
+		wantStatus(t, c.post(tpath(tn, wrong), yes), http.StatusNotFound)
+	}
+	if v := left("tokens", "alice"); v > dailyBucket.Max()-3+0.01 {
+		t.Fatalf("the hold was released through another limit's page: tokens left %v", v)
+	}
+	if got := text(c.get(tpath(tn, "/limits/jobs")).doc(t), "#leases-open"); got != "1" {
+		t.Fatalf("the lease was released through another limit's page: %s in flight", got)
+	}
+
+	// The confirmation says what else a hold gives back.
+	page := c.get(tpath(tn, "/limits/tokens/holds/"+single+"/release")).doc(t)
+	if page.Find("#release-others").Length() != 0 {
+		t.Fatalf("a hold of one limit said it holds others: %q", text(page, "#release-others"))
+	}
+	page = c.get(tpath(tn, "/limits/calls/holds/"+both+"/release")).doc(t)
+	if others := page.Find("#release-others li").Map(func(_ int, s *goquery.Selection) string { return s.Text() }); strings.Join(others, ",") != "tokens" {
+		t.Fatalf("the confirmation of a hold of calls and tokens, on calls, lists %q as the other limits", others)
+	}
+
+	// Released through either of its limits: both get their amounts back, audited under the
+	// limit of the page.
+	wantStatus(t, c.post(tpath(tn, "/limits/calls/holds/"+both+"/release"), yes), http.StatusSeeOther)
+	if left("calls", "bob") < dailyBucket.Max()-0.01 || left("tokens", "bob") < dailyBucket.Max()-0.01 {
+		t.Fatalf("after the release: calls %v, tokens %v left", left("calls", "bob"), left("tokens", "bob"))
+	}
+	log, err := e.svc.AuditLog(ctx, tn.ID, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, a := range log {
+		if strings.HasSuffix(a.Action, ".release") {
+			seen = append(seen, a.Action+" "+a.Target+" ("+a.Detail+")")
+		}
+	}
+	want := "hold.release calls " + both + " (released from the dashboard; it also held tokens)"
+	if strings.Join(seen, ",") != want {
+		t.Fatalf("audited releases %v, want only %q", seen, want)
+	}
+}
+
+// syncBuffer is an io.Writer that tests read while the application writes its log to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestReleaseSaysWhenItsAuditEntryIsLost: when the audit entry of a manual release cannot be
+// written, the release (committed) stands, and the page says that its entry is missing and the
+// failure is logged as an error, instead of redirecting as if all went well.
+func TestReleaseSaysWhenItsAuditEntryIsLost(t *testing.T) {
+	out := &syncBuffer{}
+	e := newEnv(t, func(_ *config.Config, o *app.Options) { o.Stdout = out })
+	e.operator()
+	tn := e.tenant("acme")
+	ctx := context.Background()
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "tokens", dailyBucket); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.engine.Hold(ctx, tn.ID, []limiter.HoldLimit{{Name: "tokens", Key: "alice", Count: 3}}, 3_600_000)
+	if err != nil || !h.Decision.OK {
+		t.Fatalf("hold: %+v %v", h, err)
+	}
+	c := e.login(opEmail, opPassword)
+
+	// The audit log cannot be written while its table is away.
+	if err := e.db.Gorm.Exec("ALTER TABLE audit_log RENAME TO audit_log_away").Error; err != nil {
+		t.Fatal(err)
+	}
+	res := c.post(tpath(tn, "/limits/tokens/holds/"+h.ID+"/release"), url.Values{"confirm": {"yes"}})
+	if err := e.db.Gorm.Exec("ALTER TABLE audit_log_away RENAME TO audit_log").Error; err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, res, http.StatusInternalServerError)
+	if msg := text(res.doc(t), "#limit-error"); !strings.Contains(msg, "was released, but its audit log entry could not be written") {
+		t.Fatalf("the page says %q", msg)
+	}
+	if err := e.engine.ReleaseHold(ctx, tn.ID, h.ID); !errors.Is(err, limiter.ErrHoldClosed) {
+		t.Fatalf("the hold is not released: %v", err)
+	}
+	if log := out.String(); !strings.Contains(log, `level=ERROR msg="audit log write failed"`) || !strings.Contains(log, "hold.release") {
+		t.Fatalf("no error logged for the lost audit entry:\n%s", log)
 	}
 }

@@ -1,0 +1,144 @@
+package limiter_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// overageLog records what an engine reports through Options.OnHoldOverage.
+type overageLog struct {
+	mu    sync.Mutex
+	total map[string]float64
+}
+
+func (o *overageLog) add(tenantID int64, name string, amount float64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.total == nil {
+		o.total = map[string]float64{}
+	}
+	o.total[name] += amount
+}
+
+func (o *overageLog) of(name string) float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.total[name]
+}
+
+// overageEngine is an engine on d on a clock that does not move, with put limits that never
+// refill ("tokens" of 10, "calls" of 3), reporting overage to the returned log.
+func overageEngine(t *testing.T, d *db.DB) (*limiter.Engine, *overageLog) {
+	t.Helper()
+	log := &overageLog{}
+	opts := newClock(1_700_000_000_000).opts()
+	opts.OnHoldOverage = log.add
+	e := newEngine(t, d, opts)
+	forever := limiter.Definition{Kind: limiter.FixedWindow, Period: 86_400_000 * 365, Start: ptr(int64(0))}
+	tokens, calls := forever, forever
+	tokens.Rate, calls.Rate = 10, 3
+	mustPut(t, e, "tokens", tokens)
+	mustPut(t, e, "calls", calls)
+	return e, log
+}
+
+// TestHoldOverageIsReportedAsSettled: what OnHoldOverage is told equals, limit by limit, the
+// overage the settlements answered: nothing for a settle that fits or gives back, the amount that
+// did not fit otherwise, also when several settles share the worker's transaction.
+func TestHoldOverageIsReportedAsSettled(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		e, log := overageEngine(t, d)
+		settled := map[string]float64{}
+		settle := func(id string, counts ...float64) {
+			t.Helper()
+			s, err := e.SettleHold(ctx, tenant, id, counts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, name := range s.Names {
+				settled[name] += s.Overage[i]
+			}
+		}
+
+		h := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "tokens", Key: "k", Count: 2}, limiter.HoldLimit{Name: "calls", Key: "k", Count: 1})
+		settle(h.ID, 1, 1) // less: gives back
+		h = mustHold(t, e, 60_000, limiter.HoldLimit{Name: "tokens", Key: "k", Count: 2})
+		settle(h.ID, 6) // more, and it fits: tokens has 10-1-6 = 3 left
+		h = mustHold(t, e, 60_000, limiter.HoldLimit{Name: "tokens", Key: "k", Count: 1}, limiter.HoldLimit{Name: "calls", Key: "k", Count: 1})
+		settle(h.ID, 4, 3) // more than fits on both (2 left of tokens, 1 of calls): none taken
+		if settled["tokens"] != 3 || settled["calls"] != 2 {
+			t.Fatalf("settled overage %v, want tokens 3 and calls 2", settled)
+		}
+
+		// Settles at once, most sharing one transaction of the worker's.
+		var holds []string
+		for range 6 {
+			holds = append(holds, mustHold(t, e, 60_000, limiter.HoldLimit{Name: "calls", Key: "many", Count: 0}).ID)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, id := range holds {
+			wg.Go(func() {
+				s, err := e.SettleHold(ctx, tenant, id, []float64{1})
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				settled["calls"] += s.Overage[0]
+			})
+		}
+		wg.Wait()
+		if settled["calls"] != 2+3 { // 3 of the 6 fit
+			t.Fatalf("settled overage %v, want calls 5", settled)
+		}
+		for _, name := range []string{"tokens", "calls"} {
+			if got := log.of(name); got != settled[name] {
+				t.Errorf("OnHoldOverage was told %v of %s, the settlements answered %v", got, name, settled[name])
+			}
+		}
+	})
+}
+
+// TestHoldOverageIsReportedOnceWhenTheSettleIsRetried: a settle whose transaction fails with a
+// serialization failure after it decided (another connection touched the hold in between) is
+// retried and commits once; its overage is reported once, not once per attempt.
+func TestHoldOverageIsReportedOnceWhenTheSettleIsRetried(t *testing.T) {
+	d := testkit.OpenURL(t, testkit.NewDatabase(t))
+	ctx := context.Background()
+	e, log := overageEngine(t, d)
+	h := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "tokens", Key: "k", Count: 1})
+	mustLimit(t, e, limiter.Request{Name: "tokens", Key: "k", Count: 8}) // 1 left
+
+	var once sync.Once
+	limiter.SetAfterDecide(e, func() {
+		// The settle's first attempt has read the hold open and decided; a change to the hold's
+		// row committed now makes its own update of that row a serialization failure.
+		once.Do(func() {
+			if err := d.Gorm.Exec("UPDATE holds SET expires_at = expires_at WHERE tenant_id = ? AND id = ?", tenant, h.ID).Error; err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	before := d.Retries()
+	s, err := e.SettleHold(ctx, tenant, h.ID, []float64{4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Retries() == before {
+		t.Fatal("the settle's transaction was not retried: the test proves nothing")
+	}
+	if s.Overage[0] != 3 || value(t, e, "tokens", "k") != 1 {
+		t.Fatalf("settled %+v, value %v: want 3 of overage and nothing taken", s, value(t, e, "tokens", "k"))
+	}
+	if got := log.of("tokens"); got != s.Overage[0] {
+		t.Fatalf("OnHoldOverage was told %v, the settle answered %v", got, s.Overage[0])
+	}
+}
