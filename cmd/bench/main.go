@@ -139,6 +139,9 @@ type Report struct {
 	Upserts         []UpsertRef `json:"pgbenchUpserts,omitempty"`
 	Results         []Result    `json:"results"`
 	ServerPeakRSSMB float64     `json:"serverPeakRssMB"`
+	// HotUpdates of Updates of limit_state's row updates were heap-only (PostgreSQL's statistics).
+	HotUpdates int64 `json:"limitStateHotUpdates"`
+	Updates    int64 `json:"limitStateUpdates"`
 	// Pairs are pgbench's random ceiling and random-32 measured back to back, each pair within
 	// seconds, so that the VM's drift over the whole run cannot bias their ratio.
 	Pairs           []Pair  `json:"pairs,omitempty"`
@@ -294,6 +297,7 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 		}
 	}
 	report.ServerPeakRSSMB = max(pg.peakRSSMB(), sqlite.peakRSSMB())
+	report.HotUpdates, report.Updates = hotUpdates(dbURL)
 	printTable(os.Stdout, report)
 	if err := os.MkdirAll(filepath.Dir(outPath), 0o755); err != nil {
 		return err
@@ -570,6 +574,27 @@ func printTable(w io.Writer, r Report) {
 		fmt.Fprintf(w, " median %.2f×\n", r.PairRatioMedian)
 	}
 	fmt.Fprintf(w, "\nserver peak RSS: %.0f MB\n", r.ServerPeakRSSMB)
+	if r.Updates > 0 {
+		fmt.Fprintf(w, "limit_state updates heap-only (HOT): %d of %d (%.1f%%)\n", r.HotUpdates, r.Updates, 100*float64(r.HotUpdates)/float64(r.Updates))
+	}
+}
+
+// hotUpdates reads how many of limit_state's updates so far were heap-only (no new index entry,
+// so no conflict on the primary key's pages between concurrent groups); 0, 0 when unknown.
+func hotUpdates(dbURL string) (hot, all int64) {
+	bindir, err := testkit.BinDir()
+	if err != nil {
+		return 0, 0
+	}
+	out, err := exec.Command(filepath.Join(bindir, "psql"), dbURL, "-qAt", "-F", " ", "-c",
+		"SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables WHERE relname = 'limit_state'").Output()
+	if err != nil {
+		return 0, 0
+	}
+	if _, err := fmt.Sscan(string(out), &hot, &all); err != nil {
+		return 0, 0
+	}
+	return hot, all
 }
 
 func onOff(b bool) string {
