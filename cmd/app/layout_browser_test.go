@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -31,10 +33,29 @@ const overflowing = `(() => {
 	return out.join(', ');
 })()`
 
+// smallestChartLabel is the rendered size, in CSS px, of the smallest text of the page's usage
+// charts (its font size in SVG units times the scale the SVG is drawn at), and how many texts
+// were measured: "count smallest", or "" without a chart.
+const smallestChartLabel = `(() => {
+	let least = Infinity, n = 0;
+	for (const svg of document.querySelectorAll('svg.chart-svg')) {
+		const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+		for (const t of svg.querySelectorAll('text')) {
+			least = Math.min(least, parseFloat(getComputedStyle(t).fontSize) * scale);
+			n++;
+		}
+	}
+	return n === 0 ? '' : n + ' ' + least.toFixed(2);
+})()`
+
+// minChartLabelPx is the smallest chart label a phone may show.
+const minChartLabelPx = 9
+
 // TestDashboardPagesFitAPhoneAndADesktop: at 375 px (a phone) and 1280 px wide, no page of the
 // dashboard has an element wider than the viewport, with a tenant named with the longest name
-// allowed (128 characters) and a limit, a key and a webhook to list. Tables may scroll inside
-// their own box, never the page.
+// allowed (128 characters) and a limit, a key and a webhook to list. Tables and charts may
+// scroll inside their own box, never the page; a chart's labels stay readable (at least 9 CSS px)
+// at both widths.
 func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 	chromium := chromiumPath(t, "The dashboard's layout at 375 and 1280 px")
 	const email, password = "layout@example.com", "a long enough password"
@@ -76,15 +97,40 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 		chromedp.Submit("#label"),
 		chromedp.WaitVisible("#new-secret"),
 	)
+	secret := read("the key's secret", chromedp.Value("#new-secret"))
+	for i := range 12 { // 10 a minute: the last two are refused, so the analytics have a chart
+		if code, _ := v1(t, srv.base, secret, "/v1/limits/a-limit-with-a-rather-long-name.for.the.layout/limit", `{"key":"alice"}`); code != http.StatusOK {
+			t.Fatalf("decision %d: %d", i, code)
+		}
+	}
+	step("wait for the analytics to show the decisions",
+		chromedp.Navigate(srv.base+tenantPath+"/analytics"),
+		chromedp.WaitVisible("#analytics-panel svg.chart-svg"),
+	)
 	pages := []string{"/tenants", tenantPath + "/limits", tenantPath + "/limits/a-limit-with-a-rather-long-name.for.the.layout",
 		tenantPath + "/new-limit", tenantPath + "/keys", tenantPath + "/captcha", tenantPath + "/webhooks", tenantPath + "/audit", tenantPath + "/analytics", tenantPath + "/plan", "/audit",
 		tenantPath + "/members", "/users", "/account", tenantPath + "/manage"}
 	for _, width := range []int64{375, 1280} {
+		charts := 0
 		for _, p := range pages {
 			step("open "+p, chromedp.EmulateViewport(width, 800), chromedp.Navigate(srv.base+p), chromedp.WaitVisible("main"))
 			if wide := read("measure "+p, chromedp.Evaluate[string](overflowing)); wide != "" {
 				t.Errorf("%d px, %s: wider than the viewport: %s", width, p, wide)
 			}
+			if labels := read("measure the chart labels of "+p, chromedp.Evaluate[string](smallestChartLabel)); labels != "" {
+				charts++
+				var n int
+				var px float64
+				if _, err := fmt.Sscan(labels, &n, &px); err != nil {
+					t.Fatalf("chart labels %q: %v", labels, err)
+				}
+				if px < minChartLabelPx {
+					t.Errorf("%d px, %s: chart labels drawn at %.2f CSS px, want at least %d", width, p, px, minChartLabelPx)
+				}
+			}
+		}
+		if charts < 3 { // the limits list, the limit's page, the analytics
+			t.Errorf("%d px: only %d pages had a chart to measure", width, charts)
 		}
 	}
 }
