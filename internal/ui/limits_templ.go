@@ -764,7 +764,7 @@ func limitFormPage(vm limitFormVM) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = textField(vm, "jitter", "Jitter (ms)", "Added at random to a refusal's retryAfter", "text").Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = textField(vm, "jitter", "Jitter", "Added at random to a refusal's retryAfter: e.g. 500ms, 2s, or milliseconds (500); 0: none", "text").Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -891,11 +891,11 @@ func limitFormPage(vm limitFormVM) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = textField(vm, "penalty", "Penalty (ms)", "A refused key stays refused this long after the refusal; 0: none. One shard only.", "text").Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = textField(vm, "penalty", "Penalty", "A refused key stays refused this long after the refusal: e.g. 30s, 10m, or milliseconds (30000); 0: none. One shard only.", "text").Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = textField(vm, "leaseTtl", "Lease TTL (ms)", "Concurrency only: how long a lease lasts unless released or extended (rate is then the most in flight).", "text").Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = textField(vm, "leaseTtl", "Lease TTL", "Concurrency only: how long a lease lasts unless released or extended, e.g. 30s, 1h, or milliseconds (30000); rate is then the most in flight.", "text").Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
