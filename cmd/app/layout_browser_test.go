@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -53,19 +54,24 @@ const minChartLabelPx = 9
 
 // TestDashboardPagesFitAPhoneAndADesktop: at 375 px (a phone) and 1280 px wide, no page of the
 // dashboard has an element wider than the viewport, with a tenant named with the longest name
-// allowed (128 characters) and a limit, a key and a webhook to list. Tables and charts may
-// scroll inside their own box, never the page; a chart's labels stay readable (at least 9 CSS px)
-// at both widths.
+// allowed (128 characters), a limit with state and refusals, a key, and a webhook endpoint with
+// a delivery. Tables and charts may scroll inside their own box, never the page; a chart's
+// labels stay readable (at least 9 CSS px) at both widths.
 func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 	chromium := chromiumPath(t, "The dashboard's layout at 375 and 1280 px")
+	hooks := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer hooks.Close()
 	const email, password = "layout@example.com", "a long enough password"
-	srv := startTestServer(t, map[string]string{"SLUICE_ADMIN_EMAIL": email, "SLUICE_ADMIN_PASSWORD": password}, false)
+	srv := startTestServer(t, map[string]string{"SLUICE_ADMIN_EMAIL": email, "SLUICE_ADMIN_PASSWORD": password,
+		"WEBHOOK_ALLOW_PRIVATE": "true"}, false) // the receiver is on 127.0.0.1
 	ctx := newBrowser(t, chromium)
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 180*time.Second)
 	defer cancel()
 	dr := driver{t, ctx}
 	step, read := dr.step, dr.read
 	long := strings.Repeat("long-tenant-name.", 7) + "x1234567890ab"[:128-7*17]
+	limit := "a-limit-with-a-rather-long-name.for.the.layout"
+	hookURL := hooks.URL + "/sluice"
 	step("log in",
 		chromedp.EmulateViewport(1280, 900),
 		chromedp.Navigate(srv.base+"/login"),
@@ -81,35 +87,51 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 		chromedp.WaitVisible("#new-limit"),
 	)
 	tenantPath := read("the tenant's path", chromedp.Evaluate[string](`location.pathname.replace(/\/limits$/, '')`))
+	limitPath := tenantPath + "/limits/" + limit
 	step("create a limit",
 		chromedp.Navigate(srv.base+tenantPath+"/new-limit"),
 		chromedp.WaitVisible("#name"),
-		chromedp.SendKeys("#name", "a-limit-with-a-rather-long-name.for.the.layout"),
-		chromedp.SendKeys("#rate", "10"),
-		chromedp.SendKeys("#period", "60000"),
+		chromedp.SetValue("#name", limit),
+		chromedp.SetValue("#rate", "10"),
+		chromedp.SetValue("#period", "1m"),
 		chromedp.Submit("#name"),
 		chromedp.WaitVisible("#edit-limit"),
 	)
-	step("create a key",
+	step("create an API key",
 		chromedp.Navigate(srv.base+tenantPath+"/keys"),
 		chromedp.WaitVisible("#label"),
-		chromedp.SendKeys("#label", "a key with a label long enough to wrap somewhere on a phone"),
+		chromedp.SetValue("#label", "a key with a label long enough to wrap somewhere on a phone"),
 		chromedp.Submit("#label"),
 		chromedp.WaitVisible("#new-secret"),
 	)
 	secret := read("the key's secret", chromedp.Value("#new-secret"))
 	for i := range 12 { // 10 a minute: the last two are refused, so the analytics have a chart
-		if code, _ := v1(t, srv.base, secret, "/v1/limits/a-limit-with-a-rather-long-name.for.the.layout/limit", `{"key":"alice"}`); code != http.StatusOK {
+		if code, _ := v1(t, srv.base, secret, "/v1/limits/"+limit+"/limit", `{"key":"alice"}`); code != http.StatusOK {
 			t.Fatalf("decision %d: %d", i, code)
 		}
 	}
 	step("wait for the analytics to show the decisions",
 		chromedp.Navigate(srv.base+tenantPath+"/analytics"),
 		chromedp.WaitVisible("#analytics-panel svg.chart-svg"),
+		chromedp.WaitVisible(`#top-refused tbody tr td.key`),
 	)
-	pages := []string{"/tenants", tenantPath + "/limits", tenantPath + "/limits/a-limit-with-a-rather-long-name.for.the.layout",
-		tenantPath + "/new-limit", tenantPath + "/keys", tenantPath + "/captcha", tenantPath + "/webhooks", tenantPath + "/audit", tenantPath + "/analytics", tenantPath + "/plan", "/audit",
-		tenantPath + "/members", "/users", "/account", tenantPath + "/manage"}
+	step("create a webhook endpoint",
+		chromedp.Navigate(srv.base+tenantPath+"/webhooks"),
+		chromedp.WaitVisible("#url"),
+		chromedp.SetValue("#url", hookURL),
+		chromedp.Submit("#url"),
+		chromedp.WaitVisible("#new-secret"),
+	)
+	hookPath := read("the endpoint's page", chromedp.Evaluate[string](`new URL(document.querySelector('#webhooks tbody tr a').href).pathname`))
+	step("send the endpoint a test event",
+		chromedp.Navigate(srv.base+hookPath),
+		chromedp.WaitVisible("#send-test"),
+		chromedp.Click("#send-test"),
+		chromedp.WaitVisible("#deliveries tbody tr"),
+	)
+	pages := []string{"/tenants", tenantPath + "/limits", limitPath, limitPath + "/edit", limitPath + "/reset-all", limitPath + "/delete",
+		tenantPath + "/new-limit", tenantPath + "/keys", tenantPath + "/captcha", tenantPath + "/webhooks", hookPath, tenantPath + "/audit",
+		tenantPath + "/analytics", tenantPath + "/plan", "/audit", tenantPath + "/members", "/users", "/account", tenantPath + "/manage"}
 	for _, width := range []int64{375, 1280} {
 		charts := 0
 		for _, p := range pages {
