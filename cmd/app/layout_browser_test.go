@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -52,11 +53,40 @@ const smallestChartLabel = `(() => {
 // minChartLabelPx is the smallest chart label a phone may show.
 const minChartLabelPx = 9
 
+// untruncated lists where the page shows one of needles (long names) in the text of an element
+// that is inside neither a .truncate box titled with the whole value nor a .breakable one, or
+// whose box is wider than the viewport: a long name is cut short on one line and shows in full
+// on hover, or, where it must be read whole (a name to type to confirm), wraps anywhere. The
+// options of a select and the contents of a textarea are not checked.
+func untruncated(needles ...string) string {
+	js, _ := json.Marshal(needles)
+	return `(() => {
+	const needles = ` + string(js) + `;
+	const w = document.documentElement.clientWidth;
+	const out = [];
+	for (const e of document.querySelectorAll('body *')) {
+		if (e.closest('option, textarea, script')) continue;
+		const own = Array.from(e.childNodes).filter(n => n.nodeType === Node.TEXT_NODE).map(n => n.textContent).join('');
+		for (const n of needles) {
+			if (!own.includes(n) || e.getBoundingClientRect().width === 0) continue;
+			const box = e.closest('.truncate, .breakable');
+			const where = e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (e.className && typeof e.className === 'string' ? '.' + e.className.trim().replace(/ +/g, '.') : '');
+			if (!box) out.push(where + ' shows ' + n.slice(0, 20) + '… untruncated');
+			else if (box.matches('.truncate') && !(box.title || '').includes(n)) out.push(where + ' has no title with ' + n.slice(0, 20) + '…');
+			else if (box.getBoundingClientRect().width > w + 1) out.push(where + ' is ' + Math.round(box.getBoundingClientRect().width) + 'px wide');
+		}
+		if (out.length >= 10) break;
+	}
+	return out.join(', ');
+})()`
+}
+
 // TestDashboardPagesFitAPhoneAndADesktop: at 375 px (a phone) and 1280 px wide, no page of the
-// dashboard has an element wider than the viewport, with a tenant named with the longest name
-// allowed (128 characters), a limit with state and refusals, a key, and a webhook endpoint with
-// a delivery. Tables and charts may scroll inside their own box, never the page; a chart's
-// labels stay readable (at least 9 CSS px) at both widths.
+// dashboard has an element wider than the viewport, with the longest names allowed: a tenant and
+// a limit named with 128 characters, an API key labelled with 100, a 200-byte key with state
+// and refusals, and a webhook endpoint with a long URL and a delivery. Tables and charts may
+// scroll inside their own box, never the page; each long name is cut short with its full value
+// in a tooltip; a chart's labels stay readable (at least 9 CSS px) at both widths.
 func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 	chromium := chromiumPath(t, "The dashboard's layout at 375 and 1280 px")
 	hooks := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -70,8 +100,14 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 	dr := driver{t, ctx}
 	step, read := dr.step, dr.read
 	long := strings.Repeat("long-tenant-name.", 7) + "x1234567890ab"[:128-7*17]
-	limit := "a-limit-with-a-rather-long-name.for.the.layout"
-	hookURL := hooks.URL + "/sluice"
+	// Names with no place to break a line: "_" and "." between letters allow none.
+	limit := strings.Repeat("long_limit_name.", 8)
+	label := strings.Repeat("production_backend_", 6)[:100]
+	key := "customer_" + strings.Repeat("0123456789abcdef", 12)
+	hookURL := hooks.URL + "/sluice/" + strings.Repeat("webhook_receiver_", 6)
+	if len(long) != 128 || len(limit) != 128 || len(label) != 100 || len(key) != 201 {
+		t.Fatalf("name lengths %d, %d, %d, %d", len(long), len(limit), len(label), len(key))
+	}
 	step("log in",
 		chromedp.EmulateViewport(1280, 900),
 		chromedp.Navigate(srv.base+"/login"),
@@ -88,7 +124,7 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 	)
 	tenantPath := read("the tenant's path", chromedp.Evaluate[string](`location.pathname.replace(/\/limits$/, '')`))
 	limitPath := tenantPath + "/limits/" + limit
-	step("create a limit",
+	step("create a limit with the longest name",
 		chromedp.Navigate(srv.base+tenantPath+"/new-limit"),
 		chromedp.WaitVisible("#name"),
 		chromedp.SetValue("#name", limit),
@@ -97,16 +133,16 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 		chromedp.Submit("#name"),
 		chromedp.WaitVisible("#edit-limit"),
 	)
-	step("create an API key",
+	step("create an API key with the longest label",
 		chromedp.Navigate(srv.base+tenantPath+"/keys"),
 		chromedp.WaitVisible("#label"),
-		chromedp.SetValue("#label", "a key with a label long enough to wrap somewhere on a phone"),
+		chromedp.SetValue("#label", label),
 		chromedp.Submit("#label"),
 		chromedp.WaitVisible("#new-secret"),
 	)
 	secret := read("the key's secret", chromedp.Value("#new-secret"))
-	for i := range 12 { // 10 a minute: the last two are refused, so the analytics have a chart
-		if code, _ := v1(t, srv.base, secret, "/v1/limits/"+limit+"/limit", `{"key":"alice"}`); code != http.StatusOK {
+	for i := range 12 { // 10 a minute: the last two are refused, so the key is a top refused key
+		if code, _ := v1(t, srv.base, secret, "/v1/limits/"+limit+"/limit", `{"key":"`+key+`"}`); code != http.StatusOK {
 			t.Fatalf("decision %d: %d", i, code)
 		}
 	}
@@ -115,7 +151,7 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 		chromedp.WaitVisible("#analytics-panel svg.chart-svg"),
 		chromedp.WaitVisible(`#top-refused tbody tr td.key`),
 	)
-	step("create a webhook endpoint",
+	step("create a webhook endpoint with a long URL",
 		chromedp.Navigate(srv.base+tenantPath+"/webhooks"),
 		chromedp.WaitVisible("#url"),
 		chromedp.SetValue("#url", hookURL),
@@ -138,6 +174,9 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 			step("open "+p, chromedp.EmulateViewport(width, 800), chromedp.Navigate(srv.base+p), chromedp.WaitVisible("main"))
 			if wide := read("measure "+p, chromedp.Evaluate[string](overflowing)); wide != "" {
 				t.Errorf("%d px, %s: wider than the viewport: %s", width, p, wide)
+			}
+			if cut := read("look for long names on "+p, chromedp.Evaluate[string](untruncated(long, limit, label, key, hookURL))); cut != "" {
+				t.Errorf("%d px, %s: %s", width, p, cut)
 			}
 			if labels := read("measure the chart labels of "+p, chromedp.Evaluate[string](smallestChartLabel)); labels != "" {
 				charts++
