@@ -50,6 +50,19 @@ const smallestChartLabel = `(() => {
 	return n === 0 ? '' : n + ' ' + least.toFixed(2);
 })()`
 
+// chartsHidingNow counts the charts whose scrolling box, as the page opens, does not show their
+// "now" end (the latest buckets).
+const chartsHidingNow = `(() => {
+	let n = 0;
+	for (const box of document.querySelectorAll('.chart-scroll')) {
+		const now = Array.from(box.querySelectorAll('text')).find(t => t.textContent.startsWith('now'));
+		if (!now) continue;
+		const b = box.getBoundingClientRect(), r = now.getBoundingClientRect();
+		if (r.right > b.right + 1 || r.left < b.left - 1) n++;
+	}
+	return String(n);
+})()`
+
 // minChartLabelPx is the smallest chart label a phone may show.
 const minChartLabelPx = 9
 
@@ -86,7 +99,8 @@ func untruncated(needles ...string) string {
 // a limit named with 128 characters, an API key labelled with 100, a 200-byte key with state
 // and refusals, and a webhook endpoint with a long URL and a delivery. Tables and charts may
 // scroll inside their own box, never the page; each long name is cut short with its full value
-// in a tooltip; a chart's labels stay readable (at least 9 CSS px) at both widths.
+// in a tooltip; a chart's labels stay readable (at least 9 CSS px) at both widths, and a chart
+// that scrolls opens at its latest buckets.
 func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 	chromium := chromiumPath(t, "The dashboard's layout at 375 and 1280 px")
 	hooks := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -187,6 +201,9 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 				}
 				if px < minChartLabelPx {
 					t.Errorf("%d px, %s: chart labels drawn at %.2f CSS px, want at least %d", width, p, px, minChartLabelPx)
+				}
+				if n := read("look for the charts' now on "+p, chromedp.Evaluate[string](chartsHidingNow)); n != "0" {
+					t.Errorf("%d px, %s: %s charts open scrolled away from now", width, p, n)
 				}
 			}
 		}
