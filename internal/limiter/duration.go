@@ -13,3 +13,6 @@ func FormatDuration(ms int64) string { return algo.FormatDuration(ms) }
 
 // PerDuration writes a period after a rate: "per minute", "per 10 minutes".
 func PerDuration(ms int64) string { return algo.PerDuration(ms) }
+
+// DurationWords writes milliseconds in words: "10 minutes", "1 hour 30 minutes".
+func DurationWords(ms int64) string { return algo.DurationWords(ms) }

@@ -26,7 +26,8 @@ var (
 	chartDay  = chartSpec{"Last 24 hours (per 15 minutes)", 24 * time.Hour, 15 * time.Minute}
 )
 
-// Chart geometry, in SVG user units (the SVG scales to its container).
+// Chart geometry, in SVG user units. The SVG scales to its container but is never drawn
+// narrower than 40rem (app.css: it scrolls instead), so that its 11-unit labels stay over 9 px.
 const (
 	chartW, chartH                = 720.0, 200.0
 	padL, padR, padTop, padBottom = 48.0, 8.0, 10.0, 24.0

@@ -87,20 +87,6 @@ func fmtNum(v float64) string {
 	return strconv.FormatFloat(r, 'f', -1, 64)
 }
 
-// fmtMS shows a duration given in milliseconds, in the largest unit that divides it.
-func fmtMS(ms int64) string {
-	units := []struct {
-		n    int64
-		name string
-	}{{86_400_000, "d"}, {3_600_000, "h"}, {60_000, "min"}, {1000, "s"}}
-	for _, un := range units {
-		if ms >= un.n && ms%un.n == 0 {
-			return strconv.FormatInt(ms/un.n, 10) + " " + un.name
-		}
-	}
-	return strconv.FormatInt(ms, 10) + " ms"
-}
-
 // safeNext accepts only a local path as a post-login destination (no open redirect).
 func safeNext(next string) string {
 	if len(next) > 0 && len(next) < 2048 && next[0] == '/' && (len(next) == 1 || (next[1] != '/' && next[1] != '\\')) {

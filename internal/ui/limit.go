@@ -91,7 +91,7 @@ func configRows(d limiter.Definition) []configRow {
 		rate = quotaRate(d)
 	}
 	if d.Kind == limiter.Concurrency {
-		rate = fmtNum(d.Rate) + " leases in flight, each lasting " + fmtMS(d.LeaseTTL) + " (" + strconv.FormatInt(d.LeaseTTL, 10) + " ms) unless released or extended"
+		rate = fmtNum(d.Rate) + " leases in flight, each lasting " + limiter.DurationWords(d.LeaseTTL) + " (" + strconv.FormatInt(d.LeaseTTL, 10) + " ms) unless released or extended"
 	}
 	rows := []configRow{
 		{"Kind", string(d.Kind)},
@@ -112,20 +112,36 @@ func configRows(d limiter.Definition) []configRow {
 		rows = append(rows, configRow{"Max reserved", fmtNum(*d.MaxReserved)})
 	}
 	if d.Start != nil {
-		rows = append(rows, configRow{"Window start", strconv.FormatInt(*d.Start, 10) + " ms"})
+		rows = append(rows, configRow{"Window start", windowStart(*d.Start)})
 	}
 	if d.Kind == limiter.SlidingWindow {
 		rows = append(rows, configRow{"Resolution", strconv.Itoa(max(d.Resolution, 1))})
 	}
-	rows = append(rows, configRow{"Jitter", strconv.FormatInt(d.Jitter, 10) + " ms"})
+	jitter := "none"
+	if d.Jitter > 0 {
+		jitter = limiter.DurationWords(d.Jitter) + " (" + strconv.FormatInt(d.Jitter, 10) + " ms)"
+	}
+	rows = append(rows, configRow{"Jitter", jitter})
 	rows = append(rows, configRow{"Mode", string(d.Normalized().Mode)})
 	if d.Penalty > 0 {
-		rows = append(rows, configRow{"Penalty", fmtMS(d.Penalty) + " (" + strconv.FormatInt(d.Penalty, 10) + " ms)"})
+		rows = append(rows, configRow{"Penalty", limiter.DurationWords(d.Penalty) + " (" + strconv.FormatInt(d.Penalty, 10) + " ms)"})
 	}
 	if d.IPFallback {
 		rows = append(rows, configRow{"IP fallback", "on"})
 	}
 	return rows
+}
+
+// windowStart shows a fixed window's start, an instant in milliseconds since the epoch (not a
+// duration: the windows are aligned to it), as a time in UTC: "2026-03-30 00:00:30 UTC
+// (1774828830000 ms)", with the milliseconds when it has some.
+func windowStart(ms int64) string {
+	t := timeMS(ms)
+	layout := "2006-01-02 15:04:05 UTC"
+	if ms%1000 != 0 {
+		layout = "2006-01-02 15:04:05.000 UTC"
+	}
+	return t.Format(layout) + " (" + strconv.FormatInt(ms, 10) + " ms)"
 }
 
 func (u *UI) recentKeys(c *gin.Context, d limiter.StoredDefinition) ([]keyValueVM, error) {

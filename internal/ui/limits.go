@@ -46,7 +46,7 @@ func summary(d limiter.Definition) string {
 	case limiter.Quota:
 		b.WriteString(quotaRate(d))
 	case limiter.Concurrency:
-		b.WriteString(fmtNum(d.Rate) + " in flight, leases of " + fmtMS(d.LeaseTTL))
+		b.WriteString(fmtNum(d.Rate) + " in flight, leases of " + limiter.DurationWords(d.LeaseTTL))
 	default:
 		b.WriteString(fmtNum(d.Rate) + " " + limiter.PerDuration(d.Period))
 	}
@@ -63,10 +63,10 @@ func summary(d limiter.Definition) string {
 		b.WriteString(", resolution " + strconv.Itoa(d.Resolution))
 	}
 	if d.Jitter > 0 {
-		b.WriteString(", jitter " + fmtMS(d.Jitter))
+		b.WriteString(", jitter " + limiter.DurationWords(d.Jitter))
 	}
 	if d.Penalty > 0 {
-		b.WriteString(", penalty " + fmtMS(d.Penalty))
+		b.WriteString(", penalty " + limiter.DurationWords(d.Penalty))
 	}
 	if d.IsShadow() {
 		b.WriteString(", shadow mode")
@@ -175,13 +175,21 @@ type limitFormVM struct {
 
 var kinds = []string{string(limiter.TokenBucket), string(limiter.GCRA), string(limiter.FixedWindow), string(limiter.SlidingWindow), string(limiter.Quota), string(limiter.Concurrency)}
 
-// inputMode is a form field's keyboard on phones: the period takes words ("10m"), the rest numbers.
+// durationFields are the form's fields that take a human duration ("10m", "1h30m", "1.5s") as
+// well as milliseconds.
+var durationFields = map[string]bool{"period": true, "leaseTtl": true, "jitter": true, "penalty": true}
+
+// inputMode is a form field's keyboard on phones: durations take words ("10m"), the rest numbers.
 func inputMode(field string) string {
-	if field == "period" {
+	if durationFields[field] {
 		return "text"
 	}
 	return "decimal"
 }
+
+// errDurationField is the error of a jitter, penalty or lease TTL the form cannot read (the
+// period's, limiter.ErrDuration, offers "per 10 minutes", which reads oddly there).
+const errDurationField = `use milliseconds (1500) or a duration such as "1.5s", "30s" or "2m30s"`
 
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
@@ -221,6 +229,24 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 		}
 		return &v
 	}
+	// duration reads a jitter, penalty or lease TTL: whole milliseconds go to the definition's
+	// own rules as they are (so that 0 and a negative number get its message), anything else is
+	// read as a human duration.
+	duration := func(f string) *int64 {
+		s := get(f)
+		if s == "" {
+			return nil
+		}
+		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return &v
+		}
+		ms, err := limiter.ParseDuration(s)
+		if err != nil {
+			errs[f] = errDurationField
+			return nil
+		}
+		return &ms
+	}
 	smallInt := func(f string) *int {
 		v := integer(f)
 		if v == nil {
@@ -248,7 +274,7 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 		body.Period = nil
 		delete(errs, "period")
 	}
-	body.LeaseTTL = integer("leaseTtl")
+	body.LeaseTTL = duration("leaseTtl")
 	if s := get("calendar"); s != "" {
 		body.Calendar = &s
 	}
@@ -262,8 +288,8 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 	body.Shards = smallInt("shards")
 	body.Start = integer("start")
 	body.Resolution = smallInt("resolution")
-	body.Jitter = integer("jitter")
-	body.Penalty = integer("penalty")
+	body.Jitter = duration("jitter")
+	body.Penalty = duration("penalty")
 	if m := get("mode"); m != "" {
 		body.Mode = &m
 	}
@@ -332,14 +358,17 @@ func definitionValues(d limiter.Definition) map[string]string {
 		"rate":   strconv.FormatFloat(d.Rate, 'f', -1, 64),
 		"period": limiter.FormatDuration(d.Period),
 		"shards": strconv.Itoa(max(d.Shards, 1)),
-		"jitter": strconv.FormatInt(d.Jitter, 10),
+		"jitter": "0",
 		"mode":   string(d.Normalized().Mode),
 	}
+	if d.Jitter > 0 {
+		v["jitter"] = limiter.FormatDuration(d.Jitter)
+	}
 	if d.Penalty > 0 {
-		v["penalty"] = strconv.FormatInt(d.Penalty, 10)
+		v["penalty"] = limiter.FormatDuration(d.Penalty)
 	}
 	if d.Kind == limiter.Concurrency {
-		v["period"], v["leaseTtl"] = "", strconv.FormatInt(d.LeaseTTL, 10)
+		v["period"], v["leaseTtl"] = "", limiter.FormatDuration(d.LeaseTTL)
 	}
 	if d.Kind == limiter.Quota {
 		v["period"] = ""

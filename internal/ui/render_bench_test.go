@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
@@ -29,11 +32,14 @@ type renderScale struct {
 	// bigLimit is the number of keys of one more limit of the measured tenant, "big": a limit
 	// with many keys is what a listing without an index would scan.
 	bigLimit int
+	// members of the measured tenant (and as many users on /users), and webhook deliveries
+	// of its one endpoint (its log lists up to 100).
+	members, deliveries int
 }
 
 // fullRenderScale is the issue's: 100 tenants, 1,000 limits, 1,000,000 state rows (900 keys in
 // each of 999 limits and 100,900 in the measured tenant's "big").
-var fullRenderScale = renderScale{tenants: 100, limitsPerTenant: 10, keysPerLimit: 900, topKeys: 32, bigLimit: 100_000}
+var fullRenderScale = renderScale{tenants: 100, limitsPerTenant: 10, keysPerLimit: 900, topKeys: 32, bigLimit: 100_000, members: 5, deliveries: 100}
 
 // renderFixture is a started application over seeded data, and an operator's session.
 type renderFixture struct {
@@ -42,6 +48,12 @@ type renderFixture struct {
 	tenant int64
 	limit  string
 	big    string
+	// The measured tenant also has a limit in shadow mode and a concurrency limit, an override
+	// and an open hold on limit, an open lease on jobs, and a webhook endpoint with deliveries.
+	shadow, jobs string
+	override     string // the override's match
+	hold, lease  string
+	webhookID    int64
 }
 
 // seedRender starts the application on url and seeds s with set-based SQL (generate_series on
@@ -49,7 +61,11 @@ type renderFixture struct {
 func seedRender(tb testing.TB, dbURL string, s renderScale) renderFixture {
 	tb.Helper()
 	ctx := context.Background()
-	a := apptest.Start(tb, apptest.Config(dbURL), app.Options{})
+	hooks := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	tb.Cleanup(hooks.Close)
+	cfg := apptest.Config(dbURL)
+	cfg.WebhookAllowPrivate = true // the receiver is on 127.0.0.1
+	a := apptest.Start(tb, cfg, app.Options{})
 	if _, err := a.Tenants.CreateUser(ctx, opEmail, opPassword, true, nil); err != nil {
 		tb.Fatal(err)
 	}
@@ -104,7 +120,8 @@ func seedRender(tb testing.TB, dbURL string, s renderScale) renderFixture {
 			tb.Fatal(err)
 		}
 	}
-	f := renderFixture{router: a.Router, tenant: first, limit: "limit-1", big: "big"}
+	f := renderFixture{router: a.Router, tenant: first, limit: "limit-1", big: "big", shadow: "shadow", jobs: "jobs", override: "user:1"}
+	f.seedExtras(tb, a, hooks.URL, s)
 	res := f.serve(tb, http.MethodPost, "/login", url.Values{"email": {opEmail}, "password": {opPassword}})
 	if res.Code != http.StatusSeeOther {
 		tb.Fatalf("login: %d %s", res.Code, res.Body)
@@ -118,6 +135,58 @@ func seedRender(tb testing.TB, dbURL string, s renderScale) renderFixture {
 		tb.Fatal("login set no session cookie")
 	}
 	return f
+}
+
+// seedExtras gives the measured tenant what the pages beyond its limits need: a shadow limit
+// (its enforce confirmation), a concurrency limit with an open lease and an open hold on limit
+// (their release confirmations), an override (its edit form), members and invitations, and a
+// webhook endpoint whose deliveries were all sent.
+func (f *renderFixture) seedExtras(tb testing.TB, a *app.App, hookURL string, s renderScale) {
+	tb.Helper()
+	ctx := context.Background()
+	shadow := limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000, Mode: limiter.Shadow}
+	jobs := limiter.Definition{Kind: limiter.Concurrency, Rate: 10, LeaseTTL: 3_600_000}
+	for name, d := range map[string]limiter.Definition{f.shadow: shadow, f.jobs: jobs} {
+		if _, _, err := a.Engine.PutDefinition(ctx, f.tenant, name, d); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if _, _, err := a.Engine.PutOverride(ctx, f.tenant, f.limit, limiter.Override{Match: f.override, Action: limiter.ActionAllow}); err != nil {
+		tb.Fatal(err)
+	}
+	h, err := a.Engine.Hold(ctx, f.tenant, []limiter.HoldLimit{{Name: f.limit, Key: "user:2", Count: 1}}, 3_600_000)
+	if err != nil || !h.Decision.OK {
+		tb.Fatalf("hold: %+v %v", h, err)
+	}
+	lease, err := a.Engine.Limit(ctx, f.tenant, limiter.Request{Name: f.jobs, Key: "worker", Count: 1})
+	if err != nil || lease.LeaseID == "" {
+		tb.Fatalf("lease: %+v %v", lease, err)
+	}
+	f.hold, f.lease = h.ID, lease.LeaseID
+	for i := range s.members {
+		if _, err := a.Tenants.CreateUser(ctx, fmt.Sprintf("member-%d@example.com", i), "member-password-1", false, &f.tenant); err != nil {
+			tb.Fatal(err)
+		}
+		if i%2 == 0 {
+			if _, _, err := a.Tenants.CreateInvite(ctx, &f.tenant, fmt.Sprintf("invited-%d@example.com", i), tenants.RoleViewer, 24*time.Hour, "user:"+opEmail); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	ep, _, err := a.Webhooks.CreateEndpoint(ctx, f.tenant, hookURL+"/sluice", []string{"key.created", "key.revoked"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.webhookID = ep.ID
+	for range s.deliveries {
+		if err := a.Webhooks.SendTest(ctx, f.tenant, ep.ID); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	// Sent now, so that the dispatcher does not deliver them while the pages are timed.
+	if _, err := a.Webhooks.DeliverDue(ctx); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // serve sends one request through the real router, in process: server time only.
@@ -142,10 +211,13 @@ func (f renderFixture) renderPages() []string {
 	t := "/tenants/" + strconv.FormatInt(f.tenant, 10)
 	l := t + "/limits/" + f.limit
 	return []string{
-		"/tenants", "/audit", t + "/manage",
+		"/tenants", "/audit", "/users", "/account", t + "/manage",
 		t + "/limits", t + "/limit-values", t + "/new-limit",
 		l, l + "?key=user:1", l + "/keys", t + "/limits/" + f.big, t + "/limits/" + f.big + "/keys", l + "/edit", l + "/reset-all", l + "/delete", l + "/overrides/new",
-		t + "/keys", t + "/captcha", t + "/webhooks", t + "/audit",
+		l + "/overrides/edit?match=" + url.QueryEscape(f.override), l + "/holds/" + f.hold + "/release",
+		t + "/limits/" + f.shadow + "/enforce", t + "/limits/" + f.jobs + "/leases/" + f.lease + "/release",
+		t + "/keys", t + "/captcha", t + "/webhooks", t + "/webhooks/" + strconv.FormatInt(f.webhookID, 10), t + "/audit",
+		t + "/plan", t + "/members",
 		t + "/analytics", t + "/analytics?range=day", t + "/analytics?range=week", t + "/analytics/panel?range=week",
 		t + "/analytics?range=week&limit=" + f.limit, t + "/analytics/keys.csv?range=week", t + "/analytics/ratio.csv?range=week",
 	}
@@ -171,11 +243,26 @@ func BenchmarkDashboardRender(b *testing.B) {
 // that it cannot rot: the seed works and every page it times answers 200.
 func TestRenderBenchmarkSeedsAndRendersEveryPage(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, url string) {
-		f := seedRender(t, url, renderScale{tenants: 3, limitsPerTenant: 2, keysPerLimit: 20, topKeys: 4})
+		f := seedRender(t, url, renderScale{tenants: 3, limitsPerTenant: 2, keysPerLimit: 20, topKeys: 4, members: 2, deliveries: 3})
 		for _, p := range f.renderPages() {
 			if res := f.serve(t, http.MethodGet, p, nil); res.Code != http.StatusOK {
 				t.Fatalf("GET %s: %d\n%.500s", p, res.Code, res.Body)
 			}
+		}
+		// The pages the extras are for show them.
+		tenant := "/tenants/" + strconv.FormatInt(f.tenant, 10)
+		doc := func(path string) *goquery.Document {
+			d, err := goquery.NewDocumentFromReader(f.serve(t, http.MethodGet, path, nil).Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		if n := doc(tenant + "/webhooks/" + strconv.FormatInt(f.webhookID, 10)).Find("#deliveries tbody tr").Length(); n != 3 {
+			t.Errorf("the webhook log lists %d deliveries, want 3", n)
+		}
+		if n := doc(tenant + "/members").Find(`tr[data-member^="member-"]`).Length(); n != 2 {
+			t.Errorf("the members page lists %d seeded members, want 2", n)
 		}
 	})
 }

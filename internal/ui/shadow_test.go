@@ -58,7 +58,7 @@ func TestShadowLimitPageAndSwitchToEnforceWithoutJavaScript(t *testing.T) {
 	if v, _ := edit.Find(`#mode option[selected]`).Attr("value"); v != "shadow" {
 		t.Fatalf("the edit form's mode = %q", v)
 	}
-	if v, _ := edit.Find(`#penalty`).Attr("value"); v != "90000" {
+	if v, _ := edit.Find(`#penalty`).Attr("value"); v != "1m30s" { // 90,000 ms, written compactly
 		t.Fatalf("the edit form's penalty = %q", v)
 	}
 
