@@ -246,7 +246,7 @@ var options = []Option{
 			}
 			return nil
 		}},
-	{Name: "SLUICE_DECISION_LANES", Default: "2", Doc: "PostgreSQL: how many group transactions of decisions one instance keeps in flight at once (1 to 64); a hot key's decisions always share one. SQLite always uses one",
+	{Name: "SLUICE_DECISION_LANES", Default: "1", Doc: "PostgreSQL: how many group transactions of decisions one instance keeps in flight at once (1 to 64; more was slower on 2 cores shared with PostgreSQL: measure first); one key's decisions always share one. SQLite always uses one",
 		parse: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 64 {

@@ -125,8 +125,9 @@ func NewEngine(d *db.DB, opts Options) *Engine {
 }
 
 // DefaultLanes is how many group transactions an engine on PostgreSQL has in flight at once
-// unless Options.Lanes says otherwise (measured in docs/performance.md).
-const DefaultLanes = 2
+// unless Options.Lanes says otherwise: on 2 cores shared with PostgreSQL, two lanes' half-size
+// groups cost more per decision than they gained by overlapping (docs/performance.md).
+const DefaultLanes = 1
 
 // Request asks for one limit.
 type Request struct {
