@@ -48,7 +48,7 @@ func (e *env) walkTenant(t *testing.T, name string) walkTenant {
 	t.Helper()
 	ctx := context.Background()
 	tn := e.tenant(name)
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000}); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.engine.Limit(ctx, tn.ID, limiter.Request{Name: "api", Key: "alice", Count: 1}); err != nil {

@@ -17,7 +17,7 @@ func TestOverridesAreAddedEditedAndDeletedOnTheLimitPage(t *testing.T) {
 		e.operator()
 		tn := e.tenant("acme")
 		ctx := context.Background()
-		if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", dailyBucket); err != nil {
+		if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", dailyBucket, nil); err != nil {
 			t.Fatal(err)
 		}
 		c := e.login(opEmail, opPassword)
@@ -106,7 +106,7 @@ func TestOverrideFormsRefuseOtherTenantsAndOtherOrigins(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tn := range []int64{a.ID, b.ID} {
-		if _, _, err := e.engine.PutDefinition(ctx, tn, "api", dailyBucket); err != nil {
+		if _, _, err := e.engine.PutDefinition(ctx, tn, "api", dailyBucket, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
