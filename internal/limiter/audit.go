@@ -46,3 +46,12 @@ func (ch DefinitionChange) Detail() string {
 // the webhook event queued with it) commits or rolls back with the change, and its error rolls
 // the change back. A retried transaction calls it again. nil does nothing.
 type OnDefinitionChange func(tx *gorm.DB, ch DefinitionChange) error
+
+// OverrideChange is how the audit log describes a stored override that replaced another: the
+// one before and the one after (OverrideSummary each), or only the new one when there was none.
+func OverrideChange(before *Override, after Override) string {
+	if before == nil {
+		return OverrideSummary(after)
+	}
+	return OverrideSummary(*before) + " → " + OverrideSummary(after)
+}
