@@ -118,6 +118,10 @@ func TestDashboardEndToEndInChromium(t *testing.T) {
 	if strings.Contains(keysAgain, secret) {
 		t.Fatal("the secret is shown a second time")
 	}
+	// The reload asked for the page again; it created no second key (the list the browser shows).
+	if n := read("key rows", chromedp.Evaluate[string](`String(document.querySelectorAll('#keys tbody tr[data-key-id]').length)`)); n != "1" {
+		t.Fatalf("after a reload the key list shows %s keys, want 1", n)
+	}
 
 	// Open the limit page, then consume through /v1: htmx refreshes the value in place.
 	step("open limit page", chromedp.Navigate(limitURL), chromedp.WaitVisible("#recent-keys"))

@@ -3,7 +3,11 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/webhooks"
 )
 
 // TestDefinitionUpdateIsAuditedWithBeforeAndAfter: replacing a definition records the old one
@@ -22,6 +26,76 @@ func TestDefinitionUpdateIsAuditedWithBeforeAndAfter(t *testing.T) {
 		}
 		if entries[1].Action != "limit.create" || entries[1].Detail != "token bucket rate=10 period=60000" {
 			t.Fatalf("the creation's audit entry: %+v", entries[1])
+		}
+	})
+}
+
+// TestDefinitionChangesCommitWithTheirAuditEntryAndEvent: a definition change, its audit entry
+// and the definition.changed row of the webhooks' outbox are one transaction. While the outbox
+// cannot be written (its table renamed away), a replacement and a deletion fail whole: the
+// definition is as it was and neither the entry nor the event exists; once the outbox is back,
+// the deletion commits with both. On both dialects.
+func TestDefinitionChangesCommitWithTheirAuditEntryAndEvent(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		a := h.newTenant(t, "acme")
+		if _, _, err := h.app.Webhooks.CreateEndpoint(ctx, a.id, "https://hooks.example.com/sluice", []string{webhooks.EventDefinitionChanged}); err != nil {
+			t.Fatal(err)
+		}
+		// actions is the tenant's audit log of definition changes, oldest first.
+		actions := func() []string {
+			t.Helper()
+			entries, err := h.tenants.AuditLog(ctx, a.id, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, e := range slices.Backward(entries) {
+				if strings.HasPrefix(e.Action, "limit.") {
+					out = append(out, e.Action+" "+e.Target)
+				}
+			}
+			return out
+		}
+		events := func() int64 {
+			t.Helper()
+			var n int64
+			if err := h.db.Gorm.Raw(`SELECT COUNT(*) FROM webhook_deliveries WHERE tenant_id = ? AND event = ?`, a.id, webhooks.EventDefinitionChanged).Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		rename := func(from, to string) {
+			t.Helper()
+			if err := h.db.Gorm.Exec("ALTER TABLE " + from + " RENAME TO " + to).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/api", a.key, map[string]any{"kind": "token bucket", "rate": 10, "period": 60000}), http.StatusOK)
+		if got := actions(); !slices.Equal(got, []string{"limit.create api"}) || events() != 1 {
+			t.Fatalf("after the creation: audit %q, %d events; want the creation's entry and event", got, events())
+		}
+
+		rename("webhook_deliveries", "webhook_deliveries_away")
+		requireProblem(t, h.send(t, http.MethodPut, "/v1/limits/api", a.key, map[string]any{"kind": "token bucket", "rate": 20, "period": 60000}), http.StatusInternalServerError, "internal")
+		requireProblem(t, h.send(t, http.MethodDelete, "/v1/limits/api", a.key, nil), http.StatusInternalServerError, "internal")
+		rename("webhook_deliveries_away", "webhook_deliveries")
+
+		def := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/api", a.key, nil), http.StatusOK)
+		if def["rate"] != float64(10) {
+			t.Fatalf("the definition after a replacement whose event could not be queued: %v, want rate 10", def)
+		}
+		if got := actions(); !slices.Equal(got, []string{"limit.create api"}) || events() != 1 {
+			t.Fatalf("after the failed changes: audit %q, %d events; want only the creation's", got, events())
+		}
+
+		if r := h.send(t, http.MethodDelete, "/v1/limits/api", a.key, nil); r.status != http.StatusNoContent {
+			t.Fatalf("DELETE with the outbox back: %v", r)
+		}
+		requireProblem(t, h.send(t, http.MethodGet, "/v1/limits/api", a.key, nil), http.StatusNotFound, "limit_not_found")
+		if got := actions(); !slices.Equal(got, []string{"limit.create api", "limit.delete api"}) || events() != 2 {
+			t.Fatalf("after the deletion: audit %q, %d events; want the deletion's entry and event too", got, events())
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
@@ -39,6 +40,19 @@ func (s *Server) recordAudit(c *gin.Context, action, target, detail string) {
 	}
 }
 
+// auditDefinition records a definition change in the tenant's audit log inside the change's own
+// transaction, with the before and after that transaction saw: the entry and the
+// definition.changed event it queues are committed with the change or not at all.
+func (s *Server) auditDefinition(c *gin.Context) limiter.OnDefinitionChange {
+	if s.audit == nil {
+		return nil
+	}
+	actor := s.actor(c)
+	return func(tx *gorm.DB, ch limiter.DefinitionChange) error {
+		return s.audit.AuditTx(tx, &ch.TenantID, actor, ch.Action(), ch.Name, ch.Detail())
+	}
+}
+
 func (s *Server) putDefinition(c *gin.Context) {
 	name, ok := limitName(c)
 	if !ok {
@@ -55,19 +69,11 @@ func (s *Server) putDefinition(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	// The definition it replaces, for the audit log's before and after: read just before, so a
-	// concurrent change in between would show as this one's "before" (the log stays ordered).
-	before := previousDefinition(c, s.engine, tenantOf(c).TenantID, name)
-	stored, created, err := s.engine.PutDefinition(c.Request.Context(), tenantOf(c).TenantID, name, def)
+	stored, _, err := s.engine.PutDefinition(c.Request.Context(), tenantOf(c).TenantID, name, def, s.auditDefinition(c))
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	action := "limit.update"
-	if created {
-		action, before = "limit.create", nil
-	}
-	s.recordAudit(c, action, name, limiter.AuditChange(before, def))
 	c.JSON(http.StatusOK, toDefinitionResponse(stored))
 }
 
@@ -104,11 +110,10 @@ func (s *Server) deleteDefinition(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if err := s.engine.DeleteDefinition(c.Request.Context(), tenantOf(c).TenantID, name); err != nil {
+	if err := s.engine.DeleteDefinition(c.Request.Context(), tenantOf(c).TenantID, name, s.auditDefinition(c)); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	s.recordAudit(c, "limit.delete", name, "")
 	c.Status(http.StatusNoContent)
 }
 
@@ -184,14 +189,4 @@ func (s *Server) value(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, toValueResponse(v))
-}
-
-// previousDefinition is the definition stored under name, or nil (none, or it cannot be read:
-// the audit entry then shows only the new one).
-func previousDefinition(c *gin.Context, e *limiter.Engine, tenantID int64, name string) *limiter.Definition {
-	d, err := e.GetDefinition(c.Request.Context(), tenantID, name)
-	if err != nil {
-		return nil
-	}
-	return &d.Definition
 }

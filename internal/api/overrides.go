@@ -96,16 +96,16 @@ func (s *Server) putOverride(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	stored, created, err := s.engine.PutOverride(c.Request.Context(), tenantOf(c).TenantID, name, o)
+	stored, before, err := s.engine.PutOverride(c.Request.Context(), tenantOf(c).TenantID, name, o)
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
 	action := "override.update"
-	if created {
+	if before == nil {
 		action = "override.create"
 	}
-	s.recordAudit(c, action, name+" override "+strconv.Quote(o.Match), limiter.OverrideSummary(o))
+	s.recordAudit(c, action, name+" override "+strconv.Quote(o.Match), limiter.OverrideChange(before, stored.Override))
 	c.JSON(http.StatusOK, toOverrideResponse(stored))
 }
 

@@ -128,9 +128,10 @@ func TestOverridesOverHTTP(t *testing.T) {
 				t.Errorf("audit log lacks %q:\n%s", want, joined)
 			}
 		}
-		// Replacing is an update.
+		// Replacing is an update, recorded with the override before and after.
 		put(map[string]any{"match": "vip", "rate": 100})
-		if entries, _ = h.tenants.AuditLog(context.Background(), a.id, 1); len(entries) != 1 || entries[0].Action != "override.update" {
+		if entries, _ = h.tenants.AuditLog(context.Background(), a.id, 1); len(entries) != 1 || entries[0].Action != "override.update" ||
+			entries[0].Detail != "action=allow → rate=100" {
 			t.Fatalf("latest audit entry: %+v", entries)
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/captcha"
 	"github.com/sluice-dev/sluice/internal/httpserver"
@@ -25,9 +26,12 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, secret string, kind tenants.KeyKind) (tenants.Principal, error)
 }
 
-// Auditor records changes in the tenant's audit log.
+// Auditor records changes in the tenant's audit log: Audit in a transaction of its own, AuditTx
+// inside the transaction that makes the change (definitions: the entry and its webhook event
+// commit with the change or not at all).
 type Auditor interface {
 	Audit(ctx context.Context, tenantID *int64, actor, action, target, detail string) error
+	AuditTx(tx *gorm.DB, tenantID *int64, actor, action, target, detail string) error
 }
 
 // SessionChecker tells whether an anonymous session has solved the captcha.

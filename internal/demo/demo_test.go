@@ -99,7 +99,7 @@ func TestDemoNeverTouchesATenantItDidNotCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	tuned := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 1000}
-	if _, _, err := s.engine.PutDefinition(ctx, tn.ID, demo.ActionLimit, tuned); err != nil {
+	if _, _, err := s.engine.PutDefinition(ctx, tn.ID, demo.ActionLimit, tuned, nil); err != nil {
 		t.Fatal(err)
 	}
 	if res, _ := s.get(t, "/demo"); res.StatusCode != http.StatusServiceUnavailable {
@@ -143,7 +143,7 @@ func TestDemoKeepsItsKeysAndWhatTheOperatorSetAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	tuned := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 1000}
-	if _, _, err := first.engine.PutDefinition(ctx, tn.ID, demo.ActionLimit, tuned); err != nil {
+	if _, _, err := first.engine.PutDefinition(ctx, tn.ID, demo.ActionLimit, tuned, nil); err != nil {
 		t.Fatal(err)
 	}
 	stop()

@@ -97,7 +97,7 @@ func (h *harness) newKey(t *testing.T, kind tenants.KeyKind) string {
 func (h *harness) define(t *testing.T, name string, rate float64) {
 	t.Helper()
 	def := limiter.Definition{Kind: limiter.FixedWindow, Rate: rate, Period: 3_600_000}
-	if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, name, def); err != nil {
+	if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, name, def, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -468,7 +468,7 @@ func TestDescriptorEntriesFillTheKeysOfParents(t *testing.T) {
 		h.define(t, "api.org", 2)
 		child := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000,
 			Parents: []limiter.Parent{{Name: "api.org", Key: "{org}"}}}
-		if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.org.user", child); err != nil {
+		if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.org.user", child, nil); err != nil {
 			t.Fatal(err)
 		}
 		for i, user := range []string{"alice", "bob", "carol"} {
@@ -532,7 +532,7 @@ func TestAPlanOverItsRateIsOverLimitWithoutSpending(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := h.app.Engine.PutDefinition(ctx, other.ID, "api.user", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000}); err != nil {
+		if _, _, err := h.app.Engine.PutDefinition(ctx, other.ID, "api.user", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000}, nil); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 5 {

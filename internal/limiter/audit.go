@@ -1,5 +1,7 @@
 package limiter
 
+import "gorm.io/gorm"
+
 // AuditChange is how the audit log describes a stored definition that replaced another: the
 // one before and the one after (AuditDetail each), or only the new one when there was none.
 func AuditChange(before *Definition, after Definition) string {
@@ -7,4 +9,49 @@ func AuditChange(before *Definition, after Definition) string {
 		return AuditDetail(after)
 	}
 	return AuditDetail(*before) + " → " + AuditDetail(after)
+}
+
+// DefinitionChange is a definition created, replaced or deleted, as the transaction that makes
+// the change sees it.
+type DefinitionChange struct {
+	TenantID int64
+	Name     string
+	Before   *Definition // nil: the change created the definition
+	After    *Definition // nil: the change deleted it
+}
+
+// Action is the audit log's name of the change: limit.create, limit.update or limit.delete.
+func (ch DefinitionChange) Action() string {
+	switch {
+	case ch.After == nil:
+		return "limit.delete"
+	case ch.Before == nil:
+		return "limit.create"
+	default:
+		return "limit.update"
+	}
+}
+
+// Detail is the audit log's description of the change: the definition before and after
+// (AuditChange), or "" for a deletion.
+func (ch DefinitionChange) Detail() string {
+	if ch.After == nil {
+		return ""
+	}
+	return AuditChange(ch.Before, *ch.After)
+}
+
+// OnDefinitionChange is what the caller of PutDefinition or DeleteDefinition has done in the
+// same transaction, once the change is written: what it writes through tx (the audit entry, and
+// the webhook event queued with it) commits or rolls back with the change, and its error rolls
+// the change back. A retried transaction calls it again. nil does nothing.
+type OnDefinitionChange func(tx *gorm.DB, ch DefinitionChange) error
+
+// OverrideChange is how the audit log describes a stored override that replaced another: the
+// one before and the one after (OverrideSummary each), or only the new one when there was none.
+func OverrideChange(before *Override, after Override) string {
+	if before == nil {
+		return OverrideSummary(after)
+	}
+	return OverrideSummary(*before) + " → " + OverrideSummary(after)
 }

@@ -38,7 +38,7 @@ const tenant = int64(1)
 
 func mustPut(t *testing.T, e *limiter.Engine, name string, def limiter.Definition) {
 	t.Helper()
-	if _, _, err := e.PutDefinition(context.Background(), tenant, name, def); err != nil {
+	if _, _, err := e.PutDefinition(context.Background(), tenant, name, def, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -165,11 +165,11 @@ func TestEngineDefinitionsAndInlineConfig(t *testing.T) {
 		if got, err := e.Limit(ctx, tenant, limiter.Request{Name: "none", Count: 1, Config: inline}); err != nil || !got.OK {
 			t.Fatalf("inline config: %+v %v", got, err)
 		}
-		_, created, err := e.PutDefinition(ctx, tenant, "stored", limiter.Definition{Kind: limiter.TokenBucket, Rate: 5, Period: 1000})
+		_, created, err := e.PutDefinition(ctx, tenant, "stored", limiter.Definition{Kind: limiter.TokenBucket, Rate: 5, Period: 1000}, nil)
 		if err != nil || !created {
 			t.Fatalf("create: %v %v", created, err)
 		}
-		_, created, _ = e.PutDefinition(ctx, tenant, "stored", limiter.Definition{Kind: limiter.TokenBucket, Rate: 6, Period: 1000})
+		_, created, _ = e.PutDefinition(ctx, tenant, "stored", limiter.Definition{Kind: limiter.TokenBucket, Rate: 6, Period: 1000}, nil)
 		if created {
 			t.Fatal("replace reported created")
 		}
@@ -183,7 +183,7 @@ func TestEngineDefinitionsAndInlineConfig(t *testing.T) {
 		if len(list) != 1 || list[0].Definition.Rate != 6 {
 			t.Fatalf("list: %+v", list)
 		}
-		_, _, err = e.PutDefinition(ctx, tenant, "bad", limiter.Definition{Kind: limiter.TokenBucket, Rate: 0, Period: 1000})
+		_, _, err = e.PutDefinition(ctx, tenant, "bad", limiter.Definition{Kind: limiter.TokenBucket, Rate: 0, Period: 1000}, nil)
 		var ve *limiter.ValidationError
 		if !errors.As(err, &ve) || ve.Fields[0].Field != "rate" {
 			t.Fatalf("invalid definition: %v", err)
@@ -192,10 +192,10 @@ func TestEngineDefinitionsAndInlineConfig(t *testing.T) {
 			t.Fatalf("count > capacity: %v", err)
 		}
 		mustLimit(t, e, limiter.Request{Name: "stored", Key: "k", Count: 3})
-		if err := e.DeleteDefinition(ctx, tenant, "stored"); err != nil {
+		if err := e.DeleteDefinition(ctx, tenant, "stored", nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.DeleteDefinition(ctx, tenant, "stored"); !errors.Is(err, limiter.ErrLimitNotFound) {
+		if err := e.DeleteDefinition(ctx, tenant, "stored", nil); !errors.Is(err, limiter.ErrLimitNotFound) {
 			t.Fatalf("second delete: %v", err)
 		}
 		var rows int64

@@ -50,7 +50,7 @@ func TestGroupDecidesJobsInArrivalOrderEachAllOrNothing(t *testing.T) {
 		ctx := context.Background()
 		e := NewEngine(d, Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
 		for name, rate := range map[string]float64{"a": 10, "b": 3} {
-			if _, _, err := e.PutDefinition(ctx, 1, name, Definition{Kind: TokenBucket, Rate: rate, Period: 3_600_000}); err != nil {
+			if _, _, err := e.PutDefinition(ctx, 1, name, Definition{Kind: TokenBucket, Rate: rate, Period: 3_600_000}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -97,7 +97,7 @@ func TestConcurrentDecisionsOnOneKeyAreCoalescedAndExact(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		e := newEngine(t, d, Options{MaxGroup: 64})
-		if _, _, err := e.PutDefinition(ctx, 1, "hot", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000, Start: ptr(int64(0))}); err != nil {
+		if _, _, err := e.PutDefinition(ctx, 1, "hot", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000, Start: ptr(int64(0))}, nil); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
@@ -143,13 +143,13 @@ func TestStaleShardHintFetchesTheRowsItMissed(t *testing.T) {
 	ctx := context.Background()
 	frozen := Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }}
 	a, b := newEngine(t, d, frozen), newEngine(t, d, frozen)
-	if _, _, err := a.PutDefinition(ctx, 1, "s", Definition{Kind: TokenBucket, Rate: 40, Period: 3_600_000}); err != nil {
+	if _, _, err := a.PutDefinition(ctx, 1, "s", Definition{Kind: TokenBucket, Rate: 40, Period: 3_600_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Limit(ctx, 1, Request{Name: "s", Key: "k", Count: 1}); err != nil { // a learns shards = 1
 		t.Fatal(err)
 	}
-	if _, _, err := b.PutDefinition(ctx, 1, "s", Definition{Kind: TokenBucket, Rate: 40, Period: 3_600_000, Shards: 4}); err != nil {
+	if _, _, err := b.PutDefinition(ctx, 1, "s", Definition{Kind: TokenBucket, Rate: 40, Period: 3_600_000, Shards: 4}, nil); err != nil {
 		t.Fatal(err)
 	}
 	admitted := 0
@@ -180,7 +180,7 @@ func TestRunFinishesItsDecisionsAndFailsClosedOnceStopped(t *testing.T) {
 	d := testkit.Open(t, db.SQLite)
 	ctx := context.Background()
 	e := NewEngine(d, Options{Now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
-	if _, _, err := e.PutDefinition(ctx, 1, "c", Definition{Kind: TokenBucket, Rate: 1000, Period: 3_600_000}); err != nil {
+	if _, _, err := e.PutDefinition(ctx, 1, "c", Definition{Kind: TokenBucket, Rate: 1000, Period: 3_600_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -237,7 +237,7 @@ func TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued(t *testing.T) {
 		}
 		return time.UnixMilli(1_700_000_000_000)
 	}})
-	if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}); err != nil {
+	if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -303,7 +303,7 @@ func TestFastCommitIsAskedForInTheGroupsFirstRoundTrip(t *testing.T) {
 func TestFastCommitDecidesTheSame(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		e := newEngine(t, d, Options{FastCommit: true})
-		if _, _, err := e.PutDefinition(context.Background(), 1, "x", Definition{Kind: FixedWindow, Rate: 3, Period: 3_600_000}); err != nil {
+		if _, _, err := e.PutDefinition(context.Background(), 1, "x", Definition{Kind: FixedWindow, Rate: 3, Period: 3_600_000}, nil); err != nil {
 			t.Fatal(err)
 		}
 		var admitted int

@@ -257,7 +257,7 @@ func TestIdempotentRetriesInOneGroupDecideOnce(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		e := limiter.NewEngine(d, limiter.Options{})
 		start := time.Now().UnixMilli() - 1000
-		if _, _, err := e.PutDefinition(context.Background(), tenant, "once", limiter.Definition{Kind: limiter.FixedWindow, Rate: 100, Period: 3_600_000, Start: &start}); err != nil {
+		if _, _, err := e.PutDefinition(context.Background(), tenant, "once", limiter.Definition{Kind: limiter.FixedWindow, Rate: 100, Period: 3_600_000, Start: &start}, nil); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -48,7 +48,7 @@ func TestTwoLanesDecideWhileTheOtherIsInFlight(t *testing.T) {
 	d := testkit.Open(t, db.Postgres)
 	ctx := context.Background()
 	e := NewEngine(d, Options{Lanes: 2})
-	if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}); err != nil {
+	if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	entered, release := holdFirstGroup(e)
@@ -89,7 +89,7 @@ func TestAQueuedDecisionWhoseCallerLeftIsNotDecided(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
 		e := NewEngine(d, Options{Lanes: 1})
-		if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}); err != nil {
+		if _, _, err := e.PutDefinition(ctx, 1, "q", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}, nil); err != nil {
 			t.Fatal(err)
 		}
 		entered, release := holdFirstGroup(e)

@@ -104,7 +104,7 @@ func TestConcurrencyMisuseIsRefused(t *testing.T) {
 			{limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000, Mode: limiter.Shadow}, "mode"},
 			{limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 1000, LeaseTTL: 1000}, "leaseTtl"},
 		} {
-			_, _, err := e.PutDefinition(ctx, tenant, "bad", c.def)
+			_, _, err := e.PutDefinition(ctx, tenant, "bad", c.def, nil)
 			var ve *limiter.ValidationError
 			if !errors.As(err, &ve) || ve.Fields[0].Field != c.field {
 				t.Errorf("%+v: %v", c.def, err)
@@ -124,7 +124,7 @@ func TestConcurrencyMisuseIsRefused(t *testing.T) {
 			t.Errorf("inline: %v", err)
 		}
 		if _, _, err := e.PutDefinition(ctx, tenant, "child", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 1000,
-			Parents: []limiter.Parent{{Name: "jobs", Key: "k"}}}); err != nil {
+			Parents: []limiter.Parent{{Name: "jobs", Key: "k"}}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "child", Count: 1}); apperr.From(err).Code != apperr.InvalidConfig || apperr.From(err).Field != "parents" {

@@ -94,19 +94,18 @@ func newOverridesVersion() int64 {
 	}
 }
 
-// PutOverride creates or replaces the override of name whose match is o.Match. created tells
-// which. The limit must have a stored definition; o is validated against it at the decision
-// clock (expiresAt must lie ahead of it).
-func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o Override) (StoredOverride, bool, error) {
+// PutOverride creates or replaces the override of name whose match is o.Match. before is the
+// override it replaced, as its transaction read it, or nil when it created one. The limit must
+// have a stored definition; o is validated against it at the decision clock (expiresAt must lie
+// ahead of it).
+func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o Override) (stored StoredOverride, before *Override, err error) {
 	if !ValidName(name) {
-		return StoredOverride{}, false, ErrLimitNotFound
+		return StoredOverride{}, nil, ErrLimitNotFound
 	}
 	maxOverrides, err := e.quotaMax(ctx, tenantID, "overrides")
 	if err != nil {
-		return StoredOverride{}, false, fmt.Errorf("limiter: put override: %w", err)
+		return StoredOverride{}, nil, fmt.Errorf("limiter: put override: %w", err)
 	}
-	var out StoredOverride
-	var created bool
 	err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
@@ -126,11 +125,15 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 		if err := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, o.Match).Limit(1).Find(&old).Error; err != nil {
 			return err
 		}
-		created = len(old) == 0
+		before = nil // each attempt of a retried transaction reads it again
+		if len(old) > 0 {
+			prev := old[0].override()
+			before = &prev
+		}
 		wall := e.wallClock().UTC().Truncate(time.Microsecond)
 		row := overrideRow{TenantID: tenantID, Name: name, Pattern: o.Match, Rate: o.Rate, Capacity: o.Capacity,
 			MaxReserved: o.MaxReserved, Action: string(o.Action), ExpiresAt: o.ExpiresAt, CreatedAt: wall, UpdatedAt: wall}
-		if created {
+		if before == nil {
 			var n int64
 			if err := tx.Model(&overrideRow{}).Where("tenant_id = ? AND name = ?", tenantID, name).Count(&n).Error; err != nil {
 				return err
@@ -156,13 +159,13 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 				return err
 			}
 		}
-		out = row.toDomain()
+		stored = row.toDomain()
 		return setOverridesVersion(tx, tenantID, name, newOverridesVersion())
 	})
 	if err != nil {
-		return StoredOverride{}, false, fmt.Errorf("limiter: put override: %w", err)
+		return StoredOverride{}, nil, fmt.Errorf("limiter: put override: %w", err)
 	}
-	return out, created, nil
+	return stored, before, nil
 }
 
 // DeleteOverride deletes the override of name whose match is match: ErrLimitNotFound without a

@@ -25,7 +25,7 @@ func BenchmarkOverrideReload(b *testing.B) {
 		e := newEngine(b, d, limiter.Options{})
 		ctx := context.Background()
 		for _, name := range []string{"big", "other"} {
-			if _, _, err := e.PutDefinition(ctx, tenant, name, limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e6, Period: 1000}); err != nil {
+			if _, _, err := e.PutDefinition(ctx, tenant, name, limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e6, Period: 1000}, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -82,7 +82,7 @@ func BenchmarkDecisionsWithAndWithoutOverrides(b *testing.B) {
 		ctx := context.Background()
 		def := limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 1000}
 		for _, name := range []string{"without", "with"} {
-			if _, _, err := e.PutDefinition(ctx, tenant, name, def); err != nil {
+			if _, _, err := e.PutDefinition(ctx, tenant, name, def, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -214,7 +214,7 @@ func TestOverrideErrorsAndTheirDefinition(t *testing.T) {
 			t.Fatalf("another tenant: %v", err)
 		}
 		// A replacement the override would make invalid is refused, naming the override.
-		_, _, err = e.PutDefinition(ctx, tenant, "tb", limiter.Definition{Kind: limiter.SlidingWindow, Rate: 10, Period: 1000})
+		_, _, err = e.PutDefinition(ctx, tenant, "tb", limiter.Definition{Kind: limiter.SlidingWindow, Rate: 10, Period: 1000}, nil)
 		if ae := apperr.From(err); ae.Code != apperr.InvalidConfig || ae.Field != "capacity" || !strings.Contains(ae.Message, `"k"`) {
 			t.Fatalf("replacement that breaks an override: %v", err)
 		}
@@ -223,7 +223,7 @@ func TestOverrideErrorsAndTheirDefinition(t *testing.T) {
 		if got := mustLimit(t, e, limiter.Request{Name: "tb", Key: "k", Count: 1}); got.Override != "k" || got.Remaining != 19 {
 			t.Fatalf("after replacing the definition: %+v", got)
 		}
-		if err := e.DeleteDefinition(ctx, tenant, "tb"); err != nil {
+		if err := e.DeleteDefinition(ctx, tenant, "tb", nil); err != nil {
 			t.Fatal(err)
 		}
 		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 5, Period: 1000})

@@ -150,7 +150,7 @@ func TestQuotaDefinitionProblemsNameTheirFields(t *testing.T) {
 		{limiter.Definition{Kind: limiter.FixedWindow, Rate: 5, Period: 1000, AnchorDay: 2}, "anchorDay"},
 	}
 	for _, tc := range cases {
-		_, _, err := e.PutDefinition(context.Background(), tenant, "q", tc.def)
+		_, _, err := e.PutDefinition(context.Background(), tenant, "q", tc.def, nil)
 		if ae := apperr.From(err); ae.Code != apperr.InvalidConfig || ae.Field != tc.field {
 			t.Errorf("%+v: got %v (field %q), want invalid_config naming %q", tc.def, err, ae.Field, tc.field)
 		}
@@ -264,11 +264,11 @@ func TestNestedBudgetProblems(t *testing.T) {
 			}
 		}
 		// Cycles and depth are refused when stored; nothing is stored.
-		_, _, err = e.PutDefinition(ctx, tenant, "parent", fw(p("child")))
+		_, _, err = e.PutDefinition(ctx, tenant, "parent", fw(p("child")), nil)
 		if ae := apperr.From(err); ae.Code != apperr.InvalidConfig || ae.Field != "parents" || !strings.Contains(ae.Message, "parent → child → parent") {
 			t.Fatalf("cycle: %v", err)
 		}
-		_, _, err = e.PutDefinition(ctx, tenant, "self", fw(p("self")))
+		_, _, err = e.PutDefinition(ctx, tenant, "self", fw(p("self")), nil)
 		if ae := apperr.From(err); ae.Code != apperr.InvalidConfig || ae.Field != "parents" {
 			t.Fatalf("self-parent: %v", err)
 		}
@@ -281,7 +281,7 @@ func TestNestedBudgetProblems(t *testing.T) {
 		if err != nil || !got.OK || len(got.Parents) != 4 {
 			t.Fatalf("four generations: %+v, %v", got, err)
 		}
-		_, _, err = e.PutDefinition(ctx, tenant, "g4", fw(p("g5")))
+		_, _, err = e.PutDefinition(ctx, tenant, "g4", fw(p("g5")), nil)
 		if ae := apperr.From(err); ae.Code != apperr.InvalidConfig || ae.Field != "parents" || !strings.Contains(ae.Message, "child → parent → g2 → g3 → g4 → g5") {
 			t.Fatalf("five generations: %v", err)
 		}
@@ -301,7 +301,7 @@ func TestNestedBudgetProblems(t *testing.T) {
 			{[]limiter.Parent{{Name: "parent", Key: "k"}, {Name: "parent", Key: "k"}}, "parents[1]"},
 			{make([]limiter.Parent, 9), "parents"},
 		} {
-			_, _, err := e.PutDefinition(ctx, tenant, "x", fw(tc.parents...))
+			_, _, err := e.PutDefinition(ctx, tenant, "x", fw(tc.parents...), nil)
 			if ae := apperr.From(err); ae.Code != apperr.InvalidConfig || ae.Field != tc.field {
 				t.Errorf("parents %+v: %v (field %q), want %q", tc.parents, err, ae.Field, tc.field)
 			}

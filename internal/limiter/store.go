@@ -109,8 +109,9 @@ func (r definitionRow) toDomain() StoredDefinition {
 		OverridesVersion: r.OverridesVersion}
 }
 
-// PutDefinition creates or replaces the definition called name. created tells which.
-func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string, def Definition) (StoredDefinition, bool, error) {
+// PutDefinition creates or replaces the definition called name. created tells which. then, when
+// not nil, is called in the same transaction once the definition is written.
+func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string, def Definition, then OnDefinitionChange) (StoredDefinition, bool, error) {
 	if !ValidName(name) {
 		return StoredDefinition{}, false, invalidRequest("name", "must match ^[A-Za-z0-9_.:-]{1,128}$")
 	}
@@ -184,7 +185,14 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			}
 		}
 		out = row.toDomain()
-		return nil
+		if then == nil {
+			return nil
+		}
+		ch := DefinitionChange{TenantID: tenantID, Name: name, After: &out.Definition}
+		if !created {
+			ch.Before = &old.Definition
+		}
+		return then(tx, ch)
 	})
 	if err != nil {
 		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
@@ -246,20 +254,29 @@ func (e *Engine) ListDefinitions(ctx context.Context, tenantID int64) ([]StoredD
 }
 
 // DeleteDefinition removes a definition with its overrides and all of its state, or returns
-// ErrLimitNotFound.
-func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string) error {
+// ErrLimitNotFound. then, when not nil, is called in the same transaction once it is removed.
+func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string, then OnDefinitionChange) error {
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
-		res := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Delete(&definitionRow{})
-		if res.Error != nil {
-			return res.Error
+		old, found, err := loadDefinition(tx, tenantID, name)
+		if err != nil {
+			return err
 		}
-		if res.RowsAffected == 0 {
+		if !found {
 			return ErrLimitNotFound
+		}
+		if err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Delete(&definitionRow{}).Error; err != nil {
+			return err
 		}
 		if err := deleteOverrides(tx, tenantID, name); err != nil {
 			return err
 		}
-		return deleteState(tx, tenantID, name, nil)
+		if err := deleteState(tx, tenantID, name, nil); err != nil {
+			return err
+		}
+		if then == nil {
+			return nil
+		}
+		return then(tx, DefinitionChange{TenantID: tenantID, Name: name, Before: &old.Definition})
 	})
 	if err != nil {
 		return fmt.Errorf("limiter: delete definition: %w", err)

@@ -24,7 +24,7 @@ func TestSweepDeletionOnPostgreSQLNeedsTheJudgedStateAndDefinition(t *testing.T)
 	def := Definition{Kind: TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(10.0)}
 	put := func(name string, d Definition) StoredDefinition {
 		t.Helper()
-		s, _, err := e.PutDefinition(ctx, tenantID, name, d)
+		s, _, err := e.PutDefinition(ctx, tenantID, name, d, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,9 +27,10 @@ const (
 	maxAuditField     = 1000 // bytes; longer actor/target/detail text is cut, never refused
 )
 
-// Audit records an entry. Methods of this package that change keys or log users in audit
-// themselves; other packages call this for definition changes, resets and the like. Never pass
-// secrets in any field.
+// Audit records an entry in a transaction of its own. Methods of this package that change keys
+// or log users in audit themselves; other packages call this for resets and the like, and
+// AuditTx for changes made in a transaction of theirs (definitions). Never pass secrets in any
+// field.
 func (s *Service) Audit(ctx context.Context, tenantID *int64, actor, action, target, detail string) error {
 	if strings.TrimSpace(action) == "" {
 		return wrap("audit", invalid("action", "empty action"))
@@ -38,6 +39,16 @@ func (s *Service) Audit(ctx context.Context, tenantID *int64, actor, action, tar
 		return s.audit(tx, tenantID, actor, action, target, detail)
 	})
 	return wrap("audit", err)
+}
+
+// AuditTx records an entry inside tx, a transaction on this service's database that makes the
+// change the entry describes (another package's, such as a definition change), so that the
+// entry, and the webhook event it queues, exist if and only if the change was committed.
+func (s *Service) AuditTx(tx *gorm.DB, tenantID *int64, actor, action, target, detail string) error {
+	if strings.TrimSpace(action) == "" {
+		return wrap("audit", invalid("action", "empty action"))
+	}
+	return wrap("audit", s.audit(tx, tenantID, actor, action, target, detail))
 }
 
 // audit writes an entry inside the caller's transaction, so the entry exists if and only if the

@@ -22,7 +22,7 @@ func TestDeleteTenantDoesNotHoldUpOtherTenantsDecisions(t *testing.T) {
 		engine := limiter.NewEngine(e.db, limiter.Options{})
 		testkit.Run(t, engine.Run)
 		capacity := 1e9 // never runs out: every decision must be allowed
-		if _, _, err := engine.PutDefinition(e.ctx, kept.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 1000, Capacity: &capacity}); err != nil {
+		if _, _, err := engine.PutDefinition(e.ctx, kept.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 1000, Capacity: &capacity}, nil); err != nil {
 			t.Fatal(err)
 		}
 		givenUp, retried := e.db.GiveUps(), e.db.Retries()

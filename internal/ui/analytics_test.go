@@ -47,12 +47,12 @@ func TestAnalyticsShowTopRefusedNearAndShadowKeysAndExportCSV(t *testing.T) {
 		acme, other := e.tenant("acme"), e.tenant("other")
 		ctx := context.Background()
 		three := limiter.Definition{Kind: limiter.TokenBucket, Rate: 3, Period: 86_400_000}
-		if _, _, err := e.engine.PutDefinition(ctx, acme.ID, "api", three); err != nil {
+		if _, _, err := e.engine.PutDefinition(ctx, acme.ID, "api", three, nil); err != nil {
 			t.Fatal(err)
 		}
 		shadow := three
 		shadow.Mode = limiter.Shadow
-		if _, _, err := e.engine.PutDefinition(ctx, acme.ID, "beta", shadow); err != nil {
+		if _, _, err := e.engine.PutDefinition(ctx, acme.ID, "beta", shadow, nil); err != nil {
 			t.Fatal(err)
 		}
 		c := e.login(opEmail, opPassword)

@@ -25,10 +25,10 @@ func TestLimitPageShowsAndReleasesHoldsAndLeases(t *testing.T) {
 	e.operator()
 	tn, other := e.tenant("acme"), e.tenant("globex")
 	ctx := context.Background()
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "tokens", dailyBucket); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "tokens", dailyBucket, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 3_600_000}); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 3_600_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	h, err := e.engine.Hold(ctx, tn.ID, []limiter.HoldLimit{{Name: "tokens", Key: "alice", Count: 3}}, 30_000)
@@ -117,11 +117,11 @@ func TestReleaseGoesOnlyThroughALimitItInvolves(t *testing.T) {
 	tn := e.tenant("acme")
 	ctx := context.Background()
 	for _, name := range []string{"tokens", "calls"} {
-		if _, _, err := e.engine.PutDefinition(ctx, tn.ID, name, dailyBucket); err != nil {
+		if _, _, err := e.engine.PutDefinition(ctx, tn.ID, name, dailyBucket, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 3_600_000}); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 3_600_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	hold := func(ls ...limiter.HoldLimit) string {
@@ -221,7 +221,7 @@ func TestReleaseSaysWhenItsAuditEntryIsLost(t *testing.T) {
 	e.operator()
 	tn := e.tenant("acme")
 	ctx := context.Background()
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "tokens", dailyBucket); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "tokens", dailyBucket, nil); err != nil {
 		t.Fatal(err)
 	}
 	h, err := e.engine.Hold(ctx, tn.ID, []limiter.HoldLimit{{Name: "tokens", Key: "alice", Count: 3}}, 3_600_000)

@@ -328,11 +328,10 @@ func (u *UI) deleteLimit(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if err := u.engine.DeleteDefinition(ctx, t.ID, d.Name); err != nil {
+	if err := u.engine.DeleteDefinition(ctx, t.ID, d.Name, u.auditDefinition(c, "from the dashboard")); err != nil {
 		u.fail(c, err)
 		return
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.delete", d.Name, "from the dashboard")
 	redirect(c, tenantPath(t.ID, "/limits?msg=limit-deleted"))
 }
 
@@ -413,10 +412,9 @@ func (u *UI) enforce(c *gin.Context) {
 	def := d.Definition
 	def.Mode = limiter.Enforce
 	ctx := c.Request.Context()
-	if _, _, err := u.engine.PutDefinition(ctx, t.ID, d.Name, def); err != nil {
+	if _, _, err := u.engine.PutDefinition(ctx, t.ID, d.Name, def, u.auditDefinition(c, "(switched from shadow to enforce)")); err != nil {
 		u.internalError(c, err)
 		return
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.update", d.Name, limiter.AuditChange(&d.Definition, def)+" (switched from shadow to enforce)")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=limit-enforced"))
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -448,20 +449,12 @@ func (u *UI) createLimit(c *gin.Context) {
 		u.renderLimitForm(c, http.StatusUnprocessableEntity, vm)
 		return
 	}
-	u.saveLimit(c, vm, def, "limit.create")
+	u.saveLimit(c, vm, def)
 }
 
-func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, action string) {
+func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition) {
 	t := tenantOf(c)
-	ctx := c.Request.Context()
-	var before *limiter.Definition // for the audit log's before and after
-	if prev, err := u.engine.GetDefinition(ctx, t.ID, vm.Name); err == nil {
-		before = &prev.Definition
-	}
-	_, created, err := u.engine.PutDefinition(ctx, t.ID, vm.Name, def)
-	if created {
-		before = nil
-	}
+	_, _, err := u.engine.PutDefinition(c.Request.Context(), t.ID, vm.Name, def, u.auditDefinition(c, ""))
 	var ve *limiter.ValidationError
 	if errors.As(err, &ve) {
 		for _, fe := range ve.Fields {
@@ -479,8 +472,18 @@ func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition, a
 		u.internalError(c, err)
 		return
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, vm.Name, limiter.AuditChange(before, def))
 	redirect(c, limitPath(t.ID, vm.Name, "?msg=limit-saved"))
+}
+
+// auditDefinition records a definition change in the tenant's audit log inside the change's own
+// transaction, with the before and after that transaction saw (and note after them): the entry
+// and the definition.changed event it queues are committed with the change or not at all.
+func (u *UI) auditDefinition(c *gin.Context, note string) limiter.OnDefinitionChange {
+	who := actor(c)
+	return func(tx *gorm.DB, ch limiter.DefinitionChange) error {
+		detail := strings.TrimSpace(ch.Detail() + " " + note)
+		return u.tenants.AuditTx(tx, &ch.TenantID, who, ch.Action(), ch.Name, detail)
+	}
 }
 
 // limitName reads :name; an invalid name cannot exist, so it is a 404.
@@ -522,5 +525,5 @@ func (u *UI) updateLimit(c *gin.Context) {
 		u.renderLimitForm(c, http.StatusUnprocessableEntity, vm)
 		return
 	}
-	u.saveLimit(c, vm, def, "limit.update")
+	u.saveLimit(c, vm, def)
 }

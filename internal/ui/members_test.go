@@ -193,3 +193,73 @@ func TestOperatorUsersPageResetLinksDisablingAndTheLastOperator(t *testing.T) {
 		t.Fatal("the security log lacks tenant.delete")
 	}
 }
+
+// TestAdminDisablesAndEnablesAMember: a tenant's admin disables a member from the members page
+// (POST /tenants/:tid/members/:uid/disable): the member's open session ends at once, they cannot
+// log in, the page marks them disabled and the change is audited; enabling them lets them log in
+// again. A viewer may not disable anyone (403), and the admin cannot reach another tenant's
+// member (404). On both dialects.
+func TestAdminDisablesAndEnablesAMember(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, onDatabase(dbURL))
+		e.operator()
+		ctx := context.Background()
+		acme, other := e.tenant("acme"), e.tenant("other")
+		for _, u := range []struct {
+			email string
+			tn    int64
+		}{{"admin@acme.example", acme.ID}, {"m@acme.example", acme.ID}, {"viewer@acme.example", acme.ID}, {"o@other.example", other.ID}} {
+			if _, err := e.svc.CreateUser(ctx, u.email, "member-password-1", false, &u.tn); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id := func(email string) string {
+			t.Helper()
+			u, err := e.svc.UserByEmail(ctx, email)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strconv.FormatInt(u.ID, 10)
+		}
+		v, _ := e.svc.UserByEmail(ctx, "viewer@acme.example")
+		if err := e.svc.SetRole(ctx, &acme.ID, v.ID, tenants.RoleViewer, &acme.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		admin := e.login("admin@acme.example", "member-password-1")
+		member := e.login("m@acme.example", "member-password-1")
+		viewer := e.login("viewer@acme.example", "member-password-1")
+		disable := tpath(acme, "/members/"+id("m@acme.example")+"/disable")
+
+		wantStatus(t, viewer.post(disable, url.Values{"disable": {"true"}}), http.StatusForbidden)
+		wantStatus(t, member.get(tpath(acme, "/limits")), http.StatusOK) // the viewer changed nothing
+		wantStatus(t, admin.post(tpath(acme, "/members/"+id("o@other.example")+"/disable"), url.Values{"disable": {"true"}}), http.StatusNotFound)
+		if u, _ := e.svc.UserByEmail(ctx, "o@other.example"); u.DisabledAt != nil {
+			t.Fatal("an admin of acme disabled a member of another tenant")
+		}
+
+		res := admin.post(disable, url.Values{"disable": {"true"}})
+		wantStatus(t, res, http.StatusSeeOther)
+		if loc := res.Header.Get("Location"); loc != tpath(acme, "/members?msg=member-disabled") {
+			t.Fatalf("after disabling: redirect to %q", loc)
+		}
+		if r := member.get(tpath(acme, "/limits")); r.StatusCode != http.StatusSeeOther || !strings.HasPrefix(r.Header.Get("Location"), "/login") {
+			t.Fatalf("the disabled member's open session: status %d to %q, want the login form", r.StatusCode, r.Header.Get("Location"))
+		}
+		if r := e.client().post("/login", url.Values{"email": {"m@acme.example"}, "password": {"member-password-1"}}); r.StatusCode == http.StatusSeeOther {
+			t.Fatal("a disabled member logged in")
+		}
+		row := admin.get(tpath(acme, "/members")).doc(t).Find(`tr[data-member="m@acme.example"]`)
+		if row.Find(".tag.danger").Text() != "disabled" || row.Find(`input[name=disable]`).AttrOr("value", "") != "false" {
+			t.Fatalf("the members page after disabling: %q", strings.Join(strings.Fields(row.Text()), " "))
+		}
+		if a, ok := e.lastAudit(acme, "user.disable"); !ok || a.Actor != "user:admin@acme.example" || a.Detail != "m@acme.example" {
+			t.Fatalf("the disabling is audited as %+v", a)
+		}
+
+		wantStatus(t, admin.post(disable, url.Values{"disable": {"false"}}), http.StatusSeeOther)
+		wantStatus(t, e.login("m@acme.example", "member-password-1").get(tpath(acme, "/limits")), http.StatusOK)
+		if _, ok := e.lastAudit(acme, "user.enable"); !ok {
+			t.Fatal("enabling the member is not audited")
+		}
+	})
+}

@@ -48,7 +48,12 @@ func (e *env) walkTenant(t *testing.T, name string) walkTenant {
 	t.Helper()
 	ctx := context.Background()
 	tn := e.tenant(name)
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000}); err != nil {
+	// In shadow mode, so that its enforce confirmation page exists; with an override to edit.
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000, Mode: limiter.Shadow}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rate := 20.0
+	if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "alice", Rate: &rate}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.engine.Limit(ctx, tn.ID, limiter.Request{Name: "api", Key: "alice", Count: 1}); err != nil {
@@ -85,6 +90,8 @@ var walkForm = url.Values{
 	"events": {"key.created"}, "origins": {"https://walked.example.com"}, "difficulty": {"60000"}, "suspend": {"true"},
 }
 
+// walkPath is route with its parameters replaced by the objects of ids, and the query a route
+// needs to name its object (the override to edit).
 func walkPath(route string, ids map[string]string) string {
 	parts := strings.Split(route, "/")
 	for i, p := range parts {
@@ -92,7 +99,11 @@ func walkPath(route string, ids map[string]string) string {
 			parts[i] = url.PathEscape(ids[p[1:]])
 		}
 	}
-	return strings.Join(parts, "/")
+	path := strings.Join(parts, "/")
+	if route == "/tenants/:tid/limits/:name/overrides/edit" {
+		path += "?match=alice"
+	}
+	return path
 }
 
 // snapshot is every row of every table but the ones a request may write without changing
@@ -133,7 +144,8 @@ var outsideTenant = map[string]int{
 
 // TestViewerChangesNothingOnAnyDashboardRoute walks every registered dashboard route as a viewer
 // of tenant A: every POST below /tenants/:tid is 403, every operator route 404, the rest as
-// listed in outsideTenant, no GET fails, and no table changes. On SQLite and PostgreSQL.
+// listed in outsideTenant; every GET of a tenant page is 200 (a viewer reads everything), no
+// other GET fails, and no table changes. On SQLite and PostgreSQL.
 func TestViewerChangesNothingOnAnyDashboardRoute(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, dbURL string) {
 		e := newEnv(t, onDatabase(dbURL), func(c *config.Config, _ *app.Options) { c.WebhookAllowPrivate = true })
@@ -159,7 +171,20 @@ func TestViewerChangesNothingOnAnyDashboardRoute(t *testing.T) {
 			var res response
 			if ri.Method == http.MethodGet {
 				res = viewer.get(path)
-				if res.StatusCode >= 500 {
+				switch {
+				case strings.HasPrefix(ri.Path, "/tenants/:tid/manage"):
+					if res.StatusCode != http.StatusNotFound { // operators only
+						t.Errorf("viewer GET %s: status %d, want 404", path, res.StatusCode)
+					}
+				case ri.Path == "/tenants/:tid": // the tenant's home is its limits page
+					if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != tpath(a.Tenant, "/limits") {
+						t.Errorf("viewer GET %s: status %d to %q, want 303 to its limits", path, res.StatusCode, res.Header.Get("Location"))
+					}
+				case strings.HasPrefix(ri.Path, "/tenants/:tid/"):
+					if res.StatusCode != http.StatusOK {
+						t.Errorf("viewer GET %s: status %d, want 200", path, res.StatusCode)
+					}
+				case res.StatusCode >= 500:
 					t.Errorf("GET %s: status %d", path, res.StatusCode)
 				}
 				continue

@@ -204,7 +204,7 @@ func (u *UI) saveOverride(c *gin.Context) {
 	}
 	t := tenantOf(c)
 	ctx := c.Request.Context()
-	_, created, err := u.engine.PutOverride(ctx, t.ID, d.Name, o)
+	stored, before, err := u.engine.PutOverride(ctx, t.ID, d.Name, o)
 	if err != nil {
 		e := apperr.From(err)
 		if e.Code == apperr.PlanQuotaReached || e.Code == apperr.Conflict {
@@ -230,10 +230,10 @@ func (u *UI) saveOverride(c *gin.Context) {
 		return
 	}
 	action := "override.update"
-	if created {
+	if before == nil {
 		action = "override.create"
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, d.Name+" override "+strconv.Quote(o.Match), limiter.OverrideSummary(o))
+	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, d.Name+" override "+strconv.Quote(o.Match), limiter.OverrideChange(before, stored.Override))
 	redirect(c, limitPath(t.ID, d.Name, "?msg=override-saved#overrides"))
 }
 

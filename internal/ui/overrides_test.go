@@ -17,7 +17,7 @@ func TestOverridesAreAddedEditedAndDeletedOnTheLimitPage(t *testing.T) {
 		e.operator()
 		tn := e.tenant("acme")
 		ctx := context.Background()
-		if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", dailyBucket); err != nil {
+		if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", dailyBucket, nil); err != nil {
 			t.Fatal(err)
 		}
 		c := e.login(opEmail, opPassword)
@@ -89,7 +89,8 @@ func TestOverridesAreAddedEditedAndDeletedOnTheLimitPage(t *testing.T) {
 				got[a.Action] = a.Detail
 			}
 		}
-		if got["override.create"] != "capacity=3" || got["override.update"] != "action=deny" || len(got) != 3 {
+		// An update records the override before and after, as a limit's update does.
+		if got["override.create"] != "capacity=3" || got["override.update"] != "capacity=3 → action=deny" || len(got) != 3 {
 			t.Fatalf("audit entries of the override: %v", got)
 		}
 		if log := c.get(tpath(tn, "/audit")); !strings.Contains(log.body, "override.delete") {
@@ -106,7 +107,7 @@ func TestOverrideFormsRefuseOtherTenantsAndOtherOrigins(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tn := range []int64{a.ID, b.ID} {
-		if _, _, err := e.engine.PutDefinition(ctx, tn, "api", dailyBucket); err != nil {
+		if _, _, err := e.engine.PutDefinition(ctx, tn, "api", dailyBucket, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -34,10 +34,10 @@ func TestLimitsListShowsLimitsWithLiveValues(t *testing.T) {
 	e.operator()
 	tn := e.tenant("acme")
 	ctx := context.Background()
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", dailyBucket); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", dailyBucket, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "idle", limiter.Definition{Kind: limiter.FixedWindow, Rate: 5, Period: 60_000}); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "idle", limiter.Definition{Kind: limiter.FixedWindow, Rate: 5, Period: 60_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.consume(tn, "api", "alice", 3)
@@ -85,7 +85,7 @@ func TestLimitPageShowsConfigShardValuesRecentKeysAndChart(t *testing.T) {
 	tn := e.tenant("acme")
 	def := dailyBucket
 	def.Shards = 2
-	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "api", def); err != nil {
+	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "api", def, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.consume(tn, "api", "alice", 1)
@@ -320,7 +320,7 @@ func TestResetKeyAndResetAllWithConfirmation(t *testing.T) {
 	e := newEnv(t)
 	e.operator()
 	tn := e.tenant("acme")
-	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "api", dailyBucket); err != nil {
+	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "api", dailyBucket, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.consume(tn, "api", "alice", 4)
@@ -488,7 +488,7 @@ func TestDeleteALimitFromItsPageWithConfirmation(t *testing.T) {
 	e.operator()
 	tn := e.tenant("acme")
 	ctx := context.Background()
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000}); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.engine.Limit(ctx, tn.ID, limiter.Request{Name: "api", Key: "bob", Count: 4}); err != nil {

@@ -147,7 +147,7 @@ func (f *renderFixture) seedExtras(tb testing.TB, a *app.App, hookURL string, s 
 	shadow := limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000, Mode: limiter.Shadow}
 	jobs := limiter.Definition{Kind: limiter.Concurrency, Rate: 10, LeaseTTL: 3_600_000}
 	for name, d := range map[string]limiter.Definition{f.shadow: shadow, f.jobs: jobs} {
-		if _, _, err := a.Engine.PutDefinition(ctx, f.tenant, name, d); err != nil {
+		if _, _, err := a.Engine.PutDefinition(ctx, f.tenant, name, d, nil); err != nil {
 			tb.Fatal(err)
 		}
 	}

@@ -59,11 +59,11 @@ func TestTenantMemberCannotReachOtherTenantsByURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tn := range []int64{a.ID, b.ID} {
-		if _, _, err := e.engine.PutDefinition(ctx, tn, "api", dailyBucket); err != nil {
+		if _, _, err := e.engine.PutDefinition(ctx, tn, "api", dailyBucket, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := e.engine.PutDefinition(ctx, b.ID, "b-only", dailyBucket); err != nil {
+	if _, _, err := e.engine.PutDefinition(ctx, b.ID, "b-only", dailyBucket, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.engine.Limit(ctx, b.ID, limiter.Request{Name: "api", Key: "bkey", Count: 4}); err != nil {
@@ -334,7 +334,7 @@ func TestBadInputNeverCauses500(t *testing.T) {
 	e := newEnv(t)
 	e.operator()
 	tn := e.tenant("acme")
-	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "api", dailyBucket); err != nil {
+	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "api", dailyBucket, nil); err != nil {
 		t.Fatal(err)
 	}
 	c := e.login(opEmail, opPassword)

@@ -20,7 +20,7 @@ func TestShadowLimitPageAndSwitchToEnforceWithoutJavaScript(t *testing.T) {
 	tn := e.tenant("acme")
 	shadow := dailyBucket
 	shadow.Mode, shadow.Penalty = limiter.Shadow, 90_000
-	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "beta", shadow); err != nil {
+	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "beta", shadow, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.consume(tn, "beta", "alice", 8)

@@ -82,6 +82,14 @@ func TestOperatorRenamesSuspendsAndResumesATenant(t *testing.T) {
 	}
 	wantStatus(t, member.post(tpath(acme, "/keys"), url.Values{"label": {"x"}, "kind": {"secret"}}), http.StatusSeeOther)
 	wantStatus(t, op.get("/tenants/99999/manage"), http.StatusNotFound)
+	// Suspending or resuming a tenant that does not exist is the not-found page, confirmed or not.
+	for _, form := range []url.Values{{"suspend": {"true"}, "confirm": {"ghost"}}, {"suspend": {"true"}}, {"suspend": {"false"}}} {
+		missing := op.post("/tenants/99999/manage/state", form)
+		wantStatus(t, missing, http.StatusNotFound)
+		if d := missing.doc(t); text(d, ".error-page h1") != "Not found" || d.Find("#suspend-tenant, #resume-tenant").Length() != 0 {
+			t.Fatalf("state change %v of a missing tenant: not the not-found page:\n%s", form, missing.body)
+		}
+	}
 
 	audit := op.get("/audit").body
 	for _, action := range []string{"tenant.rename", "tenant.suspend", "tenant.resume"} {
