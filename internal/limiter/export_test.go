@@ -1,10 +1,14 @@
 package limiter
 
-// Queued is how many decisions wait in the engine's lanes (tests fill one group with it).
+// Queued is how many decisions wait in the engine's lanes, with the one a lane's worker holds
+// while it waits for its turn (tests fill one group with it).
 func (e *Engine) Queued() int {
 	n := 0
 	for _, l := range e.lanes {
 		n += len(l.queue)
+		if l.waiting.Load() {
+			n++
+		}
 	}
 	return n
 }

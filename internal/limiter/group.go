@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -70,47 +71,111 @@ type defKey struct {
 	name     string
 }
 
-// Lanes. Decisions wait in lanes; whoever holds a lane's token leads it: it takes every job
-// queued there (up to maxGroup) and decides them as one group transaction. There is no worker
-// goroutine: the caller whose job finds its lane idle leads it itself, so a decision that
-// arrives alone is decided at once on its own goroutine, with no hand-off; under load the callers
-// waiting in a lane take turns leading it, each group carrying what queued meanwhile. A job goes
-// to the lane of its first request's row (or of its tenant when it carries the tenant's plan,
-// whose row every decision of the tenant writes), so a hot key's decisions meet in one lane and
-// are coalesced into one group instead of conflicting, and the groups of different lanes, in
-// flight at once, touch different rows.
+// Lanes. Decisions wait in lanes; whoever holds a lane's token decides a group of its jobs:
+// every job queued there (up to maxGroup) in one group transaction. A decision that finds its
+// lane idle (no group in flight, nothing queued) takes the token and is decided at once on its
+// caller's goroutine, with no hand-off; otherwise it queues, and the lane's worker (one per lane,
+// while Run runs) decides what queued, group after group, as one worker did before lanes. A job
+// goes to the lane of its first request's row (or of its tenant when it carries the tenant's
+// plan, whose row every decision of the tenant writes), so a hot key's decisions meet in one
+// lane and are coalesced into one group instead of conflicting, and the groups of different
+// lanes, in flight at once, touch different rows.
 type lane struct {
 	queue chan *job
-	// token holds one token while Run runs and nobody leads the lane: empty before Run, taken
-	// back by Run when it stops.
+	// token holds one token while Run runs and no group of the lane is in flight: empty before
+	// Run, taken back by Run when it stops.
 	token chan struct{}
+	// waiting is whether the lane's worker holds a job it took from the queue while it waits for
+	// the token (tests count it as queued).
+	waiting atomic.Bool
 }
 
-// Job states: queued until a leader takes it (or its caller gives up on it first).
+// Job states: queued until its group takes it (or its caller gives up on it first).
 const (
 	jobQueued int32 = iota
 	jobTaken
 	jobAbandoned
 )
 
-// Run lets the engine decide until ctx ends, then waits for the groups in progress, refuses what
-// is still queued (those decisions fail closed with ErrUnavailable) and returns. Decisions need
-// Run: without it they wait for their own context and then fail closed. Run may be called once
-// per engine; it returns an error only when misused.
+// Run runs the lanes' workers until ctx ends, then waits for the groups in progress, refuses
+// what is still queued (those decisions fail closed with ErrUnavailable) and returns. Decisions
+// need Run: without it they wait for their own context and then fail closed. Run may be called
+// once per engine; it returns an error only when misused.
 func (e *Engine) Run(ctx context.Context) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("limiter: Run called twice on one engine")
 	}
+	var workers sync.WaitGroup
 	for _, l := range e.lanes {
 		l.token <- struct{}{}
+		workers.Go(func() { e.work(ctx, l) })
 	}
 	<-ctx.Done()
 	e.stopping.Store(true)
+	workers.Wait()
 	for _, l := range e.lanes {
-		<-l.token // the group in progress in the lane finishes first
+		<-l.token // a group its caller decides finishes first
 	}
 	e.refuseQueued()
 	return nil
+}
+
+// work decides l's queued jobs, a group at a time, until ctx ends.
+func (e *Engine) work(ctx context.Context, l *lane) {
+	group := make([]*job, 0, e.maxGroup)
+	for {
+		var first *job
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-l.queue:
+		}
+		l.waiting.Store(true)
+		select {
+		case <-ctx.Done(): // refused, not decided: Run is stopping
+			l.waiting.Store(false)
+			if first.state.CompareAndSwap(jobQueued, jobTaken) {
+				first.err = ErrUnavailable
+				close(first.done)
+			}
+			return
+		case <-l.token:
+		}
+		l.waiting.Store(false)
+		if ctx.Err() != nil { // a busy lane must not delay the stop
+			l.token <- struct{}{}
+			if first.state.CompareAndSwap(jobQueued, jobTaken) {
+				first.err = ErrUnavailable
+				close(first.done)
+			}
+			return
+		}
+		group = group[:0]
+		if first.state.CompareAndSwap(jobQueued, jobTaken) {
+			group = append(group, first)
+		}
+		e.runLane(l, group)
+		l.token <- struct{}{}
+	}
+}
+
+// runLane is called holding l's token: it adds l's queued jobs to group (up to maxGroup) and
+// decides them.
+func (e *Engine) runLane(l *lane, group []*job) {
+	for len(group) < e.maxGroup {
+		select {
+		case j := <-l.queue:
+			if j.state.CompareAndSwap(jobQueued, jobTaken) {
+				group = append(group, j)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if len(group) > 0 {
+		e.runGroup(group)
+	}
 }
 
 // refuseQueued marks the engine stopped and fails every queued decision closed.
@@ -151,58 +216,55 @@ func (e *Engine) laneOf(j *job) *lane {
 	return e.lanes[h.Sum64()%uint64(len(e.lanes))]
 }
 
-// submit queues j and waits for its decision. It fails closed with ErrUnavailable when Run has
-// stopped, or when ctx ends before the decision is made (Run not running, or too slow).
+// submit decides j at once on this goroutine when its lane is idle, else queues it and waits
+// for its decision. It fails closed with ErrUnavailable when Run has stopped, or when ctx ends
+// before the decision is made (Run not running, or too slow).
 func (e *Engine) submit(ctx context.Context, j *job) error {
+	l := e.laneOf(j)
+	if len(l.queue) == 0 {
+		select {
+		case <-l.token:
+			if !e.stopping.Load() {
+				j.lane = l
+				j.state.Store(jobTaken)
+				e.runLane(l, append(make([]*job, 0, e.maxGroup), j))
+				l.token <- struct{}{}
+				return nil
+			}
+			l.token <- struct{}{}
+		default:
+		}
+	}
 	if err := e.enqueue(ctx, j); err != nil {
 		return err
 	}
 	return e.await(ctx, j)
 }
 
-// enqueue puts j in its lane. When the lane's queue is full and nobody leads it (Each's many
-// jobs), it leads the lane once to make room.
+// enqueue puts j in its lane for the lane's worker.
 func (e *Engine) enqueue(ctx context.Context, j *job) error {
 	l := e.laneOf(j)
 	j.lane = l
 	select {
 	case l.queue <- j:
 		return nil
-	default:
-	}
-	for {
-		select {
-		case l.queue <- j:
-			return nil
-		case <-l.token:
-			e.leadOnce(l)
-		case <-e.stopped:
-			return ErrUnavailable
-		case <-ctx.Done():
-			return ErrUnavailable.Wrap(ctx.Err())
-		}
+	case <-e.stopped:
+		return ErrUnavailable
+	case <-ctx.Done():
+		return ErrUnavailable.Wrap(ctx.Err())
 	}
 }
 
-// await waits for a queued job's decision, leading its lane whenever the lane is idle.
+// await waits for a queued job's decision.
 func (e *Engine) await(ctx context.Context, j *job) error {
-	token := j.lane.token
-	for {
-		select {
-		case <-j.done:
-			return nil
-		case <-token:
-			if !e.leadOnce(j.lane) {
-				token = nil // Run is stopping: wait for it to refuse the job
-			}
-			continue
-		case <-e.stopped:
-		case <-ctx.Done():
-		}
-		break
+	select {
+	case <-j.done:
+		return nil
+	case <-e.stopped:
+	case <-ctx.Done():
 	}
 	// A decision that was made wins over a stop or a cancellation racing it. A job still queued
-	// is given up: no leader will decide it. One already taken may still be decided; its caller
+	// is given up: nobody will decide it. One already taken may still be decided; its caller
 	// only loses the answer (and, at worst, tokens it no longer wants: an under-admission, never
 	// an over-admission).
 	select {
@@ -215,31 +277,6 @@ func (e *Engine) await(ctx context.Context, j *job) error {
 		return ErrUnavailable.Wrap(err)
 	}
 	return ErrUnavailable
-}
-
-// leadOnce is called holding l's token: it decides one group of l's queued jobs and gives the
-// token back. It reports false, deciding nothing, when Run is stopping.
-func (e *Engine) leadOnce(l *lane) bool {
-	defer func() { l.token <- struct{}{} }()
-	if e.stopping.Load() {
-		return false
-	}
-	group := make([]*job, 0, min(len(l.queue), e.maxGroup))
-	for len(group) < e.maxGroup {
-		select {
-		case j := <-l.queue:
-			if j.state.CompareAndSwap(jobQueued, jobTaken) {
-				group = append(group, j)
-			}
-			continue
-		default:
-		}
-		break
-	}
-	if len(group) > 0 {
-		e.runGroup(group)
-	}
-	return true
 }
 
 // runGroup decides jobs in one serializable transaction and completes each job.
