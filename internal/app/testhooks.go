@@ -7,7 +7,7 @@ import (
 )
 
 // haltAfterIdempotentCommit is the engine's test-only hook for SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT
-// (nil when it is off): the group's leader logs that it committed idempotent answers and then
+// (nil when it is off): the goroutine deciding the group logs that it committed idempotent answers and then
 // blocks for good (and its lane with it), so that the crash test (cmd/app) can SIGKILL the process after the commit and
 // before any answer, and show that a retry against a new instance replays the stored answer.
 func haltAfterIdempotentCommit(cfg config.Config, log *slog.Logger) func() {

@@ -67,7 +67,7 @@ type Options struct {
 	OnHoldOverage func(tenantID int64, name string, amount float64)
 	// OnKeyOutcome is told of the same decisions as OnDecision and OnShadowRefused together,
 	// with the key and what it has left, for the analytics' top keys. It runs on the goroutine
-	// that leads the group (some caller's), so it must be cheap and must not block.
+	// that decides the group (a lane's worker, or a caller's), so it must be cheap and must not block.
 	OnKeyOutcome func(tenantID int64, o KeyOutcome)
 	// MaxGroup bounds the decisions of one group transaction; default 64.
 	MaxGroup int
@@ -80,7 +80,7 @@ type Options struct {
 	// other write (definitions, keys, users, audit) stays durable. No effect on SQLite.
 	FastCommit bool
 	// AfterIdempotentCommit is test-only (SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT): when set,
-	// the group's leader calls it after a group that stored idempotent answers commits and before it
+	// the goroutine deciding the group calls it after a group that stored idempotent answers commits and before it
 	// answers any of them, so that a test can kill the process in between.
 	AfterIdempotentCommit func()
 	// Quotas, when set, bounds how many limits and overrides each tenant may hold (its plan).

@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
-// Group commit. Every decision is a job; the leader of a lane (below) takes every job waiting in
+// Group commit. Every decision is a job; whoever holds a lane's token (below) takes every job waiting in
 // it (up to maxGroup) and decides them all in ONE serializable transaction: one query for the
 // definitions, one for the state rows, one multi-row upsert, in arrival order, each job
 // all-or-nothing on its own. One lane has one group in flight at a time, so a hot key's
@@ -45,7 +45,7 @@ type job struct {
 	// transaction after every decision and before commit (afterDecisions).
 	step func(j *job, now int64) []stmt
 	// close, when set, makes the job a close (a hold settled, released or expired, a lease
-	// released or extended, holds.go): the lane's leader runs it in a transaction of its own, never
+	// released or extended, holds.go): whoever decides the lane's group runs it in a transaction of its own, never
 	// beside a decision group (runCloses).
 	close func(tx *gorm.DB, j *job) error
 	// overage is what the close's settles recorded as overage in the transaction's current

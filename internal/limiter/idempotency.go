@@ -58,7 +58,7 @@ type Idempotency struct {
 	Part int    // which part of one request (the items of a bulk request); 0 otherwise
 	Hash []byte // the hash of the canonical request (route, tenant, body)
 	// Render renders the final answer to the request from its decision. It runs inside the
-	// group's transaction, on the group's leader: it must only compute.
+	// group's transaction, on the goroutine deciding the group: it must only compute.
 	Render func(BatchDecision) Answer
 	// RenderCall, for a hold or a close made idempotent through its context (WithIdempotency),
 	// renders the answer from the call's result instead: a HoldResult (Hold), a Settlement
