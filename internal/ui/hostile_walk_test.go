@@ -394,8 +394,8 @@ var (
 // walk sends route ri (at path, its parameters filled from ids) every hostile body, then a
 // valid form with each parameter in turn an unknown id, and once the valid form from another
 // origin. extra are values the valid form needs beyond what its page fills in (a live token).
-// Every answer must be a page, never 5xx; want, when not 0, is the status every same-origin
-// request must get.
+// No answer may be 5xx (or missing); the cross-origin one must be 403; want, when not 0, is the
+// status every same-origin request must get.
 func (w *hostileWalk) walk(t *testing.T, who string, c *client, ri gin.RouteInfo, ids map[string]string, extra url.Values, want int) {
 	t.Helper()
 	baseline := walkBaseline(w.forms[ri.Path])
