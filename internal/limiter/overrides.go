@@ -181,6 +181,11 @@ func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match
 			}
 			return err
 		}
+		if !ValidMatch(match) {
+			// PutOverride stores no such match, and PostgreSQL refuses NUL bytes and invalid
+			// UTF-8 in a query (an error, where there is only no such row).
+			return ErrOverrideNotFound
+		}
 		res := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Delete(&overrideRow{})
 		if res.Error != nil {
 			return res.Error

@@ -236,6 +236,34 @@ func TestOverrideErrorsAndTheirDefinition(t *testing.T) {
 	})
 }
 
+// TestDeletingAnOverrideNoMatchCanNameIsNotFound: a match PutOverride would refuse (NUL bytes,
+// invalid UTF-8, overlong, a star inside) names no override: ErrOverrideNotFound, never the
+// database's error (PostgreSQL refuses NUL and invalid UTF-8 in a query), and the limit's
+// overrides stay. A missing limit is still ErrLimitNotFound first. The dashboard's delete form
+// passed such a match through as a 500 on PostgreSQL.
+func TestDeletingAnOverrideNoMatchCanNameIsNotFound(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		ctx := context.Background()
+		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
+		mustOverride(t, e, "tb", limiter.Override{Match: "k", Capacity: ptr(20.0)})
+		for _, m := range []string{"k\x00", "\x00", "\xff\xfe", "k\xff", strings.Repeat("k", 10_000), "a*b", ""} {
+			if err := e.DeleteOverride(ctx, tenant, "tb", m); !errors.Is(err, limiter.ErrOverrideNotFound) {
+				t.Errorf("DeleteOverride(%q): %v, want ErrOverrideNotFound", m, err)
+			}
+			if err := e.DeleteOverride(ctx, tenant, "nope", m); !errors.Is(err, limiter.ErrLimitNotFound) {
+				t.Errorf("DeleteOverride of a missing limit, match %q: %v, want ErrLimitNotFound", m, err)
+			}
+		}
+		if list, _, err := e.ListOverrides(ctx, tenant, "tb", "", 10); err != nil || len(list) != 1 {
+			t.Fatalf("overrides after the refused deletes: %+v %v", list, err)
+		}
+		if err := e.DeleteOverride(ctx, tenant, "tb", "k"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestSweepKeepsStateAnOverrideStillNeeds: a row full under the definition (capacity 2) but
 // short under the key's override (capacity 10) must stay, or the key would read full at 10.
 func TestSweepKeepsStateAnOverrideStillNeeds(t *testing.T) {

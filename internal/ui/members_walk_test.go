@@ -59,6 +59,15 @@ func (e *env) walkTenant(t *testing.T, name string) walkTenant {
 	if _, err := e.engine.Limit(ctx, tn.ID, limiter.Request{Name: "api", Key: "alice", Count: 1}); err != nil {
 		t.Fatal(err)
 	}
+	// An open hold and an open lease, whose release confirmation pages exist.
+	h, err := e.engine.Hold(ctx, tn.ID, []limiter.HoldLimit{{Name: "api", Key: "bob", Count: 1}}, 3_600_000)
+	if err != nil || h.ID == "" {
+		t.Fatalf("hold: %+v %v", h, err)
+	}
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "jobs", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 3_600_000}, nil); err != nil {
+		t.Fatal(err)
+	}
+	lease := e.consume(tn, "jobs", "worker", 1)
 	k, _, err := e.svc.CreateKey(ctx, tn.ID, tenants.KindSecret, "walk", "test")
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +87,7 @@ func (e *env) walkTenant(t *testing.T, name string) walkTenant {
 	return walkTenant{tn, map[string]string{
 		"tid": strconv.FormatInt(tn.ID, 10), "name": "api", "kid": k.ID, "uid": strconv.FormatInt(admin.ID, 10),
 		"iid": strconv.FormatInt(inv.ID, 10), "id": strconv.FormatInt(ep.ID, 10), "did": "none", "hash": "none",
+		"hid": h.ID, "lid": lease.LeaseID, "leaseName": "jobs",
 	}}
 }
 
@@ -91,12 +101,17 @@ var walkForm = url.Values{
 }
 
 // walkPath is route with its parameters replaced by the objects of ids, and the query a route
-// needs to name its object (the override to edit).
+// needs to name its object (the override to edit). A lease is released on the page of its own
+// limit, ids["leaseName"].
 func walkPath(route string, ids map[string]string) string {
 	parts := strings.Split(route, "/")
 	for i, p := range parts {
 		if strings.HasPrefix(p, ":") {
-			parts[i] = url.PathEscape(ids[p[1:]])
+			id := ids[p[1:]]
+			if p == ":name" && strings.Contains(route, "/:lid/") {
+				id = ids["leaseName"]
+			}
+			parts[i] = url.PathEscape(id)
 		}
 	}
 	path := strings.Join(parts, "/")

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
 	"github.com/sluice-dev/sluice/internal/ui"
 )
 
@@ -319,6 +320,32 @@ func TestSetupLinkCreatesFirstOperatorOnceWithHashedPassword(t *testing.T) {
 	if p, err := e.ui.Bootstrap(ctx, "", ""); p != "" || err != nil {
 		t.Fatalf("Bootstrap with users = %q, %v", p, err)
 	}
+}
+
+// TestSetupLinkIsDeadOnceAnyUserExists: a setup link is for a server without users. When a user
+// appears while it is open (made by `user create`, or by another instance on the same database),
+// the link is dead: its page and its form are 404, with the email of the existing operator
+// (which was a 500) or with a new one (which made a second operator). On SQLite and PostgreSQL.
+func TestSetupLinkIsDeadOnceAnyUserExists(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, onDatabase(dbURL))
+		ctx := context.Background()
+		path, err := e.ui.Bootstrap(ctx, "", "")
+		if err != nil || path == "" {
+			t.Fatalf("Bootstrap = %q, %v", path, err)
+		}
+		tok := strings.TrimPrefix(path, "/setup?token=")
+		e.operator() // as `user create` or another instance's setup would
+		const password = "second-operator-password"
+		for _, email := range []string{opEmail, "second@example.com"} {
+			res := e.client().post("/setup", url.Values{"token": {tok}, "email": {email}, "password": {password}, "confirm": {password}})
+			wantStatus(t, res, http.StatusNotFound)
+		}
+		wantStatus(t, e.client().get(path), http.StatusNotFound)
+		if n, _ := e.svc.CountUsers(ctx); n != 1 {
+			t.Fatalf("%d users, want 1", n)
+		}
+	})
 }
 
 func TestBootstrapFromEnvironmentCreatesOperator(t *testing.T) {

@@ -1,7 +1,9 @@
 package ui
 
 import (
+	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -21,7 +23,14 @@ type setupVM struct {
 
 func (u *UI) setupForm(c *gin.Context) {
 	tok := c.Query("token")
-	if !u.validSetupToken(tok) {
+	u.setupMu.Lock()
+	open, err := u.setupOpen(c, tok)
+	u.setupMu.Unlock()
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	if !open {
 		u.NotFound(c)
 		return
 	}
@@ -36,7 +45,10 @@ func (u *UI) setup(c *gin.Context) {
 	password := c.PostForm("password")
 	u.setupMu.Lock()
 	defer u.setupMu.Unlock()
-	if u.setupToken == "" || tok != u.setupToken {
+	if open, err := u.setupOpen(c, tok); err != nil {
+		u.internalError(c, err)
+		return
+	} else if !open {
 		u.NotFound(c)
 		return
 	}
@@ -52,6 +64,10 @@ func (u *UI) setup(c *gin.Context) {
 		vm.Error = apperr.From(err).Sentence()
 		u.render(c, http.StatusUnprocessableEntity, setupPage(vm))
 		return
+	case errors.Is(err, tenants.ErrConflict): // a user appeared since setupOpen counted
+		u.setupToken = ""
+		u.NotFound(c)
+		return
 	case err != nil:
 		u.internalError(c, err)
 		return
@@ -63,4 +79,23 @@ func (u *UI) setup(c *gin.Context) {
 		return
 	}
 	redirect(c, "/tenants?msg=welcome")
+}
+
+// setupOpen reports whether tok is the live setup link; the caller holds setupMu. A link is for a
+// server without users: once any exists (made by `user create`, or by another instance on the
+// database, through its own link or SLUICE_ADMIN_EMAIL), the link dies, so that it can neither
+// make a second operator nor fail on an email that is taken.
+func (u *UI) setupOpen(c *gin.Context, tok string) (bool, error) {
+	if u.setupToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(u.setupToken)) != 1 {
+		return false, nil
+	}
+	n, err := u.tenants.CountUsers(c.Request.Context())
+	if err != nil {
+		return false, fmt.Errorf("ui: setup: count users: %w", err)
+	}
+	if n > 0 {
+		u.setupToken = ""
+		return false, nil
+	}
+	return true, nil
 }

@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -196,13 +195,6 @@ func (u *UI) Bootstrap(ctx context.Context, adminEmail, adminPassword string) (s
 	defer u.setupMu.Unlock()
 	u.setupToken = rand.Text()
 	return "/setup?token=" + url.QueryEscape(u.setupToken), nil
-}
-
-// validSetupToken compares in constant time; an empty stored token (no setup offered) never matches.
-func (u *UI) validSetupToken(tok string) bool {
-	u.setupMu.Lock()
-	defer u.setupMu.Unlock()
-	return u.setupToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(u.setupToken)) == 1
 }
 
 // render writes a full page or fragment. It renders into a buffer first so that a template

@@ -250,6 +250,14 @@ func TestADeliveryIsGivenUpAfter24HoursAndCanBeResent(t *testing.T) {
 		if err := s.Resend(context.Background(), tenant+1, ep.ID, log[0].ID); !errors.Is(err, ErrDeliveryNotFound) {
 			t.Fatalf("another tenant resent the delivery: %v", err)
 		}
+		// An ID no delivery can have is not found either, not a database error (PostgreSQL
+		// refuses NUL bytes and invalid UTF-8 in a query): the dashboard's resend button put the
+		// URL's ID through as a 500.
+		for _, id := range []string{"\x00", log[0].ID + "\x00", "\xff\xfe", "msg_\xff"} {
+			if err := s.Resend(context.Background(), tenant, ep.ID, id); !errors.Is(err, ErrDeliveryNotFound) {
+				t.Errorf("Resend(%q): %v, want ErrDeliveryNotFound", id, err)
+			}
+		}
 	})
 }
 
