@@ -295,3 +295,23 @@ func (d driver) read(name string, a chromedp.Action[string]) string {
 	}
 	return strings.TrimSpace(v)
 }
+
+// acceptInvite opens link in a browser context of its own in root's browser (no shared cookies)
+// and sets password there, as an invitee does; the invitee's driver stays usable until t ends.
+func acceptInvite(t *testing.T, root context.Context, link, password string) driver {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(root, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancelTimeout)
+	guest := driver{t, ctx}
+	guest.step("accept the invite",
+		chromedp.Navigate(link),
+		chromedp.WaitVisible("#password-form"),
+		chromedp.SendKeys("#password", password),
+		chromedp.SendKeys("#confirm", password),
+		chromedp.Submit("#confirm"),
+		chromedp.WaitVisible("#logout"),
+	)
+	return guest
+}

@@ -49,20 +49,8 @@ func TestInviteAcceptChangeRoleRemoveInChromium(t *testing.T) {
 	link = srv.base + link[strings.Index(link, "/invite?"):]
 
 	// The invitee: a browser context of its own in the same browser, so no shared cookies.
-	guestCtx, cancelGuest := chromedp.NewContext(root, chromedp.WithNewBrowserContext())
-	defer cancelGuest()
-	guestCtx, cancelGuestTimeout := context.WithTimeout(guestCtx, 90*time.Second)
-	defer cancelGuestTimeout()
-	guest := driver{t, guestCtx}
-	guest.step("accept the invite",
-		chromedp.Navigate(link),
-		chromedp.WaitVisible("#password-form"),
-		chromedp.SendKeys("#password", "invitee password 1"),
-		chromedp.SendKeys("#confirm", "invitee password 1"),
-		chromedp.Submit("#confirm"),
-		chromedp.WaitVisible("#logout"),
-		chromedp.WaitVisible(`a[href="/tenants/1/members"]`),
-	)
+	guest := acceptInvite(t, root, link, "invitee password 1")
+	guest.step("the invitee's dashboard links its members page", chromedp.WaitVisible(`a[href="/tenants/1/members"]`))
 	guest.step("the viewer reads the members page", chromedp.Navigate(srv.base+"/tenants/1/members"), chromedp.WaitVisible(`tr[data-member="new@acme.example"]`))
 	if n := guest.read("invite forms", chromedp.Evaluate[string](`String(document.querySelectorAll("#invite-form").length)`)); n != "0" {
 		guest.fail("a viewer sees the invite form", nil)

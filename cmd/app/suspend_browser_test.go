@@ -78,19 +78,7 @@ func TestSuspendAndResumeATenantInChromium(t *testing.T) {
 		op.fail("the invite link "+link, nil)
 	}
 	link = srv.base + link[i:] // the server listens on port 0: its links name that port
-	guestCtx, cancelGuest := chromedp.NewContext(root, chromedp.WithNewBrowserContext())
-	defer cancelGuest()
-	guestCtx, cancelGuestTimeout := context.WithTimeout(guestCtx, 90*time.Second)
-	defer cancelGuestTimeout()
-	admin := driver{t, guestCtx}
-	admin.step("accept the invite",
-		chromedp.Navigate(link),
-		chromedp.WaitVisible("#password-form"),
-		chromedp.SendKeys("#password", "admin password 1"),
-		chromedp.SendKeys("#confirm", "admin password 1"),
-		chromedp.Submit("#confirm"),
-		chromedp.WaitVisible("#logout"),
-	)
+	admin := acceptInvite(t, root, link, "admin password 1")
 	keysPage := srv.base + "/tenants/1/keys"
 	keyRows := func(d driver) string {
 		t.Helper()
