@@ -135,3 +135,72 @@ func TestMigration00005DownRemovesQuotasAndParents(t *testing.T) {
 		})
 	}
 }
+
+// Migration 00014 adds usage_stats_hourly and sums the minutes already in usage_stats into it,
+// so that the week view is complete after an upgrade.
+func TestMigration00014BackfillsHourlyUsageFromMinutes(t *testing.T) {
+	for _, dialect := range testkit.Dialects {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d, err := db.Open(ctx, testkit.URL(t, dialect), db.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Close() })
+			sub, err := fs.Sub(migrations.FS, string(dialect))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gd := goose.DialectPostgres
+			if dialect == db.SQLite {
+				gd = goose.DialectSQLite3
+			}
+			p, err := goose.NewProvider(gd, d.SQL, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.UpTo(ctx, 13); err != nil {
+				t.Fatalf("migrate to version 13: %v", err)
+			}
+			hour := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+			for _, r := range [][5]int64{
+				{1, hour, 1, 2, 3}, {1, hour + 59*60_000, 10, 20, 30}, // one hour of tenant 1
+				{1, hour + 60*60_000, 100, 0, 0}, // the next hour
+				{2, hour + 5*60_000, 7, 0, 0},    // another tenant
+			} {
+				if err := d.Gorm.Exec(`INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused, shadow_refused) VALUES (?, 'api', ?, ?, ?, ?)`, r[0], r[1], r[2], r[3], r[4]).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var got [][5]int64
+			rows, err := d.SQL.QueryContext(ctx, `SELECT tenant_id, bucket_start, allowed, refused, shadow_refused FROM usage_stats_hourly ORDER BY tenant_id, bucket_start`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var r [5]int64
+				if err := rows.Scan(&r[0], &r[1], &r[2], &r[3], &r[4]); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, r)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			want := [][5]int64{{1, hour, 11, 22, 33}, {1, hour + 3_600_000, 100, 0, 0}, {2, hour, 7, 0, 0}}
+			if len(got) != len(want) {
+				t.Fatalf("hourly rows %v, want %v", got, want)
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("hourly rows %v, want %v", got, want)
+				}
+			}
+		})
+	}
+}

@@ -36,6 +36,7 @@ func seedTenant(t *testing.T, e *env, id int64, stateRows int) {
 	exec(`INSERT INTO captcha_used (tenant_id, challenge, expires_at) VALUES (?, 'c1', ?)`, id, now)
 	exec(`INSERT INTO captcha_sessions (tenant_id, session_hash, created_at, expires_at) VALUES (?, 'h1', ?, ?)`, id, now, now)
 	exec(`INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused) VALUES (?, 'api', 0, 1, 1)`, id)
+	exec(`INSERT INTO usage_stats_hourly (tenant_id, name, bucket_start, allowed, refused) VALUES (?, 'api', 0, 1, 1)`, id)
 	exec(`INSERT INTO webhook_endpoints (tenant_id, url, secret_sealed, events, created_at) VALUES (?, 'https://example.com/h', 's', 'key.created', 0)`, id)
 	exec(`INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event, payload, created_at, next_attempt_at)
 		SELECT ?, tenant_id, id, 'key.created', '{}', 0, 0 FROM webhook_endpoints WHERE tenant_id = ?`, fmt.Sprintf("d-%d", id), id)

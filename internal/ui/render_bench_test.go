@@ -44,6 +44,7 @@ var fullRenderScale = renderScale{tenants: 100, limitsPerTenant: 10, keysPerLimi
 // renderFixture is a started application over seeded data, and an operator's session.
 type renderFixture struct {
 	router *gin.Engine
+	db     *db.DB
 	cookie *http.Cookie
 	tenant int64
 	limit  string
@@ -98,6 +99,10 @@ func seedRender(tb testing.TB, dbURL string, s renderScale) renderFixture {
 			SELECT %d, 'big', 'big:' || g.i, 0, 50, %d - g.i FROM %s`, first, nowMS, series(max(s.bigLimit, 1))),
 		fmt.Sprintf(`INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused, shadow_refused)
 			SELECT d.tenant_id, d.name, %d - g.i * 60000, 90, 10, 0 FROM limit_definitions d, %s WHERE d.tenant_id = %d`, minute, series(7*24*60-1), first),
+		// The same minutes summed per hour, as the flush writes them (and migration 00014 backfills).
+		fmt.Sprintf(`INSERT INTO usage_stats_hourly (tenant_id, name, bucket_start, allowed, refused, shadow_refused)
+			SELECT tenant_id, name, bucket_start - bucket_start %% 3600000, SUM(allowed), SUM(refused), SUM(shadow_refused)
+			FROM usage_stats WHERE tenant_id = %d GROUP BY tenant_id, name, bucket_start - bucket_start %% 3600000`, first),
 	}
 	if s.topKeys > 0 {
 		for _, kind := range []string{"refused", "near", "shadow"} {
@@ -120,7 +125,7 @@ func seedRender(tb testing.TB, dbURL string, s renderScale) renderFixture {
 			tb.Fatal(err)
 		}
 	}
-	f := renderFixture{router: a.Router, tenant: first, limit: "limit-1", big: "big", shadow: "shadow", jobs: "jobs", override: "user:1"}
+	f := renderFixture{router: a.Router, db: a.DB, tenant: first, limit: "limit-1", big: "big", shadow: "shadow", jobs: "jobs", override: "user:1"}
 	f.seedExtras(tb, a, hooks.URL, s)
 	res := f.serve(tb, http.MethodPost, "/login", url.Values{"email": {opEmail}, "password": {opPassword}})
 	if res.Code != http.StatusSeeOther {
@@ -263,6 +268,16 @@ func TestRenderBenchmarkSeedsAndRendersEveryPage(t *testing.T) {
 		}
 		if n := doc(tenant + "/members").Find(`tr[data-member^="member-"]`).Length(); n != 2 {
 			t.Errorf("the members page lists %d seeded members, want 2", n)
+		}
+		// The week's chart (hourly rows) and the hour's (minute rows) agree with the seed.
+		var minutes, hours int64
+		for q, n := range map[string]*int64{`SELECT SUM(allowed) FROM usage_stats`: &minutes, `SELECT SUM(allowed) FROM usage_stats_hourly`: &hours} {
+			if err := f.db.Gorm.Raw(q).Scan(n).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if minutes == 0 || hours != minutes {
+			t.Errorf("seeded %d allowed per minute and %d per hour, want the same (and some)", minutes, hours)
 		}
 	})
 }

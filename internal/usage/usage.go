@@ -231,6 +231,9 @@ func bucketStart(t time.Time) int64 {
 	return ms - ms%Bucket.Milliseconds()
 }
 
+// hourStart is the start of the hour of bucket (ms since the epoch).
+func hourStart(bucket int64) int64 { return bucket - bucket%time.Hour.Milliseconds() }
+
 // Run flushes the recorded counts every interval until ctx ends, then waits for a flush in
 // progress, flushes once more (with a fresh deadline of its own, since ctx is over) and returns
 // that final flush's error, or nil. A failed background flush is logged and its counts kept for
@@ -261,12 +264,20 @@ func (a *Aggregator) backgroundFlush(ctx context.Context) {
 	}
 }
 
-// upsert adds to the stored counters; portable to PostgreSQL, SQLite and CockroachDB.
-const upsert = `INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused, shadow_refused) VALUES (?, ?, ?, ?, ?, ?)
+// upsertCounts adds to the stored counters, in the minute or the hourly table; portable to
+// PostgreSQL, SQLite and CockroachDB.
+func upsertCounts(table string) string {
+	return `INSERT INTO ` + table + ` (tenant_id, name, bucket_start, allowed, refused, shadow_refused) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (tenant_id, name, bucket_start) DO UPDATE SET
-	allowed = usage_stats.allowed + excluded.allowed,
-	refused = usage_stats.refused + excluded.refused,
-	shadow_refused = usage_stats.shadow_refused + excluded.shadow_refused`
+	allowed = ` + table + `.allowed + excluded.allowed,
+	refused = ` + table + `.refused + excluded.refused,
+	shadow_refused = ` + table + `.shadow_refused + excluded.shadow_refused`
+}
+
+var (
+	upsert     = upsertCounts("usage_stats")
+	upsertHour = upsertCounts("usage_stats_hourly")
+)
 
 // upsertTop adds to a stored top key's hits, in the minute or the hourly table; portable like
 // upsert.
@@ -338,6 +349,11 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		}
 		for _, k := range keys {
 			c := batch[k]
+			// The hour's row gets the minute's counts in the same transaction, so hourly rows
+			// plus the counts still in memory are complete, the current hour included.
+			if err := tx.Exec(upsertHour, k.tenantID, k.name, hourStart(k.bucket), c.allowed, c.refused, c.shadowRefused).Error; err != nil {
+				return err
+			}
 			if a.onMinute != nil && c.refused > 0 {
 				var refused int64
 				if err := tx.Raw(upsert+` RETURNING refused`, k.tenantID, k.name, k.bucket, c.allowed, c.refused, c.shadowRefused).Row().Scan(&refused); err != nil {
@@ -356,8 +372,7 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 				if err := tx.Exec(upsertTopMinute, k.tenantID, k.name, string(k.kind), k.bucket, e.Key, e.Hits, e.Overcount).Error; err != nil {
 					return err
 				}
-				hour := k.bucket - k.bucket%time.Hour.Milliseconds()
-				if err := tx.Exec(upsertTopHour, k.tenantID, k.name, string(k.kind), hour, e.Key, e.Hits, e.Overcount).Error; err != nil {
+				if err := tx.Exec(upsertTopHour, k.tenantID, k.name, string(k.kind), hourStart(k.bucket), e.Key, e.Hits, e.Overcount).Error; err != nil {
 					return err
 				}
 			}
@@ -374,6 +389,9 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 				return err
 			}
 			if err := tx.Exec(`DELETE FROM usage_top_keys_hourly WHERE bucket_start < ?`, cut).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(`DELETE FROM usage_stats_hourly WHERE bucket_start < ?`, cut).Error; err != nil {
 				return err
 			}
 			return tx.Exec(`DELETE FROM usage_stats WHERE bucket_start < ?`, cut).Error
@@ -455,7 +473,9 @@ type Point struct {
 
 // Series returns the decisions of one tenant over the span ending now, in buckets of step
 // (a whole number of minutes; the span is cut to a whole number of steps). name "" sums every
-// limit of the tenant. Counts not yet flushed are included, so charts are current.
+// limit of the tenant. Counts not yet flushed are included, so charts are current. A step of
+// whole hours reads the hourly table (the week view: 1,680 rows for ten limits, not 100,800),
+// any other the minute table; both hold every flushed minute, the current one's included.
 func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, span, step time.Duration) ([]Point, error) {
 	a.flushMu.RLock() // no flush may move counts from memory to the table while we read both
 	defer a.flushMu.RUnlock()
@@ -490,8 +510,12 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 	var rows []row
 	err := a.db.ReadOnly(ctx, func(tx *gorm.DB) error {
 		// Summed per step in the database: a week per minute of ten limits is 100,800 rows,
-		// which the page needs as 56 (docs/performance.md).
-		q := `SELECT bucket_start - bucket_start % ? AS bucket_start, SUM(allowed) AS allowed, SUM(refused) AS refused, SUM(shadow_refused) AS shadow_refused FROM usage_stats
+		// which the page needs as 56 (docs/performance.md); per hour it is 1,680.
+		table := "usage_stats"
+		if step%time.Hour == 0 {
+			table = "usage_stats_hourly"
+		}
+		q := `SELECT bucket_start - bucket_start % ? AS bucket_start, SUM(allowed) AS allowed, SUM(refused) AS refused, SUM(shadow_refused) AS shadow_refused FROM ` + table + `
 			WHERE tenant_id = ? AND bucket_start >= ? AND bucket_start < ?`
 		args := []any{stepMS, tenantID, from, end}
 		if name != "" {
