@@ -21,23 +21,8 @@ func TestMigrationDeletesRawAdminSessionIDs(t *testing.T) {
 		t.Run(string(dialect), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			d, err := db.Open(ctx, testkit.URL(t, dialect), db.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = d.Close() })
-			sub, err := fs.Sub(migrations.FS, string(dialect))
-			if err != nil {
-				t.Fatal(err)
-			}
-			gd := goose.DialectPostgres
-			if dialect == db.SQLite {
-				gd = goose.DialectSQLite3
-			}
-			p, err := goose.NewProvider(gd, d.SQL, sub)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d := openUnmigrated(t, dialect)
+			p := migrator(t, d, dialect)
 			if _, err := p.UpTo(ctx, 1); err != nil {
 				t.Fatalf("migrate to version 1: %v", err)
 			}
@@ -100,18 +85,7 @@ func TestMigration00005DownRemovesQuotasAndParents(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			sub, err := fs.Sub(migrations.FS, string(dialect))
-			if err != nil {
-				t.Fatal(err)
-			}
-			gd := goose.DialectPostgres
-			if dialect == db.SQLite {
-				gd = goose.DialectSQLite3
-			}
-			p, err := goose.NewProvider(gd, d.SQL, sub)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := migrator(t, d, dialect)
 			if _, err := p.DownTo(ctx, 4); err != nil {
 				t.Fatalf("migrate down below 5: %v", err)
 			}
@@ -143,23 +117,8 @@ func TestMigration00014BackfillsHourlyUsageFromMinutes(t *testing.T) {
 		t.Run(string(dialect), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			d, err := db.Open(ctx, testkit.URL(t, dialect), db.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = d.Close() })
-			sub, err := fs.Sub(migrations.FS, string(dialect))
-			if err != nil {
-				t.Fatal(err)
-			}
-			gd := goose.DialectPostgres
-			if dialect == db.SQLite {
-				gd = goose.DialectSQLite3
-			}
-			p, err := goose.NewProvider(gd, d.SQL, sub)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d := openUnmigrated(t, dialect)
+			p := migrator(t, d, dialect)
 			if _, err := p.UpTo(ctx, 13); err != nil {
 				t.Fatalf("migrate to version 13: %v", err)
 			}
@@ -203,4 +162,34 @@ func TestMigration00014BackfillsHourlyUsageFromMinutes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openUnmigrated opens a fresh, empty database of dialect (no migration run), closed when t ends.
+func openUnmigrated(t *testing.T, dialect db.Dialect) *db.DB {
+	t.Helper()
+	d, err := db.Open(context.Background(), testkit.URL(t, dialect), db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// migrator is a goose provider of dialect's migrations on d, for tests that stop at, or go down
+// to, a version.
+func migrator(t *testing.T, d *db.DB, dialect db.Dialect) *goose.Provider {
+	t.Helper()
+	sub, err := fs.Sub(migrations.FS, string(dialect))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gd := goose.DialectPostgres
+	if dialect == db.SQLite {
+		gd = goose.DialectSQLite3
+	}
+	p, err := goose.NewProvider(gd, d.SQL, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
