@@ -368,7 +368,7 @@ func (e *Engine) each(ctx context.Context, tenantID int64, reqs []Request, with 
 		if idems != nil {
 			j.idem = idems[i]
 		}
-		if err := e.enqueue(ctx, j); err != nil {
+		if err := e.enqueue(ctx, e.laneOf(j), j); err != nil {
 			out[i].Err = err
 			continue
 		}

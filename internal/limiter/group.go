@@ -39,7 +39,6 @@ type job struct {
 	out      BatchDecision
 	err      error
 	done     chan struct{}
-	lane     *lane        // where it queued (enqueue)
 	state    atomic.Int32 // jobQueued, jobTaken or jobAbandoned
 	// step, when set, is the job's own writes (a hold's row, holds.go), made in its group's
 	// transaction after every decision and before commit (afterDecisions).
@@ -131,23 +130,18 @@ func (e *Engine) work(ctx context.Context, l *lane) {
 		case first = <-l.queue:
 		}
 		l.waiting.Store(true)
+		turn := false
 		select {
-		case <-ctx.Done(): // refused, not decided: Run is stopping
-			l.waiting.Store(false)
-			if first.state.CompareAndSwap(jobQueued, jobTaken) {
-				first.err = ErrUnavailable
-				close(first.done)
-			}
-			return
+		case <-ctx.Done():
 		case <-l.token:
+			turn = true
 		}
 		l.waiting.Store(false)
-		if ctx.Err() != nil { // a busy lane must not delay the stop
-			l.token <- struct{}{}
-			if first.state.CompareAndSwap(jobQueued, jobTaken) {
-				first.err = ErrUnavailable
-				close(first.done)
+		if ctx.Err() != nil { // Run is stopping: refused, not decided (a busy lane must not delay the stop)
+			if turn {
+				l.token <- struct{}{}
 			}
+			refuse(first)
 			return
 		}
 		group = group[:0]
@@ -186,14 +180,19 @@ func (e *Engine) refuseQueued() {
 		for {
 			select {
 			case j := <-l.queue:
-				if j.state.CompareAndSwap(jobQueued, jobTaken) {
-					j.err = ErrUnavailable
-					close(j.done)
-				}
+				refuse(j)
 			default:
 				break drain
 			}
 		}
+	}
+}
+
+// refuse fails j closed with ErrUnavailable unless its group, or its caller, already took it.
+func refuse(j *job) {
+	if j.state.CompareAndSwap(jobQueued, jobTaken) {
+		j.err = ErrUnavailable
+		close(j.done)
 	}
 }
 
@@ -225,9 +224,8 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 		select {
 		case <-l.token:
 			if !e.stopping.Load() {
-				j.lane = l
 				j.state.Store(jobTaken)
-				e.runLane(l, append(make([]*job, 0, e.maxGroup), j))
+				e.runLane(l, []*job{j})
 				l.token <- struct{}{}
 				return nil
 			}
@@ -235,16 +233,14 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 		default:
 		}
 	}
-	if err := e.enqueue(ctx, j); err != nil {
+	if err := e.enqueue(ctx, l, j); err != nil {
 		return err
 	}
 	return e.await(ctx, j)
 }
 
-// enqueue puts j in its lane for the lane's worker.
-func (e *Engine) enqueue(ctx context.Context, j *job) error {
-	l := e.laneOf(j)
-	j.lane = l
+// enqueue puts j in its lane l (laneOf) for the lane's worker.
+func (e *Engine) enqueue(ctx context.Context, l *lane, j *job) error {
 	select {
 	case l.queue <- j:
 		return nil

@@ -255,9 +255,7 @@ func TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued(t *testing.T) {
 	await(t, entered, "the worker to begin the first group")
 	queued := []*job{newJob(1, true, Request{Name: "q", Key: "k", Count: 1}), newJob(1, false, Request{Name: "q", Key: "k", Count: 1})}
 	for _, j := range queued {
-		l := e.laneOf(j)
-		j.lane = l
-		l.queue <- j
+		e.laneOf(j).queue <- j
 	}
 	stop()
 	close(release)
