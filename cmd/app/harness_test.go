@@ -315,3 +315,24 @@ func acceptInvite(t *testing.T, root context.Context, link, password string) dri
 	)
 	return guest
 }
+
+// invite has op invite email to tenant 1 with role from its members page and returns the
+// one-time link, pointed at base: links are made with BASE_URL, which a test server on port 0
+// does not have.
+func invite(op driver, base, email, role string) string {
+	op.t.Helper()
+	op.step("invite "+email+" as "+role,
+		chromedp.Navigate(base+"/tenants/1/members"),
+		chromedp.WaitVisible("#invite-form"),
+		chromedp.SendKeys("#email", email),
+		chromedp.SetValue("#role", role),
+		chromedp.Submit("#email"),
+		chromedp.WaitVisible("#new-link-url"),
+	)
+	link := op.read("the invite link", chromedp.Value("#new-link-url"))
+	i := strings.Index(link, "/invite?token=")
+	if i < 0 {
+		op.fail("the invite link "+link, nil)
+	}
+	return base + link[i:]
+}

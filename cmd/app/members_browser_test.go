@@ -32,21 +32,7 @@ func TestInviteAcceptChangeRoleRemoveInChromium(t *testing.T) {
 		chromedp.WaitVisible("#new-tenant"),
 	)
 	op.step("create tenant", chromedp.SendKeys("#name", "acme"), chromedp.Submit("#name"), chromedp.WaitVisible("#new-limit"))
-	op.step("invite a viewer",
-		chromedp.Navigate(srv.base+"/tenants/1/members"),
-		chromedp.WaitVisible("#invite-form"),
-		chromedp.SendKeys("#email", "new@acme.example"),
-		chromedp.SetValue("#role", "viewer"),
-		chromedp.Submit("#email"),
-		chromedp.WaitVisible("#new-link-url"),
-	)
-	link := op.read("the invite link", chromedp.Value("#new-link-url"))
-	if !strings.Contains(link, "/invite?token=") {
-		op.fail("the invite link "+link, nil)
-	}
-	// Links are made with BASE_URL; this server has none and listens on port 0, so its links
-	// name port 0: send the invitee to the port it really took.
-	link = srv.base + link[strings.Index(link, "/invite?"):]
+	link := invite(op, srv.base, "new@acme.example", "viewer")
 
 	// The invitee: a browser context of its own in the same browser, so no shared cookies.
 	guest := acceptInvite(t, root, link, "invitee password 1")

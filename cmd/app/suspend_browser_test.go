@@ -64,20 +64,7 @@ func TestSuspendAndResumeATenantInChromium(t *testing.T) {
 	}
 
 	// The tenant's admin: invited by the operator, in a browser context of its own.
-	op.step("invite an admin",
-		chromedp.Click(`nav.tabs a[href$="/members"]`),
-		chromedp.WaitVisible("#invite-form"),
-		chromedp.SendKeys("#email", "admin@acme.example"),
-		chromedp.SetValue("#role", "admin"),
-		chromedp.Submit("#email"),
-		chromedp.WaitVisible("#new-link-url"),
-	)
-	link := op.read("the invite link", chromedp.Value("#new-link-url"))
-	i := strings.Index(link, "/invite?")
-	if i < 0 {
-		op.fail("the invite link "+link, nil)
-	}
-	link = srv.base + link[i:] // the server listens on port 0: its links name that port
+	link := invite(op, srv.base, "admin@acme.example", "admin")
 	admin := acceptInvite(t, root, link, "admin password 1")
 	keysPage := srv.base + "/tenants/1/keys"
 	keyRows := func(d driver) string {
