@@ -78,6 +78,8 @@ type RunResult struct {
 	Over      bool
 	Retries   float64
 	PerGroup  float64 // average decision requests per group transaction
+	// Round trips and statements per group transaction (PostgreSQL), from /metrics.
+	TripsPerGroup, StatementsPerGroup float64
 	// CPU µs per decision, from /proc: the app instances', and PostgreSQL's (the whole server:
 	// backends, WAL writer, checkpointer, autovacuum; SQLite scenarios leave it near 0).
 	AppCPUus, PgCPUus float64
@@ -142,6 +144,7 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	workers := make([]*worker, sc.conns)
 	retriesBefore := counter("sluice_db_tx_retries_total")
 	groupsBefore, jobsBefore := counter("sluice_decision_group_transactions_total"), counter("sluice_decision_group_requests_total")
+	tripsBefore, statementsBefore := counter("sluice_decision_group_round_trips_total"), counter("sluice_decision_group_statements_total")
 	appCPU := func() float64 { // summed over the instances
 		var sum float64
 		for _, t := range targets {
@@ -266,6 +269,8 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	res := RunResult{Retries: counter("sluice_db_tx_retries_total") - retriesBefore}
 	if groups := counter("sluice_decision_group_transactions_total") - groupsBefore; groups > 0 {
 		res.PerGroup = (counter("sluice_decision_group_requests_total") - jobsBefore) / groups
+		res.TripsPerGroup = (counter("sluice_decision_group_round_trips_total") - tripsBefore) / groups
+		res.StatementsPerGroup = (counter("sluice_decision_group_statements_total") - statementsBefore) / groups
 	}
 	var all []time.Duration
 	perKey := map[int]int64{}
@@ -320,6 +325,7 @@ func summarize(sc scenario, runs []RunResult) Result {
 	r.AppCPUus, r.PgCPUus = median(appCPU), median(pgCPU)
 	mid := runs[len(runs)/2]
 	r.Admitted, r.Bound, r.Retries, r.PerGroup = mid.Admitted, mid.Bound, mid.Retries, mid.PerGroup
+	r.TripsPerGroup, r.StatementsPerGroup = mid.TripsPerGroup, mid.StatementsPerGroup
 	return r
 }
 

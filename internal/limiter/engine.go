@@ -39,6 +39,9 @@ type Engine struct {
 	overrides overrideCache
 	groups    atomic.Int64 // group transactions committed or failed
 	jobs      atomic.Int64 // decisions (Batch calls) they carried
+	// trips and statements count what the groups sent PostgreSQL: round trips, and statements
+	// in them (every attempt's; SQLite's groups count none).
+	trips, statements atomic.Int64
 
 	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
 	afterDecide           func() // test-only (export_test.go): runs first in beforeCommit
@@ -723,6 +726,18 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 	return out, nil
 }
 
-// GroupStats reports how many group transactions ran and how many decisions they carried; the
-// ratio is the average coalescing factor.
-func (e *Engine) GroupStats() (groups, jobs int64) { return e.groups.Load(), e.jobs.Load() }
+// GroupStats counts the group transactions: how many ran, the decisions they carried (their
+// ratio is the average coalescing factor), and on PostgreSQL the round trips and statements
+// their attempts sent.
+type GroupStats struct{ Groups, Jobs, RoundTrips, Statements int64 }
+
+// GroupStats reports the counts so far.
+func (e *Engine) GroupStats() GroupStats {
+	return GroupStats{e.groups.Load(), e.jobs.Load(), e.trips.Load(), e.statements.Load()}
+}
+
+// sent counts one round trip of n statements.
+func (e *Engine) sent(n int) {
+	e.trips.Add(1)
+	e.statements.Add(int64(n))
+}

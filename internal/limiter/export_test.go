@@ -15,4 +15,8 @@ func (e *Engine) Queued() int {
 
 // SetAfterDecide makes every group of e call f after its decisions, inside its transaction,
 // before anything is written (tests hold two instances' transactions open together with it).
+// A group decided in one round trip (plain token bucket decisions) calls it after its commit.
 func SetAfterDecide(e *Engine, f func()) { e.afterDecide = f }
+
+// ErrOneTripDiffers fails a one-trip group whose database decisions differ from the Go math's.
+var ErrOneTripDiffers = errOneTripDiffers

@@ -25,10 +25,12 @@ import (
 // round trip for the rows it missed. The statements are state_sql_pg.go's.
 
 // shardHints remembers the definition of each limit last read, for choosing rows (and, with
-// nested budgets, the parents' definitions and rows) before the definitions are read.
+// nested budgets, the parents' definitions and rows) before the definitions are read, and the
+// version of its overrides then, for choosing the one-trip path (group_onetrip_pg.go).
 type shardHints struct {
-	mu sync.RWMutex
-	m  map[defKey]Definition
+	mu       sync.RWMutex
+	m        map[defKey]Definition
+	versions map[defKey]int64
 }
 
 // snapshot is a copy of the hints, which expand reads like definitions.
@@ -60,17 +62,35 @@ func (h *shardHints) snapshot(keys []defKey) map[defKey]Definition {
 	return out
 }
 
-func (h *shardHints) set(defs map[defKey]Definition) {
+func (h *shardHints) set(defs map[defKey]Definition, versions map[defKey]int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil || len(h.m) > 100_000 {
-		h.m = map[defKey]Definition{}
+		h.m, h.versions = map[defKey]Definition{}, map[defKey]int64{}
 	}
 	maps.Copy(h.m, defs)
+	for k := range defs {
+		h.versions[k] = versions[k]
+	}
+}
+
+// lookup is the hint for k, with the version of its overrides.
+func (h *shardHints) lookup(k defKey) (Definition, int64, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	d, ok := h.m[k]
+	return d, h.versions[k], ok
 }
 
 // groupPgx is one attempt of a group on PostgreSQL.
 func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) error {
+	if e.oneTripCase(jobs) {
+		decided, err := e.groupOneTrip(ctx, conn, jobs)
+		if err != nil || decided {
+			return err
+		}
+		// A limit changed since its hint: the function decided nothing; decide the general way.
+	}
 	keys := definitionKeys(jobs)
 	guess, keys := e.guess(jobs, keys)
 	guess = sortedUnique(guess)
@@ -81,6 +101,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	if len(pending) > 0 {
 		queueIdemRead(b, pending)
 	}
+	e.sent(b.Len())
 	br := conn.SendBatch(ctx, b)
 	now, defs, versions, stored, err := readGroupReads(br, e.fastCommit)
 	var answers map[idemKey]idemRecord
@@ -98,15 +119,21 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		asked[k] = true
 	}
 	// Parents the hints did not foresee: one more query per generation (only after a change).
-	if err := readParents(jobs, defs, asked, func(k []defKey) (map[defKey]Definition, error) { return selectDefinitionsPg(ctx, conn, k, versions) }); err != nil {
+	if err := readParents(jobs, defs, asked, func(k []defKey) (map[defKey]Definition, error) {
+		e.sent(1)
+		return selectDefinitionsPg(ctx, conn, k, versions)
+	}); err != nil {
 		return err
 	}
-	e.hints.set(defs)
+	e.hints.set(defs, versions)
 	if e.testNow != nil {
 		now = e.testNow().UnixMilli()
 	}
 	// Overrides come from memory unless their version changed (then one more round trip).
-	ovs, err := e.overrides.indexes(versions, func(k defKey) ([]Override, error) { return selectOverridesPg(ctx, conn, k) })
+	ovs, err := e.overrides.indexes(versions, func(k defKey) ([]Override, error) {
+		e.sent(1)
+		return selectOverridesPg(ctx, conn, k)
+	})
 	if err != nil {
 		return err
 	}
@@ -124,6 +151,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		}
 	}
 	if len(missing) > 0 { // a shard count changed since the hint: fetch what it missed
+		e.sent(1)
 		if err := selectRowsPg(ctx, conn, missing, stored); err != nil {
 			return err
 		}
@@ -134,6 +162,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	queueGroupWrites(b, writes, afterDecisions(deciding, now))
 	e.beforeCommitPg(b, jobs, now) // after the leases: an idempotent answer carries its lease
 	b.Queue(pgCommit)
+	e.sent(b.Len())
 	br = conn.SendBatch(ctx, b)
 	for range b.Len() {
 		if _, err = br.Exec(); err != nil {

@@ -122,7 +122,8 @@ func TestConcurrentDecisionsOnOneKeyAreCoalescedAndExact(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		groups, jobs := e.GroupStats()
+		st := e.GroupStats()
+		groups, jobs := st.Groups, st.Jobs
 		if admitted != 100 {
 			t.Fatalf("admitted %d of a window holding exactly 100", admitted)
 		}

@@ -312,8 +312,8 @@ func TestIdempotentRetriesInOneGroupDecideOnce(t *testing.T) {
 		if v := value(t, e, "once", "group"); v != 99 {
 			t.Fatalf("value = %v, want 99 (one consumption)", v)
 		}
-		if g, j := e.GroupStats(); g != 1 || j != n+1 {
-			t.Fatalf("%d groups carried %d decisions; want all %d in one group", g, j, n+1)
+		if st := e.GroupStats(); st.Groups != 1 || st.Jobs != n+1 {
+			t.Fatalf("%d groups carried %d decisions; want all %d in one group", st.Groups, st.Jobs, n+1)
 		}
 	})
 }

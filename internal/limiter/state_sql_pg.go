@@ -39,7 +39,10 @@ const (
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(` + statePrimaryKey + `)
 		JOIN limit_state USING (` + statePrimaryKey + `)`
 	pgSelectOverrides = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = $1 AND name = $2"
-	pgUpsertRows      = "INSERT INTO limit_state (" + stateColumns + `)
+	// pgTakeTokens decides a group of single-shard token bucket requests in the database
+	// (group_onetrip_pg.go); its arguments and rows are described in migration 00015.
+	pgTakeTokens = "SELECT now_ms, ok, existed, pre_value, pre_ts, pre_penalty, post_value, post_ts FROM sluice_take_tokens($1, $2, $3, $4, $5, $6, $7)"
+	pgUpsertRows = "INSERT INTO limit_state (" + stateColumns + `)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
 )
 
@@ -110,23 +113,8 @@ func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Def
 	if err := br.QueryRow().Scan(&now); err != nil {
 		return 0, nil, nil, nil, err
 	}
-	rows, err := br.Query()
+	defs, versions, err := readDefinitions(br)
 	if err != nil {
-		return 0, nil, nil, nil, err
-	}
-	defs := map[defKey]Definition{}
-	versions := map[defKey]int64{}
-	for rows.Next() {
-		var r definitionRow
-		if err := rows.Scan(r.fields()...); err != nil {
-			rows.Close()
-			return 0, nil, nil, nil, err
-		}
-		k := defKey{r.TenantID, r.Name}
-		defs[k], versions[k] = r.toDomain().Definition, r.OverridesVersion
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return 0, nil, nil, nil, err
 	}
 	stateRows, err := br.Query()
@@ -138,6 +126,27 @@ func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Def
 		return 0, nil, nil, nil, err
 	}
 	return now, defs, versions, stored, nil
+}
+
+// readDefinitions reads the result of pgSelectDefinitions in a batch: the definitions and the
+// versions of their overrides.
+func readDefinitions(br pgx.BatchResults) (map[defKey]Definition, map[defKey]int64, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	defs := map[defKey]Definition{}
+	versions := map[defKey]int64{}
+	for rows.Next() {
+		var r definitionRow
+		if err := rows.Scan(r.fields()...); err != nil {
+			return nil, nil, err
+		}
+		k := defKey{r.TenantID, r.Name}
+		defs[k], versions[k] = r.toDomain().Definition, r.OverridesVersion
+	}
+	return defs, versions, rows.Err()
 }
 
 // selectOverridesPg reads every override of one limit within the group's transaction.

@@ -241,26 +241,43 @@ func newBuildInfo(version string) prometheus.Collector {
 }
 
 // WatchGroups exports the engine's group-commit counters (read at scrape time): how many group
-// transactions ran and how many decisions they carried; their ratio is the coalescing factor.
-func (m *Metrics) WatchGroups(stats func() (groups, jobs int64)) {
+// transactions ran and how many decisions they carried (their ratio is the coalescing factor),
+// and the round trips and statements they sent PostgreSQL.
+func (m *Metrics) WatchGroups(stats func() GroupCounts) {
 	m.reg.MustRegister(&groupCollector{
 		stats: stats,
 		groups: prometheus.NewDesc("sluice_decision_group_transactions_total",
 			"Group-commit transactions run (committed or failed).", nil, nil),
 		jobs: prometheus.NewDesc("sluice_decision_group_requests_total",
 			"Decision requests (single or batch) carried by group-commit transactions.", nil, nil),
+		trips: prometheus.NewDesc("sluice_decision_group_round_trips_total",
+			"Round trips to PostgreSQL made by group-commit transactions (every attempt's).", nil, nil),
+		statements: prometheus.NewDesc("sluice_decision_group_statements_total",
+			"Statements sent to PostgreSQL by group-commit transactions (every attempt's).", nil, nil),
 	})
 }
 
+// GroupCounts are the engine's group counters, read at scrape time.
+type GroupCounts struct{ Groups, Jobs, RoundTrips, Statements int64 }
+
 type groupCollector struct {
-	stats        func() (int64, int64)
-	groups, jobs *prometheus.Desc
+	stats                           func() GroupCounts
+	groups, jobs, trips, statements *prometheus.Desc
 }
 
-func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.groups; ch <- c.jobs }
+func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.groups
+	ch <- c.jobs
+	ch <- c.trips
+	ch <- c.statements
+}
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
-	g, j := c.stats()
-	ch <- prometheus.MustNewConstMetric(c.groups, prometheus.CounterValue, float64(g))
-	ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.CounterValue, float64(j))
+	s := c.stats()
+	for _, m := range []struct {
+		d *prometheus.Desc
+		v int64
+	}{{c.groups, s.Groups}, {c.jobs, s.Jobs}, {c.trips, s.RoundTrips}, {c.statements, s.Statements}} {
+		ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.v))
+	}
 }

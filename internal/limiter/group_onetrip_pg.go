@@ -1,0 +1,206 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
+)
+
+// The one-trip path: a group whose every job is one plain request on a single-shard token
+// bucket (the common case) is decided in one round trip on PostgreSQL, by the server-side
+// function sluice_take_tokens (migration 00015), pipelined with pgx:
+//
+//	BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL enable_seqscan = off; SELECT FROM
+//	sluice_take_tokens(...); SELECT definitions; COMMIT
+//
+// The function reads the definitions, the rows and the database's clock, applies the token
+// bucket's math in float8 and writes, all inside the one serializable transaction; it is retried
+// on serialization failure like any group. The engine then replays the group in Go (plan and
+// decideGroup, as on the two-trip path) from the states the function saw, and builds the answers
+// from that: the function only saves the round trip that carried the Go math's writes. If the
+// function's admissions or writes ever differ from the Go math's, the group fails closed (503):
+// nothing is answered as admitted that the Go math did not admit.
+//
+// Which groups take it is chosen from the hints (the definitions last read); the function checks
+// the stored definitions again and, when one no longer fits, writes nothing and returns no rows,
+// and the group is decided the general way in a new transaction.
+
+// minOneTripRate is the smallest rate the function decides: PostgreSQL raises an error where a
+// float8 product or quotient underflows to zero (Go rounds it to 0), and above this rate the
+// refill elapsed * rate / period is at least a normal float64 for every period validation allows.
+const minOneTripRate = 1e-290
+
+// errOneTripDiffers fails a group whose server-side decisions differ from the Go math's.
+var errOneTripDiffers = errors.New("the database's token bucket decisions differ from the engine's")
+
+// oneTripCase reports whether every job of the group is one plain request (no inline config,
+// refund, hold, idempotency key or system limit) whose limit was, when last read, a
+// single-shard token bucket without parents, penalty or overrides, with a valid count and a rate
+// of at least minOneTripRate.
+func (e *Engine) oneTripCase(jobs []*job) bool {
+	for _, j := range jobs {
+		if len(j.reqs) != 1 || j.idem != nil || j.step != nil {
+			return false
+		}
+		req := j.reqs[0]
+		if req.System || req.Config != nil || req.Refund || req.hold {
+			return false
+		}
+		def, version, ok := e.hints.lookup(defKey{j.tenantID, req.Name})
+		if !ok || version != 0 || def.Kind.Algorithm() != TokenBucket || def.Shards != 1 || def.Rate < minOneTripRate ||
+			len(def.Parents) > 0 || def.Penalty != 0 || def.CheckCount(req.Count, req.Reserve) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// takeRow is one row of sluice_take_tokens: one request's outcome.
+type takeRow struct {
+	now               int64
+	ok, existed       bool
+	preValue          *float64
+	preTS, prePenalty *int64
+	postValue         *float64
+	postTS            *int64
+}
+
+// groupOneTrip decides the group in one round trip. decided is false when the function found a
+// definition that does not fit (it wrote nothing; the caller decides the general way).
+func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job) (decided bool, err error) {
+	n := len(jobs)
+	tenants, names, keys := make([]int64, n), make([]string, n), make([]string, n)
+	counts, reserves, consumes := make([]float64, n), make([]bool, n), make([]bool, n)
+	for i, j := range jobs {
+		r := j.reqs[0]
+		tenants[i], names[i], keys[i] = j.tenantID, r.Name, r.Key
+		counts[i], reserves[i], consumes[i] = r.Count, r.Reserve, j.consume
+	}
+	var frozen *int64 // tests freeze the engine's clock; production reads the database's
+	if e.testNow != nil {
+		ms := e.testNow().UnixMilli()
+		frozen = &ms
+	}
+	defKeys := definitionKeys(jobs)
+	defTenants, defNames := make([]int64, len(defKeys)), make([]string, len(defKeys))
+	for i, k := range defKeys {
+		defTenants[i], defNames[i] = k.tenantID, k.name
+	}
+
+	b := &pgx.Batch{}
+	b.Queue(pgBegin)
+	b.Queue(pgNoSeqScan)
+	if e.fastCommit {
+		b.Queue(pgFastCommit)
+	}
+	b.Queue(pgTakeTokens, frozen, tenants, names, keys, counts, reserves, consumes)
+	b.Queue(pgSelectDefinitions, defTenants, defNames)
+	b.Queue(pgCommit)
+	e.sent(b.Len())
+	br := conn.SendBatch(ctx, b)
+	var rows []takeRow
+	var defs map[defKey]Definition
+	for range b.Len() - 3 { // BEGIN, SET LOCAL (and synchronous_commit)
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		rows, err = readTakeRows(br)
+	}
+	if err == nil {
+		defs, _, err = readDefinitions(br)
+	}
+	if err == nil {
+		_, err = br.Exec() // COMMIT
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(rows) == 0 {
+		return false, nil
+	}
+	if len(rows) != n {
+		return false, fmt.Errorf("limiter: one-trip group: %d outcomes for %d requests", len(rows), n)
+	}
+	return true, e.replayOneTrip(jobs, defs, rows)
+}
+
+// replayOneTrip decides the group in Go from the states the function saw, exactly as the
+// two-trip path would have, and checks that the function admitted and wrote the same.
+func (e *Engine) replayOneTrip(jobs []*job, defs map[defKey]Definition, rows []takeRow) error {
+	now := rows[0].now
+	e.hints.set(defs, map[defKey]int64{}) // the function decided only limits without overrides
+	stored := make(map[rowKey]fullStateRow, len(jobs))
+	written := map[rowKey]algo.State{} // the function's writes, the last per row
+	for i, j := range jobs {
+		rk := rowKey{j.tenantID, j.reqs[0].Name, j.reqs[0].Key, 0}
+		r := rows[i]
+		if _, seen := stored[rk]; !seen { // the row as the group found it
+			st := fullStateRow{TenantID: rk.tenantID, Name: rk.name, Key: rk.key, exists: r.existed}
+			if r.existed {
+				st.Value, st.TS, st.PenaltyUntil = *r.preValue, *r.preTS, *r.prePenalty
+			}
+			stored[rk] = st
+		}
+		if r.ok && j.consume {
+			written[rk] = algo.State{Value: *r.postValue, TS: *r.postTS, Exists: true}
+		}
+	}
+	e.plan(jobs, defs, nil, now)
+	overlay := decideGroup(jobs, stored, now)
+	same := len(overlay) == len(written)
+	for rk, w := range overlay {
+		got, ok := written[rk]
+		same = same && ok && math.Float64bits(got.Value) == math.Float64bits(w.Value) && got.TS == w.TS &&
+			w.PenaltyUntil == 0 && w.Counters == nil
+	}
+	for i, j := range jobs {
+		same = same && rows[i].ok == admitted(j)
+	}
+	if !same {
+		return fmt.Errorf("limiter: one-trip group: %w: %w", ErrUnavailable, errOneTripDiffers)
+	}
+	// The answers made final (jitter, the batch's retryAfter); with no idempotent job there is
+	// nothing of them to store, so this may follow the commit.
+	e.beforeCommit(jobs, now)
+	return nil
+}
+
+// admitted is whether the Go math admitted a one-request job, shadow mode aside (a shadow
+// limit's would-be refusal writes nothing, as an enforced one's).
+func admitted(j *job) bool {
+	if j.err != nil {
+		return false
+	}
+	d := j.out.Results[0]
+	if d.Shadow != nil {
+		return d.Shadow.OK
+	}
+	return d.OK
+}
+
+func readTakeRows(br pgx.BatchResults) ([]takeRow, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []takeRow
+	for rows.Next() {
+		var r takeRow
+		if err := rows.Scan(&r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

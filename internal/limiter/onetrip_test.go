@@ -1,0 +1,145 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// TestOneTripDecidesAsTheGoMath: on PostgreSQL, plain single-shard token bucket decisions are
+// decided in one round trip by the server-side function (group_onetrip_pg.go); on SQLite by the
+// Go math alone. The same random sequence (odd rates and periods, capacities, reservations,
+// fractional counts, a clock that also steps back, groups of several requests on the same keys)
+// gets the same answers, bit for bit, on both; and on PostgreSQL nearly every group took one
+// round trip (only a limit's first decision, which has no hint yet, takes two).
+func TestOneTripDecidesAsTheGoMath(t *testing.T) {
+	pgURL := testkit.URL(t, db.Postgres) // skips, visibly, without PostgreSQL
+	clockPG, clockLite := newClock(1_700_000_000_000), newClock(1_700_000_000_000)
+	pg := newEngine(t, testkit.OpenURL(t, pgURL), limiter.Options{Now: clockPG.Now, IntN: func(n int) int { return n / 2 }})
+	lite := newEngine(t, testkit.Open(t, db.SQLite), limiter.Options{Now: clockLite.Now, IntN: func(n int) int { return n / 2 }})
+	r := rand.New(rand.NewPCG(7, 13))
+	defs := []limiter.Definition{
+		{Kind: limiter.TokenBucket, Rate: 7.3, Period: 1_234},
+		{Kind: limiter.TokenBucket, Rate: 3, Period: 10_000, Capacity: ptr(5.5), MaxReserved: ptr(2.25)},
+		{Kind: limiter.TokenBucket, Rate: 0.1, Period: 997, Capacity: ptr(4.0), MaxReserved: ptr(0.0), Jitter: 300},
+		{Kind: limiter.GCRA, Rate: 1e6, Period: 86_400_000, Capacity: ptr(1e3)},
+		{Kind: limiter.TokenBucket, Rate: 2, Period: 60_000, Capacity: ptr(4.0), Mode: limiter.Shadow},
+		// The smallest rate the function decides, over the longest period: the refill is tiny
+		// but never underflows to zero (which PostgreSQL would raise as an error).
+		{Kind: limiter.TokenBucket, Rate: 1e-290, Period: 316_224_000_000, Capacity: ptr(4.0), MaxReserved: ptr(1e-3)},
+	}
+	for i, d := range defs {
+		mustPut(t, pg, fmt.Sprint("l", i), d)
+		mustPut(t, lite, fmt.Sprint("l", i), d)
+	}
+	counts := []float64{0, 0.5, 1, 1, 1, 2, 3.75, 1e-3}
+	ctx := context.Background()
+	before := pg.GroupStats()
+	decisions := 0
+	for step := range 400 {
+		dt := int64(r.IntN(1_500))
+		if r.IntN(20) == 0 {
+			dt = -int64(r.IntN(3_000)) // the clock steps back: a stored ts ahead of now
+		}
+		clockPG.Advance(dt)
+		clockLite.Advance(dt)
+		reqs := make([]limiter.Request, 1+r.IntN(6))
+		for i := range reqs {
+			reqs[i] = limiter.Request{Name: fmt.Sprint("l", r.IntN(len(defs))), Key: fmt.Sprint("k", r.IntN(3)),
+				Count: counts[r.IntN(len(counts))], Reserve: r.IntN(3) == 0}
+		}
+		consume := r.IntN(10) != 0
+		got, want := pg.Each(ctx, tenant, reqs, consume), lite.Each(ctx, tenant, reqs, consume)
+		for i := range reqs {
+			decisions++
+			if g, w := outcomeText(got[i]), outcomeText(want[i]); g != w {
+				t.Fatalf("step %d, request %d %+v: PostgreSQL (one trip) %s, SQLite (the Go math) %s", step, i, reqs[i], g, w)
+			}
+		}
+	}
+	after := pg.GroupStats()
+	groups, trips := after.Groups-before.Groups, after.RoundTrips-before.RoundTrips
+	if trips > groups+int64(2*len(defs)) {
+		t.Fatalf("%d round trips for %d groups (%d decisions): the one-trip path was not taken", trips, groups, decisions)
+	}
+}
+
+// outcomeText is what a caller sees of an outcome, with every float's exact bits.
+func outcomeText(o limiter.Outcome) string {
+	if o.Err != nil {
+		return "error " + o.Err.Error()
+	}
+	d := o.Decision
+	s := fmt.Sprintf("ok=%v remaining=%x", d.OK, math.Float64bits(d.Remaining))
+	if d.RetryAfter != nil {
+		s += fmt.Sprintf(" retryAfter=%d", *d.RetryAfter)
+	}
+	if d.Shadow != nil {
+		s += fmt.Sprintf(" shadow.ok=%v", d.Shadow.OK)
+		if d.Shadow.RetryAfter != nil {
+			s += fmt.Sprintf(" shadow.retryAfter=%d", *d.Shadow.RetryAfter)
+		}
+	}
+	return s
+}
+
+// TestOneTripFailsClosedWhenTheDatabaseDisagrees: the engine replays every one-trip group in Go
+// and compares. A function that admits everything (installed here on purpose) makes the group
+// fail closed: the over-admitting decisions are errors (503 unavailable), never answered as
+// admitted.
+func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
+	url := testkit.URL(t, db.Postgres)
+	d := testkit.OpenURL(t, url)
+	e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 60_000})
+	mustLimit(t, e, limiter.Request{Name: "tb", Count: 1}) // the hint: later decisions take one trip
+	mustLimit(t, e, limiter.Request{Name: "tb", Count: 1})
+
+	var def string
+	if err := d.Gorm.Raw(`SELECT pg_get_functiondef('sluice_take_tokens'::regproc)`).Scan(&def).Error; err != nil {
+		t.Fatal(err)
+	}
+	const decide = "ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserves[i])) AND NOT penalized;"
+	if !strings.Contains(def, decide) {
+		t.Fatalf("the function no longer decides with %q; update this test", decide)
+	}
+	if err := d.Gorm.Exec(strings.Replace(def, decide, "ok := TRUE;", 1)).Error; err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Limit(context.Background(), tenant, limiter.Request{Name: "tb", Count: 1})
+	if !errors.Is(err, limiter.ErrOneTripDiffers) || !errors.Is(err, limiter.ErrUnavailable) {
+		t.Fatalf("a third token from a bucket of 2, admitted by the database: err = %v, want the group failed closed", err)
+	}
+}
+
+// TestOneTripFallsBackWhenTheLimitChanged: a limit that another instance changed since this
+// one's hint (here into a fixed window) is not decided by the function; the group is decided
+// the general way, under the new definition.
+func TestOneTripFallsBackWhenTheLimitChanged(t *testing.T) {
+	url := testkit.URL(t, db.Postgres)
+	clock := newClock(1_700_000_000_000)
+	a := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	b := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	mustPut(t, a, "x", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000})
+	mustLimit(t, a, limiter.Request{Name: "x", Key: "k", Count: 1})
+	mustPut(t, b, "x", limiter.Definition{Kind: limiter.FixedWindow, Rate: 2, Period: 60_000})
+	before := a.GroupStats()
+	for i, wantOK := range []bool{true, true, false} {
+		got := mustLimit(t, a, limiter.Request{Name: "x", Key: "k", Count: 1})
+		if got.Definition.Kind != limiter.FixedWindow || got.OK != wantOK {
+			t.Fatalf("decision %d after the change: %s ok=%v, want a fixed window's ok=%v", i+1, got.Definition.Kind, got.OK, wantOK)
+		}
+	}
+	if after := a.GroupStats(); after.RoundTrips-before.RoundTrips != 3+2+2 {
+		t.Fatalf("%d round trips, want 3 for the first decision (one trip that decided nothing, then two) and 2 for each other (fixed windows take two)",
+			after.RoundTrips-before.RoundTrips)
+	}
+}

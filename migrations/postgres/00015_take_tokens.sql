@@ -1,0 +1,93 @@
+-- sluice_take_tokens decides a group of single-shard token bucket requests in the database, so
+-- that the group's transaction is one round trip (internal/limiter/group_onetrip_pg.go): the
+-- definitions, the state rows, the clock, the math's writes and the commit travel together.
+-- It is the token bucket of internal/limiter/algo (viewTokenBucket and decide), operation for
+-- operation in float8, so that it computes the very bits the Go code does; the engine replays
+-- the group in Go from the states this returns and fails the group closed if they ever differ
+-- (a property test compares the two on random inputs).
+--
+-- Arguments, one element per request, in the group's order: tenant, limit name, key, count,
+-- reserve, consume. p_now is the decision time in ms (NULL: the database's clock, the
+-- production case; tests freeze the engine's clock and pass it).
+--
+-- It decides only when every request's limit is a stored single-shard token bucket (or gcra)
+-- without parents, penalty or overrides, with a rate of at least 1e-290. Otherwise it writes nothing and returns no rows, and
+-- the engine decides the group the general way. Otherwise it returns one row per request: the
+-- time, whether the request was admitted, the row's state before it (as the requests before it
+-- in the group left it) and after it.
+
+-- +goose Up
+-- +goose StatementBegin
+CREATE FUNCTION sluice_take_tokens(
+    p_now bigint, p_tenant bigint[], p_name text[], p_key text[],
+    p_count float8[], p_reserve boolean[], p_consume boolean[])
+RETURNS TABLE (now_ms bigint, ok boolean, existed boolean, pre_value float8, pre_ts bigint,
+               pre_penalty bigint, post_value float8, post_ts bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    t        bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    n        int := coalesce(cardinality(p_tenant), 0);
+    rates    float8[] := '{}';
+    periods  bigint[] := '{}';
+    maxes    float8[] := '{}';
+    reserves float8[] := '{}';
+    d        record;
+    s        record;
+    avail    float8;
+    rest     float8;
+    new_ts   bigint;
+    penalized boolean;
+BEGIN
+    FOR i IN 1 .. n LOOP
+        SELECT kind, rate, period, capacity, max_reserved, shards, parents, penalty, overrides_version
+            INTO d FROM limit_definitions WHERE tenant_id = p_tenant[i] AND name = p_name[i];
+        -- Below a rate of 1e-290 the refill could underflow to zero, which float8 arithmetic
+        -- raises as an error (Go rounds it to 0): the engine decides those (minOneTripRate).
+        IF NOT FOUND OR d.kind NOT IN ('token bucket', 'gcra') OR d.shards <> 1 OR d.parents <> ''
+            OR d.penalty <> 0 OR d.overrides_version <> 0 OR d.rate < 1e-290 THEN
+            RETURN; -- not this function's case: nothing written, nothing returned
+        END IF;
+        rates[i] := d.rate;
+        periods[i] := d.period;
+        maxes[i] := coalesce(d.capacity, d.rate);
+        reserves[i] := coalesce(d.max_reserved, 'Infinity'::float8);
+    END LOOP;
+    FOR i IN 1 .. n LOOP
+        SELECT value, ts, penalty_until INTO s FROM limit_state
+            WHERE tenant_id = p_tenant[i] AND name = p_name[i] AND key = p_key[i] AND shard = 0;
+        now_ms := t;
+        existed := FOUND;
+        IF existed THEN
+            pre_value := s.value; pre_ts := s.ts; pre_penalty := s.penalty_until;
+            -- viewTokenBucket: a stored ts ahead of now counts as now; multiply before dividing.
+            new_ts := greatest(t, s.ts);
+            avail := least(s.value + (new_ts - s.ts)::float8 * rates[i] / periods[i]::float8, maxes[i]);
+            penalized := s.penalty_until > t;
+        ELSE
+            pre_value := NULL; pre_ts := NULL; pre_penalty := NULL;
+            new_ts := t;
+            avail := maxes[i];
+            penalized := false;
+        END IF;
+        rest := avail - p_count[i];
+        -- decide: admitted when the count fits, or when a reservation's deficit is allowed;
+        -- a running penalty (left by an earlier definition) refuses everything.
+        ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserves[i])) AND NOT penalized;
+        IF ok AND p_consume[i] THEN
+            INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters, penalty_until)
+                VALUES (p_tenant[i], p_name[i], p_key[i], 0, rest, new_ts, '', 0)
+                ON CONFLICT (tenant_id, name, key, shard) DO UPDATE
+                SET value = excluded.value, ts = excluded.ts, counters = excluded.counters,
+                    penalty_until = excluded.penalty_until;
+            post_value := rest; post_ts := new_ts;
+        ELSE
+            post_value := pre_value; post_ts := pre_ts;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+DROP FUNCTION sluice_take_tokens(bigint, bigint[], text[], text[], float8[], boolean[], boolean[]);
