@@ -109,25 +109,25 @@ func (e *benchEnv) tearDown() {
 
 // Result is one scenario's median figures.
 type Result struct {
-	Scenario     string    `json:"scenario"`
-	Connections  int       `json:"connections"`
-	PerSecond    float64   `json:"decisionsPerSecond"`
-	P50ms        float64   `json:"p50ms"`
-	P99ms        float64   `json:"p99ms"`
-	Errors       int64     `json:"errors"`
-	Status5xx    int64     `json:"status5xx"`
-	Admitted     int64     `json:"admitted"`
-	Bound        float64   `json:"bound"` // the most the limit allows in the run (0: per-key bounds checked instead)
-	OverAdmitted bool      `json:"overAdmitted"`
-	RatioPgbench float64   `json:"ratioToPgbench"`
-	Retries      float64   `json:"serializationRetries"` // of the median run, from /metrics
-	PerGroup     float64   `json:"requestsPerGroupTransaction"`
+	Scenario     string  `json:"scenario"`
+	Connections  int     `json:"connections"`
+	PerSecond    float64 `json:"decisionsPerSecond"`
+	P50ms        float64 `json:"p50ms"`
+	P99ms        float64 `json:"p99ms"`
+	Errors       int64   `json:"errors"`
+	Status5xx    int64   `json:"status5xx"`
+	Admitted     int64   `json:"admitted"`
+	Bound        float64 `json:"bound"` // the most the limit allows in the run (0: per-key bounds checked instead)
+	OverAdmitted bool    `json:"overAdmitted"`
+	RatioPgbench float64 `json:"ratioToPgbench"`
+	Retries      float64 `json:"serializationRetries"` // of the median run, from /metrics
+	PerGroup     float64 `json:"requestsPerGroupTransaction"`
 	// TripsPerGroup and StatementsPerGroup: what each group transaction sent PostgreSQL.
-	TripsPerGroup      float64 `json:"roundTripsPerGroupTransaction"`
-	StatementsPerGroup float64 `json:"statementsPerGroupTransaction"`
-	AppCPUus     float64   `json:"appCpuMicrosPerDecision"`
-	PgCPUus      float64   `json:"postgresCpuMicrosPerDecision"`
-	Runs         []float64 `json:"runsPerSecond"`
+	TripsPerGroup      float64   `json:"roundTripsPerGroupTransaction"`
+	StatementsPerGroup float64   `json:"statementsPerGroupTransaction"`
+	AppCPUus           float64   `json:"appCpuMicrosPerDecision"`
+	PgCPUus            float64   `json:"postgresCpuMicrosPerDecision"`
+	Runs               []float64 `json:"runsPerSecond"`
 }
 
 // Report is the JSON file.
