@@ -548,8 +548,8 @@ func printTable(w io.Writer, r Report) {
 	fmt.Fprintf(w, "\nSluice benchmark — %s — %s\n", r.Machine, r.When)
 	fmt.Fprintf(w, "PostgreSQL fsync %v; pgbench serializable read-modify-write (32 clients): random key %.0f TPS, hot key %.0f TPS\n", r.PgFsync, r.PgbenchRandom, r.PgbenchHot)
 	for _, u := range r.Upserts {
-		fmt.Fprintf(w, "pgbench one-statement token-bucket upsert, %2d clients, synchronous_commit %-3v: %6.0f TPS, p50 %.3f ms\n",
-			u.Clients, onOff(!u.AsyncCommit), u.TPS, u.P50ms)
+		fmt.Fprintf(w, "pgbench one-statement token-bucket upsert, %2d clients, synchronous_commit %-3v: %6.0f TPS, p50 %.3f ms, pg %.0f µs per transaction\n",
+			u.Clients, onOff(!u.AsyncCommit), u.TPS, u.P50ms, u.PgCPUus)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "| %-14s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %9s | %7s | %7s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "trips/stm", "app µs", "pg µs")

@@ -21,6 +21,8 @@ type UpsertRef struct {
 	AsyncCommit bool    `json:"synchronousCommitOff"`
 	TPS         float64 `json:"tps"`
 	P50ms       float64 `json:"p50ms"`
+	// PgCPUus is PostgreSQL's CPU µs per transaction (the whole server, as for the scenarios).
+	PgCPUus float64 `json:"postgresCpuMicrosPerTransaction"`
 }
 
 // upsertReferences are the runs every benchmark makes: 1 and 32 clients, durable and with
@@ -63,10 +65,15 @@ func pgbenchUpsert(srv *testkit.Server, dbURL string, ref UpsertRef, duration ti
 		options += " -c synchronous_commit=off"
 	}
 	cmd.Env = append(os.Environ(), "PGOPTIONS="+options)
+	pgBefore := postgresCPUSeconds(postgresPID)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return ref, fmt.Errorf("pgbench upsert: %w: %s", err, out)
 	}
+	// pgbench's backends have exited; give the postmaster a moment to reap them, which is when
+	// their CPU time joins its children's.
+	time.Sleep(300 * time.Millisecond)
+	pgUsed := postgresCPUSeconds(postgresPID) - pgBefore
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "tps = ") {
 			ref.TPS, _ = strconv.ParseFloat(strings.Fields(line)[2], 64)
@@ -93,5 +100,8 @@ func pgbenchUpsert(srv *testkit.Server, dbURL string, ref UpsertRef, duration ti
 	}
 	sort.Float64s(latencies)
 	ref.P50ms = latencies[len(latencies)/2]
+	if postgresPID != 0 {
+		ref.PgCPUus = pgUsed * 1e6 / float64(len(latencies))
+	}
 	return ref, nil
 }

@@ -15,16 +15,17 @@ import (
 // bucket (the common case) is decided in one round trip on PostgreSQL, by the server-side
 // function sluice_take_tokens (migration 00015), pipelined with pgx:
 //
-//	BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL enable_seqscan = off; SELECT FROM
-//	sluice_take_tokens(...); SELECT definitions; COMMIT
+//	BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT ... FROM sluice_take_tokens(...); COMMIT
 //
-// The function reads the definitions, the rows and the database's clock, applies the token
-// bucket's math in float8 and writes, all inside the one serializable transaction; it is retried
-// on serialization failure like any group. The engine then replays the group in Go (plan and
-// decideGroup, as on the two-trip path) from the states the function saw, and builds the answers
-// from that: the function only saves the round trip that carried the Go math's writes. If the
-// function's admissions or writes ever differ from the Go math's, the group fails closed (503):
-// nothing is answered as admitted that the Go math did not admit.
+// (with SET LOCAL synchronous_commit = off before the SELECT under SLUICE_COMMIT=fast). The
+// function reads the definitions, the rows and the database's clock, applies the token bucket's
+// math in float8, writes, and returns what it saw, all inside the one serializable transaction;
+// the group is retried on serialization failure like any other. The engine then replays the
+// group in Go (plan and decideGroup, as on the two-trip path) from the states and definitions the
+// function returned, and builds the answers from that: the function only saves the round trip
+// that carried the Go math's writes. If the function's admissions or writes ever differ from the
+// Go math's, the group fails closed (503): nothing is answered as admitted that the Go math did
+// not admit.
 //
 // Which groups take it is chosen from the hints (the definitions last read); the function checks
 // the stored definitions again and, when one no longer fits, writes nothing and returns no rows,
@@ -68,6 +69,7 @@ type takeRow struct {
 	preTS, prePenalty *int64
 	postValue         *float64
 	postTS            *int64
+	def               definitionRow // the limit's definition
 }
 
 // groupOneTrip decides the group in one round trip. decided is false when the function found a
@@ -86,35 +88,23 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job) 
 		ms := e.testNow().UnixMilli()
 		frozen = &ms
 	}
-	defKeys := definitionKeys(jobs)
-	defTenants, defNames := make([]int64, len(defKeys)), make([]string, len(defKeys))
-	for i, k := range defKeys {
-		defTenants[i], defNames[i] = k.tenantID, k.name
-	}
-
 	b := &pgx.Batch{}
 	b.Queue(pgBegin)
-	b.Queue(pgNoSeqScan)
 	if e.fastCommit {
 		b.Queue(pgFastCommit)
 	}
 	b.Queue(pgTakeTokens, frozen, tenants, names, keys, counts, reserves, consumes)
-	b.Queue(pgSelectDefinitions, defTenants, defNames)
 	b.Queue(pgCommit)
 	e.sent(b.Len())
 	br := conn.SendBatch(ctx, b)
 	var rows []takeRow
-	var defs map[defKey]Definition
-	for range b.Len() - 3 { // BEGIN, SET LOCAL (and synchronous_commit)
+	for range b.Len() - 2 { // BEGIN (and synchronous_commit)
 		if _, err = br.Exec(); err != nil {
 			break
 		}
 	}
 	if err == nil {
 		rows, err = readTakeRows(br)
-	}
-	if err == nil {
-		defs, _, err = readDefinitions(br)
 	}
 	if err == nil {
 		_, err = br.Exec() // COMMIT
@@ -131,13 +121,17 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job) 
 	if len(rows) != n {
 		return false, fmt.Errorf("limiter: one-trip group: %d outcomes for %d requests", len(rows), n)
 	}
-	return true, e.replayOneTrip(jobs, defs, rows)
+	return true, e.replayOneTrip(jobs, rows)
 }
 
 // replayOneTrip decides the group in Go from the states the function saw, exactly as the
 // two-trip path would have, and checks that the function admitted and wrote the same.
-func (e *Engine) replayOneTrip(jobs []*job, defs map[defKey]Definition, rows []takeRow) error {
+func (e *Engine) replayOneTrip(jobs []*job, rows []takeRow) error {
 	now := rows[0].now
+	defs := make(map[defKey]Definition, len(rows))
+	for _, r := range rows {
+		defs[defKey{r.def.TenantID, r.def.Name}] = r.def.toDomain().Definition
+	}
 	e.hints.set(defs, map[defKey]int64{}) // the function decided only limits without overrides
 	stored := make(map[rowKey]fullStateRow, len(jobs))
 	written := map[rowKey]algo.State{} // the function's writes, the last per row
@@ -197,7 +191,7 @@ func readTakeRows(br pgx.BatchResults) ([]takeRow, error) {
 	var out []takeRow
 	for rows.Next() {
 		var r takeRow
-		if err := rows.Scan(&r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS); err != nil {
+		if err := rows.Scan(append([]any{&r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS}, r.def.fields()...)...); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,12 +40,15 @@ const (
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(` + statePrimaryKey + `)
 		JOIN limit_state USING (` + statePrimaryKey + `)`
 	pgSelectOverrides = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = $1 AND name = $2"
-	// pgTakeTokens decides a group of single-shard token bucket requests in the database
-	// (group_onetrip_pg.go); its arguments and rows are described in migration 00015.
-	pgTakeTokens = "SELECT now_ms, ok, existed, pre_value, pre_ts, pre_penalty, post_value, post_ts FROM sluice_take_tokens($1, $2, $3, $4, $5, $6, $7)"
-	pgUpsertRows = "INSERT INTO limit_state (" + stateColumns + `)
+	pgUpsertRows      = "INSERT INTO limit_state (" + stateColumns + `)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
 )
+
+// pgTakeTokens decides a group of single-shard token bucket requests in the database
+// (group_onetrip_pg.go); its arguments and rows are described in migration 00015. Each row ends
+// with the limit's definition, its columns in definitionColumns' order.
+var pgTakeTokens = "SELECT now_ms, ok, existed, pre_value, pre_ts, pre_penalty, post_value, post_ts, (def)." +
+	strings.ReplaceAll(definitionColumns, ", ", ", (def).") + " FROM sluice_take_tokens($1, $2, $3, $4, $5, $6, $7)"
 
 // pgDeleteUnchanged is the sweeper's deletion on PostgreSQL (sweep.go): it deletes each
 // candidate row only if the row still holds exactly the state the sweeper judged full (every

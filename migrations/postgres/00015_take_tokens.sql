@@ -11,10 +11,14 @@
 -- production case; tests freeze the engine's clock and pass it).
 --
 -- It decides only when every request's limit is a stored single-shard token bucket (or gcra)
--- without parents, penalty or overrides, with a rate of at least 1e-290. Otherwise it writes nothing and returns no rows, and
--- the engine decides the group the general way. Otherwise it returns one row per request: the
--- time, whether the request was admitted, the row's state before it (as the requests before it
--- in the group left it) and after it.
+-- without parents, penalty or overrides, with a rate of at least 1e-290. Otherwise it writes
+-- nothing and returns no rows, and the engine decides the group the general way. Otherwise it
+-- returns one row per request: the time, whether the request was admitted, the row's state
+-- before it (as the requests before it in the group left it) and after it, and the limit's
+-- definition (so that the group needs no other statement).
+--
+-- Every lookup is by primary key: enable_seqscan is off inside it, as in the engine's other
+-- group transactions (a generic plan made while a table was small must not become a scan).
 
 -- +goose Up
 -- +goose StatementBegin
@@ -22,59 +26,57 @@ CREATE FUNCTION sluice_take_tokens(
     p_now bigint, p_tenant bigint[], p_name text[], p_key text[],
     p_count float8[], p_reserve boolean[], p_consume boolean[])
 RETURNS TABLE (now_ms bigint, ok boolean, existed boolean, pre_value float8, pre_ts bigint,
-               pre_penalty bigint, post_value float8, post_ts bigint)
-LANGUAGE plpgsql AS $$
+               pre_penalty bigint, post_value float8, post_ts bigint, def limit_definitions)
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
-    t        bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
-    n        int := coalesce(cardinality(p_tenant), 0);
-    rates    float8[] := '{}';
-    periods  bigint[] := '{}';
-    maxes    float8[] := '{}';
-    reserves float8[] := '{}';
-    d        record;
-    s        record;
-    avail    float8;
-    rest     float8;
-    new_ts   bigint;
+    t         bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    n         int := coalesce(cardinality(p_tenant), 0);
+    defs      limit_definitions[];
+    one       limit_definitions;
+    s         record;
+    capacity  float8;
+    reserve   float8;
+    avail     float8;
+    rest      float8;
+    new_ts    bigint;
     penalized boolean;
 BEGIN
     FOR i IN 1 .. n LOOP
-        SELECT kind, rate, period, capacity, max_reserved, shards, parents, penalty, overrides_version
-            INTO d FROM limit_definitions WHERE tenant_id = p_tenant[i] AND name = p_name[i];
+        SELECT * INTO one FROM limit_definitions d WHERE d.tenant_id = p_tenant[i] AND d.name = p_name[i];
         -- Below a rate of 1e-290 the refill could underflow to zero, which float8 arithmetic
         -- raises as an error (Go rounds it to 0): the engine decides those (minOneTripRate).
-        IF NOT FOUND OR d.kind NOT IN ('token bucket', 'gcra') OR d.shards <> 1 OR d.parents <> ''
-            OR d.penalty <> 0 OR d.overrides_version <> 0 OR d.rate < 1e-290 THEN
+        IF NOT FOUND OR one.kind NOT IN ('token bucket', 'gcra') OR one.shards <> 1 OR one.parents <> ''
+            OR one.penalty <> 0 OR one.overrides_version <> 0 OR one.rate < 1e-290 THEN
             RETURN; -- not this function's case: nothing written, nothing returned
         END IF;
-        rates[i] := d.rate;
-        periods[i] := d.period;
-        maxes[i] := coalesce(d.capacity, d.rate);
-        reserves[i] := coalesce(d.max_reserved, 'Infinity'::float8);
+        defs[i] := one;
     END LOOP;
     FOR i IN 1 .. n LOOP
-        SELECT value, ts, penalty_until INTO s FROM limit_state
-            WHERE tenant_id = p_tenant[i] AND name = p_name[i] AND key = p_key[i] AND shard = 0;
+        def := defs[i];
+        capacity := coalesce(def.capacity, def.rate);
+        reserve := coalesce(def.max_reserved, 'Infinity'::float8);
+        SELECT st.value, st.ts, st.penalty_until INTO s FROM limit_state st
+            WHERE st.tenant_id = p_tenant[i] AND st.name = p_name[i] AND st.key = p_key[i] AND st.shard = 0;
         now_ms := t;
         existed := FOUND;
         IF existed THEN
             pre_value := s.value; pre_ts := s.ts; pre_penalty := s.penalty_until;
             -- viewTokenBucket: a stored ts ahead of now counts as now; multiply before dividing.
             new_ts := greatest(t, s.ts);
-            avail := least(s.value + (new_ts - s.ts)::float8 * rates[i] / periods[i]::float8, maxes[i]);
+            avail := least(s.value + (new_ts - s.ts)::float8 * def.rate / def.period::float8, capacity);
             penalized := s.penalty_until > t;
         ELSE
             pre_value := NULL; pre_ts := NULL; pre_penalty := NULL;
             new_ts := t;
-            avail := maxes[i];
+            avail := capacity;
             penalized := false;
         END IF;
         rest := avail - p_count[i];
         -- decide: admitted when the count fits, or when a reservation's deficit is allowed;
         -- a running penalty (left by an earlier definition) refuses everything.
-        ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserves[i])) AND NOT penalized;
+        ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT penalized;
         IF ok AND p_consume[i] THEN
-            INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters, penalty_until)
+            INSERT INTO limit_state AS st (tenant_id, name, key, shard, value, ts, counters, penalty_until)
                 VALUES (p_tenant[i], p_name[i], p_key[i], 0, rest, new_ts, '', 0)
                 ON CONFLICT (tenant_id, name, key, shard) DO UPDATE
                 SET value = excluded.value, ts = excluded.ts, counters = excluded.counters,
