@@ -107,7 +107,7 @@ func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
 	if err := d.Gorm.Raw(`SELECT pg_get_functiondef('sluice_take_tokens'::regproc)`).Scan(&def).Error; err != nil {
 		t.Fatal(err)
 	}
-	const decide = "ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT penalized;"
+	const decide = "ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT (e AND pen > t);"
 	if !strings.Contains(def, decide) {
 		t.Fatalf("the function no longer decides with %q; update this test", decide)
 	}

@@ -17,8 +17,11 @@
 -- before it (as the requests before it in the group left it) and after it, and the limit's
 -- definition (so that the group needs no other statement).
 --
--- Every lookup is by primary key: enable_seqscan is off inside it, as in the engine's other
--- group transactions (a generic plan made while a table was small must not become a scan).
+-- It reads every definition in one statement and every row in another, and writes every changed
+-- row once, in one statement, in primary-key order (bytewise, as the engine's other groups):
+-- concurrent groups take their row locks in the same order and do not deadlock. Every lookup is
+-- by primary key: enable_seqscan is off inside it, as in the engine's other group transactions
+-- (a generic plan made while a table was small must not become a scan).
 
 -- +goose Up
 -- +goose StatementBegin
@@ -31,62 +34,95 @@ LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     t         bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
     n         int := coalesce(cardinality(p_tenant), 0);
+    fits      boolean;
     defs      limit_definitions[];
-    one       limit_definitions;
-    s         record;
+    -- Per request i: prev, the request before it on the same row (NULL for the first);
+    -- last, whether it is the last on its row; has, vals, tss, pens: the stored row, read for
+    -- the first request on each row only.
+    prev      int[];
+    last      boolean[];
+    has       boolean[];
+    vals      float8[];
+    tss       bigint[];
+    pens      bigint[];
+    -- The row as request i left it, and whether the group has changed it.
+    cur_has   boolean[];
+    cur_val   float8[];
+    cur_ts    bigint[];
+    cur_pen   bigint[];
+    dirty     boolean[];
+    e         boolean;
+    v         float8;
+    ts0       bigint;
+    pen       bigint;
+    changed   boolean;
     capacity  float8;
     reserve   float8;
     avail     float8;
     rest      float8;
     new_ts    bigint;
-    penalized boolean;
 BEGIN
-    FOR i IN 1 .. n LOOP
-        SELECT * INTO one FROM limit_definitions d WHERE d.tenant_id = p_tenant[i] AND d.name = p_name[i];
-        -- Below a rate of 1e-290 the refill could underflow to zero, which float8 arithmetic
-        -- raises as an error (Go rounds it to 0): the engine decides those (minOneTripRate).
-        IF NOT FOUND OR one.kind NOT IN ('token bucket', 'gcra') OR one.shards <> 1 OR one.parents <> ''
-            OR one.penalty <> 0 OR one.overrides_version <> 0 OR one.rate < 1e-290 THEN
-            RETURN; -- not this function's case: nothing written, nothing returned
-        END IF;
-        defs[i] := one;
-    END LOOP;
+    -- Below a rate of 1e-290 the refill could underflow to zero, which float8 arithmetic raises
+    -- as an error (Go rounds it to 0): the engine decides those (minOneTripRate).
+    SELECT array_agg(d ORDER BY u.ord),
+           bool_and(d.tenant_id IS NOT NULL AND d.kind IN ('token bucket', 'gcra') AND d.shards = 1
+                    AND d.parents = '' AND d.penalty = 0 AND d.overrides_version = 0 AND d.rate >= 1e-290)
+        INTO defs, fits
+        FROM unnest(p_tenant, p_name) WITH ORDINALITY AS u(tenant_id, name, ord)
+        LEFT JOIN limit_definitions d ON d.tenant_id = u.tenant_id AND d.name = u.name;
+    IF n = 0 OR NOT fits THEN
+        RETURN; -- not this function's case: nothing written, nothing returned
+    END IF;
+    SELECT array_agg(u.before ORDER BY u.ord), array_agg(u.after IS NULL ORDER BY u.ord),
+           array_agg(s.tenant_id IS NOT NULL ORDER BY u.ord), array_agg(s.value ORDER BY u.ord),
+           array_agg(s.ts ORDER BY u.ord), array_agg(s.penalty_until ORDER BY u.ord)
+        INTO prev, last, has, vals, tss, pens
+        FROM (SELECT r.*, lag(r.ord) OVER w AS before, lead(r.ord) OVER w AS after
+                FROM unnest(p_tenant, p_name, p_key) WITH ORDINALITY AS r(tenant_id, name, key, ord)
+                WINDOW w AS (PARTITION BY r.tenant_id, r.name, r.key ORDER BY r.ord)) u
+        LEFT JOIN limit_state s ON u.before IS NULL AND s.tenant_id = u.tenant_id AND s.name = u.name
+            AND s.key = u.key AND s.shard = 0;
+    now_ms := t;
     FOR i IN 1 .. n LOOP
         def := defs[i];
+        IF prev[i] IS NULL THEN
+            e := has[i]; v := vals[i]; ts0 := tss[i]; pen := pens[i]; changed := false;
+        ELSE
+            e := cur_has[prev[i]]; v := cur_val[prev[i]]; ts0 := cur_ts[prev[i]];
+            pen := cur_pen[prev[i]]; changed := dirty[prev[i]];
+        END IF;
         capacity := coalesce(def.capacity, def.rate);
         reserve := coalesce(def.max_reserved, 'Infinity'::float8);
-        SELECT st.value, st.ts, st.penalty_until INTO s FROM limit_state st
-            WHERE st.tenant_id = p_tenant[i] AND st.name = p_name[i] AND st.key = p_key[i] AND st.shard = 0;
-        now_ms := t;
-        existed := FOUND;
-        IF existed THEN
-            pre_value := s.value; pre_ts := s.ts; pre_penalty := s.penalty_until;
+        existed := e;
+        IF e THEN
+            pre_value := v; pre_ts := ts0; pre_penalty := pen;
             -- viewTokenBucket: a stored ts ahead of now counts as now; multiply before dividing.
-            new_ts := greatest(t, s.ts);
-            avail := least(s.value + (new_ts - s.ts)::float8 * def.rate / def.period::float8, capacity);
-            penalized := s.penalty_until > t;
+            new_ts := greatest(t, ts0);
+            avail := least(v + (new_ts - ts0)::float8 * def.rate / def.period::float8, capacity);
         ELSE
             pre_value := NULL; pre_ts := NULL; pre_penalty := NULL;
             new_ts := t;
             avail := capacity;
-            penalized := false;
         END IF;
         rest := avail - p_count[i];
         -- decide: admitted when the count fits, or when a reservation's deficit is allowed;
         -- a running penalty (left by an earlier definition) refuses everything.
-        ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT penalized;
+        ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT (e AND pen > t);
         IF ok AND p_consume[i] THEN
-            INSERT INTO limit_state AS st (tenant_id, name, key, shard, value, ts, counters, penalty_until)
-                VALUES (p_tenant[i], p_name[i], p_key[i], 0, rest, new_ts, '', 0)
-                ON CONFLICT (tenant_id, name, key, shard) DO UPDATE
-                SET value = excluded.value, ts = excluded.ts, counters = excluded.counters,
-                    penalty_until = excluded.penalty_until;
-            post_value := rest; post_ts := new_ts;
-        ELSE
-            post_value := pre_value; post_ts := pre_ts;
+            e := true; v := rest; ts0 := new_ts; pen := 0; changed := true;
         END IF;
+        post_value := CASE WHEN e THEN v END; post_ts := CASE WHEN e THEN ts0 END;
+        cur_has[i] := e; cur_val[i] := v; cur_ts[i] := ts0; cur_pen[i] := pen; dirty[i] := changed;
         RETURN NEXT;
     END LOOP;
+    INSERT INTO limit_state AS st (tenant_id, name, key, shard, value, ts, counters, penalty_until)
+        SELECT p_tenant[i], p_name[i], p_key[i], 0, cur_val[i], cur_ts[i], '', 0
+        FROM generate_subscripts(p_tenant, 1) AS i
+        WHERE last[i] AND dirty[i]
+        ORDER BY p_tenant[i], p_name[i] COLLATE "C", p_key[i] COLLATE "C"
+        ON CONFLICT (tenant_id, name, key, shard) DO UPDATE
+        SET value = excluded.value, ts = excluded.ts, counters = excluded.counters,
+            penalty_until = excluded.penalty_until;
 END
 $$;
 -- +goose StatementEnd
