@@ -63,6 +63,7 @@ func (e *Engine) oneTripCase(jobs []*job) bool {
 
 // takeRow is one row of sluice_take_tokens: one request's outcome.
 type takeRow struct {
+	ord               int // the request's place in the group, from 1
 	now               int64
 	ok, existed       bool
 	preValue          *float64
@@ -118,10 +119,14 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job) 
 	if len(rows) == 0 {
 		return false, nil
 	}
-	if len(rows) != n {
-		return false, fmt.Errorf("limiter: one-trip group: %d outcomes for %d requests", len(rows), n)
+	byRequest := make([]takeRow, n) // the function returns them in the order it decided them
+	for _, r := range rows {
+		if r.ord < 1 || r.ord > n || byRequest[r.ord-1].ord != 0 || len(rows) != n {
+			return false, fmt.Errorf("limiter: one-trip group: %d outcomes for %d requests", len(rows), n)
+		}
+		byRequest[r.ord-1] = r
 	}
-	return true, e.replayOneTrip(jobs, rows)
+	return true, e.replayOneTrip(jobs, byRequest)
 }
 
 // replayOneTrip decides the group in Go from the states the function saw, exactly as the
@@ -191,7 +196,7 @@ func readTakeRows(br pgx.BatchResults) ([]takeRow, error) {
 	var out []takeRow
 	for rows.Next() {
 		var r takeRow
-		if err := rows.Scan(append([]any{&r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS}, r.def.fields()...)...); err != nil {
+		if err := rows.Scan(append([]any{&r.ord, &r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS}, r.def.fields()...)...); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

@@ -47,7 +47,7 @@ const (
 // pgTakeTokens decides a group of single-shard token bucket requests in the database
 // (group_onetrip_pg.go); its arguments and rows are described in migration 00015. Each row ends
 // with the limit's definition, its columns in definitionColumns' order.
-var pgTakeTokens = "SELECT now_ms, ok, existed, pre_value, pre_ts, pre_penalty, post_value, post_ts, (def)." +
+var pgTakeTokens = "SELECT ord, now_ms, ok, existed, pre_value, pre_ts, pre_penalty, post_value, post_ts, (def)." +
 	strings.ReplaceAll(definitionColumns, ", ", ", (def).") + " FROM sluice_take_tokens($1, $2, $3, $4, $5, $6, $7)"
 
 // pgDeleteUnchanged is the sweeper's deletion on PostgreSQL (sweep.go): it deletes each
