@@ -208,15 +208,15 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 	report.PgbenchRandom, report.PgbenchHot = median(randomTPS), median(hotTPS)
 	if !skipPgbench {
 		for _, ref := range upsertReferences {
-			var tps, p50 []float64
+			var tps, p50, pgCPU []float64
 			for range runs {
 				r, err := pgbenchUpsert(srv, dbURL, ref, duration)
 				if err != nil {
 					return err
 				}
-				tps, p50 = append(tps, r.TPS), append(p50, r.P50ms)
+				tps, p50, pgCPU = append(tps, r.TPS), append(p50, r.P50ms), append(pgCPU, r.PgCPUus)
 			}
-			ref.TPS, ref.P50ms = median(tps), median(p50)
+			ref.TPS, ref.P50ms, ref.PgCPUus = median(tps), median(p50), median(pgCPU)
 			report.Upserts = append(report.Upserts, ref)
 			fmt.Fprintf(os.Stderr, "bench: pgbench one-statement upsert, %d clients, synchronous_commit %v: %.0f TPS, p50 %.3f ms\n",
 				ref.Clients, !ref.AsyncCommit, ref.TPS, ref.P50ms)
