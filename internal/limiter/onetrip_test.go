@@ -7,7 +7,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -141,5 +144,97 @@ func TestOneTripFallsBackWhenTheLimitChanged(t *testing.T) {
 	if after := a.GroupStats(); after.RoundTrips-before.RoundTrips != 3+2+2 {
 		t.Fatalf("%d round trips, want 3 for the first decision (one trip that decided nothing, then two) and 2 for each other (fixed windows take two)",
 			after.RoundTrips-before.RoundTrips)
+	}
+}
+
+// TestOneTripInstancesNeverOverAdmit runs two engines (two app processes' pools) and 24
+// goroutines against one PostgreSQL database, on five keys of one token bucket, each call
+// several requests on random keys in random order, so that groups of both instances write
+// overlapping rows in different arrival orders. Nearly every group takes the one-trip path; no
+// key admits more than its bound, no decision fails (a deadlock between the function's writes
+// would surface as a long stall or an error), and the contention is real (retries happen).
+func TestOneTripInstancesNeverOverAdmit(t *testing.T) {
+	url := testkit.NewDatabase(t)
+	ctx := context.Background()
+	var engines []*limiter.Engine
+	var dbs []*db.DB
+	for range 2 {
+		d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		dbs = append(dbs, d)
+		engines = append(engines, newEngine(t, d, limiter.Options{}))
+	}
+	if err := dbs[0].Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const capacity, perSecond, keys = 30, 100, 5
+	mustPut(t, engines[0], "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: perSecond, Period: 1000, Capacity: ptr(float64(capacity))})
+	for _, e := range engines { // each instance's hint: its later groups take one trip
+		mustLimit(t, e, limiter.Request{Name: "tb", Key: "warm-up", Count: 0})
+	}
+	before := [2]limiter.GroupStats{engines[0].GroupStats(), engines[1].GroupStats()}
+
+	var admitted [keys]atomic.Int64
+	var errs sync.Map
+	began := time.Now()
+	deadline := began.Add(hammerDuration())
+	var wg sync.WaitGroup
+	for g := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := engines[g%2]
+			r := rand.New(rand.NewPCG(uint64(g), 2))
+			for time.Now().Before(deadline) {
+				reqs := make([]limiter.Request, 1+r.IntN(4))
+				picked := make([]int, len(reqs))
+				for i := range reqs {
+					picked[i] = r.IntN(keys)
+					reqs[i] = limiter.Request{Name: "tb", Key: fmt.Sprint("k", picked[i]), Count: 1}
+				}
+				for i, o := range e.Each(ctx, tenant, reqs, true) {
+					switch {
+					case o.Err != nil:
+						errs.Store(o.Err.Error(), true)
+					case o.Decision.OK:
+						admitted[picked[i]].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(began) + 2*time.Millisecond // ms rounding of the database clock's readings
+
+	errs.Range(func(k, _ any) bool { t.Errorf("decision error: %v", k); return true })
+	bound := capacity + perSecond*elapsed.Seconds()
+	var total int64
+	for k := range admitted {
+		n := admitted[k].Load()
+		total += n
+		if float64(n) > bound {
+			t.Errorf("key k%d admitted %d > bound %.1f", k, n, bound)
+		}
+	}
+	var groups, trips int64
+	for i, e := range engines {
+		st := e.GroupStats()
+		groups += st.Groups - before[i].Groups
+		trips += st.RoundTrips - before[i].RoundTrips
+	}
+	retries := dbs[0].Retries() + dbs[1].Retries()
+	t.Logf("in %v: %d admitted on %d keys (bound %.0f each); %d groups, %d round trips, %d serialization retries",
+		elapsed.Round(time.Millisecond), total, keys, bound, groups, trips, retries)
+	if float64(trips) > 1.2*float64(groups) {
+		t.Errorf("%d round trips for %d groups: the one-trip path was not taken", trips, groups)
+	}
+	if retries == 0 {
+		t.Error("no serialization retries happened: the test did not exercise contention between the instances")
+	}
+	if total < keys*capacity {
+		t.Errorf("%d admitted: too little for the test to mean anything", total)
 	}
 }
