@@ -29,22 +29,9 @@ func hammerDuration() time.Duration {
 // app processes would have) and 40 goroutines against one PostgreSQL database, hammering an
 // unsharded key, a key with 10 shards and a two-limit batch, in real time.
 func TestConcurrentInstancesNeverOverAdmit(t *testing.T) {
-	url := testkit.NewDatabase(t)
 	ctx := context.Background()
-	var engines []*limiter.Engine
-	var dbs []*db.DB
-	for range 2 {
-		d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		dbs = append(dbs, d)
-		engines = append(engines, newEngine(t, d, limiter.Options{}))
-	}
-	if err := dbs[0].Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dbs := instancePools(t, testkit.NewDatabase(t), 16)
+	engines := []*limiter.Engine{newEngine(t, dbs[0], limiter.Options{}), newEngine(t, dbs[1], limiter.Options{})}
 	e := engines[0]
 	// 200 tokens per second with a burst of 50: tight enough that most requests are refused.
 	mustPut(t, e, "hot", limiter.Definition{Kind: limiter.TokenBucket, Rate: 200, Period: 1000, Capacity: ptr(50.0)})

@@ -36,6 +36,25 @@ func newEngine(t testing.TB, d *db.DB, opts limiter.Options) *limiter.Engine {
 
 const tenant = int64(1)
 
+// instancePools opens url twice, as two app processes would (each pool of at most maxConns
+// connections), migrates it once, and closes both when the test ends.
+func instancePools(t *testing.T, url string, maxConns int) []*db.DB {
+	t.Helper()
+	var dbs []*db.DB
+	for range 2 {
+		d, err := db.Open(context.Background(), url, db.Options{MaxOpenConns: maxConns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		dbs = append(dbs, d)
+	}
+	if err := dbs[0].Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return dbs
+}
+
 func mustPut(t *testing.T, e *limiter.Engine, name string, def limiter.Definition) {
 	t.Helper()
 	if _, _, err := e.PutDefinition(context.Background(), tenant, name, def, nil); err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
@@ -41,22 +40,8 @@ func quietZone(t *testing.T) string {
 func TestNestedBudgetsHoldUnderTwoInstances(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		var engines []*limiter.Engine
-		var dbs []*db.DB
-		for range 2 {
-			d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 8})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = d.Close() })
-			dbs = append(dbs, d)
-		}
-		if err := dbs[0].Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range dbs {
-			engines = append(engines, newEngine(t, d, limiter.Options{}))
-		}
+		dbs := instancePools(t, url, 8)
+		engines := []*limiter.Engine{newEngine(t, dbs[0], limiter.Options{}), newEngine(t, dbs[1], limiter.Options{})}
 		e := engines[0]
 		zone := quietZone(t)
 		start := time.Now().UnixMilli() - 1000

@@ -154,22 +154,9 @@ func TestOneTripFallsBackWhenTheLimitChanged(t *testing.T) {
 // key admits more than its bound, no decision fails (a deadlock between the function's writes
 // would surface as a long stall or an error), and the contention is real (retries happen).
 func TestOneTripInstancesNeverOverAdmit(t *testing.T) {
-	url := testkit.NewDatabase(t)
 	ctx := context.Background()
-	var engines []*limiter.Engine
-	var dbs []*db.DB
-	for range 2 {
-		d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = d.Close() })
-		dbs = append(dbs, d)
-		engines = append(engines, newEngine(t, d, limiter.Options{}))
-	}
-	if err := dbs[0].Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dbs := instancePools(t, testkit.NewDatabase(t), 8)
+	engines := []*limiter.Engine{newEngine(t, dbs[0], limiter.Options{}), newEngine(t, dbs[1], limiter.Options{})}
 	const capacity, perSecond, keys = 30, 100, 5
 	mustPut(t, engines[0], "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: perSecond, Period: 1000, Capacity: ptr(float64(capacity))})
 	for _, e := range engines { // each instance's hint: its later groups take one trip
