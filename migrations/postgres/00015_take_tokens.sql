@@ -80,9 +80,10 @@ BEGIN
         j := i;
     END LOOP;
     now_ms := t;
-    FOR x IN 1 .. n LOOP
-        i := perm[x];
-        IF x = 1 OR p_tenant[i] <> p_tenant[j] OR p_name[i] <> p_name[j] OR p_key[i] <> p_key[j] THEN
+    -- One pass more than there are requests: the last only writes the last row.
+    FOR x IN 1 .. n + 1 LOOP
+        i := perm[x]; -- NULL past the end
+        IF x > n OR x = 1 OR p_tenant[i] <> p_tenant[j] OR p_name[i] <> p_name[j] OR p_key[i] <> p_key[j] THEN
             IF changed THEN -- the previous row is done: write it
                 INSERT INTO limit_state AS st (tenant_id, name, key, shard, value, ts, counters, penalty_until)
                     VALUES (p_tenant[j], p_name[j], p_key[j], 0, v, ts0, '', 0)
@@ -90,6 +91,7 @@ BEGIN
                     SET value = excluded.value, ts = excluded.ts, counters = excluded.counters,
                         penalty_until = excluded.penalty_until;
             END IF;
+            EXIT WHEN x > n;
             SELECT st.value, st.ts, st.penalty_until INTO s FROM limit_state st
                 WHERE st.tenant_id = p_tenant[i] AND st.name = p_name[i] AND st.key = p_key[i] AND st.shard = 0;
             e := FOUND; v := s.value; ts0 := s.ts; pen := s.penalty_until; changed := false;
@@ -120,13 +122,6 @@ BEGIN
         post_value := CASE WHEN e THEN v END; post_ts := CASE WHEN e THEN ts0 END;
         RETURN NEXT;
     END LOOP;
-    IF changed THEN
-        INSERT INTO limit_state AS st (tenant_id, name, key, shard, value, ts, counters, penalty_until)
-            VALUES (p_tenant[j], p_name[j], p_key[j], 0, v, ts0, '', 0)
-            ON CONFLICT (tenant_id, name, key, shard) DO UPDATE
-            SET value = excluded.value, ts = excluded.ts, counters = excluded.counters,
-                penalty_until = excluded.penalty_until;
-    END IF;
 END
 $$;
 -- +goose StatementEnd
