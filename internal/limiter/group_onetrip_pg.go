@@ -122,7 +122,7 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job) 
 	byRequest := make([]takeRow, n) // the function returns them in the order it decided them
 	for _, r := range rows {
 		if r.ord < 1 || r.ord > n || byRequest[r.ord-1].ord != 0 || len(rows) != n {
-			return false, fmt.Errorf("limiter: one-trip group: %d outcomes for %d requests", len(rows), n)
+			return false, fmt.Errorf("limiter: one-trip group: %w: %d outcomes for %d requests", ErrUnavailable, len(rows), n)
 		}
 		byRequest[r.ord-1] = r
 	}

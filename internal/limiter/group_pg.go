@@ -74,6 +74,19 @@ func (h *shardHints) set(defs map[defKey]Definition, versions map[defKey]int64) 
 	}
 }
 
+// forget drops the hints of the keys that were asked for and have no definition now (a limit
+// deleted since), so that no decision is planned from a definition that is gone.
+func (h *shardHints) forget(asked []defKey, found map[defKey]Definition) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range asked {
+		if _, ok := found[k]; !ok {
+			delete(h.m, k)
+			delete(h.versions, k)
+		}
+	}
+}
+
 // lookup is the hint for k, with the version of its overrides.
 func (h *shardHints) lookup(k defKey) (Definition, int64, bool) {
 	h.mu.RLock()
@@ -126,6 +139,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 		return err
 	}
 	e.hints.set(defs, versions)
+	e.hints.forget(keys, defs)
 	if e.testNow != nil {
 		now = e.testNow().UnixMilli()
 	}

@@ -99,7 +99,8 @@ BEGIN
         j := i;
         ord := i;
         def := defs[i];
-        capacity := coalesce(def.capacity, def.rate);
+        -- + 0 reads a capacity of -0 as +0, as the engine's Normalized does.
+        capacity := coalesce(def.capacity, def.rate) + 0;
         reserve := coalesce(def.max_reserved, 'Infinity'::float8);
         existed := e;
         IF e THEN

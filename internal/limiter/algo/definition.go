@@ -286,8 +286,17 @@ func (d Definition) quotaProblems() []FieldError {
 	return fe
 }
 
-// Normalized fills defaults. Call only on a valid definition.
+// Normalized fills defaults, and reads a capacity or maxReserved of -0 (valid: it is >= 0) as
+// +0, so that no state computed from it carries the sign (math.Min(+0, -0) is -0; PostgreSQL's
+// least, which the one-trip function uses, keeps the first of equal values). Call only on a
+// valid definition.
 func (d Definition) Normalized() Definition {
+	for _, p := range []**float64{&d.Capacity, &d.MaxReserved} {
+		if *p != nil && **p == 0 && math.Signbit(**p) {
+			zero := 0.0
+			*p = &zero
+		}
+	}
 	if d.Shards == 0 {
 		d.Shards = 1
 	}
