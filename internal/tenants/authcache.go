@@ -1,6 +1,12 @@
 package tenants
 
-import "time"
+import (
+	"context"
+	"errors"
+	"time"
+
+	"gorm.io/gorm"
+)
 
 // DefaultAuthCacheTTL bounds how long a key revoked where this instance cannot hear of it (the
 // CLI against SQLite with the server running, or a lost LISTEN connection) keeps working.
@@ -53,6 +59,53 @@ func (s *Service) forgetKey(hash string) {
 		s.authCache = make(map[string]cachedKey)
 	} else {
 		delete(s.authCache, hash)
+		s.authFlight.Forget(hash) // a lookup in flight began before: later callers look up anew
 	}
 	s.authMu.Unlock()
+}
+
+// keyLookup is what the database says of a key hash: its row and whether its tenant is suspended.
+type keyLookup struct {
+	row       apiKeyRow
+	suspended bool
+}
+
+// lookupShared is lookupKey, with the concurrent misses of the same hash sharing one lookup:
+// when a busy key's entry expires, every request in flight misses at once, and one query serves
+// them all instead of one each. A caller whose own context is fine does not inherit the
+// cancellation of the caller whose context the shared lookup ran with: it looks up on its own.
+func (s *Service) lookupShared(ctx context.Context, hash string) (keyLookup, error) {
+	ch := s.authFlight.DoChan(hash, func() (any, error) { return s.lookupKey(ctx, hash) })
+	select {
+	case r := <-ch:
+		if r.Err != nil && r.Shared && ctx.Err() == nil && (errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) {
+			return s.lookupKey(ctx, hash)
+		}
+		k, _ := r.Val.(keyLookup)
+		return k, r.Err
+	case <-ctx.Done():
+		return keyLookup{}, ctx.Err()
+	}
+}
+
+// lookupKey reads hash's key and tenant, and caches the principal of a key that is not revoked.
+func (s *Service) lookupKey(ctx context.Context, hash string) (keyLookup, error) {
+	s.authLookups.Add(1)
+	var k keyLookup
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		// The only lookup not filtered by tenant: the key is what tells us the tenant.
+		if err := first(tx, &k.row, "hash = ?", hash); err != nil {
+			return err
+		}
+		var t tenantRow
+		if err := first(tx, &t, "id = ?", k.row.TenantID); err != nil {
+			return err
+		}
+		k.suspended = t.SuspendedAt != nil
+		return nil
+	})
+	if err == nil && k.row.RevokedAt == nil {
+		s.cachePrincipal(hash, KeyKind(k.row.Kind), Principal{TenantID: k.row.TenantID, KeyID: k.row.ID}, k.suspended)
+	}
+	return k, err
 }

@@ -424,20 +424,8 @@ func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind)
 		s.recordUse(c.principal.KeyID, c.principal.TenantID)
 		return c.principal, nil
 	}
-	// The only lookup not filtered by tenant: the key is what tells us the tenant.
-	var row apiKeyRow
-	var suspended bool
-	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		if err := first(tx, &row, "hash = ?", hash); err != nil {
-			return err
-		}
-		var t tenantRow
-		if err := first(tx, &t, "id = ?", row.TenantID); err != nil {
-			return err
-		}
-		suspended = t.SuspendedAt != nil
-		return nil
-	})
+	found, err := s.lookupShared(ctx, hash)
+	row, suspended := found.row, found.suspended
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return Principal{}, wrap("authenticate", fmt.Errorf("unknown key: %w", ErrUnauthorized))
@@ -449,7 +437,6 @@ func (s *Service) Authenticate(ctx context.Context, secret string, kind KeyKind)
 		return Principal{}, wrap("authenticate", fmt.Errorf("key kind mismatch: %w", ErrUnauthorized))
 	}
 	p := Principal{TenantID: row.TenantID, KeyID: row.ID}
-	s.cachePrincipal(hash, kind, p, suspended)
 	if suspended {
 		return Principal{}, wrap("authenticate", ErrTenantSuspended)
 	}

@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
@@ -61,9 +63,13 @@ type Service struct {
 	pending map[string]keyUse // key ID -> latest use not yet written
 
 	// The authentication cache (authcache.go): key hash -> principal, for authCacheTTL.
-	authCacheTTL  time.Duration
-	authMu        sync.RWMutex
-	authCache     map[string]cachedKey
+	authCacheTTL time.Duration
+	authMu       sync.RWMutex
+	authCache    map[string]cachedKey
+	// authFlight makes the concurrent misses of one key share one lookup (authcache.go), and
+	// authLookups counts the lookups (tests).
+	authFlight    singleflight.Group
+	authLookups   atomic.Int64
 	listening     chan struct{} // closed once revocations from other instances are heard
 	listeningOnce sync.Once
 
