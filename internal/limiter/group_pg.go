@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -28,9 +27,13 @@ import (
 // nested budgets, the parents' definitions and rows) before the definitions are read, and the
 // version of its overrides then, for choosing the one-trip path (group_onetrip_pg.go).
 type shardHints struct {
-	mu       sync.RWMutex
-	m        map[defKey]Definition
-	versions map[defKey]int64
+	mu sync.RWMutex
+	m  map[defKey]hint
+}
+
+type hint struct {
+	def              Definition
+	overridesVersion int64
 }
 
 // snapshot is a copy of the hints, which expand reads like definitions.
@@ -49,8 +52,8 @@ func (h *shardHints) snapshot(keys []defKey) map[defKey]Definition {
 			if !ok {
 				continue
 			}
-			out[k] = d
-			for _, p := range d.Parents {
+			out[k] = d.def
+			for _, p := range d.def.Parents {
 				next = append(next, defKey{k.tenantID, p.Name})
 			}
 		}
@@ -62,15 +65,15 @@ func (h *shardHints) snapshot(keys []defKey) map[defKey]Definition {
 	return out
 }
 
+// set remembers defs, each with the version of its overrides in versions (0 when absent).
 func (h *shardHints) set(defs map[defKey]Definition, versions map[defKey]int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil || len(h.m) > 100_000 {
-		h.m, h.versions = map[defKey]Definition{}, map[defKey]int64{}
+		h.m = map[defKey]hint{}
 	}
-	maps.Copy(h.m, defs)
-	for k := range defs {
-		h.versions[k] = versions[k]
+	for k, d := range defs {
+		h.m[k] = hint{d, versions[k]}
 	}
 }
 
@@ -82,7 +85,6 @@ func (h *shardHints) forget(asked []defKey, found map[defKey]Definition) {
 	for _, k := range asked {
 		if _, ok := found[k]; !ok {
 			delete(h.m, k)
-			delete(h.versions, k)
 		}
 	}
 }
@@ -92,7 +94,7 @@ func (h *shardHints) lookup(k defKey) (Definition, int64, bool) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	d, ok := h.m[k]
-	return d, h.versions[k], ok
+	return d.def, d.overridesVersion, ok
 }
 
 // groupPgx is one attempt of a group on PostgreSQL.

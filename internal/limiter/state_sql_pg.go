@@ -117,7 +117,12 @@ func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Def
 	if err := br.QueryRow().Scan(&now); err != nil {
 		return 0, nil, nil, nil, err
 	}
-	defs, versions, err := readDefinitions(br)
+	defRows, err := br.Query()
+	if err != nil {
+		return 0, nil, nil, nil, err
+	}
+	versions := map[defKey]int64{}
+	defs, err := scanDefinitions(defRows, versions)
 	if err != nil {
 		return 0, nil, nil, nil, err
 	}
@@ -132,25 +137,20 @@ func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Def
 	return now, defs, versions, stored, nil
 }
 
-// readDefinitions reads the result of pgSelectDefinitions in a batch: the definitions and the
-// versions of their overrides.
-func readDefinitions(br pgx.BatchResults) (map[defKey]Definition, map[defKey]int64, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, nil, err
-	}
+// scanDefinitions reads rows of pgSelectDefinitions: the definitions, and the versions of their
+// overrides into versions.
+func scanDefinitions(rows pgx.Rows, versions map[defKey]int64) (map[defKey]Definition, error) {
 	defer rows.Close()
 	defs := map[defKey]Definition{}
-	versions := map[defKey]int64{}
 	for rows.Next() {
 		var r definitionRow
 		if err := rows.Scan(r.fields()...); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		k := defKey{r.TenantID, r.Name}
 		defs[k], versions[k] = r.toDomain().Definition, r.OverridesVersion
 	}
-	return defs, versions, rows.Err()
+	return defs, rows.Err()
 }
 
 // selectOverridesPg reads every override of one limit within the group's transaction.
@@ -182,17 +182,7 @@ func selectDefinitionsPg(ctx context.Context, conn *pgx.Conn, keys []defKey, ver
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := map[defKey]Definition{}
-	for rows.Next() {
-		var r definitionRow
-		if err := rows.Scan(r.fields()...); err != nil {
-			return nil, err
-		}
-		k := defKey{r.TenantID, r.Name}
-		out[k], versions[k] = r.toDomain().Definition, r.OverridesVersion
-	}
-	return out, rows.Err()
+	return scanDefinitions(rows, versions)
 }
 
 // selectRowsPg reads more state rows within the group's transaction.
