@@ -316,6 +316,20 @@ func acceptInvite(t *testing.T, root context.Context, link, password string) dri
 	return guest
 }
 
+// logIn logs d in through the login form at base as email (an operator made from
+// SLUICE_ADMIN_EMAIL and SLUICE_ADMIN_PASSWORD), ending on the tenants page.
+func logIn(d driver, base, email, password string) {
+	d.t.Helper()
+	d.step("log in",
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible("#password"),
+		chromedp.SendKeys("#email", email),
+		chromedp.SendKeys("#password", password),
+		chromedp.Submit("#password"),
+		chromedp.WaitVisible("#new-tenant"),
+	)
+}
+
 // invite has op invite email to tenant 1 with role from its members page and returns the
 // one-time link, pointed at base: links are made with BASE_URL, which a test server on port 0
 // does not have.

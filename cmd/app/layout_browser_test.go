@@ -122,15 +122,8 @@ func TestDashboardPagesFitAPhoneAndADesktop(t *testing.T) {
 	if len(long) != 128 || len(limit) != 128 || len(label) != 100 || len(key) != 201 {
 		t.Fatalf("name lengths %d, %d, %d, %d", len(long), len(limit), len(label), len(key))
 	}
-	step("log in",
-		chromedp.EmulateViewport(1280, 900),
-		chromedp.Navigate(srv.base+"/login"),
-		chromedp.WaitVisible("#password"),
-		chromedp.SendKeys("#email", email),
-		chromedp.SendKeys("#password", password),
-		chromedp.Submit("#password"),
-		chromedp.WaitVisible("#new-tenant"),
-	)
+	step("desktop viewport", chromedp.EmulateViewport(1280, 900))
+	logIn(dr, srv.base, email, password)
 	step("create a tenant with the longest name",
 		chromedp.SendKeys("#name", long),
 		chromedp.Submit("#name"),

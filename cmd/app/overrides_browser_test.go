@@ -28,14 +28,7 @@ func TestOverrideFromTheDashboardInChromium(t *testing.T) {
 	dr := driver{t, ctx}
 	step, read := dr.step, dr.read
 
-	step("log in",
-		chromedp.Navigate(base+"/login"),
-		chromedp.WaitVisible("#password"),
-		chromedp.SendKeys("#email", email),
-		chromedp.SendKeys("#password", password),
-		chromedp.Submit("#password"),
-		chromedp.WaitVisible("#new-tenant"),
-	)
+	logIn(dr, base, email, password)
 	step("create tenant",
 		chromedp.SendKeys("#name", "acme"),
 		chromedp.Submit("#name"),

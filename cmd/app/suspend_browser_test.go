@@ -29,14 +29,7 @@ func TestSuspendAndResumeATenantInChromium(t *testing.T) {
 	watch := watchPage(t, ctx)
 	op := driver{t, ctx}
 
-	op.step("log in",
-		chromedp.Navigate(srv.base+"/login"),
-		chromedp.WaitVisible("#password"),
-		chromedp.SendKeys("#email", email),
-		chromedp.SendKeys("#password", password),
-		chromedp.Submit("#password"),
-		chromedp.WaitVisible("#new-tenant"),
-	)
+	logIn(op, srv.base, email, password)
 	op.step("create tenant", chromedp.SendKeys("#name", "acme"), chromedp.Submit("#name"), chromedp.WaitVisible("#new-limit"))
 	op.step("create limit",
 		chromedp.Click("#new-limit"),
