@@ -21,11 +21,7 @@ func TestMigrationDeletesRawAdminSessionIDs(t *testing.T) {
 		t.Run(string(dialect), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			d := openUnmigrated(t, dialect)
-			p := migrator(t, d, dialect)
-			if _, err := p.UpTo(ctx, 1); err != nil {
-				t.Fatalf("migrate to version 1: %v", err)
-			}
+			d := migratedTo(t, dialect, 1)
 			now := time.Now().UTC()
 			for _, q := range []struct {
 				sql  string
@@ -117,11 +113,7 @@ func TestMigration00014BackfillsHourlyUsageFromMinutes(t *testing.T) {
 		t.Run(string(dialect), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			d := openUnmigrated(t, dialect)
-			p := migrator(t, d, dialect)
-			if _, err := p.UpTo(ctx, 13); err != nil {
-				t.Fatalf("migrate to version 13: %v", err)
-			}
+			d := migratedTo(t, dialect, 13)
 			hour := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
 			for _, r := range [][5]int64{
 				{1, hour, 1, 2, 3}, {1, hour + 59*60_000, 10, 20, 30}, // one hour of tenant 1
@@ -172,6 +164,16 @@ func openUnmigrated(t *testing.T, dialect db.Dialect) *db.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// migratedTo opens a fresh database of dialect migrated up to version, no further.
+func migratedTo(t *testing.T, dialect db.Dialect, version int64) *db.DB {
+	t.Helper()
+	d := openUnmigrated(t, dialect)
+	if _, err := migrator(t, d, dialect).UpTo(context.Background(), version); err != nil {
+		t.Fatalf("migrate to version %d: %v", version, err)
+	}
 	return d
 }
 
