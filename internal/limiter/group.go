@@ -22,8 +22,9 @@ import (
 
 // Group commit. Every decision is a job; whoever holds a lane's token (below) takes every job waiting in
 // it (up to maxGroup) and decides them all in ONE serializable transaction: one query for the
-// definitions, one for the state rows, one multi-row upsert, in arrival order, each job
-// all-or-nothing on its own. One lane has one group in flight at a time, so a hot key's
+// definitions, one for the state rows, one multi-row upsert (on PostgreSQL, a group of plain
+// token bucket decisions is one function call instead: group_onetrip_pg.go), in arrival order,
+// each job all-or-nothing on its own. One lane has one group in flight at a time, so a hot key's
 // decisions are coalesced into one transaction instead of fighting each other with
 // serialization failures. Strictness is unchanged: the transaction still reads and writes every
 // row it decides on, and conflicting transactions (another lane's, another process's) are retried

@@ -10,7 +10,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
-// The PostgreSQL hot path: a group transaction in two round trips, pipelined with pgx.
+// The PostgreSQL hot path: a group transaction in two round trips, pipelined with pgx (a group
+// of plain single-shard token bucket decisions takes one instead: group_onetrip_pg.go).
 //
 //	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL enable_seqscan; SELECT definitions (with
 //	     the version of their overrides); SELECT state rows
