@@ -4,8 +4,10 @@ package main
 //
 //	go run ./cmd/bench -compare-tags sluice_gorm_groups -only random-32,hot -pairs 3
 //	go run ./cmd/bench -compare-dir /tmp/old-tree -only random-32,hot -pairs 3
+//	go run ./cmd/bench -compare-env GOMAXPROCS=1 -only random-1,random-32 -pairs 3
 //
-// Build A is this tree; build B is -compare-dir (default this tree) built with -compare-tags.
+// Build A is this tree; build B is -compare-dir (default this tree) built with -compare-tags,
+// and run with -compare-env added to its environment (a setting's A/B needs only that).
 // Each runs on its own database of the same server. Every pair runs each selected scenario on
 // both builds back to back, A first in odd pairs and B first in even ones, so that the VM's drift
 // over minutes falls on both sides alike; the ratio B/A of each pair is the figure to read.
@@ -33,8 +35,13 @@ type ComparePair struct {
 	A        float64 `json:"aPerSecond"`
 	B        float64 `json:"bPerSecond"`
 	Ratio    float64 `json:"ratioBtoA"`
-	Errors   int64   `json:"errors"` // both runs, 5xx included
-	Over     bool    `json:"overAdmitted"`
+	// The medians of each run's latencies, and the app's CPU µs per decision.
+	AP50ms  float64 `json:"aP50ms"`
+	BP50ms  float64 `json:"bP50ms"`
+	AAppCPU float64 `json:"aAppCpuMicros"`
+	BAppCPU float64 `json:"bAppCpuMicros"`
+	Errors  int64   `json:"errors"` // both runs, 5xx included
+	Over    bool    `json:"overAdmitted"`
 }
 
 // CompareReport is the JSON file of a comparison.
@@ -66,7 +73,7 @@ func buildApp(out, dir, tags string) error {
 	return nil
 }
 
-func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bool, pairs int) error {
+func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fsync bool, pairs int) error {
 	if dirB == "" {
 		dirB = "."
 	}
@@ -111,14 +118,18 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		p, err := startSluice(bin, dir, dbURL)
+		var extraEnv []string
+		if i == 1 && envB != "" {
+			extraEnv = strings.Split(envB, ",")
+		}
+		p, err := startSluice(bin, dir, dbURL, extraEnv...)
 		if err != nil {
 			return err
 		}
 		defer p.stop()
 		procs[i] = p
 		if withSQLite {
-			if p, err = startSluice(bin, dir, "sqlite:"+filepath.Join(dir, "bench.db")); err != nil {
+			if p, err = startSluice(bin, dir, "sqlite:"+filepath.Join(dir, "bench.db"), extraEnv...); err != nil {
 				return err
 			}
 			defer p.stop()
@@ -126,7 +137,7 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 		}
 	}
 	report := CompareReport{Machine: machine(), When: time.Now().UTC().Format(time.RFC3339), PgFsync: fsync,
-		A: "this tree", B: fmt.Sprintf("%s, tags %q", dirB, tagsB)}
+		A: "this tree", B: fmt.Sprintf("%s, tags %q, environment %q", dirB, tagsB, envB)}
 	for i := range pairs {
 		order := []int{0, 1}
 		if i%2 == 1 {
@@ -144,17 +155,17 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 					return fmt.Errorf("%s on %s: %w", sc.name, "AB"[which:which+1], err)
 				}
 				if which == 0 {
-					cp.A = rr.PerSecond
+					cp.A, cp.AP50ms, cp.AAppCPU = rr.PerSecond, rr.P50ms, rr.AppCPUus
 				} else {
-					cp.B = rr.PerSecond
+					cp.B, cp.BP50ms, cp.BAppCPU = rr.PerSecond, rr.P50ms, rr.AppCPUus
 				}
 				cp.Errors += rr.Errors + rr.Status5xx
 				cp.Over = cp.Over || rr.Over
 			}
 			cp.Ratio = cp.B / cp.A
 			report.Pairs = append(report.Pairs, cp)
-			fmt.Fprintf(os.Stderr, "bench: pair %d %-12s A %8.0f/s  B %8.0f/s  B/A %.2f (errors %d, over %v)\n",
-				cp.Pair, sc.name, cp.A, cp.B, cp.Ratio, cp.Errors, cp.Over)
+			fmt.Fprintf(os.Stderr, "bench: pair %d %-12s A %8.0f/s  B %8.0f/s  B/A %.2f  p50 A %.2f B %.2f ms  app A %.0f B %.0f µs (errors %d, over %v)\n",
+				cp.Pair, sc.name, cp.A, cp.B, cp.Ratio, cp.AP50ms, cp.BP50ms, cp.AAppCPU, cp.BAppCPU, cp.Errors, cp.Over)
 		}
 	}
 	printCompare(os.Stdout, report)
@@ -167,8 +178,8 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB string, fsync bo
 
 func printCompare(w io.Writer, r CompareReport) {
 	fmt.Fprintf(w, "\nSluice comparison — %s — %s — PostgreSQL fsync %v\nA: %s\nB: %s\n\n", r.Machine, r.When, r.PgFsync, r.A, r.B)
-	fmt.Fprintf(w, "| pair | scenario     | first | A decisions/s | B decisions/s |  B/A | errors |\n")
-	fmt.Fprintf(w, "|------|--------------|-------|---------------|---------------|------|--------|\n")
+	fmt.Fprintf(w, "| pair | scenario     | first | A decisions/s | B decisions/s |  B/A | p50 ms A / B | app µs A / B | errors |\n")
+	fmt.Fprintf(w, "|------|--------------|-------|---------------|---------------|------|--------------|--------------|--------|\n")
 	for _, p := range r.Pairs {
 		first := "B"
 		if p.AFirst {
@@ -178,6 +189,7 @@ func printCompare(w io.Writer, r CompareReport) {
 		if p.Over {
 			over = " OVER"
 		}
-		fmt.Fprintf(w, "| %4d | %-12s | %-5s | %13.0f | %13.0f | %4.2f | %6d%s |\n", p.Pair, p.Scenario, first, p.A, p.B, p.Ratio, p.Errors, over)
+		fmt.Fprintf(w, "| %4d | %-12s | %-5s | %13.0f | %13.0f | %4.2f | %5.2f / %5.2f | %5.0f / %5.0f | %6d%s |\n",
+			p.Pair, p.Scenario, first, p.A, p.B, p.Ratio, p.AP50ms, p.BP50ms, p.AAppCPU, p.BAppCPU, p.Errors, over)
 	}
 }

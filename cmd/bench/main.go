@@ -7,7 +7,7 @@
 // one table and writes it as JSON. It reports; it never fails on speed.
 //
 //	go run ./cmd/bench [-duration 8s] [-runs 3] [-out bench-results/bench.json]
-//	go run ./cmd/bench -compare-tags TAGS | -compare-dir DIR [-only random-32,hot] [-pairs 3]
+//	go run ./cmd/bench -compare-tags TAGS | -compare-dir DIR | -compare-env K=V [-only random-32,hot] [-pairs 3]
 package main
 
 import (
@@ -30,6 +30,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == floorServeArg { // measureFloor's server process
+		fmt.Fprintln(os.Stderr, "bench: HTTP floor:", floorServe(os.Args[2], os.Getenv("DATABASE_URL"), os.Args[3] == "true"))
+		os.Exit(1)
+	}
 	duration := flag.Duration("duration", 8*time.Second, "length of each scenario run")
 	runs := flag.Int("runs", 3, "runs per scenario (the table shows medians)")
 	out := flag.String("out", "bench-results/bench.json", "where to write the JSON results")
@@ -39,6 +43,7 @@ func main() {
 	pairs := flag.Int("pairs", 3, "pgbench random / random-32 pairs run back to back at the end (0: none); with -compare-*, the A/B pairs")
 	compareDir := flag.String("compare-dir", "", "comparison mode (compare.go): build B from this tree")
 	compareTags := flag.String("compare-tags", "", "comparison mode (compare.go): build B with these build tags")
+	compareEnv := flag.String("compare-env", "", "comparison mode (compare.go): run B with these KEY=VALUE settings added to its environment (comma-separated)")
 	sustain := flag.Duration("sustained", 0, "sustained mode: run random-32 this long (e.g. 10m) and print each minute's throughput, give-ups and retries")
 	flag.Parse()
 	if *sustain > 0 {
@@ -48,8 +53,8 @@ func main() {
 		}
 		return
 	}
-	if *compareDir != "" || *compareTags != "" {
-		if err := compare(*duration, *out, *only, *compareDir, *compareTags, *fsync, *pairs); err != nil {
+	if *compareDir != "" || *compareTags != "" || *compareEnv != "" {
+		if err := compare(*duration, *out, *only, *compareDir, *compareTags, *compareEnv, *fsync, *pairs); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -139,9 +144,11 @@ type Report struct {
 	PgbenchHot    float64 `json:"pgbenchHotTPS"`
 	// Upserts are pgbench's one-statement token-bucket upsert (pgbench.go), the reference for
 	// latency at one connection and for the commit modes.
-	Upserts         []UpsertRef `json:"pgbenchUpserts,omitempty"`
-	Results         []Result    `json:"results"`
-	ServerPeakRSSMB float64     `json:"serverPeakRssMB"`
+	Upserts []UpsertRef `json:"pgbenchUpserts,omitempty"`
+	// Floors are the upsert behind a minimal Go HTTP handler at one connection (floor.go).
+	Floors          []FloorRef `json:"httpFloors,omitempty"`
+	Results         []Result   `json:"results"`
+	ServerPeakRSSMB float64    `json:"serverPeakRssMB"`
 	// HotUpdates of Updates of limit_state's row updates were heap-only (PostgreSQL's statistics).
 	HotUpdates int64 `json:"limitStateHotUpdates"`
 	Updates    int64 `json:"limitStateUpdates"`
@@ -208,18 +215,34 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 	report.PgbenchRandom, report.PgbenchHot = median(randomTPS), median(hotTPS)
 	if !skipPgbench {
 		for _, ref := range upsertReferences {
-			var tps, p50, pgCPU []float64
+			var tps, p50, p99, pgCPU []float64
 			for range runs {
 				r, err := pgbenchUpsert(srv, dbURL, ref, duration)
 				if err != nil {
 					return err
 				}
-				tps, p50, pgCPU = append(tps, r.TPS), append(p50, r.P50ms), append(pgCPU, r.PgCPUus)
+				tps, p50, p99, pgCPU = append(tps, r.TPS), append(p50, r.P50ms), append(p99, r.P99ms), append(pgCPU, r.PgCPUus)
 			}
-			ref.TPS, ref.P50ms, ref.PgCPUus = median(tps), median(p50), median(pgCPU)
+			ref.TPS, ref.P50ms, ref.P99ms, ref.PgCPUus = median(tps), median(p50), median(p99), median(pgCPU)
 			report.Upserts = append(report.Upserts, ref)
-			fmt.Fprintf(os.Stderr, "bench: pgbench one-statement upsert, %d clients, synchronous_commit %v: %.0f TPS, p50 %.3f ms\n",
-				ref.Clients, !ref.AsyncCommit, ref.TPS, ref.P50ms)
+			fmt.Fprintf(os.Stderr, "bench: pgbench one-statement upsert, %d clients, synchronous_commit %v: %.0f TPS, p50 %.3f ms, p99 %.3f ms\n",
+				ref.Clients, !ref.AsyncCommit, ref.TPS, ref.P50ms, ref.P99ms)
+		}
+		for _, async := range []bool{false, true} {
+			if (!async && !selected("random-1")) || (async && !selected("random-1-fast")) {
+				continue
+			}
+			var p50, p99, app, pgCPU []float64
+			for range runs {
+				f, err := measureFloor(dbURL, async, duration)
+				if err != nil {
+					return err
+				}
+				p50, p99, app, pgCPU = append(p50, f.P50ms), append(p99, f.P99ms), append(app, f.AppCPUus), append(pgCPU, f.PgCPUus)
+			}
+			f := FloorRef{AsyncCommit: async, P50ms: median(p50), P99ms: median(p99), AppCPUus: median(app), PgCPUus: median(pgCPU)}
+			report.Floors = append(report.Floors, f)
+			fmt.Fprintf(os.Stderr, "bench: HTTP floor, synchronous_commit %v: p50 %.3f ms, app %.0f µs per request\n", !async, f.P50ms, f.AppCPUus)
 		}
 	}
 	// pgbench leaves 100,000 rows churned by millions of updates: drop them and checkpoint, so
@@ -548,8 +571,12 @@ func printTable(w io.Writer, r Report) {
 	fmt.Fprintf(w, "\nSluice benchmark — %s — %s\n", r.Machine, r.When)
 	fmt.Fprintf(w, "PostgreSQL fsync %v; pgbench serializable read-modify-write (32 clients): random key %.0f TPS, hot key %.0f TPS\n", r.PgFsync, r.PgbenchRandom, r.PgbenchHot)
 	for _, u := range r.Upserts {
-		fmt.Fprintf(w, "pgbench one-statement token-bucket upsert, %2d clients, synchronous_commit %-3v: %6.0f TPS, p50 %.3f ms, pg %.0f µs per transaction\n",
-			u.Clients, onOff(!u.AsyncCommit), u.TPS, u.P50ms, u.PgCPUus)
+		fmt.Fprintf(w, "pgbench one-statement token-bucket upsert, %2d clients, synchronous_commit %-3v: %6.0f TPS, p50 %.3f ms, p99 %.3f ms, pg %.0f µs per transaction\n",
+			u.Clients, onOff(!u.AsyncCommit), u.TPS, u.P50ms, u.P99ms, u.PgCPUus)
+	}
+	for _, f := range r.Floors {
+		fmt.Fprintf(w, "HTTP floor (the upsert behind a minimal Go net/http handler), 1 connection, synchronous_commit %-3v: p50 %.3f ms, p99 %.3f ms, app %.0f µs, pg %.0f µs per request\n",
+			onOff(!f.AsyncCommit), f.P50ms, f.P99ms, f.AppCPUus, f.PgCPUus)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "| %-14s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %9s | %7s | %7s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "trips/stm", "app µs", "pg µs")
@@ -623,14 +650,32 @@ func printRatios(w io.Writer, r Report) {
 		return UpsertRef{}, false
 	}
 	var lines []string
-	if x, ok := res["random-1"]; ok {
-		if u, ok := ref(1, false); ok && u.P50ms > 0 {
-			lines = append(lines, fmt.Sprintf("random-1 p50 / upsert p50 at 1 client, durable: %.2f / %.3f ms = %.2f×", x.P50ms, u.P50ms, x.P50ms/u.P50ms))
+	floor := func(async bool) (FloorRef, bool) {
+		for _, f := range r.Floors {
+			if f.AsyncCommit == async {
+				return f, true
+			}
+		}
+		return FloorRef{}, false
+	}
+	for _, one := range []struct {
+		scenario, commit string
+		async            bool
+	}{{"random-1", "durable", false}, {"random-1-fast", "synchronous_commit off", true}} {
+		x, ok := res[one.scenario]
+		u, uok := ref(1, one.async)
+		if !ok || !uok || u.P50ms <= 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s p50 / upsert p50 at 1 client, %s: %.2f / %.3f ms = %.2f×", one.scenario, one.commit, x.P50ms, u.P50ms, x.P50ms/u.P50ms))
+		if f, ok := floor(one.async); ok && f.P50ms > 0 {
+			lines = append(lines, fmt.Sprintf("  the HTTP floor's p50 / the upsert's, %s: %.3f / %.3f ms = %.2f×; %s p50 / the HTTP floor's: %.2f×",
+				one.commit, f.P50ms, u.P50ms, f.P50ms/u.P50ms, one.scenario, x.P50ms/f.P50ms))
 		}
 	}
-	if x, ok := res["random-1-fast"]; ok {
-		if u, ok := ref(1, true); ok && u.P50ms > 0 {
-			lines = append(lines, fmt.Sprintf("random-1-fast p50 / upsert p50 at 1 client, synchronous_commit off: %.2f / %.3f ms = %.2f×", x.P50ms, u.P50ms, x.P50ms/u.P50ms))
+	if n, ok := res["new-keys-32"]; ok {
+		if u, ok := ref(32, false); ok && u.P99ms > 0 {
+			lines = append(lines, fmt.Sprintf("new-keys-32 p99 / upsert p99 at 32 clients, durable: %.2f / %.2f ms = %.2f×", n.P99ms, u.P99ms, n.P99ms/u.P99ms))
 		}
 	}
 	if a, ok := res["random-32"]; ok {
@@ -648,6 +693,10 @@ func printRatios(w io.Writer, r Report) {
 		}
 		if one, ok := res["random-1"]; ok && a.AppCPUus > 0 {
 			lines = append(lines, fmt.Sprintf("app CPU per decision, random-1 / random-32: %.0f / %.0f µs = %.2f×", one.AppCPUus, a.AppCPUus, one.AppCPUus/a.AppCPUus))
+			if f, ok := floor(false); ok {
+				lines = append(lines, fmt.Sprintf("  the HTTP floor's CPU per request at 1 connection / Sluice's per decision at random-32: %.0f / %.0f µs = %.2f×",
+					f.AppCPUus, a.AppCPUus, f.AppCPUus/a.AppCPUus))
+			}
 		}
 		lines = append(lines, fmt.Sprintf("total CPU per decision at random-32: %.0f µs (app %.0f + PostgreSQL %.0f)", a.AppCPUus+a.PgCPUus, a.AppCPUus, a.PgCPUus))
 	}

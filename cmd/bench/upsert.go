@@ -21,6 +21,7 @@ type UpsertRef struct {
 	AsyncCommit bool    `json:"synchronousCommitOff"`
 	TPS         float64 `json:"tps"`
 	P50ms       float64 `json:"p50ms"`
+	P99ms       float64 `json:"p99ms"`
 	// PgCPUus is PostgreSQL's CPU µs per transaction (the whole server, as for the scenarios).
 	PgCPUus float64 `json:"postgresCpuMicrosPerTransaction"`
 }
@@ -31,12 +32,16 @@ var upsertReferences = []UpsertRef{{Clients: 1}, {Clients: 1, AsyncCommit: true}
 
 // upsertScript is one decision of a token bucket of 1,000 per second (capacity 1,000) on a random
 // key of 100,000: refill to the database's clock, take one token if there is one.
-const upsertScript = `\set k random(1, 100000)
-INSERT INTO tb AS t (k, v, ts) VALUES (:k, 999, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+var upsertScript = "\\set k random(1, 100000)\n" + strings.Replace(upsertStatement, "$1", ":k", 1) + ";\n"
+
+// upsertStatement is the decision itself, on key $1 (pgbench's script and the HTTP floor's).
+const upsertStatement = `INSERT INTO tb AS t (k, v, ts) VALUES ($1, 999, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)
 ON CONFLICT (k) DO UPDATE SET v = least(1000, t.v + (excluded.ts - t.ts)) - 1, ts = excluded.ts
 WHERE least(1000, t.v + (excluded.ts - t.ts)) >= 1
-RETURNING v;
-`
+RETURNING v`
+
+// upsertTableDDL makes the upsert's table anew.
+const upsertTableDDL = `DROP TABLE IF EXISTS tb; CREATE TABLE tb (k int PRIMARY KEY, v double precision NOT NULL, ts bigint NOT NULL)`
 
 // pgbenchUpsert runs upsertScript as ref says, every statement its own SERIALIZABLE transaction,
 // and returns ref with its TPS and median latency (from pgbench's per-transaction log).
@@ -45,7 +50,7 @@ func pgbenchUpsert(srv *testkit.Server, dbURL string, ref UpsertRef, duration ti
 	if err != nil {
 		return ref, err
 	}
-	if err := psql(dbURL, `DROP TABLE IF EXISTS tb; CREATE TABLE tb (k int PRIMARY KEY, v double precision NOT NULL, ts bigint NOT NULL)`); err != nil {
+	if err := psql(dbURL, upsertTableDDL); err != nil {
 		return ref, err
 	}
 	defer func() { _ = psql(dbURL, "DROP TABLE IF EXISTS tb; CHECKPOINT;") }()
@@ -99,7 +104,7 @@ func pgbenchUpsert(srv *testkit.Server, dbURL string, ref UpsertRef, duration ti
 		return ref, fmt.Errorf("pgbench upsert: no tps or no transaction log: %s", out)
 	}
 	sort.Float64s(latencies)
-	ref.P50ms = latencies[len(latencies)/2]
+	ref.P50ms, ref.P99ms = latencies[len(latencies)/2], latencies[len(latencies)*99/100]
 	if postgresPID != 0 {
 		ref.PgCPUus = pgUsed * 1e6 / float64(len(latencies))
 	}

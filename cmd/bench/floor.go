@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// The HTTP floor is pgbench's one-statement upsert (upsertStatement) sent by the least a Go
+// service can be: a net/http handler with one pgx connection, no router, no authentication, no
+// JSON, driven at one connection by the same client as random-1. Nothing a rate limiter does is
+// in it, only one HTTP round trip and one transaction, so it measures what this machine charges
+// any Go HTTP service in front of PostgreSQL: random-1 over the floor is what Sluice itself adds,
+// and the floor over the bare upsert is what the HTTP hop costs.
+type FloorRef struct {
+	AsyncCommit bool    `json:"synchronousCommitOff"`
+	P50ms       float64 `json:"p50ms"`
+	P99ms       float64 `json:"p99ms"`
+	// AppCPUus and PgCPUus are the handler process's and PostgreSQL's CPU µs per request.
+	AppCPUus float64 `json:"appCpuMicrosPerRequest"`
+	PgCPUus  float64 `json:"postgresCpuMicrosPerRequest"`
+}
+
+// floorServeArg is the hidden first argument that makes the bench binary the floor's server
+// (a separate process, so that its CPU time is its own).
+const floorServeArg = "floor-serve"
+
+// floorServe serves the floor on addr: each POST's body is a key number, and the handler runs
+// upsertStatement on it as its own SERIALIZABLE transaction (as pgbench's PGOPTIONS set it).
+func floorServe(addr, dbURL string, async bool) error {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["default_transaction_isolation"] = "serializable"
+	if async {
+		cfg.RuntimeParams["synchronous_commit"] = "off"
+	}
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		k, err := strconv.Atoi(string(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		_, err = conn.Exec(ctx, upsertStatement, k)
+		mu.Unlock()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"allowed":true}`))
+	}
+	return http.ListenAndServe(addr, http.HandlerFunc(handler))
+}
+
+// measureFloor starts the floor's server, drives it at one connection for d and reports.
+func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
+	ref := FloorRef{AsyncCommit: async}
+	if err := psql(dbURL, upsertTableDDL); err != nil {
+		return ref, err
+	}
+	defer func() { _ = psql(dbURL, "DROP TABLE IF EXISTS tb; CHECKPOINT;") }()
+	port, err := testkit.FreePort()
+	if err != nil {
+		return ref, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	self, err := os.Executable()
+	if err != nil {
+		return ref, err
+	}
+	cmd := exec.Command(self, floorServeArg, addr, strconv.FormatBool(async))
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return ref, err
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		}
+	}
+	defer stop()
+	conn, err := dialWhenListening(addr, 10*time.Second)
+	if err != nil {
+		return ref, fmt.Errorf("HTTP floor: %w", err)
+	}
+	defer conn.close()
+	appBefore, pgBefore := cpuSeconds(cmd.Process.Pid), postgresCPUSeconds(postgresPID)
+	var latencies []time.Duration
+	deadline := time.Now().Add(d)
+	for k := 0; time.Now().Before(deadline); k++ {
+		t0 := time.Now()
+		status, body, err := conn.post("/", "", []byte(strconv.Itoa(k%100000+1)))
+		if err != nil {
+			return ref, fmt.Errorf("HTTP floor: %w", err)
+		}
+		if status != http.StatusOK {
+			return ref, fmt.Errorf("HTTP floor: status %d: %s", status, body)
+		}
+		latencies = append(latencies, time.Since(t0))
+	}
+	appUsed := cpuSeconds(cmd.Process.Pid) - appBefore
+	stop()
+	// As for pgbench: the server's backend has exited; its CPU joins the postmaster's children's
+	// when it is reaped.
+	time.Sleep(300 * time.Millisecond)
+	pgUsed := postgresCPUSeconds(postgresPID) - pgBefore
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	n := float64(len(latencies))
+	ref.P50ms = float64(latencies[len(latencies)/2]) / 1e6
+	ref.P99ms = float64(latencies[len(latencies)*99/100]) / 1e6
+	ref.AppCPUus = appUsed * 1e6 / n
+	if postgresPID != 0 {
+		ref.PgCPUus = pgUsed * 1e6 / n
+	}
+	return ref, nil
+}
+
+// dialWhenListening dials addr until it accepts or wait has passed.
+func dialWhenListening(addr string, wait time.Duration) (*rawConn, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		conn, err := dialRaw(addr)
+		if err == nil {
+			return conn, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("nothing listening on %s after %v: %w", addr, wait, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
