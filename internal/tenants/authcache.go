@@ -39,22 +39,35 @@ func (s *Service) cachedPrincipal(hash string, kind KeyKind) (cachedKey, bool) {
 	return c, true
 }
 
-func (s *Service) cachePrincipal(hash string, kind KeyKind, p Principal, suspended bool) {
+// authGeneration is the number of evictions so far (authGen).
+func (s *Service) authGeneration() uint64 {
+	s.authMu.RLock()
+	defer s.authMu.RUnlock()
+	return s.authGen
+}
+
+// cachePrincipal caches what a lookup that began at eviction count gen read, unless a key was
+// evicted since: the eviction may be a revocation the lookup's read did not see.
+func (s *Service) cachePrincipal(gen uint64, hash string, kind KeyKind, p Principal, suspended bool) {
 	if s.authCacheTTL <= 0 {
 		return
 	}
 	s.authMu.Lock()
+	defer s.authMu.Unlock()
+	if s.authGen != gen {
+		return
+	}
 	if len(s.authCache) >= maxCachedKeys {
 		s.authCache = make(map[string]cachedKey)
 	}
 	s.authCache[hash] = cachedKey{principal: p, kind: kind, suspended: suspended, expires: time.Now().Add(s.authCacheTTL)}
-	s.authMu.Unlock()
 }
 
 // forgetKey evicts one key hash, or everything when hash is "" (after a LISTEN reconnect, when
 // notifications may have been missed).
 func (s *Service) forgetKey(hash string) {
 	s.authMu.Lock()
+	s.authGen++ // the lookups reading now must not cache what they read (cachePrincipal)
 	if hash == "" {
 		s.authCache = make(map[string]cachedKey)
 	} else {
@@ -91,6 +104,7 @@ func (s *Service) lookupShared(ctx context.Context, hash string) (keyLookup, err
 // lookupKey reads hash's key and tenant, and caches the principal of a key that is not revoked.
 func (s *Service) lookupKey(ctx context.Context, hash string) (keyLookup, error) {
 	s.authLookups.Add(1)
+	gen := s.authGeneration() // before the read: an eviction after this may be a revocation it misses
 	var k keyLookup
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
 		// The only lookup not filtered by tenant: the key is what tells us the tenant.
@@ -104,8 +118,11 @@ func (s *Service) lookupKey(ctx context.Context, hash string) (keyLookup, error)
 		k.suspended = t.SuspendedAt != nil
 		return nil
 	})
+	if s.afterKeyRead != nil {
+		s.afterKeyRead()
+	}
 	if err == nil && k.row.RevokedAt == nil {
-		s.cachePrincipal(hash, KeyKind(k.row.Kind), Principal{TenantID: k.row.TenantID, KeyID: k.row.ID}, k.suspended)
+		s.cachePrincipal(gen, hash, KeyKind(k.row.Kind), Principal{TenantID: k.row.TenantID, KeyID: k.row.ID}, k.suspended)
 	}
 	return k, err
 }

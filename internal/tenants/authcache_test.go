@@ -161,3 +161,37 @@ func TestConcurrentMissesOfOneKeyShareOneLookup(t *testing.T) {
 		}
 	})
 }
+
+// TestRevocationDuringALookupIsNotUndoneByIt: a key revoked while a lookup of it is reading
+// (the lookup read the row before the revocation committed) is refused by the next request.
+// The lookup must not cache what it read, or the revoked key would keep working for the
+// cache's TTL on this instance, whose README promise is "at once".
+func TestRevocationDuringALookupIsNotUndoneByIt(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		e := newEnv(t, url, WithAuthCacheTTL(time.Hour)) // only an eviction can end an entry here
+		tn := e.tenant(t, "acme")
+		k, secret, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "x", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		revoked := false
+		e.svc.afterKeyRead = func() {
+			if !revoked {
+				revoked = true
+				if err := e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "test"); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		// This request's lookup read the key before the revocation: it may pass (it began first).
+		if _, err := e.svc.Authenticate(e.ctx, secret, KindSecret); err != nil {
+			t.Fatal(err)
+		}
+		if !revoked {
+			t.Fatal("the lookup never reached the hook between its read and its caching")
+		}
+		if _, err := e.svc.Authenticate(e.ctx, secret, KindSecret); !errors.Is(err, ErrUnauthorized) {
+			t.Fatalf("the request after the revocation: err %v, want ErrUnauthorized (served from a stale cache entry)", err)
+		}
+	})
+}

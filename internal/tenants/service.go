@@ -66,6 +66,12 @@ type Service struct {
 	authCacheTTL time.Duration
 	authMu       sync.RWMutex
 	authCache    map[string]cachedKey
+	// authGen counts the evictions (forgetKey), under authMu: a lookup caches what it read only
+	// if no eviction happened since it began, so a revocation that commits while a lookup is
+	// reading cannot be undone by that lookup caching the key's earlier state.
+	authGen uint64
+	// afterKeyRead, when set (tests), runs in each lookup between its read and its caching.
+	afterKeyRead func()
 	// authFlight makes the concurrent misses of one key share one lookup (authcache.go), and
 	// authLookups counts the lookups (tests).
 	authFlight    singleflight.Group
