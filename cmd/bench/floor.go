@@ -74,6 +74,10 @@ func floorServe(addr, dbURL string, async bool) error {
 	return http.ListenAndServe(addr, http.HandlerFunc(handler))
 }
 
+// oneConnectionScenarios are the scenarios measured with the upsert at 1 client and the HTTP
+// floor just before each run (Triple), by whether they commit with synchronous_commit off.
+var oneConnectionScenarios = map[string]bool{"random-1": false, "random-1-fast": true}
+
 // measureFloor starts the floor's server, drives it at one connection for d and reports.
 func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
 	ref := FloorRef{AsyncCommit: async}

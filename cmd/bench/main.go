@@ -145,10 +145,15 @@ type Report struct {
 	// Upserts are pgbench's one-statement token-bucket upsert (pgbench.go), the reference for
 	// latency at one connection and for the commit modes.
 	Upserts []UpsertRef `json:"pgbenchUpserts,omitempty"`
-	// Floors are the upsert behind a minimal Go HTTP handler at one connection (floor.go).
-	Floors          []FloorRef `json:"httpFloors,omitempty"`
-	Results         []Result   `json:"results"`
-	ServerPeakRSSMB float64    `json:"serverPeakRssMB"`
+	// Floors are the upsert behind a minimal Go HTTP handler at one connection (floor.go),
+	// medians of the runs measured in the triples.
+	Floors []FloorRef `json:"httpFloors,omitempty"`
+	// Triples are each run of random-1 and random-1-fast with pgbench's upsert at 1 client and
+	// the HTTP floor (same commit mode) measured just before it, so that the ratios between the
+	// three are not biased by the VM's drift between references and scenarios.
+	Triples         []Triple `json:"oneConnectionTriples,omitempty"`
+	Results         []Result `json:"results"`
+	ServerPeakRSSMB float64  `json:"serverPeakRssMB"`
 	// HotUpdates of Updates of limit_state's row updates were heap-only (PostgreSQL's statistics).
 	HotUpdates int64 `json:"limitStateHotUpdates"`
 	Updates    int64 `json:"limitStateUpdates"`
@@ -160,6 +165,14 @@ type Report struct {
 	// alternating), so that the load of a shared machine cannot bias the ratio.
 	OverridePairs           []OverridePair `json:"overridePairs,omitempty"`
 	OverridePairRatioMedian float64        `json:"overridePairRatioMedian,omitempty"`
+}
+
+// Triple is one run of a one-connection scenario with its two references measured just before.
+type Triple struct {
+	Scenario    string  `json:"scenario"`
+	UpsertP50ms float64 `json:"upsertP50ms"`
+	FloorP50ms  float64 `json:"floorP50ms"`
+	P50ms       float64 `json:"p50ms"`
 }
 
 // OverridePair is one back-to-back measurement of random-32 without and with overrides.
@@ -228,22 +241,6 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 			fmt.Fprintf(os.Stderr, "bench: pgbench one-statement upsert, %d clients, synchronous_commit %v: %.0f TPS, p50 %.3f ms, p99 %.3f ms\n",
 				ref.Clients, !ref.AsyncCommit, ref.TPS, ref.P50ms, ref.P99ms)
 		}
-		for _, async := range []bool{false, true} {
-			if (!async && !selected("random-1")) || (async && !selected("random-1-fast")) {
-				continue
-			}
-			var p50, p99, app, pgCPU []float64
-			for range runs {
-				f, err := measureFloor(dbURL, async, duration)
-				if err != nil {
-					return err
-				}
-				p50, p99, app, pgCPU = append(p50, f.P50ms), append(p99, f.P99ms), append(app, f.AppCPUus), append(pgCPU, f.PgCPUus)
-			}
-			f := FloorRef{AsyncCommit: async, P50ms: median(p50), P99ms: median(p99), AppCPUus: median(app), PgCPUus: median(pgCPU)}
-			report.Floors = append(report.Floors, f)
-			fmt.Fprintf(os.Stderr, "bench: HTTP floor, synchronous_commit %v: p50 %.3f ms, app %.0f µs per request\n", !async, f.P50ms, f.AppCPUus)
-		}
 	}
 	// pgbench leaves 100,000 rows churned by millions of updates: drop them and checkpoint, so
 	// that autovacuum cleaning up after pgbench does not run during Sluice's scenarios.
@@ -290,8 +287,25 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 			}
 			targets = []*sluice{pg, pg2}
 		}
+		async, oneConn := oneConnectionScenarios[sc.name]
+		oneConn = oneConn && !skipPgbench
 		var per []RunResult
+		var floors []FloorRef
 		for i := range runs {
+			var triple Triple
+			if oneConn { // the references just before the run (Triple)
+				u, err := pgbenchUpsert(srv, dbURL, UpsertRef{Clients: 1, AsyncCommit: async}, duration)
+				if err != nil {
+					return err
+				}
+				f, err := measureFloor(dbURL, async, duration)
+				if err != nil {
+					return err
+				}
+				floors = append(floors, f)
+				triple = Triple{Scenario: sc.name, UpsertP50ms: u.P50ms, FloorP50ms: f.P50ms}
+				fmt.Fprintf(os.Stderr, "bench: %-14s run %d: upsert p50 %.3f ms, HTTP floor p50 %.3f ms (app %.0f µs)\n", sc.name, i+1, u.P50ms, f.P50ms, f.AppCPUus)
+			}
 			// A fresh limit name per run, so every run starts from full state.
 			rr, err := runScenario(targets, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
 			if err != nil {
@@ -299,6 +313,17 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 			}
 			per = append(per, rr)
 			fmt.Fprintf(os.Stderr, "bench: %-14s run %d: %8.0f/s p50 %.2f ms p99 %.2f ms errors %d\n", sc.name, i+1, rr.PerSecond, rr.P50ms, rr.P99ms, rr.Errors)
+			if oneConn {
+				triple.P50ms = rr.P50ms
+				report.Triples = append(report.Triples, triple)
+			}
+		}
+		if len(floors) > 0 {
+			var p50, p99, app, pgCPU []float64
+			for _, f := range floors {
+				p50, p99, app, pgCPU = append(p50, f.P50ms), append(p99, f.P99ms), append(app, f.AppCPUus), append(pgCPU, f.PgCPUus)
+			}
+			report.Floors = append(report.Floors, FloorRef{AsyncCommit: async, P50ms: median(p50), P99ms: median(p99), AppCPUus: median(app), PgCPUus: median(pgCPU)})
 		}
 		res := summarize(sc, per)
 		ceiling := report.PgbenchRandom
@@ -662,16 +687,26 @@ func printRatios(w io.Writer, r Report) {
 		scenario, commit string
 		async            bool
 	}{{"random-1", "durable", false}, {"random-1-fast", "synchronous_commit off", true}} {
-		x, ok := res[one.scenario]
-		u, uok := ref(1, one.async)
-		if !ok || !uok || u.P50ms <= 0 {
+		var toUpsert, floorToUpsert, toFloor []string
+		var toUpsertV, floorToUpsertV, toFloorV []float64
+		for _, t := range r.Triples {
+			if t.Scenario != one.scenario || t.UpsertP50ms <= 0 || t.FloorP50ms <= 0 {
+				continue
+			}
+			toUpsert = append(toUpsert, fmt.Sprintf("%.2f/%.3f", t.P50ms, t.UpsertP50ms))
+			floorToUpsert = append(floorToUpsert, fmt.Sprintf("%.3f/%.3f", t.FloorP50ms, t.UpsertP50ms))
+			toFloor = append(toFloor, fmt.Sprintf("%.2f/%.3f", t.P50ms, t.FloorP50ms))
+			toUpsertV = append(toUpsertV, t.P50ms/t.UpsertP50ms)
+			floorToUpsertV = append(floorToUpsertV, t.FloorP50ms/t.UpsertP50ms)
+			toFloorV = append(toFloorV, t.P50ms/t.FloorP50ms)
+		}
+		if len(toUpsertV) == 0 {
 			continue
 		}
-		lines = append(lines, fmt.Sprintf("%s p50 / upsert p50 at 1 client, %s: %.2f / %.3f ms = %.2f×", one.scenario, one.commit, x.P50ms, u.P50ms, x.P50ms/u.P50ms))
-		if f, ok := floor(one.async); ok && f.P50ms > 0 {
-			lines = append(lines, fmt.Sprintf("  the HTTP floor's p50 / the upsert's, %s: %.3f / %.3f ms = %.2f×; %s p50 / the HTTP floor's: %.2f×",
-				one.commit, f.P50ms, u.P50ms, f.P50ms/u.P50ms, one.scenario, x.P50ms/f.P50ms))
-		}
+		lines = append(lines,
+			fmt.Sprintf("%s p50 / upsert p50 at 1 client, %s, each run with its own references: %s: median %.2f×", one.scenario, one.commit, strings.Join(toUpsert, ", "), median(toUpsertV)),
+			fmt.Sprintf("  the HTTP floor's p50 / the upsert's: %s: median %.2f×", strings.Join(floorToUpsert, ", "), median(floorToUpsertV)),
+			fmt.Sprintf("  %s p50 / the HTTP floor's: %s: median %.2f×", one.scenario, strings.Join(toFloor, ", "), median(toFloorV)))
 	}
 	if n, ok := res["new-keys-32"]; ok {
 		if u, ok := ref(32, false); ok && u.P99ms > 0 {
