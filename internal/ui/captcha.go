@@ -193,6 +193,6 @@ func (u *UI) revokeSession(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "session.revoke", "session:"+hash, "from the dashboard")
+	u.auditRequest(c, &t.ID, actor(c), "session.revoke", "session:"+hash, "from the dashboard")
 	redirect(c, tenantPath(t.ID, "/captcha?msg=session-revoked"))
 }

@@ -191,10 +191,8 @@ func (u *UI) release(c *gin.Context, what, param string, do func(tid int64, id s
 	if len(others) > 0 {
 		detail += "; it also held " + strings.Join(others, ", ")
 	}
-	ctx, action, target := c.Request.Context(), what+".release", d.Name+" "+id
-	if err := u.tenants.Audit(ctx, &t.ID, actor(c), action, target, detail); err != nil {
+	if !u.auditRequest(c, &t.ID, actor(c), what+".release", d.Name+" "+id, detail) {
 		rid := c.GetString(httpserver.RequestIDKey)
-		u.log.ErrorContext(ctx, "audit log write failed", "request_id", rid, "action", action, "target", target, "err", err)
 		u.renderLimit(c, http.StatusInternalServerError, d, "The "+what+" "+id+" was released, but its audit log entry could not be written (request "+rid+"). The failure has been logged.")
 		return
 	}

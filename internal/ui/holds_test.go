@@ -249,3 +249,36 @@ func TestReleaseSaysWhenItsAuditEntryIsLost(t *testing.T) {
 		t.Fatalf("no error logged for the lost audit entry:\n%s", log)
 	}
 }
+
+// TestResetLogsItsLostAuditEntry: the other dashboard changes that audit after committing (key
+// resets here; overrides, webhooks, sessions, tenants and logouts go through the same helper)
+// keep their change when the audit entry cannot be written, and log the loss as an error
+// naming the entry instead of dropping it silently.
+func TestResetLogsItsLostAuditEntry(t *testing.T) {
+	out := &syncBuffer{}
+	e := newEnv(t, func(_ *config.Config, o *app.Options) { o.Stdout = out })
+	e.operator()
+	tn := e.tenant("acme")
+	ctx := context.Background()
+	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", dailyBucket, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.consume(tn, "api", "alice", 4)
+	c := e.login(opEmail, opPassword)
+
+	if err := e.db.Gorm.Exec("ALTER TABLE audit_log RENAME TO audit_log_away").Error; err != nil {
+		t.Fatal(err)
+	}
+	res := c.post(tpath(tn, "/limits/api/reset"), url.Values{"key": {"alice"}})
+	if err := e.db.Gorm.Exec("ALTER TABLE audit_log_away RENAME TO audit_log").Error; err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, res, http.StatusSeeOther)
+	if v, err := e.engine.GetValue(ctx, tn.ID, "api", "alice"); err != nil || v.Value < 9.999 {
+		t.Fatalf("the reset did not stand: %+v %v", v, err)
+	}
+	if log := out.String(); !strings.Contains(log, `level=ERROR msg="audit log write failed"`) || !strings.Contains(log, "action=limit.reset") ||
+		!strings.Contains(log, `target="api key \"alice\""`) {
+		t.Fatalf("no error logged naming the lost audit entry:\n%s", log)
+	}
+}

@@ -278,7 +278,7 @@ func (u *UI) resetKey(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.reset", d.Name+" key "+strconv.Quote(key), "")
+	u.auditRequest(c, &t.ID, actor(c), "limit.reset", d.Name+" key "+strconv.Quote(key), "")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=key-reset&key="+url.QueryEscape(key)))
 }
 
@@ -350,7 +350,7 @@ func (u *UI) resetAll(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "limit.reset", d.Name+" (all keys)", "")
+	u.auditRequest(c, &t.ID, actor(c), "limit.reset", d.Name+" (all keys)", "")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=all-reset"))
 }
 

@@ -94,7 +94,7 @@ func (u *UI) logout(c *gin.Context) {
 			u.internalError(c, err)
 			return
 		}
-		_ = u.tenants.Audit(c.Request.Context(), p.user.TenantID, "user:"+p.user.Email, "logout", "user:"+strconv.FormatInt(p.user.ID, 10), "")
+		u.auditRequest(c, p.user.TenantID, "user:"+p.user.Email, "logout", "user:"+strconv.FormatInt(p.user.ID, 10), "")
 	}
 	u.setCookie(c, "", -1)
 	redirect(c, "/login?msg=logged-out")

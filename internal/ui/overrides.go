@@ -233,7 +233,7 @@ func (u *UI) saveOverride(c *gin.Context) {
 	if before == nil {
 		action = "override.create"
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), action, d.Name+" override "+strconv.Quote(o.Match), limiter.OverrideChange(before, stored.Override))
+	u.auditRequest(c, &t.ID, actor(c), action, d.Name+" override "+strconv.Quote(o.Match), limiter.OverrideChange(before, stored.Override))
 	redirect(c, limitPath(t.ID, d.Name, "?msg=override-saved#overrides"))
 }
 
@@ -254,6 +254,6 @@ func (u *UI) deleteOverride(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	_ = u.tenants.Audit(ctx, &t.ID, actor(c), "override.delete", d.Name+" override "+strconv.Quote(match), "")
+	u.auditRequest(c, &t.ID, actor(c), "override.delete", d.Name+" override "+strconv.Quote(match), "")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=override-deleted#overrides"))
 }

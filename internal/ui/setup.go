@@ -73,7 +73,7 @@ func (u *UI) setup(c *gin.Context) {
 		return
 	}
 	u.setupToken = "" // used: the link is dead from now on
-	_ = u.tenants.Audit(ctx, nil, "user:"+user.Email, "user.create", "user:"+strconv.FormatInt(user.ID, 10), "first operator, through the setup link")
+	u.auditRequest(c, nil, "user:"+user.Email, "user.create", "user:"+strconv.FormatInt(user.ID, 10), "first operator, through the setup link")
 	if err := u.startSession(c, user); err != nil {
 		u.internalError(c, err)
 		return

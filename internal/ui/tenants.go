@@ -81,8 +81,8 @@ func (u *UI) createTenant(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "tenant.create", t.Name, "")
-	_ = u.tenants.Audit(c.Request.Context(), nil, actor(c), "tenant.create", "tenant:"+strconv.FormatInt(t.ID, 10), t.Name) // and in the security log
+	u.auditRequest(c, &t.ID, actor(c), "tenant.create", t.Name, "")
+	u.auditRequest(c, nil, actor(c), "tenant.create", "tenant:"+strconv.FormatInt(t.ID, 10), t.Name) // and in the security log
 	redirect(c, tenantPath(t.ID, "/limits?msg=tenant-created"))
 }
 

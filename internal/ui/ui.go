@@ -188,7 +188,7 @@ func (u *UI) Bootstrap(ctx context.Context, adminEmail, adminPassword string) (s
 		if err != nil {
 			return "", fmt.Errorf("ui: bootstrap: create operator from SLUICE_ADMIN_EMAIL: %w", err)
 		}
-		_ = u.tenants.Audit(ctx, nil, "system", "user.create", fmt.Sprintf("user:%d", user.ID), "operator "+user.Email+" from SLUICE_ADMIN_EMAIL")
+		u.audit(ctx, "", nil, "system", "user.create", fmt.Sprintf("user:%d", user.ID), "operator "+user.Email+" from SLUICE_ADMIN_EMAIL")
 		return "", nil
 	}
 	u.setupMu.Lock()
@@ -221,6 +221,25 @@ func (u *UI) fail(c *gin.Context, err error) {
 		return
 	}
 	u.internalError(c, err)
+}
+
+// audit records what a dashboard request changed, after the change was committed in a
+// transaction of its own (resets, overrides, holds, webhooks, sessions, tenants). The change
+// stands if the entry cannot be written, so that failure is logged at error level, naming the
+// entry, and never dropped silently; it reports whether the entry was written. ctx is the
+// request's, or the bootstrap's for an operator created at start (requestID "").
+func (u *UI) audit(ctx context.Context, requestID string, tenantID *int64, actor, action, target, detail string) bool {
+	err := u.tenants.Audit(ctx, tenantID, actor, action, target, detail)
+	if err != nil {
+		u.log.ErrorContext(ctx, "audit log write failed", "request_id", requestID,
+			"action", action, "target", target, "actor", actor, "err", err)
+	}
+	return err == nil
+}
+
+// auditRequest is audit for the change c made.
+func (u *UI) auditRequest(c *gin.Context, tenantID *int64, actor, action, target, detail string) bool {
+	return u.audit(c.Request.Context(), c.GetString(httpserver.RequestIDKey), tenantID, actor, action, target, detail)
 }
 
 func (u *UI) internalError(c *gin.Context, err error) {

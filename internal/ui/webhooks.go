@@ -122,7 +122,7 @@ func (u *UI) createWebhook(c *gin.Context) {
 		u.renderWebhooks(c, http.StatusUnprocessableEntity, vm, events)
 		return
 	}
-	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "webhook.create", strconv.FormatInt(ep.ID, 10), ep.URL)
+	u.auditRequest(c, &t.ID, actor(c), "webhook.create", strconv.FormatInt(ep.ID, 10), ep.URL)
 	u.renderWebhooks(c, http.StatusCreated, webhooksVM{NewSecret: secret, NewURL: ep.URL}, webhooks.Events)
 }
 
@@ -201,7 +201,7 @@ func (u *UI) resendWebhook(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "webhook.resend", c.Param("did"), ep.URL)
+	u.auditRequest(c, &t.ID, actor(c), "webhook.resend", c.Param("did"), ep.URL)
 	redirect(c, webhookPath(t.ID, ep.ID, "?msg=webhook-resent"))
 }
 
@@ -220,6 +220,6 @@ func (u *UI) deleteWebhook(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	_ = u.tenants.Audit(c.Request.Context(), &t.ID, actor(c), "webhook.delete", strconv.FormatInt(ep.ID, 10), ep.URL)
+	u.auditRequest(c, &t.ID, actor(c), "webhook.delete", strconv.FormatInt(ep.ID, 10), ep.URL)
 	redirect(c, tenantPath(t.ID, "/webhooks?msg=webhook-deleted"))
 }
