@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"gorm.io/gorm"
@@ -72,7 +73,6 @@ func (s *Service) forgetKey(hash string) {
 		s.authCache = make(map[string]cachedKey)
 	} else {
 		delete(s.authCache, hash)
-		s.authFlight.Forget(hash) // a lookup in flight began before: later callers look up anew
 	}
 	s.authMu.Unlock()
 }
@@ -85,14 +85,18 @@ type keyLookup struct {
 
 // lookupShared is lookupKey, with the concurrent misses of the same hash sharing one lookup:
 // when a busy key's entry expires, every request in flight misses at once, and one query serves
-// them all instead of one each. A caller whose own context is fine does not inherit the
-// cancellation of the caller whose context the shared lookup ran with: it looks up on its own.
+// them all instead of one each. Only lookups that began after the same eviction are shared (the
+// flight's key carries the eviction count): a request that arrives after a revocation or a
+// suspension never takes the answer of a lookup that may have read before it. A caller whose own
+// context is fine does not inherit the cancellation of the caller whose context the shared
+// lookup ran with: it looks up on its own.
 func (s *Service) lookupShared(ctx context.Context, hash string) (keyLookup, error) {
-	ch := s.authFlight.DoChan(hash, func() (any, error) { return s.lookupKey(ctx, hash) })
+	gen := s.authGeneration()
+	ch := s.authFlight.DoChan(strconv.FormatUint(gen, 10)+":"+hash, func() (any, error) { return s.lookupKey(ctx, gen, hash) })
 	select {
 	case r := <-ch:
 		if r.Err != nil && r.Shared && ctx.Err() == nil && (errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) {
-			return s.lookupKey(ctx, hash)
+			return s.lookupKey(ctx, gen, hash)
 		}
 		k, _ := r.Val.(keyLookup)
 		return k, r.Err
@@ -101,10 +105,11 @@ func (s *Service) lookupShared(ctx context.Context, hash string) (keyLookup, err
 	}
 }
 
-// lookupKey reads hash's key and tenant, and caches the principal of a key that is not revoked.
-func (s *Service) lookupKey(ctx context.Context, hash string) (keyLookup, error) {
+// lookupKey reads hash's key and tenant, and caches the principal of a key that is not revoked
+// unless a key was evicted since gen, the eviction count read before the lookup began (an
+// eviction after that may be a revocation or suspension its read missed).
+func (s *Service) lookupKey(ctx context.Context, gen uint64, hash string) (keyLookup, error) {
 	s.authLookups.Add(1)
-	gen := s.authGeneration() // before the read: an eviction after this may be a revocation it misses
 	var k keyLookup
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
 		// The only lookup not filtered by tenant: the key is what tells us the tenant.

@@ -66,9 +66,10 @@ type Service struct {
 	authCacheTTL time.Duration
 	authMu       sync.RWMutex
 	authCache    map[string]cachedKey
-	// authGen counts the evictions (forgetKey), under authMu: a lookup caches what it read only
-	// if no eviction happened since it began, so a revocation that commits while a lookup is
-	// reading cannot be undone by that lookup caching the key's earlier state.
+	// authGen counts the evictions (forgetKey), under authMu. A lookup caches what it read only
+	// if no eviction happened since it began, and only lookups begun after the same eviction
+	// share an answer (lookupShared), so a revocation or suspension that commits while a lookup
+	// is reading is neither cached back nor handed to a later request by that lookup.
 	authGen uint64
 	// afterKeyRead, when set (tests), runs in each lookup between its read and its caching.
 	afterKeyRead func()
