@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -35,7 +36,8 @@ func (s *Server) recordAudit(c *gin.Context, action, target, detail string) {
 		return
 	}
 	t := tenantOf(c).TenantID
-	if err := s.audit.Audit(c.Request.Context(), &t, s.actor(c), action, target, detail); err != nil {
+	// The change is made: a client that hangs up now does not cancel its entry.
+	if err := s.audit.Audit(context.WithoutCancel(c.Request.Context()), &t, s.actor(c), action, target, detail); err != nil {
 		s.log.ErrorContext(c.Request.Context(), "audit log write failed", "action", action, "err", err)
 	}
 }

@@ -227,9 +227,10 @@ func (u *UI) fail(c *gin.Context, err error) {
 // transaction of its own (resets, overrides, holds, webhooks, sessions, tenants). The change
 // stands if the entry cannot be written, so that failure is logged at error level, naming the
 // entry, and never dropped silently; it reports whether the entry was written. ctx is the
-// request's, or the bootstrap's for an operator created at start (requestID "").
+// request's, or the bootstrap's for an operator created at start (requestID ""); a client that
+// hangs up after the change was made does not cancel its entry.
 func (u *UI) audit(ctx context.Context, requestID string, tenantID *int64, actor, action, target, detail string) bool {
-	err := u.tenants.Audit(ctx, tenantID, actor, action, target, detail)
+	err := u.tenants.Audit(context.WithoutCancel(ctx), tenantID, actor, action, target, detail)
 	if err != nil {
 		u.log.ErrorContext(ctx, "audit log write failed", "request_id", requestID,
 			"action", action, "target", target, "actor", actor, "err", err)
