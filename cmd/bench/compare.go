@@ -120,7 +120,12 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 		}
 		var extraEnv []string
 		if i == 1 && envB != "" {
-			extraEnv = strings.Split(envB, ",")
+			for _, kv := range strings.Split(envB, ",") {
+				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+					return fmt.Errorf("compare: -compare-env wants KEY=VALUE settings separated by commas (a value cannot contain one), got %q", kv)
+				}
+				extraEnv = append(extraEnv, kv)
+			}
 		}
 		p, err := startSluice(bin, dir, dbURL, extraEnv...)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,7 +20,8 @@ import (
 )
 
 // The HTTP floor is pgbench's one-statement upsert (upsertStatement) sent by the least a Go
-// service can be: a net/http handler with one pgx connection, no router, no authentication, no
+// service can be: a net/http handler with one pgx connection (pgx's default mode: the statement
+// prepared once, where pgbench sends it as text each time), no router, no authentication, no
 // JSON, driven at one connection by the same client as random-1. Nothing a rate limiter does is
 // in it, only one HTTP round trip and one transaction, so it measures what this machine charges
 // any Go HTTP service in front of PostgreSQL: random-1 over the floor is what Sluice itself adds,
@@ -74,9 +76,10 @@ func floorServe(addr, dbURL string, async bool) error {
 	return http.ListenAndServe(addr, http.HandlerFunc(handler))
 }
 
-// oneConnectionScenarios are the scenarios measured with the upsert at 1 client and the HTTP
-// floor just before each run (Triple), by whether they commit with synchronous_commit off.
-var oneConnectionScenarios = map[string]bool{"random-1": false, "random-1-fast": true}
+// oneConnectionAsyncCommit names the scenarios measured with the upsert at 1 client and the
+// HTTP floor just before each run (Triple), each with whether it commits with
+// synchronous_commit off (the references then do too).
+var oneConnectionAsyncCommit = map[string]bool{"random-1": false, "random-1-fast": true}
 
 // measureFloor starts the floor's server, drives it at one connection for d and reports.
 func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
@@ -96,6 +99,7 @@ func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
 	}
 	cmd := exec.Command(self, floorServeArg, addr, strconv.FormatBool(async))
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return ref, err
@@ -117,9 +121,10 @@ func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
 	appBefore, pgBefore := cpuSeconds(cmd.Process.Pid), postgresCPUSeconds(postgresPID)
 	var latencies []time.Duration
 	deadline := time.Now().Add(d)
-	for k := 0; time.Now().Before(deadline); k++ {
+	for time.Now().Before(deadline) {
 		t0 := time.Now()
-		status, body, err := conn.post("/", "", []byte(strconv.Itoa(k%100000+1)))
+		// A random key of 100,000, as pgbench's script and random-1 draw theirs.
+		status, body, err := conn.post("/", "", []byte(strconv.Itoa(rand.IntN(100000)+1)))
 		if err != nil {
 			return ref, fmt.Errorf("HTTP floor: %w", err)
 		}
@@ -134,6 +139,9 @@ func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
 	// when it is reaped.
 	time.Sleep(300 * time.Millisecond)
 	pgUsed := postgresCPUSeconds(postgresPID) - pgBefore
+	if len(latencies) == 0 {
+		return ref, fmt.Errorf("HTTP floor: no request completed in %v", d)
+	}
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	n := float64(len(latencies))
 	ref.P50ms = float64(latencies[len(latencies)/2]) / 1e6

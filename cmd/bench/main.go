@@ -287,7 +287,7 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 			}
 			targets = []*sluice{pg, pg2}
 		}
-		async, oneConn := oneConnectionScenarios[sc.name]
+		async, oneConn := oneConnectionAsyncCommit[sc.name]
 		oneConn = oneConn && !skipPgbench
 		var per []RunResult
 		var floors []FloorRef
