@@ -48,6 +48,19 @@ func waitRefused(t *testing.T, svc *Service, secret string, limit time.Duration)
 	}
 }
 
+// cachedKeyEnv is a Service on url whose cache keeps entries for an hour (only an eviction ends
+// one within a test), with tenant "acme" and one secret key of it.
+func cachedKeyEnv(t *testing.T, url string) (e *env, tn Tenant, k APIKey, secret string) {
+	t.Helper()
+	e = newEnv(t, url, WithAuthCacheTTL(time.Hour))
+	tn = e.tenant(t, "acme")
+	k, secret, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "x", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, tn, k, secret
+}
+
 func TestRevocationOnAnotherInstanceReachesTheCacheThroughNotify(t *testing.T) {
 	url := testkit.URL(t, db.Postgres)
 	a := newEnv(t, url, WithAuthCacheTTL(time.Hour)) // only NOTIFY can evict within the test
@@ -121,12 +134,7 @@ func TestAuthCacheIsUsedForRepeatLookups(t *testing.T) {
 // transactions a second at 32 connections.
 func TestConcurrentMissesOfOneKeyShareOneLookup(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, WithAuthCacheTTL(time.Hour))
-		tn := e.tenant(t, "acme")
-		_, secret, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "x", "test")
-		if err != nil {
-			t.Fatal(err)
-		}
+		e, tn, _, secret := cachedKeyEnv(t, url)
 		if _, err := e.svc.Authenticate(e.ctx, secret, KindSecret); err != nil {
 			t.Fatal(err)
 		}
@@ -170,12 +178,7 @@ func TestConcurrentMissesOfOneKeyShareOneLookup(t *testing.T) {
 // on PostgreSQL the instance's own LISTEN also evicts the key, a moment later.
 func TestRevocationDuringALookupIsNotUndoneByIt(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, WithAuthCacheTTL(time.Hour)) // only an eviction can end an entry here
-		tn := e.tenant(t, "acme")
-		k, secret, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "x", "test")
-		if err != nil {
-			t.Fatal(err)
-		}
+		e, tn, k, secret := cachedKeyEnv(t, url)
 		revoked := false
 		e.svc.afterKeyRead = func() {
 			if !revoked {
@@ -205,12 +208,7 @@ func TestRevocationDuringALookupIsNotUndoneByIt(t *testing.T) {
 // then starts request B and waits for B's own lookup to arrive.
 func TestARequestAfterASuspensionDoesNotShareAnEarlierLookup(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, WithAuthCacheTTL(time.Hour))
-		tn := e.tenant(t, "acme")
-		_, secret, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "x", "test")
-		if err != nil {
-			t.Fatal(err)
-		}
+		e, tn, _, secret := cachedKeyEnv(t, url)
 		var lookups atomic.Int32
 		bLookedUp := make(chan struct{})
 		bResult := make(chan error, 1)
