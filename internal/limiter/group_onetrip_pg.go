@@ -137,7 +137,7 @@ func (e *Engine) replayOneTrip(jobs []*job, rows []takeRow) error {
 	for _, r := range rows {
 		defs[defKey{r.def.TenantID, r.def.Name}] = r.def.toDomain().Definition
 	}
-	e.hints.set(defs, map[defKey]int64{}) // the function decided only limits without overrides
+	e.hints.set(nil, defs, nil) // the function decided only limits without overrides, all found
 	stored := make(map[rowKey]fullStateRow, len(jobs))
 	written := map[rowKey]algo.State{} // the function's writes, the last per row
 	for i, j := range jobs {

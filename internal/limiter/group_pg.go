@@ -66,8 +66,10 @@ func (h *shardHints) snapshot(keys []defKey) map[defKey]Definition {
 	return out
 }
 
-// set remembers defs, each with the version of its overrides in versions (0 when absent).
-func (h *shardHints) set(defs map[defKey]Definition, versions map[defKey]int64) {
+// set remembers what a group read: defs, each with the version of its overrides in versions
+// (0 when absent, or versions nil), and drops the hints of the keys in asked that have no
+// definition now (a limit deleted since), so that no decision is planned from one that is gone.
+func (h *shardHints) set(asked []defKey, defs map[defKey]Definition, versions map[defKey]int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil || len(h.m) > 100_000 {
@@ -76,15 +78,8 @@ func (h *shardHints) set(defs map[defKey]Definition, versions map[defKey]int64) 
 	for k, d := range defs {
 		h.m[k] = hint{d, versions[k]}
 	}
-}
-
-// forget drops the hints of the keys that were asked for and have no definition now (a limit
-// deleted since), so that no decision is planned from a definition that is gone.
-func (h *shardHints) forget(asked []defKey, found map[defKey]Definition) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	for _, k := range asked {
-		if _, ok := found[k]; !ok {
+		if _, ok := defs[k]; !ok {
 			delete(h.m, k)
 		}
 	}
@@ -141,8 +136,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	}); err != nil {
 		return err
 	}
-	e.hints.set(defs, versions)
-	e.hints.forget(keys, defs)
+	e.hints.set(keys, defs, versions)
 	if e.testNow != nil {
 		now = e.testNow().UnixMilli()
 	}
