@@ -84,10 +84,11 @@ var oneConnectionAsyncCommit = map[string]bool{"random-1": false, "random-1-fast
 // measureFloor starts the floor's server, drives it at one connection for d and reports.
 func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
 	ref := FloorRef{AsyncCommit: async}
-	if err := psql(dbURL, upsertTableDDL); err != nil {
+	drop, err := upsertTable(dbURL)
+	if err != nil {
 		return ref, err
 	}
-	defer func() { _ = psql(dbURL, "DROP TABLE IF EXISTS tb; CHECKPOINT;") }()
+	defer drop()
 	port, err := testkit.FreePort()
 	if err != nil {
 		return ref, err

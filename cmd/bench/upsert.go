@@ -40,8 +40,12 @@ ON CONFLICT (k) DO UPDATE SET v = least(1000, t.v + (excluded.ts - t.ts)) - 1, t
 WHERE least(1000, t.v + (excluded.ts - t.ts)) >= 1
 RETURNING v`
 
-// upsertTableDDL makes the upsert's table anew.
-const upsertTableDDL = `DROP TABLE IF EXISTS tb; CREATE TABLE tb (k int PRIMARY KEY, v double precision NOT NULL, ts bigint NOT NULL)`
+// upsertTable makes the upsert's table anew, for pgbench's script or the HTTP floor; drop
+// removes it and checkpoints, so that the next measurement does not write this one's pages.
+func upsertTable(dbURL string) (drop func(), err error) {
+	err = psql(dbURL, `DROP TABLE IF EXISTS tb; CREATE TABLE tb (k int PRIMARY KEY, v double precision NOT NULL, ts bigint NOT NULL)`)
+	return func() { _ = psql(dbURL, "DROP TABLE IF EXISTS tb; CHECKPOINT;") }, err
+}
 
 // pgbenchUpsert runs upsertScript as ref says, every statement its own SERIALIZABLE transaction,
 // and returns ref with its TPS and median latency (from pgbench's per-transaction log).
@@ -50,10 +54,11 @@ func pgbenchUpsert(srv *testkit.Server, dbURL string, ref UpsertRef, duration ti
 	if err != nil {
 		return ref, err
 	}
-	if err := psql(dbURL, upsertTableDDL); err != nil {
+	drop, err := upsertTable(dbURL)
+	if err != nil {
 		return ref, err
 	}
-	defer func() { _ = psql(dbURL, "DROP TABLE IF EXISTS tb; CHECKPOINT;") }()
+	defer drop()
 	dir, err := os.MkdirTemp("", "upsert-")
 	if err != nil {
 		return ref, err
