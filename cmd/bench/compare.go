@@ -35,11 +35,16 @@ type ComparePair struct {
 	A        float64 `json:"aPerSecond"`
 	B        float64 `json:"bPerSecond"`
 	Ratio    float64 `json:"ratioBtoA"`
-	// The medians of each run's latencies, and the app's CPU µs per decision.
+	// The medians of each run's latencies, the app's and PostgreSQL's CPU µs per decision, and
+	// the share of the machine left idle.
 	AP50ms  float64 `json:"aP50ms"`
 	BP50ms  float64 `json:"bP50ms"`
 	AAppCPU float64 `json:"aAppCpuMicros"`
 	BAppCPU float64 `json:"bAppCpuMicros"`
+	APgCPU  float64 `json:"aPostgresCpuMicros"`
+	BPgCPU  float64 `json:"bPostgresCpuMicros"`
+	AIdle   float64 `json:"aMachineIdle"`
+	BIdle   float64 `json:"bMachineIdle"`
 	Errors  int64   `json:"errors"` // both runs, 5xx included
 	Over    bool    `json:"overAdmitted"`
 }
@@ -108,6 +113,9 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 		return err
 	}
 	defer srv.Stop()
+	if postgresPID, err = srv.PostmasterPID(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: PostgreSQL's CPU time will not be reported: %v\n", err)
+	}
 	var procs, sqliteProcs [2]*sluice
 	for i, bin := range []string{binA, binB} {
 		dbURL, err := testkit.CreateDatabase(srv.URL)
@@ -160,17 +168,17 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 					return fmt.Errorf("%s on %s: %w", sc.name, "AB"[which:which+1], err)
 				}
 				if which == 0 {
-					cp.A, cp.AP50ms, cp.AAppCPU = rr.PerSecond, rr.P50ms, rr.AppCPUus
+					cp.A, cp.AP50ms, cp.AAppCPU, cp.APgCPU, cp.AIdle = rr.PerSecond, rr.P50ms, rr.AppCPUus, rr.PgCPUus, rr.Idle
 				} else {
-					cp.B, cp.BP50ms, cp.BAppCPU = rr.PerSecond, rr.P50ms, rr.AppCPUus
+					cp.B, cp.BP50ms, cp.BAppCPU, cp.BPgCPU, cp.BIdle = rr.PerSecond, rr.P50ms, rr.AppCPUus, rr.PgCPUus, rr.Idle
 				}
 				cp.Errors += rr.Errors + rr.Status5xx
 				cp.Over = cp.Over || rr.Over
 			}
 			cp.Ratio = cp.B / cp.A
 			report.Pairs = append(report.Pairs, cp)
-			fmt.Fprintf(os.Stderr, "bench: pair %d %-12s A %8.0f/s  B %8.0f/s  B/A %.2f  p50 A %.2f B %.2f ms  app A %.0f B %.0f µs (errors %d, over %v)\n",
-				cp.Pair, sc.name, cp.A, cp.B, cp.Ratio, cp.AP50ms, cp.BP50ms, cp.AAppCPU, cp.BAppCPU, cp.Errors, cp.Over)
+			fmt.Fprintf(os.Stderr, "bench: pair %d %-12s A %8.0f/s  B %8.0f/s  B/A %.2f  p50 A %.2f B %.2f ms  app A %.0f B %.0f µs  pg A %.0f B %.0f µs  idle A %.0f%% B %.0f%% (errors %d, over %v)\n",
+				cp.Pair, sc.name, cp.A, cp.B, cp.Ratio, cp.AP50ms, cp.BP50ms, cp.AAppCPU, cp.BAppCPU, cp.APgCPU, cp.BPgCPU, 100*cp.AIdle, 100*cp.BIdle, cp.Errors, cp.Over)
 		}
 	}
 	printCompare(os.Stdout, report)
@@ -183,8 +191,8 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 
 func printCompare(w io.Writer, r CompareReport) {
 	fmt.Fprintf(w, "\nSluice comparison — %s — %s — PostgreSQL fsync %v\nA: %s\nB: %s\n\n", r.Machine, r.When, r.PgFsync, r.A, r.B)
-	fmt.Fprintf(w, "| pair | scenario     | first | A decisions/s | B decisions/s |  B/A | p50 ms A / B | app µs A / B | errors |\n")
-	fmt.Fprintf(w, "|------|--------------|-------|---------------|---------------|------|--------------|--------------|--------|\n")
+	fmt.Fprintf(w, "| pair | scenario     | first | A decisions/s | B decisions/s |  B/A | p50 ms A / B | app µs A / B | pg µs A / B | idle %% A / B | errors |\n")
+	fmt.Fprintf(w, "|------|--------------|-------|---------------|---------------|------|--------------|--------------|-------------|--------------|--------|\n")
 	for _, p := range r.Pairs {
 		first := "B"
 		if p.AFirst {
@@ -194,7 +202,7 @@ func printCompare(w io.Writer, r CompareReport) {
 		if p.Over {
 			over = " OVER"
 		}
-		fmt.Fprintf(w, "| %4d | %-12s | %-5s | %13.0f | %13.0f | %4.2f | %5.2f / %5.2f | %5.0f / %5.0f | %6d%s |\n",
-			p.Pair, p.Scenario, first, p.A, p.B, p.Ratio, p.AP50ms, p.BP50ms, p.AAppCPU, p.BAppCPU, p.Errors, over)
+		fmt.Fprintf(w, "| %4d | %-12s | %-5s | %13.0f | %13.0f | %4.2f | %5.2f / %5.2f | %5.0f / %5.0f | %4.0f / %4.0f | %5.1f / %5.1f | %6d%s |\n",
+			p.Pair, p.Scenario, first, p.A, p.B, p.Ratio, p.AP50ms, p.BP50ms, p.AAppCPU, p.BAppCPU, p.APgCPU, p.BPgCPU, 100*p.AIdle, 100*p.BIdle, p.Errors, over)
 	}
 }

@@ -65,3 +65,37 @@ func postgresCPUSeconds(pid int) float64 {
 	}
 	return float64(total) / ticksPerSecond
 }
+
+// machineTicks reads the machine's CPU time so far from /proc/stat, all cores together: idle
+// (idle and iowait: a core with nothing to run) and the total. Their change over a run is the
+// share of the machine's cores left idle, which tells a ceiling in the app (cores idle while
+// requests wait) from a saturated machine. Zeros when /proc/stat cannot be read.
+func machineTicks() (idle, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // "cpu" user nice system idle iowait irq softirq steal guest guest_nice
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	// guest and guest_nice are already counted in user and nice: stop at steal.
+	for i, s := range f[1:9] {
+		v, _ := strconv.ParseInt(s, 10, 64)
+		total += v
+		if i == 3 || i == 4 {
+			idle += v
+		}
+	}
+	return idle, total
+}
+
+// idleShare is the share of the machine's CPU time left idle between two machineTicks readings
+// (0 to 1; 0 when nothing was counted).
+func idleShare(idleBefore, totalBefore, idleAfter, totalAfter int64) float64 {
+	if totalAfter <= totalBefore {
+		return 0
+	}
+	return float64(idleAfter-idleBefore) / float64(totalAfter-totalBefore)
+}

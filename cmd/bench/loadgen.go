@@ -83,6 +83,9 @@ type RunResult struct {
 	// CPU µs per decision, from /proc: the app instances', and PostgreSQL's (the whole server:
 	// backends, WAL writer, checkpointer, autovacuum; SQLite scenarios leave it near 0).
 	AppCPUus, PgCPUus float64
+	// Idle is the share of the machine's CPU time left idle during the run (/proc/stat, every
+	// core: the load generator and anything else on the machine included).
+	Idle float64
 }
 
 type worker struct {
@@ -153,6 +156,7 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 		return sum
 	}
 	appBefore, pgBefore := appCPU(), postgresCPUSeconds(postgresPID)
+	idleBefore, totalBefore := machineTicks()
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -265,8 +269,10 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	wg.Wait()
 	elapsed := time.Since(start)
 	appUsed, pgUsed := appCPU()-appBefore, postgresCPUSeconds(postgresPID)-pgBefore
+	idleAfter, totalAfter := machineTicks()
 
-	res := RunResult{Retries: counter("sluice_db_tx_retries_total") - retriesBefore}
+	res := RunResult{Retries: counter("sluice_db_tx_retries_total") - retriesBefore,
+		Idle: idleShare(idleBefore, totalBefore, idleAfter, totalAfter)}
 	if groups := counter("sluice_decision_group_transactions_total") - groupsBefore; groups > 0 {
 		res.PerGroup = (counter("sluice_decision_group_requests_total") - jobsBefore) / groups
 		res.TripsPerGroup = (counter("sluice_decision_group_round_trips_total") - tripsBefore) / groups
@@ -312,17 +318,17 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 
 func summarize(sc scenario, runs []RunResult) Result {
 	r := Result{Scenario: sc.name, Connections: sc.conns}
-	var per, p50, p99, appCPU, pgCPU []float64
+	var per, p50, p99, appCPU, pgCPU, idle []float64
 	for _, x := range runs {
 		per, p50, p99 = append(per, x.PerSecond), append(p50, x.P50ms), append(p99, x.P99ms)
-		appCPU, pgCPU = append(appCPU, x.AppCPUus), append(pgCPU, x.PgCPUus)
+		appCPU, pgCPU, idle = append(appCPU, x.AppCPUus), append(pgCPU, x.PgCPUus), append(idle, x.Idle)
 		r.Errors += x.Errors
 		r.Status5xx += x.Status5xx
 		r.OverAdmitted = r.OverAdmitted || x.Over
 		r.Runs = append(r.Runs, x.PerSecond)
 	}
 	r.PerSecond, r.P50ms, r.P99ms = median(per), median(p50), median(p99)
-	r.AppCPUus, r.PgCPUus = median(appCPU), median(pgCPU)
+	r.AppCPUus, r.PgCPUus, r.IdlePercent = median(appCPU), median(pgCPU), 100*median(idle)
 	mid := runs[len(runs)/2]
 	r.Admitted, r.Bound, r.Retries, r.PerGroup = mid.Admitted, mid.Bound, mid.Retries, mid.PerGroup
 	r.TripsPerGroup, r.StatementsPerGroup = mid.TripsPerGroup, mid.StatementsPerGroup

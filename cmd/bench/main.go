@@ -128,11 +128,14 @@ type Result struct {
 	Retries      float64 `json:"serializationRetries"` // of the median run, from /metrics
 	PerGroup     float64 `json:"requestsPerGroupTransaction"`
 	// TripsPerGroup and StatementsPerGroup: what each group transaction sent PostgreSQL.
-	TripsPerGroup      float64   `json:"roundTripsPerGroupTransaction"`
-	StatementsPerGroup float64   `json:"statementsPerGroupTransaction"`
-	AppCPUus           float64   `json:"appCpuMicrosPerDecision"`
-	PgCPUus            float64   `json:"postgresCpuMicrosPerDecision"`
-	Runs               []float64 `json:"runsPerSecond"`
+	TripsPerGroup      float64 `json:"roundTripsPerGroupTransaction"`
+	StatementsPerGroup float64 `json:"statementsPerGroupTransaction"`
+	AppCPUus           float64 `json:"appCpuMicrosPerDecision"`
+	PgCPUus            float64 `json:"postgresCpuMicrosPerDecision"`
+	// IdlePercent is the share of the machine's cores left idle during the run (/proc/stat):
+	// near 0, the machine is the ceiling; well above it, something in the path is.
+	IdlePercent float64   `json:"machineIdlePercent"`
+	Runs        []float64 `json:"runsPerSecond"`
 }
 
 // Report is the JSON file.
@@ -604,8 +607,8 @@ func printTable(w io.Writer, r Report) {
 			onOff(!f.AsyncCommit), f.P50ms, f.P99ms, f.AppCPUus, f.PgCPUus)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "| %-14s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %9s | %7s | %7s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "trips/stm", "app µs", "pg µs")
-	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 16), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 11), strings.Repeat("-", 9), strings.Repeat("-", 9))
+	fmt.Fprintf(w, "| %-14s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %9s | %7s | %7s | %6s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "trips/stm", "app µs", "pg µs", "idle %")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 16), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 11), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 8))
 	for _, x := range r.Results {
 		bound := "per-key ok"
 		if x.Bound > 0 {
@@ -614,7 +617,7 @@ func printTable(w io.Writer, r Report) {
 		if x.OverAdmitted {
 			bound += " OVER"
 		}
-		fmt.Fprintf(w, "| %-14s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f | %4.1f/%4.1f | %7.0f | %7.0f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup, x.TripsPerGroup, x.StatementsPerGroup, x.AppCPUus, x.PgCPUus)
+		fmt.Fprintf(w, "| %-14s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f | %4.1f/%4.1f | %7.0f | %7.0f | %6.1f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup, x.TripsPerGroup, x.StatementsPerGroup, x.AppCPUus, x.PgCPUus, x.IdlePercent)
 	}
 	printRatios(w, r)
 	if len(r.Pairs) > 0 {
