@@ -61,6 +61,9 @@ func decodeStrict(body []byte, dst any) error {
 	if !utf8.Valid(body) {
 		return badRequest("", "the request body is not valid UTF-8")
 	}
+	if d, ok := dst.(*DecisionBody); ok && decodeDecisionFast(body, d) {
+		return nil
+	}
 	if field, dup := duplicateMember(body); dup {
 		return fieldf(field, "%s is given more than once; give each member once", field)
 	}
