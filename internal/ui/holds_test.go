@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
 // TestLimitPageShowsAndReleasesHoldsAndLeases: a limit's page counts its open holds (and a
@@ -212,32 +213,47 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestReleaseSaysWhenItsAuditEntryIsLost: when the audit entry of a manual release cannot be
-// written, the release (committed) stands, and the page says that its entry is missing and the
-// failure is logged as an error, instead of redirecting as if all went well.
-func TestReleaseSaysWhenItsAuditEntryIsLost(t *testing.T) {
+// auditLossEnv is a dashboard whose log goes to out, with an operator, tenant acme and one
+// daily bucket limit called name: the set-up of the tests of a lost audit entry.
+func auditLossEnv(t *testing.T, name string) (*env, *syncBuffer, tenants.Tenant) {
+	t.Helper()
 	out := &syncBuffer{}
 	e := newEnv(t, func(_ *config.Config, o *app.Options) { o.Stdout = out })
 	e.operator()
 	tn := e.tenant("acme")
-	ctx := context.Background()
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "tokens", dailyBucket, nil); err != nil {
+	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, name, dailyBucket, nil); err != nil {
 		t.Fatal(err)
 	}
+	return e, out, tn
+}
+
+// postWithoutAuditLog posts form to path as c while the audit log's table is away, so that the
+// change the request makes commits and its audit entry cannot be written.
+func postWithoutAuditLog(t *testing.T, e *env, c *client, path string, form url.Values) response {
+	t.Helper()
+	if err := e.db.Gorm.Exec("ALTER TABLE audit_log RENAME TO audit_log_away").Error; err != nil {
+		t.Fatal(err)
+	}
+	res := c.post(path, form)
+	if err := e.db.Gorm.Exec("ALTER TABLE audit_log_away RENAME TO audit_log").Error; err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestReleaseSaysWhenItsAuditEntryIsLost: when the audit entry of a manual release cannot be
+// written, the release (committed) stands, and the page says that its entry is missing and the
+// failure is logged as an error, instead of redirecting as if all went well.
+func TestReleaseSaysWhenItsAuditEntryIsLost(t *testing.T) {
+	e, out, tn := auditLossEnv(t, "tokens")
+	ctx := context.Background()
 	h, err := e.engine.Hold(ctx, tn.ID, []limiter.HoldLimit{{Name: "tokens", Key: "alice", Count: 3}}, 3_600_000)
 	if err != nil || !h.Decision.OK {
 		t.Fatalf("hold: %+v %v", h, err)
 	}
 	c := e.login(opEmail, opPassword)
 
-	// The audit log cannot be written while its table is away.
-	if err := e.db.Gorm.Exec("ALTER TABLE audit_log RENAME TO audit_log_away").Error; err != nil {
-		t.Fatal(err)
-	}
-	res := c.post(tpath(tn, "/limits/tokens/holds/"+h.ID+"/release"), url.Values{"confirm": {"yes"}})
-	if err := e.db.Gorm.Exec("ALTER TABLE audit_log_away RENAME TO audit_log").Error; err != nil {
-		t.Fatal(err)
-	}
+	res := postWithoutAuditLog(t, e, c, tpath(tn, "/limits/tokens/holds/"+h.ID+"/release"), url.Values{"confirm": {"yes"}})
 	wantStatus(t, res, http.StatusInternalServerError)
 	if msg := text(res.doc(t), "#limit-error"); !strings.Contains(msg, "was released, but its audit log entry could not be written") {
 		t.Fatalf("the page says %q", msg)
@@ -255,24 +271,12 @@ func TestReleaseSaysWhenItsAuditEntryIsLost(t *testing.T) {
 // keep their change when the audit entry cannot be written, and log the loss as an error
 // naming the entry instead of dropping it silently.
 func TestResetLogsItsLostAuditEntry(t *testing.T) {
-	out := &syncBuffer{}
-	e := newEnv(t, func(_ *config.Config, o *app.Options) { o.Stdout = out })
-	e.operator()
-	tn := e.tenant("acme")
+	e, out, tn := auditLossEnv(t, "api")
 	ctx := context.Background()
-	if _, _, err := e.engine.PutDefinition(ctx, tn.ID, "api", dailyBucket, nil); err != nil {
-		t.Fatal(err)
-	}
 	e.consume(tn, "api", "alice", 4)
 	c := e.login(opEmail, opPassword)
 
-	if err := e.db.Gorm.Exec("ALTER TABLE audit_log RENAME TO audit_log_away").Error; err != nil {
-		t.Fatal(err)
-	}
-	res := c.post(tpath(tn, "/limits/api/reset"), url.Values{"key": {"alice"}})
-	if err := e.db.Gorm.Exec("ALTER TABLE audit_log_away RENAME TO audit_log").Error; err != nil {
-		t.Fatal(err)
-	}
+	res := postWithoutAuditLog(t, e, c, tpath(tn, "/limits/api/reset"), url.Values{"key": {"alice"}})
 	wantStatus(t, res, http.StatusSeeOther)
 	if v, err := e.engine.GetValue(ctx, tn.ID, "api", "alice"); err != nil || v.Value < 9.999 {
 		t.Fatalf("the reset did not stand: %+v %v", v, err)
