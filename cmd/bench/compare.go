@@ -96,6 +96,15 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 	if len(selected) == 0 {
 		return fmt.Errorf("compare: no scenario selected by -only %q", only)
 	}
+	var envOfB []string // B's extra settings, checked before anything is built or started
+	if envB != "" {
+		for _, kv := range strings.Split(envB, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return fmt.Errorf("compare: -compare-env wants KEY=VALUE settings separated by commas (a value cannot contain one), got %q", kv)
+			}
+			envOfB = append(envOfB, kv)
+		}
+	}
 	work, err := os.MkdirTemp("", "sluice-compare-")
 	if err != nil {
 		return err
@@ -127,13 +136,8 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 			return err
 		}
 		var extraEnv []string
-		if i == 1 && envB != "" {
-			for _, kv := range strings.Split(envB, ",") {
-				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-					return fmt.Errorf("compare: -compare-env wants KEY=VALUE settings separated by commas (a value cannot contain one), got %q", kv)
-				}
-				extraEnv = append(extraEnv, kv)
-			}
+		if i == 1 {
+			extraEnv = envOfB
 		}
 		p, err := startSluice(bin, dir, dbURL, extraEnv...)
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -143,10 +142,8 @@ func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
 	if len(latencies) == 0 {
 		return ref, fmt.Errorf("HTTP floor: no request completed in %v", d)
 	}
-	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	n := float64(len(latencies))
-	ref.P50ms = float64(latencies[len(latencies)/2]) / 1e6
-	ref.P99ms = float64(latencies[len(latencies)*99/100]) / 1e6
+	ref.P50ms, ref.P99ms = latencyPercentiles(latencies)
 	ref.AppCPUus = appUsed * 1e6 / n
 	if postgresPID != 0 {
 		ref.PgCPUus = pgUsed * 1e6 / n

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,11 +290,7 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 			res.Admitted += n
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	if len(all) > 0 {
-		res.P50ms = float64(all[len(all)/2]) / 1e6
-		res.P99ms = float64(all[len(all)*99/100]) / 1e6
-	}
+	res.P50ms, res.P99ms = latencyPercentiles(all)
 	res.PerSecond = float64(total) / elapsed.Seconds()
 	if total > 0 {
 		res.AppCPUus, res.PgCPUus = appUsed*1e6/float64(total), pgUsed*1e6/float64(total)

@@ -382,6 +382,15 @@ func machine() string {
 	return fmt.Sprintf("%s, %d cores, %s", host, n, cpu)
 }
 
+// latencyPercentiles sorts latencies and returns their p50 and p99 in ms (zeros when empty).
+func latencyPercentiles(latencies []time.Duration) (p50ms, p99ms float64) {
+	if len(latencies) == 0 {
+		return 0, 0
+	}
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	return float64(latencies[len(latencies)/2]) / 1e6, float64(latencies[len(latencies)*99/100]) / 1e6
+}
+
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
