@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,7 +14,7 @@ import (
 
 // The one-trip path: a group whose every job is one plain request on a single-shard token
 // bucket (the common case) is decided in one round trip on PostgreSQL, by the server-side
-// function sluice_take_tokens (migration 00015), pipelined with pgx:
+// function sluice_take_tokens (migrations 00015 and 00016), pipelined with pgx:
 //
 //	BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT ... FROM sluice_take_tokens(...); COMMIT
 //
@@ -21,11 +22,13 @@ import (
 // function reads the definitions, the rows and the database's clock, applies the token bucket's
 // math in float8, writes, and returns what it saw, all inside the one serializable transaction;
 // the group is retried on serialization failure like any other. The engine then replays the
-// group in Go (plan and decideGroup, as on the two-trip path) from the states and definitions the
-// function returned, and builds the answers from that: the function only saves the round trip
+// group in Go (plan and decideGroup, as on the two-trip path) from the states the function
+// returned and the definitions it found (returned only where the engine's hint is not that
+// very version), and builds the answers from that: the function only saves the round trip
 // that carried the Go math's writes. If the function's admissions or writes ever differ from the
 // Go math's, the group fails closed (503): nothing is answered as admitted that the Go math did
-// not admit.
+// not admit, and the group's limits lose their hints, so that the next groups on them read
+// their definitions the general way.
 //
 // Which groups take it is chosen from the hints (the definitions last read); the function checks
 // the stored definitions again and, when one no longer fits, writes nothing and returns no rows,
@@ -42,23 +45,32 @@ var errOneTripDiffers = errors.New("the database's token bucket decisions differ
 // oneTripCase reports whether every job of the group is one plain request (no inline config,
 // refund, hold, idempotency key or system limit) whose limit was, when last read, a
 // single-shard token bucket without parents, penalty or overrides, with a valid count and a rate
-// of at least minOneTripRate.
-func (e *Engine) oneTripCase(jobs []*job) bool {
+// of at least minOneTripRate; and if so, those hints, which the function is told of (p_known).
+func (e *Engine) oneTripCase(jobs []*job) (map[defKey]hint, bool) {
+	held := make(map[defKey]hint, 1)
 	for _, j := range jobs {
 		if len(j.reqs) != 1 || j.idem != nil || j.step != nil {
-			return false
+			return nil, false
 		}
 		req := j.reqs[0]
 		if req.System || req.Config != nil || req.Refund || req.hold {
-			return false
+			return nil, false
 		}
-		def, version, ok := e.hints.lookup(defKey{j.tenantID, req.Name})
-		if !ok || version != 0 || def.Kind.Algorithm() != TokenBucket || def.Shards != 1 || def.Rate < minOneTripRate ||
+		k := defKey{j.tenantID, req.Name}
+		h, ok := held[k]
+		if !ok {
+			if h, ok = e.hints.lookup(k); !ok {
+				return nil, false
+			}
+			held[k] = h
+		}
+		def := h.def
+		if h.overridesVersion != 0 || def.Kind.Algorithm() != TokenBucket || def.Shards != 1 || def.Rate < minOneTripRate ||
 			len(def.Parents) > 0 || def.Penalty != 0 || def.CheckCount(req.Count, req.Reserve) != nil {
-			return false
+			return nil, false
 		}
 	}
-	return true
+	return held, true
 }
 
 // takeRow is one row of sluice_take_tokens: one request's outcome.
@@ -70,19 +82,24 @@ type takeRow struct {
 	preTS, prePenalty *int64
 	postValue         *float64
 	postTS            *int64
-	def               definitionRow // the limit's definition
+	def               *definitionRow // the limit's definition; nil when the caller holds it (p_known)
 }
 
-// groupOneTrip decides the group in one round trip. decided is false when the function found a
-// definition that does not fit (it wrote nothing; the caller decides the general way).
-func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job) (decided bool, err error) {
+// groupOneTrip decides the group in one round trip, telling the function which definitions
+// held (oneTripCase) it need not return. decided is false when the function found a definition
+// that does not fit (it wrote nothing; the caller decides the general way).
+func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job, held map[defKey]hint) (decided bool, err error) {
 	n := len(jobs)
 	tenants, names, keys := make([]int64, n), make([]string, n), make([]string, n)
 	counts, reserves, consumes := make([]float64, n), make([]bool, n), make([]bool, n)
+	known := make([]*time.Time, n)
 	for i, j := range jobs {
 		r := j.reqs[0]
 		tenants[i], names[i], keys[i] = j.tenantID, r.Name, r.Key
 		counts[i], reserves[i], consumes[i] = r.Count, r.Reserve, j.consume
+		if h := held[defKey{j.tenantID, r.Name}]; !h.updatedAt.IsZero() {
+			known[i] = &h.updatedAt
+		}
 	}
 	var frozen *int64 // tests freeze the engine's clock; production reads the database's
 	if e.testNow != nil {
@@ -94,7 +111,7 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job) 
 	if e.fastCommit {
 		b.Queue(pgFastCommit)
 	}
-	b.Queue(pgTakeTokens, frozen, tenants, names, keys, counts, reserves, consumes)
+	b.Queue(pgTakeTokens, frozen, tenants, names, keys, counts, reserves, consumes, known)
 	b.Queue(pgCommit)
 	e.sent(b.Len())
 	br := conn.SendBatch(ctx, b)
@@ -126,18 +143,27 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job) 
 		}
 		byRequest[r.ord-1] = r
 	}
-	return true, e.replayOneTrip(jobs, byRequest)
+	return true, e.replayOneTrip(jobs, byRequest, held)
 }
 
 // replayOneTrip decides the group in Go from the states the function saw, exactly as the
-// two-trip path would have, and checks that the function admitted and wrote the same.
-func (e *Engine) replayOneTrip(jobs []*job, rows []takeRow) error {
+// two-trip path would have, and checks that the function admitted and wrote the same. Each
+// limit's definition is the one the function returned or, where it returned none, the one held.
+func (e *Engine) replayOneTrip(jobs []*job, rows []takeRow, held map[defKey]hint) error {
 	now := rows[0].now
-	defs := make(map[defKey]Definition, len(rows))
-	for _, r := range rows {
-		defs[defKey{r.def.TenantID, r.def.Name}] = r.def.toDomain().Definition
+	defs := make(map[defKey]Definition, len(held))
+	for k, h := range held {
+		defs[k] = h.def
 	}
-	e.hints.set(nil, defs, nil) // the function decided only limits without overrides, all found
+	read := map[defKey]StoredDefinition{}
+	for _, r := range rows {
+		if r.def != nil {
+			d := r.def.toDomain()
+			k := defKey{r.def.TenantID, r.def.Name}
+			defs[k], read[k] = d.Definition, d
+		}
+	}
+	e.hints.setStored(read) // the function decided only limits without overrides, all found
 	stored := make(map[rowKey]fullStateRow, len(jobs))
 	written := map[rowKey]algo.State{} // the function's writes, the last per row
 	for i, j := range jobs {
@@ -166,6 +192,8 @@ func (e *Engine) replayOneTrip(jobs []*job, rows []takeRow) error {
 		same = same && rows[i].ok == admitted(j)
 	}
 	if !same {
+		// Whatever the cause, the next groups on these limits read their definitions afresh.
+		e.hints.set(definitionKeys(jobs), nil, nil)
 		return fmt.Errorf("limiter: one-trip group: %w: %w", ErrUnavailable, errOneTripDiffers)
 	}
 	// The answers made final (jitter, the batch's retryAfter); with no idempotent job there is
@@ -187,6 +215,8 @@ func admitted(j *job) bool {
 	return d.OK
 }
 
+// readTakeRows reads the function's rows. A row whose definition is NULL (the caller holds it,
+// or an earlier row of the group carried it) skips the definition's columns.
 func readTakeRows(br pgx.BatchResults) ([]takeRow, error) {
 	rows, err := br.Query()
 	if err != nil {
@@ -194,12 +224,24 @@ func readTakeRows(br pgx.BatchResults) ([]takeRow, error) {
 	}
 	defer rows.Close()
 	var out []takeRow
+	var dest []any
 	for rows.Next() {
 		var r takeRow
-		if err := rows.Scan(append([]any{&r.ord, &r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS}, r.def.fields()...)...); err != nil {
+		dest = append(dest[:0], &r.ord, &r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS)
+		defAt := len(dest)
+		if raw := rows.RawValues(); len(raw) > defAt && raw[defAt] != nil { // (def).tenant_id is NOT NULL in a definition
+			r.def = &definitionRow{}
+			dest = append(dest, r.def.fields()...)
+		} else {
+			dest = append(dest, skipDefinition...)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// skipDefinition scans none of a row's definition columns: pgx skips a nil destination.
+var skipDefinition = make([]any, len((&definitionRow{}).fields()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -35,6 +36,9 @@ type shardHints struct {
 type hint struct {
 	def              Definition
 	overridesVersion int64
+	// updatedAt is the definition's version when the one-trip path read it (zero when the
+	// general path did): the one-trip function returns a definition only when it differs.
+	updatedAt time.Time
 }
 
 // snapshot is a copy of the hints, which expand reads like definitions.
@@ -72,11 +76,9 @@ func (h *shardHints) snapshot(keys []defKey) map[defKey]Definition {
 func (h *shardHints) set(asked []defKey, defs map[defKey]Definition, versions map[defKey]int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.m == nil || len(h.m) > 100_000 {
-		h.m = map[defKey]hint{}
-	}
+	h.makeRoom()
 	for k, d := range defs {
-		h.m[k] = hint{d, versions[k]}
+		h.m[k] = hint{def: d, overridesVersion: versions[k]}
 	}
 	for _, k := range asked {
 		if _, ok := defs[k]; !ok {
@@ -85,18 +87,36 @@ func (h *shardHints) set(asked []defKey, defs map[defKey]Definition, versions ma
 	}
 }
 
-// lookup is the hint for k, with the version of its overrides.
-func (h *shardHints) lookup(k defKey) (Definition, int64, bool) {
+// makeRoom starts the hints afresh when there are none yet or too many (limits deleted or never
+// used again); h.mu must be held.
+func (h *shardHints) makeRoom() {
+	if h.m == nil || len(h.m) > 100_000 {
+		h.m = map[defKey]hint{}
+	}
+}
+
+// setStored remembers definitions the one-trip path read, with their versions.
+func (h *shardHints) setStored(defs map[defKey]StoredDefinition) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.makeRoom()
+	for k, d := range defs {
+		h.m[k] = hint{def: d.Definition, overridesVersion: d.OverridesVersion, updatedAt: d.UpdatedAt}
+	}
+}
+
+// lookup is the hint for k.
+func (h *shardHints) lookup(k defKey) (hint, bool) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	d, ok := h.m[k]
-	return d.def, d.overridesVersion, ok
+	return d, ok
 }
 
 // groupPgx is one attempt of a group on PostgreSQL.
 func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) error {
-	if e.oneTripCase(jobs) {
-		decided, err := e.groupOneTrip(ctx, conn, jobs)
+	if held, ok := e.oneTripCase(jobs); ok {
+		decided, err := e.groupOneTrip(ctx, conn, jobs, held)
 		if err != nil || decided {
 			return err
 		}

@@ -107,7 +107,7 @@ func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
 	mustLimit(t, e, limiter.Request{Name: "tb", Count: 1})
 
 	var def string
-	if err := d.Gorm.Raw(`SELECT pg_get_functiondef('sluice_take_tokens'::regproc)`).Scan(&def).Error; err != nil {
+	if err := d.Gorm.Raw(`SELECT pg_get_functiondef(` + takeTokens + `::regprocedure)`).Scan(&def).Error; err != nil {
 		t.Fatal(err)
 	}
 	const decide = "ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT (e AND pen > t);"
@@ -120,6 +120,70 @@ func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
 	_, err := e.Limit(context.Background(), tenant, limiter.Request{Name: "tb", Count: 1})
 	if !errors.Is(err, limiter.ErrOneTripDiffers) || !errors.Is(err, limiter.ErrUnavailable) {
 		t.Fatalf("a third token from a bucket of 2, admitted by the database: err = %v, want the group failed closed", err)
+	}
+	// The failure dropped the limit's hint: the next decision reads the definition the general
+	// way (two round trips) and is decided, not failed again.
+	before := e.GroupStats().RoundTrips
+	if got := mustLimit(t, e, limiter.Request{Name: "tb", Count: 1}); got.OK {
+		t.Fatal("a token from an emptied bucket admitted after the failure")
+	}
+	if trips := e.GroupStats().RoundTrips - before; trips != 2 {
+		t.Fatalf("the decision after the failure took %d round trips, want 2 (the general way)", trips)
+	}
+}
+
+// takeTokens is the one-trip function the engine calls (migration 00016), by its signature.
+const takeTokens = `'sluice_take_tokens(bigint, bigint[], text[], text[], float8[], boolean[], boolean[], timestamptz[])'`
+
+// TestTakeTokensReturnsDefinitionsOnce: the function returns each limit's definition once, on
+// the first of its rows, and not at all when the caller names the stored version (p_known);
+// the first form (migration 00015), which instances of the previous release call during an
+// upgrade, still returns it on every row.
+func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
+	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
+	e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+	for _, name := range []string{"a", "b"} {
+		mustPut(t, e, name, limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
+	}
+	var aVersion time.Time
+	if err := d.Gorm.Raw(`SELECT updated_at FROM limit_definitions WHERE tenant_id = ? AND name = 'a'`, tenant).Scan(&aVersion).Error; err != nil {
+		t.Fatal(err)
+	}
+	// Requests in arrival order: a/k2, b/k1, a/k1, a/k2; the function decides them in key order.
+	call := func(known string) string {
+		t.Helper()
+		var out []struct {
+			Ord  int
+			Name *string
+		}
+		q := `SELECT ord, (def).name FROM sluice_take_tokens(NULL, ARRAY[?, ?, ?, ?]::bigint[], ARRAY['a', 'b', 'a', 'a'],
+			ARRAY['k2', 'k1', 'k1', 'k2'], ARRAY[1, 1, 1, 1]::float8[], ARRAY[false, false, false, false], ARRAY[true, true, true, true]` + known + `)`
+		args := []any{tenant, tenant, tenant, tenant}
+		if strings.Contains(known, "?") {
+			args = append(args, aVersion, aVersion, aVersion)
+		}
+		if err := d.Gorm.Raw(q, args...).Scan(&out).Error; err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, r := range out {
+			name := "-"
+			if r.Name != nil {
+				name = *r.Name
+			}
+			fmt.Fprintf(&b, "%d:%s ", r.Ord, name)
+		}
+		return strings.TrimSpace(b.String())
+	}
+	for _, c := range []struct{ what, known, want string }{
+		{"nothing known", ", NULL", "3:a 1:- 4:- 2:b"},
+		{"a known", ", ARRAY[?, NULL, ?, ?]::timestamptz[]", "3:- 1:- 4:- 2:b"},
+		{"a known as another version", ", ARRAY['2000-01-01', NULL, '2000-01-01', '2000-01-01']::timestamptz[]", "3:a 1:- 4:- 2:b"},
+		{"the first form", "", "3:a 1:a 4:a 2:b"},
+	} {
+		if got := call(c.known); got != c.want {
+			t.Errorf("%s: rows (ord:definition) %q, want %q", c.what, got, c.want)
+		}
 	}
 }
 
@@ -288,6 +352,32 @@ func TestOneTripEdgeDefinitions(t *testing.T) {
 		mustPut(t, e, "cap", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000, Capacity: ptr(3.0)})
 	})
 	step("capacity 3, behind the hint", limiter.Request{Name: "cap", Key: "k", Count: 1}, limiter.Request{Name: "cap", Key: "k", Count: 1})
+}
+
+// TestOneTripFollowsAChangedDefinition: once an instance's hint carries the definition's
+// version, the function returns no definition to it; when another instance changes the limit
+// (still a token bucket the function decides), the function returns the new one and the
+// instance decides with it, in one round trip, without failing the group.
+func TestOneTripFollowsAChangedDefinition(t *testing.T) {
+	url := testkit.URL(t, db.Postgres)
+	clock := newClock(1_700_000_000_000) // frozen: no refill
+	a := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	b := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	mustPut(t, a, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 60_000, Capacity: ptr(5.0)})
+	for range 3 { // the general way, then one trip that returns the definition, then one without
+		mustLimit(t, a, limiter.Request{Name: "tb", Key: "k", Count: 1})
+	}
+	mustPut(t, b, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 60_000, Capacity: ptr(1.0)})
+	before := a.GroupStats().RoundTrips
+	// 2 tokens left of 5, capped at the new capacity of 1: one more admitted, then none.
+	for i, wantOK := range []bool{true, false} {
+		if got := mustLimit(t, a, limiter.Request{Name: "tb", Key: "k", Count: 1}); got.OK != wantOK || *got.Definition.Capacity != 1 {
+			t.Fatalf("decision %d after the change: ok=%v capacity %v, want ok=%v under the new capacity 1", i+1, got.OK, *got.Definition.Capacity, wantOK)
+		}
+	}
+	if trips := a.GroupStats().RoundTrips - before; trips != 2 {
+		t.Fatalf("%d round trips for 2 decisions after the change, want 2 (one trip each)", trips)
+	}
 }
 
 // TestOneTripForgetsDeletedLimits: a limit deleted by another instance costs this one the
