@@ -122,7 +122,7 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job, 
 		}
 	}
 	if err == nil {
-		rows, err = readTakeRows(br)
+		rows, err = readTakeRows(br, n)
 	}
 	if err == nil {
 		_, err = br.Exec() // COMMIT
@@ -215,15 +215,15 @@ func admitted(j *job) bool {
 	return d.OK
 }
 
-// readTakeRows reads the function's rows. A row whose definition is NULL (the caller holds it,
-// or an earlier row of the group carried it) skips the definition's columns.
-func readTakeRows(br pgx.BatchResults) ([]takeRow, error) {
+// readTakeRows reads the function's rows, n of them when it decided. A row whose definition is
+// NULL (the caller holds it, or an earlier row of the group carried it) skips its columns.
+func readTakeRows(br pgx.BatchResults, n int) ([]takeRow, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []takeRow
+	out := make([]takeRow, 0, n)
 	var dest []any
 	for rows.Next() {
 		var r takeRow
