@@ -163,7 +163,9 @@ func (e *Engine) replayOneTrip(jobs []*job, rows []takeRow, held map[defKey]hint
 			defs[k], read[k] = d.Definition, d
 		}
 	}
-	e.hints.setStored(read) // the function decided only limits without overrides, all found
+	if len(read) > 0 {
+		e.hints.setStored(read) // the function decided only limits without overrides, all found
+	}
 	stored := make(map[rowKey]fullStateRow, len(jobs))
 	written := map[rowKey]algo.State{} // the function's writes, the last per row
 	for i, j := range jobs {
