@@ -164,7 +164,10 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		OnShadowRefused: a.Metrics.OnShadowRefused, OnKeyOutcome: func(tenantID int64, o limiter.KeyOutcome) {
 			a.Usage.Observe(tenantID, usage.Observation{Name: o.Name, Key: o.Key, OK: o.OK, ShadowRefused: o.ShadowRefused, Remaining: o.Remaining, Max: o.Max})
 		}, OnHoldOverage: a.Metrics.OnHoldOverage, AfterIdempotentCommit: haltAfterIdempotentCommit(cfg, a.Log)})
-	a.Metrics.WatchGroups(func() metrics.GroupCounts { return metrics.GroupCounts(a.Engine.GroupStats()) })
+	a.Metrics.WatchGroups(func() metrics.GroupCounts {
+		s := a.Engine.GroupStats()
+		return metrics.GroupCounts{Groups: s.Groups, Jobs: s.Jobs, RoundTrips: s.RoundTrips, Statements: s.Statements}
+	})
 	a.Captcha = captcha.NewStore(a.DB, o.Now, captcha.WithLogger(a.Log))
 
 	// The captcha's keys derive from SECRET_KEY, so every instance and every restart agrees on

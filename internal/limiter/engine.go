@@ -42,6 +42,7 @@ type Engine struct {
 	// trips and statements count what the groups sent PostgreSQL: round trips, and statements
 	// in them (every attempt's; SQLite's groups count none).
 	trips, statements atomic.Int64
+	definitionsRead   atomic.Int64 // definitions the one-trip function returned
 
 	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
 	afterDecide           func() // test-only (export_test.go): runs first in beforeCommit
@@ -729,11 +730,17 @@ func (e *Engine) RecentKeys(ctx context.Context, tenantID int64, name string, n 
 // GroupStats counts the group transactions: how many ran, the decisions they carried (their
 // ratio is the average coalescing factor), and on PostgreSQL the round trips and statements
 // their attempts sent.
-type GroupStats struct{ Groups, Jobs, RoundTrips, Statements int64 }
+type GroupStats struct {
+	Groups, Jobs, RoundTrips, Statements int64
+	// DefinitionsRead counts the definitions the one-trip function returned: one per limit
+	// whose version this instance did not hold.
+	DefinitionsRead int64
+}
 
 // GroupStats reports the counts so far.
 func (e *Engine) GroupStats() GroupStats {
-	return GroupStats{e.groups.Load(), e.jobs.Load(), e.trips.Load(), e.statements.Load()}
+	return GroupStats{Groups: e.groups.Load(), Jobs: e.jobs.Load(), RoundTrips: e.trips.Load(), Statements: e.statements.Load(),
+		DefinitionsRead: e.definitionsRead.Load()}
 }
 
 // sent counts one round trip of n statements.

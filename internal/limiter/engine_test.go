@@ -440,3 +440,20 @@ func TestEachDecidesEveryRequestOnItsOwn(t *testing.T) {
 		}
 	})
 }
+
+// TestDefinitionUpdatesMoveUpdatedAtForward: updated_at, which the sweeper takes for the
+// definition's version, moves forward on every change, even on a clock that stands still.
+func TestDefinitionUpdatesMoveUpdatedAtForward(t *testing.T) {
+	e := newEngine(t, testkit.Open(t, db.SQLite), newClock(1_700_000_000_000).opts())
+	var last time.Time
+	for i := range 3 {
+		d, _, err := e.PutDefinition(context.Background(), tenant, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: float64(1 + i), Period: 1000}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.UpdatedAt.After(last) {
+			t.Fatalf("change %d: updated_at %v, not after the last change's %v", i+1, d.UpdatedAt, last)
+		}
+		last = d.UpdatedAt
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -82,6 +81,7 @@ type takeRow struct {
 	preTS, prePenalty *int64
 	postValue         *float64
 	postTS            *int64
+	defVersion        *int64         // the definition's version, with def
 	def               *definitionRow // the limit's definition; nil when the caller holds it (p_known)
 }
 
@@ -92,14 +92,12 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job, 
 	n := len(jobs)
 	tenants, names, keys := make([]int64, n), make([]string, n), make([]string, n)
 	counts, reserves, consumes := make([]float64, n), make([]bool, n), make([]bool, n)
-	known := make([]*time.Time, n)
+	known := make([]int64, n)
 	for i, j := range jobs {
 		r := j.reqs[0]
 		tenants[i], names[i], keys[i] = j.tenantID, r.Name, r.Key
 		counts[i], reserves[i], consumes[i] = r.Count, r.Reserve, j.consume
-		if h := held[defKey{j.tenantID, r.Name}]; !h.updatedAt.IsZero() {
-			known[i] = &h.updatedAt
-		}
+		known[i] = held[defKey{j.tenantID, r.Name}].version
 	}
 	var frozen *int64 // tests freeze the engine's clock; production reads the database's
 	if e.testNow != nil {
@@ -155,16 +153,17 @@ func (e *Engine) replayOneTrip(jobs []*job, rows []takeRow, held map[defKey]hint
 	for k, h := range held {
 		defs[k] = h.def
 	}
-	read := map[defKey]StoredDefinition{}
+	read := map[defKey]hint{}
 	for _, r := range rows {
-		if r.def != nil {
-			d := r.def.toDomain()
+		if r.def != nil && r.defVersion != nil {
+			d := r.def.toDomain().Definition
 			k := defKey{r.def.TenantID, r.def.Name}
-			defs[k], read[k] = d.Definition, d
+			defs[k], read[k] = d, hint{def: d, overridesVersion: r.def.OverridesVersion, version: *r.defVersion}
 		}
 	}
 	if len(read) > 0 {
-		e.hints.setStored(read) // the function decided only limits without overrides, all found
+		e.definitionsRead.Add(int64(len(read)))
+		e.hints.setRead(read) // the function decided only limits without overrides, all found
 	}
 	stored := make(map[rowKey]fullStateRow, len(jobs))
 	written := map[rowKey]algo.State{} // the function's writes, the last per row
@@ -229,7 +228,7 @@ func readTakeRows(br pgx.BatchResults, n int) ([]takeRow, error) {
 	var dest []any
 	for rows.Next() {
 		var r takeRow
-		dest = append(dest[:0], &r.ord, &r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS)
+		dest = append(dest[:0], &r.ord, &r.now, &r.ok, &r.existed, &r.preValue, &r.preTS, &r.prePenalty, &r.postValue, &r.postTS, &r.defVersion)
 		defAt := len(dest)
 		if raw := rows.RawValues(); len(raw) > defAt && raw[defAt] != nil { // (def).tenant_id is NOT NULL in a definition
 			r.def = &definitionRow{}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,9 +35,10 @@ type shardHints struct {
 type hint struct {
 	def              Definition
 	overridesVersion int64
-	// updatedAt is the definition's version when the one-trip path read it (zero when the
-	// general path did): the one-trip function returns a definition only when it differs.
-	updatedAt time.Time
+	// version is the definition's row version (migration 00016) when the one-trip path read
+	// it, 0 when the general path did: the one-trip function returns a definition only when the
+	// stored one's differs.
+	version int64
 }
 
 // snapshot is a copy of the hints, which expand reads like definitions.
@@ -95,13 +95,13 @@ func (h *shardHints) makeRoom() {
 	}
 }
 
-// setStored remembers definitions the one-trip path read, with their versions.
-func (h *shardHints) setStored(defs map[defKey]StoredDefinition) {
+// setRead remembers the hints of definitions the one-trip path read, with their versions.
+func (h *shardHints) setRead(read map[defKey]hint) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.makeRoom()
-	for k, d := range defs {
-		h.m[k] = hint{def: d.Definition, overridesVersion: d.OverridesVersion, updatedAt: d.UpdatedAt}
+	for k, d := range read {
+		h.m[k] = d
 	}
 }
 

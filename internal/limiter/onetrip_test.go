@@ -133,10 +133,10 @@ func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
 }
 
 // takeTokens is the one-trip function the engine calls (migration 00016), by its signature.
-const takeTokens = `'sluice_take_tokens(bigint, bigint[], text[], text[], float8[], boolean[], boolean[], timestamptz[])'`
+const takeTokens = `'sluice_take_tokens(bigint, bigint[], text[], text[], float8[], boolean[], boolean[], bigint[])'`
 
-// TestTakeTokensReturnsDefinitionsOnce: the function returns each limit's definition once, on
-// the first of its rows, and not at all when the caller names the stored version (p_known);
+// TestTakeTokensReturnsDefinitionsOnce: the function returns each limit's definition once, with
+// its version, on the first of its rows, and not at all when the caller names the stored version (p_known);
 // the first form (migration 00015), which instances of the previous release call during an
 // upgrade, still returns it on every row.
 func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
@@ -145,18 +145,19 @@ func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		mustPut(t, e, name, limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
 	}
-	var aVersion time.Time
-	if err := d.Gorm.Raw(`SELECT updated_at FROM limit_definitions WHERE tenant_id = ? AND name = 'a'`, tenant).Scan(&aVersion).Error; err != nil {
+	var aVersion int64
+	if err := d.Gorm.Raw(`SELECT xmin::text::bigint FROM limit_definitions WHERE tenant_id = ? AND name = 'a'`, tenant).Scan(&aVersion).Error; err != nil {
 		t.Fatal(err)
 	}
 	// Requests in arrival order: a/k2, b/k1, a/k1, a/k2; the function decides them in key order.
 	call := func(known string) string {
 		t.Helper()
 		var out []struct {
-			Ord  int
-			Name *string
+			Ord        int
+			Name       *string
+			DefVersion *int64
 		}
-		q := `SELECT ord, (def).name FROM sluice_take_tokens(NULL, ARRAY[?, ?, ?, ?]::bigint[], ARRAY['a', 'b', 'a', 'a'],
+		q := `SELECT ord, (def).name, def_version FROM sluice_take_tokens(NULL, ARRAY[?, ?, ?, ?]::bigint[], ARRAY['a', 'b', 'a', 'a'],
 			ARRAY['k2', 'k1', 'k1', 'k2'], ARRAY[1, 1, 1, 1]::float8[], ARRAY[false, false, false, false], ARRAY[true, true, true, true]` + known + `)`
 		args := []any{tenant, tenant, tenant, tenant}
 		if strings.Contains(known, "?") {
@@ -171,19 +172,29 @@ func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
 			if r.Name != nil {
 				name = *r.Name
 			}
+			if (r.Name != nil) != (r.DefVersion != nil) || r.Name != nil && *r.Name == "a" && *r.DefVersion != aVersion {
+				t.Errorf("row %d: definition %v with version %v, want a's version %d with a's definition", r.Ord, r.Name, r.DefVersion, aVersion)
+			}
 			fmt.Fprintf(&b, "%d:%s ", r.Ord, name)
 		}
 		return strings.TrimSpace(b.String())
 	}
 	for _, c := range []struct{ what, known, want string }{
 		{"nothing known", ", NULL", "3:a 1:- 4:- 2:b"},
-		{"a known", ", ARRAY[?, NULL, ?, ?]::timestamptz[]", "3:- 1:- 4:- 2:b"},
-		{"a known as another version", ", ARRAY['2000-01-01', NULL, '2000-01-01', '2000-01-01']::timestamptz[]", "3:a 1:- 4:- 2:b"},
-		{"the first form", "", "3:a 1:a 4:a 2:b"},
+		{"a known", ", ARRAY[?, 0, ?, ?]::bigint[]", "3:- 1:- 4:- 2:b"},
+		{"a known as another version", ", ARRAY[7, 0, 7, 7]::bigint[]", "3:a 1:- 4:- 2:b"},
 	} {
 		if got := call(c.known); got != c.want {
 			t.Errorf("%s: rows (ord:definition) %q, want %q", c.what, got, c.want)
 		}
+	}
+	var firstForm []string
+	if err := d.Gorm.Raw(`SELECT (def).name FROM sluice_take_tokens(NULL, ARRAY[?, ?]::bigint[], ARRAY['a', 'a'], ARRAY['k1', 'k2'],
+		ARRAY[1, 1]::float8[], ARRAY[false, false], ARRAY[true, true])`, tenant, tenant).Scan(&firstForm).Error; err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(firstForm, " ") != "a a" {
+		t.Errorf("the first form returned definitions %q, want one on every row", firstForm)
 	}
 }
 
@@ -364,8 +375,13 @@ func TestOneTripFollowsAChangedDefinition(t *testing.T) {
 	a := newEngine(t, testkit.OpenURL(t, url), clock.opts())
 	b := newEngine(t, testkit.OpenURL(t, url), clock.opts())
 	mustPut(t, a, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 60_000, Capacity: ptr(5.0)})
-	for range 3 { // the general way, then one trip that returns the definition, then one without
+	// The general way, then one trip that returns the definition, then one without.
+	for i, wantRead := range []int64{0, 1, 0} {
+		before := a.GroupStats().DefinitionsRead
 		mustLimit(t, a, limiter.Request{Name: "tb", Key: "k", Count: 1})
+		if read := a.GroupStats().DefinitionsRead - before; read != wantRead {
+			t.Fatalf("decision %d: the function returned %d definitions, want %d", i+1, read, wantRead)
+		}
 	}
 	mustPut(t, b, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 60_000, Capacity: ptr(1.0)})
 	before := a.GroupStats().RoundTrips
@@ -377,6 +393,32 @@ func TestOneTripFollowsAChangedDefinition(t *testing.T) {
 	}
 	if trips := a.GroupStats().RoundTrips - before; trips != 2 {
 		t.Fatalf("%d round trips for 2 decisions after the change, want 2 (one trip each)", trips)
+	}
+}
+
+// TestOneTripFollowsARecreatedDefinition: a limit deleted and created again, at the same instant
+// (the clock is frozen) and with the same numbers, but enforced where it was in shadow mode. The
+// function's math cannot tell the two apart, so only the definition's version can: the
+// instance that held the shadow one must refuse under the enforced one.
+func TestOneTripFollowsARecreatedDefinition(t *testing.T) {
+	url := testkit.URL(t, db.Postgres)
+	clock := newClock(1_700_000_000_000)
+	a := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	b := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	def := limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 60_000, Capacity: ptr(1.0), Mode: limiter.Shadow}
+	mustPut(t, a, "tb", def)
+	for range 3 { // a's hint now holds the shadow definition with its version
+		mustLimit(t, a, limiter.Request{Name: "tb", Key: "warm-up", Count: 0})
+	}
+	if err := b.DeleteDefinition(context.Background(), tenant, "tb", nil); err != nil {
+		t.Fatal(err)
+	}
+	def.Mode = limiter.Enforce
+	mustPut(t, b, "tb", def)
+	for i, wantOK := range []bool{true, false} {
+		if got := mustLimit(t, a, limiter.Request{Name: "tb", Key: "k", Count: 1}); got.OK != wantOK || got.Shadow != nil {
+			t.Fatalf("decision %d after the re-creation: ok=%v shadow=%v, want ok=%v, enforced", i+1, got.OK, got.Shadow != nil, wantOK)
+		}
 	}
 }
 

@@ -169,9 +169,9 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			}
 		} else {
 			row.CreatedAt, row.OverridesVersion = old.CreatedAt, old.OverridesVersion
-			// updated_at is the definition's version (the one-trip function and the sweeper
-			// compare it): every change moves it forward, even on a clock that stands still or
-			// runs behind the last writer's.
+			// The sweeper takes updated_at for the definition's version (pgDeleteUnchanged):
+			// every change moves it forward, even on a clock that stands still or runs behind
+			// the last writer's.
 			if !row.UpdatedAt.After(old.UpdatedAt) {
 				row.UpdatedAt = old.UpdatedAt.Add(time.Microsecond)
 			}
