@@ -202,10 +202,7 @@ func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
 // one's hint (here into a fixed window) is not decided by the function; the group is decided
 // the general way, under the new definition.
 func TestOneTripFallsBackWhenTheLimitChanged(t *testing.T) {
-	url := testkit.URL(t, db.Postgres)
-	clock := newClock(1_700_000_000_000)
-	a := newEngine(t, testkit.OpenURL(t, url), clock.opts())
-	b := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	a, b := twoInstances(t)
 	mustPut(t, a, "x", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000})
 	mustLimit(t, a, limiter.Request{Name: "x", Key: "k", Count: 1})
 	mustPut(t, b, "x", limiter.Definition{Kind: limiter.FixedWindow, Rate: 2, Period: 60_000})
@@ -370,10 +367,7 @@ func TestOneTripEdgeDefinitions(t *testing.T) {
 // (still a token bucket the function decides), the function returns the new one and the
 // instance decides with it, in one round trip, without failing the group.
 func TestOneTripFollowsAChangedDefinition(t *testing.T) {
-	url := testkit.URL(t, db.Postgres)
-	clock := newClock(1_700_000_000_000) // frozen: no refill
-	a := newEngine(t, testkit.OpenURL(t, url), clock.opts())
-	b := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	a, b := twoInstances(t)
 	mustPut(t, a, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 60_000, Capacity: ptr(5.0)})
 	// The general way, then one trip that returns the definition, then one without.
 	for i, wantRead := range []int64{0, 1, 0} {
@@ -401,10 +395,7 @@ func TestOneTripFollowsAChangedDefinition(t *testing.T) {
 // function's math cannot tell the two apart, so only the definition's version can: the
 // instance that held the shadow one must refuse under the enforced one.
 func TestOneTripFollowsARecreatedDefinition(t *testing.T) {
-	url := testkit.URL(t, db.Postgres)
-	clock := newClock(1_700_000_000_000)
-	a := newEngine(t, testkit.OpenURL(t, url), clock.opts())
-	b := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	a, b := twoInstances(t)
 	def := limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 60_000, Capacity: ptr(1.0), Mode: limiter.Shadow}
 	mustPut(t, a, "tb", def)
 	for range 3 { // a's hint now holds the shadow definition with its version
@@ -422,13 +413,18 @@ func TestOneTripFollowsARecreatedDefinition(t *testing.T) {
 	}
 }
 
+// twoInstances returns two engines (two app processes' pools) on one PostgreSQL database, their
+// clock frozen at the same instant (no refill between decisions).
+func twoInstances(t *testing.T) (a, b *limiter.Engine) {
+	url := testkit.URL(t, db.Postgres)
+	clock := newClock(1_700_000_000_000)
+	return newEngine(t, testkit.OpenURL(t, url), clock.opts()), newEngine(t, testkit.OpenURL(t, url), clock.opts())
+}
+
 // TestOneTripForgetsDeletedLimits: a limit deleted by another instance costs this one the
 // function's wasted round trip once, not on every later decision.
 func TestOneTripForgetsDeletedLimits(t *testing.T) {
-	url := testkit.URL(t, db.Postgres)
-	clock := newClock(1_700_000_000_000)
-	a := newEngine(t, testkit.OpenURL(t, url), clock.opts())
-	b := newEngine(t, testkit.OpenURL(t, url), clock.opts())
+	a, b := twoInstances(t)
 	mustPut(t, a, "gone", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
 	mustLimit(t, a, limiter.Request{Name: "gone", Count: 1})
 	if err := b.DeleteDefinition(context.Background(), tenant, "gone", nil); err != nil {
