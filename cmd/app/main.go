@@ -8,12 +8,20 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 	_ "time/tzdata" // quotas' time zones, even on a machine without /usr/share/zoneinfo
+
+	"github.com/sluice-dev/sluice/internal/procs"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if procs.Enabled() { // GOMAXPROCS unset: one P while the process is nearly idle, all once busy
+		t := time.NewTicker(procs.Interval)
+		defer t.Stop()
+		go procs.New().Run(ctx, t.C)
+	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)

@@ -21,6 +21,7 @@ var allowedImports = map[string][]string{
 	"internal/apperr":         {},
 	"internal/config":         {},
 	"internal/loop":           {},
+	"internal/procs":          {},
 	"internal/httpserver":     {},
 	"internal/limiter/algo":   {},
 	"internal/mail":           {},
@@ -41,7 +42,7 @@ var allowedImports = map[string][]string{
 	"internal/app/apptest":    {"internal/app", "internal/config"},
 	"internal/testkit":        {"internal/db"},
 	"internal/testkit/withpg": {"internal/testkit"},
-	"cmd/app":                 {"internal/app", "internal/config", "internal/tenants"},
+	"cmd/app":                 {"internal/app", "internal/config", "internal/procs", "internal/tenants"},
 	"cmd/bench":               {"*"},
 }
 
