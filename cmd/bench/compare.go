@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,7 +84,7 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 		dirB = "."
 	}
 	var selected []scenario
-	withSQLite := false
+	withSQLite, withFast := false, false
 	for _, sc := range scenarios() {
 		if sc.instances > 1 || sc.grpc {
 			continue // one process per build here; the -2i scenarios need the plain mode; gRPC is new
@@ -91,6 +92,7 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 		if only == "" || strings.Contains(","+only+",", ","+sc.name+",") {
 			selected = append(selected, sc)
 			withSQLite = withSQLite || sc.sqlite
+			withFast = withFast || sc.fastCommit
 		}
 	}
 	if len(selected) == 0 {
@@ -125,7 +127,7 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 	if postgresPID, err = srv.PostmasterPID(); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: PostgreSQL's CPU time will not be reported: %v\n", err)
 	}
-	var procs, sqliteProcs [2]*sluice
+	var procs, sqliteProcs, fastProcs [2]*sluice
 	for i, bin := range []string{binA, binB} {
 		dbURL, err := testkit.CreateDatabase(srv.URL)
 		if err != nil {
@@ -152,6 +154,13 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 			defer p.stop()
 			sqliteProcs[i] = p
 		}
+		if withFast { // the -fast scenarios: decisions commit with SLUICE_COMMIT=fast, as in the plain mode
+			if p, err = startSluice(bin, dir, dbURL, append(slices.Clone(extraEnv), "SLUICE_COMMIT=fast")...); err != nil {
+				return err
+			}
+			defer p.stop()
+			fastProcs[i] = p
+		}
 	}
 	report := CompareReport{Machine: machine(), When: time.Now().UTC().Format(time.RFC3339), PgFsync: fsync,
 		A: "this tree", B: fmt.Sprintf("%s, tags %q, environment %q", dirB, tagsB, envB)}
@@ -164,8 +173,11 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 			cp := ComparePair{Scenario: sc.name, Pair: i + 1, AFirst: order[0] == 0}
 			for _, which := range order {
 				target := procs[which]
-				if sc.sqlite {
+				switch {
+				case sc.sqlite:
 					target = sqliteProcs[which]
+				case sc.fastCommit:
+					target = fastProcs[which]
 				}
 				rr, err := runScenario([]*sluice{target}, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
 				if err != nil {
