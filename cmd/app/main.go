@@ -17,7 +17,8 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if procs.Enabled() { // GOMAXPROCS unset: one P while the process is nearly idle, all once busy
+	serving := len(os.Args) < 2 || os.Args[1] == "serve" // not the short-lived commands (healthcheck runs every 10 s)
+	if serving && procs.Enabled() {                      // GOMAXPROCS unset: one P while the process is nearly idle, all once busy
 		t := time.NewTicker(procs.Interval)
 		defer t.Stop()
 		go procs.New().Run(ctx, t.C)

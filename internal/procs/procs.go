@@ -5,7 +5,7 @@
 // wake-ups (the client's request, the database's answer, the answer's write). With a second P
 // idle, each wake-up also wakes a thread that spins looking for work and sleeps again. On a
 // two-core VM at one connection, one P instead of two cut the app's CPU per decision by a
-// quarter to a half and its p50 latency by a tenth to a fifth, while at 32 connections one P or
+// quarter to a half and its p50 latency by about a quarter, while at 32 connections one P or
 // two were level (docs/performance.md). A busy process on a machine with cores to spare wants
 // them all, so the count goes back up as soon as one P is nearly saturated.
 //
@@ -19,24 +19,33 @@ import (
 	"time"
 )
 
-// Thresholds, in cores of CPU the process used over one interval.
+// Thresholds, in cores of CPU the process used over one interval (user and system time of all
+// its threads, so a thread blocked in a system call without a P counts too).
 const (
-	// Busy: at one P, an interval above this (most of that P) restores the default count at once.
+	// Busy: on one P, an interval above this (most of that P) restores the default at once.
 	Busy = 0.8
-	// Idle: at more than one P, IdleIntervals intervals in a row below this return to one P. A
-	// process under half a core is mostly waiting; measured at one connection, Sluice used 0.3
-	// to 0.5 cores with two Ps (durable PostgreSQL) and less with one.
-	Idle = 0.5
-	// IdleIntervals in a row, so that a short lull in a busy process does not flip the count.
-	IdleIntervals = 4
+	// Idle: on the default, IdleIntervals in a row below this return to one P. It is below
+	// Busy, so a steady load cannot flip the count back and forth: a load that leaves one P
+	// above Busy costs at least as much on more Ps (one P costs no more CPU for the same work),
+	// so it stays above Idle there.
+	Idle = 0.7
+	// IdleIntervals in a row (5 s): a busy process keeps its Ps through a lull, and a load near
+	// the thresholds flips the count (a stop-the-world pause each way) at most every few seconds.
+	IdleIntervals = 20
 	// Interval between looks at the process's CPU time.
 	Interval = 250 * time.Millisecond
 )
 
-// Controller moves the P count between one and the default. Tests give it CPU and Set of their own.
+// Controller moves the P count between one and the default. Tests give it functions of their own.
 type Controller struct {
-	CPU func() time.Duration // the process's CPU time so far, user and system
-	Set func(n int)          // applies a P count; 0 means the runtime's default
+	CPU func() (time.Duration, bool) // the process's CPU time so far; false when it cannot be read
+	Now func() time.Time             // the time of that reading
+	Set func(n int)                  // applies a P count; 0 means the runtime's default
+
+	one    bool          // on one P
+	idle   int           // intervals in a row below Idle, on the default
+	cpu    time.Duration // the last reading, and when it was taken (zero: none yet)
+	readAt time.Time
 }
 
 // Enabled reports whether the count is the controller's to adapt: GOMAXPROCS is not set, the
@@ -48,58 +57,68 @@ func Enabled() bool {
 
 // New is the controller of this process.
 func New() *Controller {
-	return &Controller{CPU: func() time.Duration { t, _ := processCPU(); return t }, Set: setProcs}
+	return &Controller{CPU: processCPU, Now: time.Now, Set: setProcs}
 }
 
-// Run starts the process on one P and adapts the count at every tick until ctx ends; it then
-// restores the default. Each tick's time is the end of an interval (time.Ticker's).
+// Run starts the process on one P and adapts the count at every tick until ctx ends (or tick
+// closes); it then restores the default. Ticks only wake it: each interval is measured between
+// two readings of the CPU time and the clock, taken together, however late a tick is handled.
 func (c *Controller) Run(ctx context.Context, tick <-chan time.Time) {
-	one := true
+	c.one, c.idle, c.readAt = true, 0, time.Time{}
 	c.Set(1)
 	defer func() {
-		if one {
+		if c.one {
 			c.Set(0)
 		}
 	}()
-	lastCPU, lastAt, idle := c.CPU(), time.Time{}, 0
+	c.observe()
 	for {
-		var at time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case at = <-tick:
-		}
-		cpu := c.CPU()
-		if !lastAt.IsZero() && at.After(lastAt) {
-			cores := float64(cpu-lastCPU) / float64(at.Sub(lastAt))
-			var change bool
-			one, idle, change = next(one, idle, cores)
-			if change {
-				if one {
-					c.Set(1)
-				} else {
-					c.Set(0)
-				}
+		case _, ok := <-tick:
+			if !ok {
+				return
 			}
 		}
-		lastCPU, lastAt = cpu, at
+		if n, change := c.observe(); change {
+			c.Set(n)
+		}
 	}
 }
 
-// next is the decision after one interval in which the process used cores of CPU: whether it
-// runs on one P, how many idle intervals in a row it has seen at more than one, and whether
-// that is a change.
-func next(one bool, idle int, cores float64) (bool, int, bool) {
-	if one {
-		return cores <= Busy, 0, cores > Busy
+// observe reads the CPU time and the clock, and decides on the interval since the last
+// reading: the P count to set (1, or 0 for the default) when it changes. An unreadable
+// reading, or one that does not move forward, starts a new interval and decides nothing.
+func (c *Controller) observe() (n int, change bool) {
+	cpu, ok := c.CPU()
+	at := c.Now()
+	last, lastAt := c.cpu, c.readAt
+	c.cpu, c.readAt = cpu, at
+	if !ok {
+		c.readAt = time.Time{}
+		return 0, false
 	}
-	if cores >= Idle {
-		return false, 0, false
+	if lastAt.IsZero() || !at.After(lastAt) || cpu < last {
+		return 0, false
 	}
-	if idle+1 >= IdleIntervals {
-		return true, 0, true
+	cores := float64(cpu-last) / float64(at.Sub(lastAt))
+	switch {
+	case c.one:
+		if cores > Busy {
+			c.one = false
+			return 0, true
+		}
+	case cores >= Idle:
+		c.idle = 0
+	default:
+		c.idle++
+		if c.idle >= IdleIntervals {
+			c.one, c.idle = true, 0
+			return 1, true
+		}
 	}
-	return false, idle + 1, false
+	return 0, false
 }
 
 // setProcs applies n Ps; 0 restores the runtime's default (and its automatic updates, which
