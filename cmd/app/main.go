@@ -17,8 +17,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	serving := len(os.Args) < 2 || os.Args[1] == "serve" // not the short-lived commands (healthcheck runs every 10 s)
-	if serving && procs.Enabled() {                      // GOMAXPROCS unset: one P while the process is nearly idle, all once busy
+	// GOMAXPROCS unset: one P while the server is nearly idle, all of them once it is busy. Not
+	// for the short-lived commands (a container's healthcheck runs every 10 s).
+	if cmd, _ := command(os.Args[1:]); cmd == "serve" && procs.Enabled() {
 		t := time.NewTicker(procs.Interval)
 		defer t.Stop()
 		go procs.New().Run(ctx, t.C)

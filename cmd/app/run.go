@@ -33,10 +33,7 @@ commands:
 // run is the whole program: the command line. main and the end-to-end tests call it; `serve`
 // hands over to the composition root, internal/app.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
-	}
+	cmd, args := command(args)
 	cfg, err := config.FromEnv(getenv)
 	if err != nil {
 		return err
@@ -56,6 +53,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	default:
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}
+}
+
+// command splits the command line into its command (serve when there is none) and the
+// command's arguments.
+func command(args []string) (string, []string) {
+	if len(args) == 0 {
+		return "serve", nil
+	}
+	return args[0], args[1:]
 }
 
 func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
