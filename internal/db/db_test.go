@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
@@ -198,5 +199,34 @@ func TestRetriesAndGiveUpsAreCountedUnderTheTransactionsPurpose(t *testing.T) {
 	}
 	if d.Retries() != 2 || d.GiveUps() != 1 {
 		t.Errorf("totals: %d retries, %d give-ups; want 2 and 1", d.Retries(), d.GiveUps())
+	}
+}
+
+// TestAPostgresConflictIsRetriedAtOnce: PostgreSQL reports a conflict once the other transaction
+// has committed, so the first retry must not wait; a backoff there hands the row to the other
+// instance's next transaction. SQLite's busy lock is still held when reported, so it still waits.
+func TestAPostgresConflictIsRetriedAtOnce(t *testing.T) {
+	d := testkit.Open(t, db.SQLite) // the policy depends on the error, not on the dialect
+	d.Retry = db.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Hour, MaxDelay: time.Hour, Budget: 30 * time.Second}
+
+	attempts := 0
+	err := d.Serializable(context.Background(), func(tx *gorm.DB) error {
+		if attempts++; attempts == 1 {
+			return &pgconn.PgError{Code: "40001", Message: "could not serialize access due to concurrent update"}
+		}
+		return nil
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("after a serialization failure: err %v after %d attempts; want the second attempt at once, not after a backoff of up to an hour", err, attempts)
+	}
+
+	d.Retry.Budget = 200 * time.Millisecond
+	attempts = 0
+	err = d.Serializable(context.Background(), func(tx *gorm.DB) error {
+		attempts++
+		return errors.New("SQLITE_BUSY: database is locked")
+	})
+	if !errors.Is(err, db.ErrUnavailable) || attempts != 1 {
+		t.Fatalf("after SQLite's busy lock: err %v after %d attempts; want one attempt, then the budget spent in the backoff", err, attempts)
 	}
 }

@@ -38,7 +38,7 @@ type RetryPolicy struct {
 var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 40, BaseDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond, Budget: 5 * time.Second}
 
 // Serializable runs fn in one SERIALIZABLE transaction, retrying serialization failures,
-// deadlocks and SQLite busy errors with jittered exponential backoff. When attempts, the time
+// deadlocks and SQLite busy errors with jittered exponential backoff (see RetryPolicy.delay). When attempts, the time
 // budget or the database run out it returns an error wrapping ErrUnavailable. fn must be safe to
 // run more than once: it must not have effects outside the transaction.
 func (d *DB) Serializable(ctx context.Context, fn func(tx *gorm.DB) error) error {
@@ -124,8 +124,11 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: after %d attempts: %v", n, last))
 		}
 		count.retries.Add(1)
-		backoff := min(d.Retry.MaxDelay, d.Retry.BaseDelay<<min(n-1, 20))
-		timer := time.NewTimer(rand.N(backoff) + time.Microsecond)
+		delay := d.Retry.delay(n, err)
+		if delay == 0 {
+			continue
+		}
+		timer := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -145,6 +148,28 @@ func parentGone(ctx context.Context) bool {
 }
 
 // isRetryable reports errors that mean "another transaction got there first; try again".
+// delay is how long to wait before attempt n+1, after attempt n failed with the retryable err.
+//
+// PostgreSQL reports a write conflict (40001's "concurrent update", 23505's lost insert race) once
+// the other transaction has committed, so the first retry after one of its errors goes at once:
+// the row is free, and a backoff would only hand it to the other instance's next transaction,
+// which would make the same group lose again and again (docs/performance.md, "an immediate first
+// retry"). Its other conflicts (a dangerous structure found by SSI, a deadlock) may be reported
+// while the other transaction still runs; for those the immediate retry costs one attempt. From
+// the second retry on, and for SQLite's busy lock, which is still held, the wait is full-jittered
+// and doubles each time, up to MaxDelay.
+func (p RetryPolicy) delay(n int, err error) time.Duration {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		if n == 1 {
+			return 0
+		}
+		n-- // the immediate retry took the first step
+	}
+	backoff := min(p.MaxDelay, p.BaseDelay<<min(n-1, 20))
+	return rand.N(backoff) + time.Microsecond
+}
+
 func isRetryable(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
