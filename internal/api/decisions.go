@@ -9,19 +9,11 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/limiter"
-)
-
-// Keys the API derives itself live under these prefixes, which client keys may not use, so that a
-// client cannot spend an anonymous session's or an IP prefix's allowance by naming it.
-const (
-	sessionKeyPrefix = "session:"
-	ipKeyPrefix      = "ip:"
 )
 
 var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
@@ -32,7 +24,7 @@ func ValidSessionID(s string) bool { return sessionIDRE.MatchString(s) }
 // SessionKey is the rate-limit key of an authorized anonymous session.
 func SessionKey(sessionID string) string {
 	sum := sha256.Sum256([]byte(sessionID))
-	return sessionKeyPrefix + hex.EncodeToString(sum[:16])
+	return limiter.SessionKeyPrefix + hex.EncodeToString(sum[:16])
 }
 
 // ipPrefixKey is the lossy fallback key: the client's /24 (IPv4) or /48 (IPv6), hashed.
@@ -48,7 +40,7 @@ func ipPrefixKey(ip string) string {
 		prefix = parsed.Mask(net.CIDRMask(48, 128)).String() + "/48"
 	}
 	sum := sha256.Sum256([]byte(prefix))
-	return ipKeyPrefix + hex.EncodeToString(sum[:16])
+	return limiter.IPKeyPrefix + hex.EncodeToString(sum[:16])
 }
 
 // item is one decision request in the API's terms, before keys are resolved.
@@ -105,7 +97,7 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 		if !limiter.ValidKey(k) {
 			return req, badRequest(field+"key", limiter.KeyRule)
 		}
-		if strings.HasPrefix(k, sessionKeyPrefix) || strings.HasPrefix(k, ipKeyPrefix) {
+		if limiter.ReservedKey(k) {
 			return req, badRequest(field+"key", `keys starting with "session:" or "ip:" are reserved; use "session" for anonymous sessions`)
 		}
 		req.Key = k
@@ -133,7 +125,7 @@ func ipAddressKey(a netip.Addr) string {
 		p = netip.PrefixFrom(a, 64).Masked()
 	}
 	sum := sha256.Sum256([]byte("address " + p.String()))
-	return ipKeyPrefix + hex.EncodeToString(sum[:16])
+	return limiter.IPKeyPrefix + hex.EncodeToString(sum[:16])
 }
 
 // sessionKey resolves an anonymous session: its own key when authorized, otherwise the hashed

@@ -157,6 +157,7 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		{"parent without a name", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"key":"k"}]}`, 400, api.CodeInvalidConfig, "parents[0].name"},
 		{"parent with an unknown member", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":"k","weight":2}]}`, 400, api.CodeInvalidRequest, "weight"},
 		{"parent key template unclosed", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":"org:{org"}]}`, 400, api.CodeInvalidConfig, "parents[0].key"},
+		{"parent key template reserved", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":"session:{org}"}]}`, 400, api.CodeInvalidConfig, "parents[0].key"},
 		{"parent key empty", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":""}]}`, 400, api.CodeInvalidConfig, "parents[0].key"},
 		{"nine parents", "PUT", "/v1/limits/c", map[string]any{"kind": "token bucket", "rate": 5, "period": 1000, "parents": nineParents()}, 400, api.CodeInvalidConfig, "parents"},
 		{"a limit its own parent", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"c","key":"k"}]}`, 400, api.CodeInvalidConfig, "parents"},
@@ -172,6 +173,8 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		{"bad attribute name in a batch", "POST", "/v1/check", `{"limits":[{"name":"child","key":"k","attributes":{"o-rg":"x"}}]}`, 400, api.CodeInvalidRequest, "limits[0].attributes"},
 		{"too many attributes", "POST", "/v1/limits/child/limit", map[string]any{"key": "k", "attributes": manyAttrs}, 400, api.CodeInvalidRequest, "attributes"},
 		{"overlong filled key", "POST", "/v1/limits/child/limit", map[string]any{"key": "k", "attributes": map[string]string{"org": strings.Repeat("x", 256)}}, 400, api.CodeInvalidRequest, "attributes"},
+		{"filled key reserved", "POST", "/v1/limits/open/limit", `{"key":"k","attributes":{"org":"session:0123456789abcdef0123456789abcdef"}}`, 400, api.CodeInvalidRequest, "attributes"},
+		{"filled key reserved in a check", "POST", "/v1/limits/open/check", `{"key":"k","attributes":{"org":"ip:0123456789abcdef"}}`, 400, api.CodeInvalidRequest, "attributes"},
 		{"parent missing at decision time", "POST", "/v1/limits/orphan/limit", `{"key":"k"}`, 404, api.CodeLimitNotFound, ""},
 	}
 	eachDB(t, func(t *testing.T, h *harness) {
@@ -179,6 +182,7 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		h.define(t, a.key, "quota", map[string]any{"kind": "quota", "rate": 5, "calendar": "week", "timeZone": "UTC"})
 		h.define(t, a.key, "org", bucket10PerMinute)
 		h.define(t, a.key, "child", map[string]any{"kind": "token bucket", "rate": 5, "period": 1000, "parents": []map[string]any{{"name": "org", "key": "org:{org}"}}})
+		h.define(t, a.key, "open", map[string]any{"kind": "token bucket", "rate": 5, "period": 1000, "parents": []map[string]any{{"name": "org", "key": "{org}"}}})
 		h.define(t, a.key, "orphan", map[string]any{"kind": "token bucket", "rate": 5, "period": 1000, "parents": []map[string]any{{"name": "gone", "key": "all"}}})
 		for i := 4; i >= 1; i-- {
 			def := map[string]any{"kind": "token bucket", "rate": 5, "period": 1000}

@@ -194,7 +194,7 @@ func (s *sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, erro
 		return tenants.Tenant{}, "", errNoPublishableKey
 	}
 	origin := c.GetHeader("Origin")
-	if !s.spend(c, ChallengeIPLimitName, s.ipLimit, "ip:"+hashHex(clientIPKey(c.ClientIP())), func() {
+	if !s.spend(c, ChallengeIPLimitName, s.ipLimit, limiter.IPKeyPrefix+hashHex(clientIPKey(c.ClientIP())), func() {
 		if origin != "" {
 			c.Header("Access-Control-Allow-Origin", origin)
 		}

@@ -329,13 +329,21 @@ func LimitName(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) str
 }
 
 // LimitKey is the key a descriptor counts: the entries' values, each with "%" and "/" escaped as
-// %25 and %2F, joined with "/".
+// %25 and %2F, joined with "/". A key that would start with a prefix reserved for the keys the API
+// derives itself ("session:", "ip:") has that prefix's ":" written %3A: a value from a visitor's
+// header must not name an anonymous session's allowance, and must not fail the call either (Envoy
+// lets a request through when its rate limit call fails, unless failure_mode_deny is set). No
+// escaped value contains "%3A", so the rule stays one to one.
 func LimitKey(entries []*rlcommon.RateLimitDescriptor_Entry) string {
 	parts := make([]string, len(entries))
 	for i, e := range entries {
 		parts[i] = keyEscaper.Replace(e.GetValue())
 	}
-	return strings.Join(parts, keySep)
+	key := strings.Join(parts, keySep)
+	if limiter.ReservedKey(key) {
+		key = strings.Replace(key, ":", "%3A", 1)
+	}
+	return key
 }
 
 // Attributes are a descriptor's entries as a decision's attributes, which fill the key templates

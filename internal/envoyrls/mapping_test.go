@@ -30,6 +30,11 @@ func TestKeysJoinEscapedValuesOneToOne(t *testing.T) {
 		{[]string{"a", "x/y", "b", "z"}, "x%2Fy/z"},
 		{[]string{"a", "x", "b", "y/z"}, "x/y%2Fz"},
 		{[]string{"a", "100%", "b", "%2F"}, "100%25/%252F"},
+		// The prefixes of the keys the API derives itself are out of a descriptor's reach.
+		{[]string{"user", "session:0123456789abcdef0123456789abcdef"}, "session%3A0123456789abcdef0123456789abcdef"},
+		{[]string{"user", "ip:ab", "path", "/"}, "ip%3Aab/%2F"},
+		{[]string{"user", "session%3Ax"}, "session%253Ax"},
+		{[]string{"user", "x", "other", "session:y"}, "x/session:y"},
 	} {
 		if got := envoyrls.LimitKey(entries(c.kv...)); got != c.want {
 			t.Errorf("%v: key %q, want %q", c.kv, got, c.want)

@@ -46,7 +46,13 @@ const (
 	MaxAttributes = algo.MaxAttributes
 	// KeyRule describes what ValidKey accepts, for error messages.
 	KeyRule = algo.KeyRule
+	// SessionKeyPrefix and IPKeyPrefix start the keys the API derives itself (see algo).
+	SessionKeyPrefix = algo.SessionKeyPrefix
+	IPKeyPrefix      = algo.IPKeyPrefix
 )
+
+// ReservedKey reports whether s lies under a prefix of the keys the API derives itself.
+func ReservedKey(s string) bool { return algo.ReservedKey(s) }
 
 // ValidName reports whether s is an acceptable limit name.
 func ValidName(s string) bool { return algo.ValidName(s) }

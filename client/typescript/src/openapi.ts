@@ -867,7 +867,7 @@ export interface components {
         Parent: {
             /** @description the parent limit */
             name: string;
-            /** @description the key template: text with {attribute} placeholders (names of [A-Za-z0-9_]), filled from the decision's attributes, e.g. "org:{org}"; braces only mark placeholders */
+            /** @description the key template: text with {attribute} placeholders (names of [A-Za-z0-9_]), filled from the decision's attributes, e.g. "org:{org}"; braces only mark placeholders. Like the keys a client names, neither the template's text nor the filled key may start with "session:" or "ip:" (reserved for anonymous sessions and their IP fallback): 400 invalid_config naming parents[i].key when stored, 400 invalid_request naming attributes when filled */
             key: string;
         };
         ParentDecision: {

@@ -76,6 +76,22 @@ func ValidName(s string) bool { return nameRE.MatchString(s) }
 // KeyRule describes what ValidKey accepts, for error messages.
 const KeyRule = "keys are 1 to 256 bytes of UTF-8 without NUL characters"
 
+// Keys the API derives itself live under these prefixes: an authorized anonymous session's key
+// and an IP prefix's fallback key. No key a client names or fills from attributes may use them,
+// so that a client cannot spend another visitor's allowance by naming it.
+const (
+	SessionKeyPrefix = "session:"
+	IPKeyPrefix      = "ip:"
+)
+
+// ReservedKeyRule says what ReservedKey refuses, for error messages.
+const ReservedKeyRule = `keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback`
+
+// ReservedKey reports whether s lies under a prefix of the keys the API derives itself.
+func ReservedKey(s string) bool {
+	return strings.HasPrefix(s, SessionKeyPrefix) || strings.HasPrefix(s, IPKeyPrefix)
+}
+
 // ValidKey reports whether s is an acceptable key: 1–256 bytes of valid UTF-8 without NUL
 // (PostgreSQL text cannot hold a NUL byte, so such a key would fail inside the database instead of
 // being refused as the caller's mistake).

@@ -25,8 +25,8 @@ func FuzzParentKeyTemplate(f *testing.F) {
 		if err != nil {
 			return // a missing attribute, or a key too long: a problem, not a panic
 		}
-		if !ValidKey(key) {
-			t.Fatalf("template %q with org=%q filled an invalid key %q", tmpl, value, key)
+		if !ValidKey(key) || ReservedKey(key) {
+			t.Fatalf("template %q with org=%q filled an invalid or reserved key %q", tmpl, value, key)
 		}
 		if strings.Contains(tmpl, "{org}") && !strings.Contains(key, value) {
 			t.Fatalf("template %q filled %q without the value %q", tmpl, key, value)

@@ -77,8 +77,10 @@ func parentProblems(ps []Parent) []FieldError {
 		case p.Key == "" || len(p.Key) > MaxKeyBytes || !utf8.ValidString(p.Key) || strings.ContainsRune(p.Key, 0):
 			fe = append(fe, FieldError{f + ".key", "must be a key template of 1 to 256 bytes of UTF-8 without NUL, such as \"org:{org}\""})
 		default:
-			if _, _, msg := parseTemplate(p.Key); msg != "" {
+			if literals, _, msg := parseTemplate(p.Key); msg != "" {
 				fe = append(fe, FieldError{f + ".key", msg})
+			} else if ReservedKey(literals[0]) {
+				fe = append(fe, FieldError{f + ".key", ReservedKeyRule})
 			}
 		}
 		for _, q := range ps[:i] {
@@ -110,7 +112,8 @@ func CheckAttributes(attrs map[string]string) error {
 
 // FillKey fills a parent's key template from a decision's attributes. A placeholder without an
 // attribute is an invalid_request naming "attributes.<name>"; a filled key that is not a valid
-// key (too long) names "attributes".
+// key (too long), or that lands under a reserved prefix (a template "{org}" filled with
+// "session:…"), names "attributes".
 func FillKey(child string, p Parent, attrs map[string]string) (string, error) {
 	literals, names, msg := parseTemplate(p.Key)
 	if msg != "" { // stored definitions were validated; only a damaged row gets here
@@ -132,6 +135,10 @@ func FillKey(child string, p Parent, attrs map[string]string) (string, error) {
 	if !ValidKey(key) {
 		return "", InvalidRequest("attributes",
 			fmt.Sprintf("the key of parent %q filled from the attributes is not a valid key (%s)", p.Name, KeyRule))
+	}
+	if ReservedKey(key) {
+		return "", InvalidRequest("attributes",
+			fmt.Sprintf("the key of parent %q filled from the attributes is reserved (%s)", p.Name, ReservedKeyRule))
 	}
 	return key, nil
 }
