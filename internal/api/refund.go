@@ -55,6 +55,10 @@ func (s *Server) refund(c *gin.Context) {
 			writeProblem(c, s.log, badRequest("key", limiter.KeyRule+`; leave "key" out for the limit's global key`))
 			return
 		}
+		if limiter.ReservedKey(*body.Key) { // as in decisions: no one refills a session's allowance by naming it
+			writeProblem(c, s.log, badRequest("key", `keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback`))
+			return
+		}
 		req.Key = *body.Key
 	}
 	d, err := s.engine.Refund(c.Request.Context(), tenantOf(c).TenantID, req)

@@ -32,6 +32,8 @@ func TestRefundOverHTTP(t *testing.T) {
 			{map[string]any{"key": "t", "count": -1}, "count"},
 			{map[string]any{"key": "t", "count": 1, "reserve": true}, "reserve"},
 			{map[string]any{"key": "", "count": 1}, "key"},
+			{map[string]any{"key": "session:0123456789abcdef0123456789abcdef", "count": 1, "attributes": attrs}, "key"},
+			{map[string]any{"key": "ip:0123", "count": 1, "attributes": attrs}, "key"},
 			{map[string]any{"key": "t", "count": 1}, "attributes.org"},
 		} {
 			p := requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/team/refund", a.key, bad.body), http.StatusBadRequest, "invalid_request")

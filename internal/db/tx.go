@@ -28,7 +28,7 @@ var ErrUnavailable = apperr.New(apperr.Unavailable, apperr.UnavailableMessage)
 // RetryPolicy bounds how long a transaction keeps retrying.
 type RetryPolicy struct {
 	MaxAttempts int           // attempts in all, including the first
-	BaseDelay   time.Duration // backoff before the second attempt (full jitter)
+	BaseDelay   time.Duration // first backoff (full jitter): see RetryPolicy.delay for when it comes
 	MaxDelay    time.Duration // cap of one backoff
 	Budget      time.Duration // wall-clock budget of all attempts together
 }
@@ -124,22 +124,27 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: after %d attempts: %v", n, last))
 		}
 		count.retries.Add(1)
-		delay := d.Retry.delay(n, err)
-		if delay == 0 {
-			continue
-		}
-		timer := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !sleep(ctx, d.Retry.delay(n, err)) {
 			if parentGone(ctx) {
 				return fmt.Errorf("db: transaction: %w", context.Cause(ctx))
 			}
 			count.giveUps.Add(1)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: retry budget spent: %v", last))
+		}
+	}
+}
+
+// sleep waits for d, or less if ctx ends first, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d > 0 {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
 		case <-timer.C:
 		}
 	}
+	return ctx.Err() == nil
 }
 
 // parentGone tells a caller that went away (request cancelled) from our own budget running out.
@@ -147,17 +152,17 @@ func parentGone(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), context.Canceled)
 }
 
-// isRetryable reports errors that mean "another transaction got there first; try again".
 // delay is how long to wait before attempt n+1, after attempt n failed with the retryable err.
 //
 // PostgreSQL reports a write conflict (40001's "concurrent update", 23505's lost insert race) once
 // the other transaction has committed, so the first retry after one of its errors goes at once:
 // the row is free, and a backoff would only hand it to the other instance's next transaction,
 // which would make the same group lose again and again (docs/performance.md, "an immediate first
-// retry"). Its other conflicts (a dangerous structure found by SSI, a deadlock) may be reported
-// while the other transaction still runs; for those the immediate retry costs one attempt. From
-// the second retry on, and for SQLite's busy lock, which is still held, the wait is full-jittered
-// and doubles each time, up to MaxDelay.
+// retry"). SSI's other serialization failures are raised once the transaction it conflicts with
+// has committed, too. A deadlock's victim may find the survivor still holding its locks and wait
+// behind it; at worst its immediate retry costs one attempt. From the second retry on, and for
+// SQLite's busy lock, which is still held when reported, the wait is full-jittered and doubles
+// each time, up to MaxDelay: PostgreSQL's schedule is SQLite's, one step later.
 func (p RetryPolicy) delay(n int, err error) time.Duration {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
@@ -170,6 +175,7 @@ func (p RetryPolicy) delay(n int, err error) time.Duration {
 	return rand.N(backoff) + time.Microsecond
 }
 
+// isRetryable reports errors that mean "another transaction got there first; try again".
 func isRetryable(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {

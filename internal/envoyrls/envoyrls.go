@@ -6,6 +6,8 @@ package envoyrls
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -142,9 +144,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if limiter.IsNotFound(err) {
 		return s.withUnknown(ctx, p.TenantID, reqs, plan)
 	}
-	if errors.Is(err, limiter.ErrCountExceedsCapacity) {
-		// Some descriptor asks for more than its limit can ever admit: the request can never
-		// pass, and nothing was counted.
+	if s.neverPasses(ctx, err) {
 		return overLimitAll(len(reqs)), nil
 	}
 	if err != nil {
@@ -240,7 +240,7 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 		case limiter.IsNotFound(err):
 			// A definition was deleted meanwhile: fail closed rather than guess.
 			return nil, errUnavailable
-		case errors.Is(err, limiter.ErrCountExceedsCapacity):
+		case s.neverPasses(ctx, err):
 			return overLimitAll(len(reqs)), nil
 		case err != nil:
 			return nil, s.statusOf(ctx, err)
@@ -314,8 +314,16 @@ const (
 )
 
 // keyEscaper makes the key mapping one to one: "/" inside a value cannot be confused with the
-// separator.
-var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
+// separator. NUL, which a key cannot hold, is written %00.
+var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "\x00", "%00")
+
+// Keys of descriptors whose escaped values make no valid key: longer than a key may be (the
+// prefix, then the SHA-256 of the escaped key in hex), or empty (one entry with an empty value).
+// No escaped key starts with "%s" or "%e" (an escaped "%" is "%25"), so they are one to one too.
+const (
+	hashedKeyPrefix = "%sha256:"
+	emptyKey        = "%empty"
+)
 
 // LimitName is the limit a descriptor counts against: the domain and the entries' keys joined
 // with ".".
@@ -328,12 +336,30 @@ func LimitName(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) str
 	return strings.Join(parts, nameSep)
 }
 
-// LimitKey is the key a descriptor counts: the entries' values, each with "%" and "/" escaped as
-// %25 and %2F, joined with "/". A key that would start with a prefix reserved for the keys the API
-// derives itself ("session:", "ip:") has that prefix's ":" written %3A: a value from a visitor's
-// header must not name an anonymous session's allowance, and must not fail the call either (Envoy
-// lets a request through when its rate limit call fails, unless failure_mode_deny is set). No
-// escaped value contains "%3A", so the rule stays one to one.
+// neverPasses reports a refusal of the request itself that no retry can change, and that
+// nothing was counted: a descriptor asks for more than its limit can ever admit, or the
+// descriptors' entries cannot fill a parent's key (an entry the template names is missing or
+// empty, or the key it fills is too long or under a reserved prefix). Such a request is answered
+// OVER_LIMIT, not with an error, since Envoy lets a request through when its rate limit call
+// fails (unless failure_mode_deny is set): a visitor's header value must not be able to switch
+// the limit off. The attributes' case is logged, since it can also be the route's configuration
+// not matching the limit's templates.
+func (s *Service) neverPasses(ctx context.Context, err error) bool {
+	if errors.Is(err, limiter.ErrBadAttributes) {
+		s.log.WarnContext(ctx, "envoy rate limit service: request refused: its descriptors cannot fill a parent's key", "err", err)
+		return true
+	}
+	return errors.Is(err, limiter.ErrCountExceedsCapacity)
+}
+
+// LimitKey is the key a descriptor counts: the entries' values, each with "%", "/" and NUL escaped
+// as %25, %2F and %00, joined with "/". Values come from visitors' requests, which must neither
+// name an allowance that is not theirs nor fail the call (Envoy lets a request through when its
+// rate limit call fails, unless failure_mode_deny is set). So a key that would start with a prefix
+// reserved for the keys the API derives itself ("session:", "ip:") has that prefix's ":" written
+// %3A (no escaped value contains "%3A"), and a key longer than a key may be is hashedKeyPrefix and
+// its SHA-256 in hex; an empty key is emptyKey. Every rule keeps the mapping one to one, and
+// every key it makes is valid.
 func LimitKey(entries []*rlcommon.RateLimitDescriptor_Entry) string {
 	parts := make([]string, len(entries))
 	for i, e := range entries {
@@ -343,22 +369,36 @@ func LimitKey(entries []*rlcommon.RateLimitDescriptor_Entry) string {
 	if limiter.ReservedKey(key) {
 		key = strings.Replace(key, ":", "%3A", 1)
 	}
+	switch {
+	case key == "":
+		key = emptyKey
+	case len(key) > limiter.MaxKeyBytes:
+		sum := sha256.Sum256([]byte(key))
+		key = hashedKeyPrefix + hex.EncodeToString(sum[:])
+	}
 	return key
 }
 
 // Attributes are a descriptor's entries as a decision's attributes, which fill the key templates
 // of the limit's parents (nested budgets): each entry whose key can name an attribute
-// ([A-Za-z0-9_]{1,64}) gives its value, a later entry winning. None when there would be more
-// than a decision may carry (a descriptor that long needs no parents' templates).
+// ([A-Za-z0-9_]{1,64}) gives its value, a later entry winning, if the value can be one (1 to 256
+// bytes, as a key). None when there would be more than a decision may carry (a descriptor that
+// long needs no parents' templates). A template that names a value left out refuses the request
+// (see neverPasses), and one that names none does not mind it.
 func Attributes(entries []*rlcommon.RateLimitDescriptor_Entry) map[string]string {
 	var attrs map[string]string
 	for _, e := range entries {
-		if limiter.ValidAttributeName(e.GetKey()) && e.GetValue() != "" {
-			if attrs == nil {
-				attrs = map[string]string{}
-			}
-			attrs[e.GetKey()] = e.GetValue()
+		if !limiter.ValidAttributeName(e.GetKey()) {
+			continue
 		}
+		if !limiter.ValidKey(e.GetValue()) {
+			delete(attrs, e.GetKey()) // the later entry wins, and it is no attribute
+			continue
+		}
+		if attrs == nil {
+			attrs = map[string]string{}
+		}
+		attrs[e.GetKey()] = e.GetValue()
 	}
 	if len(attrs) > limiter.MaxAttributes {
 		return nil

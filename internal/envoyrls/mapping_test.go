@@ -1,6 +1,9 @@
 package envoyrls_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
 	"testing"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -35,6 +38,13 @@ func TestKeysJoinEscapedValuesOneToOne(t *testing.T) {
 		{[]string{"user", "ip:ab", "path", "/"}, "ip%3Aab/%2F"},
 		{[]string{"user", "session%3Ax"}, "session%253Ax"},
 		{[]string{"user", "x", "other", "session:y"}, "x/session:y"},
+		{[]string{"user", "a\x00b"}, "a%00b"},
+		{[]string{"user", ""}, "%empty"},
+		{[]string{"user", "", "path", ""}, "/"},
+		// A key longer than 256 bytes counts under its digest; 256 bytes are kept as they are.
+		{[]string{"user", strings.Repeat("x", 256)}, strings.Repeat("x", 256)},
+		{[]string{"user", strings.Repeat("x", 257)}, "%sha256:" + sha256Hex(strings.Repeat("x", 257))},
+		{[]string{"user", strings.Repeat("/", 100)}, "%sha256:" + sha256Hex(strings.Repeat("%2F", 100))},
 	} {
 		if got := envoyrls.LimitKey(entries(c.kv...)); got != c.want {
 			t.Errorf("%v: key %q, want %q", c.kv, got, c.want)
@@ -72,4 +82,9 @@ func TestCurrentLimitUsesTheLongestUnitThatDividesThePeriod(t *testing.T) {
 			t.Errorf("%v per %d ms: %v, want %d per %v ×%d", c.rate, c.period, got, c.perUnit, c.unit, c.multiplier)
 		}
 	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

@@ -73,6 +73,9 @@ var (
 	// ErrDefinitionExists: a request carries an inline config for a name that has a stored definition.
 	ErrDefinitionExists = &apperr.Error{Code: apperr.DefinitionExists, Field: "config",
 		Message: "a stored definition exists for this name; omit config"}
+	// ErrBadAttributes: the attributes cannot fill the parents' keys (see algo). The error is an
+	// invalid_request naming "attributes…"; errors.Is finds this in it.
+	ErrBadAttributes = algo.ErrBadAttributes
 	// ErrCountExceedsCapacity: the count is more than the limit can ever admit at once.
 	ErrCountExceedsCapacity = &apperr.Error{Code: apperr.CountExceedsCapacity, Field: "count",
 		Message: "count is more than this limit can ever admit at once"}

@@ -413,7 +413,7 @@ func (u *UI) enforce(c *gin.Context) {
 	def.Mode = limiter.Enforce
 	ctx := c.Request.Context()
 	if _, _, err := u.engine.PutDefinition(ctx, t.ID, d.Name, def, u.auditDefinition(c, "(switched from shadow to enforce)")); err != nil {
-		u.internalError(c, err)
+		u.fail(c, err)
 		return
 	}
 	redirect(c, limitPath(t.ID, d.Name, "?msg=limit-enforced"))

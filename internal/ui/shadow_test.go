@@ -104,3 +104,30 @@ func TestShadowLimitPageAndSwitchToEnforceWithoutJavaScript(t *testing.T) {
 		t.Fatalf("the switch is not audited: %+v", log)
 	}
 }
+
+// TestSwitchingALimitTodaysRulesRefuseSaysWhy: a definition stored before a rule it breaks (here a
+// parent's key template under the reserved "session:" prefix) cannot be switched to enforce; the
+// dashboard says why with a 400 page, not a 500.
+func TestSwitchingALimitTodaysRulesRefuseSaysWhy(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	tn := e.tenant("acme")
+	shadow := dailyBucket
+	shadow.Mode = limiter.Shadow
+	shadow.Parents = []limiter.Parent{{Name: "org", Key: "org:{org}"}}
+	if _, _, err := e.engine.PutDefinition(context.Background(), tn.ID, "beta", shadow, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.Gorm.Exec(`UPDATE limit_definitions SET parents = replace(parents, 'org:{org}', 'session:{org}') WHERE tenant_id = ? AND name = 'beta'`, tn.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	c := e.login(opEmail, opPassword)
+	r := c.post(tpath(tn, "/limits/beta/enforce"), url.Values{"confirm": {"yes"}})
+	wantStatus(t, r, http.StatusBadRequest)
+	if !strings.Contains(r.body, "reserved") {
+		t.Fatalf("the page does not say what is wrong: %s", r.body)
+	}
+	if d, err := e.engine.GetDefinition(context.Background(), tn.ID, "beta"); err != nil || d.Definition.Mode != limiter.Shadow {
+		t.Fatalf("after the refused switch: %+v, %v; want it still in shadow mode", d.Definition, err)
+	}
+}

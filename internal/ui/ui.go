@@ -210,17 +210,22 @@ func (u *UI) render(c *gin.Context, status int, comp templ.Component) {
 	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
 }
 
-// internalError logs the cause with the request ID and shows a page that says nothing more.
 // fail is the dashboard's renderer of an error that ends the request, read through apperr: the
 // not-found page for a 404 (a missing object, or another tenant's: the same page, so nothing is
-// revealed), and the internal-error page, logged with the request ID, for anything else. Errors
-// a form can correct are shown inline instead, with apperr.From(err).Sentence().
+// revealed), an error page with the problem's sentence for any other 4xx (a stored definition
+// that today's rules refuse, for one), and the internal-error page, logged with the request ID,
+// for anything else. Errors a form can correct are shown inline instead, with
+// apperr.From(err).Sentence().
 func (u *UI) fail(c *gin.Context, err error) {
-	if apperr.From(err).Status() == http.StatusNotFound {
+	e := apperr.From(err)
+	switch status := e.Status(); {
+	case status == http.StatusNotFound:
 		u.NotFound(c)
-		return
+	case status >= 400 && status < 500:
+		u.render(c, status, errorPage(u.bareLayout(c, "Error"), status, "This cannot be done", e.Sentence()))
+	default:
+		u.internalError(c, err)
 	}
-	u.internalError(c, err)
 }
 
 // audit records what a dashboard request changed, after the change was committed in a
@@ -243,6 +248,7 @@ func (u *UI) auditRequest(c *gin.Context, tenantID *int64, actor, action, target
 	return u.audit(c.Request.Context(), c.GetString(httpserver.RequestIDKey), tenantID, actor, action, target, detail)
 }
 
+// internalError logs the cause with the request ID and shows a page that says nothing more.
 func (u *UI) internalError(c *gin.Context, err error) {
 	id := c.GetString(httpserver.RequestIDKey)
 	u.log.ErrorContext(c.Request.Context(), "dashboard error", "request_id", id, "path", c.FullPath(), "err", err)

@@ -641,7 +641,7 @@ export interface components {
             updatedAt: string;
         };
         DecisionRequest: {
-            /** @description absent: the limit's single global key */
+            /** @description absent: the limit's single global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key */
             key?: string;
             /** @description an anonymous session authorized through the captcha; instead of key */
             session?: string;
@@ -926,7 +926,7 @@ export interface components {
             next: string | null;
         };
         RefundRequest: {
-            /** @description absent: the limit's global key */
+            /** @description absent: the limit's global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key */
             key?: string;
             /** @description tokens to give back; more than were taken only fills the key up to its maximum */
             count: number;
@@ -954,7 +954,7 @@ export interface components {
             limits: {
                 /** @description a stored limit (not a concurrency limit) */
                 name: string;
-                /** @description absent: the limit's global key */
+                /** @description absent: the limit's global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key */
                 key?: string;
                 /**
                  * @description the amount to hold (the estimate)

@@ -148,7 +148,11 @@ const (
 type ValidationError struct {
 	Code   string
 	Fields []FieldError
+	Cause  error // a sentinel the problem is also, for callers that answer it otherwise (optional)
 }
+
+// Unwrap is the problem's sentinel, if it has one.
+func (e *ValidationError) Unwrap() error { return e.Cause }
 
 // Detail is every field's problem, "field: message" joined by "; ".
 func (e *ValidationError) Detail() string {
@@ -160,6 +164,12 @@ func (e *ValidationError) Detail() string {
 }
 
 func (e *ValidationError) Error() string { return e.Code + ": " + e.Detail() }
+
+// ErrBadAttributes is the cause of the problem when a decision's attributes cannot serve it: a
+// value is empty, too long or not UTF-8, a parent's key template names an attribute that is not
+// there, or the key it fills is too long or under a reserved prefix. Where attributes come from
+// visitors (Envoy's descriptors), such a request is refused rather than failed.
+var ErrBadAttributes = errors.New("the attributes cannot fill the parents' keys")
 
 // ErrCountExceedsCapacity means a request can never succeed: its count is more than the limit
 // can ever admit at once (DESIGN §3.4).

@@ -104,7 +104,9 @@ func CheckAttributes(attrs map[string]string) error {
 			return InvalidRequest("attributes", fmt.Sprintf("attribute name %q: names are 1 to 64 characters of [A-Za-z0-9_]", name))
 		}
 		if v == "" || len(v) > maxAttrValueLen || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-			return InvalidRequest("attributes."+name, "attribute values are 1 to 256 bytes of UTF-8 without NUL characters")
+			ve := InvalidRequest("attributes."+name, "attribute values are 1 to 256 bytes of UTF-8 without NUL characters")
+			ve.Cause = ErrBadAttributes
+			return ve
 		}
 	}
 	return nil
@@ -125,22 +127,27 @@ func FillKey(child string, p Parent, attrs map[string]string) (string, error) {
 		if i < len(names) {
 			v, ok := attrs[names[i]]
 			if !ok {
-				return "", InvalidRequest("attributes."+names[i],
+				ve := InvalidRequest("attributes."+names[i],
 					fmt.Sprintf("is required: limit %q spends parent %q under the key %q", child, p.Name, p.Key))
+				ve.Cause = ErrBadAttributes
+				return "", ve
 			}
 			b.WriteString(v)
 		}
 	}
 	key := b.String()
-	if !ValidKey(key) {
-		return "", InvalidRequest("attributes",
-			fmt.Sprintf("the key of parent %q filled from the attributes is not a valid key (%s)", p.Name, KeyRule))
+	var problem string
+	switch {
+	case !ValidKey(key):
+		problem = fmt.Sprintf("the key of parent %q filled from the attributes is not a valid key (%s)", p.Name, KeyRule)
+	case ReservedKey(key):
+		problem = fmt.Sprintf("the key of parent %q filled from the attributes is reserved (%s)", p.Name, ReservedKeyRule)
+	default:
+		return key, nil
 	}
-	if ReservedKey(key) {
-		return "", InvalidRequest("attributes",
-			fmt.Sprintf("the key of parent %q filled from the attributes is reserved (%s)", p.Name, ReservedKeyRule))
-	}
-	return key, nil
+	ve := InvalidRequest("attributes", problem)
+	ve.Cause = ErrBadAttributes
+	return "", ve
 }
 
 // CheckParentGraph checks a tenant's parent graph (each limit's parent names; a name without an
