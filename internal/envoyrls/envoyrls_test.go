@@ -457,6 +457,18 @@ func TestDescriptorHitsAddendOverridesTheRequests(t *testing.T) {
 	}
 }
 
+// defineOrgAndUser defines api.org (2 an hour) and api.org.user (10 an hour), whose parent is
+// api.org under the key "{org}".
+func (h *harness) defineOrgAndUser(t *testing.T) {
+	t.Helper()
+	h.define(t, "api.org", 2)
+	child := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000,
+		Parents: []limiter.Parent{{Name: "api.org", Key: "{org}"}}}
+	if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.org.user", child, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDescriptorEntriesFillTheKeysOfParents: a descriptor's entries are the decision's
 // attributes, so a limit with a parent whose key template names an entry key spends that
 // parent too (nested budgets through Envoy); both are refused together once the parent is spent.
@@ -464,12 +476,7 @@ func TestDescriptorEntriesFillTheKeysOfParents(t *testing.T) {
 	t.Parallel()
 	testkit.EachURL(t, func(t *testing.T, url string) {
 		h := start(t, url, false)
-		h.define(t, "api.org", 2)
-		child := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000,
-			Parents: []limiter.Parent{{Name: "api.org", Key: "{org}"}}}
-		if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.org.user", child, nil); err != nil {
-			t.Fatal(err)
-		}
+		h.defineOrgAndUser(t)
 		for i, user := range []string{"alice", "bob", "carol"} {
 			resp := h.decide(t, request("api", descriptor("org", "acme", "user", user)))
 			if want := i < 2; (resp.OverallCode == rls.RateLimitResponse_OK) != want {
@@ -485,19 +492,14 @@ func TestDescriptorEntriesFillTheKeysOfParents(t *testing.T) {
 	})
 }
 
-// TestVisitorValuesCannotSwitchTheLimitOff: a descriptor value that fills a parent's key Sluice
-// cannot use (under a reserved prefix, or too long) is answered OVER_LIMIT with nothing counted,
+// TestVisitorValuesCannotSwitchTheLimitOff: a descriptor value that cannot fill a parent's key
+// (it fills a reserved or too long one, or is empty) is answered OVER_LIMIT with nothing counted,
 // not with an error, which Envoy would let through unless failure_mode_deny is set.
 func TestVisitorValuesCannotSwitchTheLimitOff(t *testing.T) {
 	t.Parallel()
 	testkit.EachURL(t, func(t *testing.T, url string) {
 		h := start(t, url, false)
-		h.define(t, "api.org", 2)
-		child := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000,
-			Parents: []limiter.Parent{{Name: "api.org", Key: "{org}"}}}
-		if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.org.user", child, nil); err != nil {
-			t.Fatal(err)
-		}
+		h.defineOrgAndUser(t)
 		for _, org := range []string{"session:0123456789abcdef0123456789abcdef", "ip:0123", strings.Repeat("x", 257), ""} {
 			resp := h.decide(t, request("api", descriptor("org", org, "user", "dave")))
 			if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
