@@ -116,7 +116,8 @@ func (o Override) Validate(def Definition, now int64) error {
 }
 
 // validateNumbers checks that def with the override's numbers is valid, reporting only the
-// fields the override sets (def itself is valid).
+// fields the override sets. If none of them is at fault, def itself is: stored before a rule it
+// now breaks (a parent's template under a reserved prefix, say), and its own problems are named.
 func (o Override) validateNumbers(def Definition) error {
 	if o.Action != ActionNone {
 		return nil
@@ -136,8 +137,8 @@ func (o Override) validateNumbers(def Definition) error {
 			fe = append(fe, f)
 		}
 	}
-	if len(fe) == 0 { // cannot happen: only these fields changed; say so rather than accept
-		fe = append(fe, FieldError{"rate", ve.Detail()})
+	if len(fe) == 0 {
+		return ve
 	}
 	return &ValidationError{Code: CodeInvalidConfig, Fields: fe}
 }

@@ -148,6 +148,9 @@ func TestOverrideValidateNamesTheField(t *testing.T) {
 		{"negative capacity", Override{Match: "k", Capacity: ptr(-1.0)}, tb, CodeInvalidConfig, "capacity"},
 		{"capacity on a sliding window", Override{Match: "k", Capacity: ptr(5.0)}, sw, CodeInvalidConfig, "capacity"},
 		{"maxReserved on a sliding window", Override{Match: "k", MaxReserved: ptr(5.0)}, sw, CodeInvalidConfig, "maxReserved"},
+		// A definition stored before a rule it breaks: its own problem is named, not the override's.
+		{"a definition today's rules refuse", Override{Match: "k", Rate: ptr(1.0)},
+			Definition{Kind: TokenBucket, Rate: 10, Period: 1000, Parents: []Parent{{Name: "org", Key: "session:{org}"}}}, CodeInvalidConfig, "parents[0].key"},
 	} {
 		err := c.o.Validate(c.def, now)
 		var ve *ValidationError
