@@ -130,6 +130,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		return nil, err
 	}
 	reqs, err := toRequests(req)
+	if errors.Is(err, errHitsNeverFit) {
+		return overLimitAll(len(req.GetDescriptors())), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -406,6 +409,13 @@ func Attributes(entries []*rlcommon.RateLimitDescriptor_Entry) map[string]string
 	return attrs
 }
 
+// maxHits is the largest count a decision may carry, which is also the largest capacity a limit
+// may have. A hits_addend above it can never fit. A route can derive hits_addend from the request,
+// so it is refused (errHitsNeverFit: OVER_LIMIT), not failed, as a visitor's values are.
+const maxHits = 1e15
+
+var errHitsNeverFit = errors.New("a descriptor's hits_addend is more than any limit can admit")
+
 // toRequests validates req and maps its descriptors to limit requests.
 func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 	ds := req.GetDescriptors()
@@ -436,6 +446,9 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 		}
 		if hits == 0 {
 			hits = 1
+		}
+		if hits > maxHits {
+			return nil, errHitsNeverFit
 		}
 		out[i] = limiter.Request{Name: name, Key: key, Count: float64(hits), Attributes: Attributes(d.GetEntries())}
 	}

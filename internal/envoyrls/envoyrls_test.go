@@ -452,6 +452,11 @@ func TestDescriptorHitsAddendOverridesTheRequests(t *testing.T) {
 	if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("more hits than the limit's capacity: %v, want OVER_LIMIT", resp)
 	}
+	// More than any limit can hold (a route can derive hits_addend from the request): refused, not failed.
+	req.Descriptors[0].HitsAddend = wrapperspb.UInt64(1e15 + 1)
+	if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("hits_addend above 10^15: %v, want OVER_LIMIT", resp)
+	}
 	if v := h.value(t, "api.user", "alice"); v != 6 {
 		t.Fatalf("value %v, want 6", v)
 	}
