@@ -15,6 +15,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -73,6 +74,29 @@ type Service struct {
 	engine Engine
 	opts   Options
 	log    *slog.Logger
+	// refusedWarnings keeps the warning about requests refused for their attributes to one a
+	// minute: a visitor can cause one per request.
+	refusedWarnings throttle
+}
+
+// throttle lets one event through per period and counts the ones it held back.
+type throttle struct {
+	mu         sync.Mutex
+	next       time.Time
+	suppressed int
+}
+
+// allow reports whether an event at now goes through, and if so how many were held back since
+// the last one that did.
+func (t *throttle) allow(now time.Time, period time.Duration) (ok bool, heldBack int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if now.Before(t.next) {
+		t.suppressed++
+		return false, 0
+	}
+	heldBack, t.suppressed, t.next = t.suppressed, 0, now.Add(period)
+	return true, heldBack
 }
 
 // New returns the service; it starts nothing.
@@ -340,19 +364,23 @@ func LimitName(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) str
 }
 
 // neverPasses reports a refusal of the request itself that no retry can change, and that
-// nothing was counted: a descriptor asks for more than its limit can ever admit, or the
-// descriptors' entries cannot fill a parent's key (an entry the template names is missing or
+// nothing was counted: a descriptor asks for more than its limit can ever admit or for a count
+// its limit's kind never admits (a concurrency limit takes 1), or the descriptors' entries cannot
+// fill a parent's key (an entry the template names is missing or
 // empty, or the key it fills is too long or under a reserved prefix). Such a request is answered
 // OVER_LIMIT, not with an error, since Envoy lets a request through when its rate limit call
 // fails (unless failure_mode_deny is set): a visitor's header value must not be able to switch
-// the limit off. The attributes' case is logged, since it can also be the route's configuration
-// not matching the limit's templates.
+// the limit off. The attributes' case is logged, at most once a minute, since it can also be the
+// route's configuration not matching the limit's templates.
 func (s *Service) neverPasses(ctx context.Context, err error) bool {
 	if errors.Is(err, limiter.ErrBadAttributes) {
-		s.log.WarnContext(ctx, "envoy rate limit service: request refused: its descriptors cannot fill a parent's key", "err", err)
+		if ok, heldBack := s.refusedWarnings.allow(time.Now(), time.Minute); ok {
+			s.log.WarnContext(ctx, "envoy rate limit service: request refused: its descriptors cannot fill a parent's key",
+				"err", err, "refused_since_last_warning", heldBack)
+		}
 		return true
 	}
-	return errors.Is(err, limiter.ErrCountExceedsCapacity)
+	return errors.Is(err, limiter.ErrCountExceedsCapacity) || errors.Is(err, limiter.ErrCountNeverAdmitted)
 }
 
 // LimitKey is the key a descriptor counts: the entries' values, each with "%", "/" and NUL escaped

@@ -452,6 +452,16 @@ func TestDescriptorHitsAddendOverridesTheRequests(t *testing.T) {
 	if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("more hits than the limit's capacity: %v, want OVER_LIMIT", resp)
 	}
+	// A concurrency limit takes one lease per decision: 2 hits are refused, not failed.
+	jobs := limiter.Definition{Kind: limiter.Concurrency, Rate: 5, LeaseTTL: 3_600_000}
+	if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.job", jobs, nil); err != nil {
+		t.Fatal(err)
+	}
+	twice := descriptor("job", "j1")
+	twice.HitsAddend = wrapperspb.UInt64(2)
+	if resp := h.decide(t, request("api", twice)); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("2 hits on a concurrency limit: %v, want OVER_LIMIT", resp)
+	}
 	// More than any limit can hold (a route can derive hits_addend from the request): refused, not failed.
 	req.Descriptors[0].HitsAddend = wrapperspb.UInt64(1e15 + 1)
 	if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {

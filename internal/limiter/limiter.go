@@ -73,6 +73,9 @@ var (
 	// ErrDefinitionExists: a request carries an inline config for a name that has a stored definition.
 	ErrDefinitionExists = &apperr.Error{Code: apperr.DefinitionExists, Field: "config",
 		Message: "a stored definition exists for this name; omit config"}
+	// ErrCountNeverAdmitted: a count the limit's kind never admits (see algo); an invalid_request
+	// naming "count" in which errors.Is finds this.
+	ErrCountNeverAdmitted = algo.ErrCountNeverAdmitted
 	// ErrBadAttributes: the attributes cannot fill the parents' keys (see algo). The error is an
 	// invalid_request naming "attributes…"; errors.Is finds this in it.
 	ErrBadAttributes = algo.ErrBadAttributes

@@ -171,6 +171,11 @@ func (e *ValidationError) Error() string { return e.Code + ": " + e.Detail() }
 // visitors (Envoy's descriptors), such a request is refused rather than failed.
 var ErrBadAttributes = errors.New("the attributes cannot fill the parents' keys")
 
+// ErrCountNeverAdmitted is the cause of the problem when a count is one the limit's kind never
+// admits (a concurrency limit takes 1). Where counts come from a request's traffic (Envoy's
+// hits_addend), such a request is refused rather than failed.
+var ErrCountNeverAdmitted = errors.New("the limit's kind never admits this count")
+
 // ErrCountExceedsCapacity means a request can never succeed: its count is more than the limit
 // can ever admit at once (DESIGN §3.4).
 var ErrCountExceedsCapacity = errors.New("count exceeds what the limit can ever admit")
@@ -404,7 +409,9 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 			return InvalidRequest("reserve", "concurrency limits cannot reserve")
 		}
 		if count != 1 {
-			return InvalidRequest("count", "must be 1 for a concurrency limit (one lease per decision)")
+			ve := InvalidRequest("count", "must be 1 for a concurrency limit (one lease per decision)")
+			ve.Cause = ErrCountNeverAdmitted
+			return ve
 		}
 		return nil
 	}
