@@ -17,12 +17,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -118,7 +121,7 @@ const stopGrace = 10 * time.Second
 // Serve answers gRPC calls on l until ctx ends, then stops gracefully: no new calls, in-flight
 // ones finish (cut off after stopGrace). It returns nil on a clean stop.
 func (s *Service) Serve(ctx context.Context, l net.Listener) error {
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.ForceServerCodecV2(lenientCodec{encoding.GetCodecV2(proto.Name)}))
 	rls.RegisterRateLimitServiceServer(g, s)
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(l) }()
@@ -344,6 +347,27 @@ const (
 // separator. NUL, which a key cannot hold, is written %00.
 var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "\x00", "%00")
 
+// escapeValue is keyEscaper's escaping, and each byte that is not part of valid UTF-8 (a header
+// value in Latin-1, read by lenientCodec) written %XX in upper-case hex. Every escape is the
+// byte's %XX, so a key decodes back to its values.
+func escapeValue(v string) string {
+	v = keyEscaper.Replace(v)
+	if utf8.ValidString(v) {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		r, size := utf8.DecodeRuneInString(v[i:])
+		if r == utf8.RuneError && size == 1 {
+			fmt.Fprintf(&b, "%%%02X", v[i])
+		} else {
+			b.WriteString(v[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
 // Keys of descriptors whose escaped values make no valid key: longer than a key may be (the
 // prefix, then the SHA-256 of the escaped key in hex), or empty (one entry with an empty value).
 // No escaped key starts with "%s" or "%e" (an escaped "%" is "%25"), so they are one to one too.
@@ -384,7 +408,7 @@ func (s *Service) neverPasses(ctx context.Context, err error) bool {
 }
 
 // LimitKey is the key a descriptor counts: the entries' values, each with "%", "/" and NUL escaped
-// as %25, %2F and %00, joined with "/". Values come from visitors' requests, which must neither
+// as %25, %2F and %00 and bytes that are not UTF-8 as %XX (escapeValue), joined with "/". Values come from visitors' requests, which must neither
 // name an allowance that is not theirs nor fail the call (Envoy lets a request through when its
 // rate limit call fails, unless failure_mode_deny is set). So a key that would start with a prefix
 // reserved for the keys the API derives itself ("session:", "ip:") has that prefix's ":" written
@@ -394,7 +418,7 @@ func (s *Service) neverPasses(ctx context.Context, err error) bool {
 func LimitKey(entries []*rlcommon.RateLimitDescriptor_Entry) string {
 	parts := make([]string, len(entries))
 	for i, e := range entries {
-		parts[i] = keyEscaper.Replace(e.GetValue())
+		parts[i] = escapeValue(e.GetValue())
 	}
 	key := strings.Join(parts, keySep)
 	if limiter.ReservedKey(key) {
