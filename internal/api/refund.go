@@ -56,7 +56,7 @@ func (s *Server) refund(c *gin.Context) {
 			return
 		}
 		if limiter.ReservedKey(*body.Key) { // as in decisions: no one refills a session's allowance by naming it
-			writeProblem(c, s.log, badRequest("key", `keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback`))
+			writeProblem(c, s.log, badRequest("key", limiter.ReservedKeyRule))
 			return
 		}
 		req.Key = *body.Key

@@ -390,8 +390,8 @@ func LimitName(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) str
 // neverPasses reports a refusal of the request itself that no retry can change, and that
 // nothing was counted: a descriptor asks for more than its limit can ever admit or for a count
 // its limit's kind never admits (a concurrency limit takes 1), or the descriptors' entries cannot
-// fill a parent's key (an entry the template names is missing or
-// empty, or the key it fills is too long or under a reserved prefix). Such a request is answered
+// fill a parent's key (an entry the template names is missing or empty, or the key it fills is
+// too long or under a reserved prefix). Such a request is answered
 // OVER_LIMIT, not with an error, since Envoy lets a request through when its rate limit call
 // fails (unless failure_mode_deny is set): a visitor's header value must not be able to switch
 // the limit off. The attributes' case is logged, at most once a minute, since it can also be the
@@ -408,9 +408,10 @@ func (s *Service) neverPasses(ctx context.Context, err error) bool {
 }
 
 // LimitKey is the key a descriptor counts: the entries' values, each with "%", "/" and NUL escaped
-// as %25, %2F and %00 and bytes that are not UTF-8 as %XX (escapeValue), joined with "/". Values come from visitors' requests, which must neither
-// name an allowance that is not theirs nor fail the call (Envoy lets a request through when its
-// rate limit call fails, unless failure_mode_deny is set). So a key that would start with a prefix
+// as %25, %2F and %00 and bytes that are not UTF-8 as %XX (escapeValue), joined with "/". Values
+// come from visitors' requests, which must neither name an allowance that is not theirs nor fail
+// the call (Envoy lets a request through when its rate limit call fails, unless
+// failure_mode_deny is set). So a key that would start with a prefix
 // reserved for the keys the API derives itself ("session:", "ip:") has that prefix's ":" written
 // %3A (no escaped value contains "%3A"), and a key longer than a key may be is hashedKeyPrefix and
 // its SHA-256 in hex; an empty key is emptyKey. Every rule keeps the mapping one to one, and
@@ -461,11 +462,9 @@ func Attributes(entries []*rlcommon.RateLimitDescriptor_Entry) map[string]string
 	return attrs
 }
 
-// maxHits is the largest count a decision may carry, which is also the largest capacity a limit
-// may have. A hits_addend above it can never fit. A route can derive hits_addend from the request,
-// so it is refused (errHitsNeverFit: OVER_LIMIT), not failed, as a visitor's values are.
-const maxHits = 1e15
-
+// errHitsNeverFit: a hits_addend above limiter.MaxAmount, the largest count a decision may carry
+// and the largest capacity a limit may have, can never fit. A route can derive hits_addend from
+// the request, so it is refused (OVER_LIMIT), not failed, as a visitor's values are.
 var errHitsNeverFit = errors.New("a descriptor's hits_addend is more than any limit can admit")
 
 // toRequests validates req and maps its descriptors to limit requests.
@@ -499,7 +498,7 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 		if hits == 0 {
 			hits = 1
 		}
-		if hits > maxHits {
+		if hits > limiter.MaxAmount {
 			return nil, errHitsNeverFit
 		}
 		out[i] = limiter.Request{Name: name, Key: key, Count: float64(hits), Attributes: Attributes(d.GetEntries())}

@@ -46,6 +46,10 @@ const (
 	MaxAttributes = algo.MaxAttributes
 	// KeyRule describes what ValidKey accepts, for error messages.
 	KeyRule = algo.KeyRule
+	// MaxAmount is the most a rate, capacity, maxReserved or count may be.
+	MaxAmount = algo.MaxAmount
+	// ReservedKeyRule says what ReservedKey refuses, for error messages.
+	ReservedKeyRule = algo.ReservedKeyRule
 	// SessionKeyPrefix and IPKeyPrefix start the keys the API derives itself (see algo).
 	SessionKeyPrefix = algo.SessionKeyPrefix
 	IPKeyPrefix      = algo.IPKeyPrefix

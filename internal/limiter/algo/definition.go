@@ -57,7 +57,7 @@ const (
 const (
 	MaxShards     = 1024
 	MaxResolution = 60
-	maxAmount     = 1e15 // rate, capacity, maxReserved, count
+	MaxAmount     = 1e15 // the most a rate, capacity, maxReserved or count may be
 	// minRate is the smallest normal float64: below it a rate loses precision (a subnormal),
 	// and the times computed from it are not what the definition says.
 	minRate     = 0x1p-1022
@@ -154,6 +154,12 @@ type ValidationError struct {
 // Unwrap is the problem's sentinel, if it has one.
 func (e *ValidationError) Unwrap() error { return e.Cause }
 
+// because gives the problem its sentinel and returns it.
+func (e *ValidationError) because(cause error) *ValidationError {
+	e.Cause = cause
+	return e
+}
+
 // Detail is every field's problem, "field: message" joined by "; ".
 func (e *ValidationError) Detail() string {
 	parts := make([]string, len(e.Fields))
@@ -208,8 +214,8 @@ func (d Definition) Validate() error {
 	} else if d.Penalty > 0 && d.Shards > 1 {
 		add("penalty", "applies to limits with one shard (a key's lockout lives in its one state row)")
 	}
-	if !finiteIn(d.Rate, math.SmallestNonzeroFloat64, maxAmount) {
-		add("rate", "must be a number > 0 and <= %g", float64(maxAmount))
+	if !finiteIn(d.Rate, math.SmallestNonzeroFloat64, MaxAmount) {
+		add("rate", "must be a number > 0 and <= %g", float64(MaxAmount))
 	}
 	switch {
 	case d.Kind == Quota:
@@ -231,11 +237,11 @@ func (d Definition) Validate() error {
 		}
 	}
 	fe = append(fe, parentProblems(d.Parents)...)
-	if d.Capacity != nil && !finiteIn(*d.Capacity, 0, maxAmount) {
-		add("capacity", "must be a number >= 0 and <= %g", float64(maxAmount))
+	if d.Capacity != nil && !finiteIn(*d.Capacity, 0, MaxAmount) {
+		add("capacity", "must be a number >= 0 and <= %g", float64(MaxAmount))
 	}
-	if d.MaxReserved != nil && !finiteIn(*d.MaxReserved, 0, maxAmount) {
-		add("maxReserved", "must be a number >= 0 and <= %g", float64(maxAmount))
+	if d.MaxReserved != nil && !finiteIn(*d.MaxReserved, 0, MaxAmount) {
+		add("maxReserved", "must be a number >= 0 and <= %g", float64(MaxAmount))
 	}
 	if d.Shards < 0 || d.Shards > MaxShards {
 		add("shards", "must be between 1 and %d", MaxShards)
@@ -395,8 +401,8 @@ func (d Definition) WindowAt(t int64) (start, end int64) {
 // *ValidationError for a count or reserve that is invalid in itself, ErrCountExceedsCapacity for
 // a count this limit can never admit.
 func (d Definition) CheckCount(count float64, reserve bool) error {
-	if !finiteIn(count, 0, maxAmount) {
-		return InvalidRequest("count", fmt.Sprintf("must be a number >= 0 and <= %g", float64(maxAmount)))
+	if !finiteIn(count, 0, MaxAmount) {
+		return InvalidRequest("count", fmt.Sprintf("must be a number >= 0 and <= %g", float64(MaxAmount)))
 	}
 	if reserve && d.Kind == SlidingWindow {
 		return InvalidRequest("reserve", "sliding windows cannot reserve")
@@ -409,9 +415,7 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 			return InvalidRequest("reserve", "concurrency limits cannot reserve")
 		}
 		if count != 1 {
-			ve := InvalidRequest("count", "must be 1 for a concurrency limit (one lease per decision)")
-			ve.Cause = ErrCountNeverAdmitted
-			return ve
+			return InvalidRequest("count", "must be 1 for a concurrency limit (one lease per decision)").because(ErrCountNeverAdmitted)
 		}
 		return nil
 	}

@@ -104,9 +104,7 @@ func CheckAttributes(attrs map[string]string) error {
 			return InvalidRequest("attributes", fmt.Sprintf("attribute name %q: names are 1 to 64 characters of [A-Za-z0-9_]", name))
 		}
 		if v == "" || len(v) > maxAttrValueLen || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-			ve := InvalidRequest("attributes."+name, "attribute values are 1 to 256 bytes of UTF-8 without NUL characters")
-			ve.Cause = ErrBadAttributes
-			return ve
+			return InvalidRequest("attributes."+name, "attribute values are 1 to 256 bytes of UTF-8 without NUL characters").because(ErrBadAttributes)
 		}
 	}
 	return nil
@@ -127,10 +125,8 @@ func FillKey(child string, p Parent, attrs map[string]string) (string, error) {
 		if i < len(names) {
 			v, ok := attrs[names[i]]
 			if !ok {
-				ve := InvalidRequest("attributes."+names[i],
-					fmt.Sprintf("is required: limit %q spends parent %q under the key %q", child, p.Name, p.Key))
-				ve.Cause = ErrBadAttributes
-				return "", ve
+				return "", InvalidRequest("attributes."+names[i],
+					fmt.Sprintf("is required: limit %q spends parent %q under the key %q", child, p.Name, p.Key)).because(ErrBadAttributes)
 			}
 			b.WriteString(v)
 		}
@@ -145,9 +141,7 @@ func FillKey(child string, p Parent, attrs map[string]string) (string, error) {
 	default:
 		return key, nil
 	}
-	ve := InvalidRequest("attributes", problem)
-	ve.Cause = ErrBadAttributes
-	return "", ve
+	return "", InvalidRequest("attributes", problem).because(ErrBadAttributes)
 }
 
 // CheckParentGraph checks a tenant's parent graph (each limit's parent names; a name without an
