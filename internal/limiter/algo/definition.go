@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -68,10 +67,22 @@ const (
 	MaxKeyBytes = 256
 )
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
-
-// ValidName reports whether s is an acceptable limit name.
-func ValidName(s string) bool { return nameRE.MatchString(s) }
+// ValidName reports whether s is an acceptable limit name: 1 to 128 of A-Z, a-z, 0-9, '_', '.',
+// ':' and '-'. (A loop, not a regular expression: every decision checks its limit's name, and
+// the regexp was 1.7% of the app's CPU at 32 connections; FuzzValidName holds the two equal.)
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // KeyRule describes what ValidKey accepts, for error messages.
 const KeyRule = "keys are 1 to 256 bytes of UTF-8 without NUL characters"

@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,23 @@ func FuzzCalendarWindow(f *testing.F) {
 		}
 		if s2, _ := Window(c, loc, a, end); s2 != end {
 			t.Fatalf("%s %s anchor %d: the window after [%d, %d) starts at %d", c, loc, a, start, end, s2)
+		}
+	})
+}
+
+// nameSpec is the rule ValidName implements, as the regular expression it replaced.
+var nameSpec = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+// FuzzValidName: the hand-written name check accepts exactly what the rule's regular expression
+// accepts.
+func FuzzValidName(f *testing.F) {
+	for _, s := range []string{"", "a", "api_calls", "a.b:c-d_e", "a b", "é", "a/b", "a\x00", "ABC09", "[", "`", "{", "@", "/",
+		strings.Repeat("a", 128), strings.Repeat("a", 129)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := ValidName(s), nameSpec.MatchString(s); got != want {
+			t.Fatalf("ValidName(%q) = %v, the rule says %v", s, got, want)
 		}
 	})
 }
