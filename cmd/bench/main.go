@@ -45,9 +45,10 @@ func main() {
 	compareTags := flag.String("compare-tags", "", "comparison mode (compare.go): build B with these build tags")
 	compareEnv := flag.String("compare-env", "", "comparison mode (compare.go): run B with these KEY=VALUE settings added to its environment (comma-separated)")
 	sustain := flag.Duration("sustained", 0, "sustained mode: run random-32 this long (e.g. 10m) and print each minute's throughput, give-ups and retries")
+	sustainRef := flag.Bool("sustained-reference", false, "sustained mode: follow each minute with a minute of pgbench's one-statement upsert at 32 clients, as the machine's own drift")
 	flag.Parse()
 	if *sustain > 0 {
-		if err := sustained(*sustain, *fsync); err != nil {
+		if err := sustained(*sustain, *fsync, *sustainRef); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

@@ -11,7 +11,12 @@ import (
 // minute's decisions/s, p99, and the serialization retries and give-ups of decisions (a
 // decision's give-up answers 503 to its whole group) and of background work (sweeps, usage
 // flushes: run again later). The limit and its rows carry over from minute to minute, as in a long run.
-func sustained(total time.Duration, fsync bool) error {
+//
+// With reference, each minute of Sluice is followed by a minute of pgbench's one-statement upsert
+// at 32 clients on its own table of 100,000 keys (also kept from minute to minute, and never
+// checkpointed by hand), so that a minute the shared machine was slow shows in both columns:
+// the ratio of each minute's pair is the figure the machine's drift cannot bias.
+func sustained(total time.Duration, fsync, reference bool) error {
 	env, err := setUp(fsync)
 	if err != nil {
 		return err
@@ -29,9 +34,19 @@ func sustained(total time.Duration, fsync bool) error {
 		}
 	}
 	fmt.Printf("Sluice sustained random-32 — %s — PostgreSQL fsync %v — %s\n\n", machine(), fsync, time.Now().UTC().Format(time.RFC3339))
-	fmt.Println("| minute | decisions/s | p99 ms | decision retries | decision give-ups | background retries | background give-ups | errors | 5xx |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	var first, last float64
+	if reference {
+		drop, err := upsertTable(env.dbURL)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		fmt.Println("| minute | decisions/s | p99 ms | decision retries | decision give-ups | background retries | background give-ups | errors | 5xx | upsert TPS | upsert p99 ms | decisions / upsert |")
+		fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	} else {
+		fmt.Println("| minute | decisions/s | p99 ms | decision retries | decision give-ups | background retries | background give-ups | errors | 5xx |")
+		fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	}
+	var first, last, firstRef, lastRef float64
 	const decisionRetries, decisionGiveUps = `sluice_db_tx_retries_total{purpose="decision"}`, `sluice_db_tx_giveups_total{purpose="decision"}`
 	counts := func() [4]float64 {
 		dr, dg := s.scrapeCounter(decisionRetries), s.scrapeCounter(decisionGiveUps)
@@ -50,9 +65,21 @@ func sustained(total time.Duration, fsync bool) error {
 			return err
 		}
 		now := counts()
-		fmt.Printf("| %d | %.0f | %.2f | %.0f | %.0f | %.0f | %.0f | %d | %d |\n", m, rr.PerSecond, rr.P99ms,
+		fmt.Printf("| %d | %.0f | %.2f | %.0f | %.0f | %.0f | %.0f | %d | %d |", m, rr.PerSecond, rr.P99ms,
 			now[0]-before[0], now[1]-before[1], now[2]-before[2], now[3]-before[3], rr.Errors, rr.Status5xx)
-		before = now
+		if reference {
+			ref, err := runUpsert(env.dbURL, UpsertRef{Clients: 32}, d)
+			if err != nil {
+				return err
+			}
+			fmt.Printf(" %.0f | %.2f | %.2f |", ref.TPS, ref.P99ms, rr.PerSecond/ref.TPS)
+			if m == 1 {
+				firstRef = ref.TPS
+			}
+			lastRef = ref.TPS
+		}
+		fmt.Println()
+		before = counts() // the reference's minute is not Sluice's
 		if m == 1 {
 			first = rr.PerSecond
 		}
@@ -62,5 +89,9 @@ func sustained(total time.Duration, fsync bool) error {
 		}
 	}
 	fmt.Printf("\nlast minute / first minute: %.2f\n", last/first)
+	if reference {
+		fmt.Printf("the upsert's last minute / its first: %.2f; Sluice's last / first, each over its reference: %.2f\n",
+			lastRef/firstRef, (last/lastRef)/(first/firstRef))
+	}
 	return nil
 }

@@ -48,17 +48,23 @@ func upsertTable(dbURL string) (drop func(), err error) {
 }
 
 // pgbenchUpsert runs upsertScript as ref says, every statement its own SERIALIZABLE transaction,
-// and returns ref with its TPS and median latency (from pgbench's per-transaction log).
+// on a table of its own, and returns ref with its TPS and median latency (from pgbench's
+// per-transaction log).
 func pgbenchUpsert(srv *testkit.Server, dbURL string, ref UpsertRef, duration time.Duration) (UpsertRef, error) {
-	bindir, err := testkit.BinDir()
-	if err != nil {
-		return ref, err
-	}
 	drop, err := upsertTable(dbURL)
 	if err != nil {
 		return ref, err
 	}
 	defer drop()
+	return runUpsert(dbURL, ref, duration)
+}
+
+// runUpsert runs upsertScript on the upsert's table as it stands (upsertTable).
+func runUpsert(dbURL string, ref UpsertRef, duration time.Duration) (UpsertRef, error) {
+	bindir, err := testkit.BinDir()
+	if err != nil {
+		return ref, err
+	}
 	dir, err := os.MkdirTemp("", "upsert-")
 	if err != nil {
 		return ref, err
