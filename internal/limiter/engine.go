@@ -46,6 +46,7 @@ type Engine struct {
 
 	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
 	afterDecide           func() // test-only (export_test.go): runs first in beforeCommit
+	takeOne               string // pgTakeOne; tests replace it (export_test.go)
 }
 
 // Options tune an Engine; the zero value is production-ready.
@@ -121,7 +122,7 @@ func NewEngine(d *db.DB, opts Options) *Engine {
 	case lanes <= 0:
 		lanes = DefaultLanes
 	}
-	e.maxGroup, e.laneSeed = maxGroup, maphash.MakeSeed()
+	e.maxGroup, e.laneSeed, e.takeOne = maxGroup, maphash.MakeSeed(), pgTakeOne
 	for range lanes {
 		e.lanes = append(e.lanes, &lane{queue: make(chan *job, 4*maxGroup), token: make(chan struct{}, 1)})
 	}

@@ -18,5 +18,12 @@ func (e *Engine) Queued() int {
 // A group decided in one round trip (plain token bucket decisions) calls it after its commit.
 func SetAfterDecide(e *Engine, f func()) { e.afterDecide = f }
 
+// SetTakeOne makes e decide one-trip groups of one request with sql instead of pgTakeOne (tests
+// sabotage the statement to see the replay catch it).
+func SetTakeOne(e *Engine, sql string) { e.takeOne = sql }
+
+// TakeOne is the statement that decides a one-trip group of one request.
+var TakeOne = pgTakeOne
+
 // ErrOneTripDiffers fails a one-trip group whose database decisions differ from the Go math's.
 var ErrOneTripDiffers = errOneTripDiffers

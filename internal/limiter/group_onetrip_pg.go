@@ -90,15 +90,6 @@ type takeRow struct {
 // that does not fit (it wrote nothing; the caller decides the general way).
 func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job, held map[defKey]hint) (decided bool, err error) {
 	n := len(jobs)
-	tenants, names, keys := make([]int64, n), make([]string, n), make([]string, n)
-	counts, reserves, consumes := make([]float64, n), make([]bool, n), make([]bool, n)
-	known := make([]int64, n)
-	for i, j := range jobs {
-		r := j.reqs[0]
-		tenants[i], names[i], keys[i] = j.tenantID, r.Name, r.Key
-		counts[i], reserves[i], consumes[i] = r.Count, r.Reserve, j.consume
-		known[i] = held[defKey{j.tenantID, r.Name}].version
-	}
 	var frozen *int64 // tests freeze the engine's clock; production reads the database's
 	if e.testNow != nil {
 		ms := e.testNow().UnixMilli()
@@ -106,15 +97,32 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job, 
 	}
 	b := &pgx.Batch{}
 	b.Queue(pgBegin)
+	if n == 1 {
+		b.Queue(pgNoSeqScan) // the function sets it itself
+	}
 	if e.fastCommit {
 		b.Queue(pgFastCommit)
 	}
-	b.Queue(pgTakeTokens, frozen, tenants, names, keys, counts, reserves, consumes, known)
+	if n == 1 {
+		j, r := jobs[0], jobs[0].reqs[0]
+		b.Queue(e.takeOne, frozen, j.tenantID, r.Name, r.Key, r.Count, r.Reserve, j.consume, held[defKey{j.tenantID, r.Name}].version)
+	} else {
+		tenants, names, keys := make([]int64, n), make([]string, n), make([]string, n)
+		counts, reserves, consumes := make([]float64, n), make([]bool, n), make([]bool, n)
+		known := make([]int64, n)
+		for i, j := range jobs {
+			r := j.reqs[0]
+			tenants[i], names[i], keys[i] = j.tenantID, r.Name, r.Key
+			counts[i], reserves[i], consumes[i] = r.Count, r.Reserve, j.consume
+			known[i] = held[defKey{j.tenantID, r.Name}].version
+		}
+		b.Queue(pgTakeTokens, frozen, tenants, names, keys, counts, reserves, consumes, known)
+	}
 	b.Queue(pgCommit)
 	e.sent(b.Len())
 	br := conn.SendBatch(ctx, b)
 	var rows []takeRow
-	for range b.Len() - 2 { // BEGIN (and synchronous_commit)
+	for range b.Len() - 2 { // BEGIN (and the settings)
 		if _, err = br.Exec(); err != nil {
 			break
 		}

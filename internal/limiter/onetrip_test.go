@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,41 +96,91 @@ func outcomeText(o limiter.Outcome) string {
 }
 
 // TestOneTripFailsClosedWhenTheDatabaseDisagrees: the engine replays every one-trip group in Go
-// and compares. A function that admits everything (installed here on purpose) makes the group
-// fail closed: the over-admitting decisions are errors (503 unavailable), never answered as
-// admitted.
+// and compares. A statement for a lone request, or a function for a group, that admits everything
+// (installed here on purpose) makes the group fail closed: the over-admitting decisions are
+// errors (503 unavailable), never answered as admitted.
 func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
-	url := testkit.URL(t, db.Postgres)
-	d := testkit.OpenURL(t, url)
-	e := newEngine(t, d, newClock(1_700_000_000_000).opts())
-	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 60_000})
-	mustLimit(t, e, limiter.Request{Name: "tb", Count: 1}) // the hint: later decisions take one trip
-	mustLimit(t, e, limiter.Request{Name: "tb", Count: 1})
+	t.Run("one request", func(t *testing.T) {
+		url := testkit.URL(t, db.Postgres)
+		e := newEngine(t, testkit.OpenURL(t, url), newClock(1_700_000_000_000).opts())
+		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 60_000})
+		mustLimit(t, e, limiter.Request{Name: "tb", Count: 1}) // the hint: later decisions take one trip
+		mustLimit(t, e, limiter.Request{Name: "tb", Count: 1})
+		const decide = "(c.rest >= 0 OR ($6::boolean AND -c.rest <= c.reserve)) AND NOT (c.existed AND c.penalty_until > c.t) AS ok"
+		if !strings.Contains(limiter.TakeOne, decide) {
+			t.Fatalf("the statement no longer decides with %q; update this test", decide)
+		}
+		limiter.SetTakeOne(e, strings.Replace(limiter.TakeOne, decide, "(TRUE OR $6::boolean) AS ok", 1)) // $6 still typed
+		_, err := e.Limit(context.Background(), tenant, limiter.Request{Name: "tb", Count: 1})
+		if !errors.Is(err, limiter.ErrOneTripDiffers) || !errors.Is(err, limiter.ErrUnavailable) {
+			t.Fatalf("a third token from a bucket of 2, admitted by the database: err = %v, want the group failed closed", err)
+		}
+		// The failure dropped the limit's hint: the next decision reads the definition the
+		// general way (two round trips) and is decided, not failed again.
+		before := e.GroupStats().RoundTrips
+		if got := mustLimit(t, e, limiter.Request{Name: "tb", Count: 1}); got.OK {
+			t.Fatal("a token from an emptied bucket admitted after the failure")
+		}
+		if trips := e.GroupStats().RoundTrips - before; trips != 2 {
+			t.Fatalf("the decision after the failure took %d round trips, want 2 (the general way)", trips)
+		}
+	})
+	t.Run("a group", func(t *testing.T) {
+		url := testkit.URL(t, db.Postgres)
+		d := testkit.OpenURL(t, url)
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 60_000})
+		mustLimit(t, e, limiter.Request{Name: "tb", Count: 1}) // the hint: later decisions take one trip
 
-	var def string
-	if err := d.Gorm.Raw(`SELECT pg_get_functiondef(` + takeTokens + `::regprocedure)`).Scan(&def).Error; err != nil {
-		t.Fatal(err)
-	}
-	const decide = "ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT (e AND pen > t);"
-	if !strings.Contains(def, decide) {
-		t.Fatalf("the function no longer decides with %q; update this test", decide)
-	}
-	if err := d.Gorm.Exec(strings.Replace(def, decide, "ok := TRUE;", 1)).Error; err != nil {
-		t.Fatal(err)
-	}
-	_, err := e.Limit(context.Background(), tenant, limiter.Request{Name: "tb", Count: 1})
-	if !errors.Is(err, limiter.ErrOneTripDiffers) || !errors.Is(err, limiter.ErrUnavailable) {
-		t.Fatalf("a third token from a bucket of 2, admitted by the database: err = %v, want the group failed closed", err)
-	}
-	// The failure dropped the limit's hint: the next decision reads the definition the general
-	// way (two round trips) and is decided, not failed again.
-	before := e.GroupStats().RoundTrips
-	if got := mustLimit(t, e, limiter.Request{Name: "tb", Count: 1}); got.OK {
-		t.Fatal("a token from an emptied bucket admitted after the failure")
-	}
-	if trips := e.GroupStats().RoundTrips - before; trips != 2 {
-		t.Fatalf("the decision after the failure took %d round trips, want 2 (the general way)", trips)
-	}
+		var def string
+		if err := d.Gorm.Raw(`SELECT pg_get_functiondef(` + takeTokens + `::regprocedure)`).Scan(&def).Error; err != nil {
+			t.Fatal(err)
+		}
+		const decide = "ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT (e AND pen > t);"
+		if !strings.Contains(def, decide) {
+			t.Fatalf("the function no longer decides with %q; update this test", decide)
+		}
+		if err := d.Gorm.Exec(strings.Replace(def, decide, "ok := TRUE;", 1)).Error; err != nil {
+			t.Fatal(err)
+		}
+		// The last token goes to a lone request (the statement, not the function), whose decision
+		// then waits, holding the lane, until two more requests have queued behind it: those two
+		// are one group, which the function decides.
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		limiter.SetAfterDecide(e, func() { once.Do(func() { close(entered); <-release }) })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		lone := make(chan error, 1)
+		go func() {
+			_, err := e.Limit(ctx, tenant, limiter.Request{Name: "tb", Count: 1})
+			lone <- err
+		}()
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("waited a minute for the lone request's decision")
+		}
+		grouped := make(chan []limiter.Outcome, 1)
+		go func() {
+			grouped <- e.Each(ctx, tenant, []limiter.Request{{Name: "tb", Count: 1}, {Name: "tb", Count: 1}}, true)
+		}()
+		for e.Queued() < 2 {
+			if ctx.Err() != nil {
+				t.Fatalf("waited a minute for two requests to queue behind the lone one; %d did", e.Queued())
+			}
+			runtime.Gosched()
+		}
+		close(release)
+		if err := <-lone; err != nil {
+			t.Fatalf("the lone request for the last token: %v", err)
+		}
+		for i, o := range <-grouped {
+			if !errors.Is(o.Err, limiter.ErrOneTripDiffers) || !errors.Is(o.Err, limiter.ErrUnavailable) {
+				t.Fatalf("request %d of the group, admitted by the database from an empty bucket: %+v, want the group failed closed", i, o)
+			}
+		}
+	})
 }
 
 // takeTokens is the one-trip function the engine calls (migration 00016), by its signature.
