@@ -25,5 +25,8 @@ func SetTakeOne(e *Engine, sql string) { e.takeOne = sql }
 // TakeOne is the statement that decides a one-trip group of one request.
 var TakeOne = pgTakeOne
 
+// TakeTokens is the statement that calls the function for a one-trip group of several.
+var TakeTokens = pgTakeTokens
+
 // ErrOneTripDiffers fails a one-trip group whose database decisions differ from the Go math's.
 var ErrOneTripDiffers = errOneTripDiffers

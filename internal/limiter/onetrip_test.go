@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -488,6 +489,190 @@ func TestOneTripForgetsDeletedLimits(t *testing.T) {
 		}
 		if got := a.GroupStats().RoundTrips - before; got != want {
 			t.Fatalf("decision %d on a deleted limit took %d round trips, want %d", i+1, got, want)
+		}
+	}
+}
+
+// TestOneTripLoneRequestFollowsEveryShapeItDoesNotDecide: an instance holds a token bucket's
+// hint; another changes the limit into a shape the one-trip path does not decide (a deny
+// override on the key, a penalty, two shards, a parent, a rate too small). The first instance's
+// next lone request (the one-statement form, pgTakeOne) writes nothing and is decided the general
+// way under the new definition: the override refuses it, and no shape is decided as the old one.
+func TestOneTripLoneRequestFollowsEveryShapeItDoesNotDecide(t *testing.T) {
+	ctx := context.Background()
+	bucket := limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000}
+	for _, c := range []struct {
+		name   string
+		change func(t *testing.T, b *limiter.Engine)
+		check  func(t *testing.T, a *limiter.Engine, got limiter.Decision)
+	}{
+		{"deny override", func(t *testing.T, b *limiter.Engine) {
+			if _, _, err := b.PutOverride(ctx, tenant, "x", limiter.Override{Match: "k", Action: limiter.ActionDeny}); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, a *limiter.Engine, got limiter.Decision) {
+			if got.OK {
+				t.Fatal("a key its override denies was admitted")
+			}
+		}},
+		{"penalty", func(t *testing.T, b *limiter.Engine) {
+			mustPut(t, b, "x", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000, Penalty: 5_000})
+		}, func(t *testing.T, a *limiter.Engine, got limiter.Decision) {
+			if !got.OK || got.Definition.Penalty != 5_000 {
+				t.Fatalf("ok=%v penalty %d, want admitted under the penalty's definition", got.OK, got.Definition.Penalty)
+			}
+		}},
+		{"two shards", func(t *testing.T, b *limiter.Engine) {
+			mustPut(t, b, "x", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000, Shards: 2})
+		}, func(t *testing.T, a *limiter.Engine, got limiter.Decision) {
+			if !got.OK || got.Definition.Shards != 2 {
+				t.Fatalf("ok=%v shards %d, want admitted under two shards", got.OK, got.Definition.Shards)
+			}
+		}},
+		{"a parent", func(t *testing.T, b *limiter.Engine) {
+			mustPut(t, b, "p", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(1.0)})
+			mustPut(t, b, "x", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000, Parents: []limiter.Parent{{Name: "p", Key: "all"}}})
+		}, func(t *testing.T, a *limiter.Engine, got limiter.Decision) {
+			if !got.OK {
+				t.Fatal("the parent's one token was refused")
+			}
+			if again := mustLimit(t, a, limiter.Request{Name: "x", Key: "k", Count: 1}); again.OK {
+				t.Fatal("admitted past the parent, emptied by the decision before")
+			}
+		}},
+		{"a rate too small", func(t *testing.T, b *limiter.Engine) {
+			mustPut(t, b, "x", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e-291, Period: 60_000, Capacity: ptr(1.0)})
+		}, func(t *testing.T, a *limiter.Engine, got limiter.Decision) {
+			if !got.OK || got.Definition.Rate != 1e-291 {
+				t.Fatalf("ok=%v rate %g, want the last token taken at rate 1e-291", got.OK, got.Definition.Rate)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := twoInstances(t)
+			mustPut(t, a, "x", bucket)
+			mustLimit(t, a, limiter.Request{Name: "x", Key: "k", Count: 1}) // a's hint
+			mustLimit(t, a, limiter.Request{Name: "x", Key: "k", Count: 1}) // one trip: the hint fits
+			c.change(t, b)
+			before := a.GroupStats().RoundTrips
+			got := mustLimit(t, a, limiter.Request{Name: "x", Key: "k", Count: 1})
+			c.check(t, a, got)
+			if trips := a.GroupStats().RoundTrips - before; trips < 3 {
+				t.Fatalf("%d round trips, want the one trip that decided nothing and then the general way's (at least 3)", trips)
+			}
+		})
+	}
+}
+
+// TestTakeOneDecidesAsTheFunction: the one-statement form (pgTakeOne) and the function
+// (sluice_take_tokens) with one request return the same row, every float to the bit, and leave
+// the same stored row, for random definitions of every shape (fitting or not), stored states
+// (missing, -0, huge, infinite, tiny, ahead of the clock, under a penalty), counts, reservations,
+// consumption and known versions. Each case runs both forms in rolled-back transactions.
+func TestTakeOneDecidesAsTheFunction(t *testing.T) {
+	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
+	const now = int64(1_700_000_000_000)
+	defs := []string{ // name, kind, rate, period, capacity, max_reserved, shards, parents, penalty, overrides_version
+		`'a', 'token bucket', 7.3, 1234, NULL, NULL, 1, '', 0, 0`,
+		`'b', 'token bucket', 3, 10000, 5.5, 2.25, 1, '', 0, 0`,
+		`'c', 'token bucket', 0.1, 997, '-0', 0, 1, '', 0, 0`,
+		`'d', 'gcra', 1e6, 86400000, 1e3, 'Infinity', 1, '', 0, 0`,
+		`'e', 'token bucket', 1e-290, 316224000000, 4, 1e-3, 1, '', 0, 0`,
+		`'f', 'token bucket', 9.99e-291, 1000, 4, NULL, 1, '', 0, 0`,
+		`'g', 'fixed window', 5, 1000, NULL, NULL, 1, '', 0, 0`,
+		`'h', 'token bucket', 5, 1000, NULL, NULL, 2, '', 0, 0`,
+		`'i', 'token bucket', 5, 1000, NULL, NULL, 1, '[{"name":"a","key":"x"}]', 0, 0`,
+		`'j', 'token bucket', 5, 1000, NULL, NULL, 1, '', 10, 0`,
+		`'k', 'token bucket', 5, 1000, NULL, NULL, 1, '', 0, 3`,
+	}
+	for _, v := range defs {
+		if err := d.Gorm.Exec(`INSERT INTO limit_definitions (tenant_id, name, kind, rate, period, capacity, max_reserved, shards, parents, penalty, overrides_version, created_at, updated_at)
+			VALUES (?, `+v+`, now(), now())`, tenant).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	versions := map[string]int64{}
+	rows, err := d.SQL.Query(`SELECT name, xmin::text::bigint FROM limit_definitions WHERE tenant_id = $1`, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		var v int64
+		if err := rows.Scan(&n, &v); err != nil {
+			t.Fatal(err)
+		}
+		versions[n] = v
+	}
+	rows.Close()
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "missing"}
+	values := []string{"0", "-0", "0.5", "3.75", "-1", "1e308", "Infinity", "1e-300", "5", "999"}
+	counts := []float64{0, 0.5, 1, 3.75, 1e-3, 10}
+	// run decides one request with stmt in a transaction it rolls back, after storing row (nil:
+	// none), and returns what it returned and the row it left, as text.
+	run := func(stmt string, args []any, name string, row []any) string {
+		t.Helper()
+		ctx := context.Background()
+		tx, err := d.SQL.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		if _, err := tx.ExecContext(ctx, `DELETE FROM limit_state WHERE tenant_id = $1`, tenant); err != nil {
+			t.Fatal(err)
+		}
+		if row != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters, penalty_until)
+				VALUES ($1, $2, 'k', 0, $3::float8, $4, '', $5)`, append([]any{tenant, name}, row...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		got, err := tx.QueryContext(ctx, stmt, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := got.Columns()
+		for got.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := got.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "row %v\n", vals)
+		}
+		if err := got.Err(); err != nil {
+			t.Fatal(err)
+		}
+		got.Close()
+		var left string
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(string_agg(format('%s %s %s %s %s %s', name, key, shard, value::text, ts, penalty_until), '; '), '')
+			FROM limit_state WHERE tenant_id = $1`, tenant).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "left %v", left)
+		return b.String()
+	}
+	r := rand.New(rand.NewPCG(11, 17))
+	for i := range 600 {
+		name := names[r.IntN(len(names))]
+		var row []any
+		if r.IntN(4) != 0 {
+			ts := now + int64(r.IntN(20_000)) - 10_000
+			row = []any{values[r.IntN(len(values))], ts, []int64{0, now - 1, now, now + 1}[r.IntN(4)]}
+		}
+		count, reserve, consume := counts[r.IntN(len(counts))], r.IntN(2) == 0, r.IntN(5) != 0
+		known := []int64{0, versions[name], 7}[r.IntN(3)]
+		one := run(limiter.TakeOne, []any{now, tenant, name, "k", count, reserve, consume, known}, name, row)
+		fn := run(limiter.TakeTokens, []any{now, []int64{tenant}, []string{name}, []string{"k"}, []float64{count}, []bool{reserve}, []bool{consume}, []int64{known}}, name, row)
+		if one != fn {
+			t.Fatalf("case %d: %s, stored %v, count %v, reserve %v, consume %v, known %d:\nthe statement:\n%s\nthe function:\n%s", i, name, row, count, reserve, consume, known, one, fn)
 		}
 	}
 }
