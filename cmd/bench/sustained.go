@@ -34,18 +34,18 @@ func sustained(total time.Duration, fsync, reference bool) error {
 		}
 	}
 	fmt.Printf("Sluice sustained random-32 — %s — PostgreSQL fsync %v — %s\n\n", machine(), fsync, time.Now().UTC().Format(time.RFC3339))
+	header, rule := "| minute | decisions/s | p99 ms | decision retries | decision give-ups | background retries | background give-ups | errors | 5xx |",
+		"|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	if reference {
 		drop, err := upsertTable(env.dbURL)
 		if err != nil {
 			return err
 		}
 		defer drop()
-		fmt.Println("| minute | decisions/s | p99 ms | decision retries | decision give-ups | background retries | background give-ups | errors | 5xx | upsert TPS | upsert p99 ms | decisions / upsert |")
-		fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	} else {
-		fmt.Println("| minute | decisions/s | p99 ms | decision retries | decision give-ups | background retries | background give-ups | errors | 5xx |")
-		fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		header, rule = header+" upsert TPS | upsert p99 ms | decisions / upsert |", rule+"---:|---:|---:|"
 	}
+	fmt.Println(header)
+	fmt.Println(rule)
 	var first, last, firstRef, lastRef float64
 	const decisionRetries, decisionGiveUps = `sluice_db_tx_retries_total{purpose="decision"}`, `sluice_db_tx_giveups_total{purpose="decision"}`
 	counts := func() [4]float64 {

@@ -97,14 +97,12 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job, 
 	}
 	b := &pgx.Batch{}
 	b.Queue(pgBegin)
-	if n == 1 {
-		b.Queue(pgNoSeqScan) // the function sets it itself
-	}
 	if e.fastCommit {
 		b.Queue(pgFastCommit)
 	}
 	if n == 1 {
 		j, r := jobs[0], jobs[0].reqs[0]
+		b.Queue(pgNoSeqScan) // the function sets it itself
 		b.Queue(e.takeOne, frozen, j.tenantID, r.Name, r.Key, r.Count, r.Reserve, j.consume, held[defKey{j.tenantID, r.Name}].version)
 	} else {
 		tenants, names, keys := make([]int64, n), make([]string, n), make([]string, n)

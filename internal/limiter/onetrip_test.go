@@ -591,20 +591,17 @@ func TestTakeOneDecidesAsTheFunction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	versions := map[string]int64{}
-	rows, err := d.SQL.Query(`SELECT name, xmin::text::bigint FROM limit_definitions WHERE tenant_id = $1`, tenant)
-	if err != nil {
+	var stored []struct {
+		Name    string
+		Version int64
+	}
+	if err := d.Gorm.Raw(`SELECT name, xmin::text::bigint AS version FROM limit_definitions WHERE tenant_id = ?`, tenant).Scan(&stored).Error; err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var n string
-		var v int64
-		if err := rows.Scan(&n, &v); err != nil {
-			t.Fatal(err)
-		}
-		versions[n] = v
+	versions := map[string]int64{}
+	for _, v := range stored {
+		versions[v.Name] = v.Version
 	}
-	rows.Close()
 	names := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "missing"}
 	values := []string{"0", "-0", "0.5", "3.75", "-1", "1e308", "Infinity", "1e-300", "5", "999"}
 	counts := []float64{0, 0.5, 1, 3.75, 1e-3, 10}
@@ -635,22 +632,10 @@ func TestTakeOneDecidesAsTheFunction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cols, _ := got.Columns()
-		for got.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := got.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintf(&b, "row %v\n", vals)
+		_, vals := testkit.ScanRows(t, got)
+		for _, v := range vals {
+			fmt.Fprintf(&b, "row %v\n", v)
 		}
-		if err := got.Err(); err != nil {
-			t.Fatal(err)
-		}
-		got.Close()
 		var left string
 		if err := tx.QueryRowContext(ctx, `SELECT coalesce(string_agg(format('%s %s %s %s %s %s', name, key, shard, value::text, ts, penalty_until), '; '), '')
 			FROM limit_state WHERE tenant_id = $1`, tenant).Scan(&left); err != nil {

@@ -9,6 +9,7 @@ package testkit
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -84,23 +85,11 @@ func Rows(t testing.TB, d *db.DB, table string) [][]Cell {
 	if err != nil {
 		t.Fatalf("testkit: rows of %s: %v", table, err)
 	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cols, vals := ScanRows(t, rows)
 	var out [][]Cell
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range vals {
 		row := make([]Cell, len(cols))
-		for i, v := range vals {
+		for i, v := range r {
 			row[i].Column = cols[i]
 			switch v := v.(type) {
 			case nil:
@@ -112,10 +101,33 @@ func Rows(t testing.TB, d *db.DB, table string) [][]Cell {
 		}
 		out = append(out, row)
 	}
+	return out
+}
+
+// ScanRows reads every row of rows, each value as the driver gives it (nil for NULL), closes
+// rows and fails t on an error.
+func ScanRows(t testing.TB, rows *sql.Rows) (cols []string, vals [][]any) {
+	t.Helper()
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		row := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range row {
+			ptrs[i] = &row[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		vals = append(vals, row)
+	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return cols, vals
 }
 
 // Texts is every value of every row of table, as text.
