@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -68,93 +69,80 @@ func (u *UI) linkPage(c *gin.Context, status int, vm passwordVM) {
 	u.render(c, status, passwordPage(vm))
 }
 
-func (u *UI) inviteVM(c *gin.Context, token string) (passwordVM, error) {
-	vm := passwordVM{Heading: "Join Sluice", Action: "/invite", Token: token,
-		Intro: "Choose a password to accept the invitation; you are logged in at once."}
-	inv, err := u.tenants.InviteByToken(c.Request.Context(), token)
-	if errors.Is(err, tenants.ErrNotFound) {
-		vm.Disabled, vm.Intro = true, "This invitation link is invalid, used or expired. Ask for a new one."
-		return vm, nil
-	}
-	vm.Email, vm.Role = inv.Email, string(inv.Role)
-	return vm, err
+// linkFlow is what differs between the pages one-time links open: how a token reads into
+// the form (a dead token gives a disabled form, not an error), and what choosing the password
+// does with the token.
+type linkFlow struct {
+	form     func(c *gin.Context, token string) (passwordVM, error)
+	complete func(ctx context.Context, token, password string) (tenants.User, error)
 }
 
-func (u *UI) invitePage(c *gin.Context) {
-	vm, err := u.inviteVM(c, c.Query("token"))
-	if err != nil {
-		u.internalError(c, err)
-		return
-	}
-	u.linkPage(c, http.StatusOK, vm)
+// invitation is the link an invitation sends: accepting it creates the user.
+func (u *UI) invitation() linkFlow {
+	return linkFlow{form: func(c *gin.Context, token string) (passwordVM, error) {
+		vm := passwordVM{Heading: "Join Sluice", Action: "/invite", Token: token,
+			Intro: "Choose a password to accept the invitation; you are logged in at once."}
+		inv, err := u.tenants.InviteByToken(c.Request.Context(), token)
+		if errors.Is(err, tenants.ErrNotFound) {
+			vm.Disabled, vm.Intro = true, "This invitation link is invalid, used or expired. Ask for a new one."
+			return vm, nil
+		}
+		vm.Email, vm.Role = inv.Email, string(inv.Role)
+		return vm, err
+	}, complete: u.tenants.AcceptInvite}
 }
 
-// acceptInvite creates the invited user with the chosen password and logs them in.
-func (u *UI) acceptInvite(c *gin.Context) {
-	token := c.PostForm("token")
-	vm, err := u.inviteVM(c, token)
-	if err != nil || vm.Disabled {
+// passwordReset is the link an operator makes for a user who lost their password.
+func (u *UI) passwordReset() linkFlow {
+	return linkFlow{form: func(c *gin.Context, token string) (passwordVM, error) {
+		vm := passwordVM{Heading: "Reset your password", Action: "/reset", Token: token,
+			Intro: "Choose a new password; every session of yours ends and you are logged in here."}
+		user, err := u.tenants.ResetUser(c.Request.Context(), token)
+		if errors.Is(err, tenants.ErrNotFound) {
+			vm.Disabled, vm.Intro = true, "This reset link is invalid, used or expired. Ask an operator for a new one."
+			return vm, nil
+		}
+		vm.Email, vm.Role = user.Email, string(user.Role)
+		return vm, err
+	}, complete: u.tenants.ResetPassword}
+}
+
+// showLink renders the page a one-time link opens.
+func (u *UI) showLink(l linkFlow) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		vm, err := l.form(c, c.Query("token"))
 		if err != nil {
 			u.internalError(c, err)
-		} else {
-			u.linkPage(c, http.StatusNotFound, vm)
+			return
 		}
-		return
+		u.linkPage(c, http.StatusOK, vm)
 	}
-	if c.PostForm("password") != c.PostForm("confirm") {
-		vm.Errs = map[string]string{"confirm": "The two passwords differ."}
-		if err := checkLength(c.PostForm("password")); err != nil {
-			vm.Errs["password"] = apperr.From(err).Sentence()
-		}
-		u.linkPage(c, http.StatusUnprocessableEntity, vm)
-		return
-	}
-	user, err := u.tenants.AcceptInvite(c.Request.Context(), token, c.PostForm("password"))
-	u.linkDone(c, vm, user, err)
 }
 
-func (u *UI) resetVM(c *gin.Context, token string) (passwordVM, error) {
-	vm := passwordVM{Heading: "Reset your password", Action: "/reset", Token: token,
-		Intro: "Choose a new password; every session of yours ends and you are logged in here."}
-	user, err := u.tenants.ResetUser(c.Request.Context(), token)
-	if errors.Is(err, tenants.ErrNotFound) {
-		vm.Disabled, vm.Intro = true, "This reset link is invalid, used or expired. Ask an operator for a new one."
-		return vm, nil
-	}
-	vm.Email, vm.Role = user.Email, string(user.Role)
-	return vm, err
-}
-
-func (u *UI) resetPage(c *gin.Context) {
-	vm, err := u.resetVM(c, c.Query("token"))
-	if err != nil {
-		u.internalError(c, err)
-		return
-	}
-	u.linkPage(c, http.StatusOK, vm)
-}
-
-func (u *UI) resetPassword(c *gin.Context) {
-	token := c.PostForm("token")
-	vm, err := u.resetVM(c, token)
-	if err != nil || vm.Disabled {
-		if err != nil {
-			u.internalError(c, err)
-		} else {
-			u.linkPage(c, http.StatusNotFound, vm)
+// submitLink sets the password a one-time link's form chose and logs the user in.
+func (u *UI) submitLink(l linkFlow) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		token := c.PostForm("token")
+		vm, err := l.form(c, token)
+		if err != nil || vm.Disabled {
+			if err != nil {
+				u.internalError(c, err)
+			} else {
+				u.linkPage(c, http.StatusNotFound, vm)
+			}
+			return
 		}
-		return
-	}
-	if c.PostForm("password") != c.PostForm("confirm") {
-		vm.Errs = map[string]string{"confirm": "The two passwords differ."}
-		if err := checkLength(c.PostForm("password")); err != nil {
-			vm.Errs["password"] = apperr.From(err).Sentence()
+		if c.PostForm("password") != c.PostForm("confirm") {
+			vm.Errs = map[string]string{"confirm": "The two passwords differ."}
+			if err := checkLength(c.PostForm("password")); err != nil {
+				vm.Errs["password"] = apperr.From(err).Sentence()
+			}
+			u.linkPage(c, http.StatusUnprocessableEntity, vm)
+			return
 		}
-		u.linkPage(c, http.StatusUnprocessableEntity, vm)
-		return
+		user, err := l.complete(c.Request.Context(), token, c.PostForm("password"))
+		u.linkDone(c, vm, user, err)
 	}
-	user, err := u.tenants.ResetPassword(c.Request.Context(), token, c.PostForm("password"))
-	u.linkDone(c, vm, user, err)
 }
 
 // linkDone logs in the user a one-time link has just set up, or shows the form's problems.

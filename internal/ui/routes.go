@@ -19,10 +19,11 @@ func (u *UI) Register(r *gin.Engine) {
 	d.POST("/logout", u.logout)
 	d.GET("/setup", u.setupForm)
 	d.POST("/setup", u.setup)
-	d.GET("/invite", u.invitePage) // a one-time invitation link: choose a password, join
-	d.POST("/invite", u.acceptInvite)
-	d.GET("/reset", u.resetPage) // a one-time password reset link, made by an operator
-	d.POST("/reset", u.resetPassword)
+	invitation, reset := u.invitation(), u.passwordReset()
+	d.GET("/invite", u.showLink(invitation)) // a one-time invitation link: choose a password, join
+	d.POST("/invite", u.submitLink(invitation))
+	d.GET("/reset", u.showLink(reset)) // a one-time password reset link, made by an operator
+	d.POST("/reset", u.submitLink(reset))
 
 	authed := d.Group("", u.requireUser)
 	authed.GET("/account", u.accountPage) // one's own password, whatever the role
