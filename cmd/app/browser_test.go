@@ -47,15 +47,7 @@ func TestDashboardEndToEndInChromium(t *testing.T) {
 	)
 
 	// First start: the printed link sets up the first operator (and logs them in).
-	step("setup",
-		chromedp.Navigate(setupURL),
-		chromedp.WaitVisible("#confirm"),
-		chromedp.SendKeys("#email", email),
-		chromedp.SendKeys("#password", password),
-		chromedp.SendKeys("#confirm", password),
-		chromedp.Submit("#confirm"),
-		chromedp.WaitVisible("#new-tenant"),
-	)
+	dr.setUpFirstOperator(setupURL, email, password)
 	// Log out and in again through the login form.
 	step("log out after setup",
 		chromedp.Click("#logout"),
@@ -67,11 +59,7 @@ func TestDashboardEndToEndInChromium(t *testing.T) {
 		chromedp.Submit("#password"),
 		chromedp.WaitVisible("#new-tenant"),
 	)
-	step("create tenant",
-		chromedp.SendKeys("#name", "acme"),
-		chromedp.Submit("#name"),
-		chromedp.WaitVisible("#new-limit"),
-	)
+	dr.createTenant("acme")
 
 	// A limit with an invalid rate shows the API's validation message inline; fixed, it saves.
 	step("invalid limit",

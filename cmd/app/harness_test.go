@@ -296,6 +296,31 @@ func (d driver) read(name string, a chromedp.Action[string]) string {
 	return strings.TrimSpace(v)
 }
 
+// setUpFirstOperator opens the one-time setup link the server printed and sets up the first
+// operator, who is then logged in on the dashboard's home page.
+func (d driver) setUpFirstOperator(setupURL, email, password string) {
+	d.t.Helper()
+	d.step("set up the first operator",
+		chromedp.Navigate(setupURL),
+		chromedp.WaitVisible("#confirm"),
+		chromedp.SendKeys("#email", email),
+		chromedp.SendKeys("#password", password),
+		chromedp.SendKeys("#confirm", password),
+		chromedp.Submit("#confirm"),
+		chromedp.WaitVisible("#new-tenant"),
+	)
+}
+
+// createTenant creates a tenant with the home page's form and waits for the tenant's page.
+func (d driver) createTenant(name string) {
+	d.t.Helper()
+	d.step("create the tenant "+name,
+		chromedp.SendKeys("#name", name),
+		chromedp.Submit("#name"),
+		chromedp.WaitVisible("#new-limit"),
+	)
+}
+
 // acceptInvite opens link in a browser context of its own in root's browser (no shared cookies)
 // and sets password there, as an invitee does; the invitee's driver stays usable until t ends.
 func acceptInvite(t *testing.T, root context.Context, link, password string) driver {

@@ -25,20 +25,8 @@ func TestDashboardShowsAndReleasesLeasesAndHolds(t *testing.T) {
 	dr := driver{t, ctx}
 	step, read := dr.step, dr.read
 	const password = "a long enough password"
-	step("set up the first operator",
-		chromedp.Navigate(srv.setupURL),
-		chromedp.WaitVisible("#confirm"),
-		chromedp.SendKeys("#email", "operator@example.com"),
-		chromedp.SendKeys("#password", password),
-		chromedp.SendKeys("#confirm", password),
-		chromedp.Submit("#confirm"),
-		chromedp.WaitVisible("#new-tenant"),
-	)
-	step("create a tenant",
-		chromedp.SendKeys("#name", "acme"),
-		chromedp.Submit("#name"),
-		chromedp.WaitVisible("#new-limit"),
-	)
+	dr.setUpFirstOperator(srv.setupURL, "operator@example.com", password)
+	dr.createTenant("acme")
 	step("create a concurrency limit with the form",
 		chromedp.Click("#new-limit"),
 		chromedp.WaitVisible("#limit-form"),

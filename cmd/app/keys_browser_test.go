@@ -36,16 +36,8 @@ func TestKeyKindRadiosAndPublishableKeyInChromium(t *testing.T) {
 	dr := driver{t, ctx}
 	step, read := dr.step, dr.read
 	const password = "a long enough password"
-	step("setup",
-		chromedp.Navigate(srv.setupURL),
-		chromedp.WaitVisible("#confirm"),
-		chromedp.SendKeys("#email", "op@example.com"),
-		chromedp.SendKeys("#password", password),
-		chromedp.SendKeys("#confirm", password),
-		chromedp.Submit("#confirm"),
-		chromedp.WaitVisible("#new-tenant"),
-	)
-	step("create tenant", chromedp.SendKeys("#name", "acme"), chromedp.Submit("#name"), chromedp.WaitVisible("#new-limit"))
+	dr.setUpFirstOperator(srv.setupURL, "op@example.com", password)
+	dr.createTenant("acme")
 	step("keys page", chromedp.Click(`nav.tabs a[href$="/keys"]`), chromedp.WaitVisible("#new-key-form"))
 	var labels []struct {
 		Text                 string

@@ -22,16 +22,8 @@ func TestInviteAcceptChangeRoleRemoveInChromium(t *testing.T) {
 	watchPage(t, ctx)
 	op := driver{t, ctx}
 	const password = "a long enough password"
-	op.step("setup",
-		chromedp.Navigate(srv.setupURL),
-		chromedp.WaitVisible("#confirm"),
-		chromedp.SendKeys("#email", "op@example.com"),
-		chromedp.SendKeys("#password", password),
-		chromedp.SendKeys("#confirm", password),
-		chromedp.Submit("#confirm"),
-		chromedp.WaitVisible("#new-tenant"),
-	)
-	op.step("create tenant", chromedp.SendKeys("#name", "acme"), chromedp.Submit("#name"), chromedp.WaitVisible("#new-limit"))
+	op.setUpFirstOperator(srv.setupURL, "op@example.com", password)
+	op.createTenant("acme")
 	link := invite(op, srv.base, "new@acme.example", "viewer")
 
 	// The invitee: a browser context of its own in the same browser, so no shared cookies.
