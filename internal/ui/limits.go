@@ -192,44 +192,13 @@ func inputMode(field string) string {
 // period's, limiter.ErrDuration, offers "per 10 minutes", which reads oddly there).
 const errDurationField = `use milliseconds (1500) or a duration such as "1.5s", "30s" or "2m30s"`
 
-// maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
-const maxFieldLen = 40
-
 // parseLimitForm reads the form into the API's DefinitionBody and validates it with the API's
 // own rules (DefinitionBody.ToDefinition -> limiter.Definition.Validate), so the dashboard and
 // /v1 accept exactly the same definitions and name fields the same way.
 func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[string]string) {
-	vals := map[string]string{}
-	errs := map[string]string{}
-	get := func(f string) string {
-		v := strings.TrimSpace(c.PostForm(f))
-		vals[f] = v
-		return v
-	}
-	float := func(f string) *float64 {
-		s := get(f)
-		if s == "" {
-			return nil
-		}
-		v, err := strconv.ParseFloat(s, 64)
-		if len(s) > maxFieldLen || err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			errs[f] = "must be a number"
-			return nil
-		}
-		return &v
-	}
-	integer := func(f string) *int64 {
-		s := get(f)
-		if s == "" {
-			return nil
-		}
-		v, err := strconv.ParseInt(s, 10, 64)
-		if len(s) > maxFieldLen || err != nil {
-			errs[f] = "must be a whole number"
-			return nil
-		}
-		return &v
-	}
+	form := readForm(c)
+	vals, errs := form.vals, form.errs
+	get, float, integer := form.text, form.float, form.integer
 	// duration reads a jitter, penalty or lease TTL: whole milliseconds go to the definition's
 	// own rules as they are (so that 0 and a negative number get its message), anything else is
 	// read as a human duration.

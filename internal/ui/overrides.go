@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -102,24 +101,9 @@ func overrideValues(o limiter.Override) map[string]string {
 // parseOverrideForm reads the form; what it cannot parse is a field error, the rest is
 // validated by the engine against the limit (the same rules as the API).
 func parseOverrideForm(c *gin.Context) (map[string]string, limiter.Override, map[string]string) {
-	vals, errs := map[string]string{}, map[string]string{}
-	get := func(f string) string {
-		v := strings.TrimSpace(c.PostForm(f))
-		vals[f] = v
-		return v
-	}
-	float := func(f string) *float64 {
-		s := get(f)
-		if s == "" {
-			return nil
-		}
-		v, err := strconv.ParseFloat(s, 64)
-		if len(s) > maxFieldLen || err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			errs[f] = "must be a number"
-			return nil
-		}
-		return &v
-	}
+	form := readForm(c)
+	vals, errs := form.vals, form.errs
+	get, float := form.text, form.float
 	o := limiter.Override{Match: get("match"), Action: limiter.Action(get("action"))}
 	o.Rate, o.Capacity, o.MaxReserved = float("rate"), float("capacity"), float("maxReserved")
 	if s := get("expiresAt"); s != "" {

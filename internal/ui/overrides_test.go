@@ -29,10 +29,10 @@ func TestOverridesAreAddedEditedAndDeletedOnTheLimitPage(t *testing.T) {
 		wantStatus(t, c.get(tpath(tn, "/limits/api/overrides/new")), http.StatusOK)
 
 		// Invalid: each error is inline, on its field, and what was typed stays.
-		bad := c.post(tpath(tn, "/limits/api/overrides"), url.Values{"match": {"org:*:x"}, "capacity": {"lots"}, "expiresAt": {"soon"}})
+		bad := c.post(tpath(tn, "/limits/api/overrides"), url.Values{"match": {"org:*:x"}, "capacity": {"lots"}, "maxReserved": {"Inf"}, "expiresAt": {"soon"}})
 		wantStatus(t, bad, http.StatusUnprocessableEntity)
 		d := bad.doc(t)
-		if text(d, "#capacity-error") != "must be a number" || !strings.Contains(text(d, "#expiresAt-error"), "2030-01-02T15:04:05Z") ||
+		if text(d, "#capacity-error") != "must be a number" || text(d, "#maxReserved-error") != "must be a number" || !strings.Contains(text(d, "#expiresAt-error"), "2030-01-02T15:04:05Z") ||
 			d.Find("#capacity").AttrOr("value", "") != "lots" || d.Find("#match").AttrOr("value", "") != "org:*:x" {
 			t.Fatalf("parse errors:\n%s", bad.body)
 		}
