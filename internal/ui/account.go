@@ -69,48 +69,55 @@ func (u *UI) linkPage(c *gin.Context, status int, vm passwordVM) {
 	u.render(c, status, passwordPage(vm))
 }
 
-// linkFlow is what differs between the pages one-time links open: how a token reads into
-// the form (a dead token gives a disabled form, not an error), and what choosing the password
-// does with the token.
+// linkFlow is a page one-time links open (an invitation's, a password reset's): its text, whose
+// link a token is, and what choosing the password does with the token.
 type linkFlow struct {
-	form     func(c *gin.Context, token string) (passwordVM, error)
-	complete func(ctx context.Context, token, password string) (tenants.User, error)
+	heading, action, intro string
+	dead                   string // the intro when the token is invalid, used or expired
+	holder                 func(ctx context.Context, token string) (email string, role tenants.Role, err error)
+	complete               func(ctx context.Context, token, password string) (tenants.User, error)
+}
+
+// form is the page for token: a disabled form, not an error, when the link is dead.
+func (l linkFlow) form(ctx context.Context, token string) (passwordVM, error) {
+	vm := passwordVM{Heading: l.heading, Action: l.action, Token: token, Intro: l.intro}
+	email, role, err := l.holder(ctx, token)
+	if errors.Is(err, tenants.ErrNotFound) {
+		vm.Disabled, vm.Intro = true, l.dead
+		return vm, nil
+	}
+	vm.Email, vm.Role = email, string(role)
+	return vm, err
 }
 
 // invitation is the link an invitation sends: accepting it creates the user.
 func (u *UI) invitation() linkFlow {
-	return linkFlow{form: func(c *gin.Context, token string) (passwordVM, error) {
-		vm := passwordVM{Heading: "Join Sluice", Action: "/invite", Token: token,
-			Intro: "Choose a password to accept the invitation; you are logged in at once."}
-		inv, err := u.tenants.InviteByToken(c.Request.Context(), token)
-		if errors.Is(err, tenants.ErrNotFound) {
-			vm.Disabled, vm.Intro = true, "This invitation link is invalid, used or expired. Ask for a new one."
-			return vm, nil
-		}
-		vm.Email, vm.Role = inv.Email, string(inv.Role)
-		return vm, err
-	}, complete: u.tenants.AcceptInvite}
+	return linkFlow{heading: "Join Sluice", action: "/invite",
+		intro: "Choose a password to accept the invitation; you are logged in at once.",
+		dead:  "This invitation link is invalid, used or expired. Ask for a new one.",
+		holder: func(ctx context.Context, token string) (string, tenants.Role, error) {
+			inv, err := u.tenants.InviteByToken(ctx, token)
+			return inv.Email, inv.Role, err
+		},
+		complete: u.tenants.AcceptInvite}
 }
 
 // passwordReset is the link an operator makes for a user who lost their password.
 func (u *UI) passwordReset() linkFlow {
-	return linkFlow{form: func(c *gin.Context, token string) (passwordVM, error) {
-		vm := passwordVM{Heading: "Reset your password", Action: "/reset", Token: token,
-			Intro: "Choose a new password; every session of yours ends and you are logged in here."}
-		user, err := u.tenants.ResetUser(c.Request.Context(), token)
-		if errors.Is(err, tenants.ErrNotFound) {
-			vm.Disabled, vm.Intro = true, "This reset link is invalid, used or expired. Ask an operator for a new one."
-			return vm, nil
-		}
-		vm.Email, vm.Role = user.Email, string(user.Role)
-		return vm, err
-	}, complete: u.tenants.ResetPassword}
+	return linkFlow{heading: "Reset your password", action: "/reset",
+		intro: "Choose a new password; every session of yours ends and you are logged in here.",
+		dead:  "This reset link is invalid, used or expired. Ask an operator for a new one.",
+		holder: func(ctx context.Context, token string) (string, tenants.Role, error) {
+			user, err := u.tenants.ResetUser(ctx, token)
+			return user.Email, user.Role, err
+		},
+		complete: u.tenants.ResetPassword}
 }
 
 // showLink renders the page a one-time link opens.
 func (u *UI) showLink(l linkFlow) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		vm, err := l.form(c, c.Query("token"))
+		vm, err := l.form(c.Request.Context(), c.Query("token"))
 		if err != nil {
 			u.internalError(c, err)
 			return
@@ -123,7 +130,7 @@ func (u *UI) showLink(l linkFlow) gin.HandlerFunc {
 func (u *UI) submitLink(l linkFlow) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		token := c.PostForm("token")
-		vm, err := l.form(c, token)
+		vm, err := l.form(c.Request.Context(), token)
 		if err != nil || vm.Disabled {
 			if err != nil {
 				u.internalError(c, err)
