@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,12 +22,15 @@ import (
 )
 
 // The HTTP floor is pgbench's one-statement upsert (upsertStatement) sent by the least a Go
-// service can be: a net/http handler with one pgx connection (pgx's default mode: the statement
-// prepared once, where pgbench sends it as text each time), no router, no authentication, no
-// JSON, driven at one connection by the same client as random-1. Nothing a rate limiter does is
-// in it, only one HTTP round trip and one transaction, so it measures what this machine charges
-// any Go HTTP service in front of PostgreSQL: random-1 over the floor is what Sluice itself adds,
-// and the floor over the bare upsert is what the HTTP hop costs.
+// service can be: no HTTP library at all (a hand-written HTTP/1.1 responder on the accepted
+// socket, floorConn) with one pgx connection (pgx's default mode: the statement prepared once,
+// where pgbench sends it as text each time), run with one P (GOMAXPROCS=1, as Sluice runs while
+// nearly idle), driven at one connection by the same client as random-1. Nothing a rate limiter
+// does is in it, only one HTTP round trip and one transaction, so it measures what this machine
+// charges any Go service in front of PostgreSQL: random-1 over the floor is what Sluice itself
+// adds, and the floor over the bare upsert is what the hop costs. (Until 2026-11-27, session 7,
+// the floor was a net/http handler with Go's default two Ps: 0.05 ms and about 60 µs of CPU per
+// request dearer; see docs/performance.md.)
 type FloorRef struct {
 	AsyncCommit bool    `json:"synchronousCommitOff"`
 	P50ms       float64 `json:"p50ms"`
@@ -38,7 +44,7 @@ type FloorRef struct {
 // (a separate process, so that its CPU time is its own).
 const floorServeArg = "floor-serve"
 
-// floorServe serves the floor on addr: each POST's body is a key number, and the handler runs
+// floorServe serves the floor on addr: each POST's body is a key number, and the server runs
 // upsertStatement on it as its own SERIALIZABLE transaction (as pgbench's PGOPTIONS set it).
 func floorServe(addr, dbURL string, async bool) error {
 	cfg, err := pgx.ParseConfig(dbURL)
@@ -55,24 +61,62 @@ func floorServe(addr, dbURL string, async bool) error {
 		return err
 	}
 	var mu sync.Mutex
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		k, err := strconv.Atoi(string(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
+	upsert := func(k int) error {
 		mu.Lock()
-		_, err = conn.Exec(ctx, upsertStatement, k)
-		mu.Unlock()
+		defer mu.Unlock()
+		_, err := conn.Exec(ctx, upsertStatement, k)
+		return err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := l.Accept()
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return err
+		}
+		go floorConn(c, upsert)
+	}
+}
+
+// floorConn answers the requests rawConn sends on c until it closes: it reads the head up to
+// the blank line, takes the body's Content-Length, runs upsert on the body's key and writes a
+// fixed 200 (or a 500 with the error). It is only as much HTTP as the bench's own client needs.
+func floorConn(c net.Conn, upsert func(k int) error) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	ok := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{\"allowed\":true}")
+	for {
+		length := 0
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			if len(bytes.TrimSpace(line)) == 0 {
+				break
+			}
+			if name, value, found := bytes.Cut(line, []byte(":")); found && bytes.EqualFold(name, []byte("Content-Length")) {
+				length, _ = strconv.Atoi(string(bytes.TrimSpace(value)))
+			}
+		}
+		body := make([]byte, length)
+		if _, err := io.ReadFull(r, body); err != nil {
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"allowed":true}`))
+		reply := ok
+		k, err := strconv.Atoi(string(body))
+		if err == nil {
+			err = upsert(k)
+		}
+		if err != nil {
+			reply = []byte(fmt.Sprintf("HTTP/1.1 500 Internal Server Error\r\nContent-Length: %d\r\n\r\n%s", len(err.Error()), err))
+		}
+		if _, err := c.Write(reply); err != nil {
+			return
+		}
 	}
-	return http.ListenAndServe(addr, http.HandlerFunc(handler))
 }
 
 // oneConnectionAsyncCommit names the scenarios measured with the upsert at 1 client and the
@@ -98,7 +142,7 @@ func measureFloor(dbURL string, async bool, d time.Duration) (FloorRef, error) {
 		return ref, err
 	}
 	cmd := exec.Command(self, floorServeArg, addr, strconv.FormatBool(async))
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "GOMAXPROCS=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -149,7 +149,7 @@ type Report struct {
 	// Upserts are pgbench's one-statement token-bucket upsert (pgbench.go), the reference for
 	// latency at one connection and for the commit modes.
 	Upserts []UpsertRef `json:"pgbenchUpserts,omitempty"`
-	// Floors are the upsert behind a minimal Go HTTP handler at one connection (floor.go),
+	// Floors are the upsert behind the least a Go service can be, at one connection (floor.go),
 	// medians of the runs measured in the triples.
 	Floors []FloorRef `json:"httpFloors,omitempty"`
 	// Triples are each run of random-1 and random-1-fast with pgbench's upsert at 1 client and
@@ -613,7 +613,7 @@ func printTable(w io.Writer, r Report) {
 			u.Clients, onOff(!u.AsyncCommit), u.TPS, u.P50ms, u.P99ms, u.PgCPUus)
 	}
 	for _, f := range r.Floors {
-		fmt.Fprintf(w, "HTTP floor (the upsert behind a minimal Go net/http handler), 1 connection, synchronous_commit %-3v: p50 %.3f ms, p99 %.3f ms, app %.0f µs, pg %.0f µs per request\n",
+		fmt.Fprintf(w, "HTTP floor (the upsert behind a hand-written HTTP/1.1 responder, one P), 1 connection, synchronous_commit %-3v: p50 %.3f ms, p99 %.3f ms, app %.0f µs, pg %.0f µs per request\n",
 			onOff(!f.AsyncCommit), f.P50ms, f.P99ms, f.AppCPUus, f.PgCPUus)
 	}
 	fmt.Fprintln(w)
