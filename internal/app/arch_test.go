@@ -94,6 +94,85 @@ func TestDependenciesPointInward(t *testing.T) {
 	}
 }
 
+// otherModules are the package map's rows that are modules or packages of their own, outside
+// this module's import rules.
+var otherModules = []string{"client/go", "client/gin", "examples", "client/typescript"}
+
+// TestArchitectureDocMatchesThePackageMap reads the package map table of docs/architecture.md
+// and checks it against allowedImports: a row for every package, and each row's "may import"
+// column naming exactly the packages allowedImports allows ("everything" for "*").
+func TestArchitectureDocMatchesThePackageMap(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The short names the table uses: "apperr" for internal/apperr, "migrations" as it is.
+	resolve := func(name string) string {
+		if _, ok := allowedImports["internal/"+name]; ok {
+			return "internal/" + name
+		}
+		return name
+	}
+	_, section, _ := strings.Cut(string(doc), "\n## Package map\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	described := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue // not a row of the package map
+		}
+		mayImport := strings.TrimSpace(cells[3])
+		var listed []string
+		switch {
+		case mayImport == "everything":
+			listed = []string{"*"}
+		case strings.HasPrefix(mayImport, "nothing"):
+		default:
+			for _, name := range backticked(mayImport) {
+				listed = append(listed, resolve(name))
+			}
+		}
+		slices.Sort(listed)
+		for _, pkg := range backticked(cells[1]) {
+			if slices.Contains(otherModules, pkg) {
+				continue
+			}
+			allowed, known := allowedImports[pkg]
+			if !known {
+				t.Errorf("docs/architecture.md has a row for %s, which allowedImports does not know", pkg)
+				continue
+			}
+			described[pkg] = true
+			want := slices.Sorted(slices.Values(allowed))
+			if !slices.Equal(listed, want) {
+				t.Errorf("docs/architecture.md says %s may import %v; allowedImports says %v", pkg, listed, want)
+			}
+		}
+	}
+	for pkg := range allowedImports {
+		if !described[pkg] {
+			t.Errorf("docs/architecture.md's package map has no row for %s", pkg)
+		}
+	}
+}
+
+// backticked returns the `quoted` names in s, in order.
+func backticked(s string) []string {
+	var names []string
+	for {
+		_, rest, ok := strings.Cut(s, "`")
+		if !ok {
+			return names
+		}
+		name, after, ok := strings.Cut(rest, "`")
+		if !ok {
+			return names
+		}
+		names = append(names, name)
+		s = after
+	}
+}
+
 // TestLimitMathIsPure checks what the pure package pulls in, transitively: nothing of the
 // project and no database library.
 func TestLimitMathIsPure(t *testing.T) {
