@@ -2,6 +2,10 @@ package api_test
 
 import (
 	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -74,5 +78,35 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	if len(phantom) > 0 {
 		t.Errorf("openapi.json documents routes that are not registered: %v", phantom)
+	}
+}
+
+// readmeRoute is a route as README.md names it in backticks: one or more methods joined by "/",
+// then a /v1 path with OpenAPI's {parameters}, perhaps with a query.
+var readmeRoute = regexp.MustCompile("`((?:[A-Z]+/)*[A-Z]+) (/v1/[^`?\\s]*)[^`]*`")
+
+// TestReadmeNamesEveryRoute checks that README.md, the contract beside the OpenAPI document,
+// names every /v1 route the router registers (CORS preflights aside).
+func TestReadmeNamesEveryRoute(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, m := range readmeRoute.FindAllStringSubmatch(string(readme), -1) {
+		for _, method := range strings.Split(m[1], "/") {
+			named[method+" "+m[2]] = true
+		}
+	}
+	h := newHarness(t, sqliteURL(t))
+	var missing []string
+	for _, ri := range apiRoutes(t, h.router) {
+		if r := ri.Method + " " + openAPIPath(ri.Path); ri.Method != http.MethodOptions && !named[r] {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("README.md does not name these routes (as `METHOD /v1/path`): %v", missing)
 	}
 }
