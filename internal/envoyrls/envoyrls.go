@@ -265,6 +265,11 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 	ok := s.opts.AllowUnknown
 	var planned *limiter.Decision // the plan is spent only with what is counted: the known limits
 	if len(known) > 0 {
+		if plan != nil {
+			p := *plan
+			p.Count = float64(len(known))
+			plan = &p
+		}
 		b, err := s.engine.Batch(ctx, tenantID, withPlan(known, plan), s.opts.AllowUnknown)
 		switch {
 		case limiter.IsNotFound(err):

@@ -550,6 +550,31 @@ func TestAttributesOfADescriptor(t *testing.T) {
 	}
 }
 
+// TestUnknownDescriptorsSpendNothingOfThePlan: with GRPC_UNKNOWN_LIMIT=allow, a request of one
+// known and one unknown descriptor spends one decision of the plan, not two. The plan admits 2 a
+// second with a burst of 2, so a second such request at once fits only if the first spent one
+// (two spent would need a whole second of refill).
+func TestUnknownDescriptorsSpendNothingOfThePlan(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, true)
+		perSecond := 2.0
+		if err := h.app.Tenants.SetPlan(context.Background(), h.tenantID, tenants.PlanSettings{DecisionsPerSecond: &perSecond}, "test"); err != nil {
+			t.Fatal(err)
+		}
+		h.define(t, "api.user", 10)
+		req := request("api", descriptor("user", "alice"), descriptor("nosuch", "x"))
+		for i := range 2 {
+			if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OK {
+				t.Fatalf("call %d of one known and one unknown descriptor: %v, want OK (the plan spent for the unknown one too?)", i+1, resp)
+			}
+		}
+		if v := h.value(t, "api.user", "alice"); v != 8 {
+			t.Fatalf("api.user = %v after two calls, want 8", v)
+		}
+	})
+}
+
 // TestAPlanOverItsRateIsOverLimitWithoutSpending: a tenant over its plan's decision rate gets
 // OVER_LIMIT with the plan's Retry-After, and its descriptors' limits are not spent; another
 // tenant on the same service is unaffected.
