@@ -44,9 +44,9 @@ const (
 //
 // When the bulk request as a whole fails (a network error, the client's timeout, a 5xx), every
 // call of the batch follows the FailPolicy, as it would alone; a batch is never retried, as Limit
-// is not. Calls with a limit name Sluice cannot know, or with a decision too large to batch, are
-// sent alone, so that they get the single call's own answer. Check, Batch, CheckBatch and Bulk
-// are never batched.
+// is not. A call whose decision is too large to batch is sent alone, so that it gets the single
+// call's own answer (a limit name Sluice cannot know never gets this far: Limit refuses it before
+// sending). Check, Batch, CheckBatch and Bulk are never batched.
 func WithBatching(window time.Duration, maxItems int) Option {
 	if window <= 0 {
 		window = DefaultBatchWindow
@@ -156,7 +156,7 @@ func (c *Client) limitBatched(ctx context.Context, name string, d Decision) (Res
 	if err != nil {
 		return Result{}, fmt.Errorf("sluice: POST /v1/decisions: encode: %w", err)
 	}
-	if len(enc) > maxBatchedItemBytes || !validName(name) {
+	if len(enc) > maxBatchedItemBytes {
 		return c.decide(ctx, name, "/limit", d, consuming)
 	}
 	wait := ctx

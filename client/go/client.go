@@ -93,8 +93,9 @@ const (
 )
 
 // Limit consumes d.Count (default 1) tokens of the limit name for d's key if the limit allows it.
-// A refusal is a Result with OK false, not an error. Limit is never retried. With WithBatching,
-// concurrent calls share POST /v1/decisions requests.
+// A refusal is a Result with OK false, not an error. Limit is retried only when ctx carries an
+// Idempotency-Key (WithIdempotencyKey), whose retry Sluice answers with the first answer. With
+// WithBatching, concurrent calls without one share POST /v1/decisions requests.
 func (c *Client) Limit(ctx context.Context, name string, d Decision) (Result, error) {
 	if err := checkDecision(name, d); err != nil {
 		return Result{}, err

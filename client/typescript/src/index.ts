@@ -1,6 +1,6 @@
 /**
  * The TypeScript client of Sluice, a multi-tenant rate-limiting service. It has no runtime
- * dependencies: it calls Sluice's JSON API (/v1) with the global `fetch` (Node 20 or later, or
+ * dependencies: it calls Sluice's JSON API (/v1) with the global `fetch` (Node 18 or later, or
  * any server-side runtime that has it) and a secret key, which must never reach a browser.
  *
  * Problems Sluice answers with are thrown as {@link SluiceError}. When Sluice cannot answer
@@ -719,6 +719,8 @@ function sessionPath(id: string): string {
 function result(w: WireDecision): Result {
   const r: Result = { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
   if (w.shadow) r.shadow = { ok: w.shadow.ok, retryAfter: w.shadow.retryAfter ?? null };
+  if (w.parents !== undefined) r.parents = w.parents;
+  if (w.override !== undefined) r.override = w.override;
   if (w.leaseId !== undefined) {
     r.leaseId = w.leaseId;
     r.expiresAt = w.expiresAt;

@@ -487,6 +487,31 @@ test("a shadow gcra limit with a penalty keeps its mode and penalty, admits with
   assert.equal(full.fullAt, null);
 });
 
+test("a decision carries its parents' decisions and the override that decided it", async () => {
+  const c = client();
+  const org = limitName("org");
+  const user = limitName("user");
+  await putBucket(c, org, 100);
+  await c.putLimit(user, { kind: "token bucket", rate: 10, period: 60_000, parents: [{ name: org, key: "org:{org}" }] });
+  const r = await c.limit(user, { key: "alice", attributes: { org: "acme" } });
+  assert.equal(r.ok, true);
+  assert.equal(r.parents?.length, 1, JSON.stringify(r));
+  assert.equal(r.parents[0].name, org);
+  assert.equal(r.parents[0].key, "org:acme");
+  assert.equal(r.parents[0].ok, true);
+  assert.ok(near(r.parents[0].remaining, 99), `parent remaining ${r.parents[0].remaining}`);
+  assert.equal(r.override, undefined);
+  // An override (the client has no call for them: the API's own route).
+  const resp = await fetch(`${sluice.baseUrl}/v1/limits/${user}/overrides`, {
+    method: "PUT",
+    headers: { Authorization: `Bearer ${sluice.secretKey}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ match: "vip:*", capacity: 50 }),
+  });
+  assert.equal(resp.status, 200, await resp.text());
+  const v = await c.limit(user, { key: "vip:bob", attributes: { org: "acme" } });
+  assert.equal(v.override, "vip:*", JSON.stringify(v));
+});
+
 test("an idempotencyKey replays the first answer and makes consuming calls retryable", async () => {
   const c = client();
   const name = limitName("idem");
