@@ -428,41 +428,45 @@ func (e *Engine) settle(out *BatchDecision) {
 	}
 }
 
-// finish reports a committed group's consumed outcomes (settle made them final).
+// finish reports a committed group's consumed outcomes (settle made them final): every limit of
+// every decision once, its ancestors included, each by its own mode (a shadow limit's would-be
+// refusal of an admitted request is shadow-refused, whichever of the family it is).
 func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 	if !consume {
 		return
 	}
 	for i := range out.Results {
 		r := &out.Results[i]
+		if r.refund {
+			continue
+		}
 		owner := tenantID
 		if r.system { // a plan's decision rate: the system tenant's limit
 			owner = SystemTenant
 		}
-		if out.OK && r.Shadow != nil && !r.Shadow.OK {
-			if e.onShadow != nil {
-				e.onShadow(owner, r.Name)
-			}
-			if e.onKey != nil {
-				e.onKey(owner, KeyOutcome{Name: r.Name, Key: r.Key, OK: true, ShadowRefused: true, Remaining: r.Remaining, Max: r.Definition.Max()})
-			}
-			continue
+		e.report(owner, r, out.OK)
+		for j := range r.Parents {
+			e.report(owner, &r.Parents[j], out.OK)
 		}
-		if r.refund {
-			continue
-		}
-		if e.onDecision != nil {
-			e.onDecision(owner, r.Name, out.OK)
-			for _, p := range r.Parents {
-				e.onDecision(owner, p.Name, out.OK)
-			}
+	}
+}
+
+// report gives one limit's part in a committed decision to the hooks.
+func (e *Engine) report(owner int64, d *Decision, ok bool) {
+	if ok && d.Shadow != nil && !d.Shadow.OK {
+		if e.onShadow != nil {
+			e.onShadow(owner, d.Name)
 		}
 		if e.onKey != nil {
-			e.onKey(owner, KeyOutcome{Name: r.Name, Key: r.Key, OK: out.OK, Remaining: r.Remaining, Max: r.Definition.Max()})
-			for _, p := range r.Parents {
-				e.onKey(owner, KeyOutcome{Name: p.Name, Key: p.Key, OK: out.OK, Remaining: p.Remaining, Max: p.Definition.Max()})
-			}
+			e.onKey(owner, KeyOutcome{Name: d.Name, Key: d.Key, OK: true, ShadowRefused: true, Remaining: d.Remaining, Max: d.Definition.Max()})
 		}
+		return
+	}
+	if e.onDecision != nil {
+		e.onDecision(owner, d.Name, ok)
+	}
+	if e.onKey != nil {
+		e.onKey(owner, KeyOutcome{Name: d.Name, Key: d.Key, OK: ok, Remaining: d.Remaining, Max: d.Definition.Max()})
 	}
 }
 

@@ -54,6 +54,46 @@ func batch(t *testing.T, e *limiter.Engine, reqs ...limiter.Request) limiter.Bat
 	return b
 }
 
+// TestShadowInAFamilyIsReportedByEachLimitsOwnMode: each limit of a nested budget is reported
+// once per consumed decision by its own mode. A shadow child's would-be refusal still counts its
+// enforced parent's admission, and a shadow parent's would-be refusal is shadow-refused, not
+// allowed.
+func TestShadowInAFamilyIsReportedByEachLimitsOwnMode(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		h := newHooks()
+		e := newEngine(t, d, h.options(clock.opts()))
+		start := int64(0)
+		hourly := func(rate float64, mode limiter.Mode, parents ...limiter.Parent) limiter.Definition {
+			return limiter.Definition{Kind: limiter.FixedWindow, Rate: rate, Period: 3_600_000, Start: &start, Mode: mode, Parents: parents}
+		}
+		mustPut(t, e, "org", hourly(10, ""))
+		mustPut(t, e, "shadowChild", hourly(1, limiter.Shadow, limiter.Parent{Name: "org", Key: "org:{org}"}))
+		mustPut(t, e, "shadowOrg", hourly(1, limiter.Shadow))
+		mustPut(t, e, "child", hourly(10, "", limiter.Parent{Name: "shadowOrg", Key: "org:{org}"}))
+		for _, name := range []string{"shadowChild", "child"} {
+			for i := range 2 {
+				if b := batch(t, e, limiter.Request{Name: name, Key: "k", Count: 1, Attributes: map[string]string{"org": "acme"}}); !b.OK {
+					t.Fatalf("%s, decision %d: refused %+v; shadow limits never refuse", name, i+1, b)
+				}
+			}
+		}
+		for _, c := range []struct {
+			name                     string
+			allowed, refused, shadow int
+		}{
+			{"shadowChild", 1, 0, 1}, // the second would have been refused
+			{"org", 2, 0, 0},         // enforced: both admissions spent it
+			{"child", 2, 0, 0},
+			{"shadowOrg", 1, 0, 1},
+		} {
+			if a, r, s := h.counts(c.name); a != c.allowed || r != c.refused || s != c.shadow {
+				t.Errorf("%s: allowed %d, refused %d, shadow-refused %d; want %d, %d, %d", c.name, a, r, s, c.allowed, c.refused, c.shadow)
+			}
+		}
+	})
+}
+
 // TestShadowLimitInBatchReportsButNeverRefuses: a batch of an enforced limit (5 per hour) and a
 // shadow one (2 per hour). The shadow limit's would-be refusals are reported and counted but
 // refuse nothing; the enforced limit still refuses at its bound, and then nothing is written.
