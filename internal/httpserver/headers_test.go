@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/sluice-dev/sluice/internal/httpserver"
 )
 
@@ -58,6 +60,35 @@ func TestHSTSBelievesForwardedProtoOnlyFromTrustedProxies(t *testing.T) {
 			}
 			if csp := got.Get("Content-Security-Policy"); csp == "" || got.Get("X-Content-Type-Options") != "nosniff" {
 				t.Fatalf("security headers missing: %v", got)
+			}
+		})
+	}
+}
+
+// The client's address is the peer's, or X-Forwarded-For's when the peer is a trusted proxy;
+// never X-Real-IP, which a proxy that only appends X-Forwarded-For passes on from the client.
+func TestClientIPBelievesOnlyXForwardedForFromTrustedProxies(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		proxies []string
+		header  []string
+		want    string
+	}{
+		{"no header", []string{"192.0.2.1"}, nil, "192.0.2.1"},
+		{"trusted proxy's X-Forwarded-For", []string{"192.0.2.1"}, []string{"X-Forwarded-For", "203.0.113.7"}, "203.0.113.7"},
+		{"trusted proxy passes a client's X-Real-IP", []string{"192.0.2.1"}, []string{"X-Real-IP", "203.0.113.7"}, "192.0.2.1"},
+		{"untrusted peer's X-Forwarded-For", []string{"10.0.0.0/8"}, []string{"X-Forwarded-For", "203.0.113.7"}, "192.0.2.1"},
+		{"no proxies trusted", nil, []string{"X-Forwarded-For", "203.0.113.7"}, "192.0.2.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := httpserver.NewRouter(httpserver.Options{TrustedProxies: tc.proxies})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.GET("/ip", func(c *gin.Context) { c.String(http.StatusOK, c.ClientIP()) })
+			rec := do(r, http.MethodGet, "/ip", nil, tc.header...) // from httptest's 192.0.2.1
+			if got := rec.Body.String(); got != tc.want {
+				t.Fatalf("client IP %q, want %q", got, tc.want)
 			}
 		})
 	}

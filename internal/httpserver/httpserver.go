@@ -73,6 +73,9 @@ func NewRouter(o Options) (*gin.Engine, error) {
 	if len(o.TrustedProxies) == 0 {
 		r.ForwardedByClientIP = false
 	}
+	// From a trusted proxy, only X-Forwarded-For (gin would also believe X-Real-IP, which a
+	// proxy that only appends X-Forwarded-For passes through from the client untouched).
+	r.RemoteIPHeaders = []string{"X-Forwarded-For"}
 	proxies, err := parseProxies(o.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("httpserver: trusted proxies: %w", err)
