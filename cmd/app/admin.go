@@ -23,7 +23,10 @@ func adminCmd(ctx context.Context, cfg config.Config, group string, args []strin
 	if err != nil {
 		return err
 	}
-	svc := tenants.NewService(d, keys.Pepper, nil, app.DefaultPlan(cfg)) // the CLI's keys count too
+	svc, err := app.CommandTenants(cfg, d, keys) // the CLI's keys count against the plan too
+	if err != nil {
+		return err
+	}
 	err = svc.Command(ctx, group, args, stdin, stdout)
 	if errors.Is(err, tenants.ErrUnknownCommand) {
 		return fmt.Errorf("%w\n%s", err, usage)

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -646,6 +647,42 @@ func cliInProcess(t *testing.T, env []string, args ...string) string {
 		t.Fatalf("app %s: %v\n%s", strings.Join(args, " "), err, out.String())
 	}
 	return out.String()
+}
+
+// TestKeyCommandsWriteTheirWebhookEvents: a key created or revoked on the command line is
+// audited and, like one created on the dashboard, queues its event for the tenant's endpoints in
+// the same transaction.
+func TestKeyCommandsWriteTheirWebhookEvents(t *testing.T) {
+	dbURL := postgresForTest(t)
+	env := appEnv(dbURL)
+	cliInProcess(t, env, "tenant", "create", "acme")
+	admin, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(`INSERT INTO webhook_endpoints (tenant_id, url, secret_sealed, events, created_at)
+		SELECT id, 'https://example.com/hook', 's', 'key.created,key.revoked', 0 FROM tenants WHERE name = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimSpace(strings.SplitN(cliInProcess(t, env, "key", "create", "--tenant", "acme"), "\n", 2)[0])
+	cliInProcess(t, env, "key", "revoke", secret)
+	var events []string
+	rows, err := admin.Query(`SELECT event FROM webhook_deliveries ORDER BY created_at, event`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e string
+		if err := rows.Scan(&e); err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+	}
+	if !slices.Equal(events, []string{"key.created", "key.revoked"}) {
+		t.Fatalf("outbox holds %v after key create and key revoke on the command line, want key.created and key.revoked", events)
+	}
 }
 
 // TestGracefulShutdownFinishesInFlightRequests holds a lock that decisions wait behind, starts

@@ -119,6 +119,17 @@ func DefaultPlan(cfg config.Config) tenants.Option {
 		MaxLimits: cfg.PlanMaxLimits, MaxKeys: cfg.PlanMaxKeys, MaxOverrides: cfg.PlanMaxOverrides})
 }
 
+// CommandTenants is the tenants service of the command line (`tenant`, `key` and `user`): as the
+// server's, its audited changes write their webhook events to the outbox in the same
+// transaction (a running server delivers them), and its default plan is the configured one.
+func CommandTenants(cfg config.Config, d *db.DB, keys Secrets) (*tenants.Service, error) {
+	events, err := webhooks.NewService(d, keys.Derive("webhook-secrets"), webhooks.Options{AllowPrivate: cfg.WebhookAllowPrivate})
+	if err != nil {
+		return nil, err
+	}
+	return tenants.NewService(d, keys.Pepper, nil, tenants.WithEvents(events), DefaultPlan(cfg)), nil
+}
+
 // NewLogger is the process's logger: text lines at the configured level.
 func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.LogLevel}))
