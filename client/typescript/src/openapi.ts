@@ -3378,7 +3378,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            /** @description invalid_request: a malformed Idempotency-Key (field Idempotency-Key); the route reads no body; nothing is written */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3473,7 +3473,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            /** @description invalid_request: a malformed Idempotency-Key (field Idempotency-Key); the route reads no body; nothing is written */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3570,7 +3570,7 @@ export interface operations {
                     "application/json": components["schemas"]["Lease"];
                 };
             };
-            /** @description invalid_request: counts (one finite number >= 0 per limit of the hold), counts[i]; nothing is written */
+            /** @description invalid_request: a malformed Idempotency-Key (field Idempotency-Key); the route reads no body; nothing is written */
             400: {
                 headers: {
                     [name: string]: unknown;
