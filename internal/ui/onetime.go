@@ -25,7 +25,15 @@ import (
 // oneTimeTTL is how long the page after the redirect has to show the secret.
 const oneTimeTTL = time.Minute
 
-func (u *UI) oneTimeCookie() string { return u.cookieName() + "_once" }
+// oneTimeCookie is the hand-over cookie's name. It is scoped to its page's path, which a __Host-
+// cookie may not be (browsers refuse a __Host- cookie whose Path is not /), so in production it
+// is a __Secure- cookie: Secure like the session's, and allowed a path.
+func (u *UI) oneTimeCookie() string {
+	if u.insecure {
+		return cookieInsecure + "_once"
+	}
+	return "__Secure-sluice_once"
+}
 
 func (u *UI) oneTimeAEAD() cipher.AEAD {
 	m := hmac.New(sha256.New, u.sessionKey)
