@@ -43,17 +43,22 @@ func (u *UI) accountPage(c *gin.Context) { u.renderAccount(c, http.StatusOK, nil
 // typed twice; every other session of theirs ends.
 func (u *UI) changePassword(c *gin.Context) {
 	p := principalOf(c)
-	err := u.tenants.ChangePassword(c.Request.Context(), p.user.ID, c.PostForm("current"), c.PostForm("password"), p.sessionID)
-	errs := apperr.Fields(err)
+	// The confirmation first: a mistyped new password must change nothing.
 	if c.PostForm("password") != c.PostForm("confirm") {
-		errs["confirm"] = "The two new passwords differ."
+		errs := map[string]string{"confirm": "The two new passwords differ."}
+		if err := checkLength(c.PostForm("password")); err != nil {
+			errs["password"] = apperr.From(err).Sentence()
+		}
+		u.renderAccount(c, http.StatusUnprocessableEntity, errs)
+		return
 	}
-	if len(errs) > 0 {
-		if err != nil && !formError(err) {
+	err := u.tenants.ChangePassword(c.Request.Context(), p.user.ID, c.PostForm("current"), c.PostForm("password"), p.sessionID)
+	if err != nil {
+		if !formError(err) {
 			u.fail(c, err)
 			return
 		}
-		u.renderAccount(c, http.StatusUnprocessableEntity, errs)
+		u.renderAccount(c, http.StatusUnprocessableEntity, apperr.Fields(err))
 		return
 	}
 	redirect(c, "/account?msg=password-changed")
