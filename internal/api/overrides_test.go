@@ -100,6 +100,13 @@ func TestOverridesOverHTTP(t *testing.T) {
 		if items = page["overrides"].([]any); len(items) != 1 || items[0].(map[string]any)["match"] != "vip" || page["next"] != nil {
 			t.Fatalf("last page: %v", page)
 		}
+		// An after that no page gives (PostgreSQL cannot even compare a NUL byte) is the caller's error.
+		for _, after := range []string{"%00", "%FF", "a%2Ab%2A"} {
+			p := requireProblem(t, h.send(t, http.MethodGet, "/v1/limits/api/overrides?after="+after, a.key, nil), http.StatusBadRequest, "invalid_request")
+			if p["field"] != "after" {
+				t.Fatalf("after=%s: %v, want field after", after, p)
+			}
+		}
 
 		// Delete; the key is back to the definition at once.
 		del := h.send(t, http.MethodDelete, "/v1/limits/api/overrides?match="+url.QueryEscape("org:acme:*"), a.key, nil)

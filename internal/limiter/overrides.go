@@ -243,6 +243,9 @@ func (e *Engine) ListOverrides(ctx context.Context, tenantID int64, name, after 
 	if !ValidName(name) {
 		return nil, "", ErrLimitNotFound
 	}
+	if after != "" && !ValidMatch(after) { // never a page's next, and PostgreSQL may refuse to compare it
+		return nil, "", invalidRequest("after", "must be the next of a previous page: a valid match")
+	}
 	limit = min(max(limit, 1), MaxOverridesPage)
 	var rows []overrideRow
 	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {

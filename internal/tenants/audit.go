@@ -132,6 +132,9 @@ func (s *Service) AuditPage(ctx context.Context, tenantID *int64, q AuditQuery) 
 }
 
 func (s *Service) auditLog(ctx context.Context, op string, q AuditQuery, scope func(*gorm.DB) *gorm.DB) ([]AuditEntry, error) {
+	if !storable(q.Actor) || !storable(q.Action) {
+		return nil, nil // no entry holds a NUL or invalid UTF-8 (truncate), and PostgreSQL refuses to compare them
+	}
 	limit := q.Limit
 	if limit <= 0 {
 		limit = defaultAuditLimit
@@ -169,6 +172,10 @@ func (s *Service) auditLog(ctx context.Context, op string, q AuditQuery, scope f
 	}
 	return out, nil
 }
+
+// storable reports whether s can be stored, and so compared, as PostgreSQL TEXT: valid UTF-8
+// without NUL bytes.
+func storable(s string) bool { return utf8.ValidString(s) && !strings.Contains(s, "\x00") }
 
 // truncate cuts s to maxAuditField bytes on a rune boundary, drops NUL bytes and makes it valid
 // UTF-8, because PostgreSQL TEXT refuses both and an audit entry must never fail on its text.

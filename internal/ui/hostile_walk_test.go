@@ -603,3 +603,25 @@ func cut(s string) string {
 	}
 	return s
 }
+
+// Query parameters that PostgreSQL cannot compare (a NUL byte, invalid UTF-8) in the dashboard's
+// filters and page links are no match and the first page, never a 500.
+func TestFiltersPostgreSQLCannotCompareAreNoMatch(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		e := newEnv(t, onDatabase(url))
+		e.operator()
+		acme := e.tenant("acme")
+		if _, _, err := e.engine.PutDefinition(context.Background(), acme.ID, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 1000}, nil); err != nil {
+			t.Fatal(err)
+		}
+		c := e.login(opEmail, opPassword)
+		for _, path := range []string{
+			"/audit?actor=%00", "/audit?action=%FF",
+			tpath(acme, "/audit?actor=a%00b"), tpath(acme, "/audit?action=%C3%28"),
+			tpath(acme, "/limits/api?overrides_after=%00"), tpath(acme, "/limits/api?overrides_after=%FF"),
+		} {
+			wantStatus(t, c.get(path), http.StatusOK)
+		}
+	})
+}

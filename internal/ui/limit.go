@@ -192,7 +192,11 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 			return
 		}
 	}
-	if vm.Overrides, err = u.overridesSection(c, d, c.Query("overrides_after")); err != nil && !limiter.IsNotFound(err) {
+	after := c.Query("overrides_after")
+	if !limiter.ValidMatch(after) {
+		after = "" // not a page's next (a hand-edited link): the first page
+	}
+	if vm.Overrides, err = u.overridesSection(c, d, after); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
 	}
