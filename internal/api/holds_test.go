@@ -48,6 +48,14 @@ func TestHoldsOverHTTP(t *testing.T) {
 		if !strings.HasPrefix(id, "hold_") || number(t, got, "expiresAt") <= 0 {
 			t.Fatalf("hold: %v", got)
 		}
+		// Counts above 1e15 are refused (1e300 once became an infinite overage whose answer could
+		// not be encoded, inside the idempotent close's transaction: every later decision hung).
+		for _, body := range []string{`{"counts":[1e16]}`, `{"counts":[1e300]}`} {
+			p := requireProblem(t, sendIdemMethod(t, http.MethodPost, h.url, "/v1/holds/"+id+"/settle", a.key, body, "settle-"+body), http.StatusBadRequest, "invalid_request")
+			if p["field"] != "counts[0]" {
+				t.Fatalf("settle %s: %v, want field counts[0]", body, p)
+			}
+		}
 		got = requireJSON(t, h.send(t, http.MethodPost, "/v1/holds/"+id+"/settle", a.key, map[string]any{"counts": []float64{6}}), http.StatusOK)
 		l := got["limits"].([]any)[0].(map[string]any)
 		if l["held"] != 4.0 || l["charged"] != 6.0 || l["overage"] != 0.0 || l["key"] != "k" {

@@ -457,3 +457,24 @@ func TestDefinitionUpdatesMoveUpdatedAtForward(t *testing.T) {
 		last = d.UpdatedAt
 	}
 }
+
+// TestAPanickingGroupFailsClosedAndTheLaneGoesOn: a bug that panics inside a group (here an
+// idempotent answer's rendering, which runs in the group's transaction) fails that group's
+// decisions closed; the lane's token comes back, so the decisions after it are made.
+func TestAPanickingGroupFailsClosedAndTheLaneGoesOn(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, limiter.Options{})
+		mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
+		idem := &limiter.Idempotency{Key: "k", Hash: []byte("h"), Render: func(limiter.BatchDecision) limiter.Answer { panic("render failed") }}
+		if _, err := e.LimitIdempotent(context.Background(), tenant, []limiter.Request{{Name: "api", Key: "a", Count: 1}}, idem); err == nil {
+			t.Fatal("a group whose rendering panicked answered without an error")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i := range 3 {
+			if dec, err := e.Limit(ctx, tenant, limiter.Request{Name: "api", Key: "b", Count: 1}); err != nil || !dec.OK {
+				t.Fatalf("decision %d after the panicking group: %v, %+v (waited up to 30 s for the lane)", i+1, err, dec)
+			}
+		}
+	})
+}

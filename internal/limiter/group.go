@@ -169,8 +169,31 @@ func (e *Engine) runLane(l *lane, group []*job) {
 		break
 	}
 	if len(group) > 0 {
-		e.runGroup(group)
+		e.runGroupContained(group)
 	}
+}
+
+// runGroupContained runs group, containing a panic in it (a bug): every job of the group not yet
+// answered fails closed, and the lane's holder gives its token back as usual, so that one bad
+// group cannot stop every later decision of the lane (or, on a worker, the process).
+func (e *Engine) runGroupContained(group []*job) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("limiter: decide: a group panicked: %v", r)
+			for _, j := range group {
+				if j.done == nil {
+					continue
+				}
+				select {
+				case <-j.done:
+				default:
+					j.err = err
+					close(j.done)
+				}
+			}
+		}
+	}()
+	e.runGroup(group)
 }
 
 // refuseQueued marks the engine stopped and fails every queued decision closed.

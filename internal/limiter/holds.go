@@ -318,8 +318,8 @@ func (r holdLimitRow) attributes() map[string]string {
 // SettleHold charges a hold's actual amounts (counts, in the hold's order) exactly once.
 func (e *Engine) SettleHold(ctx context.Context, tenantID int64, id string, counts []float64) (Settlement, error) {
 	for i, c := range counts {
-		if !finiteAmount(c) {
-			return Settlement{}, holdProblem(fmt.Sprintf("counts[%d]", i), "must be a finite number >= 0")
+		if !finiteAmount(c) || c > MaxAmount {
+			return Settlement{}, holdProblem(fmt.Sprintf("counts[%d]", i), fmt.Sprintf("must be a finite number >= 0 and <= %g", float64(MaxAmount)))
 		}
 	}
 	var out Settlement
