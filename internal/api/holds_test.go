@@ -196,3 +196,26 @@ func TestLeasesOverHTTP(t *testing.T) {
 		}
 	})
 }
+
+// TestAHoldGivesBackWhatItTookWhateverOverrideCameSince: a hold takes 6 of 10; an allow override
+// on its key arrives while it is open; the release still gives the 6 back, so the key has all 10
+// once the override has expired (it gave back nothing, and leaked the 6, before).
+func TestAHoldGivesBackWhatItTookWhateverOverrideCameSince(t *testing.T) {
+	eachDBWithEngineClock(t, func(t *testing.T, h *harness, clock *engineClock) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "tokens", map[string]any{"kind": "fixed window", "rate": 10, "period": 31536000000, "start": 0})
+		id := requireJSON(t, h.send(t, http.MethodPost, "/v1/holds", a.key, holdBody(60000, map[string]any{"name": "tokens", "key": "v", "count": 6})), http.StatusCreated)["holdId"].(string)
+		if v := valueOf(t, h, a.key, "/v1/limits/tokens/value?key=v"); v != 4 {
+			t.Fatalf("value after a hold of 6: %v, want 4", v)
+		}
+		override := map[string]any{"match": "v", "action": "allow", "expiresAt": clock.now().Add(time.Second).UTC().Format(time.RFC3339Nano)}
+		requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/tokens/overrides", a.key, override), http.StatusOK)
+		if r := h.send(t, http.MethodDelete, "/v1/holds/"+id, a.key, nil); r.status != http.StatusNoContent {
+			t.Fatalf("release: %s", r)
+		}
+		clock.advance(2 * time.Second) // the override has expired
+		if v := valueOf(t, h, a.key, "/v1/limits/tokens/value?key=v"); v != 10 {
+			t.Fatalf("value after the release and the override's expiry: %v, want 10 (the hold's 6 given back)", v)
+		}
+	})
+}

@@ -676,7 +676,10 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		def := r.def
 		if req := j.reqs[r.of]; req.Refund {
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Definition: def, refund: true}
-			if r.ov == nil || r.ov.Action == algo.ActionNone { // allow and deny counted nothing to give back
+			// A key an override allows or denies counted nothing to give back, unless this is a
+			// hold's: it took its amount when it was made, whatever overrides came since (given
+			// back never above the limit's maximum, as every refund).
+			if r.ov == nil || r.ov.Action == algo.ActionNone || req.hold {
 				states := j.statesOf(x, r, stored, overlay, local)
 				o, given := algo.Refund(def, states, req.Count, now, algo.Origin(def, r.tenantID, r.name, r.key))
 				dec.Remaining, dec.Refunded = o.Remaining, given
