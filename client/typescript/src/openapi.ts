@@ -2845,7 +2845,7 @@ export interface operations {
                     "application/json": components["schemas"]["OverridesPage"];
                 };
             };
-            /** @description invalid_request: limit out of range */
+            /** @description invalid_request: limit out of range, or after that is not a valid match (field after) */
             400: {
                 headers: {
                     [name: string]: unknown;
