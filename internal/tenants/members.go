@@ -426,6 +426,9 @@ func (s *Service) SetDisabled(ctx context.Context, scope *int64, id int64, disab
 			if err := s.endSessions(tx, id, ""); err != nil {
 				return err
 			}
+			if err := dropResetLinks(tx, id); err != nil {
+				return err
+			}
 		}
 		if err := tx.Model(&userRow{}).Where("id = ?", id).Update("disabled_at", at).Error; err != nil {
 			return err
@@ -474,8 +477,17 @@ func (s *Service) setPassword(ctx context.Context, row userRow, password, keep, 
 		if err := s.endSessions(tx, row.ID, keep); err != nil {
 			return err
 		}
+		if err := dropResetLinks(tx, row.ID); err != nil {
+			return err
+		}
 		return s.auditUserChange(tx, row.TenantID, actor, action, userTarget(row.ID), row.Email+": "+detail+"; other sessions ended")
 	})
+}
+
+// dropResetLinks makes user id's unused reset links stop working: a password they set themselves
+// (or one an operator set) and a disabled account leave no older way in.
+func dropResetLinks(tx *gorm.DB, id int64) error {
+	return tx.Where("user_id = ? AND kind = ? AND used_at IS NULL", id, linkReset).Delete(&userTokenRow{}).Error
 }
 
 // CreateResetLink makes a one-time password reset link for user id (an operator's action),
@@ -499,7 +511,7 @@ func (s *Service) NewResetLink(ctx context.Context, id int64, ttl time.Duration,
 		if err := first(tx, &row, "id = ?", id); err != nil {
 			return err
 		}
-		if err := tx.Where("user_id = ? AND kind = ? AND used_at IS NULL", id, linkReset).Delete(&userTokenRow{}).Error; err != nil {
+		if err := dropResetLinks(tx, id); err != nil {
 			return err
 		}
 		now := s.clock()

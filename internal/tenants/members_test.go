@@ -164,6 +164,18 @@ func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
 		wantErr(t, err, ErrNotFound)
 		_, err = e.svc.Login(e.ctx, "m@example.com", "m-password-56", "192.0.2.1")
 		must(t, err)
+
+		// A password changed another way, or a disabled account, leaves no unused link working.
+		stale, err := e.svc.CreateResetLink(e.ctx, u.ID, 0, "user:op@example.com")
+		must(t, err)
+		must(t, e.svc.SetPassword(e.ctx, u.ID, "m-password-90", "user:op@example.com"))
+		_, err = e.svc.ResetPassword(e.ctx, stale, "m-password-91")
+		wantErr(t, err, ErrNotFound)
+		stale, err = e.svc.CreateResetLink(e.ctx, u.ID, 0, "user:op@example.com")
+		must(t, err)
+		must(t, e.svc.SetDisabled(e.ctx, nil, u.ID, true, "user:op@example.com"))
+		_, err = e.svc.ResetUser(e.ctx, stale)
+		wantErr(t, err, ErrNotFound)
 	})
 }
 
