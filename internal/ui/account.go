@@ -44,11 +44,7 @@ func (u *UI) accountPage(c *gin.Context) { u.renderAccount(c, http.StatusOK, nil
 func (u *UI) changePassword(c *gin.Context) {
 	p := principalOf(c)
 	// The confirmation first: a mistyped new password must change nothing.
-	if c.PostForm("password") != c.PostForm("confirm") {
-		errs := map[string]string{"confirm": "The two new passwords differ."}
-		if err := checkLength(c.PostForm("password")); err != nil {
-			errs["password"] = apperr.From(err).Sentence()
-		}
+	if errs := confirmationErrors(c, "The two new passwords differ."); errs != nil {
 		u.renderAccount(c, http.StatusUnprocessableEntity, errs)
 		return
 	}
@@ -144,17 +140,27 @@ func (u *UI) submitLink(l linkFlow) gin.HandlerFunc {
 			}
 			return
 		}
-		if c.PostForm("password") != c.PostForm("confirm") {
-			vm.Errs = map[string]string{"confirm": "The two passwords differ."}
-			if err := checkLength(c.PostForm("password")); err != nil {
-				vm.Errs["password"] = apperr.From(err).Sentence()
-			}
+		if vm.Errs = confirmationErrors(c, "The two passwords differ."); vm.Errs != nil {
 			u.linkPage(c, http.StatusUnprocessableEntity, vm)
 			return
 		}
 		user, err := l.complete(c.Request.Context(), token, c.PostForm("password"))
 		u.linkDone(c, vm, user, err)
 	}
+}
+
+// confirmationErrors are a password form's errors when its confirmation differs from the new
+// password (differ says so; the password's length is checked too, so that one answer names both),
+// and nil when they match: a form whose confirmation differs changes nothing.
+func confirmationErrors(c *gin.Context, differ string) map[string]string {
+	if c.PostForm("password") == c.PostForm("confirm") {
+		return nil
+	}
+	errs := map[string]string{"confirm": differ}
+	if err := checkLength(c.PostForm("password")); err != nil {
+		errs["password"] = apperr.From(err).Sentence()
+	}
+	return errs
 }
 
 // linkDone logs in the user a one-time link has just set up, or shows the form's problems.
