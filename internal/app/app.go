@@ -123,11 +123,17 @@ func DefaultPlan(cfg config.Config) tenants.Option {
 // server's, its audited changes write their webhook events to the outbox in the same
 // transaction (a running server delivers them), and its default plan is the configured one.
 func CommandTenants(cfg config.Config, d *db.DB, keys Secrets) (*tenants.Service, error) {
-	events, err := webhooks.NewService(d, keys.Derive("webhook-secrets"), webhooks.Options{AllowPrivate: cfg.WebhookAllowPrivate})
+	events, err := newWebhooks(cfg, d, keys, nil)
 	if err != nil {
 		return nil, err
 	}
 	return tenants.NewService(d, keys.Pepper, nil, tenants.WithEvents(events), DefaultPlan(cfg)), nil
+}
+
+// newWebhooks is the webhooks service of the server and of the command line alike: both must
+// seal and open endpoints' signing secrets with the same derived key.
+func newWebhooks(cfg config.Config, d *db.DB, keys Secrets, log *slog.Logger) (*webhooks.Service, error) {
+	return webhooks.NewService(d, keys.Derive("webhook-secrets"), webhooks.Options{AllowPrivate: cfg.WebhookAllowPrivate, Logger: log})
 }
 
 // NewLogger is the process's logger: text lines at the configured level.
@@ -161,7 +167,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	}
 
 	a.Metrics = metrics.New(metrics.Options{DB: a.DB, Version: Version})
-	a.Webhooks, err = webhooks.NewService(a.DB, keys.Derive("webhook-secrets"), webhooks.Options{AllowPrivate: cfg.WebhookAllowPrivate, Logger: a.Log})
+	a.Webhooks, err = newWebhooks(cfg, a.DB, keys, a.Log)
 	if err != nil {
 		return nil, err
 	}
