@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/db"
 )
 
 // AuditEntry is one line of the audit log: who (Actor) did what (Action) to which object
@@ -132,7 +134,7 @@ func (s *Service) AuditPage(ctx context.Context, tenantID *int64, q AuditQuery) 
 }
 
 func (s *Service) auditLog(ctx context.Context, op string, q AuditQuery, scope func(*gorm.DB) *gorm.DB) ([]AuditEntry, error) {
-	if !storable(q.Actor) || !storable(q.Action) {
+	if !db.ComparableText(q.Actor) || !db.ComparableText(q.Action) {
 		return nil, nil // no entry holds a NUL or invalid UTF-8 (truncate), and PostgreSQL refuses to compare them
 	}
 	limit := q.Limit
@@ -172,10 +174,6 @@ func (s *Service) auditLog(ctx context.Context, op string, q AuditQuery, scope f
 	}
 	return out, nil
 }
-
-// storable reports whether s can be stored, and so compared, as PostgreSQL TEXT: valid UTF-8
-// without NUL bytes.
-func storable(s string) bool { return utf8.ValidString(s) && !strings.Contains(s, "\x00") }
 
 // truncate cuts s to maxAuditField bytes on a rune boundary, drops NUL bytes and makes it valid
 // UTF-8, because PostgreSQL TEXT refuses both and an audit entry must never fail on its text.

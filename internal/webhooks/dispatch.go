@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"gorm.io/gorm"
 
@@ -109,7 +108,7 @@ func (s *Service) Deliveries(ctx context.Context, tenantID, endpointID int64, li
 // Resend makes a delivery due now again, whatever its state: the same event, with the same
 // webhook-id (receivers deduplicate on it), and a fresh 24 hours of retries.
 func (s *Service) Resend(ctx context.Context, tenantID, endpointID int64, deliveryID string) error {
-	if !utf8.ValidString(deliveryID) || strings.ContainsRune(deliveryID, 0) {
+	if !db.ComparableText(deliveryID) {
 		// No delivery has such an ID, and PostgreSQL refuses it in a query (an error, where
 		// there is only no such row).
 		return fmt.Errorf("webhooks: resend: %w", ErrDeliveryNotFound)
