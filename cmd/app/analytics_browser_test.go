@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,18 +13,9 @@ import (
 // /v1 show on the analytics page with the most refused key first, and a key refused while the
 // page is open appears without a reload (the panel's poll).
 func TestAnalyticsPageShowsTheTopRefusedKey(t *testing.T) {
-	chromium := chromiumPath(t, "The analytics page's top refused keys")
-	srv := startTestServer(t, nil, true)
+	srv, dr := operatorOnTenant(t, "The analytics page's top refused keys", "operator@example.com", 120*time.Second)
 	base := srv.base
-	ctx := newBrowser(t, chromium)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 120*time.Second)
-	defer cancelTimeout()
-
-	dr := driver{t, ctx}
 	step, read := dr.step, dr.read
-	const password = "a long enough password"
-	dr.setUpFirstOperator(srv.setupURL, "operator@example.com", password)
-	dr.createTenant("acme")
 	step("create a limit of one a day",
 		chromedp.Click("#new-limit"),
 		chromedp.WaitVisible("#limit-form"),

@@ -321,6 +321,24 @@ func (d driver) createTenant(name string) {
 	)
 }
 
+// operatorPassword is the first operator's password in the browser tests that set one up.
+const operatorPassword = "a long enough password"
+
+// operatorOnTenant starts a server with a fresh database and Chromium, sets up the first operator
+// (email, operatorPassword) and creates the tenant acme, whose page the driver is left on. The
+// driver's steps share one deadline of timeout; what names the test in a skip.
+func operatorOnTenant(t *testing.T, what, email string, timeout time.Duration) (testServer, driver) {
+	t.Helper()
+	chromium := chromiumPath(t, what)
+	srv := startTestServer(t, nil, true)
+	ctx, cancel := context.WithTimeout(newBrowser(t, chromium), timeout)
+	t.Cleanup(cancel)
+	dr := driver{t, ctx}
+	dr.setUpFirstOperator(srv.setupURL, email, operatorPassword)
+	dr.createTenant("acme")
+	return srv, dr
+}
+
 // acceptInvite opens link in a browser context of its own in root's browser (no shared cookies)
 // and sets password there, as an invitee does; the invitee's driver stays usable until t ends.
 func acceptInvite(t *testing.T, root context.Context, link, password string) driver {

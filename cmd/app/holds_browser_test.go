@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,18 +14,9 @@ import (
 // their limits' pages, releases each through its confirmation page, and checks through /v1 that
 // the slot and the amount are free again and that the releases are audited.
 func TestDashboardShowsAndReleasesLeasesAndHolds(t *testing.T) {
-	chromium := chromiumPath(t, "Releasing holds and leases from the dashboard")
-	srv := startTestServer(t, nil, true)
+	srv, dr := operatorOnTenant(t, "Releasing holds and leases from the dashboard", "operator@example.com", 90*time.Second)
 	base := srv.base
-	ctx := newBrowser(t, chromium)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
-
-	dr := driver{t, ctx}
 	step, read := dr.step, dr.read
-	const password = "a long enough password"
-	dr.setUpFirstOperator(srv.setupURL, "operator@example.com", password)
-	dr.createTenant("acme")
 	step("create a concurrency limit with the form",
 		chromedp.Click("#new-limit"),
 		chromedp.WaitVisible("#limit-form"),

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -16,18 +15,9 @@ import (
 // refusal appear on the limit's page, switches the limit to enforce through the confirmation
 // page, and checks through /v1 that the limit now refuses the key its shadow decisions used up.
 func TestDashboardSwitchesAShadowLimitToEnforce(t *testing.T) {
-	chromium := chromiumPath(t, "Switching a shadow limit to enforce from the dashboard")
-	srv := startTestServer(t, nil, true)
+	srv, dr := operatorOnTenant(t, "Switching a shadow limit to enforce from the dashboard", "operator@example.com", 90*time.Second)
 	base := srv.base
-	ctx := newBrowser(t, chromium)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
-
-	dr := driver{t, ctx}
 	step, read := dr.step, dr.read
-	const password = "a long enough password"
-	dr.setUpFirstOperator(srv.setupURL, "operator@example.com", password)
-	dr.createTenant("acme")
 	step("a bad penalty is refused inline",
 		chromedp.Click("#new-limit"),
 		chromedp.WaitVisible("#limit-form"),
