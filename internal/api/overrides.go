@@ -72,7 +72,7 @@ func (b OverrideBody) ToOverride() (limiter.Override, error) {
 		if err != nil {
 			return o, badRequest("expiresAt", "expiresAt must be an RFC 3339 time, such as 2030-01-02T15:04:05Z")
 		}
-		if t.Year() < 1970 || t.Year() > 9999 {
+		if t = t.UTC(); t.Year() < 1970 || t.Year() > 9999 { // in UTC, as it is stored and answered
 			return o, badRequest("expiresAt", "expiresAt must be between the years 1970 and 9999")
 		}
 		ms := t.UnixMilli()

@@ -167,6 +167,8 @@ func TestOverrideBadInputIsA400NamingTheFieldOrA404(t *testing.T) {
 			{map[string]any{"match": "k", "action": "deny", "capacity": 3}, api.CodeInvalidRequest, "action"},
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "tomorrow"}, api.CodeInvalidRequest, "expiresAt"},
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2001-01-01T00:00:00Z"}, api.CodeInvalidRequest, "expiresAt"},
+			// The year 9999 where it was written, 10000 in UTC, as it would be answered.
+			{map[string]any{"match": "k", "action": "deny", "expiresAt": "9999-12-31T23:59:59-01:00"}, api.CodeInvalidRequest, "expiresAt"},
 			{map[string]any{"match": "k", "rate": 0}, api.CodeInvalidConfig, "rate"},
 			{map[string]any{"match": "k", "capacity": -1}, api.CodeInvalidConfig, "capacity"},
 			{map[string]any{"match": "k", "maxReserved": -1}, api.CodeInvalidConfig, "maxReserved"},

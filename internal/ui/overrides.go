@@ -111,7 +111,7 @@ func parseOverrideForm(c *gin.Context) (map[string]string, limiter.Override, map
 		if err != nil {
 			t, err = time.Parse("2006-01-02T15:04", s) // what a datetime-local field sends: read as UTC
 		}
-		if err != nil || t.Year() < 1970 || t.Year() > 9999 {
+		if t = t.UTC(); err != nil || t.Year() < 1970 || t.Year() > 9999 { // in UTC, as it is stored and shown
 			errs["expiresAt"] = "must be a time such as 2030-01-02T15:04:05Z (UTC), or empty for never"
 		} else {
 			ms := t.UnixMilli()

@@ -36,6 +36,12 @@ func TestOverridesAreAddedEditedAndDeletedOnTheLimitPage(t *testing.T) {
 			d.Find("#capacity").AttrOr("value", "") != "lots" || d.Find("#match").AttrOr("value", "") != "org:*:x" {
 			t.Fatalf("parse errors:\n%s", bad.body)
 		}
+		// The year 9999 where it was written is 10000 in UTC, as it would be shown.
+		bad = c.post(tpath(tn, "/limits/api/overrides"), url.Values{"match": {"k"}, "action": {"deny"}, "expiresAt": {"9999-12-31T23:59:59-01:00"}})
+		wantStatus(t, bad, http.StatusUnprocessableEntity)
+		if d = bad.doc(t); !strings.Contains(text(d, "#expiresAt-error"), "2030-01-02T15:04:05Z") {
+			t.Fatalf("an expiry after the year 9999 in UTC:\n%s", bad.body)
+		}
 		bad = c.post(tpath(tn, "/limits/api/overrides"), url.Values{"match": {"org:*:x"}, "capacity": {"5"}})
 		wantStatus(t, bad, http.StatusUnprocessableEntity)
 		if d = bad.doc(t); !strings.Contains(text(d, "#match-error"), `one "*" at the end`) || d.Find("#capacity").AttrOr("value", "") != "5" {

@@ -84,8 +84,12 @@ func ValidMatch(m string) bool {
 	return star < 0 || star == len(m)-1
 }
 
+// MaxExpiresAt is the latest expiry an override can have (9999-12-31T23:59:59.999Z, in Unix
+// ms): an RFC 3339 time, which is how expiries are shown and answered, has a four-digit year.
+const MaxExpiresAt = 253402300799999
+
 // Validate checks an override of def at now (ms): the match, the action, the expiry (in the
-// future), and that def with the override's numbers is a valid definition. Problems of the
+// future, before the year 10000), and that def with the override's numbers is a valid definition. Problems of the
 // request (match, action, expiresAt) are CodeInvalidRequest; of the numbers, CodeInvalidConfig,
 // each naming its JSON field.
 func (o Override) Validate(def Definition, now int64) error {
@@ -108,6 +112,8 @@ func (o Override) Validate(def Definition, now int64) error {
 	}
 	if o.ExpiresAt != nil && *o.ExpiresAt <= now {
 		fe = append(fe, FieldError{"expiresAt", "must be in the future"})
+	} else if o.ExpiresAt != nil && *o.ExpiresAt > MaxExpiresAt {
+		fe = append(fe, FieldError{"expiresAt", "must be before the year 10000 (UTC)"})
 	}
 	if len(fe) > 0 {
 		return &ValidationError{Code: CodeInvalidRequest, Fields: fe}

@@ -144,6 +144,7 @@ func TestOverrideValidateNamesTheField(t *testing.T) {
 		{"unknown action", Override{Match: "k", Action: "block"}, tb, CodeInvalidRequest, "action"},
 		{"action and numbers", Override{Match: "k", Action: ActionDeny, Rate: ptr(1.0)}, tb, CodeInvalidRequest, "action"},
 		{"expired", Override{Match: "k", Action: ActionDeny, ExpiresAt: &past}, tb, CodeInvalidRequest, "expiresAt"},
+		{"after the year 9999", Override{Match: "k", Action: ActionDeny, ExpiresAt: ptr(int64(MaxExpiresAt + 1))}, tb, CodeInvalidRequest, "expiresAt"},
 		{"zero rate", Override{Match: "k", Rate: ptr(0.0)}, tb, CodeInvalidConfig, "rate"},
 		{"negative capacity", Override{Match: "k", Capacity: ptr(-1.0)}, tb, CodeInvalidConfig, "capacity"},
 		{"capacity on a sliding window", Override{Match: "k", Capacity: ptr(5.0)}, sw, CodeInvalidConfig, "capacity"},
@@ -162,6 +163,7 @@ func TestOverrideValidateNamesTheField(t *testing.T) {
 		{Match: "k", Rate: ptr(100.0), Capacity: ptr(200.0), MaxReserved: ptr(5.0)},
 		{Match: "org:*", Action: ActionAllow},
 		{Match: "*", Action: ActionDeny, ExpiresAt: ptr(int64(1_001))},
+		{Match: "*", Action: ActionDeny, ExpiresAt: ptr(int64(MaxExpiresAt))},
 	} {
 		if err := o.Validate(tb, now); err != nil {
 			t.Errorf("%+v: %v", o, err)
