@@ -23,9 +23,13 @@ const (
 	firstRetry   = 5 * time.Second
 	maxRetryWait = 4 * time.Hour
 	retryWindow  = 24 * time.Hour
-	// claimLease is how long a claimed delivery is hidden from other dispatchers: longer than
-	// one request may take, so that only a dispatcher that died mid-send is ever overtaken.
+	// claimLease is how long a claimed delivery is hidden from other dispatchers. A delivery is
+	// claimed just before it is sent, so the lease covers one request (at most requestTimeout)
+	// with room to spare. A dispatcher that outlasts it all the same (a stalled process or
+	// database) may be overtaken, and then its outcome is not recorded (see deliver): the worst
+	// case is one more sending, never an outcome written over a newer one.
 	claimLease = time.Minute
+	// claimBatch is how many due deliveries one look takes.
 	claimBatch = 16
 )
 
@@ -138,37 +142,42 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// claimSQL takes up to ? due deliveries and hides them from other dispatchers for the lease
-// (PostgreSQL skips rows another dispatcher is claiming; SQLite has one writer).
-var claimSQL = map[db.Dialect]string{
-	db.Postgres: `UPDATE webhook_deliveries SET next_attempt_at = ?, attempts = attempts + 1
-		WHERE id IN (SELECT id FROM webhook_deliveries
-			WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?
-			ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED)
-		RETURNING id, tenant_id, endpoint_id, event, payload, created_at, attempts`,
-	db.SQLite: `UPDATE webhook_deliveries SET next_attempt_at = ?, attempts = attempts + 1
-		WHERE id IN (SELECT id FROM webhook_deliveries
-			WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?
-			ORDER BY next_attempt_at LIMIT ?)
-		RETURNING id, tenant_id, endpoint_id, event, payload, created_at, attempts`,
-}
+// dueSQL lists up to ? deliveries due at ?, the most overdue first.
+const dueSQL = `SELECT id FROM webhook_deliveries
+	WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?
+	ORDER BY next_attempt_at, id
+	LIMIT ?`
 
-// DeliverDue sends every delivery that is due now, one batch of claims at a time, and returns how
-// many it sent successfully.
+// claimSQL claims one delivery if it is still due: counts the attempt and hides it from other
+// dispatchers for claimLease. Of dispatchers that list the same delivery, one claims it (the
+// others' UPDATE finds it no longer due). The returned attempts, next_attempt_at and created_at
+// identify the claim: a later claim or a resend changes them.
+const claimSQL = `UPDATE webhook_deliveries SET next_attempt_at = ?, attempts = attempts + 1
+	WHERE id = ? AND delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?
+	RETURNING id, tenant_id, endpoint_id, event, payload, created_at, attempts, next_attempt_at`
+
+// DeliverDue sends every delivery that is due now, claiming each just before sending it, and
+// returns how many it sent successfully.
 func (s *Service) DeliverDue(ctx context.Context) (int, error) {
 	sent := 0
 	for {
-		now := s.now()
-		var claimed []deliveryRow
-		if err := s.db.Gorm.WithContext(ctx).Raw(claimSQL[s.db.Dialect], now.Add(claimLease).UnixMilli(), now.UnixMilli(), claimBatch).
-			Scan(&claimed).Error; err != nil {
-			return sent, fmt.Errorf("webhooks: claim: %w", err)
+		var due []string
+		if err := s.db.Gorm.WithContext(ctx).Raw(dueSQL, s.now().UnixMilli(), claimBatch).Scan(&due).Error; err != nil {
+			return sent, fmt.Errorf("webhooks: due deliveries: %w", err)
 		}
-		if len(claimed) == 0 {
+		if len(due) == 0 {
 			return sent, nil
 		}
-		for _, d := range claimed {
-			ok, err := s.deliver(ctx, d)
+		for _, id := range due {
+			now := s.now()
+			var claimed []deliveryRow
+			if err := s.db.Gorm.WithContext(ctx).Raw(claimSQL, now.Add(claimLease).UnixMilli(), id, now.UnixMilli()).Scan(&claimed).Error; err != nil {
+				return sent, fmt.Errorf("webhooks: claim: %w", err)
+			}
+			if len(claimed) == 0 {
+				continue // another dispatcher took it, or it was delivered, given up or deleted
+			}
+			ok, err := s.deliver(ctx, claimed[0])
 			if err != nil {
 				return sent, err
 			}
@@ -180,6 +189,8 @@ func (s *Service) DeliverDue(ctx context.Context) (int, error) {
 }
 
 // deliver sends one claimed delivery and records the outcome; ok is whether the receiver took it.
+// The outcome is recorded only while d's claim stands: if the delivery was resent meanwhile, or
+// claimed again by another dispatcher after this one outlasted its lease, the newer state wins.
 func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err error) {
 	var ep endpointRow
 	res := s.db.Gorm.WithContext(ctx).Where("tenant_id = ? AND id = ?", d.TenantID, d.EndpointID).Limit(1).Find(&ep)
@@ -218,8 +229,14 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 			update["next_attempt_at"] = next.UnixMilli()
 		}
 	}
-	if err := s.db.Gorm.WithContext(ctx).Model(&deliveryRow{}).Where("id = ?", d.ID).Updates(update).Error; err != nil {
-		return ok, fmt.Errorf("webhooks: record delivery: %w", err)
+	res = s.db.Gorm.WithContext(ctx).Model(&deliveryRow{}).
+		Where("id = ? AND attempts = ? AND next_attempt_at = ? AND created_at = ?", d.ID, d.Attempts, d.NextAttemptAt, d.CreatedAt).
+		Updates(update)
+	if res.Error != nil {
+		return ok, fmt.Errorf("webhooks: record delivery: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		s.log.Info("webhook delivery: outcome not recorded, the delivery was resent or claimed again meanwhile", "delivery", d.ID, "delivered", ok)
 	}
 	return ok, nil
 }
