@@ -29,7 +29,7 @@ const (
 	// database) may be overtaken, and then its outcome is not recorded (see deliver): the worst
 	// case is one more sending, never an outcome written over a newer one.
 	claimLease = time.Minute
-	// claimBatch is how many due deliveries one look takes.
+	// claimBatch is how many due deliveries one look takes, in turns between tenants.
 	claimBatch = 16
 )
 
@@ -142,10 +142,15 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// dueSQL lists up to ? deliveries due at ?, the most overdue first.
-const dueSQL = `SELECT id FROM webhook_deliveries
-	WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?
-	ORDER BY next_attempt_at, id
+// dueSQL lists up to ? deliveries due at ?, in turns between tenants: every tenant's most
+// overdue one, then every tenant's second, and so on. A tenant with many deliveries waiting (a
+// backlog, a receiver that never answers and so costs the whole request timeout each time) then
+// delays another tenant's event by at most one of its own per turn, not by its whole backlog.
+const dueSQL = `SELECT id FROM (
+		SELECT id, next_attempt_at, ROW_NUMBER() OVER (PARTITION BY tenant_id ORDER BY next_attempt_at, id) AS turn
+		FROM webhook_deliveries
+		WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?) due
+	ORDER BY turn, next_attempt_at, id
 	LIMIT ?`
 
 // claimSQL claims one delivery if it is still due: counts the attempt and hides it from other

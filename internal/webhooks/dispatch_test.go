@@ -154,3 +154,52 @@ func TestAResendIsNotUndoneByTheAttemptInFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestOneTenantsBacklogDoesNotHoldUpAnother: the dispatcher takes due deliveries in turns, one
+// tenant at a time, so a tenant with many waiting (a slow receiver costs up to the request
+// timeout each) delays another tenant's event by at most one of its own.
+func TestOneTenantsBacklogDoesNotHoldUpAnother(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		busy, quiet := newTenant(t, d, "busy"), newTenant(t, d, "quiet")
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			mu.Lock()
+			order = append(order, req.URL.Path)
+			mu.Unlock()
+			w.WriteHeader(http.StatusOK)
+		}))
+		t.Cleanup(srv.Close)
+		ctx := context.Background()
+		if _, _, err := s.CreateEndpoint(ctx, busy, srv.URL+"/busy", []string{EventKeyCreated}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.CreateEndpoint(ctx, quiet, srv.URL+"/quiet", []string{EventKeyCreated}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 * claimBatch {
+			emit(t, s, busy, EventKeyCreated, map[string]int{"n": i})
+		}
+		c.advance(time.Millisecond) // the quiet tenant's event is the newest
+		emit(t, s, quiet, EventKeyCreated, nil)
+		if n := deliverDue(t, s); n != 3*claimBatch+1 {
+			t.Fatalf("delivered %d, want %d", n, 3*claimBatch+1)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		at := -1
+		for i, p := range order {
+			if p == "/quiet" {
+				at = i
+			}
+		}
+		if at < 0 || at > 1 {
+			t.Fatalf("the quiet tenant's event was request %d of %d; want it among the first 2", at+1, len(order))
+		}
+	})
+}
