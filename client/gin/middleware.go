@@ -55,7 +55,8 @@ func WithLimitHandler(h gin.HandlerFunc) Option {
 
 // WithErrorHandler replaces the response when no decision could be made (see
 // sluice.WithErrorHandler: the key or count function failed, Sluice could not answer and the
-// client fails closed, or Sluice answered with a problem). The chain is aborted after it.
+// client fails closed, or Sluice answered with a problem, such as the tenant's plan refusing the
+// decision, which the default answers 429 with Retry-After). The chain is aborted after it.
 func WithErrorHandler(fn func(c *gin.Context, err error)) Option {
 	return func(c *config) {
 		c.opts = append(c.opts, sluice.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {

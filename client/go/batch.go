@@ -200,10 +200,11 @@ func unprefixed(e *Error, i int, requestID string) *Error {
 	return &out
 }
 
-// validName reports whether Sluice can know a limit of that name (^[A-Za-z0-9_.:-]{1,128}$). The
-// single route answers limit_not_found for any other name, the bulk one invalid_request.
+// validName reports whether Sluice can know a limit of that name (^[A-Za-z0-9_.:-]{1,128}$, and
+// not "." or "..", which a URL's path cannot carry: they are its dot segments). The single route
+// answers limit_not_found for any other name, the bulk one invalid_request.
 func validName(name string) bool {
-	if len(name) == 0 || len(name) > 128 {
+	if len(name) == 0 || len(name) > 128 || name == "." || name == ".." {
 		return false
 	}
 	for _, r := range []byte(name) {

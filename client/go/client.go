@@ -83,7 +83,9 @@ func New(baseURL, secretKey string, opts ...Option) *Client {
 	return c
 }
 
-// Retries: only idempotent calls are retried (GET, PUT, DELETE, Check, CheckBatch, Reset). A
+// Retries: only idempotent calls are retried (GET, PUT, DELETE, Check, CheckBatch, Reset); a
+// retried DELETE answered 404 succeeds, since the attempt whose answer was lost may have deleted
+// the thing (so a DELETE of something that never existed may succeed when retried). A
 // consuming decision (Limit, Batch, Bulk) is never retried: when its answer is lost, Sluice may
 // already have consumed the tokens, and the server has no Idempotency-Key yet to recognise a
 // repeat, so a retry could consume them twice. Its failure goes to the FailPolicy instead.
@@ -174,7 +176,9 @@ func (c *Client) batch(ctx context.Context, path string, items []Item, retry boo
 
 // Bulk makes up to 1,000 independent decisions in one request, each consuming, answered in the
 // order of items. An invalid item gets its own Err and the others are decided. The error is
-// for the request as a whole. Bulk is never retried (see Limit).
+// for the request as a whole. Bulk is never retried (see Limit). When the request fails as a
+// whole (no answer, a 5xx), every item follows the FailPolicy; so does an item Sluice answers
+// with a 5xx problem of its own.
 func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 	out := make([]BulkResult, len(items))
 	// An item Sluice would refuse as invalid gets its error here; the others are sent.
@@ -213,7 +217,9 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 	for k, r := range w.Results {
 		i := at[k]
 		if r.Error != nil {
-			out[i].Err = fmt.Errorf("sluice: decision %d (%s): %w", i, items[i].Name, r.Error)
+			// An item Sluice could not decide (a 5xx problem of its own) follows the FailPolicy,
+			// as it would alone; fallbackOne returns any other problem as the item's error.
+			out[i].Result, out[i].Err = c.fallbackOne(ctx, items[i], fmt.Errorf("sluice: decision %d (%s): %w", i, items[i].Name, r.Error))
 			continue
 		}
 		out[i].Result = r.result()
@@ -244,6 +250,9 @@ func (c *Client) ResetAll(ctx context.Context, name string) error {
 }
 
 func (c *Client) reset(ctx context.Context, name string, body wireReset) error {
+	if err := checkText("key", body.Key); err != nil {
+		return err
+	}
 	_, err := c.do(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+"/reset", nil, body, idempotent, nil)
 	return err
 }
@@ -306,6 +315,10 @@ func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values,
 		if err == nil {
 			return h, nil
 		}
+		if attempt > 0 && method == http.MethodDelete && idemKey == "" && notFound(err) {
+			// The attempt whose answer was lost may have deleted it: what the caller wanted.
+			return http.Header{}, nil
+		}
 		if !retry || attempt >= c.retries || !retryable(err) || ctx.Err() != nil {
 			return nil, fmt.Errorf("sluice: %s %s: %w", method, path, err)
 		}
@@ -363,6 +376,12 @@ func problem(resp *http.Response, data []byte) *Error {
 	}
 	e.Status = resp.StatusCode
 	return e
+}
+
+// notFound reports whether err is Sluice's answer that the thing named does not exist.
+func notFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusNotFound && (e.Code == CodeLimitNotFound || e.Code == CodeNotFound)
 }
 
 // retryable reports whether a failed attempt may succeed when repeated: Sluice failed closed

@@ -5,20 +5,52 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrInvalidArgument means a call's arguments could never be accepted (a limit name Sluice cannot
-// know, a count that is no number of tokens): the client refuses them before sending anything,
-// whatever its FailPolicy (a FailOpen client must not admit what Sluice would refuse as invalid).
+// know, a count that is no number of tokens, a key, session or attribute that is not valid
+// UTF-8): the client refuses them before sending anything, whatever its FailPolicy (a FailOpen
+// client must not admit what Sluice would refuse as invalid).
 var ErrInvalidArgument = errors.New("sluice: invalid argument")
 
-// checkDecision refuses what Sluice would answer 400 or 404 to before sending it.
+// checkDecision refuses what Sluice would answer 400 or 404 to before sending it, and what it
+// would never see as written (text that is not UTF-8).
 func checkDecision(name string, d Decision) error {
 	if !validName(name) {
-		return fmt.Errorf("%w: limit name %q: names match ^[A-Za-z0-9_.:-]{1,128}$", ErrInvalidArgument, name)
+		return fmt.Errorf("%w: limit name %q: names match ^[A-Za-z0-9_.:-]{1,128}$ and are not \".\" or \"..\"", ErrInvalidArgument, name)
 	}
 	if d.Count != nil && !(*d.Count >= 0 && *d.Count <= 1e15) { // NaN fails both
 		return fmt.Errorf("%w: count %v: a count is a number of tokens from 0 to 1e15", ErrInvalidArgument, *d.Count)
+	}
+	if err := checkText("session", d.Session); err != nil {
+		return err
+	}
+	return checkKeys(d.Key, d.Attributes)
+}
+
+// checkKeys refuses a key, or attributes (which fill the keys of a limit's parents), that are
+// not valid UTF-8.
+func checkKeys(key string, attributes map[string]string) error {
+	if err := checkText("key", key); err != nil {
+		return err
+	}
+	for k, v := range attributes {
+		if err := checkText("attribute name", k); err != nil {
+			return err
+		}
+		if err := checkText("attribute "+k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkText refuses text that is not valid UTF-8: encoding/json would send each invalid byte as
+// U+FFFD, so that "u\xff" and "u\xfe" would silently become the same key.
+func checkText(what, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidArgument, what, s)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -44,6 +45,11 @@ type Settled struct {
 // lost answer may have held); with one it is retried, and a retry is answered with the first
 // hold.
 func (c *Client) Hold(ctx context.Context, items []HoldItem, ttl time.Duration) (Hold, error) {
+	for i, it := range items {
+		if err := checkKeys(it.Key, it.Attributes); err != nil {
+			return Hold{}, fmt.Errorf("items[%d]: %w", i, err)
+		}
+	}
 	ik, err := idempotencyKeyOf(ctx)
 	if err != nil {
 		return Hold{}, err

@@ -85,10 +85,10 @@ func (s *server) Stop() error {
 }
 
 // startTestServer starts a server of the test's own (on a database of its own), stopped when
-// the test ends: for tests that stop it on purpose.
-func startTestServer(t *testing.T) *server {
+// the test ends: for tests that stop it on purpose, or that set env ("NAME=value") for it.
+func startTestServer(t *testing.T, env ...string) *server {
 	t.Helper()
-	srv, err := startServer(t.TempDir())
+	srv, err := startServer(t.TempDir(), env...)
 	if err != nil {
 		t.Fatalf("start a Sluice of the test's own: %v", err)
 	}
@@ -124,8 +124,8 @@ func newDatabase(dir string) (url, dialect string, drop func() error, err error)
 }
 
 // startServer starts `sluice serve` (serverBin) on a fresh database with its files in dir and
-// makes a tenant and a key.
-func startServer(dir string) (srv *server, err error) {
+// more env ("NAME=value"), and makes a tenant and a key.
+func startServer(dir string, moreEnv ...string) (srv *server, err error) {
 	dbURL, dialect, drop, err := newDatabase(dir)
 	if err != nil {
 		return nil, err
@@ -150,6 +150,7 @@ func startServer(dir string) (srv *server, err error) {
 		"SECRET_KEY=client-tests-secret-key-of-at-least-32-characters",
 		"WEBHOOK_ALLOW_PRIVATE=true", // the tests' webhook receivers listen on loopback
 	)
+	env = append(env, moreEnv...)
 
 	cmd := exec.Command(serverBin, "serve")
 	cmd.Dir, cmd.Env = dir, env

@@ -12,11 +12,13 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // KeyFunc names the key a request is limited under (as in go-chi/httprate); "" is the limit's
 // single global key, shared by every request. An error refuses the request with 400 through the
-// middleware's error handler.
+// middleware's error handler, as does a key that is not valid UTF-8 or that Sluice refuses (over
+// 256 bytes, or starting with "ip:" or "session:", which Sluice reserves).
 type KeyFunc func(r *http.Request) (string, error)
 
 // CountFunc says how many tokens a request costs (default 1).
@@ -40,7 +42,12 @@ func WithLimitHandler(h http.Handler) MiddlewareOption { return func(m *middlewa
 // WithErrorHandler replaces the response when no decision could be made: the key or count
 // function failed, Sluice could not answer and the client's FailPolicy is FailClosed (or its
 // fallback returned an error), or Sluice answered with a problem (an unknown limit, a wrong
-// key). The default answers, as problem+json, 400, 503 with Retry-After: 1, and 500.
+// key, the tenant's plan over its decision rate). The default answers, as problem+json: 400
+// when the request has no key Sluice can take (the key function failed, or Sluice refused the
+// key as too long or reserved); 429 tenant_quota_exceeded with Retry-After (whole seconds, at
+// least 1) when the tenant's plan refused the decision, logged as a warning; 503 with
+// Retry-After: 1 when Sluice could not answer; and 500 when Sluice refused the decision itself
+// (this server's configuration), logged as an error.
 func WithErrorHandler(fn func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
 	return func(m *middleware) { m.onError = fn }
 }
@@ -96,6 +103,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.onError(w, r, fmt.Errorf("%w: %w", errKey, err))
 		return
 	}
+	if !utf8.ValidString(key) { // a visitor's bytes (a header, say) that no key can be made of
+		m.onError(w, r, fmt.Errorf("%w: the key %q is not valid UTF-8", errKey, key))
+		return
+	}
 	d := Decision{Key: key}
 	if m.count != nil {
 		n, err := m.count(r)
@@ -143,13 +154,27 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request) {
 
 // fail is the default error handler.
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, errKey) {
+	var e *Error
+	answered := errors.As(err, &e)
+	if errors.Is(err, errKey) || (answered && visitorsKeyRefused(e)) {
 		writeProblem(w, http.StatusBadRequest, map[string]any{"type": "about:blank", "title": "Bad Request",
 			"status": http.StatusBadRequest, "detail": "the request cannot be rate limited", "code": CodeInvalidRequest})
 		return
 	}
-	var e *Error
-	if errors.Is(err, ErrInvalidArgument) || (errors.As(err, &e) && e.Status < http.StatusInternalServerError) {
+	if answered && e.Code == CodeTenantQuotaExceeded {
+		// The tenant's plan (its decisions per second) refused: Sluice answered, and the answer
+		// is "not now", like the limit's own refusal; not a failure of this server.
+		m.log.WarnContext(r.Context(), "sluice: the tenant's plan refused the decision; refusing the request", "limit", m.name, "err", err)
+		p := map[string]any{"type": "about:blank", "title": "Too Many Requests", "status": http.StatusTooManyRequests,
+			"detail": "too many requests; retry later", "code": CodeTenantQuotaExceeded, "retryAfter": int64(1000)}
+		if e.RetryAfter > 0 {
+			p["retryAfter"] = int64(math.Ceil(float64(e.RetryAfter) / 1e6))
+		}
+		w.Header().Set("Retry-After", strconv.FormatFloat(max(math.Ceil(e.RetryAfter.Seconds()), 1), 'f', 0, 64))
+		writeProblem(w, http.StatusTooManyRequests, p)
+		return
+	}
+	if errors.Is(err, ErrInvalidArgument) || (answered && e.Status < http.StatusInternalServerError) {
 		// Sluice answered that the decision itself is wrong (an unknown limit, a count over the
 		// capacity, a revoked key): a mistake of this server's configuration, not of the visitor.
 		m.log.ErrorContext(r.Context(), "sluice: the decision was refused as invalid", "limit", m.name, "err", err)
@@ -161,6 +186,13 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	w.Header().Set("Retry-After", "1")
 	writeProblem(w, http.StatusServiceUnavailable, map[string]any{"type": "about:blank", "title": "Service Unavailable",
 		"status": http.StatusServiceUnavailable, "detail": "the rate limiter is unavailable; retry later", "code": CodeUnavailable})
+}
+
+// visitorsKeyRefused reports whether Sluice refused the request's key (too long, or under a
+// prefix Sluice reserves): the key comes from the request (a header, say), so it is the
+// visitor's mistake, answered 400 as a request without a key is, not this server's.
+func visitorsKeyRefused(e *Error) bool {
+	return e.Status == http.StatusBadRequest && e.Code == CodeInvalidRequest && e.Field == "key"
 }
 
 func writeProblem(w http.ResponseWriter, status int, p map[string]any) {
@@ -220,6 +252,8 @@ func KeyFromValue(v, key any) (string, error) {
 // any client can send it. An IPv6 address is keyed by its /64 (one host usually holds a whole
 // /64). The error is an entry of trustedProxies that is not an address or a prefix.
 func KeyByClientIP(trustedProxies ...string) (KeyFunc, error) {
+	// Addresses and prefixes are compared in IPv6 form, IPv4 as IPv4-mapped (::ffff:10.0.0.0/104
+	// is 10.0.0.0/8), as the TypeScript middleware does, so that both trust the same peers.
 	var trusted []netip.Prefix
 	for _, s := range trustedProxies {
 		p, err := netip.ParsePrefix(s)
@@ -228,13 +262,18 @@ func KeyByClientIP(trustedProxies ...string) (KeyFunc, error) {
 			if aerr != nil {
 				return nil, fmt.Errorf("sluice: trusted proxy %q is neither an address nor a CIDR prefix", s)
 			}
-			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+			p = netip.PrefixFrom(a, a.BitLen())
 		}
-		trusted = append(trusted, p.Masked())
+		bits := p.Bits()
+		if p.Addr().Is4() {
+			bits += 96
+		}
+		trusted = append(trusted, netip.PrefixFrom(netip.AddrFrom16(p.Addr().As16()), bits).Masked())
 	}
 	isTrusted := func(a netip.Addr) bool {
+		a16 := netip.AddrFrom16(a.As16())
 		for _, p := range trusted {
-			if p.Contains(a) {
+			if p.Contains(a16) {
 				return true
 			}
 		}
@@ -253,7 +292,7 @@ func KeyByClientIP(trustedProxies ...string) (KeyFunc, error) {
 		if isTrusted(client) {
 			hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 			for i := len(hops) - 1; i >= 0; i-- {
-				a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+				a, err := parseHop(strings.TrimSpace(hops[i]))
 				if err != nil {
 					break // a forged or broken entry: keep the last address a trusted hop vouched for
 				}
@@ -268,4 +307,13 @@ func KeyByClientIP(trustedProxies ...string) (KeyFunc, error) {
 		}
 		return client.String(), nil
 	}, nil
+}
+
+// parseHop parses an address of X-Forwarded-For, an IPv6 one possibly in brackets
+// ("[2001:db8::1]", as some proxies write it).
+func parseHop(s string) (netip.Addr, error) {
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		s = s[1 : len(s)-1]
+	}
+	return netip.ParseAddr(s)
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	sluice "github.com/sluice-dev/sluice/client/go"
@@ -306,6 +307,125 @@ func TestKeyFromValueTakesStringsStringersAndIntegersOnly(t *testing.T) {
 	for _, v := range []any{nil, "", 1.5, struct{}{}} {
 		if got, err := sluice.KeyFromValue(v, "user"); err == nil {
 			t.Errorf("%#v: key %q, want an error", v, got)
+		}
+	}
+}
+
+// logRecorder is a slog handler that keeps the levels of the records logged.
+type logRecorder struct {
+	mu     sync.Mutex
+	levels []slog.Level
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.levels = append(l.levels, r.Level)
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRecorder) count(level slog.Level) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, v := range l.levels {
+		if v == level {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMiddlewareAnswersThePlansRefusalWith429: a tenant over its plan's decision rate gets
+// Sluice's 429 tenant_quota_exceeded, which the middleware passes on as a 429 with Retry-After
+// and a problem of that code, logged as a warning: not a 500 "internal error", and not failing
+// open either (Sluice answered).
+func TestMiddlewareAnswersThePlansRefusalWith429(t *testing.T) {
+	srv := startTestServer(t, "PLAN_DECISIONS_PER_SECOND=1")
+	c := sluice.New(srv.URL, srv.Key, sluice.WithFailPolicy(sluice.FailOpen))
+	name := limitName(t, "mw")
+	putLimit(t, c, name, 100)
+	logs := &logRecorder{}
+	h := sluice.Middleware(c, name, sluice.WithLogger(slog.New(logs)))(&okHandler{})
+
+	// The plan admits one decision a second (a burst of one): of requests in a quick row, the
+	// plan refuses all but about one a second.
+	var refused *httptest.ResponseRecorder
+	for i := 0; i < 20 && refused == nil; i++ {
+		switch w := serve(h, "198.51.100.7:1"); w.Code {
+		case http.StatusOK:
+		case http.StatusTooManyRequests:
+			refused = w
+		default:
+			t.Fatalf("request %d: %d %s", i, w.Code, w.Body.String())
+		}
+	}
+	if refused == nil {
+		t.Fatal("the plan refused none of 20 requests")
+	}
+	if s, err := strconv.Atoi(refused.Header().Get("Retry-After")); err != nil || s < 1 || s > 2 {
+		t.Fatalf("Retry-After %q: want 1 or 2 seconds", refused.Header().Get("Retry-After"))
+	}
+	p := decodeProblem(t, refused)
+	if p["code"] != sluice.CodeTenantQuotaExceeded || p["status"] != float64(429) || p["retryAfter"].(float64) < 1 {
+		t.Fatalf("problem %v", p)
+	}
+	if logs.count(slog.LevelError) != 0 || logs.count(slog.LevelWarn) == 0 {
+		t.Fatalf("logged %v: want warnings, no error", logs.levels)
+	}
+}
+
+// TestMiddlewareAnswers400ForAKeySluiceRefuses: a key taken from the request that Sluice cannot
+// take (too long, reserved, not UTF-8) is the visitor's doing: a 400 as for a request without a
+// key, with nothing logged as an error, rather than a 500.
+func TestMiddlewareAnswers400ForAKeySluiceRefuses(t *testing.T) {
+	c := newClient(t)
+	name := limitName(t, "mw")
+	putLimit(t, c, name, 100)
+	logs := &logRecorder{}
+	next := &okHandler{}
+	h := sluice.Middleware(c, name, sluice.WithKeyFunc(sluice.KeyByHeader("X-User")), sluice.WithLogger(slog.New(logs)))(next)
+	for _, key := range []string{strings.Repeat("k", 257), "ip:203.0.113.1", "session:abc", "u\xff"} {
+		w := serve(h, "198.51.100.7:1", "X-User", key)
+		if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest {
+			t.Errorf("key %q: %d %v", key, w.Code, p)
+		}
+	}
+	if next.calls != 0 || logs.count(slog.LevelError) != 0 {
+		t.Fatalf("handler called %d times; logged %v", next.calls, logs.levels)
+	}
+	if w := serve(h, "198.51.100.7:1", "X-User", strings.Repeat("k", 256)); w.Code != http.StatusOK {
+		t.Fatalf("a key of 256 bytes: %d %s", w.Code, w.Body.String())
+	}
+}
+
+// TestKeyByClientIPTakesBracketedIPv6AndMappedPrefixes: an X-Forwarded-For entry written
+// "[2001:db8::1]" is that address (not a broken entry that leaves every visitor keyed by the
+// proxy), and a trusted proxy written as an IPv4-mapped prefix trusts the IPv4 peers it covers,
+// as the TypeScript middleware does.
+func TestKeyByClientIPTakesBracketedIPv6AndMappedPrefixes(t *testing.T) {
+	key, err := sluice.KeyByClientIP("::ffff:10.0.0.0/104", "2001:db8:ff::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		remote, xff, want string
+	}{
+		{"10.1.2.3:9", "[2001:db8:1:2::9]", "2001:db8:1:2::/64"},
+		{"10.1.2.3:9", "[2001:db8:1:2::9], [2001:db8:ff::1]", "2001:db8:1:2::/64"},
+		{"10.1.2.3:9", "203.0.113.1", "203.0.113.1"},
+		{"[::ffff:10.1.2.3]:9", "203.0.113.1", "203.0.113.1"},
+		{"11.1.2.3:9", "203.0.113.1", "11.1.2.3"},
+		{"10.1.2.3:9", "[2001:db8::1]:443", "10.1.2.3"}, // a port is not taken (nor by the TypeScript middleware)
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		r.Header.Set("X-Forwarded-For", tc.xff)
+		if got, err := key(r); err != nil || got != tc.want {
+			t.Errorf("peer %s, X-Forwarded-For %q: key %q, %v; want %q", tc.remote, tc.xff, got, err, tc.want)
 		}
 	}
 }

@@ -33,7 +33,7 @@ type RefundResult struct {
 // above the limit's maximum. It is never retried: when its answer is lost the tokens may already
 // be back, and a second refund could give back tokens another caller took since.
 func (c *Client) Refund(ctx context.Context, name string, r Refund) (RefundResult, error) {
-	if err := checkDecision(name, Decision{Count: &r.Count}); err != nil {
+	if err := checkDecision(name, Decision{Key: r.Key, Count: &r.Count, Attributes: r.Attributes}); err != nil {
 		return RefundResult{}, err
 	}
 	var out RefundResult

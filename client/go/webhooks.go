@@ -20,6 +20,12 @@ const (
 	EventDefinitionChanged = "definition.changed"
 	// EventTenantQuotaNear: the tenant's limits, API keys or overrides reached 80 % of its plan.
 	EventTenantQuotaNear = "tenant.quota_near"
+	// EventLimitRefusals: one limit refused at least the endpoint's RefusalThreshold decisions
+	// within a minute (UTC); at most once per limit and minute.
+	EventLimitRefusals = "limit.refusals"
+	// EventKeyNearLimit: a decision left a key below 20 % of its limit's maximum; at most once per
+	// limit, key and hour.
+	EventKeyNearLimit = "key.near_limit"
 )
 
 // Webhook is one of the tenant's webhook endpoints.
@@ -29,6 +35,8 @@ type Webhook struct {
 	Events    []string  `json:"events"`
 	Enabled   bool      `json:"enabled"`
 	CreatedAt time.Time `json:"createdAt"`
+	// RefusalThreshold is how many refusals of one limit within a minute fire EventLimitRefusals.
+	RefusalThreshold int `json:"refusalThreshold"`
 }
 
 // WebhookDelivery is one delivery of an endpoint's log.
@@ -45,14 +53,26 @@ type WebhookDelivery struct {
 	LastError     string     `json:"lastError"`
 }
 
+// WebhookOption sets a member of an endpoint CreateWebhook adds.
+type WebhookOption func(body map[string]any)
+
+// WithRefusalThreshold sets the endpoint's RefusalThreshold (1 to 1,000,000,000; Sluice's default
+// is 100).
+func WithRefusalThreshold(n int) WebhookOption {
+	return func(body map[string]any) { body["refusalThreshold"] = n }
+}
+
 // CreateWebhook adds an endpoint that receives events (EventKeyCreated, …) and returns it with
 // its signing secret ("whsec_…"), which Sluice shows this once. It is not retried.
-func (c *Client) CreateWebhook(ctx context.Context, endpoint string, events []string) (Webhook, string, error) {
+func (c *Client) CreateWebhook(ctx context.Context, endpoint string, events []string, opts ...WebhookOption) (Webhook, string, error) {
 	var out struct {
 		Webhook
 		Secret string `json:"secret"`
 	}
 	body := map[string]any{"url": endpoint, "events": events}
+	for _, o := range opts {
+		o(body)
+	}
 	_, err := c.do(ctx, http.MethodPost, "/v1/webhooks", nil, body, consuming, &out)
 	return out.Webhook, out.Secret, err
 }
