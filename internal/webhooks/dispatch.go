@@ -132,9 +132,17 @@ func (s *Service) Resend(ctx context.Context, tenantID, endpointID int64, delive
 	return nil
 }
 
-// Run sends due deliveries every interval until ctx ends.
+// Run sends due deliveries every interval, and keeps the outbox's bounds every
+// housekeepingEvery, until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	var lastHousekeeping time.Time
 	loop.Every(ctx, s.interval, 0.1, func(ctx context.Context) {
+		if now := s.now(); now.Sub(lastHousekeeping) >= housekeepingEvery {
+			lastHousekeeping = now
+			if err := s.housekeep(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("webhook outbox housekeeping", "err", err)
+			}
+		}
 		if _, err := s.DeliverDue(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("webhook deliveries", "err", err)
 		}
@@ -194,8 +202,9 @@ func (s *Service) DeliverDue(ctx context.Context) (int, error) {
 }
 
 // deliver sends one claimed delivery and records the outcome; ok is whether the receiver took it.
-// The outcome is recorded only while d's claim stands: if the delivery was resent meanwhile, or
-// claimed again by another dispatcher after this one outlasted its lease, the newer state wins.
+// The outcome is recorded only while d's claim stands: if the delivery was resent meanwhile,
+// claimed again by another dispatcher after this one outlasted its lease, or given up by
+// housekeeping, the newer state wins.
 func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err error) {
 	var ep endpointRow
 	res := s.db.Gorm.WithContext(ctx).Where("tenant_id = ? AND id = ?", d.TenantID, d.EndpointID).Limit(1).Find(&ep)
@@ -235,7 +244,8 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 		}
 	}
 	res = s.db.Gorm.WithContext(ctx).Model(&deliveryRow{}).
-		Where("id = ? AND attempts = ? AND next_attempt_at = ? AND created_at = ?", d.ID, d.Attempts, d.NextAttemptAt, d.CreatedAt).
+		Where("id = ? AND attempts = ? AND next_attempt_at = ? AND created_at = ? AND delivered_at IS NULL AND given_up_at IS NULL",
+			d.ID, d.Attempts, d.NextAttemptAt, d.CreatedAt).
 		Updates(update)
 	if res.Error != nil {
 		return ok, fmt.Errorf("webhooks: record delivery: %w", res.Error)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -200,6 +202,151 @@ func TestOneTenantsBacklogDoesNotHoldUpAnother(t *testing.T) {
 		}
 		if at < 0 || at > 1 {
 			t.Fatalf("the quiet tenant's event was request %d of %d; want it among the first 2", at+1, len(order))
+		}
+	})
+}
+
+// outboxRows writes deliveries of endpoint ep straight into the outbox, as they would be after
+// attempts at the times they name.
+func outboxRows(t *testing.T, d *db.DB, ep Endpoint, rows []deliveryRow) {
+	t.Helper()
+	for i := range rows {
+		rows[i].TenantID, rows[i].EndpointID, rows[i].Event, rows[i].Payload = ep.TenantID, ep.ID, EventKeyCreated, "{}"
+		if rows[i].NextAttemptAt == 0 {
+			rows[i].NextAttemptAt = rows[i].CreatedAt
+		}
+	}
+	if err := d.Gorm.CreateInBatches(rows, 200).Error; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func outboxIDs(t *testing.T, d *db.DB, where string, args ...any) []string {
+	t.Helper()
+	var ids []string
+	if err := d.Gorm.Model(&deliveryRow{}).Where(where, args...).Order("id").Pluck("id", &ids).Error; err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// TestFinishedDeliveriesAreDeletedAfterAWeek: housekeeping deletes what was delivered or given up
+// more than KeepFinished ago (however many: it works in batches) and nothing else, above all no
+// delivery still waiting.
+func TestFinishedDeliveriesAreDeletedAfterAWeek(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		ep, _, err := s.CreateEndpoint(context.Background(), newTenant(t, d, "acme"), "http://127.0.0.1:9/", []string{EventKeyCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := c.now()
+		ms := func(ago time.Duration) *int64 { v := now.Add(-ago).UnixMilli(); return &v }
+		eightDays := 8 * 24 * time.Hour
+		rows := []deliveryRow{
+			{ID: "old-delivered", CreatedAt: *ms(eightDays + time.Hour), DeliveredAt: ms(eightDays)},
+			{ID: "old-given-up", CreatedAt: *ms(eightDays + retryWindow), GivenUpAt: ms(eightDays)},
+			{ID: "recent-delivered", CreatedAt: *ms(eightDays), DeliveredAt: ms(KeepFinished - time.Minute)},
+			{ID: "recent-given-up", CreatedAt: *ms(eightDays), GivenUpAt: ms(KeepFinished - time.Minute)},
+			{ID: "old-waiting", CreatedAt: *ms(eightDays), NextAttemptAt: now.UnixMilli()},
+		}
+		for i := range 3*housekeepingBatch + 7 {
+			rows = append(rows, deliveryRow{ID: "bulk-" + strconv.Itoa(i), CreatedAt: *ms(eightDays), DeliveredAt: ms(eightDays)})
+		}
+		outboxRows(t, d, ep, rows)
+		if err := s.housekeep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got := outboxIDs(t, d, "endpoint_id = ?", ep.ID)
+		if want := []string{"old-waiting", "recent-delivered", "recent-given-up"}; !slices.Equal(got, want) {
+			t.Fatalf("after housekeeping the outbox holds %d deliveries, %q first; want %q", len(got), got[:min(len(got), 3)], want)
+		}
+	})
+}
+
+// TestAnEndpointsWaitingDeliveriesAreBounded: past MaxWaitingPerEndpoint waiting deliveries, the
+// oldest are given up (and say why in the delivery log); finished deliveries and other
+// endpoints' do not count.
+func TestAnEndpointsWaitingDeliveriesAreBounded(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		ctx := context.Background()
+		tenant := newTenant(t, d, "acme")
+		full, _, err := s.CreateEndpoint(ctx, tenant, "http://127.0.0.1:9/full", []string{EventKeyCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _, err := s.CreateEndpoint(ctx, tenant, "http://127.0.0.1:9/other", []string{EventKeyCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := c.now().UnixMilli()
+		delivered := start
+		rows := []deliveryRow{{ID: "delivered", CreatedAt: start - 1, DeliveredAt: &delivered}}
+		for i := range MaxWaitingPerEndpoint + 3 {
+			rows = append(rows, deliveryRow{ID: "full-" + strconv.Itoa(10_000+i), CreatedAt: start + int64(i)})
+		}
+		outboxRows(t, d, full, rows)
+		outboxRows(t, d, other, []deliveryRow{{ID: "other-1", CreatedAt: start}, {ID: "other-2", CreatedAt: start}})
+		if err := s.housekeep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		givenUp := outboxIDs(t, d, "given_up_at IS NOT NULL")
+		if want := []string{"full-10000", "full-10001", "full-10002"}; !slices.Equal(givenUp, want) {
+			t.Fatalf("given up %d deliveries, %q first; want the oldest three: %q", len(givenUp), givenUp[:min(len(givenUp), 3)], want)
+		}
+		waiting := outboxIDs(t, d, "delivered_at IS NULL AND given_up_at IS NULL AND endpoint_id = ?", full.ID)
+		if len(waiting) != MaxWaitingPerEndpoint || waiting[0] != "full-10003" {
+			t.Fatalf("%d waiting for the full endpoint, the oldest %q; want %d from full-10003", len(waiting), waiting[0], MaxWaitingPerEndpoint)
+		}
+		var lastError []string
+		d.Gorm.Model(&deliveryRow{}).Where("id = ?", "full-10000").Pluck("last_error", &lastError)
+		if len(lastError) != 1 || lastError[0] != outboxFull {
+			t.Fatalf("the delivery log does not say why it was given up: %q", lastError)
+		}
+		if n := len(outboxIDs(t, d, "endpoint_id = ? AND given_up_at IS NULL", other.ID)); n != 2 {
+			t.Fatalf("the other endpoint has %d deliveries left, want its 2", n)
+		}
+	})
+}
+
+// TestADeliveryGivenUpWhileInFlightStaysGivenUp: housekeeping gives up the oldest delivery of a
+// full endpoint while it is being sent; the attempt's late failure is not recorded over that.
+func TestADeliveryGivenUpWhileInFlightStaysGivenUp(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		tenant := newTenant(t, d, "acme")
+		var ep Endpoint
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			newer := make([]deliveryRow, MaxWaitingPerEndpoint)
+			for i := range newer {
+				newer[i] = deliveryRow{ID: "newer-" + strconv.Itoa(i), CreatedAt: c.now().UnixMilli() + 1, NextAttemptAt: c.now().Add(time.Hour).UnixMilli()}
+			}
+			outboxRows(t, d, ep, newer)
+			if err := s.housekeep(context.Background()); err != nil {
+				t.Error(err)
+			}
+			w.WriteHeader(http.StatusInternalServerError)
+		}))
+		t.Cleanup(srv.Close)
+		var err error
+		if ep, _, err = s.CreateEndpoint(context.Background(), tenant, srv.URL, []string{EventKeyCreated}); err != nil {
+			t.Fatal(err)
+		}
+		emit(t, s, tenant, EventKeyCreated, nil)
+		deliverDue(t, s)
+		var row deliveryRow
+		if err := d.Gorm.Where("id NOT LIKE ?", "newer-%").Take(&row).Error; err != nil {
+			t.Fatal(err)
+		}
+		if row.GivenUpAt == nil || row.LastError != outboxFull {
+			t.Fatalf("the in-flight attempt's failure was recorded over its giving up: %+v", row)
 		}
 	})
 }

@@ -3,8 +3,8 @@
 // written in the same transaction as the event (Enqueue), and a dispatcher (Run) that sends them
 // signed by the Standard Webhooks convention and retries failures with exponential backoff for
 // 24 hours. Delivery is at least once: a dispatcher that stops between sending and recording
-// sends again. Requests go only to public addresses unless the operator allows private ones
-// (ssrf.go).
+// sends again. The outbox is bounded per endpoint and pruned (housekeeping.go). Requests go only
+// to public addresses unless the operator allows private ones (ssrf.go).
 package webhooks
 
 import (
