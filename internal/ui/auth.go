@@ -260,22 +260,23 @@ func (u *UI) csrfCheck(c *gin.Context) {
 }
 
 // Login rate limits: token buckets in tenant 0, which is reserved for the system (tenant IDs
-// start at 1). Only failed passwords spend tokens, and every attempt first checks, spending
-// nothing, that none of its buckets is empty: a refused attempt costs no argon2 work, and a
-// user who types the password right is never slowed by their own successes.
+// start at 1). Every password check (a login, or the current password of a password change)
+// first spends one token of each limit, all or nothing: concurrent attempts cannot check more
+// passwords than the limits hold, and a refused attempt costs no argon2 work. A right password
+// resets its account's limit at its address (full again), so a user who types the password
+// right is never slowed there by their own successes or earlier typos; it keeps the tokens of
+// the other two, which the engine cannot give back to an inline limit, and which a reset would
+// let anyone with an account of their own empty of their guesses.
 //
 //   - per account and client address: 10 failures per 15 minutes. This is the limit a guesser
 //     meets, and it cannot touch the real user, who logs in from another address.
-//   - per client address (an IPv6 address counts as its /64): 50 failures per 15 minutes, over
+//   - per client address (an IPv6 address counts as its /64): 50 attempts per 15 minutes, over
 //     all accounts, so one address cannot spray guesses across many accounts.
-//   - per account: 5,000 failures per hour, only a ceiling on a guessing attack spread over many
+//   - per account: 5,000 attempts per hour, only a ceiling on a guessing attack spread over many
 //     addresses. One address gets at most 50 failures an hour at one account (10 at once, 10
 //     more every 15 minutes), so a stranger needs 100 addresses (/64s) busy for an hour to reach
 //     it; below that, nobody can lock an account out. Reaching it locks the account for everyone
 //     but a trickle (a token every 0.72 s): the price of capping distributed guessing.
-//
-// The check and the spending are two steps, so concurrent failures may overshoot a limit by the
-// number in flight; that is a few guesses, not a bypass.
 var (
 	loginCapAccountIP        = 10.0
 	loginCapIP               = 50.0
@@ -293,8 +294,8 @@ var (
 	loginLimitNames   = [...]string{"dashboard.login.account_ip", "dashboard.login.ip", "dashboard.login.account"}
 	loginLimitReasons = [...]string{
 		"too many failed logins for this account from this address",
-		"too many failed logins from this address",
-		"too many failed logins for this account from all addresses",
+		"too many login attempts from this address",
+		"too many login attempts for this account from all addresses",
 	}
 )
 
@@ -337,38 +338,54 @@ func (u *UI) loginRequests(email, addr string) []limiter.Request {
 	}
 }
 
-// allowLogin reports, spending nothing, whether a login attempt for email from addr may be
-// checked at all, and when refused how many seconds to wait.
-func (u *UI) allowLogin(c *gin.Context, email, addr string) (ok bool, retryAfter int64, err error) {
-	b, err := u.engine.Batch(c.Request.Context(), systemTenant, u.loginRequests(email, addr), false)
-	if err != nil {
-		return false, 0, err
-	}
-	if b.OK {
-		return true, 0, nil
-	}
-	wait := int64(1)
-	if b.RetryAfter != nil {
-		wait = max(1, (*b.RetryAfter+999)/1000)
-	}
-	return false, wait, nil
+// passwordAttempt is one password check that the login limits have paid for.
+type passwordAttempt struct {
+	email, addr string
+	accountAddr string             // the key of the per-account-and-address limit
+	limits      []limiter.Decision // what each limit has left after it, in loginRequests' order
 }
 
-// loginFailed spends one token of each login limit for a failed password, and audits a lockout
-// for each limit that this failure emptied: the next attempt it covers will be refused.
-func (u *UI) loginFailed(c *gin.Context, email, addr string) error {
-	ctx := c.Request.Context()
-	b, err := u.engine.Batch(ctx, systemTenant, u.loginRequests(email, addr), true)
-	if err != nil || !b.OK {
-		return err // !OK: a concurrent failure emptied a bucket first, and audited it
+// payPasswordAttempt spends one token of each login limit for checking email's password from
+// addr, all or nothing, before the password is checked. When a limit refuses, nothing is spent
+// and wait says how many seconds to wait (0 when the attempt is paid for).
+func (u *UI) payPasswordAttempt(c *gin.Context, email, addr string) (a passwordAttempt, wait int64, err error) {
+	reqs := u.loginRequests(email, addr)
+	b, err := u.engine.Batch(c.Request.Context(), systemTenant, reqs, true)
+	if err != nil {
+		return passwordAttempt{}, 0, err
 	}
-	for i, r := range b.Results {
+	if !b.OK {
+		wait = 1
+		if b.RetryAfter != nil {
+			wait = max(1, (*b.RetryAfter+999)/1000)
+		}
+		return passwordAttempt{}, wait, nil
+	}
+	return passwordAttempt{email: email, addr: addr, accountAddr: reqs[0].Key, limits: b.Results}, 0, nil
+}
+
+// passwordWrong audits a lockout for each limit that this failed attempt emptied: the next
+// attempt it covers will be refused.
+func (u *UI) passwordWrong(c *gin.Context, a passwordAttempt) error {
+	for i, r := range a.limits {
 		if r.Remaining >= 1 {
 			continue
 		}
-		if err := u.tenants.AuditLockout(ctx, email, addr, r.Name, loginLimitReasons[i]); err != nil {
+		if err := u.tenants.AuditLockout(c.Request.Context(), a.email, a.addr, r.Name, loginLimitReasons[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// passwordRight resets the per-account-and-address limit of an attempt whose password was right:
+// the user's own successes and earlier typos never lock them out where they log in.
+func (u *UI) passwordRight(c *gin.Context, a passwordAttempt) error {
+	return u.engine.Reset(c.Request.Context(), systemTenant, loginLimitNames[0], &a.accountAddr)
+}
+
+// tooManyAttempts is what a refused password check says.
+func tooManyAttempts(c *gin.Context, wait int64) string {
+	c.Header("Retry-After", strconv.FormatInt(wait, 10))
+	return "Too many login attempts. Try again in " + strconv.FormatInt(wait, 10) + " seconds."
 }

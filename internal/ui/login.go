@@ -42,8 +42,9 @@ func (u *UI) loginForm(c *gin.Context) {
 	u.render(c, http.StatusOK, loginPage(vm))
 }
 
-// login checks the rate limits first (so a refused attempt costs no argon2 work), then the
-// password, then starts a session. Only a wrong password spends the limits' tokens.
+// login spends the rate limits' tokens first (so a refused attempt costs no argon2 work, and
+// concurrent attempts check no more passwords than the limits allow), then checks the password,
+// then starts a session. A right password resets its account's limit at its address.
 func (u *UI) login(c *gin.Context) {
 	email, password := c.PostForm("email"), c.PostForm("password")
 	vm := loginVM{Layout: u.bareLayout(c, "Log in"), Email: email, Next: safeNext(c.PostForm("next"))}
@@ -51,20 +52,19 @@ func (u *UI) login(c *gin.Context) {
 		vm.Email = ""
 	}
 	addr := clientAddress(c)
-	ok, wait, err := u.allowLogin(c, email, addr)
+	attempt, wait, err := u.payPasswordAttempt(c, email, addr)
 	if err != nil {
 		u.internalError(c, err)
 		return
 	}
-	if !ok {
-		c.Header("Retry-After", strconv.FormatInt(wait, 10))
-		vm.Error = "Too many login attempts. Try again in " + strconv.FormatInt(wait, 10) + " seconds."
+	if wait > 0 {
+		vm.Error = tooManyAttempts(c, wait)
 		u.render(c, http.StatusTooManyRequests, loginPage(vm))
 		return
 	}
 	user, err := u.tenants.Login(c.Request.Context(), email, password, addr)
 	if errors.Is(err, tenants.ErrUnauthorized) {
-		if err := u.loginFailed(c, email, addr); err != nil {
+		if err := u.passwordWrong(c, attempt); err != nil {
 			u.internalError(c, err)
 			return
 		}
@@ -73,6 +73,10 @@ func (u *UI) login(c *gin.Context) {
 		return
 	}
 	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	if err := u.passwordRight(c, attempt); err != nil {
 		u.internalError(c, err)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/PuerkitoBio/goquery"
@@ -166,4 +167,66 @@ func TestLoginLimitsCountAnIPv6ClientByItsSlash64(t *testing.T) {
 	if body := c.get("/audit").body; !strings.Contains(body, "client 2001:db8:1:2::b") {
 		t.Fatal("the security log does not show the full IPv6 address of a failed login")
 	}
+}
+
+// Concurrent wrong logins check no more passwords than the limit holds: each attempt pays its
+// token before its password is checked, so the attempts beyond the limit are refused (429)
+// without argon2 work, however many arrive at once.
+func TestConcurrentWrongLoginsCheckNoMoreThanTheLimit(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		perAccountIP := limiter.Definition{Kind: limiter.TokenBucket, Rate: 3, Period: 3_600_000}
+		e := newEnv(t, onDatabase(dbURL), behindProxy, func(_ *config.Config, o *app.Options) { o.LoginPerAccountIP = &perAccountIP })
+		e.operator()
+		const guesser, attempts = "198.51.100.9", 40
+		statuses := make(chan int, attempts)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range attempts {
+			wg.Go(func() {
+				form := url.Values{"email": {opEmail}, "password": {"wrong-password-" + strconv.Itoa(i)}}
+				req, _ := http.NewRequest(http.MethodPost, e.url+"/login", strings.NewReader(form.Encode()))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				req.Header.Set("X-Forwarded-For", guesser)
+				<-start
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					statuses <- 0
+					return
+				}
+				_ = res.Body.Close()
+				statuses <- res.StatusCode
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(statuses)
+		count := map[int]int{}
+		for s := range statuses {
+			count[s]++
+		}
+		if count[http.StatusUnauthorized] != 3 || count[http.StatusTooManyRequests] != attempts-3 {
+			t.Fatalf("statuses of %d concurrent wrong logins: %v, want 3 × 401 (the limit's worth of password checks) and the rest 429", attempts, count)
+		}
+		wantStatus(t, e.client().loginFrom(guesser, opEmail, opPassword), http.StatusTooManyRequests)
+		if res := e.client().loginFrom("203.0.113.7", opEmail, opPassword); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("the operator from its own address: status %d, want 303", res.StatusCode)
+		}
+	})
+}
+
+// A right password after some typos logs in, and resets the account's limit at that address:
+// the user's own successes and typos never add up to a lockout where they log in.
+func TestARightPasswordResetsItsAddressLimit(t *testing.T) {
+	perAccountIP := limiter.Definition{Kind: limiter.TokenBucket, Rate: 3, Period: 3_600_000}
+	e := newEnv(t, behindProxy, func(_ *config.Config, o *app.Options) { o.LoginPerAccountIP = &perAccountIP })
+	e.operator()
+	const home = "198.51.100.20"
+	for range 2 {
+		wantStatus(t, e.client().loginFrom(home, opEmail, "a-typo-in-it"), http.StatusUnauthorized)
+	}
+	wantStatus(t, e.client().loginFrom(home, opEmail, opPassword), http.StatusSeeOther)
+	for range 3 {
+		wantStatus(t, e.client().loginFrom(home, opEmail, "a-typo-in-it"), http.StatusUnauthorized)
+	}
+	wantStatus(t, e.client().loginFrom(home, opEmail, opPassword), http.StatusTooManyRequests)
 }
