@@ -440,15 +440,24 @@ func (s *Service) SetDisabled(ctx context.Context, scope *int64, id int64, disab
 
 // ChangePassword changes user id's password: current must be right (ErrInvalid, field
 // "current"), the new one follows CreateUser's rule (field "password"); every session of the
-// user but keep (the session making the change) ends. Both problems are reported at once.
-func (s *Service) ChangePassword(ctx context.Context, id int64, current, password, keep string) error {
+// user but keep (the session making the change) ends. Both problems are reported at once. A
+// wrong current password is audited ("user.password_failed", with clientAddr) like a failed
+// login: a stolen session guessing the password shows in the logs.
+func (s *Service) ChangePassword(ctx context.Context, id int64, current, password, keep, clientAddr string) error {
 	var row userRow
 	if err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "id = ?", id) }); err != nil {
 		return wrap("change password", err)
 	}
 	var curErr error
-	if len(current) > maxPasswordLen || !verifyPassword(row.PasswordHash, current) {
+	if !passwordMatches(row.PasswordHash, current) {
 		curErr = invalid("current", "the current password is not right")
+		err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+			return s.auditUserChange(tx, row.TenantID, row.Email, "user.password_failed", userTarget(row.ID),
+				"client "+clientAddr+"; wrong current password")
+		})
+		if err != nil {
+			return wrap("change password", err)
+		}
 	}
 	if err := errors.Join(curErr, checkPassword("password", password)); err != nil {
 		return wrap("change password", err)

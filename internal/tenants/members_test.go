@@ -133,11 +133,11 @@ func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
 		must(t, err)
 		s2, _, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
 		must(t, err)
-		f := apperr.Fields(e.svc.ChangePassword(e.ctx, u.ID, "wrong", "short", s1))
+		f := apperr.Fields(e.svc.ChangePassword(e.ctx, u.ID, "wrong", "short", s1, "198.51.100.1"))
 		if f["current"] == "" || f["password"] == "" {
 			t.Fatalf("field errors %v", f)
 		}
-		must(t, e.svc.ChangePassword(e.ctx, u.ID, "m-password-12", "m-password-34", s1))
+		must(t, e.svc.ChangePassword(e.ctx, u.ID, "m-password-12", "m-password-34", s1, "198.51.100.1"))
 		if _, err := e.svc.AdminSession(e.ctx, s1); err != nil {
 			t.Fatalf("the session that changed the password: %v", err)
 		}

@@ -40,7 +40,9 @@ func (u *UI) renderAccount(c *gin.Context, status int, errs map[string]string) {
 func (u *UI) accountPage(c *gin.Context) { u.renderAccount(c, http.StatusOK, nil) }
 
 // changePassword changes the logged-in user's password: the current one required, the new one
-// typed twice; every other session of theirs ends.
+// typed twice; every other session of theirs ends. Checking the current password spends the
+// login limits' tokens first, as a login does, so a stolen session cannot guess the password any
+// faster than a stranger at the login form.
 func (u *UI) changePassword(c *gin.Context) {
 	p := principalOf(c)
 	// The confirmation first: a mistyped new password must change nothing.
@@ -48,7 +50,28 @@ func (u *UI) changePassword(c *gin.Context) {
 		u.renderAccount(c, http.StatusUnprocessableEntity, errs)
 		return
 	}
-	err := u.tenants.ChangePassword(c.Request.Context(), p.user.ID, c.PostForm("current"), c.PostForm("password"), p.sessionID)
+	addr := clientAddress(c)
+	attempt, wait, err := u.payPasswordAttempt(c, p.user.Email, addr)
+	if err != nil {
+		u.internalError(c, err)
+		return
+	}
+	if wait > 0 {
+		u.renderAccount(c, http.StatusTooManyRequests, map[string]string{"current": tooManyAttempts(c, wait)})
+		return
+	}
+	err = u.tenants.ChangePassword(c.Request.Context(), p.user.ID, c.PostForm("current"), c.PostForm("password"), p.sessionID, addr)
+	var settled error
+	switch {
+	case apperr.Fields(err)["current"] != "":
+		settled = u.passwordWrong(c, attempt)
+	case err == nil || formError(err): // the current password was right
+		settled = u.passwordRight(c, attempt)
+	}
+	if settled != nil {
+		u.internalError(c, settled)
+		return
+	}
 	if err != nil {
 		if !formError(err) {
 			u.fail(c, err)

@@ -230,3 +230,44 @@ func TestARightPasswordResetsItsAddressLimit(t *testing.T) {
 	}
 	wantStatus(t, e.client().loginFrom(home, opEmail, opPassword), http.StatusTooManyRequests)
 }
+
+// Guessing the current password on the account page spends the login limits as a login does,
+// and each wrong guess is in the security log: a stolen session cannot try passwords at argon2
+// speed, and once the limit is spent, neither the account page nor the login form checks the
+// password from that address.
+func TestAWrongCurrentPasswordSpendsTheLoginLimits(t *testing.T) {
+	perAccountIP := limiter.Definition{Kind: limiter.TokenBucket, Rate: 3, Period: 3_600_000}
+	e := newEnv(t, behindProxy, func(_ *config.Config, o *app.Options) { o.LoginPerAccountIP = &perAccountIP })
+	e.operator()
+	const thief = "198.51.100.30"
+	c := e.client()
+	wantStatus(t, c.loginFrom(thief, opEmail, opPassword), http.StatusSeeOther)
+	change := func(current string) response {
+		return c.post("/account/password", url.Values{"current": {current}, "password": {"stolen-password-1"}, "confirm": {"stolen-password-1"}},
+			"X-Forwarded-For", thief)
+	}
+	for i := range 3 {
+		res := change("guess-" + strconv.Itoa(i))
+		wantStatus(t, res, http.StatusUnprocessableEntity)
+		if text(res.doc(t), "#current-error") == "" {
+			t.Fatal("a wrong current password gave no inline error")
+		}
+	}
+	res := change(opPassword)
+	wantStatus(t, res, http.StatusTooManyRequests)
+	if got := text(res.doc(t), "#current-error"); !strings.HasPrefix(got, "Too many login attempts. Try again in") {
+		t.Fatalf("error = %q", got)
+	}
+	wantStatus(t, e.client().loginFrom(thief, opEmail, opPassword), http.StatusTooManyRequests)
+
+	audit := e.login(opEmail, opPassword).get("/audit").body
+	if n := strings.Count(audit, "user.password_failed"); n != 3 {
+		t.Fatalf("the security log has %d user.password_failed entries, want 3", n)
+	}
+	if !strings.Contains(audit, "client "+thief+"; wrong current password") {
+		t.Fatal("the security log does not say where the wrong current password came from")
+	}
+	if !strings.Contains(audit, "login.locked") {
+		t.Fatal("the security log does not show the lockout of the third wrong current password")
+	}
+}
