@@ -27,28 +27,36 @@ const (
 	maxResponseBody = 64 << 10 // read (and ignored) at most this much of a receiver's answer
 )
 
+// globalUnicast6 is where every public IPv6 address is (RFC 4291): outside it, everything is
+// reserved, discard-only (100::/64), SRv6 (5f00::/16), NAT64 (64:ff9b::/96, 64:ff9b:1::/48),
+// unique-local, the deprecated site-local (fec0::/10), link-local or multicast.
+var globalUnicast6 = netip.MustParsePrefix("2000::/3")
+
 // nonPublic are ranges that netip's predicates do not name: shared address space (carrier-grade
-// NAT), IETF protocol assignments, documentation, benchmarking, reserved, NAT64 and 6to4 relays.
+// NAT), IETF protocol assignments, documentation, benchmarking, reserved and the 6to4 relays.
+// Like the documentation ranges, each is refused whole, though a few addresses in the IETF
+// blocks (anycast services such as TURN or AS112) are reachable: none is a webhook receiver.
 var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("192.88.99.0/24"), // 6to4 relay anycast (deprecated)
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("198.51.100.0/24"),
 	netip.MustParsePrefix("203.0.113.0/24"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("2001::/23"), // IETF protocol assignments: Teredo, benchmarking, ORCHID...
 	netip.MustParsePrefix("2001:db8::/32"),
 	netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("3fff::/20"), // documentation (RFC 9637)
 }
 
 // publicAddr reports whether ip is a public unicast address.
 func publicAddr(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() || (ip.Is6() && !globalUnicast6.Contains(ip)) {
 		return false
 	}
 	for _, p := range nonPublic {

@@ -304,6 +304,15 @@ func TestPublicAddr(t *testing.T) {
 		"169.254.169.254": false, "fe80::1": false, "fd00::1": false, "100.64.0.1": false, "0.0.0.0": false,
 		"::": false, "::ffff:127.0.0.1": false, "::ffff:10.0.0.1": false, "224.0.0.1": false, "192.0.2.1": false,
 		"255.255.255.255": false,
+		// Deprecated site-local, discard-only, SRv6, NAT64, IPv4-compatible: outside 2000::/3.
+		"fec0::1": false, "feff::1": false, "100::1": false, "5f00::1": false, "64:ff9b::808:808": false, "::808:808": false,
+		// Within 2000::/3 but not public: IETF protocol assignments (Teredo among them),
+		// documentation, 6to4; and the IPv4 6to4 relays.
+		"2001::1": false, "2001:1ff:ffff::1": false, "2001:db8::1": false, "3fff::1": false, "3fff:fff:ffff::1": false,
+		"2002:c000:0204::1": false, "192.88.99.1": false,
+		// Their public neighbours.
+		"2001:200::1": true, "2001:4860:4860::8888": true, "3ffe::1": true, "3fff:1000::1": true, "2003::1": true,
+		"192.88.100.1": true, "192.88.98.1": true,
 	} {
 		if got := publicAddr(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("publicAddr(%s) = %v, want %v", addr, got, want)
