@@ -2,6 +2,13 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,4 +74,47 @@ func TestThresholdEventsGoOnceWhenInstancesFlushTheSameMinuteAtOnce(t *testing.T
 			t.Fatalf("%d deliveries to endpoints below their threshold or not subscribed", n)
 		}
 	})
+}
+
+// TestReadmeNamesEveryMemberOfTheThresholdEvents: README.md lists each threshold event's data
+// members as (`{"a", "b"}`); the list must be the members the event really has.
+func TestReadmeNamesEveryMemberOfTheThresholdEvents(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := testkit.Open(t, db.SQLite)
+	c := &clock{}
+	c.advance(time.Hour)
+	s := newService(t, d, c, true)
+	tn := newTenant(t, d, "acme")
+	if _, _, err := s.CreateEndpoint(context.Background(), tn, "http://127.0.0.1:9/", []string{EventLimitRefusals, EventKeyNearLimit}, 1); err != nil {
+		t.Fatal(err)
+	}
+	ms := []LimitMinute{{Name: "api", Minute: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC), Refused: 1, NearKeys: []NearKey{{Key: "alice", Decisions: 1}}}}
+	if err := d.Serializable(context.Background(), func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, event := range []string{EventLimitRefusals, EventKeyNearLimit} {
+		var body string
+		if err := d.Gorm.Raw(`SELECT payload FROM webhook_deliveries WHERE event = ?`, event).Scan(&body).Error; err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Data map[string]any }
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Sorted(maps.Keys(p.Data))
+		m := regexp.MustCompile("`" + regexp.QuoteMeta(event) + "` \\(`\\{([^}]*)\\}`").FindSubmatch(readme)
+		if m == nil {
+			t.Fatalf("README.md does not list %s's members as (`{...}`)", event)
+		}
+		var named []string
+		for _, member := range strings.Split(string(m[1]), ",") {
+			named = append(named, strings.Trim(strings.TrimSpace(member), `"`))
+		}
+		if slices.Sort(named); !slices.Equal(named, want) {
+			t.Errorf("README.md names %s's members %q; the event has %q", event, named, want)
+		}
+	}
 }
