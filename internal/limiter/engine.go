@@ -147,6 +147,10 @@ type Request struct {
 	// always decided OK.
 	Refund bool
 	hold   bool // part of a hold (Engine.Hold): amounts only, no concurrency limit
+	// giveBack is, on a hold's give-back (Refund and hold set), what the hold took from this very
+	// limit and key: at most what of it still counts is given back (algo.Taken.Returnable), to
+	// this limit alone; the hold recorded its ancestors' takings as give-backs of their own.
+	giveBack *algo.Taken
 	// System decides this request in the system tenant's key space (SystemTenant) with its inline
 	// Config, whatever tenant the batch is for. It lets a limit Sluice keeps on a tenant (its
 	// plan's decision rate) ride in the tenant's own batch, all or nothing with it, at no extra
@@ -187,6 +191,9 @@ type Decision struct {
 	LeaseID        string
 	LeaseExpiresAt int64
 	leaseSlot      bool // a concurrency slot was taken: a lease is handed out if the job's writes are kept
+	// taken is, for a hold's request or ancestor, what the decision took (nil: nothing written),
+	// which the hold records to give back no more than that (holds.go).
+	taken *algo.Taken
 }
 
 // ShadowOutcome is the decision a shadow-mode limit would have made if it were enforced.

@@ -593,7 +593,7 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 		}
 		self.of = i
 		exp = append(exp, self)
-		if len(d.Parents) == 0 {
+		if len(d.Parents) == 0 || req.giveBack != nil {
 			continue
 		}
 		seen := map[[2]string]bool{{req.Name, req.Key}: true}
@@ -635,6 +635,23 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 		}
 	}
 	return exp, missing, nil
+}
+
+// setTaken records on the decision of r in res (the request's own, or its ancestor's among
+// Parents, just placed) what a hold's request took from shards shards of def: count, leaving
+// remaining in them.
+func setTaken(res *Decision, r limitRef, def Definition, shards int, count, remaining float64, now int64) {
+	dec := res
+	if r.parent {
+		dec = &res.Parents[len(res.Parents)-1]
+	}
+	t := &algo.Taken{Kind: def.Kind, At: now, Count: count}
+	if n := float64(def.Normalized().Shards); def.Kind.Algorithm() == TokenBucket {
+		used := float64(shards)
+		t.Room = used*def.Max()/n - remaining
+		t.Refill = used * def.Rate / n / float64(def.Period)
+	}
+	dec.taken = t
 }
 
 // parentCountError names the parent in a request's count or reserve problem.
@@ -681,7 +698,14 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			// back never above the limit's maximum, as every refund).
 			if r.ov == nil || r.ov.Action == algo.ActionNone || req.hold {
 				states := j.statesOf(x, r, stored, overlay, local)
-				o, given := algo.Refund(def, states, req.Count, now, algo.Origin(def, r.tenantID, r.name, r.key))
+				origin := algo.Origin(def, r.tenantID, r.name, r.key)
+				var o algo.Outcome
+				var given float64
+				if t := req.giveBack; t != nil {
+					o, given = algo.RefundAt(def, states, math.Min(req.Count, t.Returnable(def, now, origin)), now, origin, t.At)
+				} else {
+					o, given = algo.Refund(def, states, req.Count, now, origin)
+				}
 				dec.Remaining, dec.Refunded = o.Remaining, given
 				for k, w := range o.Writes {
 					if w.Exists {
@@ -747,6 +771,9 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			if w.Exists {
 				local[rowKey{r.tenantID, r.name, r.key, j.picks[x][k]}] = w
 			}
+		}
+		if req.hold {
+			setTaken(&out.Results[r.of], r, def, len(j.picks[x]), req.Count, d.Remaining, now)
 		}
 	}
 	for i := range out.Results {

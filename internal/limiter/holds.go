@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // Holds. A hold reserves amounts of several limits all or nothing, exactly like a consuming batch
@@ -26,6 +27,11 @@ import (
 //     close's transaction has committed, runCloses): a settle never blocks;
 //   - released (DELETE): everything held is given back;
 //   - expired: a hold not settled by its expiry (the engine's clock) is released by SweepHolds.
+//
+// What is given back goes only to the limits and keys the hold took from (its charges, recorded
+// when it was made), each at most what it took and what of that still counts at the close
+// (algo.Taken.Returnable): a window that has ended, or a bucket that could have refilled it, owes
+// nothing, so a hold never lets through more than a key that never saw it.
 // Closing reads the hold and changes the state rows and the hold in one serializable transaction,
 // so of two concurrent closes one finds it closed (ErrHoldClosed). Closes (and lease changes) are
 // jobs of the engine's lanes (runCloses): the closes of one group share one transaction of their
@@ -124,7 +130,7 @@ func (e *Engine) HoldWith(ctx context.Context, tenantID int64, limits []HoldLimi
 	j := &job{tenantID: tenantID, reqs: all, consume: true, picks: make([][]int, len(all)), done: make(chan struct{})}
 	j.step = func(j *job, now int64) []stmt {
 		out.ID, out.ExpiresAt = newID("hold_"), now+ttlMs
-		return holdInserts(tenantID, out.ID, limits, now, out.ExpiresAt)
+		return holdInserts(tenantID, out.ID, limits, charges(j.out.Results[:len(limits)]), now, out.ExpiresAt)
 	}
 	result := func() HoldResult {
 		r := out
@@ -263,9 +269,9 @@ func finiteAmount(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) &
 // The statements on holds (portable SQL).
 const (
 	sqlInsertHold      = "INSERT INTO holds (tenant_id, id, state, created_at, expires_at) VALUES (?, ?, 'open', ?, ?)"
-	sqlInsertHoldLimit = "INSERT INTO hold_limits (tenant_id, hold_id, idx, name, key, count, attributes) VALUES "
+	sqlInsertHoldLimit = "INSERT INTO hold_limits (tenant_id, hold_id, idx, name, key, count, attributes, charges) VALUES "
 	sqlSelectHold      = "SELECT state, expires_at FROM holds WHERE tenant_id = ? AND id = ?"
-	sqlSelectHoldLimit = "SELECT name, key, count, attributes FROM hold_limits WHERE tenant_id = ? AND hold_id = ? ORDER BY idx"
+	sqlSelectHoldLimit = "SELECT name, key, count, attributes, charges FROM hold_limits WHERE tenant_id = ? AND hold_id = ? ORDER BY idx"
 	sqlCloseHold       = "UPDATE holds SET state = ?, closed_at = ?, settled = ? WHERE tenant_id = ? AND id = ? AND state = 'open'"
 	sqlDueHolds        = "SELECT tenant_id, id FROM holds WHERE state = 'open' AND expires_at <= ? ORDER BY expires_at LIMIT ?"
 	sqlOldHolds        = "SELECT tenant_id, id FROM holds WHERE state <> 'open' AND closed_at <= ? LIMIT ?"
@@ -280,30 +286,77 @@ const (
 		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open' ORDER BY h.created_at, h.id LIMIT ?`
 )
 
-func holdInserts(tenantID int64, id string, limits []HoldLimit, now, expiresAt int64) []stmt {
+func holdInserts(tenantID int64, id string, limits []HoldLimit, took [][]charge, now, expiresAt int64) []stmt {
 	ss := []stmt{{sqlInsertHold, []any{tenantID, id, now, expiresAt}}}
 	var b strings.Builder
 	b.WriteString(sqlInsertHoldLimit)
-	args := make([]any, 0, 7*len(limits))
+	args := make([]any, 0, 8*len(limits))
 	for i, l := range limits {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
 		attrs := ""
 		if len(l.Attributes) > 0 {
 			a, _ := json.Marshal(l.Attributes) // strings only: cannot fail
 			attrs = string(a)
 		}
-		args = append(args, tenantID, id, i, l.Name, l.Key, l.Count, attrs)
+		c, _ := json.Marshal(took[i]) // strings and finite numbers: cannot fail
+		args = append(args, tenantID, id, i, l.Name, l.Key, l.Count, attrs, string(c))
 	}
 	return append(ss, stmt{b.String(), args})
+}
+
+// charge is what a hold took from one limit and key: the limit it holds, or one of that limit's
+// ancestors. Closing the hold gives back to exactly these, each at most what of its amount still
+// counts (algo.Taken.Returnable): not to parents added since, and nothing a decision did not
+// write (an allow override, a shadow limit's would-be refusal).
+type charge struct {
+	Name  string  `json:"name"`
+	Key   string  `json:"key"`
+	Kind  string  `json:"kind"`
+	At    int64   `json:"at"`
+	Count float64 `json:"count"`
+	Room  float64 `json:"room,omitempty"`
+	Fill  float64 `json:"refill,omitempty"`
+}
+
+// charges lists, for each of a hold's decisions, the charges it made: the limit's own first,
+// then its ancestors'.
+func charges(results []Decision) [][]charge {
+	out := make([][]charge, len(results))
+	for i := range results {
+		for _, d := range append([]Decision{results[i]}, results[i].Parents...) {
+			c := charge{Name: d.Name, Key: d.Key}
+			if t := d.taken; t != nil {
+				c.Kind, c.At, c.Count, c.Room, c.Fill = string(t.Kind), t.At, t.Count, t.Room, t.Refill
+			}
+			out[i] = append(out[i], c)
+		}
+	}
+	return out
+}
+
+func (c charge) taken() *algo.Taken {
+	return &algo.Taken{Kind: Kind(c.Kind), At: c.At, Count: c.Count, Room: c.Room, Refill: c.Fill}
 }
 
 type holdLimitRow struct {
 	Name, Key  string
 	Count      float64
 	Attributes string
+	Charges    string // JSON []charge; "" for holds made before they were recorded
+}
+
+// charges reads what the hold took; ok is false for a hold made before that was recorded.
+func (r holdLimitRow) charges() (cs []charge, ok bool) {
+	if r.Charges == "" {
+		return nil, false
+	}
+	if err := json.Unmarshal([]byte(r.Charges), &cs); err != nil || len(cs) == 0 {
+		return nil, false // written by holdInserts; unreadable reads as not recorded
+	}
+	return cs, true
 }
 
 func (r holdLimitRow) attributes() map[string]string {
@@ -417,16 +470,27 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 	s := Settlement{Names: make([]string, n), Keys: make([]string, n), Held: make([]float64, n), Charged: make([]float64, n), Overage: make([]float64, n), Refunded: make([]float64, n)}
 	var jobs []*job
 	of := map[*job]int{}
+	own := map[*job]bool{} // the give-backs to a held limit itself (not to an ancestor)
 	for i, h := range held {
 		s.Names[i], s.Keys[i], s.Held[i], s.Charged[i] = h.Name, h.Key, h.Count, actual[i]
 		diff := actual[i] - h.Count
 		if diff == 0 {
 			continue
 		}
-		req := Request{Name: h.Name, Key: h.Key, Count: math.Abs(diff), Attributes: h.attributes(), Refund: diff < 0, hold: true}
-		j := &job{tenantID: tenantID, reqs: []Request{req}, consume: true, picks: make([][]int, 1)}
-		jobs = append(jobs, j)
-		of[j] = i
+		add := func(req Request, isOwn bool) {
+			j := &job{tenantID: tenantID, reqs: []Request{req}, consume: true, picks: make([][]int, 1)}
+			jobs = append(jobs, j)
+			of[j], own[j] = i, isOwn
+		}
+		if cs, ok := h.charges(); ok && diff < 0 {
+			for k, c := range cs {
+				if c.Count > 0 {
+					add(Request{Name: c.Name, Key: c.Key, Count: -diff, Refund: true, hold: true, giveBack: c.taken()}, k == 0)
+				}
+			}
+			continue
+		}
+		add(Request{Name: h.Name, Key: h.Key, Count: math.Abs(diff), Attributes: h.attributes(), Refund: diff < 0, hold: true}, true)
 	}
 	if len(jobs) > 0 {
 		if err := e.groupGorm(tx, jobs); err != nil {
@@ -438,7 +502,9 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 		req := j.reqs[0]
 		switch {
 		case req.Refund && j.err == nil:
-			s.Refunded[i] = j.out.Results[0].Refunded
+			if own[j] {
+				s.Refunded[i] = j.out.Results[0].Refunded
+			}
 		case req.Refund:
 			// The limit went (or changed kind) since the hold: there is nothing to give back to.
 		case j.err != nil || !j.out.OK:

@@ -514,7 +514,7 @@ export interface paths {
         post?: never;
         /**
          * Release a hold
-         * @description Gives back everything the hold reserved (the refund's math; on a sharded limit to the shards that lack most among all the key's shards) and closes it.
+         * @description Gives back what the hold reserved and still counts, to the limits and keys it took from (the refund's math; a window that has ended since or a bucket whose refill could have replaced it owes nothing: README, Holds; on a sharded limit to the shards that lack most among all the key's shards) and closes it.
          */
         delete: operations["releaseHold"];
         options?: never;
@@ -990,7 +990,7 @@ export interface components {
                 held: number;
                 /** @description what the limit now counts for this hold: the actual count, or held when the extra did not fit (overage) */
                 charged: number;
-                /** @description given back of held - actual (less only when the limit could not take it all back without exceeding its maximum) */
+                /** @description given back of held - actual: less when the limit could not take it all back without exceeding its maximum, or when less of what the hold took still counts (a window that has ended since, a bucket whose refill could have replaced it: README, Holds) */
                 refunded: number;
                 /** @description actual - held when the limit (with its ancestors) could not take that extra: recorded here and in the sluice_hold_overage_total metric, never taken, never blocking */
                 overage: number;

@@ -146,3 +146,69 @@ func TestRefundOverEveryShardGivesBackAllThatFits(t *testing.T) {
 		}
 	}
 }
+
+// TestReturnableIsWhatStillCounts: what closing a hold may give back, by kind, at the edges.
+func TestReturnableIsWhatStillCounts(t *testing.T) {
+	const at = int64(1_700_000_040_000) // a whole minute
+	month := Definition{Kind: Quota, Rate: 10, Calendar: "month"}
+	for _, c := range []struct {
+		name string
+		def  Definition
+		t    Taken
+		now  int64
+		want float64
+	}{
+		{"bucket at once", Definition{Kind: TokenBucket, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10, Refill: 0.001}, at, 4},
+		{"bucket, refill short of the room", Definition{Kind: TokenBucket, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10, Refill: 0.001}, at + 7_000, 3},
+		{"bucket, refill past the room", Definition{Kind: TokenBucket, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10, Refill: 0.001}, at + 11_000, 0},
+		{"bucket, a clock behind the hold's", Definition{Kind: TokenBucket, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10, Refill: 0.001}, at - 5_000, 4},
+		{"gcra is a bucket", Definition{Kind: GCRA, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10}, at, 4},
+		{"fixed window, same window", Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)}, Taken{Kind: FixedWindow, At: at, Count: 4}, at + 59_999, 4},
+		{"fixed window, the next", Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)}, Taken{Kind: FixedWindow, At: at, Count: 4}, at + 60_000, 0},
+		{"quota, same month", month, Taken{Kind: Quota, At: at, Count: 4}, at + 1_000, 4},
+		{"quota, the next month", month, Taken{Kind: Quota, At: at, Count: 4}, at + 40*86_400_000, 0},
+		{"sliding, still counted", Definition{Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 10}, Taken{Kind: SlidingWindow, At: at, Count: 4}, at + 65_999, 4},
+		{"sliding, out of the window", Definition{Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 10}, Taken{Kind: SlidingWindow, At: at, Count: 4}, at + 66_000, 0},
+		{"another kind now", Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10}, at, 0},
+		{"nothing taken", Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)}, Taken{Kind: FixedWindow, At: at}, at, 0},
+	} {
+		if got := c.t.Returnable(c.def, c.now, 0); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestRefundAtTakesOffTheSubIntervalOfTheTaking: a sliding window's give-back comes off the
+// sub-interval it was taken in, as far as its count there goes, and off none once it is gone.
+func TestRefundAtTakesOffTheSubIntervalOfTheTaking(t *testing.T) {
+	def := Definition{Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 2}.Normalized()
+	const at = int64(1_700_000_040_000) // sub-intervals of 30 s start here
+	st := []State{{}}
+	for _, take := range []struct {
+		at    int64
+		count float64
+	}{{at, 3}, {at + 30_000, 4}} {
+		d := Decide(def, st, take.count, false, take.at, 0)
+		st[0] = d.Writes[0]
+	}
+	now := at + 30_000
+	for _, c := range []struct {
+		from         int64
+		count, given float64
+		counters     []float64
+	}{
+		{at, 5, 3, []float64{0, 0, 4}},          // only the 3 of its sub-interval
+		{at + 30_000, 2, 2, []float64{0, 3, 2}}, // off the newer one
+		{at - 30_000, 2, 0, []float64{0, 3, 4}}, // a sub-interval no longer counted
+		{at + 60_000, 2, 0, []float64{0, 3, 4}}, // one that has not begun
+	} {
+		o, given := RefundAt(def, st, c.count, now, 0, c.from)
+		got := st[0].Counters
+		if o.Writes[0].Exists {
+			got = o.Writes[0].Counters
+		}
+		if given != c.given || len(got) != len(c.counters) || got[0] != c.counters[0] || got[1] != c.counters[1] || got[2] != c.counters[2] {
+			t.Errorf("from %d: gave %v, counters %v; want %v, %v", c.from, given, got, c.given, c.counters)
+		}
+	}
+}

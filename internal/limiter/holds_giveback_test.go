@@ -1,0 +1,206 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// TestHoldsGiveBackNoMoreThanStillCounts: closing a hold gives back at most what it took and what
+// of that still counts against each limit, so a hold never lets through more than a key that
+// never saw it. Each case runs the same traffic on two keys, one with a hold that is released
+// (or expires) and one without, and then checks that the held key holds no more than the other:
+// a window that rolled over owes nothing for the hold; a bucket gives back only what its refill
+// could not have replaced; an allow override or a shadow limit's would-be refusal took nothing;
+// a parent added since was never charged; a sliding window takes the count off the sub-interval
+// it was taken in.
+func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
+	const start = 1_700_000_040_000 // a whole minute: windows of a minute from the epoch start here
+	// A step runs once, on both keys.
+	type step func(t *testing.T, e *limiter.Engine, c *fakeClock, keys []string)
+	take := func(name string, n float64) step {
+		return func(t *testing.T, e *limiter.Engine, _ *fakeClock, keys []string) {
+			for _, k := range keys {
+				mustLimit(t, e, limiter.Request{Name: name, Key: k, Count: n})
+			}
+		}
+	}
+	advance := func(ms int64) step {
+		return func(_ *testing.T, _ *limiter.Engine, c *fakeClock, _ []string) { c.Advance(ms) }
+	}
+	cases := []struct {
+		name  string
+		defs  map[string]limiter.Definition
+		held  string  // the limit held, with its parents
+		count float64 // held
+		// before runs on both keys before the hold, between after it; check names the limits
+		// compared (each with the key, or "org" with the key "o").
+		before, between []step
+		check           []string
+		expire          bool // the hold expires after a minute and the sweeper closes it, rather than a release
+		want            map[string]float64
+	}{
+		{
+			name:    "a fixed window that rolled over",
+			defs:    map[string]limiter.Definition{"fw": {Kind: limiter.FixedWindow, Rate: 10, Period: 60_000, Start: ptr(int64(0))}},
+			held:    "fw",
+			count:   10,
+			between: []step{advance(60_000), take("fw", 10)},
+			check:   []string{"fw"},
+			want:    map[string]float64{"fw": 0},
+		},
+		{
+			name:    "a fixed window that rolled over, the hold expiring",
+			defs:    map[string]limiter.Definition{"fw": {Kind: limiter.FixedWindow, Rate: 10, Period: 60_000, Start: ptr(int64(0))}},
+			held:    "fw",
+			count:   10,
+			between: []step{advance(60_000), take("fw", 10)},
+			check:   []string{"fw"},
+			expire:  true,
+			want:    map[string]float64{"fw": 0},
+		},
+		{
+			name:    "a fixed window in the same window",
+			defs:    map[string]limiter.Definition{"fw": {Kind: limiter.FixedWindow, Rate: 10, Period: 60_000, Start: ptr(int64(0))}},
+			held:    "fw",
+			count:   4,
+			between: []step{advance(30_000), take("fw", 6)},
+			check:   []string{"fw"},
+			want:    map[string]float64{"fw": 4},
+		},
+		{
+			name:    "a bucket that refilled while held",
+			defs:    map[string]limiter.Definition{"tb": {Kind: limiter.TokenBucket, Rate: 10, Period: 10_000}},
+			held:    "tb",
+			count:   10,
+			between: []step{advance(10_000), take("tb", 10)},
+			check:   []string{"tb"},
+			want:    map[string]float64{"tb": 0},
+		},
+		{
+			name:    "a bucket that refilled part of it",
+			defs:    map[string]limiter.Definition{"tb": {Kind: limiter.TokenBucket, Rate: 10, Period: 10_000}},
+			held:    "tb",
+			count:   10,
+			between: []step{advance(4_000)},
+			check:   []string{"tb"},
+			want:    map[string]float64{"tb": 10}, // 4 refilled + 6 given back
+		},
+		{
+			name:    "a bucket far from full gets all of it back",
+			defs:    map[string]limiter.Definition{"tb": {Kind: limiter.TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(1000.0)}},
+			held:    "tb",
+			count:   100,
+			before:  []step{take("tb", 500)},
+			between: []step{advance(5_000)},
+			check:   []string{"tb"},
+			want:    map[string]float64{"tb": 505},
+		},
+		{
+			name: "a hold an allow override admitted took nothing",
+			defs: map[string]limiter.Definition{"fw": {Kind: limiter.FixedWindow, Rate: 10, Period: 365 * 86_400_000, Start: ptr(int64(0))}},
+			held: "fw", count: 10,
+			before: []step{take("fw", 10), func(t *testing.T, e *limiter.Engine, c *fakeClock, keys []string) {
+				exp := c.Now().UnixMilli() + 60_000
+				for _, k := range keys {
+					if _, _, err := e.PutOverride(context.Background(), tenant, "fw", limiter.Override{Match: k, Action: limiter.ActionAllow, ExpiresAt: &exp}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}},
+			between: []step{advance(120_000)},
+			check:   []string{"fw"},
+			want:    map[string]float64{"fw": 0},
+		},
+		{
+			name:    "a shadow limit's would-be refusal wrote nothing",
+			defs:    map[string]limiter.Definition{"sh": {Kind: limiter.FixedWindow, Rate: 10, Period: 365 * 86_400_000, Start: ptr(int64(0)), Mode: limiter.Shadow}},
+			held:    "sh",
+			count:   10,
+			before:  []step{take("sh", 10)},
+			check:   []string{"sh"},
+			want:    map[string]float64{"sh": 0},
+		},
+		{
+			name: "a parent added while held was never charged",
+			defs: map[string]limiter.Definition{
+				"org": {Kind: limiter.FixedWindow, Rate: 10, Period: 365 * 86_400_000, Start: ptr(int64(0))},
+				"api": {Kind: limiter.FixedWindow, Rate: 100, Period: 365 * 86_400_000, Start: ptr(int64(0))},
+			},
+			held: "api", count: 10,
+			between: []step{func(t *testing.T, e *limiter.Engine, _ *fakeClock, _ []string) {
+				mustLimit(t, e, limiter.Request{Name: "org", Key: "o", Count: 10})
+				mustPut(t, e, "api", limiter.Definition{Kind: limiter.FixedWindow, Rate: 100, Period: 365 * 86_400_000, Start: ptr(int64(0)),
+					Parents: []limiter.Parent{{Name: "org", Key: "o"}}})
+			}},
+			check: []string{"org"},
+			want:  map[string]float64{"org": 0},
+		},
+		{
+			// Ten sub-intervals of 6 s; the hold's sits at the window's weighted end when it is
+			// released, so newest first would give it back at full weight.
+			name: "a sliding window takes it off the sub-interval it was taken in",
+			defs: map[string]limiter.Definition{"sw": {Kind: limiter.SlidingWindow, Rate: 10, Period: 60_000, Resolution: 10}},
+			held: "sw", count: 5,
+			between: []step{advance(60_000 + 3_000), take("sw", 5)},
+			check:   []string{"sw"},
+			want:    map[string]float64{"sw": 5},
+		},
+	}
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				c := newClock(start)
+				e := newEngine(t, d, c.opts())
+				for name, def := range tc.defs {
+					mustPut(t, e, name, def)
+				}
+				// Keys of the case's own (the cases share the database and the limits' names).
+				key, twin := fmt.Sprintf("held-%d", i), fmt.Sprintf("twin-%d", i)
+				keys := []string{key, twin}
+				for _, s := range tc.before {
+					s(t, e, c, keys)
+				}
+				ttl := int64(3_600_000)
+				if tc.expire {
+					ttl = 60_000
+				}
+				h := mustHold(t, e, ttl, limiter.HoldLimit{Name: tc.held, Key: key, Count: tc.count})
+				if !h.Decision.OK {
+					t.Fatalf("hold refused: %+v", h.Decision)
+				}
+				twinHold := mustHold(t, e, ttl, limiter.HoldLimit{Name: tc.held, Key: twin, Count: 0})
+				for _, s := range tc.between {
+					s(t, e, c, keys)
+				}
+				if tc.expire {
+					if n, err := e.SweepHolds(ctx, 10); err != nil || n != 2 {
+						t.Fatalf("the sweeper released %d holds (%v), want 2", n, err)
+					}
+				} else {
+					if err := e.ReleaseHold(ctx, tenant, h.ID); err != nil {
+						t.Fatal(err)
+					}
+					if err := e.ReleaseHold(ctx, tenant, twinHold.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, name := range tc.check {
+					k, other := key, twin
+					if name == "org" {
+						k, other = "o", "o"
+					}
+					got, without := value(t, e, name, k), value(t, e, name, other)
+					if got != tc.want[name] || got > without {
+						t.Errorf("%s after the give-back: %v, want %v (the key without the hold: %v)", name, got, tc.want[name], without)
+					}
+				}
+			})
+		}
+	})
+}
