@@ -172,7 +172,7 @@ func inspect(b *bootstrapv3.Bootstrap) (*rateLimitSetup, error) {
 }
 
 // limitName is the rule of docs/envoy.md: the domain, then each entry's key, joined with ".".
-var limitNameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+var limitNameRE = regexp.MustCompile(`^(?:[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}|\.[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,126}|\.\.[A-Za-z0-9_.:-]{1,126})$`)
 
 func (s *rateLimitSetup) limitNames() []string {
 	var names []string

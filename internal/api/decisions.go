@@ -53,7 +53,7 @@ type item struct {
 func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Request, error) {
 	req := limiter.Request{Name: it.name, Count: 1, Reserve: it.Reserve}
 	if !limiter.ValidName(it.name) {
-		return req, badRequest(field+"name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$")
+		return req, badRequest(field+"name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$ and are not \".\" or \"..\"")
 	}
 	if it.Count != nil {
 		if *it.Count < 0 || math.IsNaN(*it.Count) || math.IsInf(*it.Count, 0) {

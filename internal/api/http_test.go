@@ -318,6 +318,9 @@ func TestInputErrorsAreProblemsWithTheirCode(t *testing.T) {
 		{"batch without limits", "POST", "/v1/limit", `{"limits":[]}`, 400, api.CodeInvalidRequest, "limits"},
 		{"batch with a bad name", "POST", "/v1/check", `{"limits":[{"name":"no spaces"}]}`, 400, api.CodeInvalidRequest, "limits[0].name"},
 		{"bad name on PUT", "PUT", "/v1/limits/" + strings.Repeat("n", 129), bucket10PerMinute, 400, api.CodeInvalidRequest, "name"},
+		// HTTP clients resolve /v1/limits/.. away as a dot segment: no limit may have that name.
+		{"a dot-segment name on PUT", "PUT", "/v1/limits/..", bucket10PerMinute, 400, api.CodeInvalidRequest, "name"},
+		{"a dot-segment name in a batch", "POST", "/v1/check", `{"limits":[{"name":"."}]}`, 400, api.CodeInvalidRequest, "limits[0].name"},
 		{"missing rate", "PUT", "/v1/limits/y", `{"kind":"token bucket","period":1000}`, 400, api.CodeInvalidConfig, "rate"},
 		{"bad kind", "PUT", "/v1/limits/y", `{"kind":"leaky","rate":1,"period":1000}`, 400, api.CodeInvalidConfig, "kind"},
 		{"zero period", "PUT", "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":0}`, 400, api.CodeInvalidConfig, "period"},

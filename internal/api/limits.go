@@ -58,7 +58,7 @@ func (s *Server) auditDefinition(c *gin.Context) limiter.OnDefinitionChange {
 func (s *Server) putDefinition(c *gin.Context) {
 	name, ok := limitName(c)
 	if !ok {
-		writeProblem(c, s.log, badRequest("name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$"))
+		writeProblem(c, s.log, badRequest("name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$ and are not \".\" or \"..\""))
 		return
 	}
 	var body DefinitionBody

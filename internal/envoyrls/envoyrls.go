@@ -491,7 +491,7 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 		}
 		name, key := LimitName(req.GetDomain(), d.GetEntries()), LimitKey(d.GetEntries())
 		if !limiter.ValidName(name) {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: limit name %q (domain and entry keys joined with %q) must match ^[A-Za-z0-9_.:-]{1,128}$", i, name, nameSep)
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: limit name %q (domain and entry keys joined with %q) must match ^[A-Za-z0-9_.:-]{1,128}$ and not be \".\" or \"..\"", i, name, nameSep)
 		}
 		if !limiter.ValidKey(key) {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: limit key (entry values joined with %q): %s", i, keySep, limiter.KeyRule)

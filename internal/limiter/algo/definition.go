@@ -68,10 +68,12 @@ const (
 )
 
 // ValidName reports whether s is an acceptable limit name: 1 to 128 of A-Z, a-z, 0-9, '_', '.',
-// ':' and '-'. (A loop, not a regular expression: every decision checks its limit's name, and
-// the regexp was 1.7% of the app's CPU at 32 connections; FuzzValidName holds the two equal.)
+// ':' and '-', and not "." or "..", which HTTP clients resolve away as dot segments of the
+// limit's URL (/v1/limits/./value is /v1/limits/value). (A loop, not a regular expression: every
+// decision checks its limit's name, and the regexp was 1.7% of the app's CPU at 32 connections;
+// FuzzValidName holds the two equal.)
 func ValidName(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
+	if len(s) == 0 || len(s) > 128 || s == "." || s == ".." {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

@@ -94,12 +94,12 @@ func FuzzCalendarWindow(f *testing.F) {
 }
 
 // nameSpec is the rule ValidName implements, as the regular expression it replaced.
-var nameSpec = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+var nameSpec = regexp.MustCompile(`^(?:[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}|\.[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,126}|\.\.[A-Za-z0-9_.:-]{1,126})$`)
 
 // FuzzValidName: the hand-written name check accepts exactly what the rule's regular expression
 // accepts.
 func FuzzValidName(f *testing.F) {
-	for _, s := range []string{"", "a", "api_calls", "a.b:c-d_e", "a b", "é", "a/b", "a\x00", "ABC09", "[", "`", "{", "@", "/",
+	for _, s := range []string{"", "a", ".", "..", "...", ".a", "..a", "a.", "api_calls", "a.b:c-d_e", "a b", "é", "a/b", "a\x00", "ABC09", "[", "`", "{", "@", "/",
 		strings.Repeat("a", 128), strings.Repeat("a", 129)} {
 		f.Add(s)
 	}

@@ -71,7 +71,7 @@ func parentProblems(ps []Parent) []FieldError {
 	for i, p := range ps {
 		f := fmt.Sprintf("parents[%d]", i)
 		if !ValidName(p.Name) {
-			fe = append(fe, FieldError{f + ".name", "must name a limit: ^[A-Za-z0-9_.:-]{1,128}$"})
+			fe = append(fe, FieldError{f + ".name", "must name a limit: ^[A-Za-z0-9_.:-]{1,128}$, not \".\" or \"..\""})
 		}
 		switch {
 		case p.Key == "" || len(p.Key) > MaxKeyBytes || !utf8.ValidString(p.Key) || strings.ContainsRune(p.Key, 0):
