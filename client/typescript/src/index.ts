@@ -209,6 +209,12 @@ export interface CallOptions {
   idempotencyKey?: string;
 }
 
+/** The options of createWebhook. */
+export interface CreateWebhookOptions extends CallOptions {
+  /** How many refusals of one limit within a minute (UTC) fire limit.refusals (1 to 1,000,000,000; Sluice's default is 100). */
+  refusalThreshold?: number;
+}
+
 /**
  * Bounds what the client reads of an answer (a bulk answer of 1,000 decisions is about 100 KB);
  * the rest is left unread, so an oversized answer fails to decode rather than filling memory.
@@ -238,7 +244,9 @@ type WireDecision = Schemas["Decision"];
 
 /**
  * A client of one Sluice server with one secret key. Only idempotent calls are retried (check,
- * checkBatch, value, reset, resetAll and the definition calls). limit, batch and bulk consume
+ * checkBatch, value, reset, resetAll and the definition calls); a retried delete (deleteLimit,
+ * revokeSession, deleteWebhook) answered 404 succeeds, since the attempt whose answer was lost may
+ * have deleted the thing. limit, batch and bulk consume
  * tokens and are not retried unless given an idempotencyKey (CallOptions): when their answer is
  * lost Sluice may have consumed the tokens already, so a plain retry could consume them twice.
  * Their failure goes to the fail policy instead.
@@ -291,6 +299,8 @@ export class Sluice {
   /**
    * Makes up to 1,000 independent consuming decisions in one request, answered in the order of
    * items; an invalid item gets its own error and the others are decided. Retried only with opts.idempotencyKey.
+   * When the request fails as a whole (no answer, a 5xx), every item follows the fail policy; so
+   * does an item Sluice answers with a 5xx problem of its own.
    */
   async bulk(items: Item[], opts?: CallOptions): Promise<BulkResult[]> {
     // An invalid item gets its error here and is not sent; the others are.
@@ -321,10 +331,17 @@ export class Sluice {
       throw new Error(`sluice: bulk: ${results.length} results for ${decisions.length} decisions`);
     }
     return merge(
-      results.map((r, j) =>
-        "error" in r
-          ? { error: new SluiceError(r.error.status ?? 0, r.error, `decision ${sent[j]?.i} (${decisions[j]?.name})`) }
-          : result(r),
+      await Promise.all(
+        results.map(async (r, j): Promise<BulkResult> => {
+          if (!("error" in r)) return result(r);
+          const err = new SluiceError(r.error.status ?? 0, r.error, `decision ${sent[j]?.i} (${decisions[j]?.name})`);
+          // An item Sluice could not decide (a 5xx problem of its own) follows the fail policy, as it would alone.
+          if (!this.#fallback || !cannotAnswer(err, opts)) return { error: err };
+          return this.#fallBack(decisions[j] as Item, err).then(
+            (fell) => fell,
+            (e: unknown) => ({ error: asError(e) }),
+          );
+        }),
       ),
     );
   }
@@ -436,11 +453,11 @@ export class Sluice {
 
   /**
    * Adds a webhook endpoint that receives the events (key.created, key.revoked,
-   * definition.changed, tenant.quota_near) of the tenant, and returns it with its signing secret ("whsec_…"), which
+   * definition.changed, tenant.quota_near, limit.refusals, key.near_limit) of the tenant, and returns it with its signing secret ("whsec_…"), which
    * Sluice shows this once. Never retried.
    */
-  async createWebhook(url: string, events: WebhookEvent[], opts?: CallOptions): Promise<WebhookEndpoint & { secret: string }> {
-    const body: BodyJSON<"/v1/webhooks", "post"> = { url, events };
+  async createWebhook(url: string, events: WebhookEvent[], opts?: CreateWebhookOptions): Promise<WebhookEndpoint & { secret: string }> {
+    const body: BodyJSON<"/v1/webhooks", "post"> = opts?.refusalThreshold === undefined ? { url, events } : { url, events, refusalThreshold: opts.refusalThreshold };
     return (await this.#call("POST", "/v1/webhooks", body, false, opts)).data as WebhookEndpoint & { secret: string };
   }
 
@@ -552,6 +569,10 @@ export class Sluice {
           return await this.#once(method, this.#base + path, route, payload, ctl.signal, idemKey);
         } catch (err) {
           if (caller?.aborted) throw caller.reason;
+          if (attempt > 0 && method === "DELETE" && idemKey === undefined && notFound(err)) {
+            // The attempt whose answer was lost may have deleted it: what the caller wanted.
+            return { data: undefined, headers: new Headers() };
+          }
           if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
           if (!retry || attempt >= this.#retries || !retryable(err)) throw err;
           await sleep(this.#delay(attempt), ctl.signal).catch(() => {
@@ -623,16 +644,29 @@ async function readBounded(resp: Response): Promise<string> {
   return new TextDecoder().decode(all);
 }
 
-/** The names Sluice can know a limit by. */
-const namePattern = /^[A-Za-z0-9_.:-]{1,128}$/;
+/**
+ * Whether Sluice can know a limit by that name: 1 to 128 characters of A-Z a-z 0-9 _ . : -, and
+ * not "." or "..", which fetch would resolve as a URL path's dot segments (even written %2E).
+ */
+function validName(name: unknown): boolean {
+  return typeof name === "string" && /^[A-Za-z0-9_.:-]{1,128}$/.test(name) && name !== "." && name !== "..";
+}
 
 function limitPath(name: string): string {
-  if (typeof name !== "string" || !namePattern.test(name)) throw invalidName(name, "limit");
+  if (!validName(name)) throw invalidName(name, "limit");
   return `/v1/limits/${encodeURIComponent(name)}`;
 }
 
 function invalidName(name: unknown, what: string): TypeError {
-  return new TypeError(`sluice: ${what}: the name ${JSON.stringify(name)} is not 1 to 128 characters of A-Z a-z 0-9 _ . : -`);
+  return new TypeError(`sluice: ${what}: the name ${JSON.stringify(name)} is not 1 to 128 characters of A-Z a-z 0-9 _ . : - (nor "." or "..")`);
+}
+
+/**
+ * Whether s holds a lone surrogate, which JSON carries as an escape that Sluice reads as U+FFFD:
+ * keys differing only there would silently share one bucket.
+ */
+function hasLoneSurrogate(s: string): boolean {
+  return /\p{Cs}/u.test(s);
 }
 
 /**
@@ -642,10 +676,14 @@ function invalidName(name: unknown, what: string): TypeError {
  */
 function invalidItem(it: Item, what: string): TypeError | undefined {
   if (typeof it !== "object" || it === null) return new TypeError(`sluice: ${what}: a decision must be an object`);
-  if (typeof it.name !== "string" || !namePattern.test(it.name)) return invalidName(it.name, what);
+  if (!validName(it.name)) return invalidName(it.name, what);
   const n: unknown = it.count;
   if (n !== undefined && (typeof n !== "number" || !Number.isFinite(n) || n < 0)) {
     return new TypeError(`sluice: ${what} (${it.name}): count must be a finite number of tokens, 0 or more, not ${String(n)}`);
+  }
+  const texts = [it.key, it.session, ...Object.entries(it.attributes ?? {}).flat()];
+  if (texts.some((t) => typeof t === "string" && hasLoneSurrogate(t))) {
+    return new TypeError(`sluice: ${what} (${it.name}): a key, session or attribute holds a lone surrogate (not text Sluice can store)`);
   }
   return undefined;
 }
@@ -756,6 +794,11 @@ function problem(resp: Response, text: string, route: string): SluiceError {
     p = { title: resp.statusText, detail: `the answer is not a problem: ${text.slice(0, 200).trim()}` };
   }
   return new SluiceError(resp.status, p, route);
+}
+
+/** Whether err is Sluice's answer that the thing named does not exist. */
+function notFound(err: unknown): boolean {
+  return err instanceof SluiceError && err.status === 404 && (err.code === "limit_not_found" || err.code === "not_found");
 }
 
 /** Whether a failed attempt may succeed when repeated: Sluice failed closed (503) or did not answer. */

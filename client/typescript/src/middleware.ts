@@ -31,8 +31,10 @@ export interface ResponseLike {
 export type Next = (err?: unknown) => void;
 
 /**
- * Names the key a request is limited under; undefined is the limit's single global key. What it
- * throws (or rejects with) means the request cannot be limited: 400 by default.
+ * Names the key a request is limited under; undefined or "" is the limit's single global key (as
+ * "" is in the Go middleware). What it throws (or rejects with) means the request cannot be
+ * limited: 400 by default, as for a key Sluice refuses (over 256 bytes of UTF-8, starting with
+ * "ip:" or "session:", which Sluice reserves) or one holding a lone surrogate.
  */
 export type KeyFunction<Req extends RequestLike = RequestLike> = (req: Req) => string | undefined | Promise<string | undefined>;
 
@@ -55,10 +57,13 @@ export interface RateLimitOptions<Req extends RequestLike = RequestLike, Res ext
    */
   handler?: (req: Req, res: Res, next: Next, result: Result) => void | Promise<void>;
   /**
-   * Answers when no decision could be made instead of the defaults: 400 when the key or count
-   * function failed ({@link KeyError}), 500 when Sluice refused the decision itself as invalid (an
-   * unknown limit, a revoked key: a mistake of this service's configuration, reported to `log`),
-   * 503 with Retry-After: 1 when Sluice could not answer and the fail policy is 'closed'.
+   * Answers when no decision could be made instead of the defaults: 400 when the request has no
+   * key Sluice can take (the key or count function failed: a {@link KeyError}; or Sluice refused
+   * the key, a SluiceError 400 of field "key"); 429 tenant_quota_exceeded with Retry-After (whole
+   * seconds, at least 1) when the tenant's plan refused the decision (its decisions per second),
+   * reported to `log`; 500 when Sluice refused the decision itself as invalid (an unknown limit, a
+   * revoked key: a mistake of this service's configuration, reported to `log`); 503 with
+   * Retry-After: 1 when Sluice could not answer and the fail policy is 'closed'.
    */
   onError?: (err: unknown, req: Req, res: Res, next: Next) => void | Promise<void>;
   /** Requests for which it returns true are not limited (health checks, say). */
@@ -99,6 +104,9 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
       try {
         k = await key(req);
         if (k !== undefined && typeof k !== "string") throw new TypeError(`the key is a ${typeof k}, not a string`);
+        if (k === "") k = undefined; // the global key, as in the Go middleware (Sluice takes no "" key)
+        // A lone surrogate would reach Sluice as U+FFFD: keys differing only there would share a bucket.
+        if (k !== undefined && /\p{Cs}/u.test(k)) throw new TypeError("the key holds a lone surrogate");
         if (count) {
           n = await count(req);
           if (typeof n !== "number" || !Number.isFinite(n) || n < 0) throw new TypeError(`the count ${String(n)} is not a number of tokens`);
@@ -140,8 +148,25 @@ function refuse(_req: RequestLike, res: ResponseLike, _next: Next, r: Result): v
 
 /** The default onError. */
 function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e: unknown) => void) | null): void {
-  if (err instanceof KeyError) {
+  // Sluice refusing the key (too long, reserved) is the visitor's doing, as the key comes from the request.
+  const keyRefused = err instanceof SluiceError && err.status === 400 && err.code === "invalid_request" && err.field === "key";
+  if (err instanceof KeyError || keyRefused) {
     writeProblem(res, 400, { type: "about:blank", title: "Bad Request", status: 400, detail: "the request cannot be rate limited", code: "invalid_request" });
+    return;
+  }
+  if (err instanceof SluiceError && err.code === "tenant_quota_exceeded") {
+    // The tenant's plan refused: Sluice answered "not now", like a limit's own refusal; not a failure.
+    log?.(`sluice: the tenant's plan refused the decision on limit ${name}; refusing the request`, err);
+    const retryAfter = err.retryAfter !== null && err.retryAfter > 0 ? Math.ceil(err.retryAfter) : 1000;
+    res.setHeader("Retry-After", String(Math.max(Math.ceil(retryAfter / 1000), 1)));
+    writeProblem(res, 429, {
+      type: "about:blank",
+      title: "Too Many Requests",
+      status: 429,
+      detail: "too many requests; retry later",
+      code: "tenant_quota_exceeded",
+      retryAfter,
+    });
     return;
   }
   if ((err instanceof SluiceError && err.status > 0 && err.status < 500) || err instanceof TypeError) {

@@ -545,3 +545,77 @@ test("an idempotencyKey replays the first answer and makes consuming calls retry
   await assert.rejects(u.limit("x", {}, { idempotencyKey: "clé" }), TypeError);
   assert.equal(f.calls, 0, "a malformed key is not sent");
 });
+
+test("the names . and .. (which fetch resolves away) and keys with a lone surrogate are refused before sending", async () => {
+  const { c, f } = await unreachable({ failPolicy: "open" });
+  for (const name of [".", ".."]) {
+    await assert.rejects(c.getLimit(name), (err) => err instanceof TypeError && /nor "\." or "\.\."/.test(err.message), `getLimit(${name})`);
+    await assert.rejects(c.deleteLimit(name), TypeError, `deleteLimit(${name})`);
+    await assert.rejects(c.limit(name), TypeError, `limit(${name})`);
+    const [item] = await c.bulk([{ name }]);
+    assert.ok(item.error instanceof TypeError, `bulk item ${name}: ${JSON.stringify(item)}`);
+  }
+  await assert.rejects(c.limit("x", { key: "u\ud800" }), /lone surrogate/);
+  await assert.rejects(c.limit("x", { attributes: { org: "\udc00" } }), /lone surrogate/);
+  assert.equal(f.calls, 0, "nothing was sent");
+});
+
+test("a bulk item answered with a 5xx problem of its own follows the fail policy", async () => {
+  // A fake answer: the real Sluice cannot be made to fail one item of a bulk request on demand.
+  const answer = {
+    results: [
+      { error: { type: "about:blank", title: "Service Unavailable", status: 503, code: "unavailable", detail: "try later" } },
+      { ok: true, retryAfter: null, remaining: 4, name: "b", key: "k" },
+      { error: { type: "about:blank", title: "Bad Request", status: 400, code: "invalid_request", detail: "no", field: "decisions[2].key" } },
+    ],
+  };
+  const fake = async () => new Response(JSON.stringify(answer), { status: 200, headers: { "Content-Type": "application/json" } });
+  const items = [
+    { name: "a", key: "k" },
+    { name: "b", key: "k" },
+    { name: "c", key: "k" },
+  ];
+  const open = await new Sluice({ baseUrl: "http://sluice.invalid", secretKey: "sk", fetch: fake, failPolicy: "open" }).bulk(items);
+  assert.ok(open[0].ok && open[0].degraded && open[0].name === "a", `the 503 item: ${JSON.stringify(open[0])}`);
+  assert.ok(open[1].ok && !open[1].degraded && open[1].remaining === 4, `the decided item: ${JSON.stringify(open[1])}`);
+  assert.ok(open[2].error instanceof SluiceError && open[2].error.status === 400, `the 400 item: ${JSON.stringify(open[2])}`);
+
+  const closed = await new Sluice({ baseUrl: "http://sluice.invalid", secretKey: "sk", fetch: fake }).bulk(items);
+  assert.ok(closed[0].error instanceof SluiceError && closed[0].error.status === 503, `fail closed: ${JSON.stringify(closed[0])}`);
+});
+
+test("a retried delete whose first answer was lost succeeds", async () => {
+  // A fetch that forwards every request to the real Sluice but loses the answer of the first
+  // DELETE (a network error after Sluice deleted): the retry then finds nothing (404).
+  const losing = () => {
+    const f = async (input, init) => {
+      f.calls++;
+      const resp = await fetch(input, init);
+      if (init?.method === "DELETE" && !f.lost) {
+        f.lost = true;
+        await resp.arrayBuffer();
+        throw new TypeError("fetch failed (the answer was lost)");
+      }
+      return resp;
+    };
+    f.calls = 0;
+    f.lost = false;
+    return f;
+  };
+  const fast = { retries: 2, backoffMs: 1, maxBackoffMs: 4 };
+  const name = limitName("lostdelete");
+  await putBucket(client(), name, 5);
+  let f = losing();
+  await client({ ...fast, fetch: f }).deleteLimit(name);
+  assert.equal(f.calls, 2, "the lost attempt and its retry");
+  await assert.rejects(client().getLimit(name), (e) => e instanceof SluiceError && e.code === "limit_not_found");
+
+  const hook = await client().createWebhook("http://127.0.0.1:1/hook", ["limit.refusals"], { refusalThreshold: 7 });
+  assert.equal(hook.refusalThreshold, 7);
+  f = losing();
+  await client({ ...fast, fetch: f }).deleteWebhook(hook.id);
+  assert.equal(f.calls, 2);
+
+  const e = await problemOf(client(fast).deleteWebhook(hook.id));
+  assert.equal(e.status, 404, "a first attempt answered 404 is still an error");
+});

@@ -220,3 +220,50 @@ test("when Sluice cannot answer: 503 failing closed, through failing open, or th
   assert.ok(seen instanceof KeyError && seen.cause.message === "no key today", `onError saw ${seen}`);
   assert.throws(() => rateLimit({ client: closed, name: "" }), /options.name/);
 });
+
+test("the tenant's plan refusing is a 429 tenant_quota_exceeded with Retry-After, not a 500", async () => {
+  const planned = await startSluice({ PLAN_DECISIONS_PER_SECOND: "1" });
+  try {
+    const c = new Sluice({ baseUrl: planned.baseUrl, secretKey: planned.secretKey, failPolicy: "open" });
+    const name = "ts.mw.plan";
+    await c.putLimit(name, { kind: "token bucket", rate: 100, period: 60_000 });
+    const logged = [];
+    const url = await plain(rateLimit({ client: c, name, log: (m, e) => logged.push([m, e]) }));
+    // The plan admits one decision a second (a burst of one): of requests in a quick row, it
+    // refuses all but about one a second.
+    let refused;
+    for (let i = 0; i < 20 && !refused; i++) {
+      const r = await get(url);
+      if (r.status === 429) refused = r;
+      else assert.equal(r.status, 200, r.text);
+    }
+    assert.ok(refused, "the plan refused none of 20 requests");
+    const seconds = Number(refused.headers.get("Retry-After"));
+    assert.ok(Number.isInteger(seconds) && seconds >= 1 && seconds <= 2, `Retry-After ${refused.headers.get("Retry-After")}`);
+    assert.equal(refused.json.status, 429);
+    assert.equal(refused.json.code, "tenant_quota_exceeded");
+    assert.ok(refused.json.retryAfter >= 1, `retryAfter ${refused.json.retryAfter}`);
+    assert.ok(logged.length > 0 && logged.every(([m]) => /plan refused/.test(m)), `logged ${logged.map(([m]) => m)}`);
+  } finally {
+    await planned.stop();
+  }
+});
+
+test("a key Sluice refuses is the visitor's 400, and an empty key is the global key", async () => {
+  const name = await bucket("badkey", 100);
+  const logged = [];
+  const url = await plain(rateLimit({ client: client(), name, key: keyByHeader("X-User"), log: (m, e) => logged.push([m, e]) }));
+  for (const key of ["k".repeat(257), "ip:203.0.113.1", "session:abc"]) {
+    const r = await get(url, { "X-User": key });
+    assert.equal(r.status, 400, `key ${key}: ${r.text}`);
+    assert.equal(r.json.code, "invalid_request");
+  }
+  assert.deepEqual(logged, [], "nothing reported");
+  assert.equal((await get(url, { "X-User": "k".repeat(256) })).status, 200);
+
+  const lone = await get(await plain(rateLimit({ client: client(), name, key: () => "u\ud800" })));
+  assert.equal(lone.status, 400, `a lone surrogate: ${lone.text}`);
+  const empty = await get(await plain(rateLimit({ client: client(), name, key: () => "" })));
+  assert.equal(empty.status, 200, empty.text);
+  assert.equal(empty.json.sluice.key, null, "the global key");
+});

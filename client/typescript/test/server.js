@@ -28,11 +28,12 @@ export async function freeAddr() {
 }
 
 /**
- * Builds and starts `sluice serve`, creates the tenant, a secret and a publishable key, and returns
- * { baseUrl, secretKey, publishableKey, bin, dir, env, stop } (bin, dir and env run more of its
- * command line); stop ends it with SIGINT and rejects on an unclean exit.
+ * Builds and starts `sluice serve` (with moreEnv added to its environment), creates the tenant, a
+ * secret and a publishable key, and returns { baseUrl, secretKey, publishableKey, bin, dir, env,
+ * stop } (bin, dir and env run more of its command line); stop ends it with SIGINT and rejects on
+ * an unclean exit.
  */
-export async function startSluice() {
+export async function startSluice(moreEnv = {}) {
   const dir = await mkdtemp(join(tmpdir(), "sluice-ts-client-test-"));
   const bin = join(dir, "sluice");
   try {
@@ -51,6 +52,7 @@ export async function startSluice() {
     BASE_URL: baseUrl,
     LOG_LEVEL: "warn",
     WEBHOOK_ALLOW_PRIVATE: "true", // the tests' webhook receivers listen on loopback
+    ...moreEnv,
   };
   const server = spawn(bin, ["serve"], { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] });
   // Should the test process end without stop (an uncaught error, Ctrl-C, the runner's SIGTERM),
