@@ -173,6 +173,7 @@ func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, r
 	}
 	raw := make([]json.RawMessage, len(results))
 	replayed := len(reqs) > 0
+	var used *limiter.Decision // the plan as the last item admitted now (not replayed) left it, as in decideBulk
 	for k, o := range s.engine.EachIdempotent(ctx, tenantID, reqs, plan, idems) {
 		if o.Err != nil {
 			results[at[k]].Error = s.itemProblem(c, o.Err)
@@ -181,6 +182,12 @@ func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, r
 		}
 		raw[at[k]] = o.Answer.Body
 		replayed = replayed && o.Replayed
+		if !o.Replayed && o.With != nil && o.With.OK && o.Decision.OK {
+			used = o.With
+		}
+	}
+	if used != nil {
+		s.planUsed(c, plan, *used)
 	}
 	for i := range raw {
 		if raw[i] == nil {

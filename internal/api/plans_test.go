@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -268,6 +269,36 @@ func TestHoldsSpendThePlansDecisions(t *testing.T) {
 		setPlan(t, h, noisy.id, tenants.PlanSettings{})
 		if r := post(noisy.key, two, "after"); r.status != http.StatusCreated {
 			t.Fatalf("a hold after the plan went back to the default: %s", r)
+		}
+	})
+}
+
+// TestBulkDecisionsNearThePlanAreAudited: a bulk request whose items leave less than a fifth of
+// the plan's burst records plan.quota_near (and queues its event), with an Idempotency-Key as
+// without one; a replay of the same request records nothing more.
+func TestBulkDecisionsNearThePlanAreAudited(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		for i, idem := range [][]string{nil, {"bulk-1"}} {
+			acme := h.newTenant(t, fmt.Sprintf("acme%d", i))
+			near := func() int64 {
+				var n int64
+				if err := h.db.Gorm.Raw("SELECT count(*) FROM audit_log WHERE tenant_id = ? AND action = 'plan.quota_near'", acme.id).Scan(&n).Error; err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			h.define(t, acme.key, "l1", map[string]any{"kind": "token bucket", "rate": 10, "period": 1000})
+			setPlan(t, h, acme.id, tenants.PlanSettings{DecisionsPerSecond: ptr(0.001)}) // a burst of one
+			before := near()
+			body := `{"decisions":[{"name":"l1","key":"u"}]}`
+			for range 2 { // the second is a replay with the key, a plan refusal without
+				if r := sendIdem(t, h.url, "/v1/decisions", acme.key, body, idem...); r.status != http.StatusOK {
+					t.Fatalf("bulk: %d %s", r.status, r.body)
+				}
+			}
+			if got := near() - before; got != 1 {
+				t.Errorf("Idempotency-Key %v: %d plan.quota_near entries, want 1", idem, got)
+			}
 		}
 	})
 }
