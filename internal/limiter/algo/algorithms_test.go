@@ -349,3 +349,34 @@ func TestRetryAfterMillisIsNeverZero(t *testing.T) {
 		t.Errorf("RetryAfterMillis(+Inf) = %d", got)
 	}
 }
+
+// TestEveryCountCheckCountAcceptsIsAdmittedByAFullKey: a count CheckCount lets through (no
+// reservation) is admitted by a key whose shards are full, for counts a few ulps either side of
+// the capacity, so that no count is refused for ever with a retryAfter (it is 400 instead).
+func TestEveryCountCheckCountAcceptsIsAdmittedByAFullKey(t *testing.T) {
+	for _, def := range []Definition{
+		{Kind: TokenBucket, Rate: 1000, Period: 1000},
+		{Kind: TokenBucket, Rate: 10, Period: 1000, Capacity: ptr(0.3)},
+		{Kind: TokenBucket, Rate: 10, Period: 1000, Shards: 3},
+		{Kind: TokenBucket, Rate: 10, Period: 1000, Capacity: ptr(7.1), Shards: 7},
+		{Kind: FixedWindow, Rate: 0.7, Period: 1000, Start: new(int64)},
+		{Kind: FixedWindow, Rate: 10, Period: 1000, Start: new(int64), Shards: 3},
+		{Kind: SlidingWindow, Rate: 1 / 3.0, Period: 1000},
+		{Kind: GCRA, Rate: 10, Period: 1000, Capacity: ptr(1e15)},
+	} {
+		def = def.Normalized()
+		usable := def.Max() / float64(def.Shards) * float64(min(def.Shards, 2))
+		count := usable
+		for range 8 {
+			count = math.Nextafter(count, 0)
+		}
+		for range 16 {
+			if def.CheckCount(count, false) == nil {
+				if d := Decide(def, make([]State, min(def.Shards, 2)), count, false, 1_700_000_000_000, 0); !d.OK {
+					t.Errorf("%+v: count %v (capacity's share %v) passes CheckCount but a full key refuses it (retryAfter %v)", def, count, usable, d.RetryAfter)
+				}
+			}
+			count = math.Nextafter(count, math.Inf(1))
+		}
+	}
+}

@@ -440,7 +440,9 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 	if reserve && d.Shards == 1 {
 		usable += p.maxReserved // may be +Inf: an unbounded reservation always succeeds
 	}
-	if count > usable*(1+1e-12) {
+	// Exactly: a count above what full shards hold is refused by every decision (a tolerance here
+	// turned such counts into refusals for ever, with a retryAfter, instead of this 400).
+	if count > usable {
 		return ErrCountExceedsCapacity
 	}
 	return nil
