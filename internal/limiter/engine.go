@@ -191,6 +191,10 @@ type Decision struct {
 	LeaseID        string
 	LeaseExpiresAt int64
 	leaseSlot      bool // a concurrency slot was taken: a lease is handed out if the job's writes are kept
+	// fullIn is, when fullSet, how long (ms) until the shards the decision used are whole again:
+	// RateLimit's t where it is not the token bucket's arithmetic on Remaining (headers.go).
+	fullIn  float64
+	fullSet bool
 	// taken is, for a hold's request or ancestor, what the decision took (nil: nothing written),
 	// which the hold records to give back no more than that (holds.go).
 	taken *algo.Taken

@@ -637,6 +637,16 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 	return exp, missing, nil
 }
 
+// setFullIn records on dec when the shards the outcome d used are whole again, for the kinds
+// whose time to full is not an unsharded token bucket's (max - remaining) * period / rate:
+// windows, concurrency slots, and any sharded limit (whose remaining is its used shards').
+func setFullIn(dec *Decision, def Definition, states []algo.State, d algo.Outcome, now, origin int64) {
+	if def.Kind.Algorithm() == TokenBucket && def.Shards <= 1 {
+		return // the headers' arithmetic is exact, and this is the hot path's kind
+	}
+	dec.fullIn, dec.fullSet = algo.FullIn(def, states, d, now, origin), true
+}
+
 // setTaken records on the decision of r in res (the request's own, or its ancestor's among
 // Parents, just placed) what a hold's request took from shards shards of def: count, leaving
 // remaining in them.
@@ -735,7 +745,9 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if r.ov != nil && r.ov.Action == algo.ActionAllow {
 			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
 			d := algo.Decide(def, states, 0, false, now, origin)
-			place(r, Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def})
+			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def}
+			setFullIn(&dec, def, states, d, now, origin)
+			place(r, dec)
 			continue
 		}
 		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
@@ -746,6 +758,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		}
 		dec := Decision{Name: r.name, Key: r.key, OK: d.OK, RetryAfter: retryAfter, Remaining: d.Remaining, Definition: def}
 		dec.leaseSlot = d.OK && def.Kind == Concurrency // a lease to hand out if the job's writes are kept (leases.go)
+		setFullIn(&dec, def, states, d, now, origin)
 		if def.Kind == Quota {
 			dec.Window = &QuotaWindow{Start: d.WindowStart, End: d.WindowEnd, Now: now}
 		}

@@ -49,6 +49,8 @@ func RateLimitHeaders(ds []Decision) (policy, limit string) {
 			t = HeaderSeconds(float64(*d.RetryAfter))
 		case d.Window != nil:
 			t = HeaderSeconds(float64(d.Window.End - d.Window.Now))
+		case d.fullSet:
+			t = HeaderSeconds(d.fullIn)
 		default:
 			missing := math.Max(def.Max()-d.Remaining, 0)
 			t = HeaderSeconds(missing * float64(def.Period) / def.Rate)

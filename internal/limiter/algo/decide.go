@@ -127,6 +127,22 @@ func FullAt(def Definition, st State, now, origin int64) int64 {
 	return int64(math.Min(math.Max(at, float64(now)), float64(now+MaxRetryAfter)))
 }
 
+// FullIn is how long (ms) until the shards a decision used are all full again if nothing more is
+// consumed: the latest of their FullAt, given the outcome d of Decide on states. Where d wrote
+// nothing (a refusal) it is the states as they are.
+func FullIn(def Definition, states []State, d Outcome, now, origin int64) float64 {
+	var at int64 = now
+	for i, st := range states {
+		if i < len(d.Writes) && d.Writes[i].Exists {
+			st = d.Writes[i]
+		} else if d.OK {
+			continue // a shard the decision did not use
+		}
+		at = max(at, FullAt(def, st, now, origin))
+	}
+	return float64(at - now)
+}
+
 // decide is Decide without penalties.
 func decide(def Definition, states []State, count float64, reserve bool, now, origin int64) Outcome {
 	p := def.shardParams()

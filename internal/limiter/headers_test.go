@@ -1,0 +1,40 @@
+package limiter_test
+
+import (
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// TestRateLimitHeaderTimeIsWhenTheKeyIsWholeAgain: RateLimit's t, on an admitted decision, is
+// how long until what the decision used is whole again, by each kind's own refill: the end of a
+// fixed window, a lease's expiry, the time a sliding window's count leaves its estimate, a
+// shard's own refill (not the whole limit's arithmetic on one shard's remaining).
+func TestRateLimitHeaderTimeIsWhenTheKeyIsWholeAgain(t *testing.T) {
+	const minute = 60_000
+	start := int64(1_700_000_040_000) + 20_000 // 20 s into a minute from the epoch
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock(start)
+		e := newEngine(t, d, c.opts())
+		for _, tc := range []struct {
+			name string
+			def  limiter.Definition
+			want string
+		}{
+			{"bucket", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: minute}, `"bucket";r=9;t=6`},
+			{"window", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: minute, Start: ptr(int64(0))}, `"window";r=9;t=40`},
+			{"slots", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: minute}, `"slots";r=1;t=60`},
+			{"sliding", limiter.Definition{Kind: limiter.SlidingWindow, Rate: 10, Period: minute}, `"sliding";r=9;t=100`},
+			// One of four shards of 25, refilling 25 a minute: one token back in 2.4 s.
+			{"sharded", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: minute, Shards: 4}, `"sharded";r=24;t=3`},
+		} {
+			mustPut(t, e, tc.name, tc.def)
+			dec := mustLimit(t, e, limiter.Request{Name: tc.name, Key: "k", Count: 1})
+			if _, got := limiter.RateLimitHeaders([]limiter.Decision{dec}); !dec.OK || got != tc.want {
+				t.Errorf("%s: RateLimit %q (ok %v), want %q", tc.name, got, dec.OK, tc.want)
+			}
+		}
+	})
+}
