@@ -2,6 +2,7 @@ package algo
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -377,6 +378,46 @@ func TestEveryCountCheckCountAcceptsIsAdmittedByAFullKey(t *testing.T) {
 				}
 			}
 			count = math.Nextafter(count, math.Inf(1))
+		}
+	}
+}
+
+// TestARefusalsRetryAfterIsWhenTheSameRequestFits: for random states of two pooled shards (and
+// of one), a refused request asked again at retryAfter, with nothing consumed in between, is
+// admitted: each shard refills only up to its maximum, so a full shard adds nothing to the pool.
+func TestARefusalsRetryAfterIsWhenTheSameRequestFits(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	defs := []Definition{
+		{Kind: TokenBucket, Rate: 10, Period: 10_000, Shards: 2},
+		{Kind: TokenBucket, Rate: 7, Period: 3_000, Capacity: ptr(20.0), Shards: 4},
+		{Kind: TokenBucket, Rate: 10, Period: 10_000},
+		{Kind: FixedWindow, Rate: 10, Period: 10_000, Start: new(int64), Shards: 2},
+		{Kind: FixedWindow, Rate: 7, Period: 3_000, Capacity: ptr(20.0), Start: new(int64), Shards: 2},
+		{Kind: FixedWindow, Rate: 10, Period: 10_000, Start: new(int64)},
+	}
+	for _, def := range defs {
+		def = def.Normalized()
+		shardMax := def.Max() / float64(def.Shards)
+		for trial := range 2000 {
+			now := int64(1_700_000_000_000) + int64(r.IntN(10_000))
+			states := make([]State, min(def.Shards, 2))
+			for i := range states {
+				states[i] = State{Value: r.Float64() * shardMax, TS: now - int64(r.IntN(3_000)), Exists: true}
+				if r.IntN(4) == 0 {
+					states[i].Value = shardMax // full
+					states[i].TS = now
+				}
+			}
+			count := math.Ceil(r.Float64() * shardMax * float64(len(states)))
+			d := Decide(def, states, count, false, now, 0)
+			if d.OK {
+				continue
+			}
+			at := now + RetryAfterMillis(d.RetryAfter)
+			if again := Decide(def, states, count, false, at, 0); !again.OK {
+				t.Fatalf("%s, trial %d: %v of %+v refused with retryAfter %v, and refused again then (retryAfter %v)",
+					def.Kind, trial, count, states, d.RetryAfter, again.RetryAfter)
+			}
 		}
 	}
 }

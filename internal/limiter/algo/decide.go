@@ -203,6 +203,13 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 	}
 	if after < 0 {
 		deficit := -after
+		reserved := reserve && deficit <= p.maxReserved*float64(len(use))
+		// A reservation leaves every shard in use at the same balance, so they refill the deficit
+		// together; a refusal leaves them as they are (refillNeeded).
+		tokens, refill := deficit, rate
+		if !reserved {
+			tokens, refill = refillNeeded(p, views, use, count)
+		}
 		switch p.kind {
 		case TokenBucket:
 			// Time until the deficit refills, counted from the stored ts if a skewed clock put it ahead.
@@ -210,7 +217,7 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 			for _, i := range use {
 				lead = max(lead, views[i].ts-now)
 			}
-			d.RetryAfter = float64(lead) + deficit*float64(p.period)/rate
+			d.RetryAfter = float64(lead) + tokens*float64(p.period)/refill
 		case FixedWindow:
 			var ts int64
 			for _, i := range use {
@@ -218,9 +225,9 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 			}
 			// ts + period*ceil(-value/rate) - now, in floating point: the number of windows can
 			// exceed what int64 milliseconds hold (rate 1e-12 per day), and RetryAfterMillis clamps.
-			d.RetryAfter = float64(ts-now) + float64(p.period)*math.Ceil(deficit/rate)
+			d.RetryAfter = float64(ts-now) + float64(p.period)*math.Ceil(tokens/refill)
 		}
-		if !reserve || deficit > p.maxReserved*float64(len(use)) {
+		if !reserved {
 			d.Remaining = avail
 			return d
 		}
@@ -230,6 +237,24 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 		d.Writes[i] = State{Value: after / float64(len(use)), TS: views[i].ts, Exists: true}
 	}
 	return d
+}
+
+// refillNeeded is what the shards in use must refill before they hold count together, and the
+// rate (per period) at which they refill it: each shard refills at its own rate up to its
+// maximum, so two pooled shards refill at twice one's rate only until the fuller one is full,
+// and then at one's (the rest is what the emptier one still needs).
+func refillNeeded(p shardParams, views []shardView, use []int, count float64) (tokens, rate float64) {
+	if len(use) == 1 {
+		return count - views[use[0]].avail, p.rate
+	}
+	fuller, other := views[use[0]].avail, views[use[1]].avail
+	if fuller < other {
+		fuller, other = other, fuller
+	}
+	if both := count - fuller - other; both/2 <= p.max-fuller {
+		return both, 2 * p.rate
+	}
+	return count - p.max - other, p.rate
 }
 
 func retryAfterSliding(p shardParams, views []shardView, use []int, rate, count float64, now int64) float64 {
