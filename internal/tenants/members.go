@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -103,11 +104,71 @@ func (s *Service) auditUserChange(tx *gorm.DB, tenantID *int64, actor, action, t
 	return s.audit(tx, nil, actor, action, target, detail)
 }
 
+// linkMaker is the user who makes a one-time link, when actor names one: the dashboard names its
+// users "user:<email>" (other actors, such as the command line's "cli", are no user). That user
+// must still exist and be allowed to make the link (ErrUnauthorized otherwise: removed, disabled
+// or demoted since the request began), and is stored as the link's maker, so that losing that
+// right deletes the link (dropLinksMadeBy).
+func linkMaker(tx *gorm.DB, actor, kind string, tenantID *int64) (*int64, error) {
+	email, named := strings.CutPrefix(actor, "user:")
+	if !named {
+		return nil, nil
+	}
+	var row userRow
+	if err := first(tx, &row, "email = ?", email); errors.Is(err, ErrNotFound) {
+		return nil, ErrUnauthorized
+	} else if err != nil {
+		return nil, err
+	}
+	if !mayMakeLink(userFromRow(row), kind, tenantID) {
+		return nil, ErrUnauthorized
+	}
+	return &row.ID, nil
+}
+
+// mayMakeLink reports whether u may make a one-time link of kind for tenantID (nil: an operator's
+// invite, or a reset link of any user): operators any, a tenant's admin only invites to it.
+func mayMakeLink(u User, kind string, tenantID *int64) bool {
+	switch {
+	case u.DisabledAt != nil:
+		return false
+	case u.IsOperator:
+		return true
+	default:
+		return kind == linkInvite && tenantID != nil && u.CanChange(*tenantID)
+	}
+}
+
+// dropLinksMadeBy deletes the unused one-time links user id made that they may no longer make:
+// all of them (role "": the user is removed or disabled), none for an operator, and for a
+// tenant's admin all but their invites to that tenant. It returns how many it deleted.
+func dropLinksMadeBy(tx *gorm.DB, id int64, role Role, tenant *int64) (int64, error) {
+	q := tx.Where("created_by_user_id = ? AND used_at IS NULL", id)
+	switch role {
+	case RoleOperator:
+		return 0, nil
+	case RoleAdmin:
+		q = tx.Where("created_by_user_id = ? AND used_at IS NULL AND (kind <> ? OR tenant_id IS NULL OR tenant_id <> ?)", id, linkInvite, *tenant)
+	}
+	res := q.Delete(&userTokenRow{})
+	return res.RowsAffected, res.Error
+}
+
+// linksDropped is what an audit entry adds when a change to a user deleted links they made.
+func linksDropped(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d unused link(s) they made deleted", n)
+}
+
 // CreateInvite invites email to tenantID with role (admin or viewer), or, with tenantID nil, as
 // an operator (role RoleOperator). It returns the invite and its token, valid once within ttl
 // (DefaultLinkTTL if ttl <= 0); only the token's hash is stored, so the caller shows the token
 // once. An email that already has a user is ErrConflict (field "email"); bad input ErrInvalid
-// naming the field; an unknown tenant ErrNotFound. Audited in the tenant's log and the server's.
+// naming the field; an unknown tenant ErrNotFound. An actor that names a dashboard user is the
+// invite's maker (linkMaker): ErrUnauthorized when that user may no longer invite, and the
+// invite dies with their right to make it. Audited in the tenant's log and the server's.
 func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email string, role Role, ttl time.Duration, actor string) (Invite, string, error) {
 	email, err := normalizeEmail(email)
 	roleErr := checkRole(role, tenantID)
@@ -134,9 +195,13 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 			e.Message = "a user with this email exists"
 			return e
 		}
+		maker, err := linkMaker(tx, actor, linkInvite, tenantID)
+		if err != nil {
+			return err
+		}
 		now := s.clock()
 		row = userTokenRow{TenantID: tenantID, Kind: linkInvite, TokenHash: hash, Email: email, Role: string(role),
-			CreatedBy: truncate(actor), CreatedAt: now, ExpiresAt: now.Add(ttl)}
+			CreatedBy: truncate(actor), CreatedByUserID: maker, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
@@ -337,7 +402,11 @@ func (s *Service) SetRole(ctx context.Context, scope *int64, id int64, role Role
 		}).Error; err != nil {
 			return err
 		}
-		detail := row.Email + ": " + before + " → " + after
+		dropped, err := dropLinksMadeBy(tx, id, role, tenant)
+		if err != nil {
+			return err
+		}
+		detail := row.Email + ": " + before + " → " + after + linksDropped(dropped)
 		if row.TenantID != nil && (tenant == nil || *tenant != *row.TenantID) {
 			if err := s.audit(tx, row.TenantID, actor, "user.role", userTarget(id), detail); err != nil {
 				return err
@@ -380,10 +449,14 @@ func (s *Service) RemoveUser(ctx context.Context, scope *int64, id int64, actor 
 		if err := tx.Where("user_id = ?", id).Delete(&userTokenRow{}).Error; err != nil {
 			return err
 		}
+		dropped, err := dropLinksMadeBy(tx, id, "", nil)
+		if err != nil {
+			return err
+		}
 		if err := tx.Delete(&userRow{}, id).Error; err != nil {
 			return err
 		}
-		return s.auditUserChange(tx, row.TenantID, actor, "user.remove", userTarget(id), row.Email+" ("+string(roleName(row))+")")
+		return s.auditUserChange(tx, row.TenantID, actor, "user.remove", userTarget(id), row.Email+" ("+string(roleName(row))+")"+linksDropped(dropped))
 	})
 	return wrap("remove user", err)
 }
@@ -414,6 +487,7 @@ func (s *Service) SetDisabled(ctx context.Context, scope *int64, id int64, disab
 			return nil
 		}
 		var at *time.Time
+		var dropped int64
 		action := "user.enable"
 		if disabled {
 			if last, err := lastOperator(tx, row); err != nil {
@@ -429,11 +503,14 @@ func (s *Service) SetDisabled(ctx context.Context, scope *int64, id int64, disab
 			if err := dropResetLinks(tx, id); err != nil {
 				return err
 			}
+			if dropped, err = dropLinksMadeBy(tx, id, "", nil); err != nil {
+				return err
+			}
 		}
 		if err := tx.Model(&userRow{}).Where("id = ?", id).Update("disabled_at", at).Error; err != nil {
 			return err
 		}
-		return s.auditUserChange(tx, row.TenantID, actor, action, userTarget(id), row.Email)
+		return s.auditUserChange(tx, row.TenantID, actor, action, userTarget(id), row.Email+linksDropped(dropped))
 	})
 	return wrap("set disabled", err)
 }
@@ -508,7 +585,8 @@ func (s *Service) CreateResetLink(ctx context.Context, id int64, ttl time.Durati
 }
 
 // NewResetLink is CreateResetLink returning also what the link is for: the user's email, tenant
-// and role, and when the link expires (as an Invite value), so that it can be emailed.
+// and role, and when the link expires (as an Invite value), so that it can be emailed. An actor
+// that names a dashboard user is the link's maker, as for CreateInvite.
 func (s *Service) NewResetLink(ctx context.Context, id int64, ttl time.Duration, actor string) (Invite, string, error) {
 	if ttl <= 0 {
 		ttl = DefaultLinkTTL
@@ -520,12 +598,16 @@ func (s *Service) NewResetLink(ctx context.Context, id int64, ttl time.Duration,
 		if err := first(tx, &row, "id = ?", id); err != nil {
 			return err
 		}
+		maker, err := linkMaker(tx, actor, linkReset, nil)
+		if err != nil {
+			return err
+		}
 		if err := dropResetLinks(tx, id); err != nil {
 			return err
 		}
 		now := s.clock()
 		link = userTokenRow{TenantID: row.TenantID, Kind: linkReset, TokenHash: hash, Email: row.Email, Role: string(roleName(row)),
-			UserID: &row.ID, CreatedBy: truncate(actor), CreatedAt: now, ExpiresAt: now.Add(ttl)}
+			UserID: &row.ID, CreatedBy: truncate(actor), CreatedByUserID: maker, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 		if err := tx.Create(&link).Error; err != nil {
 			return err
 		}

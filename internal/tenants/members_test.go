@@ -146,6 +146,8 @@ func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
 		_, err = e.svc.Login(e.ctx, "m@example.com", "m-password-34", "192.0.2.1")
 		must(t, err)
 
+		_, err = e.svc.CreateUser(e.ctx, "op@example.com", "op-password-12", true, nil) // the link's maker
+		must(t, err)
 		token, err := e.svc.CreateResetLink(e.ctx, u.ID, 0, "user:op@example.com")
 		must(t, err)
 		for _, v := range e.rowsAsText(t, "user_tokens") {

@@ -57,17 +57,20 @@ func (adminSessionRow) TableName() string { return "admin_sessions" }
 
 // userTokenRow is a one-time link (an invite or a password reset), stored by SHA-256 only.
 type userTokenRow struct {
-	ID        int64      `gorm:"column:id;primaryKey;autoIncrement"`
-	TenantID  *int64     `gorm:"column:tenant_id"`
-	Kind      string     `gorm:"column:kind"`
-	TokenHash string     `gorm:"column:token_hash"`
-	Email     string     `gorm:"column:email"`
-	Role      string     `gorm:"column:role"`
-	UserID    *int64     `gorm:"column:user_id"`
-	CreatedBy string     `gorm:"column:created_by"`
-	CreatedAt time.Time  `gorm:"column:created_at;autoCreateTime:false"`
-	ExpiresAt time.Time  `gorm:"column:expires_at"`
-	UsedAt    *time.Time `gorm:"column:used_at"`
+	ID        int64  `gorm:"column:id;primaryKey;autoIncrement"`
+	TenantID  *int64 `gorm:"column:tenant_id"`
+	Kind      string `gorm:"column:kind"`
+	TokenHash string `gorm:"column:token_hash"`
+	Email     string `gorm:"column:email"`
+	Role      string `gorm:"column:role"`
+	UserID    *int64 `gorm:"column:user_id"`
+	CreatedBy string `gorm:"column:created_by"`
+	// CreatedByUserID is the user who made the link (nil: the command line, or a link older
+	// than migration 00017 whose maker was gone): their removal, disabling or demotion deletes it.
+	CreatedByUserID *int64     `gorm:"column:created_by_user_id"`
+	CreatedAt       time.Time  `gorm:"column:created_at;autoCreateTime:false"`
+	ExpiresAt       time.Time  `gorm:"column:expires_at"`
+	UsedAt          *time.Time `gorm:"column:used_at"`
 }
 
 func (userTokenRow) TableName() string { return "user_tokens" }

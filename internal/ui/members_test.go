@@ -270,3 +270,30 @@ func TestAdminDisablesAndEnablesAMember(t *testing.T) {
 		}
 	})
 }
+
+// An admin about to be removed cannot keep a way back in: the invite they made on the Members
+// page dies with their removal, so its link shows as dead and cannot be accepted.
+func TestARemovedAdminsInviteDiesWithThem(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	ctx := context.Background()
+	acme := e.tenant("acme")
+	leaving, err := e.svc.CreateUser(ctx, "leaving@acme.example", "leaving-password-1", false, &acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := e.login("leaving@acme.example", "leaving-password-1")
+	members := tpath(acme, "/members")
+	created := admin.post(members+"/invite", url.Values{"email": {"backdoor@acme.example"}, "role": {"admin"}})
+	wantStatus(t, created, http.StatusSeeOther)
+	lu, _ := url.Parse(admin.get(created.Header.Get("Location")).doc(t).Find("#new-link-url").AttrOr("value", ""))
+	token := lu.Query().Get("token")
+
+	op := e.login(opEmail, opPassword)
+	wantStatus(t, op.post(members+"/"+strconv.FormatInt(leaving.ID, 10)+"/remove", url.Values{"confirm": {"yes"}}), http.StatusSeeOther)
+	wantStatus(t, e.client().get("/invite?token="+token), http.StatusNotFound)
+	wantStatus(t, e.client().post("/invite", url.Values{"token": {token}, "password": {"backdoor-password-1"}, "confirm": {"backdoor-password-1"}}), http.StatusNotFound)
+	if _, err := e.svc.UserByEmail(ctx, "backdoor@acme.example"); err == nil {
+		t.Fatal("the removed admin's invite created a user")
+	}
+}
