@@ -74,8 +74,9 @@ type Deps struct {
 	Now     func() time.Time // clock for session tokens; time.Now when nil
 	// SessionTTL is how long a login lasts; DefaultSessionTTL when zero.
 	SessionTTL time.Duration
-	// LoginPerAccountIP, LoginPerIP and LoginPerAccount limit failed logins per account and
-	// client address, per client address and per account (token buckets of tenant 0, the
+	// LoginPerAccountIP, LoginPerIP and LoginPerAccount limit login attempts (each pays a token
+	// of all three before its password is checked; a right one refills the first) per account
+	// and client address, per client address and per account (token buckets of tenant 0, the
 	// system; see defaultLoginPerAccountIP); defaults when nil.
 	LoginPerAccountIP, LoginPerIP, LoginPerAccount *limiter.Definition
 }
