@@ -131,7 +131,7 @@ func FullAt(def Definition, st State, now, origin int64) int64 {
 // consumed: the latest of their FullAt, given the outcome d of Decide on states. Where d wrote
 // nothing (a refusal) it is the states as they are.
 func FullIn(def Definition, states []State, d Outcome, now, origin int64) float64 {
-	var at int64 = now
+	at := now
 	for i, st := range states {
 		if i < len(d.Writes) && d.Writes[i].Exists {
 			st = d.Writes[i]
