@@ -521,14 +521,49 @@ func (c Config) String() string {
 		c.SMTPAddr, c.SMTPFrom, c.SMTPUsername, secret(c.SMTPPassword), c.SMTPTLS)
 }
 
-// RedactURL hides the password of a database URL.
+// RedactURL hides the credentials of a database URL, for logs. It hides too much rather than too
+// little, because pgx reads URLs more leniently than net/url (an unencoded '#', '?', '/' or '@'
+// in a password is accepted or misread): everything up to the last '@' after "//" (the
+// userinfo, whole or in pieces) and the value of every password or sslpassword parameter (keys
+// compared case-insensitively and percent-decoded, wherever a '?' or '&' starts them) are
+// replaced by "xxxxx".
 func RedactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	hidden := make([]bool, len(s))
+	hide := func(from, to int) {
+		for i := from; i < to; i++ {
+			hidden[i] = true
+		}
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	if slashes := strings.Index(s, "//"); slashes >= 0 {
+		if at := strings.LastIndex(s, "@"); at > slashes {
+			hide(slashes+2, at)
+		}
 	}
-	return u.String()
+	for i := 0; i < len(s); i++ {
+		if s[i] != '?' && s[i] != '&' {
+			continue
+		}
+		pair := s[i+1:]
+		if end := strings.IndexAny(pair, "?&"); end >= 0 {
+			pair = pair[:end]
+		}
+		rawKey, value, ok := strings.Cut(pair, "=")
+		key, err := url.QueryUnescape(rawKey)
+		if err != nil {
+			key = rawKey
+		}
+		if key = strings.ToLower(key); ok && (key == "password" || key == "sslpassword") {
+			start := i + 1 + len(rawKey) + 1
+			hide(start, start+len(value))
+		}
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if !hidden[i] {
+			b.WriteByte(s[i])
+		} else if i == 0 || !hidden[i-1] {
+			b.WriteString("xxxxx")
+		}
+	}
+	return b.String()
 }

@@ -43,20 +43,41 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
+// TestStringRedactsSecrets: the start-up log line never holds the root secret nor the database
+// password, however the URL carries it: userinfo (also with characters net/url refuses but pgx
+// accepts), or password and sslpassword query parameters.
 func TestStringRedactsSecrets(t *testing.T) {
-	c, err := FromEnv(env(map[string]string{
-		"DATABASE_URL": "postgres://sluice:hunter2-password@db:5432/sluice",
-		"SECRET_KEY":   "0123456789abcdef0123456789abcdef-top-secret",
-	}))
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct{ url, visible string }{
+		{"postgres://sluice:hunter2-password@db:5432/sluice", "db:5432/sluice"},
+		{"postgres://db:5432/sluice?user=sluice&password=hunter2", "db:5432/sluice?user=sluice&password=xxxxx"},
+		{"postgresql://db:5432/sluice?PassWord=hunter2&sslmode=require", "sslmode=require"},
+		{"postgres://db:5432/sluice?sslmode=verify-full&sslpassword=hunter2", "db:5432/sluice?sslmode=verify-full&sslpassword=xxxxx"},
+		{"postgres://db:5432/sluice?%70assword=hunter2", "db:5432/sluice"},
+		{"postgres://sluice:hun#ter2@db:5432/sluice", "xxxxx@db:5432/sluice"},
+		{"postgres://sluice:hun?ter2@db:5432/sluice", "xxxxx@db:5432/sluice"},
+		{"postgres://sluice:hun/ter2@db:5432/sluice", "xxxxx@db:5432/sluice"},
+		{"postgres://sluice:hun@ter2@db:5432/sluice", "xxxxx@db:5432/sluice"},
+		{"postgres://sluice:h%23unter2@db:5432/sluice?password=hunter2", "xxxxx@db:5432/sluice?password=xxxxx"},
+		{"postgres://db:5432/sluice?password=hun@ter2&sslmode=require", "&sslmode=require"},
+		{"postgres://sluice:hun?x@db/sluice?password=hunter2", "xxxxx@db/sluice?password=xxxxx"},
+	} {
+		c, err := FromEnv(env(map[string]string{
+			"DATABASE_URL": tc.url,
+			"SECRET_KEY":   "0123456789abcdef0123456789abcdef-top-secret",
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := c.String()
+		if strings.Contains(s, "hun") || strings.Contains(s, "ter2") || strings.Contains(s, "top-secret") {
+			t.Errorf("%s: secrets printed: %s", tc.url, s)
+		}
+		if !strings.Contains(s, tc.visible) {
+			t.Errorf("%s: %q should still be visible: %s", tc.url, tc.visible, s)
+		}
 	}
-	s := c.String()
-	if strings.Contains(s, "hunter2") || strings.Contains(s, "top-secret") {
-		t.Fatalf("secrets printed: %s", s)
-	}
-	if !strings.Contains(s, "db:5432") {
-		t.Fatalf("the database host should still be visible: %s", s)
+	if got := RedactURL("sqlite:data/sluice.db"); got != "sqlite:data/sluice.db" {
+		t.Errorf("a SQLite path is shown as %q", got)
 	}
 }
 
