@@ -142,8 +142,13 @@ var options = []Option{
 			c.ListenAddr = v
 			return nil
 		}},
-	{Name: "BASE_URL", Default: "(from LISTEN_ADDR)", Doc: "the public URL: printed links, token issuer, trusted origin",
-		parse: set(func(c *Config) *string { return &c.BaseURL })},
+	{Name: "BASE_URL", Default: "(from LISTEN_ADDR)", Doc: "the public URL, `http(s)://host[:port]` without a path (Sluice is served at the root; one trailing `/` is dropped): printed links, token issuer, trusted origin",
+		parse: func(c *Config, v string) error {
+			// Links are made as BASE_URL + "/path": a trailing "/" would double it, which the
+			// router answers with 404.
+			c.BaseURL = strings.TrimSuffix(v, "/")
+			return nil
+		}},
 	{Name: "SECRET_KEY", Default: "(required on PostgreSQL; on SQLite generated into `PATH.secret` beside the database, mode 0600)", Secret: true,
 		Doc: "the root secret (32+ characters): signs dashboard sessions, captcha challenges and session tokens, peppers API key hashes; never stored in the database; changing it invalidates every API key and session",
 		parse: func(c *Config, v string) error {
@@ -477,6 +482,8 @@ func (c Config) crossErrors() []error {
 	var errs []error
 	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, errors.New("BASE_URL must be an absolute http(s) URL"))
+	} else if u.Path != "" || u.User != nil || strings.ContainsAny(c.BaseURL, "?#") {
+		errs = append(errs, errors.New("BASE_URL must be http(s)://host[:port] without a path, query, fragment or user: Sluice is served at the root of its host"))
 	}
 	if (c.AdminEmail == "") != (c.AdminPassword == "") {
 		errs = append(errs, errors.New("SLUICE_ADMIN_EMAIL and SLUICE_ADMIN_PASSWORD go together"))

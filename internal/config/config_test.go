@@ -81,6 +81,32 @@ func TestStringRedactsSecrets(t *testing.T) {
 	}
 }
 
+// TestBaseURLIsTheRootOfAHost: printed links are BASE_URL + "/setup?…", so one trailing "/" is
+// dropped (it would make "//setup", a 404) and a path, query, fragment or user is refused.
+func TestBaseURLIsTheRootOfAHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:8080/":      "http://127.0.0.1:8080",
+		"https://sluice.example.com":  "https://sluice.example.com",
+		"https://sluice.example.com/": "https://sluice.example.com",
+	} {
+		c, err := FromEnv(env(map[string]string{"BASE_URL": in}))
+		if err != nil || c.BaseURL != want {
+			t.Errorf("BASE_URL=%s: %q %v, want %q", in, c.BaseURL, err, want)
+		}
+	}
+	for _, bad := range []string{"https://example.com/sluice", "https://example.com//", "https://example.com/?x=1", "https://example.com?",
+		"https://example.com#top", "https://user:pw@example.com", "https://example.com/sluice/"} {
+		if c, err := FromEnv(env(map[string]string{"BASE_URL": bad})); err == nil || !strings.Contains(err.Error(), "BASE_URL") {
+			t.Errorf("BASE_URL=%s accepted as %q (%v)", bad, c.BaseURL, err)
+		}
+	}
+	c := Default()
+	c.BaseURL = "http://localhost:8080/admin"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "BASE_URL") {
+		t.Errorf("Validate accepted BASE_URL %s: %v", c.BaseURL, err)
+	}
+}
+
 func TestTrustedProxiesAndLogLevelParse(t *testing.T) {
 	c, err := FromEnv(env(map[string]string{"TRUSTED_PROXIES": " 10.0.0.1 ,192.168.0.0/16,", "LOG_LEVEL": "warn", "MIGRATE": "AUTO"}))
 	if err != nil {
