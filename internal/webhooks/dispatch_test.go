@@ -350,3 +350,60 @@ func TestADeliveryGivenUpWhileInFlightStaysGivenUp(t *testing.T) {
 		}
 	})
 }
+
+// TestADeliveryDeliveredWhileHousekeepingGivesItUpStaysDelivered: housekeeping picks the oldest
+// delivery of a full endpoint to give up while a dispatcher's "delivered" is being written; it
+// must leave the delivery delivered, not mark it given up as well. PostgreSQL only: there the
+// statement picks from a snapshot and waits for the row, while SQLite has one writer at a time.
+func TestADeliveryDeliveredWhileHousekeepingGivesItUpStaysDelivered(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	c := &clock{}
+	c.ms.Store(1_700_000_000_000)
+	s := newService(t, d, c, true)
+	ctx := context.Background()
+	ep, _, err := s.CreateEndpoint(ctx, newTenant(t, d, "acme"), "http://127.0.0.1:9/", []string{EventKeyCreated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := c.now().UnixMilli()
+	rows := []deliveryRow{{ID: "oldest", CreatedAt: start - 1}}
+	for i := range MaxWaitingPerEndpoint {
+		rows = append(rows, deliveryRow{ID: "newer-" + strconv.Itoa(i), CreatedAt: start + int64(i)})
+	}
+	outboxRows(t, d, ep, rows)
+
+	// The dispatcher's "delivered", written but not yet committed: it holds the row.
+	recording := d.Gorm.Begin()
+	if err := recording.Exec("UPDATE webhook_deliveries SET delivered_at = ?, last_status = 200 WHERE id = 'oldest'", start).Error; err != nil {
+		t.Fatal(err)
+	}
+	housekept := make(chan error, 1)
+	go func() { housekept <- s.housekeep(ctx) }()
+	// Housekeeping has picked the delivery (it still looked waiting) once it waits for the row.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		if err := d.Gorm.Raw(`SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting).Error; err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("housekeeping never waited for the delivery being recorded")
+		}
+	}
+	if err := recording.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-housekept; err != nil {
+		t.Fatal(err)
+	}
+	var row deliveryRow
+	if err := d.Gorm.Where("id = ?", "oldest").Take(&row).Error; err != nil {
+		t.Fatal(err)
+	}
+	if row.DeliveredAt == nil || row.GivenUpAt != nil || row.LastError != "" {
+		t.Fatalf("a delivery delivered while housekeeping gave it up: delivered %t, given up %t, %q; want delivered only", row.DeliveredAt != nil, row.GivenUpAt != nil, row.LastError)
+	}
+}

@@ -32,8 +32,12 @@ const pruneSQL = `DELETE FROM webhook_deliveries WHERE id IN (
 	SELECT id FROM webhook_deliveries WHERE delivered_at < ? OR given_up_at < ? LIMIT ?)`
 
 // overflowSQL gives up (at ?, with the error ?) up to ? waiting deliveries that have more than ?
-// newer ones waiting for the same endpoint.
-const overflowSQL = `UPDATE webhook_deliveries SET given_up_at = ?, last_error = ? WHERE id IN (
+// newer ones waiting for the same endpoint. The outer WHERE says again that they are waiting: on
+// PostgreSQL the subquery reads the statement's snapshot, and a delivery recorded as delivered
+// after it would otherwise still be given up (re-read when its row lock is free, a row is
+// checked against the outer WHERE only), and so be both.
+const overflowSQL = `UPDATE webhook_deliveries SET given_up_at = ?, last_error = ?
+	WHERE delivered_at IS NULL AND given_up_at IS NULL AND id IN (
 	SELECT id FROM (
 		SELECT id, ROW_NUMBER() OVER (PARTITION BY endpoint_id ORDER BY created_at DESC, id DESC) AS newest
 		FROM webhook_deliveries WHERE delivered_at IS NULL AND given_up_at IS NULL) waiting
