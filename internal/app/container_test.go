@@ -9,8 +9,8 @@ import (
 )
 
 // TestContainerBuildExcludesSecretsAndRunsAsNonRoot reads the Dockerfile and .dockerignore: the
-// build context never carries a local database, its key file, an env file or a built binary, and
-// the image runs as a non-root user.
+// build context never carries a local database, its key file or an env file (in any directory) or
+// a built binary, and the image runs as a non-root user.
 func TestContainerBuildExcludesSecretsAndRunsAsNonRoot(t *testing.T) {
 	root := filepath.Join("..", "..")
 	ignore, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
@@ -23,7 +23,10 @@ func TestContainerBuildExcludesSecretsAndRunsAsNonRoot(t *testing.T) {
 			patterns[line] = true
 		}
 	}
-	for _, want := range []string{"data/", "*.db", "*.secret", ".env", ".env.*", "bin/", "/app", "/sluice", ".git"} {
+	// Docker matches a pattern without **/ only at the root of the context: a database, key file
+	// or env file in a subdirectory (examples/data/…) must be excluded too.
+	for _, want := range []string{"**/data/", "**/*.db", "**/*.db-wal", "**/*.db-shm", "**/*.secret", "**/.env", "**/.env.*",
+		"bin/", "/app", "/sluice", ".git"} {
 		if !patterns[want] {
 			t.Errorf(".dockerignore does not exclude %s", want)
 		}
