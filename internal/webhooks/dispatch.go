@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -32,6 +33,12 @@ const (
 	// claimBatch is how many due deliveries one look takes, in turns between tenants.
 	claimBatch = 16
 )
+
+// finishedNextAttempt is the next_attempt_at of a delivered or given-up delivery: later than any
+// due time, so that the due index (on next_attempt_at) holds, up to now, only waiting deliveries,
+// and the dispatcher's look for due deliveries reads those rather than the week of finished ones
+// the delivery log keeps.
+const finishedNextAttempt int64 = math.MaxInt64
 
 // retryWait is the wait after the attempt-th failed attempt (1-based).
 func retryWait(attempt int) time.Duration {
@@ -230,6 +237,7 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 	switch {
 	case ok:
 		update["delivered_at"] = now.UnixMilli()
+		update["next_attempt_at"] = finishedNextAttempt
 	default:
 		if sendErr != nil {
 			update["last_error"] = truncate(sendErr.Error())
@@ -239,6 +247,7 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 		next := now.Add(retryWait(d.Attempts))
 		if next.After(time.UnixMilli(d.CreatedAt).Add(retryWindow)) {
 			update["given_up_at"] = now.UnixMilli()
+			update["next_attempt_at"] = finishedNextAttempt
 		} else {
 			update["next_attempt_at"] = next.UnixMilli()
 		}

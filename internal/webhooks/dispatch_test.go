@@ -407,3 +407,59 @@ func TestADeliveryDeliveredWhileHousekeepingGivesItUpStaysDelivered(t *testing.T
 		t.Fatalf("a delivery delivered while housekeeping gave it up: delivered %t, given up %t, %q; want delivered only", row.DeliveredAt != nil, row.GivenUpAt != nil, row.LastError)
 	}
 }
+
+// TestFinishedDeliveriesLeaveTheDueRange: a delivery delivered, given up after its 24 hours, or
+// given up past the outbox's bound leaves the range of next_attempt_at the dispatcher looks in
+// for due deliveries (its index then reads only waiting deliveries, not the week of finished
+// ones the log keeps); a failed one waiting for its retry stays in it.
+func TestFinishedDeliveriesLeaveTheDueRange(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		ctx := context.Background()
+		tenant := newTenant(t, d, "acme")
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if req.URL.Path == "/down" {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		}))
+		t.Cleanup(srv.Close)
+		endpoint := func(path string) Endpoint {
+			ep, _, err := s.CreateEndpoint(ctx, tenant, srv.URL+path, []string{EventKeyCreated})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ep
+		}
+		up, down, full := endpoint("/up"), endpoint("/down"), endpoint("/full")
+		now := c.now().UnixMilli()
+		outboxRows(t, d, up, []deliveryRow{{ID: "delivered", CreatedAt: now}})
+		outboxRows(t, d, down, []deliveryRow{
+			{ID: "retried", CreatedAt: now},
+			{ID: "given-up-after-24h", CreatedAt: now - retryWindow.Milliseconds() + 1000},
+		})
+		rows := []deliveryRow{{ID: "given-up-past-the-bound", CreatedAt: now - 1, NextAttemptAt: now + time.Hour.Milliseconds()}}
+		for i := range MaxWaitingPerEndpoint {
+			rows = append(rows, deliveryRow{ID: "full-" + strconv.Itoa(i), CreatedAt: now + int64(i), NextAttemptAt: now + time.Hour.Milliseconds()})
+		}
+		outboxRows(t, d, full, rows)
+		deliverDue(t, s)
+		if err := s.housekeep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		finished := outboxIDs(t, d, "delivered_at IS NOT NULL OR given_up_at IS NOT NULL")
+		if want := []string{"delivered", "given-up-after-24h", "given-up-past-the-bound"}; !slices.Equal(finished, want) {
+			t.Fatalf("finished deliveries %q, want %q", finished, want)
+		}
+		aYearOn := c.now().Add(365 * 24 * time.Hour).UnixMilli()
+		if inRange := outboxIDs(t, d, "next_attempt_at <= ? AND (delivered_at IS NOT NULL OR given_up_at IS NOT NULL)", aYearOn); len(inRange) != 0 {
+			t.Fatalf("finished deliveries %q are still in the due range", inRange)
+		}
+		if waiting := outboxIDs(t, d, "next_attempt_at <= ? AND delivered_at IS NULL AND given_up_at IS NULL", aYearOn); len(waiting) != MaxWaitingPerEndpoint+1 {
+			t.Fatalf("%d waiting deliveries in the due range, want %d", len(waiting), MaxWaitingPerEndpoint+1)
+		}
+	})
+}

@@ -31,12 +31,13 @@ var outboxFull = fmt.Sprintf("given up: the endpoint had %d newer deliveries wai
 const pruneSQL = `DELETE FROM webhook_deliveries WHERE id IN (
 	SELECT id FROM webhook_deliveries WHERE delivered_at < ? OR given_up_at < ? LIMIT ?)`
 
-// overflowSQL gives up (at ?, with the error ?) up to ? waiting deliveries that have more than ?
-// newer ones waiting for the same endpoint. The outer WHERE says again that they are waiting: on
-// PostgreSQL the subquery reads the statement's snapshot, and a delivery recorded as delivered
-// after it would otherwise still be given up (re-read when its row lock is free, a row is
-// checked against the outer WHERE only), and so be both.
-const overflowSQL = `UPDATE webhook_deliveries SET given_up_at = ?, last_error = ?
+// overflowSQL gives up (at ?, with the error ?, next_attempt_at ? = finishedNextAttempt) up to ?
+// waiting deliveries that have more than ? newer ones waiting for the same endpoint. The outer
+// WHERE says again that they are waiting: on PostgreSQL the subquery reads the statement's
+// snapshot, and a delivery recorded as delivered after it would otherwise still be given up
+// (re-read when its row lock is free, a row is checked against the outer WHERE only), and so be
+// both.
+const overflowSQL = `UPDATE webhook_deliveries SET given_up_at = ?, last_error = ?, next_attempt_at = ?
 	WHERE delivered_at IS NULL AND given_up_at IS NULL AND id IN (
 	SELECT id FROM (
 		SELECT id, ROW_NUMBER() OVER (PARTITION BY endpoint_id ORDER BY created_at DESC, id DESC) AS newest
@@ -48,7 +49,7 @@ const overflowSQL = `UPDATE webhook_deliveries SET given_up_at = ?, last_error =
 // dispatcher is sending it keeps that state: the attempt's outcome is not recorded over it.
 func (s *Service) housekeep(ctx context.Context) error {
 	now := s.now().UnixMilli()
-	gaveUp, err := s.inBatches(ctx, overflowSQL, now, outboxFull, MaxWaitingPerEndpoint, housekeepingBatch)
+	gaveUp, err := s.inBatches(ctx, overflowSQL, now, outboxFull, finishedNextAttempt, MaxWaitingPerEndpoint, housekeepingBatch)
 	if err != nil {
 		return fmt.Errorf("webhooks: give up past the outbox's bound: %w", err)
 	}
