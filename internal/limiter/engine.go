@@ -148,7 +148,7 @@ type Request struct {
 	Refund bool
 	hold   bool // part of a hold (Engine.Hold): amounts only, no concurrency limit
 	// giveBack is, on a hold's give-back (Refund and hold set), what the hold took from this very
-	// limit and key: at most what of it still counts is given back (algo.Taken.Returnable), to
+	// limit and key: at most what of it still counts is given back (algo.Taken.GiveBack), to
 	// this limit alone; the hold recorded its ancestors' takings as give-backs of their own.
 	giveBack *algo.Taken
 	// System decides this request in the system tenant's key space (SystemTenant) with its inline

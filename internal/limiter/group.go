@@ -399,7 +399,7 @@ func (e *Engine) plan(jobs []*job, defs map[defKey]Definition, ovs map[defKey]*a
 			continue
 		}
 		for x, r := range j.exp {
-			e.ensurePicks(j, x, r.def.Shards, everyShard(j.reqs[r.of]))
+			e.ensurePicks(j, x, r.def.Shards, j.reqs[r.of])
 			for _, s := range j.picks[x] {
 				wanted = append(wanted, rowKey{r.tenantID, r.name, r.key, s})
 			}
@@ -460,12 +460,18 @@ func anyParents(defs map[defKey]Definition) bool {
 	return false
 }
 
-// ensurePicks keeps a limit's shard choice across retries unless the shard count changed. With
-// every (everyShard) it takes them all.
-func (e *Engine) ensurePicks(j *job, x, shards int, every bool) {
+// ensurePicks keeps a limit's shard choice across retries unless the shard count changed. A
+// hold's give-back takes the shards the hold took from (its charges), or, for a hold that
+// recorded none, every shard (everyShard).
+func (e *Engine) ensurePicks(j *job, x, shards int, req Request) {
 	for len(j.picks) <= x {
 		j.picks = append(j.picks, nil)
 	}
+	if t := req.giveBack; t != nil {
+		j.picks[x] = t.Picks() // one that no longer exists reads as no row: nothing is owed to it
+		return
+	}
+	every := everyShard(req)
 	want := min(shards, 2)
 	if every {
 		want = shards
@@ -482,14 +488,14 @@ func (e *Engine) ensurePicks(j *job, x, shards int, every bool) {
 }
 
 // everyShard reports whether req gives back to every shard of its limit rather than to the two
-// a decision picks: what a hold returns on its settle, release or expiry. The hold took its
-// amounts from shards that are not recorded, and other decisions and holds may since have moved
-// the shard balance, so two random shards (or even the two it took from) may lack less than is
-// owed: across every shard, what they lack includes all that the hold still has out, so for a
-// limit that does not refill the whole amount is given back, and the stored total stays exactly
-// the charged total (holds_shards_test.go). A refill in between can make a bucket full first;
-// then, as with any refund, nothing goes above the maximum.
-func everyShard(req Request) bool { return req.Refund && req.hold }
+// a decision picks: what a hold made before holds recorded their charges returns on its settle,
+// release or expiry. The hold took its amounts from shards that are not recorded, and other
+// decisions and holds may since have moved the shard balance, so two random shards (or even the
+// two it took from) may lack less than is owed: across every shard, what they lack includes all
+// that the hold still has out, so for a limit that does not refill the whole amount is given back
+// (holds_shards_test.go). A refill in between can make a bucket full first; then, as with any
+// refund, nothing goes above the maximum.
+func everyShard(req Request) bool { return req.Refund && req.hold && req.giveBack == nil }
 
 func allShards(n int) []int {
 	out := make([]int, max(n, 1))
@@ -648,18 +654,18 @@ func setFullIn(dec *Decision, def Definition, states []algo.State, d algo.Outcom
 }
 
 // setTaken records on the decision of r in res (the request's own, or its ancestor's among
-// Parents, just placed) what a hold's request took from shards shards of def: count, leaving
-// remaining in them.
-func setTaken(res *Decision, r limitRef, def Definition, shards int, count, remaining float64, now int64) {
+// Parents, just placed) what a hold's request took from each shard of picks (outcome d on states).
+func setTaken(res *Decision, r limitRef, def Definition, states []algo.State, picks []int, d algo.Outcome, now, origin int64) {
 	dec := res
 	if r.parent {
 		dec = &res.Parents[len(res.Parents)-1]
 	}
-	t := &algo.Taken{Kind: def.Kind, At: now, Count: count}
-	if n := float64(def.Normalized().Shards); def.Kind.Algorithm() == TokenBucket {
-		used := float64(shards)
-		t.Room = used*def.Max()/n - remaining
-		t.Refill = used * def.Rate / n / float64(def.Period)
+	t := &algo.Taken{Kind: def.Kind, At: now, Shards: algo.TakeOf(def, states, picks, d, now, origin)}
+	switch n := float64(def.Normalized().Shards); def.Kind.Algorithm() {
+	case TokenBucket:
+		t.Refill = def.Rate / n / float64(def.Period)
+	case FixedWindow:
+		t.Refill = def.Rate / n
 	}
 	dec.taken = t
 }
@@ -712,7 +718,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 				var o algo.Outcome
 				var given float64
 				if t := req.giveBack; t != nil {
-					o, given = algo.RefundAt(def, states, math.Min(req.Count, t.Returnable(def, now, origin)), now, origin, t.At)
+					o, given = t.GiveBack(def, states, req.Count, now, origin)
 				} else {
 					o, given = algo.Refund(def, states, req.Count, now, origin)
 				}
@@ -786,7 +792,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			}
 		}
 		if req.hold {
-			setTaken(&out.Results[r.of], r, def, len(j.picks[x]), req.Count, d.Remaining, now)
+			setTaken(&out.Results[r.of], r, def, states, j.picks[x], d, now, origin)
 		}
 	}
 	for i := range out.Results {

@@ -232,7 +232,7 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 				if req.Config != nil {
 					shards = max(req.Config.Shards, 1)
 				}
-				e.ensurePicks(j, i, shards, everyShard(req))
+				e.ensurePicks(j, i, shards, req)
 				for _, s := range j.picks[i] {
 					rows = append(rows, rowKey{tenant, req.Name, req.Key, s})
 				}
@@ -240,7 +240,7 @@ func (e *Engine) guess(jobs []*job, keys []defKey) ([]rowKey, []defKey) {
 			continue
 		}
 		for x, r := range exp {
-			e.ensurePicks(j, x, r.def.Shards, everyShard(j.reqs[r.of]))
+			e.ensurePicks(j, x, r.def.Shards, j.reqs[r.of])
 			for _, s := range j.picks[x] {
 				rows = append(rows, rowKey{r.tenantID, r.name, r.key, s})
 			}

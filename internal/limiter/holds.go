@@ -19,19 +19,19 @@ import (
 // Holds. A hold reserves amounts of several limits all or nothing, exactly like a consuming batch
 // (it is one: the group commit decides it, and its step writes the hold's rows in the same
 // transaction), and is later closed exactly once:
-//   - settled with the actual amounts: less than held gives the difference back (algo.Refund,
-//     the refund's math, so never above a limit's maximum, over every shard of a sharded limit:
-//     everyShard); more than held takes the extra as a
-//     decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of
-//     it and records it as overage, which the answer returns and the metrics count (once the
-//     close's transaction has committed, runCloses): a settle never blocks;
+//   - settled with the actual amounts: less than held gives the difference back; more than held
+//     takes the extra as a decision of its own per limit (with its ancestors) when it fits, and
+//     otherwise takes none of it and records it as overage, which the answer returns and the
+//     metrics count (once the close's transaction has committed, runCloses): a settle never
+//     blocks;
 //   - released (DELETE): everything held is given back;
 //   - expired: a hold not settled by its expiry (the engine's clock) is released by SweepHolds.
 //
-// What is given back goes only to the limits and keys the hold took from (its charges, recorded
-// when it was made), each at most what it took and what of that still counts at the close
-// (algo.Taken.Returnable): a window that has ended, or a bucket that could have refilled it, owes
-// nothing, so a hold never lets through more than a key that never saw it.
+// What is given back goes only to the limits, keys and shards the hold took from (its charges,
+// recorded when it was made), each at most what it took and what of that still counts at the
+// close (algo.Taken.GiveBack, with the refund's math: never above a limit's maximum), so a hold
+// never lets through more than a key that never saw it. A hold made before charges were recorded
+// gives back what it held, to every shard of a sharded limit (everyShard).
 // Closing reads the hold and changes the state rows and the hold in one serializable transaction,
 // so of two concurrent closes one finds it closed (ErrHoldClosed). Closes (and lease changes) are
 // jobs of the engine's lanes (runCloses): the closes of one group share one transaction of their
@@ -309,16 +309,12 @@ func holdInserts(tenantID int64, id string, limits []HoldLimit, took [][]charge,
 
 // charge is what a hold took from one limit and key: the limit it holds, or one of that limit's
 // ancestors. Closing the hold gives back to exactly these, each at most what of its amount still
-// counts (algo.Taken.Returnable): not to parents added since, and nothing a decision did not
-// write (an allow override, a shadow limit's would-be refusal).
+// counts (algo.Taken.GiveBack), to the shards it took from: not to parents added since, and
+// nothing where a decision wrote nothing (an allow override, a shadow limit's would-be refusal).
 type charge struct {
-	Name  string  `json:"name"`
-	Key   string  `json:"key"`
-	Kind  string  `json:"kind"`
-	At    int64   `json:"at"`
-	Count float64 `json:"count"`
-	Room  float64 `json:"room,omitempty"`
-	Fill  float64 `json:"refill,omitempty"`
+	Name string      `json:"name"`
+	Key  string      `json:"key"`
+	Took *algo.Taken `json:"took,omitempty"` // nil: the decision wrote nothing
 }
 
 // charges lists, for each of a hold's decisions, the charges it made: the limit's own first,
@@ -327,18 +323,10 @@ func charges(results []Decision) [][]charge {
 	out := make([][]charge, len(results))
 	for i := range results {
 		for _, d := range append([]Decision{results[i]}, results[i].Parents...) {
-			c := charge{Name: d.Name, Key: d.Key}
-			if t := d.taken; t != nil {
-				c.Kind, c.At, c.Count, c.Room, c.Fill = string(t.Kind), t.At, t.Count, t.Room, t.Refill
-			}
-			out[i] = append(out[i], c)
+			out[i] = append(out[i], charge{Name: d.Name, Key: d.Key, Took: d.taken})
 		}
 	}
 	return out
-}
-
-func (c charge) taken() *algo.Taken {
-	return &algo.Taken{Kind: Kind(c.Kind), At: c.At, Count: c.Count, Room: c.Room, Refill: c.Fill}
 }
 
 type holdLimitRow struct {
@@ -484,8 +472,8 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 		}
 		if cs, ok := h.charges(); ok && diff < 0 {
 			for k, c := range cs {
-				if c.Count > 0 {
-					add(Request{Name: c.Name, Key: c.Key, Count: -diff, Refund: true, hold: true, giveBack: c.taken()}, k == 0)
+				if c.Took != nil && len(c.Took.Shards) > 0 {
+					add(Request{Name: c.Name, Key: c.Key, Count: -diff, Refund: true, hold: true, giveBack: c.Took}, k == 0)
 				}
 			}
 			continue

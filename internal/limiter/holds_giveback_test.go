@@ -91,6 +91,49 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 			want:    map[string]float64{"tb": 10}, // 4 refilled + 6 given back
 		},
 		{
+			// Drained right after the hold: the bucket never came near full, so all of it.
+			name:    "a bucket drained by other traffic",
+			defs:    map[string]limiter.Definition{"tb": {Kind: limiter.TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(100.0)}},
+			held:    "tb",
+			count:   10,
+			between: []step{take("tb", 90), advance(10_000)},
+			check:   []string{"tb"},
+			want:    map[string]float64{"tb": 20},
+		},
+		{
+			// Two shards of 50 (refilling 50 a second each): the hold takes from the fuller one
+			// alone, which is full again 200 ms later; only that shard is owed anything.
+			name:    "a sharded bucket",
+			defs:    map[string]limiter.Definition{"tbs": {Kind: limiter.TokenBucket, Rate: 100, Period: 1000, Shards: 2}},
+			held:    "tbs",
+			count:   10,
+			before:  []step{take("tbs", 50)},
+			between: []step{advance(400)},
+			check:   []string{"tbs"},
+			want:    map[string]float64{"tbs": 70},
+		},
+		{
+			// 100 refilling 10 a window: a window later the key without the hold would have 100
+			// (capped), with it 60: 40 come back.
+			name:    "a fixed window with a capacity above its rate",
+			defs:    map[string]limiter.Definition{"fwc": {Kind: limiter.FixedWindow, Rate: 10, Period: 60_000, Capacity: ptr(100.0), Start: ptr(int64(0))}},
+			held:    "fwc",
+			count:   50,
+			between: []step{advance(60_000)},
+			check:   []string{"fwc"},
+			want:    map[string]float64{"fwc": 100},
+		},
+		{
+			name: "a capacity lowered while held",
+			defs: map[string]limiter.Definition{"low": {Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(100.0)}},
+			held: "low", count: 10,
+			between: []step{func(t *testing.T, e *limiter.Engine, _ *fakeClock, _ []string) {
+				mustPut(t, e, "low", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(50.0)})
+			}, take("low", 40)},
+			check: []string{"low"},
+			want:  map[string]float64{"low": 10},
+		},
+		{
 			name:    "a bucket far from full gets all of it back",
 			defs:    map[string]limiter.Definition{"tb": {Kind: limiter.TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(1000.0)}},
 			held:    "tb",

@@ -491,7 +491,7 @@ export interface paths {
         put?: never;
         /**
          * Settle a hold to the actual amounts
-         * @description Charges the actual amounts once, in one serializable transaction: less than held gives the difference back (the refund's math: never above a limit's maximum; on a sharded limit to the shards that lack most among all the key's shards, so that it is given back whole); more than held takes the extra as a decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of it and records it as overage (never blocking).
+         * @description Charges the actual amounts once, in one serializable transaction: less than held gives the difference back, at most what of the hold's amount still counts, to the limits, keys and shards the hold took from (the refund's math: never above a limit's maximum; README, Holds); more than held takes the extra as a decision of its own per limit (with its ancestors) when it fits, and otherwise takes none of it and records it as overage (never blocking).
          */
         post: operations["settleHold"];
         delete?: never;
@@ -514,7 +514,7 @@ export interface paths {
         post?: never;
         /**
          * Release a hold
-         * @description Gives back what the hold reserved and still counts, to the limits and keys it took from (the refund's math; a window that has ended since or a bucket whose refill could have replaced it owes nothing: README, Holds; on a sharded limit to the shards that lack most among all the key's shards) and closes it.
+         * @description Gives back what the hold reserved and still counts, to the limits, keys and shards it took from (the refund's math: never above a limit's maximum; a key that may have refilled to its maximum without the hold is owed nothing: README, Holds) and closes it.
          */
         delete: operations["releaseHold"];
         options?: never;
@@ -990,7 +990,7 @@ export interface components {
                 held: number;
                 /** @description what the limit now counts for this hold: the actual count, or held when the extra did not fit (overage) */
                 charged: number;
-                /** @description given back of held - actual: less when the limit could not take it all back without exceeding its maximum, or when less of what the hold took still counts (a window that has ended since, a bucket whose refill could have replaced it: README, Holds) */
+                /** @description given back of held - actual: less when the limit could not take it all back without exceeding its maximum, or when less of what the hold took still counts (a key that may have refilled meanwhile: README, Holds) */
                 refunded: number;
                 /** @description actual - held when the limit (with its ancestors) could not take that extra: recorded here and in the sluice_hold_overage_total metric, never taken, never blocking */
                 overage: number;

@@ -13,18 +13,6 @@ import (
 // first, so it gives back min(count, what the shards lack), to the shards that lack most. Writes hold only the shards that changed; Remaining is what the shards hold afterwards
 // and Refunded what was actually given back (at most count).
 func Refund(def Definition, states []State, count float64, now, origin int64) (out Outcome, refunded float64) {
-	return refund(def, states, count, now, origin, nil)
-}
-
-// RefundAt is Refund of what was taken at the instant at (ms): a sliding window takes the count
-// off the sub-interval that contains at (as far as its count there goes), rather than off the
-// newest first, so that a hold taken early in the window does not give back at a later
-// sub-interval's heavier weight; the other kinds are Refund's.
-func RefundAt(def Definition, states []State, count float64, now, origin, at int64) (out Outcome, refunded float64) {
-	return refund(def, states, count, now, origin, &at)
-}
-
-func refund(def Definition, states []State, count float64, now, origin int64, at *int64) (out Outcome, refunded float64) {
 	p := def.shardParams()
 	views := make([]shardView, len(states))
 	order := make([]int, len(states))
@@ -46,13 +34,7 @@ func refund(def Definition, states []State, count float64, now, origin int64, at
 		w := State{TS: v.ts, PenaltyUntil: states[i].PenaltyUntil, Exists: true}
 		if p.kind == SlidingWindow {
 			c := append([]float64(nil), v.counters...)
-			from, to := 0, len(c)-1 // newest first, or only the sub-interval of at
-			if at != nil {
-				n, _ := subInterval(p, *at)
-				to = len(c) - 1 - int(min(max(v.n-n, -1), int64(len(c)))) // out of range: none
-				from = to
-			}
-			for k := to; k >= from && k >= 0 && k < len(c) && left > 0; k-- {
+			for k := len(c) - 1; k >= 0 && left > 0; k-- {
 				take := math.Min(c[k], left)
 				c[k] -= take
 				left -= take
@@ -76,49 +58,129 @@ func refund(def Definition, states []State, count float64, now, origin int64, at
 	return out, refunded
 }
 
-// Taken is what a hold took from one limit and key when it was made, recorded so that closing the
-// hold gives back no more than still counts against the limit: a window that has rolled over, or
-// a bucket that could have refilled what the hold took, owes nothing for it.
+// Taken is what a hold took from one limit and key when it was made, shard by shard, recorded so
+// that closing the hold gives back no more than what still counts against the limit (GiveBack).
 type Taken struct {
-	Kind  Kind    // the limit's kind then: a limit of another kind now gets nothing back
-	At    int64   // when (ms, the engine's clock)
-	Count float64 // what was written: 0 where an override allowed the key or a shadow refusal wrote nothing
-	// Room is, for a token bucket, what the shards the hold used lacked right after it (their
-	// maximum less what they held), and Refill what those shards refill per ms.
-	Room, Refill float64
+	Kind   Kind  // the limit's kind then: a limit of another kind now gets nothing back
+	At     int64 // when (ms, the engine's clock)
+	Shards []TakenShard
+	// Refill is what one shard refilled then: per ms for a token bucket, per window for a fixed
+	// window (0 for the other kinds).
+	Refill float64
 }
 
-// Returnable is the most of t that closing the hold may give back at now under def (origin: the
-// key's window origin), by kind:
-//   - token bucket: Count, less whatever refill since At could have made the shards full without
-//     the hold (Room − Refill·elapsed): past that, giving the hold's tokens back would let through
-//     more than a bucket that never saw the hold could have;
-//   - fixed window and quota: Count within the window it was taken in, nothing after;
-//   - sliding window: Count while its sub-interval is still counted (RefundAt takes it off that
-//     sub-interval), nothing after.
-func (t Taken) Returnable(def Definition, now, origin int64) float64 {
-	def = def.Normalized()
-	if t.Count <= 0 || def.Kind.Algorithm() != t.Kind.Algorithm() {
-		return 0
+// TakenShard is what a hold took from one shard: Took (0 where a decision wrote nothing: an allow
+// override, a shadow limit's would-be refusal), leaving After (a bucket's or window's value).
+type TakenShard struct {
+	Shard       int
+	Took, After float64
+}
+
+// Picks are the shards t took from, in order.
+func (t Taken) Picks() []int {
+	out := make([]int, len(t.Shards))
+	for i, s := range t.Shards {
+		out[i] = s.Shard
 	}
+	return out
+}
+
+// TakeOf is what the outcome d of a decision on states (the shards picks, in order) took from
+// each shard it wrote.
+func TakeOf(def Definition, states []State, picks []int, d Outcome, now, origin int64) []TakenShard {
+	var out []TakenShard
+	for k, w := range d.Writes {
+		if !w.Exists {
+			continue
+		}
+		before, _ := Peek(def, states[k], now, origin)
+		out = append(out, TakenShard{Shard: picks[k], Took: before - w.Value, After: w.Value})
+	}
+	return out
+}
+
+// GiveBack gives back up to count of what t took, at now, to the shards it took from (states:
+// their rows now, in t.Shards' order), each at most what of its taking still counts (never above
+// the shard's maximum: the refund's math). What still counts, by kind:
+//   - token bucket and fixed window: the shard's value without the hold would have been its value
+//     now plus what the hold took, unless it would have reached the maximum in between (a bucket
+//     does not refill past it). The value since the hold is at most its value just after, plus
+//     the refill (at the faster of the rates then and now) until the row was last written, and
+//     since then its value now: at most the maximum less that much comes back. A row that is gone
+//     (reset, or swept as full) gets nothing;
+//   - quota: all of it within the calendar window it was taken in, nothing after;
+//   - sliding window: all of it while its sub-interval is still counted, taken off that
+//     sub-interval.
+//
+// Outcome's Writes are the shards that changed, Remaining what they hold afterwards.
+func (t Taken) GiveBack(def Definition, states []State, count float64, now, origin int64) (out Outcome, given float64) {
+	def = def.Normalized()
 	p := def.shardParams()
-	stillCounted := false
+	out = Outcome{OK: true, RetryAfter: math.NaN(), Writes: make([]State, len(states))}
+	if def.Kind.Algorithm() != t.Kind.Algorithm() {
+		return out, 0
+	}
+	left := count
+	for k, st := range states {
+		v := viewOf(p, st, now, origin)
+		ts := t.Shards[k]
+		owed := 0.0
+		if st.Exists && ts.Took > 0 {
+			owed = math.Min(ts.Took, t.stillCounted(p, def, ts, st, v, now, origin))
+		}
+		g := math.Max(0, math.Min(owed, left))
+		w := State{TS: v.ts, PenaltyUntil: st.PenaltyUntil, Exists: true}
+		if p.kind == SlidingWindow {
+			c := append([]float64(nil), v.counters...)
+			n, _ := subInterval(p, t.At)
+			if i := len(c) - 1 - int(v.n-n); v.n >= n && i >= 0 {
+				g = math.Min(g, c[i])
+				c[i] -= g
+			} else {
+				g = 0
+			}
+			w.Counters, w.Value = c, p.rate-estimate(c, v.f)
+		} else {
+			g = math.Min(g, math.Max(p.max-v.avail, 0))
+			w.Value = v.avail + g
+		}
+		if g > 0 {
+			out.Writes[k] = w
+			given += g
+			left -= g
+			out.Remaining += w.Value
+		} else {
+			out.Remaining += v.avail
+		}
+	}
+	return out, given
+}
+
+// stillCounted is how much of what the hold took from one shard still counts (see GiveBack),
+// before capping at what it took; st is the shard's row now and v its view at now.
+func (t Taken) stillCounted(p shardParams, def Definition, ts TakenShard, st State, v shardView, now, origin int64) float64 {
 	switch p.kind {
-	case TokenBucket:
-		return math.Max(0, math.Min(t.Count, t.Room-t.Refill*float64(max(now-t.At, 0))))
-	case FixedWindow:
-		stillCounted = floorDiv(t.At-origin, p.period) == floorDiv(now-origin, p.period)
+	case TokenBucket, FixedWindow:
+		var refilled float64
+		if p.kind == TokenBucket {
+			refilled = math.Max(t.Refill, p.rate/float64(p.period)) * float64(max(st.TS-t.At, 0))
+		} else {
+			windows := floorDiv(st.TS-origin, p.period) - floorDiv(t.At-origin, p.period)
+			refilled = math.Max(t.Refill, p.rate) * float64(max(windows, 0))
+		}
+		highest := math.Max(math.Min(p.max, ts.After+refilled), v.avail)
+		return p.max - highest
 	case Quota:
 		then, _ := def.WindowAt(t.At)
 		current, _ := def.WindowAt(now)
-		stillCounted = then == current
+		if then == current {
+			return ts.Took
+		}
 	case SlidingWindow:
 		then, _ := subInterval(p, t.At)
-		current, _ := subInterval(p, now)
-		stillCounted = current-then <= int64(p.resolution)
+		if current, _ := subInterval(p, now); current-then <= int64(p.resolution) {
+			return ts.Took
+		}
 	}
-	if !stillCounted {
-		return 0
-	}
-	return t.Count
+	return 0
 }

@@ -147,68 +147,77 @@ func TestRefundOverEveryShardGivesBackAllThatFits(t *testing.T) {
 	}
 }
 
-// TestReturnableIsWhatStillCounts: what closing a hold may give back, by kind, at the edges.
-func TestReturnableIsWhatStillCounts(t *testing.T) {
-	const at = int64(1_700_000_040_000) // a whole minute
+// TestGiveBackIsWhatStillCounts: what closing a hold gives back of what it took from one shard,
+// by kind, against the value the shard would hold had it never seen the hold.
+func TestGiveBackIsWhatStillCounts(t *testing.T) {
+	const at = int64(1_700_000_040_000)                                                     // a whole minute
+	bucket := Definition{Kind: TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(100.0)} // 0.001 a ms
+	window := Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: ptr(100.0), Start: new(int64)}
 	month := Definition{Kind: Quota, Rate: 10, Calendar: "month"}
+	sliding := Definition{Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 10}
+	row := func(v float64, ts int64) State { return State{Value: v, TS: ts, Exists: true} }
 	for _, c := range []struct {
-		name string
-		def  Definition
-		t    Taken
-		now  int64
-		want float64
+		name  string
+		def   Definition
+		took  TakenShard
+		state State // the shard's row at the close
+		now   int64
+		want  float64
 	}{
-		{"bucket at once", Definition{Kind: TokenBucket, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10, Refill: 0.001}, at, 4},
-		{"bucket, refill short of the room", Definition{Kind: TokenBucket, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10, Refill: 0.001}, at + 7_000, 3},
-		{"bucket, refill past the room", Definition{Kind: TokenBucket, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10, Refill: 0.001}, at + 11_000, 0},
-		{"bucket, a clock behind the hold's", Definition{Kind: TokenBucket, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10, Refill: 0.001}, at - 5_000, 4},
-		{"gcra is a bucket", Definition{Kind: GCRA, Rate: 10, Period: 10_000}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10}, at, 4},
-		{"fixed window, same window", Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)}, Taken{Kind: FixedWindow, At: at, Count: 4}, at + 59_999, 4},
-		{"fixed window, the next", Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)}, Taken{Kind: FixedWindow, At: at, Count: 4}, at + 60_000, 0},
-		{"quota, same month", month, Taken{Kind: Quota, At: at, Count: 4}, at + 1_000, 4},
-		{"quota, the next month", month, Taken{Kind: Quota, At: at, Count: 4}, at + 40*86_400_000, 0},
-		{"sliding, still counted", Definition{Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 10}, Taken{Kind: SlidingWindow, At: at, Count: 4}, at + 65_999, 4},
-		{"sliding, out of the window", Definition{Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 10}, Taken{Kind: SlidingWindow, At: at, Count: 4}, at + 66_000, 0},
-		{"another kind now", Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)}, Taken{Kind: TokenBucket, At: at, Count: 4, Room: 10}, at, 0},
-		{"nothing taken", Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Start: new(int64)}, Taken{Kind: FixedWindow, At: at}, at, 0},
+		// Held 10 of a full bucket (90 after); nothing since: at once all, later less (the bucket
+		// without the hold was full at at+10 s), and nothing once that is past.
+		{"bucket at once", bucket, TakenShard{Took: 10, After: 90}, row(90, at), at, 10},
+		{"bucket, partly refilled", bucket, TakenShard{Took: 10, After: 90}, row(90, at), at + 4_000, 6},
+		{"bucket, refilled", bucket, TakenShard{Took: 10, After: 90}, row(90, at), at + 11_000, 0},
+		// Drained to 0 right after the hold: the bucket never came near full, so all of it.
+		{"bucket drained at once", bucket, TakenShard{Took: 10, After: 90}, row(0, at), at + 10_000, 10},
+		// Drained at +9 s: up to then it may have held 99, so 1.
+		{"bucket drained later", bucket, TakenShard{Took: 10, After: 90}, row(0, at+9_000), at + 10_000, 1},
+		{"bucket row gone", bucket, TakenShard{Took: 10, After: 90}, State{}, at + 1, 0},
+		// A window of 100 refilling 10 a window: 50 held leave 50; a window later the key without
+		// the hold would have 100 (capped), with it 60: 40 still count.
+		{"window, same window", window, TakenShard{Took: 50, After: 50}, row(50, at), at + 59_999, 50},
+		{"window, the next", window, TakenShard{Took: 50, After: 50}, row(50, at), at + 60_000, 40},
+		{"window, five later", window, TakenShard{Took: 50, After: 50}, row(50, at), at + 5*60_000, 0},
+		{"quota, same month", month, TakenShard{Took: 4, After: 6}, row(6, at), at + 1_000, 4},
+		{"quota, the next month", month, TakenShard{Took: 4, After: 6}, row(6, at), at + 40*86_400_000, 0},
 	} {
-		if got := c.t.Returnable(c.def, c.now, 0); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		taken := Taken{Kind: c.def.Kind, At: at, Shards: []TakenShard{c.took}, Refill: 0}
+		if c.def.Kind == TokenBucket {
+			taken.Refill = 0.001
+		}
+		st := c.state
+		if c.def.Kind == FixedWindow && st.Exists {
+			st.TS = at - at%60_000 // a window's row stores its start
+		}
+		if c.def.Kind == Quota && st.Exists {
+			st.TS, _ = c.def.Normalized().WindowAt(at)
+		}
+		_, got := taken.GiveBack(c.def, []State{st}, 1_000, c.now, 0)
+		if math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: gave %v, want %v", c.name, got, c.want)
 		}
 	}
-}
-
-// TestRefundAtTakesOffTheSubIntervalOfTheTaking: a sliding window's give-back comes off the
-// sub-interval it was taken in, as far as its count there goes, and off none once it is gone.
-func TestRefundAtTakesOffTheSubIntervalOfTheTaking(t *testing.T) {
-	def := Definition{Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 2}.Normalized()
-	const at = int64(1_700_000_040_000) // sub-intervals of 30 s start here
+	// A sliding window: off the sub-interval it was taken in (3 of them there, 4 newer), as far
+	// as its count goes; nothing once that sub-interval has left the window.
+	def := sliding.Normalized()
 	st := []State{{}}
 	for _, take := range []struct {
 		at    int64
 		count float64
-	}{{at, 3}, {at + 30_000, 4}} {
-		d := Decide(def, st, take.count, false, take.at, 0)
-		st[0] = d.Writes[0]
+	}{{at, 3}, {at + 6_000, 4}} {
+		st[0] = Decide(def, st, take.count, false, take.at, 0).Writes[0]
 	}
-	now := at + 30_000
-	for _, c := range []struct {
-		from         int64
-		count, given float64
-		counters     []float64
-	}{
-		{at, 5, 3, []float64{0, 0, 4}},          // only the 3 of its sub-interval
-		{at + 30_000, 2, 2, []float64{0, 3, 2}}, // off the newer one
-		{at - 30_000, 2, 0, []float64{0, 3, 4}}, // a sub-interval no longer counted
-		{at + 60_000, 2, 0, []float64{0, 3, 4}}, // one that has not begun
-	} {
-		o, given := RefundAt(def, st, c.count, now, 0, c.from)
-		got := st[0].Counters
-		if o.Writes[0].Exists {
-			got = o.Writes[0].Counters
-		}
-		if given != c.given || len(got) != len(c.counters) || got[0] != c.counters[0] || got[1] != c.counters[1] || got[2] != c.counters[2] {
-			t.Errorf("from %d: gave %v, counters %v; want %v, %v", c.from, given, got, c.given, c.counters)
-		}
+	taken := Taken{Kind: SlidingWindow, At: at, Shards: []TakenShard{{Took: 5}}}
+	if o, got := taken.GiveBack(def, st, 5, at+6_000, 0); got != 3 || o.Writes[0].Counters[len(o.Writes[0].Counters)-2] != 0 ||
+		o.Writes[0].Counters[len(o.Writes[0].Counters)-1] != 4 {
+		t.Errorf("sliding: gave %v, counters %v; want 3 off the older sub-interval", got, o.Writes[0].Counters)
+	}
+	if _, got := taken.GiveBack(def, st, 5, at+66_000, 0); got != 0 {
+		t.Errorf("sliding, out of the window: gave %v", got)
+	}
+	// Another kind now: nothing.
+	if _, got := (Taken{Kind: TokenBucket, At: at, Shards: []TakenShard{{Took: 4, After: 6}}}).GiveBack(window, []State{{Value: 6, TS: at, Exists: true}}, 4, at, 0); got != 0 {
+		t.Errorf("another kind: gave %v", got)
 	}
 }
