@@ -194,3 +194,58 @@ func storedStrings(t *testing.T, d *db.DB) []string {
 	}
 	return out
 }
+
+// TestLegacyStoredSecretIsNotDeletedForAnotherRootSecret: when the root secret in use (SECRET_KEY,
+// or on SQLite an existing key file) differs from the one an earlier version stored, the stored
+// one is the only copy of the secret existing API keys were made under: Sluice refuses to start
+// and keeps it, naming both ways out, until SLUICE_DISCARD_LEGACY_SECRET=true says to delete it.
+func TestLegacyStoredSecretIsNotDeletedForAnotherRootSecret(t *testing.T) {
+	const legacy = "legacy-generated-root-secret-0123456789"
+	const other = "another-root-secret-0123456789abcdefgh"
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		svc := tenants.NewService(d, nil, nil)
+		if _, err := svc.SetSettingIfAbsent(ctx, "secret_key", legacy); err != nil {
+			t.Fatal(err)
+		}
+		cfg := apptest.Config("sqlite:" + t.TempDir() + "/copy.db")
+		cfg.SecretKey = other
+		log := app.NewLogger(cfg, new(strings.Builder))
+		stillStored := func(when string) {
+			t.Helper()
+			if v, err := svc.Setting(ctx, "secret_key"); err != nil || v != legacy {
+				t.Fatalf("%s: the stored secret is %q (%v), want it kept", when, v, err)
+			}
+		}
+		_, err := app.LoadSecrets(ctx, cfg, d, log)
+		if !errors.Is(err, app.ErrLegacySecretDiffers) || !strings.Contains(err.Error(), "SELECT value FROM settings") ||
+			!strings.Contains(err.Error(), "SLUICE_DISCARD_LEGACY_SECRET=true") {
+			t.Fatalf("another SECRET_KEY than the stored secret: %v", err)
+		}
+		stillStored("another SECRET_KEY")
+		if d.Dialect == db.SQLite {
+			// A key file made by a newer version beside a database restored from an older one.
+			if err := os.WriteFile(app.SecretFile(cfg.DatabaseURL), []byte(other+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			noKey := cfg
+			noKey.SecretKey = ""
+			if _, err := app.LoadSecrets(ctx, noKey, d, log); !errors.Is(err, app.ErrLegacySecretDiffers) {
+				t.Fatalf("a key file that differs from the stored secret: %v", err)
+			}
+			stillStored("another key file")
+		}
+
+		cfg.DiscardLegacySecret = true
+		s, err := app.LoadSecrets(ctx, cfg, d, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hmac.Equal(s.Pepper, app.NewSecrets(other).Pepper) {
+			t.Fatal("the keys do not derive from SECRET_KEY")
+		}
+		if _, err := svc.Setting(ctx, "secret_key"); !errors.Is(err, tenants.ErrNotFound) {
+			t.Fatalf("SLUICE_DISCARD_LEGACY_SECRET=true kept the stored secret: %v", err)
+		}
+	})
+}

@@ -33,6 +33,10 @@ type Config struct {
 	PprofAddr      string // when set (loopback only), net/http/pprof listens there for profiling
 	// Demo serves /demo, which creates and uses a tenant of its own.
 	Demo bool
+	// DiscardLegacySecret deletes a root secret an earlier version stored in the database when
+	// it differs from the one in use (SLUICE_DISCARD_LEGACY_SECRET); otherwise Sluice refuses to
+	// start rather than delete the only copy.
+	DiscardLegacySecret bool
 	// FastCommit is SLUICE_COMMIT=fast: decisions on PostgreSQL commit without waiting for disk.
 	FastCommit bool
 	// DecisionLanes is SLUICE_DECISION_LANES: how many group transactions of decisions may be in
@@ -156,6 +160,15 @@ var options = []Option{
 				return errors.New("SECRET_KEY must be at least 32 characters")
 			}
 			c.SecretKey = v
+			return nil
+		}},
+	{Name: "SLUICE_DISCARD_LEGACY_SECRET", Default: "false", Doc: "a root secret an earlier version stored in the database that differs from `SECRET_KEY` (or the SQLite key file) makes Sluice refuse to start; `true` deletes it instead (the API keys, sessions and webhook signing secrets made under it stop working)",
+		parse: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("SLUICE_DISCARD_LEGACY_SECRET must be true or false")
+			}
+			c.DiscardLegacySecret = b
 			return nil
 		}},
 	{Name: "TRUSTED_PROXIES", Default: "(none)", Doc: "comma-separated IPs/CIDRs whose `X-Forwarded-For` is believed",
@@ -522,9 +535,9 @@ func (c Config) String() string {
 		}
 		return "[redacted]"
 	}
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t webhook_allow_private=%t smtp_addr=%q smtp_from=%q smtp_username=%q smtp_password=%s smtp_tls=%s",
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s discard_legacy_secret=%t metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t webhook_allow_private=%t smtp_addr=%q smtp_from=%q smtp_username=%q smtp_password=%s smtp_tls=%s",
 		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
-		secret(c.SecretKey), c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown, c.WebhookAllowPrivate,
+		secret(c.SecretKey), c.DiscardLegacySecret, c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown, c.WebhookAllowPrivate,
 		c.SMTPAddr, c.SMTPFrom, c.SMTPUsername, secret(c.SMTPPassword), c.SMTPTLS)
 }
 

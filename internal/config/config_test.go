@@ -135,10 +135,13 @@ func TestOperationsVariablesParse(t *testing.T) {
 	if c, err := FromEnv(env(map[string]string{"SLUICE_COMMIT": "fast"})); err != nil || !c.FastCommit || d.FastCommit {
 		t.Fatalf("SLUICE_COMMIT=fast: %v %v (default %v)", c.FastCommit, err, d.FastCommit)
 	}
+	if c, err := FromEnv(env(map[string]string{"SLUICE_DISCARD_LEGACY_SECRET": "true"})); err != nil || !c.DiscardLegacySecret || d.DiscardLegacySecret {
+		t.Fatalf("SLUICE_DISCARD_LEGACY_SECRET=true: %v %v (default %v)", c.DiscardLegacySecret, err, d.DiscardLegacySecret)
+	}
 	if c, err := FromEnv(env(map[string]string{"SWEEP_INTERVAL": "off"})); err != nil || c.SweepInterval != 0 {
 		t.Fatalf("SWEEP_INTERVAL=off: %v %v", c.SweepInterval, err)
 	}
-	for name, bad := range map[string]string{"SLUICE_COMMIT": "sometimes", "SWEEP_INTERVAL": "10ms", "SWEEP_BATCH": "0", "METRICS_TOKEN": "short", "GOGC": "-5", "GOMEMLIMIT": "lots"} {
+	for name, bad := range map[string]string{"SLUICE_DISCARD_LEGACY_SECRET": "maybe", "SLUICE_COMMIT": "sometimes", "SWEEP_INTERVAL": "10ms", "SWEEP_BATCH": "0", "METRICS_TOKEN": "short", "GOGC": "-5", "GOMEMLIMIT": "lots"} {
 		if _, err := FromEnv(env(map[string]string{name: bad})); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%s: %v", name, bad, err)
 		}
