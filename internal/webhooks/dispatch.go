@@ -30,8 +30,6 @@ const (
 	// database) may be overtaken, and then its outcome is not recorded (see deliver): the worst
 	// case is one more sending, never an outcome written over a newer one.
 	claimLease = time.Minute
-	// claimBatch is how many due deliveries one look takes, in turns between tenants.
-	claimBatch = 16
 )
 
 // finishedNextAttempt is the next_attempt_at of a delivered or given-up delivery: later than any
@@ -157,16 +155,22 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// dueSQL lists up to ? deliveries due at ?, in turns between tenants: every tenant's most
-// overdue one, then every tenant's second, and so on. A tenant with many deliveries waiting (a
-// backlog, a receiver that never answers and so costs the whole request timeout each time) then
-// delays another tenant's event by at most one of its own per turn, not by its whole backlog.
-const dueSQL = `SELECT id FROM (
-		SELECT id, next_attempt_at, ROW_NUMBER() OVER (PARTITION BY tenant_id ORDER BY next_attempt_at, id) AS turn
+// dueSQL lists every tenant's most overdue delivery due at ?, the most overdue first: the
+// candidates for the next sending, of which DeliverDue takes the tenant whose turn it is. It
+// runs before every sending, and reads through the due index the waiting deliveries that are due
+// (at most MaxWaitingPerEndpoint per endpoint), never the finished ones (finishedNextAttempt).
+const dueSQL = `SELECT id, tenant_id FROM (
+		SELECT id, tenant_id, next_attempt_at, ROW_NUMBER() OVER (PARTITION BY tenant_id ORDER BY next_attempt_at, id) AS turn
 		FROM webhook_deliveries
 		WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?) due
-	ORDER BY turn, next_attempt_at, id
-	LIMIT ?`
+	WHERE turn = 1
+	ORDER BY next_attempt_at, id`
+
+// dueDelivery is one of dueSQL's candidates.
+type dueDelivery struct {
+	ID       string
+	TenantID int64
+}
 
 // claimSQL claims one delivery if it is still due: counts the attempt and hides it from other
 // dispatchers for claimLease. Of dispatchers that list the same delivery, one claims it (the
@@ -176,34 +180,45 @@ const claimSQL = `UPDATE webhook_deliveries SET next_attempt_at = ?, attempts = 
 	WHERE id = ? AND delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= ?
 	RETURNING id, tenant_id, endpoint_id, event, payload, created_at, attempts, next_attempt_at`
 
-// DeliverDue sends every delivery that is due now, claiming each just before sending it, and
-// returns how many it sent successfully.
+// DeliverDue sends every delivery that is due now, one at a time, and returns how many it sent
+// successfully. The tenants with deliveries due take turns: before each sending it looks again
+// at every tenant's most overdue delivery and sends the one of the tenant served longest ago in
+// this pass (tenants not yet served first, the most overdue of those first), claiming it just
+// before. A tenant's backlog, or its receivers that never answer (each costing the request
+// timeout), then delays another tenant's delivery by one request per turn, not by its whole
+// queue, also when that delivery falls due during the pass (a retry, an event written meanwhile).
 func (s *Service) DeliverDue(ctx context.Context) (int, error) {
 	sent := 0
-	for {
-		var due []string
-		if err := s.db.Gorm.WithContext(ctx).Raw(dueSQL, s.now().UnixMilli(), claimBatch).Scan(&due).Error; err != nil {
+	servedAt := map[int64]int{} // tenant → the number of the sending that last served it (none: 0)
+	for sending := 1; ; sending++ {
+		now := s.now()
+		var due []dueDelivery
+		if err := s.db.Gorm.WithContext(ctx).Raw(dueSQL, now.UnixMilli()).Scan(&due).Error; err != nil {
 			return sent, fmt.Errorf("webhooks: due deliveries: %w", err)
 		}
 		if len(due) == 0 {
 			return sent, nil
 		}
-		for _, id := range due {
-			now := s.now()
-			var claimed []deliveryRow
-			if err := s.db.Gorm.WithContext(ctx).Raw(claimSQL, now.Add(claimLease).UnixMilli(), id, now.UnixMilli()).Scan(&claimed).Error; err != nil {
-				return sent, fmt.Errorf("webhooks: claim: %w", err)
+		next := due[0]
+		for _, d := range due[1:] {
+			if servedAt[d.TenantID] < servedAt[next.TenantID] {
+				next = d
 			}
-			if len(claimed) == 0 {
-				continue // another dispatcher took it, or it was delivered, given up or deleted
-			}
-			ok, err := s.deliver(ctx, claimed[0])
-			if err != nil {
-				return sent, err
-			}
-			if ok {
-				sent++
-			}
+		}
+		var claimed []deliveryRow
+		if err := s.db.Gorm.WithContext(ctx).Raw(claimSQL, now.Add(claimLease).UnixMilli(), next.ID, now.UnixMilli()).Scan(&claimed).Error; err != nil {
+			return sent, fmt.Errorf("webhooks: claim: %w", err)
+		}
+		if len(claimed) == 0 {
+			continue // another dispatcher took it, or it was delivered, given up or deleted: look again
+		}
+		servedAt[next.TenantID] = sending
+		ok, err := s.deliver(ctx, claimed[0])
+		if err != nil {
+			return sent, err
+		}
+		if ok {
+			sent++
 		}
 	}
 }

@@ -184,13 +184,14 @@ func TestOneTenantsBacklogDoesNotHoldUpAnother(t *testing.T) {
 		if _, _, err := s.CreateEndpoint(ctx, quiet, srv.URL+"/quiet", []string{EventKeyCreated}); err != nil {
 			t.Fatal(err)
 		}
-		for i := range 3 * claimBatch {
+		const backlog = 48
+		for i := range backlog {
 			emit(t, s, busy, EventKeyCreated, map[string]int{"n": i})
 		}
 		c.advance(time.Millisecond) // the quiet tenant's event is the newest
 		emit(t, s, quiet, EventKeyCreated, nil)
-		if n := deliverDue(t, s); n != 3*claimBatch+1 {
-			t.Fatalf("delivered %d, want %d", n, 3*claimBatch+1)
+		if n := deliverDue(t, s); n != backlog+1 {
+			t.Fatalf("delivered %d, want %d", n, backlog+1)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -202,6 +203,104 @@ func TestOneTenantsBacklogDoesNotHoldUpAnother(t *testing.T) {
 		}
 		if at < 0 || at > 1 {
 			t.Fatalf("the quiet tenant's event was request %d of %d; want it among the first 2", at+1, len(order))
+		}
+	})
+}
+
+// TestManyTenantsBacklogsHoldUpAnotherByOneRequestEach: with more tenants waiting than fit in one
+// look for due deliveries, a tenant's event still waits for one request of each other tenant,
+// not for their backlogs (which stay older than its event all along).
+func TestManyTenantsBacklogsHoldUpAnotherByOneRequestEach(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			mu.Lock()
+			order = append(order, req.URL.Path)
+			mu.Unlock()
+			w.WriteHeader(http.StatusOK)
+		}))
+		t.Cleanup(srv.Close)
+		ctx := context.Background()
+		const busyTenants, backlog = 20, 3
+		for i := range busyTenants {
+			tenant := newTenant(t, d, "busy-"+strconv.Itoa(i))
+			if _, _, err := s.CreateEndpoint(ctx, tenant, srv.URL+"/busy", []string{EventKeyCreated}); err != nil {
+				t.Fatal(err)
+			}
+			for j := range backlog {
+				emit(t, s, tenant, EventKeyCreated, map[string]int{"n": j})
+			}
+		}
+		quiet := newTenant(t, d, "quiet")
+		if _, _, err := s.CreateEndpoint(ctx, quiet, srv.URL+"/quiet", []string{EventKeyCreated}); err != nil {
+			t.Fatal(err)
+		}
+		c.advance(time.Millisecond) // the quiet tenant's event is the newest
+		emit(t, s, quiet, EventKeyCreated, nil)
+		if n := deliverDue(t, s); n != busyTenants*backlog+1 {
+			t.Fatalf("delivered %d, want %d", n, busyTenants*backlog+1)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if at := slices.Index(order, "/quiet"); at < 0 || at > busyTenants {
+			t.Fatalf("the quiet tenant's event was request %d of %d; want it within the first %d (one per other tenant, then it)", at+1, len(order), busyTenants+1)
+		}
+	})
+}
+
+// TestADeliveryFallingDueDuringAPassTakesItsTurn: a tenant's delivery that falls due while the
+// dispatcher works through another tenant's backlog (a retry, an event written meanwhile) waits
+// for one of the other tenant's requests, not for the rest of what was due when the pass began:
+// with a receiver that never answers, each of those costs the whole request timeout.
+func TestADeliveryFallingDueDuringAPassTakesItsTurn(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		busy, quiet := newTenant(t, d, "busy"), newTenant(t, d, "quiet")
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			mu.Lock()
+			order = append(order, req.URL.Path)
+			mu.Unlock()
+			if req.URL.Path == "/busy" {
+				c.advance(requestTimeout) // the busy tenant's receiver takes as long as it may
+			}
+			w.WriteHeader(http.StatusOK)
+		}))
+		t.Cleanup(srv.Close)
+		ctx := context.Background()
+		if _, _, err := s.CreateEndpoint(ctx, busy, srv.URL+"/busy", []string{EventKeyCreated}); err != nil {
+			t.Fatal(err)
+		}
+		quietEndpoint, _, err := s.CreateEndpoint(ctx, quiet, srv.URL+"/quiet", []string{EventKeyCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const backlog = 16
+		for i := range backlog {
+			emit(t, s, busy, EventKeyCreated, map[string]int{"n": i})
+		}
+		// The quiet tenant's retry falls due a second after the pass begins.
+		now := c.now().UnixMilli()
+		outboxRows(t, d, quietEndpoint, []deliveryRow{{ID: "quiet-retry", CreatedAt: now - 5000, Attempts: 1, NextAttemptAt: now + 1000}})
+		if n := deliverDue(t, s); n != backlog+1 {
+			t.Fatalf("delivered %d, want %d", n, backlog+1)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		at := slices.Index(order, "/quiet")
+		if at < 0 || at > 1 {
+			t.Fatalf("the quiet tenant's retry was request %d of %d; want it second, after the busy request during which it fell due", at+1, len(order))
 		}
 	})
 }
