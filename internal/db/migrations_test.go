@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"math"
 	"io/fs"
 	"testing"
 	"time"
@@ -150,6 +151,41 @@ func TestMigration00014BackfillsHourlyUsageFromMinutes(t *testing.T) {
 			for i := range want {
 				if got[i] != want[i] {
 					t.Fatalf("hourly rows %v, want %v", got, want)
+				}
+			}
+		})
+	}
+}
+
+// Migration 00019 moves finished webhook deliveries out of the due range (the largest
+// next_attempt_at, what the dispatcher writes when it finishes one) and leaves waiting ones.
+func TestMigration00019MovesFinishedDeliveriesOutOfTheDueRange(t *testing.T) {
+	for _, dialect := range testkit.Dialects {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := migratedTo(t, dialect, 18)
+			for _, q := range []string{
+				`INSERT INTO tenants (id, name, created_at) VALUES (1, 'acme', CURRENT_TIMESTAMP)`,
+				`INSERT INTO webhook_endpoints (id, tenant_id, url, secret_sealed, events, created_at) VALUES (1, 1, 'https://h.example', 's', '', 0)`,
+				`INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event, payload, created_at, next_attempt_at, delivered_at) VALUES ('delivered', 1, 1, 'e', '{}', 0, 5, 7)`,
+				`INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event, payload, created_at, next_attempt_at, given_up_at) VALUES ('given-up', 1, 1, 'e', '{}', 0, 5, 7)`,
+				`INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event, payload, created_at, next_attempt_at) VALUES ('waiting', 1, 1, 'e', '{}', 0, 5)`,
+			} {
+				if err := d.Gorm.Exec(q).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for id, want := range map[string]int64{"delivered": math.MaxInt64, "given-up": math.MaxInt64, "waiting": 5} {
+				var got int64
+				if err := d.Gorm.Raw(`SELECT next_attempt_at FROM webhook_deliveries WHERE id = ?`, id).Scan(&got).Error; err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Errorf("%s: next_attempt_at %d, want %d", id, got, want)
 				}
 			}
 		})
