@@ -64,6 +64,9 @@ type Options struct {
 	// a test that must see a change reach another instance by NOTIFY, not by the cache
 	// expiring, makes it long.
 	AuthCacheTTL time.Duration
+	// IdempotencySweepInterval replaces how often expired idempotent answers are deleted
+	// (idempotencySweepInterval): a test makes it short to see the sweeper work.
+	IdempotencySweepInterval time.Duration
 }
 
 // App is one running Sluice: every component, built once. Its fields are for the CLI and tests,
@@ -87,6 +90,7 @@ type App struct {
 
 	stdout      io.Writer
 	setupPath   string        // one-time first-operator link, printed once listening
+	idemSweep   time.Duration // time between sweeps of expired idempotent answers
 	started     chan struct{} // closed once Run listens
 	addr        string        // the listener's address, once started
 	metricsAddr string        // the metrics listener's address, once started ("" when off)
@@ -150,7 +154,10 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
 	}
-	a := &App{Config: cfg, stdout: o.Stdout, started: make(chan struct{})}
+	a := &App{Config: cfg, stdout: o.Stdout, started: make(chan struct{}), idemSweep: idempotencySweepInterval}
+	if o.IdempotencySweepInterval > 0 {
+		a.idemSweep = o.IdempotencySweepInterval
+	}
 	a.Log = NewLogger(cfg, o.Stdout)
 	a.DB, err = Open(ctx, cfg, a.Log, false)
 	if err != nil {
@@ -348,6 +355,7 @@ func (a *App) Run(ctx context.Context) error {
 	bg.start(ctx, "captcha", a.Captcha.Run)
 	bg.start(ctx, "webhooks", a.Webhooks.Run)
 	bg.start(ctx, "state sweeper", a.sweepState)
+	bg.start(ctx, "idempotency key sweeper", a.sweepIdempotency)
 	bg.start(ctx, "hold and lease sweeper", a.sweepHolds)
 	if a.Config.PprofAddr != "" {
 		bg.start(ctx, "pprof", a.servePprof)

@@ -52,10 +52,9 @@ const sweepDutyCycle = 0.1
 // again (a sweep is idempotent).
 func (a *App) sweepState(ctx context.Context) error {
 	if a.Config.SweepInterval <= 0 {
-		a.Log.Info("sweeper disabled")
+		a.Log.Info("limit state sweeper disabled (SWEEP_INTERVAL)")
 	}
 	loop.Every(ctx, a.Config.SweepInterval, 0.1, func(ctx context.Context) {
-		a.sweepIdempotencyKeys(ctx)
 		start := time.Now()
 		n, err := a.Engine.SweepPaced(ctx, a.Config.SweepBatch, sweepDutyCycle)
 		a.Metrics.Swept("limit_state", n)
@@ -99,15 +98,23 @@ func (a *App) sweepHolds(ctx context.Context) error {
 	return nil
 }
 
-// sweepIdempotencyKeys deletes the idempotent decisions' stored answers that expired (24 hours
-// after their decision), on the state sweeper's schedule.
-func (a *App) sweepIdempotencyKeys(ctx context.Context) {
-	n, err := a.Engine.SweepIdempotency(ctx, a.Config.SweepBatch)
-	a.Metrics.Swept("idempotency_keys", n)
-	if err != nil && ctx.Err() == nil {
-		a.Metrics.SweepFailed()
-		a.Log.Warn("sweep of idempotency keys failed", "err", err, "idempotency_keys_deleted", n)
-	}
+// idempotencySweepInterval is the time between sweeps of expired idempotent answers. It is not
+// SWEEP_INTERVAL: turning the limit state sweeper off must not keep every stored answer forever.
+const idempotencySweepInterval = time.Minute
+
+// sweepIdempotency deletes the idempotent decisions' stored answers that expired (24 hours after
+// their decision) every idempotencySweepInterval (±10%), SWEEP_BATCH rows per transaction until
+// none is due. Failures are logged and counted; the next tick tries again.
+func (a *App) sweepIdempotency(ctx context.Context) error {
+	loop.Every(ctx, a.idemSweep, 0.1, func(ctx context.Context) {
+		n, err := a.Engine.SweepIdempotency(ctx, a.Config.SweepBatch)
+		a.Metrics.Swept("idempotency_keys", n)
+		if err != nil && ctx.Err() == nil {
+			a.Metrics.SweepFailed()
+			a.Log.Warn("sweep of idempotency keys failed", "err", err, "idempotency_keys_deleted", n)
+		}
+	})
+	return nil
 }
 
 // servePprof serves net/http/pprof on SLUICE_PPROF_ADDR (loopback only, checked by config) for

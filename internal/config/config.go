@@ -47,7 +47,8 @@ type Config struct {
 	// MetricsToken, when set, is the bearer token /metrics requires, and puts /metrics on the
 	// public listener too.
 	MetricsToken string
-	// SweepInterval is the time between sweeps of limit_state; 0 disables the sweeper.
+	// SweepInterval is the time between sweeps of limit_state; 0 disables that sweeper (not the
+	// one of idempotency keys).
 	SweepInterval time.Duration
 	// SweepBatch is the number of rows one sweeping transaction deletes at most.
 	SweepBatch int
@@ -221,7 +222,7 @@ var options = []Option{
 			c.MetricsToken = v
 			return nil
 		}},
-	{Name: "SWEEP_INTERVAL", Default: "1m", Doc: "time between sweeps of expired limit state (a Go duration of at least 1s; `0` or `off` disables the sweeper)",
+	{Name: "SWEEP_INTERVAL", Default: "1m", Doc: "time between sweeps of expired limit state (a Go duration of at least 1s; `0` or `off` disables that sweeper: expired idempotency keys are still swept every minute)",
 		parse: func(c *Config, v string) error {
 			if v == "off" || v == "0" {
 				c.SweepInterval = 0
