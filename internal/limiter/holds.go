@@ -277,7 +277,13 @@ const (
 	sqlOldHolds        = "SELECT tenant_id, id FROM holds WHERE state <> 'open' AND closed_at <= ? LIMIT ?"
 	sqlDeleteHold      = "DELETE FROM holds WHERE tenant_id = ? AND id = ?"
 	sqlDeleteHoldLimit = "DELETE FROM hold_limits WHERE tenant_id = ? AND hold_id = ?"
-	sqlHoldStats       = `SELECT COUNT(DISTINCT h.id) AS n, MIN(h.created_at) AS oldest,
+	// The open holds' charges that may name a limit (LIKE: '_' in a name matches any character,
+	// so voidCharges checks each one it finds), and one hold limit's charges rewritten.
+	sqlChargesNaming = `SELECT l.hold_id, l.idx, l.charges FROM hold_limits l
+		JOIN holds h ON h.tenant_id = l.tenant_id AND h.id = l.hold_id
+		WHERE l.tenant_id = ? AND h.state = 'open' AND l.charges LIKE ?`
+	sqlSetCharges = "UPDATE hold_limits SET charges = ? WHERE tenant_id = ? AND hold_id = ? AND idx = ?"
+	sqlHoldStats  = `SELECT COUNT(DISTINCT h.id) AS n, MIN(h.created_at) AS oldest,
 		COUNT(DISTINCT CASE WHEN h.expires_at <= ? THEN h.id END) AS soon, COALESCE(SUM(l.count), 0) AS held
 		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
 		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open'`
@@ -327,6 +333,42 @@ func charges(results []Decision) [][]charge {
 		}
 	}
 	return out
+}
+
+// voidCharges forgets, in tx, what open holds took from limit name (one key of it, or every key
+// with key nil): its state is being reset or dropped, or its definition or overrides change, and
+// from then on the key's history says nothing of what the hold's amount would have become, so
+// closing those holds gives nothing back to it (the rest of each hold is unchanged).
+func voidCharges(tx *gorm.DB, tenantID int64, name string, key *string) error {
+	var rows []struct {
+		HoldID  string
+		Idx     int
+		Charges string
+	}
+	quoted, _ := json.Marshal(name) // a string: cannot fail
+	if err := tx.Raw(sqlChargesNaming, tenantID, `%"name":`+string(quoted)+`%`).Scan(&rows).Error; err != nil {
+		return err
+	}
+	for _, r := range rows {
+		var cs []charge
+		if json.Unmarshal([]byte(r.Charges), &cs) != nil {
+			continue
+		}
+		changed := false
+		for i, c := range cs {
+			if c.Name == name && (key == nil || c.Key == *key) && c.Took != nil {
+				cs[i].Took, changed = nil, true
+			}
+		}
+		if !changed {
+			continue
+		}
+		b, _ := json.Marshal(cs) // strings and finite numbers: cannot fail
+		if err := tx.Exec(sqlSetCharges, string(b), tenantID, r.HoldID, r.Idx).Error; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type holdLimitRow struct {
@@ -459,6 +501,9 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 	var jobs []*job
 	of := map[*job]int{}
 	own := map[*job]bool{} // the give-backs to a held limit itself (not to an ancestor)
+	// Every give-back goes before any extra is taken, whatever the limits' order: what one limit
+	// of the hold gives back can make room for another's extra on the same key or parent.
+	var giveBacks, takes []*job
 	for i, h := range held {
 		s.Names[i], s.Keys[i], s.Held[i], s.Charged[i] = h.Name, h.Key, h.Count, actual[i]
 		diff := actual[i] - h.Count
@@ -467,7 +512,11 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 		}
 		add := func(req Request, isOwn bool) {
 			j := &job{tenantID: tenantID, reqs: []Request{req}, consume: true, picks: make([][]int, 1)}
-			jobs = append(jobs, j)
+			if req.Refund {
+				giveBacks = append(giveBacks, j)
+			} else {
+				takes = append(takes, j)
+			}
 			of[j], own[j] = i, isOwn
 		}
 		if cs, ok := h.charges(); ok && diff < 0 {
@@ -480,6 +529,7 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 		}
 		add(Request{Name: h.Name, Key: h.Key, Count: math.Abs(diff), Attributes: h.attributes(), Refund: diff < 0, hold: true}, true)
 	}
+	jobs = append(giveBacks, takes...)
 	if len(jobs) > 0 {
 		if err := e.groupGorm(tx, jobs); err != nil {
 			return Settlement{}, err

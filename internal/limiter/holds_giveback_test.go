@@ -32,6 +32,18 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 	advance := func(ms int64) step {
 		return func(_ *testing.T, _ *limiter.Engine, c *fakeClock, _ []string) { c.Advance(ms) }
 	}
+	reset := func(name string) step {
+		return func(t *testing.T, e *limiter.Engine, _ *fakeClock, keys []string) {
+			for _, k := range keys {
+				if err := e.Reset(context.Background(), tenant, name, &k); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	put := func(name string, def limiter.Definition) step {
+		return func(t *testing.T, e *limiter.Engine, _ *fakeClock, _ []string) { mustPut(t, e, name, def) }
+	}
 	cases := []struct {
 		name  string
 		defs  map[string]limiter.Definition
@@ -132,6 +144,77 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 			}, take("low", 40)},
 			check: []string{"low"},
 			want:  map[string]float64{"low": 10},
+		},
+		// A change of the limit, or of its state, while held: the key's history no longer says
+		// what the hold's amount became, so nothing comes back.
+		{
+			name:    "a rate raised after the key refilled",
+			defs:    map[string]limiter.Definition{"up": {Kind: limiter.TokenBucket, Rate: 10, Period: 10_000}},
+			held:    "up",
+			count:   5,
+			between: []step{advance(5_000), take("up", 1), put("up", limiter.Definition{Kind: limiter.TokenBucket, Rate: 20, Period: 10_000})},
+			check:   []string{"up"},
+			want:    map[string]float64{"up": 9},
+		},
+		{
+			name: "a capacity lowered, then raised again",
+			defs: map[string]limiter.Definition{"dip": {Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(100.0)}},
+			held: "dip", count: 10,
+			between: []step{
+				put("dip", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(50.0)}),
+				take("dip", 40),
+				put("dip", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(100.0)}),
+			},
+			check: []string{"dip"},
+			want:  map[string]float64{"dip": 10},
+		},
+		{
+			name:    "a bucket reset, then used again",
+			defs:    map[string]limiter.Definition{"rb": {Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(10.0)}},
+			held:    "rb",
+			count:   5,
+			between: []step{reset("rb"), take("rb", 8)},
+			check:   []string{"rb"},
+			want:    map[string]float64{"rb": 2},
+		},
+		{
+			name:    "a quota reset, then used again",
+			defs:    map[string]limiter.Definition{"rq": {Kind: limiter.Quota, Rate: 10, Calendar: "month", TimeZone: "UTC"}},
+			held:    "rq",
+			count:   5,
+			between: []step{reset("rq"), take("rq", 8)},
+			check:   []string{"rq"},
+			want:    map[string]float64{"rq": 2},
+		},
+		{
+			name:    "a sliding window reset, then used again",
+			defs:    map[string]limiter.Definition{"rs": {Kind: limiter.SlidingWindow, Rate: 10, Period: 3_600_000}},
+			held:    "rs",
+			count:   5,
+			between: []step{reset("rs"), take("rs", 8)},
+			check:   []string{"rs"},
+			want:    map[string]float64{"rs": 2},
+		},
+		{
+			name: "a rate raised for a while by an override",
+			// Capacity 10, refilling 10 an hour; the override refills it in a second.
+			defs: map[string]limiter.Definition{"ov": {Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000, Capacity: ptr(10.0)}},
+			held: "ov", count: 5,
+			between: []step{func(t *testing.T, e *limiter.Engine, _ *fakeClock, keys []string) {
+				for _, k := range keys {
+					if _, _, err := e.PutOverride(context.Background(), tenant, "ov", limiter.Override{Match: k, Rate: ptr(36_000.0)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}, advance(1_000), take("ov", 10), func(t *testing.T, e *limiter.Engine, _ *fakeClock, keys []string) {
+				for _, k := range keys {
+					if err := e.DeleteOverride(context.Background(), tenant, "ov", k); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}},
+			check: []string{"ov"},
+			want:  map[string]float64{"ov": 0},
 		},
 		{
 			name:    "a bucket far from full gets all of it back",
@@ -244,6 +327,24 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 					}
 				}
 			})
+		}
+	})
+}
+
+// TestASettleGivesBackBeforeItTakesTheExtra: a settle's give-backs come before the extras it
+// takes, whatever the hold's order, so one limit's give-back makes room for another's extra on
+// the same key: a hold of 5 and 5 on a window of 10, settled 10 and 0, charges 10 with no overage.
+func TestASettleGivesBackBeforeItTakesTheExtra(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		mustPut(t, e, "fw", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 365 * 86_400_000, Start: ptr(int64(0))})
+		h := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "fw", Key: "k", Count: 5}, limiter.HoldLimit{Name: "fw", Key: "k", Count: 5})
+		s, err := e.SettleHold(context.Background(), tenant, h.ID, []float64{10, 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Overage[0] != 0 || s.Charged[0] != 10 || s.Refunded[1] != 5 || value(t, e, "fw", "k") != 0 {
+			t.Fatalf("settle: %+v, value %v; want 10 charged, no overage, 0 left", s, value(t, e, "fw", "k"))
 		}
 	})
 }

@@ -200,6 +200,9 @@ func deleteOverrides(tx *gorm.DB, tenantID int64, name string) error {
 
 // setOverridesVersion tags the limit's overrides with a new version (0: it has none).
 func setOverridesVersion(tx *gorm.DB, tenantID int64, name string, version int64) error {
+	if err := voidCharges(tx, tenantID, name, nil); err != nil { // what open holds took was under other numbers
+		return err
+	}
 	return tx.Exec(sqlSetOverridesVersion, version, tenantID, name).Error
 }
 
@@ -287,6 +290,9 @@ func saveRows(tx *gorm.DB, rows map[rowKey]algo.State) error {
 func deleteState(tx *gorm.DB, tenantID int64, name string, key *string) error {
 	// A concurrency limit's slots live in its state: their leases end with it (leases.go).
 	if err := deleteLeases(tx, tenantID, name, key); err != nil {
+		return err
+	}
+	if err := voidCharges(tx, tenantID, name, key); err != nil { // the rows open holds took from go
 		return err
 	}
 	if key == nil {
