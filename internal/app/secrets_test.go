@@ -115,7 +115,7 @@ func TestACopyOfTheDatabaseOpensNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		op, err := a.Tenants.CreateUser(ctx, "op@example.com", "operator-password-1", true, nil)
+		op, err := a.Tenants.CreateUser(ctx, "op@example.com", "operator-password-1", true, nil, "test", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
+
+	"gorm.io/gorm"
 )
 
 // ErrUnknownCommand is what Command returns for a command it does not know.
@@ -33,7 +34,10 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 		if err != nil {
 			return err
 		}
-		if err := s.Audit(ctx, nil, actor, "tenant.create", "tenant:"+strconv.FormatInt(t.ID, 10), t.Name); err != nil {
+		// In the tenant's log and the security log, as the dashboard does.
+		if err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+			return s.auditTenantAndServer(tx, t.ID, actor, "tenant.create", t.Name)
+		}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "tenant %q created (id %d)\n", t.Name, t.ID)
@@ -139,7 +143,7 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			}
 			tenantID = &t.ID
 		}
-		u, err := s.CreateUser(ctx, *email, password, *operator, tenantID)
+		u, err := s.CreateUser(ctx, *email, password, *operator, tenantID, actor, "")
 		if err != nil {
 			return err
 		}

@@ -18,7 +18,7 @@ import (
 func seedTenant(t *testing.T, e *env, id int64, stateRows int) {
 	t.Helper()
 	e.key(t, id, KindSecret)
-	u, err := e.svc.CreateUser(e.ctx, fmt.Sprintf("member-%d@example.com", id), "member-password-1", false, &id)
+	u, err := e.svc.CreateUser(e.ctx, fmt.Sprintf("member-%d@example.com", id), "member-password-1", false, &id, "test", "")
 	must(t, err)
 	_, _, err = e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
 	must(t, err)

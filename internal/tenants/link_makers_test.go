@@ -23,7 +23,7 @@ func TestLinksDieWithTheirMakersRights(t *testing.T) {
 		acme := e.tenant(t, "acme")
 		user := func(email string, operator bool, tenant *int64) User {
 			t.Helper()
-			u, err := e.svc.CreateUser(e.ctx, email, "some-password-1", operator, tenant)
+			u, err := e.svc.CreateUser(e.ctx, email, "some-password-1", operator, tenant, "test", "")
 			must(t, err)
 			return u
 		}

@@ -14,7 +14,7 @@ import (
 // database and not in parallel with other tests.
 func TestLoginDoesOneVerificationForKnownAndUnknownEmails(t *testing.T) {
 	e := envOn(t, testkit.Open(t, db.SQLite))
-	_, err := e.svc.CreateUser(e.ctx, "known@example.com", "known-password-1", true, nil)
+	_, err := e.svc.CreateUser(e.ctx, "known@example.com", "known-password-1", true, nil, "test", "")
 	must(t, err)
 	e.svc.dummyPasswordHash() // made once on first need: not part of any one login's work
 

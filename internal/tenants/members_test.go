@@ -58,9 +58,9 @@ func TestInviteIsOneTimeHashedAndExpires(t *testing.T) {
 func TestRolesRemovalAndDisablingEndSessions(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		acme, other := e.tenant(t, "acme"), e.tenant(t, "other")
-		a, err := e.svc.CreateUser(e.ctx, "a@example.com", "a-password-12", false, &acme.ID)
+		a, err := e.svc.CreateUser(e.ctx, "a@example.com", "a-password-12", false, &acme.ID, "test", "")
 		must(t, err)
-		b, err := e.svc.CreateUser(e.ctx, "b@example.com", "b-password-12", false, &acme.ID)
+		b, err := e.svc.CreateUser(e.ctx, "b@example.com", "b-password-12", false, &acme.ID, "test", "")
 		must(t, err)
 		if !a.CanChange(acme.ID) || a.CanChange(other.ID) {
 			t.Fatalf("an admin's reach: %+v", a)
@@ -101,13 +101,13 @@ func TestRolesRemovalAndDisablingEndSessions(t *testing.T) {
 func TestLastOperatorCannotBeRemovedDisabledOrDemoted(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		acme := e.tenant(t, "acme")
-		op1, err := e.svc.CreateUser(e.ctx, "op1@example.com", "op1-password-1", true, nil)
+		op1, err := e.svc.CreateUser(e.ctx, "op1@example.com", "op1-password-1", true, nil, "test", "")
 		must(t, err)
 		wantErr(t, e.svc.RemoveUser(e.ctx, nil, op1.ID, "x"), ErrLastOperator)
 		wantErr(t, e.svc.SetDisabled(e.ctx, nil, op1.ID, true, "x"), ErrLastOperator)
 		wantErr(t, e.svc.SetRole(e.ctx, nil, op1.ID, RoleAdmin, &acme.ID, "x"), ErrLastOperator)
 
-		op2, err := e.svc.CreateUser(e.ctx, "op2@example.com", "op2-password-1", true, nil)
+		op2, err := e.svc.CreateUser(e.ctx, "op2@example.com", "op2-password-1", true, nil, "test", "")
 		must(t, err)
 		must(t, e.svc.SetDisabled(e.ctx, nil, op2.ID, true, "x"))
 		// A disabled operator does not count: op1 is still the last active one.
@@ -127,7 +127,7 @@ func TestLastOperatorCannotBeRemovedDisabledOrDemoted(t *testing.T) {
 func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		acme := e.tenant(t, "acme")
-		u, err := e.svc.CreateUser(e.ctx, "m@example.com", "m-password-12", false, &acme.ID)
+		u, err := e.svc.CreateUser(e.ctx, "m@example.com", "m-password-12", false, &acme.ID, "test", "")
 		must(t, err)
 		s1, _, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
 		must(t, err)
@@ -146,7 +146,7 @@ func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
 		_, err = e.svc.Login(e.ctx, "m@example.com", "m-password-34", "192.0.2.1")
 		must(t, err)
 
-		_, err = e.svc.CreateUser(e.ctx, "op@example.com", "op-password-12", true, nil) // the link's maker
+		_, err = e.svc.CreateUser(e.ctx, "op@example.com", "op-password-12", true, nil, "test", "") // the link's maker
 		must(t, err)
 		token, err := e.svc.CreateResetLink(e.ctx, u.ID, 0, "user:op@example.com")
 		must(t, err)
@@ -188,9 +188,9 @@ func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
 func TestTwoOperatorsDisablingEachOtherAtOnceLeaveOneActive(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		other := NewService(e.db, testPepper, e.clock.Now)
-		op1, err := e.svc.CreateUser(e.ctx, "op1@example.com", "op1-password-1", true, nil)
+		op1, err := e.svc.CreateUser(e.ctx, "op1@example.com", "op1-password-1", true, nil, "test", "")
 		must(t, err)
-		op2, err := e.svc.CreateUser(e.ctx, "op2@example.com", "op2-password-1", true, nil)
+		op2, err := e.svc.CreateUser(e.ctx, "op2@example.com", "op2-password-1", true, nil, "test", "")
 		must(t, err)
 		for round := range 20 {
 			start := make(chan struct{})

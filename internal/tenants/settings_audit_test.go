@@ -53,7 +53,7 @@ func TestSetSettingIfAbsentHasOneWinnerUnderConcurrency(t *testing.T) {
 func TestKeyChangesAndLoginsAreAudited(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		tn, other := e.tenant(t, "acme"), e.tenant(t, "other")
-		dev, err := e.svc.CreateUser(e.ctx, "dev@acme.io", "correct horse battery", false, &tn.ID)
+		dev, err := e.svc.CreateUser(e.ctx, "dev@acme.io", "correct horse battery", false, &tn.ID, "test", "")
 		must(t, err)
 		k, secret, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "backend", "alice")
 		must(t, err)
@@ -84,6 +84,7 @@ func TestKeyChangesAndLoginsAreAudited(t *testing.T) {
 			fmt.Sprintf("dev@acme.io login user:%d", dev.ID),
 			"bob key.revoke " + k.ID,
 			"alice key.create " + k.ID,
+			fmt.Sprintf("test user.create user:%d", dev.ID),
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("audit log, newest first:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -101,9 +102,9 @@ func TestKeyChangesAndLoginsAreAudited(t *testing.T) {
 func TestServerAuditLogHoldsLoginsFailuresAndLockouts(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		tn := e.tenant(t, "acme")
-		op, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil)
+		op, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil, "test", "")
 		must(t, err)
-		_, err = e.svc.CreateUser(e.ctx, "dev@acme.io", "correct horse battery", false, &tn.ID)
+		dev, err := e.svc.CreateUser(e.ctx, "dev@acme.io", "correct horse battery", false, &tn.ID, "test", "")
 		must(t, err)
 		_, err = e.svc.Login(e.ctx, "ops@example.com", "correct horse battery", "203.0.113.7")
 		must(t, err)
@@ -131,6 +132,8 @@ func TestServerAuditLogHoldsLoginsFailuresAndLockouts(t *testing.T) {
 			"ops@example.com login.locked dashboard.login.account_ip | client 198.51.100.2; too many",
 			"(not an email address) login.failed  | client 198.51.100.1; unknown email",
 			fmt.Sprintf("ops@example.com login user:%d | client 203.0.113.7", op.ID),
+			fmt.Sprintf("test user.create user:%d | dev@acme.io (admin)", dev.ID),
+			fmt.Sprintf("test user.create user:%d | ops@example.com (operator)", op.ID),
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("server audit log, newest first:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

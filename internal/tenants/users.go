@@ -126,8 +126,10 @@ func verifyPassword(encoded, password string) bool {
 // CreateUser creates a dashboard user. Exactly one of operator and tenantID must be set
 // (ErrInvalid otherwise); the tenant must exist (ErrNotFound). The email is lower-cased and must
 // be a plain address; the password needs at least MinPasswordLen characters and is stored only
-// as an argon2id hash. A taken email is ErrConflict.
-func (s *Service) CreateUser(ctx context.Context, email, password string, operator bool, tenantID *int64) (User, error) {
+// as an argon2id hash. A taken email is ErrConflict. The creation is audited as actor
+// ("user.create", with note, if any, after the user's email and role) in the server's security
+// log and, for a tenant's member, the tenant's log, in the transaction that creates the user.
+func (s *Service) CreateUser(ctx context.Context, email, password string, operator bool, tenantID *int64, actor, note string) (User, error) {
 	email, err := normalizeEmail(email)
 	if err != nil {
 		return User{}, wrap("create user", err)
@@ -154,7 +156,14 @@ func (s *Service) CreateUser(ctx context.Context, email, password string, operat
 		if n > 0 {
 			return ErrConflict
 		}
-		return tx.Create(&row).Error
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		detail := row.Email + " (" + string(roleName(row)) + ")"
+		if note != "" {
+			detail += "; " + note
+		}
+		return s.auditUserChange(tx, tenantID, actor, "user.create", userTarget(row.ID), detail)
 	})
 	if err != nil {
 		return User{}, wrap("create user", err)

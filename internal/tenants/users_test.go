@@ -12,12 +12,12 @@ import (
 func TestPasswordsAreStoredAsArgon2idHashes(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		const password = "correct horse battery"
-		u1, err := e.svc.CreateUser(e.ctx, "Ops@Example.com", password, true, nil)
+		u1, err := e.svc.CreateUser(e.ctx, "Ops@Example.com", password, true, nil, "test", "")
 		must(t, err)
 		if u1.Email != "ops@example.com" || !u1.IsOperator || u1.TenantID != nil || !u1.CreatedAt.Equal(e.clock.Now()) {
 			t.Fatalf("CreateUser = %+v", u1)
 		}
-		_, err = e.svc.CreateUser(e.ctx, "ops2@example.com", password, true, nil)
+		_, err = e.svc.CreateUser(e.ctx, "ops2@example.com", password, true, nil, "test", "")
 		must(t, err)
 		var hashes []string
 		must(t, e.db.Gorm.WithContext(e.ctx).Table("users").Order("id").Pluck("password_hash", &hashes).Error)
@@ -44,7 +44,7 @@ func TestCreateUserValidatesInput(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		tn := e.tenant(t, "acme")
 		id := tn.ID
-		member, err := e.svc.CreateUser(e.ctx, "dev@acme.io", "0123456789", false, &id)
+		member, err := e.svc.CreateUser(e.ctx, "dev@acme.io", "0123456789", false, &id, "test", "")
 		must(t, err)
 		if member.TenantID == nil || *member.TenantID != tn.ID || member.IsOperator {
 			t.Fatalf("member = %+v", member)
@@ -66,7 +66,7 @@ func TestCreateUserValidatesInput(t *testing.T) {
 			"password far too long": {"a@b.io", strings.Repeat("p", 2000), true, nil, ErrInvalid},
 			"nine multibyte runes":  {"c@b.io", "ééééééééé", true, nil, ErrInvalid},
 		} {
-			_, err := e.svc.CreateUser(e.ctx, c.email, c.password, c.operator, c.tenant)
+			_, err := e.svc.CreateUser(e.ctx, c.email, c.password, c.operator, c.tenant, "test", "")
 			if !errorsIs(err, c.want) {
 				t.Errorf("%s: CreateUser = %v, want %v", name, err, c.want)
 			}
@@ -81,7 +81,7 @@ func TestCreateUserValidatesInput(t *testing.T) {
 
 func TestLoginRefusesWrongPasswordAndUnknownEmail(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
-		created, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil)
+		created, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil, "test", "")
 		must(t, err)
 		u, err := e.svc.Login(e.ctx, " OPS@example.com", "correct horse battery", "192.0.2.1")
 		must(t, err)
@@ -104,11 +104,11 @@ func TestLoginRefusesWrongPasswordAndUnknownEmail(t *testing.T) {
 func TestUsersAreListedPerTenant(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		a, b := e.tenant(t, "a"), e.tenant(t, "b")
-		_, err := e.svc.CreateUser(e.ctx, "op@x.io", "0123456789", true, nil)
+		_, err := e.svc.CreateUser(e.ctx, "op@x.io", "0123456789", true, nil, "test", "")
 		must(t, err)
-		_, err = e.svc.CreateUser(e.ctx, "a1@x.io", "0123456789", false, &a.ID)
+		_, err = e.svc.CreateUser(e.ctx, "a1@x.io", "0123456789", false, &a.ID, "test", "")
 		must(t, err)
-		ub, err := e.svc.CreateUser(e.ctx, "b1@x.io", "0123456789", false, &b.ID)
+		ub, err := e.svc.CreateUser(e.ctx, "b1@x.io", "0123456789", false, &b.ID, "test", "")
 		must(t, err)
 		onlyB, err := e.svc.ListUsers(e.ctx, &b.ID)
 		must(t, err)
@@ -132,7 +132,7 @@ func TestUsersAreListedPerTenant(t *testing.T) {
 
 func TestAdminSessionExpiresAndCanBeRevoked(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
-		u, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil)
+		u, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil, "test", "")
 		must(t, err)
 		id, expires, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
 		must(t, err)
@@ -181,11 +181,11 @@ func TestInvalidInputCarriesItsFieldAndAClientSafeMessage(t *testing.T) {
 		field, human string
 	}{
 		{func() error {
-			_, err := (&Service{}).CreateUser(context.Background(), "a@b.io", "short", true, nil)
+			_, err := (&Service{}).CreateUser(context.Background(), "a@b.io", "short", true, nil, "test", "")
 			return err
 		}, "password", "password must be 10 to 1024 characters"},
 		{func() error {
-			_, err := (&Service{}).CreateUser(context.Background(), "Ann <ann@b.io>", "0123456789", true, nil)
+			_, err := (&Service{}).CreateUser(context.Background(), "Ann <ann@b.io>", "0123456789", true, nil, "test", "")
 			return err
 		}, "email", `email "ann <ann@b.io>" is not a plain address like name@example.com`},
 		{func() error { _, err := NormalizeOrigins([]string{"ftp://x.io"}); return err }, "origins", ""},

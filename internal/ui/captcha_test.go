@@ -303,7 +303,7 @@ func TestCaptchaPageOfAnotherTenantIsNotFound(t *testing.T) {
 	const bSID = "b-session-0123456789abcdef"
 	authorize(t, st, b, bSID)
 	bHash := captcha.HashSessionID(bSID)
-	if _, err := e.svc.CreateUser(ctx, "member@a.example", "member-password-1", false, &a.ID); err != nil {
+	if _, err := e.svc.CreateUser(ctx, "member@a.example", "member-password-1", false, &a.ID, "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	c := e.login("member@a.example", "member-password-1")

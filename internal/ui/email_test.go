@@ -68,7 +68,7 @@ func TestInviteAndResetLinksAreEmailedWhenSMTPIsConfigured(t *testing.T) {
 		e.operator()
 		ctx := context.Background()
 		acme := e.tenant("acme")
-		if _, err := e.svc.CreateUser(ctx, "admin@acme.example", "admin-password-1", false, &acme.ID); err != nil {
+		if _, err := e.svc.CreateUser(ctx, "admin@acme.example", "admin-password-1", false, &acme.ID, "test", ""); err != nil {
 			t.Fatal(err)
 		}
 		admin := e.login("admin@acme.example", "admin-password-1")

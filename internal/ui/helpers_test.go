@@ -79,7 +79,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 
 func (e *env) operator() tenants.User {
 	e.t.Helper()
-	u, err := e.svc.CreateUser(context.Background(), opEmail, opPassword, true, nil)
+	u, err := e.svc.CreateUser(context.Background(), opEmail, opPassword, true, nil, "test", "")
 	if err != nil {
 		e.t.Fatal(err)
 	}

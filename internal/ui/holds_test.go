@@ -69,7 +69,7 @@ func TestLimitPageShowsAndReleasesHoldsAndLeases(t *testing.T) {
 		t.Fatalf("released without a confirmed same-origin POST: %v", v.Value)
 	}
 	// A member of another tenant cannot reach it.
-	if _, err := e.svc.CreateUser(ctx, "g@example.com", "globex-password-1", false, &other.ID); err != nil {
+	if _, err := e.svc.CreateUser(ctx, "g@example.com", "globex-password-1", false, &other.ID, "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	g := e.login("g@example.com", "globex-password-1")

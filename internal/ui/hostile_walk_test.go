@@ -204,7 +204,7 @@ func (e *env) walkObjects(t *testing.T, tn tenants.Tenant, route string, n int) 
 		ids["kid"] = k.ID
 	}
 	if has("uid") {
-		u, err := e.svc.CreateUser(ctx, "member-"+suffix+"@"+tn.Name+".example", "member-password-1", false, &tn.ID)
+		u, err := e.svc.CreateUser(ctx, "member-"+suffix+"@"+tn.Name+".example", "member-password-1", false, &tn.ID, "test", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +261,7 @@ func (e *env) liveTokens(t *testing.T, tn tenants.Tenant, n int) url.Values {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := e.svc.CreateUser(ctx, "reset-"+suffix+"@"+tn.Name+".example", "reset-password-1", false, &tn.ID)
+	u, err := e.svc.CreateUser(ctx, "reset-"+suffix+"@"+tn.Name+".example", "reset-password-1", false, &tn.ID, "test", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestLoginIsLimitedPerAccountAndAddress(t *testing.T) {
 	if findCookie(res, cookieName) != nil {
 		t.Fatal("a refused login set a cookie")
 	}
-	if _, err := e.svc.CreateUser(context.Background(), "other@example.com", "other-password-1", true, nil); err != nil {
+	if _, err := e.svc.CreateUser(context.Background(), "other@example.com", "other-password-1", true, nil, "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	if res := e.client().loginFrom(guesser, "other@example.com", "other-password-1"); res.StatusCode != http.StatusSeeOther {
@@ -130,6 +130,7 @@ func TestLoginsFailuresAndLockoutsAreInTheOperatorsAuditLog(t *testing.T) {
 			{opEmail, "login.failed", "client 198.51.100.3"},
 			{"nobody@example.com", "login.failed", "client 198.51.100.2"},
 			{opEmail, "login.failed", "client 198.51.100.1"},
+			{"test", "user.create", opEmail + " (operator)"}, // e.operator()
 		}
 		if len(got) != len(want) {
 			t.Fatalf("audit rows %+v, want %d", got, len(want))
@@ -142,7 +143,7 @@ func TestLoginsFailuresAndLockoutsAreInTheOperatorsAuditLog(t *testing.T) {
 
 		// Tenant members do not see the server's audit log.
 		tn := e.tenant("acme")
-		if _, err := e.svc.CreateUser(context.Background(), "dev@acme.io", "member-password-1", false, &tn.ID); err != nil {
+		if _, err := e.svc.CreateUser(context.Background(), "dev@acme.io", "member-password-1", false, &tn.ID, "test", ""); err != nil {
 			t.Fatal(err)
 		}
 		member := e.login("dev@acme.io", "member-password-1")

@@ -22,7 +22,7 @@ func TestAdminInvitesChangesRoleAndRemovesAMember(t *testing.T) {
 		e.operator()
 		ctx := context.Background()
 		acme := e.tenant("acme")
-		if _, err := e.svc.CreateUser(ctx, "admin@acme.example", "admin-password-1", false, &acme.ID); err != nil {
+		if _, err := e.svc.CreateUser(ctx, "admin@acme.example", "admin-password-1", false, &acme.ID, "test", ""); err != nil {
 			t.Fatal(err)
 		}
 		admin := e.login("admin@acme.example", "admin-password-1")
@@ -94,7 +94,7 @@ func TestOperatorUsersPageResetLinksDisablingAndTheLastOperator(t *testing.T) {
 	op := e.operator()
 	ctx := context.Background()
 	acme := e.tenant("acme")
-	m, err := e.svc.CreateUser(ctx, "m@acme.example", "member-password-1", false, &acme.ID)
+	m, err := e.svc.CreateUser(ctx, "m@acme.example", "member-password-1", false, &acme.ID, "test", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestAdminDisablesAndEnablesAMember(t *testing.T) {
 			email string
 			tn    int64
 		}{{"admin@acme.example", acme.ID}, {"m@acme.example", acme.ID}, {"viewer@acme.example", acme.ID}, {"o@other.example", other.ID}} {
-			if _, err := e.svc.CreateUser(ctx, u.email, "member-password-1", false, &u.tn); err != nil {
+			if _, err := e.svc.CreateUser(ctx, u.email, "member-password-1", false, &u.tn, "test", ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -278,7 +278,7 @@ func TestARemovedAdminsInviteDiesWithThem(t *testing.T) {
 	e.operator()
 	ctx := context.Background()
 	acme := e.tenant("acme")
-	leaving, err := e.svc.CreateUser(ctx, "leaving@acme.example", "leaving-password-1", false, &acme.ID)
+	leaving, err := e.svc.CreateUser(ctx, "leaving@acme.example", "leaving-password-1", false, &acme.ID, "test", "")
 	if err != nil {
 		t.Fatal(err)
 	}

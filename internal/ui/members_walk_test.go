@@ -72,7 +72,7 @@ func (e *env) walkTenant(t *testing.T, name string) walkTenant {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := e.svc.CreateUser(ctx, "admin@"+name+".example", "admin-password-1", false, &tn.ID)
+	admin, err := e.svc.CreateUser(ctx, "admin@"+name+".example", "admin-password-1", false, &tn.ID, "test", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestViewerChangesNothingOnAnyDashboardRoute(t *testing.T) {
 		a := e.walkTenant(t, "acme")
 		e.walkTenant(t, "other")
 		ctx := context.Background()
-		if _, err := e.svc.CreateUser(ctx, "viewer@acme.example", "viewer-password-1", false, &a.ID); err != nil {
+		if _, err := e.svc.CreateUser(ctx, "viewer@acme.example", "viewer-password-1", false, &a.ID, "test", ""); err != nil {
 			t.Fatal(err)
 		}
 		v, _ := e.svc.UserByEmail(ctx, "viewer@acme.example")

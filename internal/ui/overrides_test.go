@@ -109,7 +109,7 @@ func TestOverrideFormsRefuseOtherTenantsAndOtherOrigins(t *testing.T) {
 	e := newEnv(t)
 	a, b := e.tenant("a-corp"), e.tenant("b-corp")
 	ctx := context.Background()
-	if _, err := e.svc.CreateUser(ctx, "member@a.example", "member-password-1", false, &a.ID); err != nil {
+	if _, err := e.svc.CreateUser(ctx, "member@a.example", "member-password-1", false, &a.ID, "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, tn := range []int64{a.ID, b.ID} {

@@ -22,7 +22,7 @@ func TestOperatorSetsAPlanAndCountQuotasAreInlineInTheDashboard(t *testing.T) {
 		e.operator()
 		ctx := context.Background()
 		acme := e.tenant("acme")
-		if _, err := e.svc.CreateUser(ctx, "member@acme.example", "member-password-1", false, &acme.ID); err != nil {
+		if _, err := e.svc.CreateUser(ctx, "member@acme.example", "member-password-1", false, &acme.ID, "test", ""); err != nil {
 			t.Fatal(err)
 		}
 		op := e.login(opEmail, opPassword)

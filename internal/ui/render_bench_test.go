@@ -67,7 +67,7 @@ func seedRender(tb testing.TB, dbURL string, s renderScale) renderFixture {
 	cfg := apptest.Config(dbURL)
 	cfg.WebhookAllowPrivate = true // the receiver is on 127.0.0.1
 	a := apptest.Start(tb, cfg, app.Options{})
-	if _, err := a.Tenants.CreateUser(ctx, opEmail, opPassword, true, nil); err != nil {
+	if _, err := a.Tenants.CreateUser(ctx, opEmail, opPassword, true, nil, "test", ""); err != nil {
 		tb.Fatal(err)
 	}
 	var first int64
@@ -169,7 +169,7 @@ func (f *renderFixture) seedExtras(tb testing.TB, a *app.App, hookURL string, s 
 	}
 	f.hold, f.lease = h.ID, lease.LeaseID
 	for i := range s.members {
-		if _, err := a.Tenants.CreateUser(ctx, fmt.Sprintf("member-%d@example.com", i), "member-password-1", false, &f.tenant); err != nil {
+		if _, err := a.Tenants.CreateUser(ctx, fmt.Sprintf("member-%d@example.com", i), "member-password-1", false, &f.tenant, "test", ""); err != nil {
 			tb.Fatal(err)
 		}
 		if i%2 == 0 {

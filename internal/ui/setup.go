@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -58,7 +58,10 @@ func (u *UI) setup(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	user, err := u.tenants.CreateUser(ctx, vm.Email, password, true, nil)
+	// The new operator is the actor, named as the dashboard names its users (the address as
+	// CreateUser stores it).
+	self := "user:" + strings.ToLower(strings.TrimSpace(vm.Email))
+	user, err := u.tenants.CreateUser(ctx, vm.Email, password, true, nil, self, "first operator, through the setup link")
 	switch {
 	case errors.Is(err, tenants.ErrInvalid):
 		vm.Error = apperr.From(err).Sentence()
@@ -73,7 +76,6 @@ func (u *UI) setup(c *gin.Context) {
 		return
 	}
 	u.setupToken = "" // used: the link is dead from now on
-	u.auditRequest(c, nil, "user:"+user.Email, "user.create", "user:"+strconv.FormatInt(user.ID, 10), "first operator, through the setup link")
 	if err := u.startSession(c, user); err != nil {
 		u.internalError(c, err)
 		return

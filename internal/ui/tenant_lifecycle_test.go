@@ -20,7 +20,7 @@ func TestOperatorRenamesSuspendsAndResumesATenant(t *testing.T) {
 	e.operator()
 	ctx := context.Background()
 	acme, other := e.tenant("acme"), e.tenant("other")
-	if _, err := e.svc.CreateUser(ctx, "member@acme.example", "member-password-1", false, &acme.ID); err != nil {
+	if _, err := e.svc.CreateUser(ctx, "member@acme.example", "member-password-1", false, &acme.ID, "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	_, secret, err := e.svc.CreateKey(ctx, acme.ID, tenants.KindSecret, "backend", "test")

@@ -185,11 +185,9 @@ func (u *UI) Bootstrap(ctx context.Context, adminEmail, adminPassword string) (s
 		return "", nil
 	}
 	if adminEmail != "" {
-		user, err := u.tenants.CreateUser(ctx, adminEmail, adminPassword, true, nil)
-		if err != nil {
+		if _, err := u.tenants.CreateUser(ctx, adminEmail, adminPassword, true, nil, "system", "from SLUICE_ADMIN_EMAIL"); err != nil {
 			return "", fmt.Errorf("ui: bootstrap: create operator from SLUICE_ADMIN_EMAIL: %w", err)
 		}
-		u.audit(ctx, "", nil, "system", "user.create", fmt.Sprintf("user:%d", user.ID), "operator "+user.Email+" from SLUICE_ADMIN_EMAIL")
 		return "", nil
 	}
 	u.setupMu.Lock()
