@@ -2,8 +2,8 @@ package db_test
 
 import (
 	"context"
-	"math"
 	"io/fs"
+	"math"
 	"testing"
 	"time"
 

@@ -19,7 +19,8 @@ import (
 const SecretKey = "apptest-secret-key-0123456789abcdef"
 
 // Config is the configuration of a test application on databaseURL: a loopback port chosen by
-// the kernel, a fixed secret, migrations at start, no sweeper (tests sweep by hand) and only
+// the kernel, a fixed secret, migrations at start, no limit state sweeper (tests sweep by hand;
+// expired idempotency keys are still swept every minute, which no test can see) and only
 // warnings logged.
 func Config(databaseURL string) config.Config {
 	c := config.Default()
