@@ -336,7 +336,8 @@ func charges(results []Decision) [][]charge {
 }
 
 // voidCharges forgets, in tx, what open holds took from limit name (one key of it, or every key
-// with key nil): its state is being reset or dropped, or its definition or overrides change, and
+// with key nil): its state is being reset or dropped, or its definition or its numbers'
+// overrides change (voidChargesIfNumbers), and
 // from then on the key's history says nothing of what the hold's amount would have become, so
 // closing those holds gives nothing back to it (the rest of each hold is unchanged).
 func voidCharges(tx *gorm.DB, tenantID int64, name string, key *string) error {

@@ -200,9 +200,6 @@ func deleteOverrides(tx *gorm.DB, tenantID int64, name string) error {
 
 // setOverridesVersion tags the limit's overrides with a new version (0: it has none).
 func setOverridesVersion(tx *gorm.DB, tenantID int64, name string, version int64) error {
-	if err := voidCharges(tx, tenantID, name, nil); err != nil { // what open holds took was under other numbers
-		return err
-	}
 	return tx.Exec(sqlSetOverridesVersion, version, tenantID, name).Error
 }
 
