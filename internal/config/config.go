@@ -545,9 +545,9 @@ func (c Config) String() string {
 // RedactURL hides the credentials of a database URL, for logs. It hides too much rather than too
 // little, because pgx reads URLs more leniently than net/url (an unencoded '#', '?', '/' or '@'
 // in a password is accepted or misread): everything up to the last '@' after "//" (the
-// userinfo, whole or in pieces) and the value of every password or sslpassword parameter (keys
-// compared case-insensitively and percent-decoded, wherever a '?' or '&' starts them) are
-// replaced by "xxxxx".
+// userinfo, whole or in pieces) and the value of every query parameter whose key names a
+// password (password, sslpassword: compared case-insensitively, percent-decoded and trimmed of
+// spaces, the query split at '&' only, as pgx reads it) are replaced by "xxxxx".
 func RedactURL(s string) string {
 	hidden := make([]bool, len(s))
 	hide := func(from, to int) {
@@ -560,23 +560,29 @@ func RedactURL(s string) string {
 			hide(slashes+2, at)
 		}
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] != '?' && s[i] != '&' {
-			continue
+	// The query as pgx reads it: pairs split at '&' only, a key's spaces trimmed. It starts at
+	// the first '?' after the userinfo, which may hold a '?' or an '@' of its own, and a
+	// password in the query may hold them too: so every '?' is taken for the start, and every
+	// value whose key names a password after any of them is hidden (more than that is only safer).
+	for q := strings.IndexByte(s, '?'); q >= 0; {
+		pos := q + 1
+		for _, pair := range strings.Split(s[pos:], "&") {
+			rawKey, value, ok := strings.Cut(pair, "=")
+			key, err := url.QueryUnescape(rawKey)
+			if err != nil {
+				key = rawKey
+			}
+			if ok && strings.Contains(strings.ToLower(strings.TrimSpace(key)), "password") {
+				start := pos + len(rawKey) + 1
+				hide(start, start+len(value))
+			}
+			pos += len(pair) + 1
 		}
-		pair := s[i+1:]
-		if end := strings.IndexAny(pair, "?&"); end >= 0 {
-			pair = pair[:end]
+		next := strings.IndexByte(s[q+1:], '?')
+		if next < 0 {
+			break
 		}
-		rawKey, value, ok := strings.Cut(pair, "=")
-		key, err := url.QueryUnescape(rawKey)
-		if err != nil {
-			key = rawKey
-		}
-		if key = strings.ToLower(key); ok && (key == "password" || key == "sslpassword") {
-			start := i + 1 + len(rawKey) + 1
-			hide(start, start+len(value))
-		}
+		q += 1 + next
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {

@@ -60,6 +60,11 @@ func TestStringRedactsSecrets(t *testing.T) {
 		{"postgres://sluice:h%23unter2@db:5432/sluice?password=hunter2", "xxxxx@db:5432/sluice?password=xxxxx"},
 		{"postgres://db:5432/sluice?password=hun@ter2&sslmode=require", "&sslmode=require"},
 		{"postgres://sluice:hun?x@db/sluice?password=hunter2", "xxxxx@db/sluice?password=xxxxx"},
+		// pgx splits the query at '&' only and trims a key's spaces.
+		{"postgres://db/sluice?sslmode=disable&password=hun?ter2", "db/sluice?sslmode=disable&password=xxxxx"},
+		{"postgres://db/sluice?sslmode=disable&sslpassword=hun?ter2", "sslpassword=xxxxx"},
+		{"postgres://db/sluice?sslmode=disable& password=hunter2", "& password=xxxxx"},
+		{"postgres://db/sluice?sslmode=disable&password =hunter2", "&password =xxxxx"},
 	} {
 		c, err := FromEnv(env(map[string]string{
 			"DATABASE_URL": tc.url,
