@@ -137,17 +137,10 @@ func (s *Service) Resend(ctx context.Context, tenantID, endpointID int64, delive
 	return nil
 }
 
-// Run sends due deliveries every interval, and keeps the outbox's bounds every
-// housekeepingEvery, until ctx ends.
+// Run sends due deliveries every interval, and keeps the outbox's bounds (see DeliverDue), until
+// ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	var lastHousekeeping time.Time
 	loop.Every(ctx, s.interval, 0.1, func(ctx context.Context) {
-		if now := s.now(); now.Sub(lastHousekeeping) >= housekeepingEvery {
-			lastHousekeeping = now
-			if err := s.housekeep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("webhook outbox housekeeping", "err", err)
-			}
-		}
 		if _, err := s.DeliverDue(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("webhook deliveries", "err", err)
 		}
@@ -187,10 +180,15 @@ const claimSQL = `UPDATE webhook_deliveries SET next_attempt_at = ?, attempts = 
 // before. A tenant's backlog, or its receivers that never answer (each costing the request
 // timeout), then delays another tenant's delivery by one request per turn, not by its whole
 // queue, also when that delivery falls due during the pass (a retry, an event written meanwhile).
+//
+// Before each look it also keeps the outbox's bounds if housekeepingEvery has passed since they
+// were last kept: a pass lasts as long as deliveries keep falling due, which is when the bounds
+// matter most (a receiver that never answers, events coming faster than one instance sends).
 func (s *Service) DeliverDue(ctx context.Context) (int, error) {
 	sent := 0
 	servedAt := map[int64]int{} // tenant → the number of the sending that last served it (none: 0)
 	for sending := 1; ; sending++ {
+		s.housekeepIfDue(ctx)
 		now := s.now()
 		var due []dueDelivery
 		if err := s.db.Gorm.WithContext(ctx).Raw(dueSQL, now.UnixMilli()).Scan(&due).Error; err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
@@ -559,6 +561,73 @@ func TestFinishedDeliveriesLeaveTheDueRange(t *testing.T) {
 		}
 		if waiting := outboxIDs(t, d, "next_attempt_at <= ? AND delivered_at IS NULL AND given_up_at IS NULL", aYearOn); len(waiting) != MaxWaitingPerEndpoint+1 {
 			t.Fatalf("%d waiting deliveries in the due range, want %d", len(waiting), MaxWaitingPerEndpoint+1)
+		}
+	})
+}
+
+// TestTheOutboxIsKeptWhileDeliveriesKeepFallingDue: the dispatcher runs while deliveries never
+// stop falling due (each request takes the whole request timeout, and an event comes in during
+// each), so its pass never finds nothing due. A delivery finished just under KeepFinished ago
+// must still be deleted once its week is over: housekeeping goes on during the pass.
+func TestTheOutboxIsKeptWhileDeliveriesKeepFallingDue(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s, err := NewService(d, sealKey, Options{AllowPrivate: true, Now: c.now, Interval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenant := newTenant(t, d, "acme")
+		// Housekeeping that runs every housekeepingEvery deletes the old delivery within two of
+		// them; far beyond that, the pass is taken to have stopped housekeeping.
+		maxRequests := int(10 * housekeepingEvery / requestTimeout)
+		var (
+			requests int
+			pruned   bool
+			done     = make(chan struct{})
+		)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			defer w.WriteHeader(http.StatusOK)
+			select {
+			case <-done:
+				return // the test is over: no more events, so the pass ends
+			default:
+			}
+			c.advance(requestTimeout)
+			requests++
+			var left int64
+			if err := d.Gorm.Model(&deliveryRow{}).Where("id = ?", "finished-last-week").Count(&left).Error; err != nil {
+				t.Error(err)
+			}
+			if pruned = left == 0; pruned || requests >= maxRequests {
+				close(done)
+				return
+			}
+			err := s.db.Serializable(context.Background(), func(tx *gorm.DB) error { return s.Enqueue(tx, tenant, EventKeyCreated, nil) })
+			if err != nil {
+				t.Error(err)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		ep, _, err := s.CreateEndpoint(context.Background(), tenant, srv.URL, []string{EventKeyCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deliveredAt := c.now().Add(-KeepFinished + time.Minute).UnixMilli()
+		outboxRows(t, d, ep, []deliveryRow{{ID: "finished-last-week", CreatedAt: deliveredAt - 1000, DeliveredAt: &deliveredAt}})
+		emit(t, s, tenant, EventKeyCreated, nil)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			_ = s.Run(ctx)
+		}()
+		<-done
+		cancel()
+		<-stopped
+		if !pruned {
+			t.Fatalf("after %d requests (%s), a delivery finished more than %s ago is still in the outbox", requests, time.Duration(requests)*requestTimeout, KeepFinished)
 		}
 	})
 }

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// The outbox's bounds, kept by housekeep (Run calls it every housekeepingEvery). Without them a
-// tenant could grow webhook_deliveries without end: every limit change, test event and threshold
-// event adds a delivery, and nothing removed the sent ones.
+// The outbox's bounds, kept by housekeep (DeliverDue calls it every housekeepingEvery). Without
+// them a tenant could grow webhook_deliveries without end: every limit change, test event and
+// threshold event adds a delivery, and nothing removed the sent ones.
 const (
 	// KeepFinished is how long delivered and given-up deliveries stay in the delivery log
 	// (and can be resent) before they are deleted.
@@ -43,6 +43,21 @@ const overflowSQL = `UPDATE webhook_deliveries SET given_up_at = ?, last_error =
 		SELECT id, ROW_NUMBER() OVER (PARTITION BY endpoint_id ORDER BY created_at DESC, id DESC) AS newest
 		FROM webhook_deliveries WHERE delivered_at IS NULL AND given_up_at IS NULL) waiting
 	WHERE newest > ? LIMIT ?)`
+
+// housekeepIfDue runs housekeep if housekeepingEvery has passed since the service last did (or
+// it never did). A failure is logged, not returned: the deliveries go on, and it is tried again
+// housekeepingEvery later.
+func (s *Service) housekeepIfDue(ctx context.Context) {
+	now := s.now().UnixMilli()
+	last := s.lastHousekeeping.Load()
+	// Of concurrent passes of this service, the one that moves lastHousekeeping housekeeps.
+	if now-last < housekeepingEvery.Milliseconds() || !s.lastHousekeeping.CompareAndSwap(last, now) {
+		return
+	}
+	if err := s.housekeep(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("webhook outbox housekeeping", "err", err)
+	}
+}
 
 // housekeep gives up the deliveries past each endpoint's MaxWaitingPerEndpoint and deletes those
 // finished more than KeepFinished ago, a batch at a time. A delivery given up here while a

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -103,6 +104,8 @@ type Service struct {
 	log          *slog.Logger
 	client       *http.Client
 	interval     time.Duration
+	// lastHousekeeping is when (Unix ms, by now) housekeep last ran; 0 before it ever did.
+	lastHousekeeping atomic.Int64
 }
 
 // NewService returns the webhooks of d; sealKey (32 bytes, derived from the root secret)
