@@ -250,10 +250,15 @@ func KeyFromValue(v, key any) (string, error) {
 // peer is one of trustedProxies (addresses or CIDR prefixes), the right-most address of
 // X-Forwarded-For that is not a trusted proxy. X-Forwarded-For is never read otherwise, since
 // any client can send it. An IPv6 address is keyed by its /64 (one host usually holds a whole
-// /64). The error is an entry of trustedProxies that is not an address or a prefix.
+// /64). IPv4 peers are trusted only by IPv4 entries, or IPv4-mapped ones of /96 or longer
+// ("::ffff:10.0.0.0/104" is 10.0.0.0/8); any other IPv6 prefix, "::/0" included, trusts IPv6
+// peers only. The error is an entry of trustedProxies that is not an address or a prefix, or an
+// IPv4-mapped prefix shorter than /96.
 func KeyByClientIP(trustedProxies ...string) (KeyFunc, error) {
-	// Addresses and prefixes are compared in IPv6 form, IPv4 as IPv4-mapped (::ffff:10.0.0.0/104
-	// is 10.0.0.0/8), as the TypeScript middleware does, so that both trust the same peers.
+	// Entries and peers are compared unmapped (::ffff:10.1.2.3 is 10.1.2.3), as the TypeScript
+	// middleware does, so that both trust the same peers. An IPv6 prefix covering
+	// ::ffff:0:0/96 (::/0, ::/8) would otherwise trust every IPv4 peer, which is surely not
+	// what its writer meant.
 	var trusted []netip.Prefix
 	for _, s := range trustedProxies {
 		p, err := netip.ParsePrefix(s)
@@ -264,16 +269,17 @@ func KeyByClientIP(trustedProxies ...string) (KeyFunc, error) {
 			}
 			p = netip.PrefixFrom(a, a.BitLen())
 		}
-		bits := p.Bits()
-		if p.Addr().Is4() {
-			bits += 96
+		if p.Addr().Is4In6() {
+			if p.Bits() < 96 {
+				return nil, fmt.Errorf("sluice: trusted proxy %q is an IPv4-mapped prefix shorter than /96, which reaches beyond IPv4: write it as an IPv4 prefix", s)
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
-		trusted = append(trusted, netip.PrefixFrom(netip.AddrFrom16(p.Addr().As16()), bits).Masked())
+		trusted = append(trusted, p.Masked())
 	}
-	isTrusted := func(a netip.Addr) bool {
-		a16 := netip.AddrFrom16(a.As16())
+	isTrusted := func(a netip.Addr) bool { // a is unmapped, without a zone
 		for _, p := range trusted {
-			if p.Contains(a16) {
+			if p.Contains(a) { // false when a and p are not of the same family
 				return true
 			}
 		}

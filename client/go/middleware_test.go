@@ -429,3 +429,52 @@ func TestKeyByClientIPTakesBracketedIPv6AndMappedPrefixes(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyByClientIPTrustsIPv4PeersOnlyThroughIPv4Entries: an IPv6 prefix that covers
+// ::ffff:0:0/96 ("::/0", "::/8") trusts IPv6 peers only, not every IPv4 peer (whose forged
+// X-Forwarded-For would then choose its key), and an IPv4-mapped prefix shorter than /96
+// ("::ffff:10.0.0.0/8", which is ::/8) is a configuration error, as in the TypeScript middleware.
+func TestKeyByClientIPTrustsIPv4PeersOnlyThroughIPv4Entries(t *testing.T) {
+	for _, s := range []string{"::ffff:10.0.0.0/8", "::ffff:0:0/95", "::ffff:10.0.0.0/0"} {
+		if _, err := sluice.KeyByClientIP(s); err == nil {
+			t.Errorf("the IPv4-mapped prefix %q was accepted", s)
+		}
+	}
+	for _, s := range []string{"::/0", "::/8", "::/80", "::fffe:0:0/95"} {
+		key, err := sluice.KeyByClientIP(s)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		for _, tc := range []struct {
+			remote, want string
+		}{
+			{"198.51.100.9:1234", "198.51.100.9"},
+			{"[::ffff:198.51.100.9]:1234", "198.51.100.9"},
+		} {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.remote
+			r.Header.Set("X-Forwarded-For", "203.0.113.66")
+			if got, err := key(r); err != nil || got != tc.want {
+				t.Errorf("trusting %q, peer %s: key %q, %v; want %q", s, tc.remote, got, err, tc.want)
+			}
+		}
+	}
+	// "::/0" still trusts IPv6 peers, and "::ffff:0:0/96" every IPv4 one, as written.
+	for _, tc := range []struct {
+		trusted, remote, want string
+	}{
+		{"::/0", "[2001:db8::1]:1234", "203.0.113.0"},
+		{"::ffff:0:0/96", "198.51.100.9:1234", "203.0.113.0"},
+	} {
+		key, err := sluice.KeyByClientIP(tc.trusted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		r.Header.Set("X-Forwarded-For", tc.want)
+		if got, err := key(r); err != nil || got != tc.want {
+			t.Errorf("trusting %q, peer %s: key %q, %v; want %q", tc.trusted, tc.remote, got, err, tc.want)
+		}
+	}
+}

@@ -220,12 +220,18 @@ export function keyByUser<Req extends RequestLike>(get?: (req: Req) => string | 
  * X-Forwarded-For that is not a trusted proxy. X-Forwarded-For is never read otherwise, since any
  * client can send it (and Express's req.ip is not used, since it depends on the app's own "trust
  * proxy" setting). An IPv6 address is keyed by its /64: one host usually holds a whole /64.
- * Throws (at once) on an entry of trustedProxies that is not an address or a prefix.
+ * IPv4 peers are trusted only by IPv4 entries, or IPv4-mapped ones of /96 or longer
+ * ("::ffff:10.0.0.0/104" is 10.0.0.0/8); any other IPv6 prefix, "::/0" included, trusts IPv6
+ * peers only, as in the Go middleware. Throws (at once) on an entry of trustedProxies that is
+ * not an address or a prefix, or is an IPv4-mapped prefix shorter than /96.
  */
 export function keyByClientIP(trustedProxies: readonly string[] = []): KeyFunction {
   const trusted = trustedProxies.map((s) => {
     const p = parsePrefix(s);
     if (!p) throw new TypeError(`sluice: trusted proxy ${JSON.stringify(s)} is neither an address nor a CIDR prefix`);
+    if (p.v4 && p.bits < 96) {
+      throw new TypeError(`sluice: trusted proxy ${JSON.stringify(s)} is an IPv4-mapped prefix shorter than /96, which reaches beyond IPv4: write it as an IPv4 prefix`);
+    }
     return p;
   });
   const isTrusted = (a: Uint8Array) => trusted.some((p) => contains(p, a));
@@ -247,28 +253,35 @@ export function keyByClientIP(trustedProxies: readonly string[] = []): KeyFuncti
   };
 }
 
-/** An address as 16 bytes (IPv4 as IPv4-mapped IPv6) and a prefix length over those 16 bytes. */
+/**
+ * An address as 16 bytes (IPv4 as IPv4-mapped IPv6), a prefix length over those 16 bytes, and
+ * whether it is an IPv4 prefix (written as IPv4 or IPv4-mapped). An IPv4 prefix matches IPv4
+ * peers only and any other IPv6 prefix IPv6 peers only: "::/0" covers ::ffff:0:0/96 too, but
+ * whoever wrote it did not mean to trust every IPv4 peer.
+ */
 interface Prefix {
   addr: Uint8Array;
   bits: number;
+  v4: boolean;
 }
 
 function parsePrefix(s: string): Prefix | undefined {
   const slash = s.indexOf("/");
   const addr = parseAddr(slash < 0 ? s : s.slice(0, slash));
   if (!addr) return undefined;
-  const v4 = isV4(addr) && !s.includes(":");
-  const max = v4 ? 32 : 128;
+  const dotted = isV4(addr) && !s.includes(":"); // "10.0.0.0/8", not "::ffff:10.0.0.0/104"
+  const max = dotted ? 32 : 128;
   let bits = max;
   if (slash >= 0) {
     const t = s.slice(slash + 1);
     if (!/^\d{1,3}$/.test(t) || Number(t) > max) return undefined;
     bits = Number(t);
   }
-  return { addr, bits: v4 ? bits + 96 : bits };
+  return { addr, bits: dotted ? bits + 96 : bits, v4: isV4(addr) };
 }
 
 function contains(p: Prefix, a: Uint8Array): boolean {
+  if (p.v4 !== isV4(a)) return false;
   for (let bit = 0; bit < p.bits; bit += 8) {
     const i = bit >> 3;
     const n = Math.min(8, p.bits - bit);

@@ -156,6 +156,24 @@ test("the client's address: X-Forwarded-For only from trusted proxies", async ()
   assert.throws(() => from(undefined), /not an IP address/);
 });
 
+test("keyByClientIP trusts IPv4 peers only through IPv4 entries, as the Go middleware does", () => {
+  // An IPv4-mapped prefix shorter than /96 ("::ffff:10.0.0.0/8" is ::/8) is a configuration error.
+  for (const s of ["::ffff:10.0.0.0/8", "::ffff:0:0/95", "::ffff:10.0.0.0/0"]) {
+    assert.throws(() => keyByClientIP([s]), /IPv4-mapped prefix shorter than \/96/, s);
+  }
+  // An IPv6 prefix covering ::ffff:0:0/96 trusts IPv6 peers only: a forged X-Forwarded-For from
+  // an IPv4 peer does not choose its key.
+  const from = (key, remoteAddress, xff) => key({ socket: { remoteAddress }, headers: { "x-forwarded-for": xff } });
+  for (const s of ["::/0", "::/8", "::/80", "::fffe:0:0/95"]) {
+    const key = keyByClientIP([s]);
+    assert.equal(from(key, "198.51.100.9", "203.0.113.66"), "198.51.100.9", s);
+    assert.equal(from(key, "::ffff:198.51.100.9", "203.0.113.66"), "198.51.100.9", s);
+  }
+  assert.equal(from(keyByClientIP(["::/0"]), "2001:db8::1", "203.0.113.66"), "203.0.113.66", "::/0 trusts IPv6 peers");
+  assert.equal(from(keyByClientIP(["::ffff:0:0/96"]), "198.51.100.9", "203.0.113.66"), "203.0.113.66", "::ffff:0:0/96 trusts IPv4 peers");
+  assert.equal(from(keyByClientIP(["::ffff:10.0.0.0/104"]), "10.1.2.3", "203.0.113.66"), "203.0.113.66", "a mapped /104 is 10.0.0.0/8");
+});
+
 test("Express: keyByUser, skip, the 429 path, and errors of the next handlers", async () => {
   const name = await bucket("express", 1);
   const app = express();
