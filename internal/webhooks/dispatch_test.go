@@ -631,3 +631,59 @@ func TestTheOutboxIsKeptWhileDeliveriesKeepFallingDue(t *testing.T) {
 		}
 	})
 }
+
+// TestADeliveryResentWhileHousekeepingDeletesItStaysResent: housekeeping picks a delivery
+// delivered more than KeepFinished ago to delete while an admin's resend of it is being written;
+// it must leave the resent delivery waiting (the resend told the admin it would be sent), not
+// delete it. PostgreSQL only: there the statement picks from a snapshot and waits for the row,
+// while SQLite has one writer at a time.
+func TestADeliveryResentWhileHousekeepingDeletesItStaysResent(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	c := &clock{}
+	c.ms.Store(1_700_000_000_000)
+	s := newService(t, d, c, true)
+	ctx := context.Background()
+	ep, _, err := s.CreateEndpoint(ctx, newTenant(t, d, "acme"), "http://127.0.0.1:9/", []string{EventKeyCreated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := c.now().UnixMilli()
+	deliveredAt := c.now().Add(-8 * 24 * time.Hour).UnixMilli()
+	outboxRows(t, d, ep, []deliveryRow{{ID: "old", CreatedAt: deliveredAt - 1000, DeliveredAt: &deliveredAt, NextAttemptAt: finishedNextAttempt}})
+
+	// Resend's UPDATE, written but not yet committed: it holds the row.
+	resending := d.Gorm.Begin()
+	if err := resending.Exec(`UPDATE webhook_deliveries SET next_attempt_at = ?, delivered_at = NULL, given_up_at = NULL, attempts = 0, created_at = ?
+		WHERE id = 'old'`, now, now).Error; err != nil {
+		t.Fatal(err)
+	}
+	housekept := make(chan error, 1)
+	go func() { housekept <- s.housekeep(ctx) }()
+	// Housekeeping has picked the delivery (it still looked finished) once it waits for the row.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		if err := d.Gorm.Raw(`SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting).Error; err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("housekeeping never waited for the resend being written")
+		}
+	}
+	if err := resending.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-housekept; err != nil {
+		t.Fatal(err)
+	}
+	var rows []deliveryRow
+	if err := d.Gorm.Where("id = ?", "old").Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].DeliveredAt != nil || rows[0].NextAttemptAt != now {
+		t.Fatalf("a delivery resent while housekeeping deleted it: %+v; want it waiting, due now", rows)
+	}
+}

@@ -27,8 +27,11 @@ const (
 // outboxFull is the delivery log's last error of a delivery given up past MaxWaitingPerEndpoint.
 var outboxFull = fmt.Sprintf("given up: the endpoint had %d newer deliveries waiting (the most it may have)", MaxWaitingPerEndpoint)
 
-// pruneSQL deletes up to ? deliveries delivered or given up before ?.
-const pruneSQL = `DELETE FROM webhook_deliveries WHERE id IN (
+// pruneSQL deletes up to ? (the last argument) deliveries delivered or given up before ? (the
+// four others). The outer WHERE says again that they finished long ago, for the reason of
+// overflowSQL's: a delivery resent after the subquery's snapshot would otherwise be deleted
+// although the resend reported it due again.
+const pruneSQL = `DELETE FROM webhook_deliveries WHERE (delivered_at < ? OR given_up_at < ?) AND id IN (
 	SELECT id FROM webhook_deliveries WHERE delivered_at < ? OR given_up_at < ? LIMIT ?)`
 
 // overflowSQL gives up (at ?, with the error ?, next_attempt_at ? = finishedNextAttempt) up to ?
@@ -72,7 +75,7 @@ func (s *Service) housekeep(ctx context.Context) error {
 		s.log.Warn("webhook deliveries given up: their endpoints had too many waiting", "deliveries", gaveUp, "max_per_endpoint", MaxWaitingPerEndpoint)
 	}
 	before := now - KeepFinished.Milliseconds()
-	if _, err := s.inBatches(ctx, pruneSQL, before, before, housekeepingBatch); err != nil {
+	if _, err := s.inBatches(ctx, pruneSQL, before, before, before, before, housekeepingBatch); err != nil {
 		return fmt.Errorf("webhooks: delete old deliveries: %w", err)
 	}
 	return nil
