@@ -348,12 +348,14 @@ export class Sluice {
 
   /** Reads the limit's value now for key (absent: the global key), summed over its shards. */
   async value(name: string, key?: string, opts?: CallOptions): Promise<Value> {
+    checkKeyText(key, "value");
     const q = key ? `?${new URLSearchParams({ key })}` : "";
     return (await this.#call("GET", `${limitPath(name)}/value${q}`, undefined, true, opts)).data as OkJSON<"/v1/limits/{name}/value", "get">;
   }
 
   /** Forgets the state of one key of the limit (absent: the global key). Succeeds whether or not any existed. */
   async reset(name: string, key?: string, opts?: CallOptions): Promise<void> {
+    checkKeyText(key, "reset");
     const body: BodyJSON<"/v1/limits/{name}/reset", "post"> = key ? { key } : {};
     await this.#call("POST", `${limitPath(name)}/reset`, body, true, opts);
   }
@@ -365,7 +367,7 @@ export class Sluice {
    * may already be back.
    */
   async refund(name: string, body: BodyJSON<"/v1/limits/{name}/refund", "post">, opts?: CallOptions): Promise<OkJSON<"/v1/limits/{name}/refund", "post">> {
-    const bad = invalidItem({ name, count: body.count }, "refund");
+    const bad = invalidItem({ name, count: body.count, key: body.key, attributes: body.attributes }, "refund");
     if (bad) throw bad;
     return (await this.#call("POST", `${limitPath(name)}/refund`, body, false, opts)).data as OkJSON<"/v1/limits/{name}/refund", "post">;
   }
@@ -379,6 +381,10 @@ export class Sluice {
    * settleHold, releaseHold, releaseLease and extendLease send opts.idempotencyKey likewise.
    */
   async hold(body: BodyJSON<"/v1/holds", "post">, opts?: CallOptions): Promise<Schemas["Hold"] & { replayed?: true }> {
+    // Everything else about the items is for Sluice to judge.
+    (Array.isArray(body?.limits) ? body.limits : []).forEach((it, i) => {
+      if (typeof it === "object" && it !== null && holdsLoneSurrogate(it)) throw loneSurrogate(`hold item ${i} (${it.name})`);
+    });
     const a = await this.#call("POST", "/v1/holds", body, idempotent(opts), opts, true);
     const h = a.data as Schemas["Hold"] & { replayed?: true };
     if (a.headers.get("Idempotent-Replayed") === "true") h.replayed = true;
@@ -681,11 +687,26 @@ function invalidItem(it: Item, what: string): TypeError | undefined {
   if (n !== undefined && (typeof n !== "number" || !Number.isFinite(n) || n < 0)) {
     return new TypeError(`sluice: ${what} (${it.name}): count must be a finite number of tokens, 0 or more, not ${String(n)}`);
   }
-  const texts = [it.key, it.session, ...Object.entries(it.attributes ?? {}).flat()];
-  if (texts.some((t) => typeof t === "string" && hasLoneSurrogate(t))) {
-    return new TypeError(`sluice: ${what} (${it.name}): a key, session or attribute holds a lone surrogate (not text Sluice can store)`);
-  }
+  if (holdsLoneSurrogate(it)) return loneSurrogate(`${what} (${it.name})`);
   return undefined;
+}
+
+/** Whether a decision's key, session or attributes (names or values) hold a lone surrogate. */
+function holdsLoneSurrogate(it: { key?: unknown; session?: unknown; attributes?: Record<string, unknown> | undefined }): boolean {
+  const texts = [it.key, it.session, ...Object.entries(it.attributes ?? {}).flat()];
+  return texts.some((t) => typeof t === "string" && hasLoneSurrogate(t));
+}
+
+function loneSurrogate(what: string): TypeError {
+  return new TypeError(`sluice: ${what}: a key, session or attribute holds a lone surrogate (not text Sluice can store)`);
+}
+
+/**
+ * Throws on a key with a lone surrogate (what: the call): sent in JSON or a query, Sluice would
+ * read it as U+FFFD and act on another key ("a\ud800" reset as "a\ufffd").
+ */
+function checkKeyText(key: string | undefined, what: string): void {
+  if (typeof key === "string" && hasLoneSurrogate(key)) throw loneSurrogate(what);
 }
 
 function webhookPath(id: number, rest: string): string {

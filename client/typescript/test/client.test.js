@@ -557,6 +557,13 @@ test("the names . and .. (which fetch resolves away) and keys with a lone surrog
   }
   await assert.rejects(c.limit("x", { key: "u\ud800" }), /lone surrogate/);
   await assert.rejects(c.limit("x", { attributes: { org: "\udc00" } }), /lone surrogate/);
+  // Sluice would act on the U+FFFD key: a reset or refund meant for "a\ud800" would reach "a\ufffd".
+  await assert.rejects(c.refund("x", { key: "a\ud800", count: 1 }), /lone surrogate/, "refund's key");
+  await assert.rejects(c.refund("x", { count: 1, attributes: { org: "\ud800" } }), /lone surrogate/, "refund's attributes");
+  await assert.rejects(c.reset("x", "a\ud800"), /lone surrogate/, "reset");
+  await assert.rejects(c.value("x", "a\ud800"), /lone surrogate/, "value");
+  await assert.rejects(c.hold({ limits: [{ name: "x", key: "k" }, { name: "x", key: "a\ud800" }], ttl: 1000 }), /hold item 1 \(x\).*lone surrogate/, "hold's key");
+  await assert.rejects(c.hold({ limits: [{ name: "x", attributes: { "\udc00": "v" } }], ttl: 1000 }), /lone surrogate/, "hold's attributes");
   assert.equal(f.calls, 0, "nothing was sent");
 });
 
