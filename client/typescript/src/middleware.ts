@@ -109,7 +109,8 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
         if (k !== undefined && /\p{Cs}/u.test(k)) throw new TypeError("the key holds a lone surrogate");
         if (count) {
           n = await count(req);
-          if (typeof n !== "number" || !Number.isFinite(n) || n < 0) throw new TypeError(`the count ${String(n)} is not a number of tokens`);
+          // Sluice takes no count above 1e15, whatever the limit: the request cannot be limited.
+          if (typeof n !== "number" || !(n >= 0 && n <= 1e15)) throw new TypeError(`the count ${String(n)} is not a number of tokens from 0 to 1e15`);
         }
       } catch (err) {
         return await onError(new KeyError(`sluice: the request cannot be limited: ${(err as Error)?.message ?? String(err)}`, err), req, res, next);

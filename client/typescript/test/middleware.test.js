@@ -120,6 +120,8 @@ test("a header key, a count function and a handler that replaces the 429", async
   assert.equal(missing.status, 400);
   assert.equal(missing.json.code, "invalid_request");
   assert.equal((await get(url, { "X-Tenant": "d", "X-Cost": "lots" })).status, 400, "a count that is not a number");
+  // Above 1e15 Sluice refuses any count (as the Go middleware, 400: the request's doing, not a 500).
+  assert.equal((await get(url, { "X-Tenant": "d", "X-Cost": "2e15" })).status, 400, "a count above 1e15");
   // A count Sluice refuses (over the capacity) is this service's mistake: 500.
   const logged = [];
   const strict = await plain(rateLimit({ client: client(), name, key: keyByHeader("X-Tenant"), count: () => 4, log: (m) => logged.push(m) }));
