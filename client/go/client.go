@@ -84,8 +84,9 @@ func New(baseURL, secretKey string, opts ...Option) *Client {
 }
 
 // Retries: only idempotent calls are retried (GET, PUT, DELETE, Check, CheckBatch, Reset); a
-// retried DELETE answered 404 succeeds, since the attempt whose answer was lost may have deleted
-// the thing (so a DELETE of something that never existed may succeed when retried). A
+// retried DELETE answered 404 succeeds when an earlier attempt got no answer from Sluice, since
+// that attempt may have deleted the thing (so a DELETE of something that never existed may
+// succeed when retried); after Sluice's own 503, which did nothing, the 404 is an error. A
 // consuming decision (Limit, Batch, Bulk) is never retried: when its answer is lost, Sluice may
 // already have consumed the tokens, and the server has no Idempotency-Key yet to recognise a
 // repeat, so a retry could consume them twice. Its failure goes to the FailPolicy instead.
@@ -310,15 +311,18 @@ func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values,
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
+	mayHaveActed := false // an earlier attempt got no answer from Sluice, so may have been carried out
 	for attempt := 0; ; attempt++ {
 		h, err := c.once(ctx, method, target, payload, out, idemKey)
 		if err == nil {
 			return h, nil
 		}
-		if attempt > 0 && method == http.MethodDelete && idemKey == "" && notFound(err) {
+		if mayHaveActed && method == http.MethodDelete && idemKey == "" && notFound(err) {
 			// The attempt whose answer was lost may have deleted it: what the caller wanted.
+			// Sluice's own 503 problem means it did nothing: a 404 after it is an error.
 			return http.Header{}, nil
 		}
+		mayHaveActed = mayHaveActed || !sluiceAnswered(err)
 		if !retry || attempt >= c.retries || !retryable(err) || ctx.Err() != nil {
 			return nil, fmt.Errorf("sluice: %s %s: %w", method, path, err)
 		}
@@ -382,6 +386,13 @@ func problem(resp *http.Response, data []byte) *Error {
 func notFound(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Status == http.StatusNotFound && (e.Code == CodeLimitNotFound || e.Code == CodeNotFound)
+}
+
+// sluiceAnswered reports whether err is Sluice's own problem: not a network error, nor a proxy's
+// error page (which it may send after forwarding the request).
+func sluiceAnswered(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code != ""
 }
 
 // retryable reports whether a failed attempt may succeed when repeated: Sluice failed closed

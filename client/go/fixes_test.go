@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,9 +85,9 @@ func TestBulkItemsSluiceCouldNotDecideFollowTheFailPolicy(t *testing.T) {
 }
 
 // TestRetriedDeletesWhoseFirstAnswerWasLostSucceed: when the answer of a delete Sluice carried
-// out is lost, the retry finds nothing (404); the delete did what was asked, so it succeeds.
-// Against the real server, through a proxy that loses the first answer (losingFront). A first
-// attempt answered 404 is still an error.
+// out is lost (the connection dropped, or a proxy's 503 page instead), the retry finds nothing
+// (404); the delete did what was asked, so it succeeds. Against the real server, through a proxy
+// that loses the first answer (losingFront). A first attempt answered 404 is still an error.
 func TestRetriedDeletesWhoseFirstAnswerWasLostSucceed(t *testing.T) {
 	ctx := testCtx(t)
 	direct := newClient(t)
@@ -98,11 +99,11 @@ func TestRetriedDeletesWhoseFirstAnswerWasLostSucceed(t *testing.T) {
 	if _, err := direct.PutOverride(ctx, name, sluice.Override{Match: "vip", Action: sluice.Allow}); err != nil {
 		t.Fatal(err)
 	}
-	front.loseNext()
+	front.loseNextBy(lossDrop)
 	if err := c.DeleteOverride(ctx, name, "vip"); err != nil || front.seen.Load() != 2 {
 		t.Fatalf("DeleteOverride with its answer lost: %v (%d attempts)", err, front.seen.Load())
 	}
-	front.loseNext()
+	front.loseNextBy(lossPage)
 	if err := c.Delete(ctx, name); err != nil || front.seen.Load() != 2 {
 		t.Fatalf("Delete with its answer lost: %v (%d attempts)", err, front.seen.Load())
 	}
@@ -110,12 +111,34 @@ func TestRetriedDeletesWhoseFirstAnswerWasLostSucceed(t *testing.T) {
 	if err != nil || hook.RefusalThreshold != 7 {
 		t.Fatalf("create a webhook with a refusal threshold: %+v, %v", hook, err)
 	}
-	front.loseNext()
+	front.loseNextBy(lossDrop)
 	if err := c.DeleteWebhook(ctx, hook.ID); err != nil || front.seen.Load() != 2 {
 		t.Fatalf("DeleteWebhook with its answer lost: %v (%d attempts)", err, front.seen.Load())
 	}
 
 	if e := asError(t, c.Delete(ctx, name)); e.Code != sluice.CodeLimitNotFound {
 		t.Fatalf("a first attempt answered 404: %+v", e)
+	}
+}
+
+// TestARetriedDeleteAnswered404AfterA503IsAnError: Sluice's own 503 means it did nothing, so the
+// retry's 404 says the thing never existed (or is gone by another's hand): an error, as a first
+// answer of 404 is. The server is a fake: the real one cannot be made to answer 503 on demand.
+func TestARetriedDeleteAnswered404AfterA503IsAnError(t *testing.T) {
+	var calls atomic.Int32
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"code":"unavailable","detail":"try later"}`))
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"type":"about:blank","title":"Not Found","status":404,"code":"limit_not_found","detail":"no such limit"}`))
+	}))
+	defer fake.Close()
+	c := sluice.New(fake.URL, "sk", sluice.WithBackoff(time.Millisecond, time.Millisecond))
+	if e := asError(t, c.Delete(testCtx(t), "never")); e.Code != sluice.CodeLimitNotFound || calls.Load() != 2 {
+		t.Fatalf("a 503, then 404: %+v after %d attempts; want limit_not_found after 2", e, calls.Load())
 	}
 }

@@ -17,10 +17,12 @@ import (
 )
 
 // losingFront is a proxy in front of the real Sluice that forwards every request but loses
-// Sluice's answer to the first n of them (the caller gets a 503 instead, as after a timeout
-// behind a load balancer): the request was carried out, its answer never arrived.
+// Sluice's answer to the first n of them (the caller gets a 503 problem instead, as after a
+// timeout behind a load balancer, or another loss): the request was carried out, its answer
+// never arrived.
 type losingFront struct {
 	lose, seen atomic.Int32
+	how        atomic.Int32 // a loss
 	next       http.Handler
 	mu         sync.Mutex
 	lost       [][]byte // the bodies of the answers lost
@@ -49,13 +51,40 @@ func (f *losingFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.lost = append(f.lost, bytes.Clone(rec.Body.Bytes()))
 	f.mu.Unlock()
+	switch loss(f.how.Load()) {
+	case lossDrop:
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+		return
+	case lossPage:
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("<html><body>503 Service Temporarily Unavailable</body></html>"))
+		return
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write([]byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the answer was lost","code":"unavailable"}`))
 }
 
-// loseNext makes the front lose the answer of the next request and counts from zero.
-func (f *losingFront) loseNext() {
+// loss is how a losingFront loses an answer.
+type loss int32
+
+const (
+	lossProblem loss = iota // a 503 problem shaped like Sluice's own
+	lossDrop                // the connection closes without an answer
+	lossPage                // a proxy's own 503 page, not a problem
+)
+
+// loseNext makes the front lose the answer of the next request with a 503 problem and counts
+// from zero.
+func (f *losingFront) loseNext() { f.loseNextBy(lossProblem) }
+
+// loseNextBy is loseNext losing the answer in the way how.
+func (f *losingFront) loseNextBy(how loss) {
+	f.how.Store(int32(how))
 	f.seen.Store(0)
 	f.lose.Store(1)
 }
