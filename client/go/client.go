@@ -230,6 +230,9 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 
 // Value reads the limit's value now for key ("" for the global key), summed over its shards.
 func (c *Client) Value(ctx context.Context, name, key string) (Value, error) {
+	if err := checkText("key", key); err != nil {
+		return Value{}, err
+	}
 	var q url.Values
 	if key != "" {
 		q = url.Values{"key": {key}}

@@ -9,8 +9,8 @@ import (
 )
 
 // ErrInvalidArgument means a call's arguments could never be accepted (a limit name Sluice cannot
-// know, a count that is no number of tokens, a key, session or attribute that is not valid
-// UTF-8): the client refuses them before sending anything, whatever its FailPolicy (a FailOpen
+// know, a count that is no number of tokens, a key, session, attribute or override match that
+// is not valid UTF-8): the client refuses them before sending anything, whatever its FailPolicy (a FailOpen
 // client must not admit what Sluice would refuse as invalid).
 var ErrInvalidArgument = errors.New("sluice: invalid argument")
 

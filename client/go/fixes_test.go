@@ -44,6 +44,16 @@ func TestInvalidUTF8AndDotNamesAreRefusedBeforeSending(t *testing.T) {
 	if err := gone.Reset(ctx, "ok", "u\xff"); !errors.Is(err, sluice.ErrInvalidArgument) {
 		t.Errorf("Reset: %v", err)
 	}
+	if _, err := gone.Value(ctx, "ok", "u\xff"); !errors.Is(err, sluice.ErrInvalidArgument) {
+		t.Errorf("Value: %v", err)
+	}
+	// An override's match is a key too ("u\xff" would override the U+FFFD key's limit).
+	if _, err := gone.PutOverride(ctx, "ok", sluice.Override{Match: "u\xff", Action: sluice.Deny}); !errors.Is(err, sluice.ErrInvalidArgument) {
+		t.Errorf("PutOverride: %v", err)
+	}
+	if err := gone.DeleteOverride(ctx, "ok", "u\xff"); !errors.Is(err, sluice.ErrInvalidArgument) {
+		t.Errorf("DeleteOverride: %v", err)
+	}
 }
 
 // TestBulkItemsSluiceCouldNotDecideFollowTheFailPolicy: an item answered with a 5xx problem of

@@ -64,6 +64,9 @@ func overridesPath(name string) string { return "/v1/limits/" + url.PathEscape(n
 // limit must have a stored definition (a *Error with Code limit_not_found otherwise); an invalid
 // override is a *Error naming the field.
 func (c *Client) PutOverride(ctx context.Context, name string, o Override) (StoredOverride, error) {
+	if err := checkText("match", o.Match); err != nil {
+		return StoredOverride{}, err
+	}
 	var s StoredOverride
 	_, err := c.do(ctx, http.MethodPut, overridesPath(name), nil, o, idempotent, &s)
 	return s, err
@@ -92,6 +95,9 @@ func (c *Client) ListOverrides(ctx context.Context, name string, opts ListOverri
 // DeleteOverride deletes the override of the limit name whose match is match (a *Error with
 // Code not_found when there is none).
 func (c *Client) DeleteOverride(ctx context.Context, name, match string) error {
+	if err := checkText("match", match); err != nil {
+		return err
+	}
 	_, err := c.do(ctx, http.MethodDelete, overridesPath(name), url.Values{"match": {match}}, nil, idempotent, nil)
 	return err
 }
