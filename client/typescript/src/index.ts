@@ -245,8 +245,10 @@ type WireDecision = Schemas["Decision"];
 /**
  * A client of one Sluice server with one secret key. Only idempotent calls are retried (check,
  * checkBatch, value, reset, resetAll and the definition calls); a retried delete (deleteLimit,
- * revokeSession, deleteWebhook) answered 404 succeeds, since the attempt whose answer was lost may
- * have deleted the thing. limit, batch and bulk consume
+ * revokeSession, deleteWebhook) answered 404 succeeds when an earlier attempt got no answer from
+ * Sluice (a network error, a proxy's page), since that attempt may have deleted the thing (so
+ * deleting something that never existed can succeed); after Sluice's own 503, which did nothing,
+ * the 404 is an error. limit, batch and bulk consume
  * tokens and are not retried unless given an idempotencyKey (CallOptions): when their answer is
  * lost Sluice may have consumed the tokens already, so a plain retry could consume them twice.
  * Their failure goes to the fail policy instead.
@@ -570,15 +572,18 @@ export class Sluice {
     caller?.addEventListener("abort", onCallerAbort, { once: true });
     try {
       if (caller?.aborted) throw caller.reason;
+      let mayHaveActed = false; // an earlier attempt got no answer from Sluice, so may have been carried out
       for (let attempt = 0; ; attempt++) {
         try {
           return await this.#once(method, this.#base + path, route, payload, ctl.signal, idemKey);
         } catch (err) {
           if (caller?.aborted) throw caller.reason;
-          if (attempt > 0 && method === "DELETE" && idemKey === undefined && notFound(err)) {
+          if (mayHaveActed && method === "DELETE" && idemKey === undefined && notFound(err)) {
             // The attempt whose answer was lost may have deleted it: what the caller wanted.
+            // Sluice's own 503 problem means it did nothing: a 404 after it is an error.
             return { data: undefined, headers: new Headers() };
           }
+          mayHaveActed ||= !sluiceAnswered(err);
           if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
           if (!retry || attempt >= this.#retries || !retryable(err)) throw err;
           await sleep(this.#delay(attempt), ctl.signal).catch(() => {
@@ -820,6 +825,11 @@ function problem(resp: Response, text: string, route: string): SluiceError {
 /** Whether err is Sluice's answer that the thing named does not exist. */
 function notFound(err: unknown): boolean {
   return err instanceof SluiceError && err.status === 404 && (err.code === "limit_not_found" || err.code === "not_found");
+}
+
+/** Whether err is Sluice's own problem: not a network error, nor a proxy's error page (which it may send after forwarding the request). */
+function sluiceAnswered(err: unknown): boolean {
+  return err instanceof SluiceError && err.code !== "";
 }
 
 /** Whether a failed attempt may succeed when repeated: Sluice failed closed (503) or did not answer. */

@@ -591,16 +591,36 @@ test("a bulk item answered with a 5xx problem of its own follows the fail policy
   assert.ok(closed[0].error instanceof SluiceError && closed[0].error.status === 503, `fail closed: ${JSON.stringify(closed[0])}`);
 });
 
+test("a retried delete answered 404 after Sluice's own 503 is an error", async () => {
+  // Sluice's 503 problem means it did nothing: the retry's 404 says the limit never existed (or
+  // another caller deleted it). A fake: the real Sluice cannot be made to answer 503 on demand.
+  let calls = 0;
+  const fake = async () => {
+    calls++;
+    const [status, code] = calls === 1 ? [503, "unavailable"] : [404, "limit_not_found"];
+    return new Response(JSON.stringify({ type: "about:blank", title: "x", status, code, detail: "x" }), {
+      status,
+      headers: { "Content-Type": "application/problem+json" },
+    });
+  };
+  const c = new Sluice({ baseUrl: "http://sluice.invalid", secretKey: "sk", fetch: fake, retries: 2, backoffMs: 1, maxBackoffMs: 2 });
+  const e = await problemOf(c.deleteLimit("never"));
+  assert.equal(e.code, "limit_not_found");
+  assert.equal(calls, 2, "the 503 and its retry");
+});
+
 test("a retried delete whose first answer was lost succeeds", async () => {
   // A fetch that forwards every request to the real Sluice but loses the answer of the first
-  // DELETE (a network error after Sluice deleted): the retry then finds nothing (404).
-  const losing = () => {
+  // DELETE (a network error after Sluice deleted, or with asPage a proxy's 503 page instead of
+  // Sluice's answer): the retry then finds nothing (404).
+  const losing = (asPage = false) => {
     const f = async (input, init) => {
       f.calls++;
       const resp = await fetch(input, init);
       if (init?.method === "DELETE" && !f.lost) {
         f.lost = true;
         await resp.arrayBuffer();
+        if (asPage) return new Response("<html>503 Service Temporarily Unavailable</html>", { status: 503, headers: { "Content-Type": "text/html" } });
         throw new TypeError("fetch failed (the answer was lost)");
       }
       return resp;
@@ -619,7 +639,7 @@ test("a retried delete whose first answer was lost succeeds", async () => {
 
   const hook = await client().createWebhook("http://127.0.0.1:1/hook", ["limit.refusals"], { refusalThreshold: 7 });
   assert.equal(hook.refusalThreshold, 7);
-  f = losing();
+  f = losing(true);
   await client({ ...fast, fetch: f }).deleteWebhook(hook.id);
   assert.equal(f.calls, 2);
 
