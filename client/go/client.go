@@ -87,9 +87,10 @@ func New(baseURL, secretKey string, opts ...Option) *Client {
 // retried DELETE answered 404 succeeds when an earlier attempt got no answer from Sluice, since
 // that attempt may have deleted the thing (so a DELETE of something that never existed may
 // succeed when retried); after Sluice's own 503, which did nothing, the 404 is an error. A
-// consuming decision (Limit, Batch, Bulk) is never retried: when its answer is lost, Sluice may
-// already have consumed the tokens, and the server has no Idempotency-Key yet to recognise a
-// repeat, so a retry could consume them twice. Its failure goes to the FailPolicy instead.
+// consuming decision (Limit, Batch, Bulk) is retried only under an Idempotency-Key (below):
+// without one, when its answer is lost, Sluice may already have consumed the tokens and cannot
+// recognise a repeat, so a retry could consume them twice. Its failure goes to the FailPolicy
+// instead.
 const (
 	idempotent = true
 	consuming  = false
