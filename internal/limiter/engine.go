@@ -195,6 +195,9 @@ type Decision struct {
 	// RateLimit's t where it is not the token bucket's arithmetic on Remaining (headers.go).
 	fullIn  float64
 	fullSet bool
+	// usedMax is, for a sharded limit, the most the shards the decision used hold (Remaining is
+	// theirs); 0 for an unsharded one, whose Definition.Max() it is.
+	usedMax float64
 	// taken is, for a hold's request or ancestor, what the decision took (nil: nothing written),
 	// which the hold records to give back no more than that (holds.go).
 	taken *algo.Taken
@@ -213,7 +216,9 @@ type KeyOutcome struct {
 	// ShadowRefused: admitted only because the limit is in shadow mode.
 	ShadowRefused bool
 	// Remaining is what the key has left after the decision; Max the most it holds (the
-	// definition's capacity, or rate), so that Remaining/Max says how near the key is to its limit.
+	// definition's capacity, or rate; on a sharded limit, that of the one or two shards the
+	// decision used, whose balance Remaining is), so that Remaining/Max says how near the key is
+	// to its limit.
 	Remaining, Max float64
 }
 
@@ -469,7 +474,7 @@ func (e *Engine) report(owner int64, d *Decision, ok bool) {
 			e.onShadow(owner, d.Name)
 		}
 		if e.onKey != nil {
-			e.onKey(owner, KeyOutcome{Name: d.Name, Key: d.Key, OK: true, ShadowRefused: true, Remaining: d.Remaining, Max: d.Definition.Max()})
+			e.onKey(owner, KeyOutcome{Name: d.Name, Key: d.Key, OK: true, ShadowRefused: true, Remaining: d.Remaining, Max: d.maxOfRemaining()})
 		}
 		return
 	}
@@ -477,8 +482,18 @@ func (e *Engine) report(owner int64, d *Decision, ok bool) {
 		e.onDecision(owner, d.Name, ok)
 	}
 	if e.onKey != nil {
-		e.onKey(owner, KeyOutcome{Name: d.Name, Key: d.Key, OK: ok, Remaining: d.Remaining, Max: d.Definition.Max()})
+		e.onKey(owner, KeyOutcome{Name: d.Name, Key: d.Key, OK: ok, Remaining: d.Remaining, Max: d.maxOfRemaining()})
 	}
+}
+
+// maxOfRemaining is the most the shards behind d.Remaining hold: the limit's maximum, or on a
+// sharded limit that of the one or two shards the decision used, so that Remaining/Max says how
+// near the key is to its limit.
+func (d *Decision) maxOfRemaining() float64 {
+	if d.usedMax > 0 {
+		return d.usedMax
+	}
+	return d.Definition.Max()
 }
 
 func maxIndex(s []int) int {

@@ -643,12 +643,17 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 	return exp, missing, nil
 }
 
-// setFullIn records on dec when the shards the outcome d used are whole again, for the kinds
-// whose time to full is not an unsharded token bucket's (max - remaining) * period / rate:
-// windows, concurrency slots, and any sharded limit (whose remaining is its used shards').
-func setFullIn(dec *Decision, def Definition, states []algo.State, d algo.Outcome, now, origin int64) {
-	if def.Kind.Algorithm() == TokenBucket && def.Shards <= 1 {
+// setUsedShards records on dec what the shards the outcome d used mean for the headers and the
+// hooks: on a sharded limit, the most they hold (usedMax, against which Remaining is theirs), and
+// when they are whole again (fullIn) for the kinds whose time to full is not an unsharded token
+// bucket's (max - remaining) * period / rate: windows, concurrency slots, any sharded limit.
+func setUsedShards(dec *Decision, def Definition, states []algo.State, d algo.Outcome, now, origin int64) {
+	n := def.Normalized().Shards
+	if def.Kind.Algorithm() == TokenBucket && n <= 1 {
 		return // the headers' arithmetic is exact, and this is the hot path's kind
+	}
+	if n > 1 && d.Used > 0 {
+		dec.usedMax = def.Max() / float64(n) * float64(d.Used)
 	}
 	dec.fullIn, dec.fullSet = algo.FullIn(def, states, d, now, origin), true
 }
@@ -752,7 +757,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
 			d := algo.Decide(def, states, 0, false, now, origin)
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def}
-			setFullIn(&dec, def, states, d, now, origin)
+			setUsedShards(&dec, def, states, d, now, origin)
 			place(r, dec)
 			continue
 		}
@@ -764,7 +769,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		}
 		dec := Decision{Name: r.name, Key: r.key, OK: d.OK, RetryAfter: retryAfter, Remaining: d.Remaining, Definition: def}
 		dec.leaseSlot = d.OK && def.Kind == Concurrency // a lease to hand out if the job's writes are kept (leases.go)
-		setFullIn(&dec, def, states, d, now, origin)
+		setUsedShards(&dec, def, states, d, now, origin)
 		if def.Kind == Quota {
 			dec.Window = &QuotaWindow{Start: d.WindowStart, End: d.WindowEnd, Now: now}
 		}

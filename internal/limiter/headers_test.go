@@ -38,3 +38,22 @@ func TestRateLimitHeaderTimeIsWhenTheKeyIsWholeAgain(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyOutcomesWeighRemainingAgainstTheShardsUsed: the hooks hear a sharded limit's remaining
+// against the most the shards the decision used hold, not the whole limit's maximum, so that a
+// fresh key of a limit of ten shards (one token taken of 1,000) is not near its limit.
+func TestKeyOutcomesWeighRemainingAgainstTheShardsUsed(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		var heard []limiter.KeyOutcome
+		opts := newClock(1_700_000_000_000).opts()
+		opts.OnKeyOutcome = func(_ int64, o limiter.KeyOutcome) { heard = append(heard, o) }
+		e := newEngine(t, d, opts)
+		mustPut(t, e, "s", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 60_000, Shards: 10})
+		mustPut(t, e, "one", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 60_000})
+		mustLimit(t, e, limiter.Request{Name: "s", Key: "fresh", Count: 1})
+		mustLimit(t, e, limiter.Request{Name: "one", Key: "fresh", Count: 1})
+		if len(heard) != 2 || heard[0].Remaining != 99 || heard[0].Max != 100 || heard[1].Remaining != 999 || heard[1].Max != 1000 {
+			t.Fatalf("heard %+v; want 99 of 100 (one shard of ten) and 999 of 1000", heard)
+		}
+	})
+}

@@ -16,6 +16,9 @@ type Outcome struct {
 	PenaltyUntil int64
 	// Penalized means the refusal is a running penalty's, not the tokens': it starts no penalty.
 	Penalized bool
+	// Used is how many of the given shards the decision used (Remaining is theirs): one, or two
+	// pooled; 0 where no shard's balance was weighed (a concurrency limit, a running penalty).
+	Used int
 }
 
 // Decide applies one request to one or two shard states (DESIGN §3). states holds the shard the
@@ -166,7 +169,7 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 		avail += views[i].avail
 		rate += p.rate
 	}
-	d := Outcome{RetryAfter: math.NaN(), Writes: make([]State, len(states))}
+	d := Outcome{RetryAfter: math.NaN(), Writes: make([]State, len(states)), Used: len(use)}
 	after := avail - count
 	if p.kind == Quota {
 		var ts int64
