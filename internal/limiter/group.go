@@ -666,12 +666,7 @@ func setTaken(res *Decision, r limitRef, def Definition, states []algo.State, pi
 		dec = &res.Parents[len(res.Parents)-1]
 	}
 	t := &algo.Taken{Kind: def.Kind, At: now, Shards: algo.TakeOf(def, states, picks, d, now, origin)}
-	switch n := float64(def.Normalized().Shards); def.Kind.Algorithm() {
-	case TokenBucket:
-		t.Refill = def.Rate / n / float64(def.Period)
-	case FixedWindow:
-		t.Refill = def.Rate / n
-	}
+	t.Refill, t.Max = algo.ShardNumbers(def)
 	dec.taken = t
 }
 

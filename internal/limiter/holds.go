@@ -336,10 +336,11 @@ func charges(results []Decision) [][]charge {
 }
 
 // voidCharges forgets, in tx, what open holds took from limit name (one key of it, or every key
-// with key nil): its state is being reset or dropped, or its definition or its numbers'
-// overrides change (voidChargesIfNumbers), and
-// from then on the key's history says nothing of what the hold's amount would have become, so
-// closing those holds gives nothing back to it (the rest of each hold is unchanged).
+// with key nil): its state is being reset or dropped, and from then on the key's history says
+// nothing of what the hold's amount would have become, so closing those holds gives nothing back
+// to it (the rest of each hold is unchanged). A change of the limit's numbers is not voided here
+// (a definition or override write would then read every open hold of the tenant, and conflict
+// with the holds being made): the close compares the numbers instead (algo.Taken.GiveBack).
 func voidCharges(tx *gorm.DB, tenantID int64, name string, key *string) error {
 	var rows []struct {
 		HoldID  string

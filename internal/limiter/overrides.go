@@ -160,9 +160,6 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 			}
 		}
 		stored = row.toDomain()
-		if err := voidChargesIfNumbers(tx, tenantID, name, &o, before); err != nil {
-			return err
-		}
 		return setOverridesVersion(tx, tenantID, name, newOverridesVersion())
 	})
 	if err != nil {
@@ -188,17 +185,6 @@ func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match
 			// PutOverride stores no such match, and PostgreSQL refuses NUL bytes and invalid
 			// UTF-8 in a query (an error, where there is only no such row).
 			return ErrOverrideNotFound
-		}
-		var old []overrideRow
-		if err := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Limit(1).Find(&old).Error; err != nil {
-			return err
-		}
-		if len(old) == 0 {
-			return ErrOverrideNotFound
-		}
-		gone := old[0].override()
-		if err := voidChargesIfNumbers(tx, tenantID, name, &gone, nil); err != nil {
-			return err
 		}
 		res := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Delete(&overrideRow{})
 		if res.Error != nil {
@@ -389,18 +375,4 @@ func OverrideSummary(o Override) string {
 		parts = append(parts, "expiresAt="+time.UnixMilli(*o.ExpiresAt).UTC().Format(time.RFC3339Nano))
 	}
 	return strings.Join(parts, " ")
-}
-
-// voidChargesIfNumbers voids what open holds took from limit name (voidCharges) when an override
-// that changes its numbers (rate, capacity, maxReserved) comes, changes or goes (before and
-// after, either nil): the key's refill then changed, and its history no longer says what a
-// hold's amount became. An allow or deny override changes no numbers: what the key holds, and
-// so what a hold may give back, stays as it was (nothing is written while it applies).
-func voidChargesIfNumbers(tx *gorm.DB, tenantID int64, name string, after, before *Override) error {
-	for _, o := range []*Override{after, before} {
-		if o != nil && o.Action == algo.ActionNone {
-			return voidCharges(tx, tenantID, name, nil)
-		}
-	}
-	return nil
 }

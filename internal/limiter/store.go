@@ -188,8 +188,6 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 				if err := deleteState(tx, tenantID, name, nil); err != nil {
 					return err
 				}
-			} else if err := voidCharges(tx, tenantID, name, nil); err != nil { // what open holds took was under other numbers
-				return err
 			}
 		}
 		out = row.toDomain()

@@ -65,8 +65,8 @@ type Taken struct {
 	At     int64 // when (ms, the engine's clock)
 	Shards []TakenShard
 	// Refill is what one shard refilled then: per ms for a token bucket, per window for a fixed
-	// window (0 for the other kinds).
-	Refill float64
+	// window (0 for the other kinds); Max the most one shard held then.
+	Refill, Max float64
 }
 
 // TakenShard is what a hold took from one shard: Took (0 where a decision wrote nothing: an allow
@@ -105,19 +105,22 @@ func TakeOf(def Definition, states []State, picks []int, d Outcome, now, origin 
 //   - token bucket and fixed window: the shard's value without the hold would have been its value
 //     now plus what the hold took, unless it would have reached the maximum in between (a bucket
 //     does not refill past it). The value since the hold is at most its value just after, plus
-//     the refill (at the faster of the rates then and now) until the row was last written, and
+//     the refill until the row was last written, and
 //     since then its value now: at most the maximum less that much comes back. A row that is gone
 //     (reset, or swept as full) gets nothing;
 //   - quota: all of it within the calendar window it was taken in, nothing after;
 //   - sliding window: all of it while its sub-interval is still counted, taken off that
 //     sub-interval.
 //
-// Outcome's Writes are the shards that changed, Remaining what they hold afterwards.
+// Numbers other than the hold's (a definition or override changed the rate or maximum) give
+// nothing back. Outcome's Writes are the shards that changed, Remaining what they hold afterwards.
 func (t Taken) GiveBack(def Definition, states []State, count float64, now, origin int64) (out Outcome, given float64) {
 	def = def.Normalized()
 	p := def.shardParams()
 	out = Outcome{OK: true, RetryAfter: math.NaN(), Writes: make([]State, len(states))}
-	if def.Kind.Algorithm() != t.Kind.Algorithm() {
+	if def.Kind.Algorithm() != t.Kind.Algorithm() || p.max != t.Max || t.refillOf(p) != t.Refill {
+		// Other numbers now (a definition or an override changed them while the hold was open):
+		// the key's history no longer says what the hold's amount became.
 		return out, 0
 	}
 	left := count
@@ -154,6 +157,23 @@ func (t Taken) GiveBack(def Definition, states []State, count float64, now, orig
 		}
 	}
 	return out, given
+}
+
+// refillOf is what one shard of p refills, in Taken.Refill's units.
+func (t Taken) refillOf(p shardParams) float64 {
+	switch p.kind {
+	case TokenBucket:
+		return p.rate / float64(p.period)
+	case FixedWindow:
+		return p.rate
+	}
+	return 0
+}
+
+// ShardNumbers are a Taken's Refill and Max for def.
+func ShardNumbers(def Definition) (refill, maxPerShard float64) {
+	p := def.shardParams()
+	return Taken{}.refillOf(p), p.max
 }
 
 // stillCounted is how much of what the hold took from one shard still counts (see GiveBack),

@@ -182,10 +182,8 @@ func TestGiveBackIsWhatStillCounts(t *testing.T) {
 		{"quota, same month", month, TakenShard{Took: 4, After: 6}, row(6, at), at + 1_000, 4},
 		{"quota, the next month", month, TakenShard{Took: 4, After: 6}, row(6, at), at + 40*86_400_000, 0},
 	} {
-		taken := Taken{Kind: c.def.Kind, At: at, Shards: []TakenShard{c.took}, Refill: 0}
-		if c.def.Kind == TokenBucket {
-			taken.Refill = 0.001
-		}
+		taken := Taken{Kind: c.def.Kind, At: at, Shards: []TakenShard{c.took}}
+		taken.Refill, taken.Max = ShardNumbers(c.def)
 		st := c.state
 		if c.def.Kind == FixedWindow && st.Exists {
 			st.TS = at - at%60_000 // a window's row stores its start
@@ -209,12 +207,19 @@ func TestGiveBackIsWhatStillCounts(t *testing.T) {
 		st[0] = Decide(def, st, take.count, false, take.at, 0).Writes[0]
 	}
 	taken := Taken{Kind: SlidingWindow, At: at, Shards: []TakenShard{{Took: 5}}}
+	taken.Refill, taken.Max = ShardNumbers(def)
 	if o, got := taken.GiveBack(def, st, 5, at+6_000, 0); got != 3 || o.Writes[0].Counters[len(o.Writes[0].Counters)-2] != 0 ||
 		o.Writes[0].Counters[len(o.Writes[0].Counters)-1] != 4 {
 		t.Errorf("sliding: gave %v, counters %v; want 3 off the older sub-interval", got, o.Writes[0].Counters)
 	}
 	if _, got := taken.GiveBack(def, st, 5, at+66_000, 0); got != 0 {
 		t.Errorf("sliding, out of the window: gave %v", got)
+	}
+	// Other numbers now (a capacity changed while held): nothing.
+	other := Taken{Kind: TokenBucket, At: at, Shards: []TakenShard{{Took: 10, After: 90}}}
+	other.Refill, other.Max = ShardNumbers(bucket)
+	if _, got := other.GiveBack(Definition{Kind: TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(200.0)}, []State{{Value: 90, TS: at, Exists: true}}, 10, at, 0); got != 0 {
+		t.Errorf("a capacity changed: gave %v", got)
 	}
 	// Another kind now: nothing.
 	if _, got := (Taken{Kind: TokenBucket, At: at, Shards: []TakenShard{{Took: 4, After: 6}}}).GiveBack(window, []State{{Value: 6, TS: at, Exists: true}}, 4, at, 0); got != 0 {
