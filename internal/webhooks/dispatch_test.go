@@ -478,28 +478,8 @@ func TestADeliveryDeliveredWhileHousekeepingGivesItUpStaysDelivered(t *testing.T
 	if err := recording.Exec("UPDATE webhook_deliveries SET delivered_at = ?, last_status = 200 WHERE id = 'oldest'", start).Error; err != nil {
 		t.Fatal(err)
 	}
-	housekept := make(chan error, 1)
-	go func() { housekept <- s.housekeep(ctx) }()
-	// Housekeeping has picked the delivery (it still looked waiting) once it waits for the row.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var waiting int
-		if err := d.Gorm.Raw(`SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting).Error; err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("housekeeping never waited for the delivery being recorded")
-		}
-	}
-	if err := recording.Commit().Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-housekept; err != nil {
-		t.Fatal(err)
-	}
+	// Housekeeping picks the delivery (it still looks waiting), then waits for its row.
+	housekeepBehind(t, ctx, s, d, recording, "the delivery being recorded")
 	var row deliveryRow
 	if err := d.Gorm.Where("id = ?", "oldest").Take(&row).Error; err != nil {
 		t.Fatal(err)
@@ -657,9 +637,25 @@ func TestADeliveryResentWhileHousekeepingDeletesItStaysResent(t *testing.T) {
 		WHERE id = 'old'`, now, now).Error; err != nil {
 		t.Fatal(err)
 	}
+	// Housekeeping picks the delivery (it still looks finished), then waits for its row.
+	housekeepBehind(t, ctx, s, d, resending, "the resend being written")
+	var rows []deliveryRow
+	if err := d.Gorm.Where("id = ?", "old").Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].DeliveredAt != nil || rows[0].NextAttemptAt != now {
+		t.Fatalf("a delivery resent while housekeeping deleted it: %+v; want it waiting, due now", rows)
+	}
+}
+
+// housekeepBehind runs s's housekeeping while holding, an open transaction, holds a delivery's
+// row (PostgreSQL): once housekeeping waits for that row's lock (it has picked the row from its
+// snapshot), holding commits, and housekeeping then finishes. what names holding's change in a
+// failure.
+func housekeepBehind(t *testing.T, ctx context.Context, s *Service, d *db.DB, holding *gorm.DB, what string) {
+	t.Helper()
 	housekept := make(chan error, 1)
 	go func() { housekept <- s.housekeep(ctx) }()
-	// Housekeeping has picked the delivery (it still looked finished) once it waits for the row.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var waiting int
 		if err := d.Gorm.Raw(`SELECT count(*) FROM pg_stat_activity
@@ -670,20 +666,13 @@ func TestADeliveryResentWhileHousekeepingDeletesItStaysResent(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("housekeeping never waited for the resend being written")
+			t.Fatal("housekeeping never waited for " + what)
 		}
 	}
-	if err := resending.Commit().Error; err != nil {
+	if err := holding.Commit().Error; err != nil {
 		t.Fatal(err)
 	}
 	if err := <-housekept; err != nil {
 		t.Fatal(err)
-	}
-	var rows []deliveryRow
-	if err := d.Gorm.Where("id = ?", "old").Find(&rows).Error; err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) != 1 || rows[0].DeliveredAt != nil || rows[0].NextAttemptAt != now {
-		t.Fatalf("a delivery resent while housekeeping deleted it: %+v; want it waiting, due now", rows)
 	}
 }
