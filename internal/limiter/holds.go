@@ -500,7 +500,6 @@ func closeHold(tx *gorm.DB, tenantID int64, id, state string, now int64, s Settl
 func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []holdLimitRow, actual []float64) (Settlement, error) {
 	n := len(held)
 	s := Settlement{Names: make([]string, n), Keys: make([]string, n), Held: make([]float64, n), Charged: make([]float64, n), Overage: make([]float64, n), Refunded: make([]float64, n)}
-	var jobs []*job
 	of := map[*job]int{}
 	own := map[*job]bool{} // the give-backs to a held limit itself (not to an ancestor)
 	// Every give-back goes before any extra is taken, whatever the limits' order: what one limit
@@ -531,7 +530,7 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 		}
 		add(Request{Name: h.Name, Key: h.Key, Count: math.Abs(diff), Attributes: h.attributes(), Refund: diff < 0, hold: true}, true)
 	}
-	jobs = append(giveBacks, takes...)
+	jobs := append(giveBacks, takes...)
 	if len(jobs) > 0 {
 		if err := e.groupGorm(tx, jobs); err != nil {
 			return Settlement{}, err

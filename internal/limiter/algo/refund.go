@@ -118,7 +118,7 @@ func (t Taken) GiveBack(def Definition, states []State, count float64, now, orig
 	def = def.Normalized()
 	p := def.shardParams()
 	out = Outcome{OK: true, RetryAfter: math.NaN(), Writes: make([]State, len(states))}
-	if def.Kind.Algorithm() != t.Kind.Algorithm() || p.max != t.Max || t.refillOf(p) != t.Refill {
+	if def.Kind.Algorithm() != t.Kind.Algorithm() || p.max != t.Max || shardRefill(p) != t.Refill {
 		// Other numbers now (a definition or an override changed them while the hold was open):
 		// the key's history no longer says what the hold's amount became.
 		return out, 0
@@ -159,8 +159,8 @@ func (t Taken) GiveBack(def Definition, states []State, count float64, now, orig
 	return out, given
 }
 
-// refillOf is what one shard of p refills, in Taken.Refill's units.
-func (t Taken) refillOf(p shardParams) float64 {
+// shardRefill is what one shard of p refills, in Taken.Refill's units.
+func shardRefill(p shardParams) float64 {
 	switch p.kind {
 	case TokenBucket:
 		return p.rate / float64(p.period)
@@ -173,7 +173,7 @@ func (t Taken) refillOf(p shardParams) float64 {
 // ShardNumbers are a Taken's Refill and Max for def.
 func ShardNumbers(def Definition) (refill, maxPerShard float64) {
 	p := def.shardParams()
-	return Taken{}.refillOf(p), p.max
+	return shardRefill(p), p.max
 }
 
 // stillCounted is how much of what the hold took from one shard still counts (see GiveBack),
@@ -181,13 +181,12 @@ func ShardNumbers(def Definition) (refill, maxPerShard float64) {
 func (t Taken) stillCounted(p shardParams, def Definition, ts TakenShard, st State, v shardView, now, origin int64) float64 {
 	switch p.kind {
 	case TokenBucket, FixedWindow:
-		var refilled float64
-		if p.kind == TokenBucket {
-			refilled = math.Max(t.Refill, p.rate/float64(p.period)) * float64(max(st.TS-t.At, 0))
-		} else {
-			windows := floorDiv(st.TS-origin, p.period) - floorDiv(t.At-origin, p.period)
-			refilled = math.Max(t.Refill, p.rate) * float64(max(windows, 0))
+		// GiveBack checked that the refill is still the hold's (t.Refill): per ms or per window.
+		elapsed := st.TS - t.At
+		if p.kind == FixedWindow {
+			elapsed = floorDiv(st.TS-origin, p.period) - floorDiv(t.At-origin, p.period)
 		}
+		refilled := t.Refill * float64(max(elapsed, 0))
 		highest := math.Max(math.Min(p.max, ts.After+refilled), v.avail)
 		return p.max - highest
 	case Quota:
