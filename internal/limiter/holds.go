@@ -30,7 +30,8 @@ import (
 // What is given back goes only to the limits, keys and shards the hold took from (its charges,
 // recorded when it was made), each at most what it took and what of that still counts at the
 // close (algo.Taken.GiveBack, with the refund's math: never above a limit's maximum), so a hold
-// never lets through more than a key that never saw it. A hold made before charges were recorded
+// never lets through more than a key that never saw it; a limit whose numbers changed while the
+// hold was open (even back again) gets nothing (numbersChanged). A hold made before charges were recorded
 // gives back what it held, to every shard of a sharded limit (everyShard).
 // Closing reads the hold and changes the state rows and the hold in one serializable transaction,
 // so of two concurrent closes one finds it closed (ErrHoldClosed). Closes (and lease changes) are
@@ -277,6 +278,14 @@ const (
 	sqlOldHolds        = "SELECT tenant_id, id FROM holds WHERE state <> 'open' AND closed_at <= ? LIMIT ?"
 	sqlDeleteHold      = "DELETE FROM holds WHERE tenant_id = ? AND id = ?"
 	sqlDeleteHoldLimit = "DELETE FROM hold_limits WHERE tenant_id = ? AND hold_id = ?"
+	// A hold's copy of the tags of its limits' numbers (read in the hold's own transaction), the
+	// limits whose tag has changed since, and the copy deleted with the hold.
+	sqlInsertHoldNumbers = `INSERT INTO hold_numbers (tenant_id, hold_id, name, numbers_version)
+		SELECT tenant_id, ?, name, numbers_version FROM limit_definitions WHERE tenant_id = ? AND name IN `
+	sqlChangedNumbers = `SELECT n.name FROM hold_numbers n
+		JOIN limit_definitions d ON d.tenant_id = n.tenant_id AND d.name = n.name
+		WHERE n.tenant_id = ? AND n.hold_id = ? AND d.numbers_version <> n.numbers_version`
+	sqlDeleteHoldNumbers = "DELETE FROM hold_numbers WHERE tenant_id = ? AND hold_id = ?"
 	// The open holds' charges that may name a limit (LIKE: '_' in a name matches any character,
 	// so voidCharges checks each one it finds), and one hold limit's charges rewritten.
 	sqlChargesNaming = `SELECT l.hold_id, l.idx, l.charges FROM hold_limits l
@@ -310,7 +319,37 @@ func holdInserts(tenantID int64, id string, limits []HoldLimit, took [][]charge,
 		c, _ := json.Marshal(took[i]) // strings and finite numbers: cannot fail
 		args = append(args, tenantID, id, i, l.Name, l.Key, l.Count, attrs, string(c))
 	}
-	return append(ss, stmt{b.String(), args})
+	ss = append(ss, stmt{b.String(), args})
+	// The tags of the charged limits' numbers, as this transaction decided with them.
+	var names []any
+	for _, cs := range took {
+		for _, c := range cs {
+			if c.Took != nil && !slices.Contains(names, any(c.Name)) {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return ss
+	}
+	in := strings.Repeat(", ?", len(names))[2:]
+	return append(ss, stmt{sqlInsertHoldNumbers + "(" + in + ")", append([]any{id, tenantID}, names...)})
+}
+
+// numbersChanged names the limits whose numbers changed since the hold took from them (their
+// tag differs from the hold's copy): what the hold took from those no longer comes back, as a
+// key's history under other numbers says nothing of what it would have become, even when they
+// were changed back. A hold made before the tags were kept names none.
+func numbersChanged(tx *gorm.DB, tenantID int64, id string) (map[string]bool, error) {
+	var names []string
+	if err := tx.Raw(sqlChangedNumbers, tenantID, id).Scan(&names).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		out[n] = true
+	}
+	return out, nil
 }
 
 // charge is what a hold took from one limit and key: the limit it holds, or one of that limit's
@@ -340,7 +379,9 @@ func charges(results []Decision) [][]charge {
 // nothing of what the hold's amount would have become, so closing those holds gives nothing back
 // to it (the rest of each hold is unchanged). A change of the limit's numbers is not voided here
 // (a definition or override write would then read every open hold of the tenant, and conflict
-// with the holds being made): the close compares the numbers instead (algo.Taken.GiveBack).
+// with the holds being made): it replaces the limit's numbers tag, which the close compares with
+// the hold's copy (numbersChanged), and the close compares the numbers themselves too
+// (algo.Taken.GiveBack), which sees an override that expired meanwhile.
 func voidCharges(tx *gorm.DB, tenantID int64, name string, key *string) error {
 	var rows []struct {
 		HoldID  string
@@ -466,7 +507,7 @@ func (e *Engine) closeHolds(ctx context.Context, tenantID int64, id string, chec
 			state = HoldSettled
 			copy(actual, counts)
 		}
-		s, err := e.settleInTx(tx, j, tenantID, held, actual)
+		s, err := e.settleInTx(tx, j, tenantID, id, held, actual)
 		if err != nil {
 			return err
 		}
@@ -497,7 +538,7 @@ func closeHold(tx *gorm.DB, tenantID int64, id, state string, now int64, s Settl
 // settleInTx charges actual[i] for each held limit in tx, a transaction of close's: the
 // difference from what is held is given back (less) or taken (more, or recorded as overage on
 // closing when the limit cannot take it, for runCloses to report once the transaction commits).
-func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []holdLimitRow, actual []float64) (Settlement, error) {
+func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID string, held []holdLimitRow, actual []float64) (Settlement, error) {
 	n := len(held)
 	s := Settlement{Names: make([]string, n), Keys: make([]string, n), Held: make([]float64, n), Charged: make([]float64, n), Overage: make([]float64, n), Refunded: make([]float64, n)}
 	of := map[*job]int{}
@@ -505,6 +546,7 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 	// Every give-back goes before any extra is taken, whatever the limits' order: what one limit
 	// of the hold gives back can make room for another's extra on the same key or parent.
 	var giveBacks, takes []*job
+	var changed map[string]bool // read at the first give-back
 	for i, h := range held {
 		s.Names[i], s.Keys[i], s.Held[i], s.Charged[i] = h.Name, h.Key, h.Count, actual[i]
 		diff := actual[i] - h.Count
@@ -521,8 +563,14 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, held []ho
 			of[j], own[j] = i, isOwn
 		}
 		if cs, ok := h.charges(); ok && diff < 0 {
+			if changed == nil {
+				var err error
+				if changed, err = numbersChanged(tx, tenantID, holdID); err != nil {
+					return Settlement{}, err
+				}
+			}
 			for k, c := range cs {
-				if c.Took != nil && len(c.Took.Shards) > 0 {
+				if c.Took != nil && len(c.Took.Shards) > 0 && !changed[c.Name] {
 					add(Request{Name: c.Name, Key: c.Key, Count: -diff, Refund: true, hold: true, giveBack: c.Took}, k == 0)
 				}
 			}
@@ -580,7 +628,7 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 			if err := tx.Raw(sqlSelectHoldLimit, h.TenantID, h.ID).Scan(&held).Error; err != nil {
 				return err
 			}
-			s, err := e.settleInTx(tx, j, h.TenantID, held, make([]float64, len(held)))
+			s, err := e.settleInTx(tx, j, h.TenantID, h.ID, held, make([]float64, len(held)))
 			if err != nil {
 				return err
 			}
@@ -598,6 +646,9 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		}
 		for _, h := range old {
 			if err := tx.Exec(sqlDeleteHoldLimit, h.TenantID, h.ID).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(sqlDeleteHoldNumbers, h.TenantID, h.ID).Error; err != nil {
 				return err
 			}
 			if err := tx.Exec(sqlDeleteHold, h.TenantID, h.ID).Error; err != nil {

@@ -44,6 +44,27 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 	put := func(name string, def limiter.Definition) step {
 		return func(t *testing.T, e *limiter.Engine, _ *fakeClock, _ []string) { mustPut(t, e, name, def) }
 	}
+	// overrides puts o on each key for an hour; unoverride deletes them.
+	overrides := func(name string, o limiter.Override) step {
+		return func(t *testing.T, e *limiter.Engine, c *fakeClock, keys []string) {
+			exp := c.Now().UnixMilli() + 3_600_000
+			for _, k := range keys {
+				o.Match, o.ExpiresAt = k, &exp
+				if _, _, err := e.PutOverride(context.Background(), tenant, name, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	unoverride := func(name string) step {
+		return func(t *testing.T, e *limiter.Engine, _ *fakeClock, keys []string) {
+			for _, k := range keys {
+				if err := e.DeleteOverride(context.Background(), tenant, name, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 	cases := []struct {
 		name  string
 		defs  map[string]limiter.Definition
@@ -155,6 +176,56 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 			between: []step{advance(5_000), take("up", 1), put("up", limiter.Definition{Kind: limiter.TokenBucket, Rate: 20, Period: 10_000})},
 			check:   []string{"up"},
 			want:    map[string]float64{"up": 9},
+		},
+		// Numbers changed and changed back: the numbers at the close are the hold's, but the key's
+		// history under the others says nothing of what the hold's amount became.
+		{
+			// Lowered to 50, both keys hold 50; 40 taken, both 10; raised back to 100. The bound
+			// from the hold's numbers (90 just after, no refill since) would give 10 back.
+			name: "a capacity lowered and raised back while held",
+			defs: map[string]limiter.Definition{"aba": {Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(100.0)}},
+			held: "aba", count: 10,
+			between: []step{
+				put("aba", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(50.0)}),
+				take("aba", 40),
+				put("aba", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(100.0)}),
+			},
+			check: []string{"aba"},
+			want:  map[string]float64{"aba": 10},
+		},
+		{
+			// An override refills the key a token a second for 10 s: both keys are full, and 1 is
+			// taken from each. Once it is deleted the numbers are the hold's again, and the bound
+			// from them (90 just after, 10 s of a token an hour) would give 9.997 back.
+			name: "a rate raised by an override that is gone at the close",
+			defs: map[string]limiter.Definition{"ovr": {Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(100.0)}},
+			held: "ovr", count: 10,
+			between: []step{
+				overrides("ovr", limiter.Override{Rate: ptr(3600.0), Capacity: ptr(100.0)}),
+				advance(10_000), take("ovr", 1),
+				unoverride("ovr"),
+			},
+			check: []string{"ovr"},
+			want:  map[string]float64{"ovr": 99},
+		},
+		// What changes no numbers changes nothing.
+		{
+			name:    "the same definition put again",
+			defs:    map[string]limiter.Definition{"same": {Kind: limiter.TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(1000.0)}},
+			held:    "same",
+			count:   100,
+			before:  []step{take("same", 500)},
+			between: []step{put("same", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(1000.0), Jitter: 5}), advance(5_000)},
+			check:   []string{"same"},
+			want:    map[string]float64{"same": 505},
+		},
+		{
+			name: "an allow override put and deleted while held",
+			defs: map[string]limiter.Definition{"alw": {Kind: limiter.FixedWindow, Rate: 10, Period: 365 * 86_400_000, Start: ptr(int64(0))}},
+			held: "alw", count: 10,
+			between: []step{overrides("alw", limiter.Override{Action: limiter.ActionAllow}), take("alw", 3), unoverride("alw")},
+			check:   []string{"alw"},
+			want:    map[string]float64{"alw": 10},
 		},
 		{
 			name:    "a bucket reset, then used again",

@@ -83,10 +83,10 @@ func (r overrideRow) override() Override {
 		Action: algo.Action(r.Action), ExpiresAt: r.ExpiresAt}
 }
 
-// newOverridesVersion is a fresh non-zero tag for a limit's overrides. Random rather than a
+// newVersionTag is a fresh non-zero tag for a limit's overrides or numbers. Random rather than a
 // counter: a limit deleted and created again starts from 0, and a counter restarting there could
-// repeat a tag an instance still holds for the old overrides.
-func newOverridesVersion() int64 {
+// repeat a tag an instance (or an open hold) still holds for the old ones.
+func newVersionTag() int64 {
 	for {
 		if v := rand.Int64(); v != 0 {
 			return v
@@ -160,7 +160,14 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 			}
 		}
 		stored = row.toDomain()
-		return setOverridesVersion(tx, tenantID, name, newOverridesVersion())
+		if o.Action == algo.ActionNone || (before != nil && before.Action == algo.ActionNone) {
+			// Numbers set or taken away: open holds give nothing back to the limit. An allow or
+			// deny changes no numbers (it writes nothing, on every key alike).
+			if err := newNumbersVersion(tx, tenantID, name); err != nil {
+				return err
+			}
+		}
+		return setOverridesVersion(tx, tenantID, name, newVersionTag())
 	})
 	if err != nil {
 		return StoredOverride{}, nil, fmt.Errorf("limiter: put override: %w", err)
@@ -186,12 +193,20 @@ func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match
 			// UTF-8 in a query (an error, where there is only no such row).
 			return ErrOverrideNotFound
 		}
-		res := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Delete(&overrideRow{})
-		if res.Error != nil {
-			return res.Error
+		var old []overrideRow
+		if err := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Limit(1).Find(&old).Error; err != nil {
+			return err
 		}
-		if res.RowsAffected == 0 {
+		if len(old) == 0 {
 			return ErrOverrideNotFound
+		}
+		if err := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Delete(&overrideRow{}).Error; err != nil {
+			return err
+		}
+		if algo.Action(old[0].Action) == algo.ActionNone {
+			if err := newNumbersVersion(tx, tenantID, name); err != nil { // as PutOverride
+				return err
+			}
 		}
 		var n int64
 		if err := tx.Model(&overrideRow{}).Where("tenant_id = ? AND name = ?", tenantID, name).Count(&n).Error; err != nil {
@@ -199,7 +214,7 @@ func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match
 		}
 		v := int64(0)
 		if n > 0 {
-			v = newOverridesVersion()
+			v = newVersionTag()
 		}
 		return setOverridesVersion(tx, tenantID, name, v)
 	})

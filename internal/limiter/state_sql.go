@@ -62,6 +62,8 @@ const (
 	sqlSelectOverrides     = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = ? AND name = ?"
 	sqlDeleteOverrides     = "DELETE FROM limit_overrides WHERE tenant_id = ? AND name = ?"
 	sqlSetOverridesVersion = "UPDATE limit_definitions SET overrides_version = ? WHERE tenant_id = ? AND name = ?"
+	// The tag of a limit's numbers, which open holds compare with theirs (holds.go).
+	sqlSetNumbersVersion = "UPDATE limit_definitions SET numbers_version = ? WHERE tenant_id = ? AND name = ?"
 )
 
 // maxKeysPerStatement keeps every statement's bind parameters (4 per key, 8 per written row) far
@@ -201,6 +203,12 @@ func deleteOverrides(tx *gorm.DB, tenantID int64, name string) error {
 // setOverridesVersion tags the limit's overrides with a new version (0: it has none).
 func setOverridesVersion(tx *gorm.DB, tenantID int64, name string, version int64) error {
 	return tx.Exec(sqlSetOverridesVersion, version, tenantID, name).Error
+}
+
+// newNumbersVersion tags the limit's numbers afresh: they changed (a definition, or an override
+// that sets numbers), so what open holds took from it no longer comes back (holds.go).
+func newNumbersVersion(tx *gorm.DB, tenantID int64, name string) error {
+	return tx.Exec(sqlSetNumbersVersion, newVersionTag(), tenantID, name).Error
 }
 
 // loadDefinition reads one definition; ok is false when there is none.

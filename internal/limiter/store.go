@@ -167,6 +167,10 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			if err := after(); err != nil {
 				return err
 			}
+			// A fresh tag: a hold on a limit of this name deleted before kept the old one's.
+			if err := newNumbersVersion(tx, tenantID, name); err != nil {
+				return err
+			}
 		} else {
 			row.CreatedAt, row.OverridesVersion = old.CreatedAt, old.OverridesVersion
 			// The sweeper takes updated_at for the definition's version (pgDeleteUnchanged):
@@ -186,6 +190,11 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			}
 			if algo.StateShapeChanged(old.Definition, def) {
 				if err := deleteState(tx, tenantID, name, nil); err != nil {
+					return err
+				}
+			}
+			if algo.NumbersChanged(old.Definition, def) {
+				if err := newNumbersVersion(tx, tenantID, name); err != nil {
 					return err
 				}
 			}

@@ -448,6 +448,21 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 	return nil
 }
 
+// NumbersChanged reports whether b reads a key's state otherwise than a: its shape, or the
+// numbers and rules a decision applies to it (rate, maximum, how far reservations go, kind, mode,
+// penalty). Jitter, ipFallback, parents and leaseTTL change nothing in a key's own state.
+func NumbersChanged(a, b Definition) bool {
+	a, b = a.Normalized(), b.Normalized()
+	reserve := func(d Definition) float64 {
+		if d.MaxReserved == nil {
+			return math.Inf(1)
+		}
+		return *d.MaxReserved
+	}
+	return StateShapeChanged(a, b) || a.Kind != b.Kind || a.Rate != b.Rate || a.Max() != b.Max() ||
+		reserve(a) != reserve(b) || a.Mode != b.Mode || a.Penalty != b.Penalty
+}
+
 // StateShapeChanged reports whether stored state of a becomes meaningless under b, in which case
 // replacing the definition drops the state (a new, full limit). Rate, capacity, maxReserved,
 // jitter, ipFallback, mode and penalty changes keep the state, read under the new numbers, and so

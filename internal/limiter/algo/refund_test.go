@@ -226,3 +226,33 @@ func TestGiveBackIsWhatStillCounts(t *testing.T) {
 		t.Errorf("another kind: gave %v", got)
 	}
 }
+
+// TestNumbersChangedForWhatAKeysStateIsReadWith: what makes a hold's give-back void (a key's
+// state read otherwise) against what does not (how refusals are told, which budgets a decision
+// also spends, leases).
+func TestNumbersChangedForWhatAKeysStateIsReadWith(t *testing.T) {
+	base := Definition{Kind: TokenBucket, Rate: 10, Period: minute}
+	same := []Definition{
+		{Kind: TokenBucket, Rate: 10, Period: minute, Capacity: ptr(10.0), Shards: 1, Mode: Enforce},
+		{Kind: TokenBucket, Rate: 10, Period: minute, Jitter: 5, IPFallback: true, Parents: []Parent{{Name: "org", Key: "o"}}},
+	}
+	changed := []Definition{
+		{Kind: TokenBucket, Rate: 20, Period: minute, Capacity: ptr(10.0)},
+		{Kind: TokenBucket, Rate: 10, Period: minute, Capacity: ptr(20.0)},
+		{Kind: TokenBucket, Rate: 10, Period: minute, MaxReserved: ptr(5.0)},
+		{Kind: GCRA, Rate: 10, Period: minute},
+		{Kind: TokenBucket, Rate: 10, Period: minute, Mode: Shadow},
+		{Kind: TokenBucket, Rate: 10, Period: minute, Penalty: 1000},
+		{Kind: TokenBucket, Rate: 10, Period: 2 * minute},
+	}
+	for i, d := range same {
+		if NumbersChanged(base, d) {
+			t.Errorf("same %d: reported a change of numbers", i)
+		}
+	}
+	for i, d := range changed {
+		if !NumbersChanged(base, d) {
+			t.Errorf("changed %d: no change of numbers reported", i)
+		}
+	}
+}
