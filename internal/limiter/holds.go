@@ -295,10 +295,12 @@ const (
 	sqlHoldStats  = `SELECT COUNT(DISTINCT h.id) AS n, MIN(h.created_at) AS oldest,
 		COUNT(DISTINCT CASE WHEN h.expires_at <= ? THEN h.id END) AS soon, COALESCE(SUM(l.count), 0) AS held
 		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
-		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open'`
+		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open' AND h.expires_at > ?`
+	// Open and not yet expired: an expired hold holds nothing (a close is refused, and the
+	// sweeper releases it), whether or not the sweeper has come by.
 	sqlOpenHolds = `SELECT h.id, l.key, l.count, h.created_at, h.expires_at
 		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
-		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open' ORDER BY h.created_at, h.id LIMIT ?`
+		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open' AND h.expires_at > ? ORDER BY h.created_at, h.id LIMIT ?`
 )
 
 func holdInserts(tenantID int64, id string, limits []HoldLimit, took [][]charge, now, expiresAt int64) []stmt {
@@ -705,7 +707,8 @@ type OpenHold struct {
 	CreatedAt, ExpiresAt int64
 }
 
-// OpenHolds summarises the open holds on a limit and lists up to n, oldest first.
+// OpenHolds summarises the open holds on a limit that have not expired (the engine's clock) and
+// lists up to n, oldest first.
 func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soonMs int64, n int) (HoldStats, []OpenHold, error) {
 	var stats HoldStats
 	var out []OpenHold
@@ -720,14 +723,14 @@ func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soo
 			Soon   int64
 			Held   float64
 		}
-		if err := tx.Raw(sqlHoldStats, now+soonMs, tenantID, name).Scan(&s).Error; err != nil {
+		if err := tx.Raw(sqlHoldStats, now+soonMs, tenantID, name, now).Scan(&s).Error; err != nil {
 			return err
 		}
 		stats = HoldStats{Open: s.N, ExpiringSoon: s.Soon, Held: s.Held}
 		if s.Oldest != nil {
 			stats.Oldest = *s.Oldest
 		}
-		return tx.Raw(sqlOpenHolds, tenantID, name, n).Scan(&out).Error
+		return tx.Raw(sqlOpenHolds, tenantID, name, now, n).Scan(&out).Error
 	})
 	if err != nil {
 		return HoldStats{}, nil, fmt.Errorf("limiter: open holds: %w", err)

@@ -213,3 +213,23 @@ func TestHoldAndLeaseLimitNames(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenHoldsLeaveOutExpiredOnes: a hold past its expiry holds nothing (closing it is refused),
+// so the holds summary leaves it out before the sweeper has come by.
+func TestOpenHoldsLeaveOutExpiredOnes(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock(1_700_000_000_000)
+		e := newEngine(t, d, c.opts())
+		mustPut(t, e, "fw", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 60_000})
+		mustHold(t, e, 1_000, limiter.HoldLimit{Name: "fw", Key: "short", Count: 2})
+		long := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "fw", Key: "long", Count: 3})
+		c.Advance(1_000)
+		stats, list, err := e.OpenHolds(context.Background(), tenant, "fw", 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stats.Open != 1 || stats.Held != 3 || len(list) != 1 || list[0].ID != long.ID {
+			t.Fatalf("open holds after the first expired: %+v %+v, want only the 60 s hold", stats, list)
+		}
+	})
+}
