@@ -67,8 +67,10 @@ func (u *UI) renderAudit(c *gin.Context, title, nav, heading string, tenantID *i
 	q.Since, vm.FromErr = auditDate(vm.From)
 	var until time.Time
 	until, vm.ToErr = auditDate(vm.To)
-	if !until.IsZero() {
-		q.Until = until.AddDate(0, 0, 1) // "to" is inclusive: up to the end of that day
+	// "to" is inclusive: up to the end of that day. The end of the year 9999 is no bound: it
+	// is the year 10000, which SQLite's stored times compare as text before every other year.
+	if end := until.AddDate(0, 0, 1); !until.IsZero() && end.Year() <= 9999 {
+		q.Until = end
 	}
 	if b, err := strconv.ParseInt(c.Query("before"), 10, 64); err == nil && b > 0 {
 		q.Before = b

@@ -570,6 +570,9 @@ func auditLogPagesAndFilters(t *testing.T, e *env) {
 	if n := rows(c.get(tpath(tn, "/audit?action=key.revoke&from="+today+"&to="+today))); n != 23 {
 		t.Fatalf("from and to today: %d rows, want 23 (to is inclusive)", n)
 	}
+	if n := rows(c.get(tpath(tn, "/audit?action=key.revoke&to=9999-12-31"))); n != 23 {
+		t.Fatalf("to the last day there is: %d rows, want 23", n)
+	}
 	future := c.get(tpath(tn, "/audit?from=2999-01-01"))
 	if rows(future) != 0 || !strings.Contains(future.body, "Nothing matches") {
 		t.Fatal("a filter matching nothing should say so")
