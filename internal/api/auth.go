@@ -29,10 +29,16 @@ func (s *Server) authenticate(c *gin.Context) {
 	if err != nil {
 		// Only on the refusal path: a valid publishable key is known but not allowed here (it can
 		// only fetch captcha challenges), which deserves 403 rather than 401.
+		// A publishable key of a suspended tenant is refused as every key of it is (403
+		// tenant_suspended).
 		if errors.Is(err, tenants.ErrUnauthorized) {
 			err = errBadKey.Wrap(err)
-			if _, perr := s.auth.Authenticate(c.Request.Context(), secret, tenants.KindPublishable); perr == nil {
+			_, perr := s.auth.Authenticate(c.Request.Context(), secret, tenants.KindPublishable)
+			switch {
+			case perr == nil:
 				err = errPublishableKey
+			case errors.Is(perr, tenants.ErrTenantSuspended):
+				err = perr
 			}
 		}
 		writeProblem(c, s.log, err)

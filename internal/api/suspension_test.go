@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/api"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
@@ -74,4 +75,20 @@ func TestSuspensionReachesEveryInstance(t *testing.T) {
 			t.Fatalf("waited 30 s for the second instance to refuse the suspended tenant's key: %v", r)
 		}
 	}
+}
+
+// TestASuspendedTenantsPublishableKeyOnASecretRouteIsRefusedAsSuspended: every key of a
+// suspended tenant is 403 tenant_suspended, a publishable one on a secret route too (not 401).
+func TestASuspendedTenantsPublishableKeyOnASecretRouteIsRefusedAsSuspended(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		_, pk, err := h.tenants.CreateKey(context.Background(), a.id, tenants.KindPublishable, "widget", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.tenants.SetSuspended(context.Background(), a.id, true, "test"); err != nil {
+			t.Fatal(err)
+		}
+		requireProblem(t, h.send(t, http.MethodGet, "/v1/limits", pk, nil), http.StatusForbidden, api.CodeTenantSuspended)
+	})
 }
