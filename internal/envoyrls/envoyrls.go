@@ -316,8 +316,11 @@ func (s *Service) authenticate(ctx context.Context) (tenants.Principal, error) {
 	if !errors.Is(err, tenants.ErrUnauthorized) {
 		return tenants.Principal{}, s.statusOf(ctx, err)
 	}
-	if _, perr := s.auth.Authenticate(ctx, secret, tenants.KindPublishable); perr == nil {
+	switch _, perr := s.auth.Authenticate(ctx, secret, tenants.KindPublishable); {
+	case perr == nil:
 		return tenants.Principal{}, errPublishableKey
+	case errors.Is(perr, tenants.ErrTenantSuspended): // refused as every key of the tenant is
+		return tenants.Principal{}, s.statusOf(ctx, perr)
 	}
 	return tenants.Principal{}, errBadKey
 }
@@ -520,7 +523,10 @@ func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimi
 			st.CurrentLimit = CurrentLimit(d.Definition)
 			st.LimitRemaining = clampUint32(math.Floor(d.Remaining))
 			if !d.OK && d.RetryAfter != nil {
-				st.DurationUntilReset = durationpb.New(time.Duration(*d.RetryAfter) * time.Millisecond)
+				// From the milliseconds themselves: a time.Duration holds 292 years, and a
+				// retryAfter may be up to 10^15 ms.
+				ms := *d.RetryAfter
+				st.DurationUntilReset = &durationpb.Duration{Seconds: ms / 1000, Nanos: int32(ms%1000) * 1_000_000}
 			}
 		}
 		out.Statuses[i] = st

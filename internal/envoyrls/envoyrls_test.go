@@ -622,3 +622,40 @@ func TestAPlanOverItsRateIsOverLimitWithoutSpending(t *testing.T) {
 		}
 	})
 }
+
+// TestALongWaitIsTheSameInTheStatusAndTheHeader: a refusal that waits longer than a
+// time.Duration holds (292 years) says so in duration_until_reset, as in Retry-After.
+func TestALongWaitIsTheSameInTheStatusAndTheHeader(t *testing.T) {
+	t.Parallel()
+	h := start(t, testkit.URL(t, "sqlite"), false)
+	capacity := 1.0 // a token per 1,000 years
+	def := limiter.Definition{Kind: limiter.TokenBucket, Rate: 0.01, Period: 10 * 365 * 86_400_000, Capacity: &capacity}
+	if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.user", def, nil); err != nil {
+		t.Fatal(err)
+	}
+	req := request("api", descriptor("user", "alice"))
+	h.decide(t, req)
+	resp := h.decide(t, req)
+	st := resp.Statuses[0]
+	retry, err := strconv.ParseInt(headers(resp)["retry-after"], 10, 64)
+	if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT || err != nil || retry < 365*86_400*999 {
+		t.Fatalf("%v: want OVER_LIMIT and a Retry-After of about 1,000 years", resp)
+	}
+	if s := st.DurationUntilReset.GetSeconds(); s < retry-1 || s > retry {
+		t.Fatalf("duration_until_reset %d s, Retry-After %d s: want the same wait", s, retry)
+	}
+}
+
+// TestASuspendedTenantsPublishableKeyIsRefusedAsSuspended: every key of a suspended tenant is
+// PERMISSION_DENIED, a publishable one too (not UNAUTHENTICATED, as an unknown key).
+func TestASuspendedTenantsPublishableKeyIsRefusedAsSuspended(t *testing.T) {
+	t.Parallel()
+	h := start(t, testkit.URL(t, "sqlite"), false)
+	h.define(t, "api.user", 10)
+	pk := h.newKey(t, tenants.KindPublishable)
+	if err := h.app.Tenants.SetSuspended(context.Background(), h.tenantID, true, "test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.call(t, "authorization", pk, request("api", descriptor("user", "alice")))
+	requireCode(t, err, codes.PermissionDenied)
+}
