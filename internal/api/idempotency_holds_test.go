@@ -119,3 +119,35 @@ func TestIdempotencyKeyOnHoldsAndLeases(t *testing.T) {
 			http.StatusNotFound, "not_found")
 	})
 }
+
+// TestIdempotencyKeysOfClosesAreTheTenants: an Idempotency-Key on a lease's or hold's close is
+// the tenant's own, as on every other route: another tenant may use the same key on its own
+// closes, and a key this tenant used for a decision is refused on a close (422).
+func TestIdempotencyKeysOfClosesAreTheTenants(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a, b := h.newTenant(t, "acme"), h.newTenant(t, "bravo")
+		lease := func(key string) string {
+			m := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/jobs/limit", key, map[string]any{"key": "k"}), http.StatusOK)
+			return m["leaseId"].(string)
+		}
+		hold := func(key string) string {
+			m := requireJSON(t, h.send(t, http.MethodPost, "/v1/holds", key, holdBody(60000, map[string]any{"name": "tok", "key": "k", "count": 1})), http.StatusCreated)
+			return m["holdId"].(string)
+		}
+		for _, tk := range []tenantKey{a, b} {
+			h.define(t, tk.key, "jobs", map[string]any{"kind": "concurrency", "rate": 5, "leaseTtl": 60000})
+			h.define(t, tk.key, "tok", frozenWindow)
+		}
+		for _, tk := range []tenantKey{a, b} {
+			if r := sendIdemMethod(t, http.MethodPost, h.url, "/v1/leases/"+lease(tk.key)+"/release", tk.key, "", "shared-lease"); r.status != http.StatusNoContent {
+				t.Fatalf("%s's release of its own lease under a key another tenant used: %s", tk.tenant, r)
+			}
+			if r := sendIdemMethod(t, http.MethodDelete, h.url, "/v1/holds/"+hold(tk.key), tk.key, "", "shared-hold"); r.status != http.StatusNoContent {
+				t.Fatalf("%s's release of its own hold under a key another tenant used: %s", tk.tenant, r)
+			}
+		}
+		sendIdemMethod(t, http.MethodPost, h.url, "/v1/limits/tok/limit", a.key, `{"key":"z"}`, "decided")
+		r := sendIdemMethod(t, http.MethodPost, h.url, "/v1/leases/"+lease(a.key)+"/release", a.key, "", "decided")
+		requireProblem(t, r, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	})
+}

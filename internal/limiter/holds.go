@@ -185,8 +185,8 @@ func (e *Engine) nameMissing(ctx context.Context, tenantID int64, reqs []Request
 // closeJob runs fn as a close in a lane's group (runCloses) and returns its error. With
 // an idempotency record in ctx (WithIdempotency) the answer rendered from result() is stored in
 // the close's transaction, and a retry replays it without running fn.
-func (e *Engine) closeJob(ctx context.Context, fn func(tx *gorm.DB, j *job) error, result func() any) error {
-	j := &job{close: fn, done: make(chan struct{})}
+func (e *Engine) closeJob(ctx context.Context, tenantID int64, fn func(tx *gorm.DB, j *job) error, result func() any) error {
+	j := &job{tenantID: tenantID, close: fn, done: make(chan struct{})} // the tenant keys its Idempotency-Key
 	j.idem = callIdempotency(ctx, result)
 	if err := e.submit(ctx, j); err != nil {
 		return err
@@ -476,7 +476,7 @@ func (e *Engine) closeHolds(ctx context.Context, tenantID int64, id string, chec
 	if !validHandle(id, "hold_") {
 		return ErrHoldNotFound
 	}
-	return e.closeJob(ctx, func(tx *gorm.DB, j *job) error {
+	return e.closeJob(ctx, tenantID, func(tx *gorm.DB, j *job) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -612,7 +612,7 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		batch = DefaultSweepBatch
 	}
 	var n int
-	err := e.closeJob(ctx, func(tx *gorm.DB, j *job) error {
+	err := e.closeJob(ctx, SystemTenant, func(tx *gorm.DB, j *job) error { // every tenant's
 		n = 0
 		now, err := e.nowIn(tx)
 		if err != nil {

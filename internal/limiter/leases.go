@@ -193,7 +193,7 @@ func (e *Engine) changeLease(ctx context.Context, tenantID int64, id string, ext
 		return 0, ErrLeaseNotFound
 	}
 	var newExp int64
-	err := e.closeJob(ctx, func(tx *gorm.DB, _ *job) error {
+	err := e.closeJob(ctx, tenantID, func(tx *gorm.DB, _ *job) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -277,7 +277,7 @@ func (e *Engine) SweepLeases(ctx context.Context, batch int) (int64, error) {
 		batch = DefaultSweepBatch
 	}
 	var n int64
-	err := e.closeJob(ctx, func(tx *gorm.DB, _ *job) error {
+	err := e.closeJob(ctx, SystemTenant, func(tx *gorm.DB, _ *job) error { // every tenant's
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
