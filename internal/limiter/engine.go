@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -451,9 +452,13 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 	if !consume {
 		return
 	}
+	// Refused by the plan alone, the tenant's limits neither admitted nor refused anything: they
+	// are not reported (their refusal counts, top refused keys and limit.refusals events are of
+	// what they refused), the plan's refusal is.
+	planOnly := !out.OK && !slices.ContainsFunc(out.Results, func(r Decision) bool { return !r.OK && !r.system })
 	for i := range out.Results {
 		r := &out.Results[i]
-		if r.refund {
+		if r.refund || (planOnly && !r.system) {
 			continue
 		}
 		owner := tenantID

@@ -512,3 +512,37 @@ func TestOverridesApplyToAncestorsAndShadowLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestARefusalByThePlanAloneIsNotTheLimits: a batch the tenant's plan refuses while its limits
+// would admit is reported as the plan's refusal only; the tenant's limits refused nothing (their
+// counts feed analytics' refusals and limit.refusals events). A refusal of the limit itself, with
+// the plan admitting, is the limit's.
+func TestARefusalByThePlanAloneIsNotTheLimits(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		h := newHooks()
+		e := newEngine(t, d, h.options(newClock(1_700_000_000_000).opts()))
+		mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 1000})
+		mustPut(t, e, "tiny", limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: 3_600_000})
+		plan := limiter.PlanRequest(tenant, 2, 1) // a burst of 2
+		for range 3 {
+			if _, err := e.Batch(context.Background(), tenant, []limiter.Request{{Name: "api", Key: "alice", Count: 1}, *plan}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if allowed, refused, _ := h.counts("api"); allowed != 2 || refused != 0 {
+			t.Fatalf("api: %d allowed, %d refused; want 2 and 0 (the plan refused the third)", allowed, refused)
+		}
+		if _, refused, _ := h.counts(limiter.PlanLimitName); refused != 1 {
+			t.Fatalf("the plan: %d refused, want 1", refused)
+		}
+		e2 := newEngine(t, d, h.options(newClock(1_700_000_000_000).opts()))
+		for range 2 {
+			if _, err := e2.Batch(context.Background(), tenant, []limiter.Request{{Name: "tiny", Key: "bob", Count: 1}, *limiter.PlanRequest(tenant+1, 100, 1)}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if allowed, refused, _ := h.counts("tiny"); allowed != 1 || refused != 1 {
+			t.Fatalf("tiny: %d allowed, %d refused; want 1 and 1", allowed, refused)
+		}
+	})
+}
