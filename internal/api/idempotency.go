@@ -152,11 +152,9 @@ func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, r
 	tenantID := tenantOf(c).TenantID
 	hash := requestHash(c, body)
 	// Items without a stored answer would otherwise be decided under a key used for another
-	// request: refuse the whole request first if the key holds another one.
-	if reused, err := s.engine.IdempotencyKeyReused(ctx, tenantID, key, hash); err != nil || reused {
-		if err == nil {
-			err = limiter.ErrIdempotencyKeyReused
-		}
+	// request, and another request under this one's key where an item stored nothing: claim the
+	// key first (refused whole if it holds another request).
+	if err := s.engine.ClaimIdempotencyKey(ctx, tenantID, key, hash); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -149,5 +150,29 @@ func TestIdempotencyKeysOfClosesAreTheTenants(t *testing.T) {
 		sendIdemMethod(t, http.MethodPost, h.url, "/v1/limits/tok/limit", a.key, `{"key":"z"}`, "decided")
 		r := sendIdemMethod(t, http.MethodPost, h.url, "/v1/leases/"+lease(a.key)+"/release", a.key, "", "decided")
 		requireProblem(t, r, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+	})
+}
+
+// TestABulkRequestHoldsItsKeyWhereAnItemStoredNothing: a bulk request whose first item stored no
+// answer (an unknown limit) still holds its Idempotency-Key: another request under it is 422 and
+// decides nothing, and the bulk request's own retry replays.
+func TestABulkRequestHoldsItsKeyWhereAnItemStoredNothing(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "tb", bucket10PerMinute)
+		bulk := `{"decisions":[{"name":"nope"},{"name":"tb","key":"k"}]}`
+		first := sendIdemMethod(t, http.MethodPost, h.url, "/v1/decisions", a.key, bulk, "bk")
+		if first.status != http.StatusOK {
+			t.Fatalf("the bulk request: %s", first)
+		}
+		other := sendIdemMethod(t, http.MethodPost, h.url, "/v1/limits/tb/limit", a.key, `{"key":"other"}`, "bk")
+		requireProblem(t, other, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
+		if v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/tb/value?key=other", a.key, nil), http.StatusOK)["value"].(float64); v != 10 {
+			t.Fatalf("the refused request consumed: value %v, want 10", v)
+		}
+		again := sendIdemMethod(t, http.MethodPost, h.url, "/v1/decisions", a.key, bulk, "bk")
+		if again.status != http.StatusOK || !bytes.Equal(again.body, first.body) {
+			t.Fatalf("the bulk request's retry: %s, want the first answer %s", again, first.body)
+		}
 	})
 }

@@ -160,23 +160,36 @@ func (e *Engine) EachIdempotent(ctx context.Context, tenantID int64, reqs []Requ
 	return e.each(ctx, tenantID, reqs, with, true, idems)
 }
 
-// IdempotencyKeyReused reports whether key holds, unexpired, an answer to a request other than
-// the one hashed to hash (any part): for a request whose parts are decided on their own, so that
-// none of them is decided under a key used for another request.
-func (e *Engine) IdempotencyKeyReused(ctx context.Context, tenantID int64, key string, hash []byte) (bool, error) {
-	var n int64
-	err := e.db.ReadOnly(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+// ClaimIdempotencyKey claims key for the request hashed to hash, whose parts (the items of a
+// bulk request) are decided each in its own job: it fails with ErrIdempotencyKeyReused when key
+// holds, unexpired, an answer to another request (any part), and otherwise stores the claim (part
+// claimPart). Every idempotent job reads the claim with its own part and is refused under another
+// request's, so no request is decided under a key a bulk request holds even where that request
+// stored no answer of its own part (an invalid item), and of two requests claiming one key at once
+// the serializable transactions let one through.
+func (e *Engine) ClaimIdempotencyKey(ctx context.Context, tenantID int64, key string, hash []byte) error {
+	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
 		}
-		return tx.Raw(sqlIdemOther, tenantID, key, hash, now).Scan(&n).Error
+		var n int64
+		if err := tx.Raw(sqlIdemOther, tenantID, key, hash, now).Scan(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			return ErrIdempotencyKeyReused
+		}
+		return tx.Exec(sqlIdemWrite+"(?,?,?,?,?,?,?,?)"+idemUpsert, tenantID, key, claimPart, hash, 0, "{}", []byte{}, now+IdempotencyTTL.Milliseconds()).Error
 	})
 	if err != nil {
-		return false, fmt.Errorf("limiter: read idempotency key: %w", err)
+		return fmt.Errorf("limiter: claim idempotency key: %w", err)
 	}
-	return n > 0, nil
+	return nil
 }
+
+// claimPart is the part of a key that ClaimIdempotencyKey stores: no answer, only whose key it is.
+const claimPart = -1
 
 // idemKeys lists the keys of the group's idempotent jobs; none in the common case.
 func idemKeys(jobs []*job) []idemKey {
@@ -186,10 +199,12 @@ func idemKeys(jobs []*job) []idemKey {
 		if j.idem == nil {
 			continue
 		}
-		k := idemKey{j.tenantID, j.idem.Key, j.idem.Part}
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, k)
+		// Its own part, and the key's claim (ClaimIdempotencyKey).
+		for _, k := range []idemKey{{j.tenantID, j.idem.Key, j.idem.Part}, {j.tenantID, j.idem.Key, claimPart}} {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
 		}
 	}
 	return out
@@ -219,6 +234,10 @@ func idemBefore(jobs []*job, records map[idemKey]idemRecord, now int64) []*job {
 			} else {
 				j.err = ErrIdempotencyKeyReused
 			}
+			continue
+		}
+		if rec, ok := records[idemKey{j.tenantID, j.idem.Key, claimPart}]; ok && rec.expiresAt > now && !bytes.Equal(rec.hash, j.idem.Hash) {
+			j.err = ErrIdempotencyKeyReused // claimed by another (bulk) request
 			continue
 		}
 		if f, ok := first[k]; ok {
