@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,7 +122,7 @@ const stopGrace = 10 * time.Second
 // Serve answers gRPC calls on l until ctx ends, then stops gracefully: no new calls, in-flight
 // ones finish (cut off after stopGrace). It returns nil on a clean stop.
 func (s *Service) Serve(ctx context.Context, l net.Listener) error {
-	g := grpc.NewServer(grpc.ForceServerCodecV2(lenientCodec{encoding.GetCodecV2(proto.Name)}))
+	g := grpc.NewServer(grpc.ForceServerCodecV2(lenientCodec{encoding.GetCodecV2(proto.Name)}), grpc.ChainUnaryInterceptor(s.recoverPanics))
 	rls.RegisterRateLimitServiceServer(g, s)
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(l) }()
@@ -323,6 +324,18 @@ func (s *Service) authenticate(ctx context.Context) (tenants.Principal, error) {
 		return tenants.Principal{}, s.statusOf(ctx, perr)
 	}
 	return tenants.Principal{}, errBadKey
+}
+
+// recoverPanics turns a panic in a call into a logged UNAVAILABLE (failing closed, as every
+// error that is not the caller's), never a crashed process: what the HTTP API's Recover does.
+func (s *Service) recoverPanics(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.ErrorContext(ctx, "envoy rate limit service: panic", "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, errUnavailable
+		}
+	}()
+	return next(ctx, req)
 }
 
 // statusOf maps an error of the domain to a gRPC status. Whatever is not the caller's mistake
