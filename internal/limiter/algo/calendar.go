@@ -76,13 +76,59 @@ func dayStart(d date, loc *time.Location) int64 {
 	for range 64 { // a handful of periods at most; the bound only guards against a broken zone
 		_, offset := t.Zone()
 		first := max(t.Unix(), midnight-int64(offset))
-		_, end := t.ZoneBounds()
-		if end.IsZero() || first < end.Unix() {
+		end, ok := periodEnd(t, first)
+		if !ok || first < end {
 			return first * 1000
 		}
-		t = end.In(loc)
+		t = time.Unix(end, 0).In(loc)
 	}
 	return t.Unix() * 1000
+}
+
+// periodEnd is where the zone's period of constant offset that contains t ends (s since the
+// epoch; an end may also be a boundary the zone data draws within one offset, such as a year's
+// end), looked at as far as the instant need: ok is false when the offset never changes again.
+// It is ZoneBounds' end, which is after t, except on the last UTC day of a leap year in a zone's
+// rule-only range (after its file's last transition: 2037 in full zone data, 2007 in the slim
+// data time/tzdata embeds), where ZoneBounds gives the start of that day (golang/go#81583).
+// Walking to an end before t went backwards: a window of December 2040 in Chicago ended on 30
+// December, and a monthly quota admitted twice its rate. Such an end is replaced by the first
+// second after t, up to need, whose offset differs from t's (offsetChange).
+func periodEnd(t time.Time, need int64) (end int64, ok bool) {
+	_, e := t.ZoneBounds()
+	if e.IsZero() {
+		return 0, false
+	}
+	if e.After(t) {
+		return e.Unix(), true
+	}
+	return offsetChange(t, need), true
+}
+
+// offsetChange is the first second after t, up to limit, at which the zone's offset differs from
+// t's, or limit + 1 when t's offset holds until limit. It reads offsets alone (Time.Zone, not
+// ZoneBounds): if limit has t's offset, the offset is taken to hold from t to limit (dayStart
+// asks about a few days at most, and no zone changes its offset and back within those days);
+// otherwise it bisects to the second where it changes.
+func offsetChange(t time.Time, limit int64) int64 {
+	_, offset := t.Zone()
+	offsetAt := func(sec int64) int {
+		_, o := time.Unix(sec, 0).In(t.Location()).Zone()
+		return o
+	}
+	lo, hi := t.Unix(), limit // the offset at lo is t's; at hi it differs
+	if hi <= lo || offsetAt(hi) == offset {
+		return max(hi, lo) + 1
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if offsetAt(mid) == offset {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
 }
 
 // localDate is the civil date of the instant ms in loc.
