@@ -152,6 +152,9 @@ type Request struct {
 	// limit and key: at most what of it still counts is given back (algo.Taken.GiveBack), to
 	// this limit alone; the hold recorded its ancestors' takings as give-backs of their own.
 	giveBack *algo.Taken
+	// givenSince is what older holds gave back to each shard of giveBack since it was taken
+	// (+Inf when no longer known; nil: nothing): see algo.Taken.GiveBack.
+	givenSince []float64
 	// System decides this request in the system tenant's key space (SystemTenant) with its inline
 	// Config, whatever tenant the batch is for. It lets a limit Sluice keeps on a tenant (its
 	// plan's decision rate) ride in the tenant's own batch, all or nothing with it, at no extra
@@ -171,9 +174,12 @@ type Decision struct {
 	RetryAfter *int64 // ms, rounded up; nil when there is nothing to wait for
 	Remaining  float64
 	// Refunded is, for a refund, what was given back (at most the count asked).
-	Refunded   float64
-	refund     bool       // a refund, which counts as no decision in the metrics
-	Definition Definition // the definition that decided: the stored one with the override's numbers
+	Refunded float64
+	refund   bool // a refund, which counts as no decision in the metrics
+	// givenShards is, on a hold's give-back, what each shard it took from got back (in the
+	// order of Request.giveBack's shards).
+	givenShards []float64
+	Definition  Definition // the definition that decided: the stored one with the override's numbers
 	// Override is the match of the override that applied ("org:acme:*"), "" when none did.
 	Override string
 	denied   bool // refused by a deny override: its retryAfter is exact, never jittered

@@ -542,6 +542,9 @@ type limitRef struct {
 	ov        *algo.Override // the override that applies to the key, if any
 	of        int            // the request it belongs to
 	parent    bool           // an ancestor, not the request itself
+	// numbersUntil, on a hold's decision, is when an override's expiry may change the key's
+	// numbers (algo.OverrideIndex.NumbersUntil), for what the hold records (algo.Taken.Until).
+	numbersUntil int64
 }
 
 // expand lists the limits a job decides: each request (its stored definition, or its inline
@@ -559,8 +562,12 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			return r, nil
 		}
 		if stored {
-			if r.ov = ovs[defKey{j.tenantID, name}].Lookup(key, now); r.ov != nil {
+			ix := ovs[defKey{j.tenantID, name}]
+			if r.ov = ix.Lookup(key, now); r.ov != nil {
 				r.def = r.ov.Apply(d)
+			}
+			if req.hold && !req.Refund {
+				r.numbersUntil = ix.NumbersUntil(key, now)
 			}
 		}
 		if err := concurrencyMisuse(r.def, req); err != nil {
@@ -665,7 +672,7 @@ func setTaken(res *Decision, r limitRef, def Definition, states []algo.State, pi
 	if r.parent {
 		dec = &res.Parents[len(res.Parents)-1]
 	}
-	t := &algo.Taken{Kind: def.Kind, At: now, Shards: algo.TakeOf(def, states, picks, d, now, origin)}
+	t := &algo.Taken{Kind: def.Kind, At: now, Shards: algo.TakeOf(def, states, picks, d, now, origin), Until: r.numbersUntil}
 	t.Refill, t.Max = algo.ShardNumbers(def)
 	dec.taken = t
 }
@@ -718,7 +725,10 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 				var o algo.Outcome
 				var given float64
 				if t := req.giveBack; t != nil {
-					o, given = t.GiveBack(def, states, req.Count, now, origin)
+					o, dec.givenShards = t.GiveBack(def, states, req.Count, now, origin, req.givenSince)
+					for _, g := range dec.givenShards {
+						given += g
+					}
 				} else {
 					o, given = algo.Refund(def, states, req.Count, now, origin)
 				}

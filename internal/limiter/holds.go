@@ -31,7 +31,8 @@ import (
 // recorded when it was made), each at most what it took and what of that still counts at the
 // close (algo.Taken.GiveBack, with the refund's math: never above a limit's maximum), so a hold
 // never lets through more than a key that never saw it; a limit whose numbers changed while the
-// hold was open (even back again) gets nothing (numbersChanged). A hold made before charges were recorded
+// hold was open (even back again) gets nothing, and what other holds gave back to a key since
+// counts as what it may have held (holdSnapshots). A hold made before charges were recorded
 // gives back what it held, to every shard of a sharded limit (everyShard).
 // Closing reads the hold and changes the state rows and the hold in one serializable transaction,
 // so of two concurrent closes one finds it closed (ErrHoldClosed). Closes (and lease changes) are
@@ -45,6 +46,11 @@ const (
 	// ClosedHoldRetention is how long a closed hold's rows are kept (ms after it closed) before
 	// SweepHolds deletes them: until then a second settle or release is 409 hold_closed, not 404.
 	ClosedHoldRetention = 86_400_000
+	// giveBacksKept is how long the numbering of holds on a key is kept untouched, and each
+	// give-back logged, for other holds' closes (ms): a hold lives at most MaxHoldTTL, and the
+	// sweeper may release it late. A close past it treats what others gave back as unknown and
+	// gives nothing back.
+	giveBacksKept = 2 * MaxHoldTTL
 )
 
 // The states of a hold.
@@ -278,14 +284,39 @@ const (
 	sqlOldHolds        = "SELECT tenant_id, id FROM holds WHERE state <> 'open' AND closed_at <= ? LIMIT ?"
 	sqlDeleteHold      = "DELETE FROM holds WHERE tenant_id = ? AND id = ?"
 	sqlDeleteHoldLimit = "DELETE FROM hold_limits WHERE tenant_id = ? AND hold_id = ?"
-	// A hold's copy of the tags of its limits' numbers (read in the hold's own transaction), the
-	// limits whose tag has changed since, and the copy deleted with the hold.
-	sqlInsertHoldNumbers = `INSERT INTO hold_numbers (tenant_id, hold_id, name, numbers_version)
-		SELECT tenant_id, ?, name, numbers_version FROM limit_definitions WHERE tenant_id = ? AND name IN `
-	sqlChangedNumbers = `SELECT n.name FROM hold_numbers n
-		JOIN limit_definitions d ON d.tenant_id = n.tenant_id AND d.name = n.name
-		WHERE n.tenant_id = ? AND n.hold_id = ? AND d.numbers_version <> n.numbers_version`
-	sqlDeleteHoldNumbers = "DELETE FROM hold_numbers WHERE tenant_id = ? AND hold_id = ?"
+	// Numbering a hold's take or give-back on one limit and key (sqlNextSeq, several rows at once
+	// with ", (?, ?, ?, 1, ?)" repeated, then sqlNextSeqEnd), and the numbers untouched for longer
+	// than any hold may need them.
+	sqlNextSeq    = "INSERT INTO hold_key_seqs (tenant_id, name, key, seq, updated_at) VALUES (?, ?, ?, 1, ?)"
+	sqlNextSeqEnd = " ON CONFLICT (tenant_id, name, key) DO UPDATE SET seq = hold_key_seqs.seq + 1, updated_at = excluded.updated_at"
+	sqlPruneSeqs  = `DELETE FROM hold_key_seqs WHERE (tenant_id, name, key) IN
+		(SELECT tenant_id, name, key FROM hold_key_seqs WHERE updated_at < ? LIMIT ?)`
+	// A hold's snapshot, per limit and key it charged, of the limit's numbers tag and of the
+	// number of its take (sqlSnapshotHold, then "(?, ?)" per limit and key joined by ", ", then
+	// sqlSnapshotHoldEnd), in the hold's own transaction after sqlNextSeq; read back at its close
+	// beside the current tag and what holds taken before it gave back after it; deleted with it.
+	sqlSnapshotHold = `INSERT INTO hold_snapshots (tenant_id, hold_id, name, key, numbers_version, seq)
+		SELECT d.tenant_id, ?, d.name, q.key, d.numbers_version, q.seq
+		FROM (VALUES `
+	sqlSnapshotHoldEnd = `) k
+		JOIN limit_definitions d ON d.tenant_id = ? AND d.name = k.column1
+		JOIN hold_key_seqs q ON q.tenant_id = d.tenant_id AND q.name = d.name AND q.key = k.column2`
+	sqlHoldSnapshots = `SELECT s.name, s.key, s.seq, s.numbers_version AS version,
+			d.numbers_version AS version_now, q.seq AS seq_now
+		FROM hold_snapshots s
+		LEFT JOIN limit_definitions d ON d.tenant_id = s.tenant_id AND d.name = s.name
+		LEFT JOIN hold_key_seqs q ON q.tenant_id = s.tenant_id AND q.name = s.name AND q.key = s.key
+		WHERE s.tenant_id = ? AND s.hold_id = ?`
+	sqlGivenSince = `SELECT g.name, g.key, g.shard, SUM(g.amount) AS amount
+		FROM hold_snapshots s JOIN hold_give_backs g ON g.tenant_id = s.tenant_id AND g.name = s.name
+			AND g.key = s.key AND g.seq > s.seq AND g.giver_seq < s.seq
+		WHERE s.tenant_id = ? AND s.hold_id = ? GROUP BY g.name, g.key, g.shard`
+	sqlDeleteHoldSnapshots = "DELETE FROM hold_snapshots WHERE tenant_id = ? AND hold_id = ?"
+	// A give-back logged under the key's next number (after sqlNextSeq), and the log's old entries.
+	sqlLogGiveBack = `INSERT INTO hold_give_backs (tenant_id, name, key, seq, shard, giver_seq, amount, at)
+		SELECT tenant_id, name, key, seq, ?, ?, ?, ? FROM hold_key_seqs WHERE tenant_id = ? AND name = ? AND key = ?`
+	sqlPruneGiveBacks = `DELETE FROM hold_give_backs WHERE (tenant_id, name, key, seq, shard) IN
+		(SELECT tenant_id, name, key, seq, shard FROM hold_give_backs WHERE at < ? LIMIT ?)`
 	// The open holds' charges that may name a limit (LIKE: '_' in a name matches any character,
 	// so voidCharges checks each one it finds), and one hold limit's charges rewritten.
 	sqlChargesNaming = `SELECT l.hold_id, l.idx, l.charges FROM hold_limits l
@@ -322,34 +353,100 @@ func holdInserts(tenantID int64, id string, limits []HoldLimit, took [][]charge,
 		args = append(args, tenantID, id, i, l.Name, l.Key, l.Count, attrs, string(c))
 	}
 	ss = append(ss, stmt{b.String(), args})
-	// The tags of the charged limits' numbers, as this transaction decided with them.
-	var names []any
+	// Number this take on each limit and key charged, and keep the snapshot of them, as this
+	// transaction decided with them.
+	var pairs [][2]string
 	for _, cs := range took {
 		for _, c := range cs {
-			if c.Took != nil && !slices.Contains(names, any(c.Name)) {
-				names = append(names, c.Name)
+			if k := [2]string{c.Name, c.Key}; c.Took != nil && !slices.Contains(pairs, k) {
+				pairs = append(pairs, k)
 			}
 		}
 	}
-	if len(names) == 0 {
+	if len(pairs) == 0 {
 		return ss
 	}
-	in := strings.Repeat(", ?", len(names))[2:]
-	return append(ss, stmt{sqlInsertHoldNumbers + "(" + in + ")", append([]any{id, tenantID}, names...)})
+	return append(ss, nextSeqs(tenantID, pairs, now), snapshotHold(tenantID, id, pairs))
 }
 
-// numbersChanged names the limits whose numbers changed since the hold took from them (their
-// tag differs from the hold's copy): what the hold took from those no longer comes back, as a
-// key's history under other numbers says nothing of what it would have become, even when they
-// were changed back. A hold made before the tags were kept names none.
-func numbersChanged(tx *gorm.DB, tenantID int64, id string) (map[string]bool, error) {
-	var names []string
-	if err := tx.Raw(sqlChangedNumbers, tenantID, id).Scan(&names).Error; err != nil {
+// nextSeqs numbers, at now, the next take or give-back of each limit and key in pairs.
+func nextSeqs(tenantID int64, pairs [][2]string, now int64) stmt {
+	sql := sqlNextSeq + strings.Repeat(", (?, ?, ?, 1, ?)", len(pairs)-1) + sqlNextSeqEnd
+	args := make([]any, 0, 4*len(pairs))
+	for _, p := range pairs {
+		args = append(args, tenantID, p[0], p[1], now)
+	}
+	return stmt{sql, args}
+}
+
+// snapshotHold is the statement that keeps hold id's snapshot of each limit and key in pairs.
+func snapshotHold(tenantID int64, id string, pairs [][2]string) stmt {
+	args := make([]any, 0, 2+2*len(pairs))
+	args = append(args, id)
+	for _, p := range pairs {
+		args = append(args, p[0], p[1])
+	}
+	values := strings.Repeat(", (?, ?)", len(pairs))[2:]
+	return stmt{sqlSnapshotHold + values + sqlSnapshotHoldEnd, append(args, tenantID)}
+}
+
+// holdSnapshot is what changed for one limit and key since a hold took from it.
+type holdSnapshot struct {
+	seq int64 // the number of the hold's take on it (hold_key_seqs)
+	// numbersChanged: the limit's numbers changed (its tag differs, or it is gone): a key's
+	// history under other numbers says nothing of what the hold's amount would have become, even
+	// when they were changed back.
+	numbersChanged bool
+	// givenSince is what holds taken before this one gave back to each shard of the key after
+	// this one's take. Those alone can have raised a shard above what it held just after the
+	// hold: a hold taken after it took first what it gives back. lost: no longer known.
+	givenSince map[int]float64
+	lost       bool
+}
+
+// since is what older holds gave back since to each of t's shards, for algo.Taken.GiveBack.
+func (s holdSnapshot) since(t *algo.Taken) []float64 {
+	out := make([]float64, len(t.Shards))
+	for k, sh := range t.Shards {
+		out[k] = s.givenSince[sh.Shard]
+		if s.lost {
+			out[k] = math.Inf(1)
+		}
+	}
+	return out
+}
+
+// holdSnapshots reads, for each limit and key hold id charged, what changed since (in tx). A
+// hold made before snapshots were kept has none.
+func holdSnapshots(tx *gorm.DB, tenantID int64, id string) (map[[2]string]holdSnapshot, error) {
+	var rows []struct {
+		Name, Key  string
+		Seq        int64
+		Version    int64
+		VersionNow *int64
+		SeqNow     *int64
+	}
+	if err := tx.Raw(sqlHoldSnapshots, tenantID, id).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
-	out := make(map[string]bool, len(names))
-	for _, n := range names {
-		out[n] = true
+	var given []struct {
+		Name, Key string
+		Shard     int
+		Amount    float64
+	}
+	if err := tx.Raw(sqlGivenSince, tenantID, id).Scan(&given).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[[2]string]holdSnapshot, len(rows))
+	for _, r := range rows {
+		out[[2]string{r.Name, r.Key}] = holdSnapshot{seq: r.Seq, givenSince: map[int]float64{},
+			numbersChanged: r.VersionNow == nil || *r.VersionNow != r.Version,
+			lost:           r.SeqNow == nil || *r.SeqNow < r.Seq} // the numbering was deleted (untouched for long) since
+	}
+	for _, g := range given {
+		if s, ok := out[[2]string{g.Name, g.Key}]; ok {
+			s.givenSince[g.Shard] += g.Amount
+		}
 	}
 	return out, nil
 }
@@ -382,7 +479,7 @@ func charges(results []Decision) [][]charge {
 // to it (the rest of each hold is unchanged). A change of the limit's numbers is not voided here
 // (a definition or override write would then read every open hold of the tenant, and conflict
 // with the holds being made): it replaces the limit's numbers tag, which the close compares with
-// the hold's copy (numbersChanged), and the close compares the numbers themselves too
+// the hold's copy (holdSnapshots), and the close compares the numbers themselves too
 // (algo.Taken.GiveBack), which sees an override that expired meanwhile.
 func voidCharges(tx *gorm.DB, tenantID int64, name string, key *string) error {
 	var rows []struct {
@@ -509,7 +606,7 @@ func (e *Engine) closeHolds(ctx context.Context, tenantID int64, id string, chec
 			state = HoldSettled
 			copy(actual, counts)
 		}
-		s, err := e.settleInTx(tx, j, tenantID, id, held, actual)
+		s, err := e.settleInTx(tx, j, tenantID, id, now, held, actual)
 		if err != nil {
 			return err
 		}
@@ -537,10 +634,11 @@ func closeHold(tx *gorm.DB, tenantID int64, id, state string, now int64, s Settl
 	return nil
 }
 
-// settleInTx charges actual[i] for each held limit in tx, a transaction of close's: the
-// difference from what is held is given back (less) or taken (more, or recorded as overage on
-// closing when the limit cannot take it, for runCloses to report once the transaction commits).
-func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID string, held []holdLimitRow, actual []float64) (Settlement, error) {
+// settleInTx charges actual[i] for each held limit of hold holdID in tx, a transaction of
+// close's, at now: the difference from what is held is given back (less) or taken (more, or
+// recorded as overage on closing when the limit cannot take it, for runCloses to report once the
+// transaction commits). What it gives back is logged (hold_give_backs) for the other holds' closes.
+func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID string, now int64, held []holdLimitRow, actual []float64) (Settlement, error) {
 	n := len(held)
 	s := Settlement{Names: make([]string, n), Keys: make([]string, n), Held: make([]float64, n), Charged: make([]float64, n), Overage: make([]float64, n), Refunded: make([]float64, n)}
 	of := map[*job]int{}
@@ -548,7 +646,7 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 	// Every give-back goes before any extra is taken, whatever the limits' order: what one limit
 	// of the hold gives back can make room for another's extra on the same key or parent.
 	var giveBacks, takes []*job
-	var changed map[string]bool // read at the first give-back
+	var snaps map[[2]string]holdSnapshot // read at the first give-back
 	for i, h := range held {
 		s.Names[i], s.Keys[i], s.Held[i], s.Charged[i] = h.Name, h.Key, h.Count, actual[i]
 		diff := actual[i] - h.Count
@@ -565,16 +663,21 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 			of[j], own[j] = i, isOwn
 		}
 		if cs, ok := h.charges(); ok && diff < 0 {
-			if changed == nil {
+			if snaps == nil {
 				var err error
-				if changed, err = numbersChanged(tx, tenantID, holdID); err != nil {
+				if snaps, err = holdSnapshots(tx, tenantID, holdID); err != nil {
 					return Settlement{}, err
 				}
 			}
 			for k, c := range cs {
-				if c.Took != nil && len(c.Took.Shards) > 0 && !changed[c.Name] {
-					add(Request{Name: c.Name, Key: c.Key, Count: -diff, Refund: true, hold: true, giveBack: c.Took}, k == 0)
+				snap := snaps[[2]string{c.Name, c.Key}]
+				if c.Took == nil || len(c.Took.Shards) == 0 || snap.numbersChanged {
+					continue
 				}
+				if now-c.Took.At >= giveBacksKept {
+					snap.lost = true // the log may have been pruned since
+				}
+				add(Request{Name: c.Name, Key: c.Key, Count: -diff, Refund: true, hold: true, giveBack: c.Took, givenSince: snap.since(c.Took)}, k == 0)
 			}
 			continue
 		}
@@ -586,6 +689,7 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 			return Settlement{}, err
 		}
 	}
+	given := map[[2]string]map[int]float64{} // per limit, key and shard, logged below
 	for _, j := range jobs {
 		i := of[j]
 		req := j.reqs[0]
@@ -594,11 +698,32 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 			if own[j] {
 				s.Refunded[i] = j.out.Results[0].Refunded
 			}
+			for k, g := range j.out.Results[0].givenShards {
+				if g > 0 {
+					pk := [2]string{req.Name, req.Key}
+					if given[pk] == nil {
+						given[pk] = map[int]float64{}
+					}
+					given[pk][req.giveBack.Shards[k].Shard] += g
+				}
+			}
 		case req.Refund:
 			// The limit went (or changed kind) since the hold: there is nothing to give back to.
 		case j.err != nil || !j.out.OK:
 			s.Overage[i], s.Charged[i] = req.Count, s.Held[i]
 			closing.overage = append(closing.overage, overage{tenantID, req.Name, req.Count})
+		}
+	}
+	for k, shards := range given {
+		giver := snaps[k].seq // 0 for a hold made before numbers were kept: before every other
+		next := nextSeqs(tenantID, [][2]string{k}, now)
+		if err := tx.Exec(next.sql, next.args...).Error; err != nil {
+			return Settlement{}, err
+		}
+		for shard, g := range shards {
+			if err := tx.Exec(sqlLogGiveBack, shard, giver, g, now, tenantID, k[0], k[1]).Error; err != nil {
+				return Settlement{}, err
+			}
 		}
 	}
 	return s, nil
@@ -630,7 +755,7 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 			if err := tx.Raw(sqlSelectHoldLimit, h.TenantID, h.ID).Scan(&held).Error; err != nil {
 				return err
 			}
-			s, err := e.settleInTx(tx, j, h.TenantID, h.ID, held, make([]float64, len(held)))
+			s, err := e.settleInTx(tx, j, h.TenantID, h.ID, now, held, make([]float64, len(held)))
 			if err != nil {
 				return err
 			}
@@ -646,11 +771,16 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		if err := tx.Raw(sqlOldHolds, now-ClosedHoldRetention, batch).Scan(&old).Error; err != nil {
 			return err
 		}
+		for _, prune := range []string{sqlPruneGiveBacks, sqlPruneSeqs} {
+			if err := tx.Exec(prune, now-giveBacksKept, batch).Error; err != nil {
+				return err
+			}
+		}
 		for _, h := range old {
 			if err := tx.Exec(sqlDeleteHoldLimit, h.TenantID, h.ID).Error; err != nil {
 				return err
 			}
-			if err := tx.Exec(sqlDeleteHoldNumbers, h.TenantID, h.ID).Error; err != nil {
+			if err := tx.Exec(sqlDeleteHoldSnapshots, h.TenantID, h.ID).Error; err != nil {
 				return err
 			}
 			if err := tx.Exec(sqlDeleteHold, h.TenantID, h.ID).Error; err != nil {

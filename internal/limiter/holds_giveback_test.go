@@ -386,3 +386,80 @@ func TestASettleGivesBackBeforeItTakesTheExtra(t *testing.T) {
 		}
 	})
 }
+
+// TestAHoldSeesWhatOtherHoldsGaveBackSince: another hold's give-back after this hold was made
+// raised the key, which may then have refilled to its maximum: this hold's amount no longer
+// counts. Both keys hold 60 first; the held key also holds 40 (0 left); the 60s are released
+// (held 60, twin 100), both refill to 100 and spend it: releasing the 40 gives nothing back.
+func TestAHoldSeesWhatOtherHoldsGaveBackSince(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		c := newClock(1_700_000_040_000)
+		e := newEngine(t, d, c.opts())
+		mustPut(t, e, "two", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 1000, Capacity: ptr(100.0)})
+		var first []string
+		for _, k := range []string{"held", "twin"} {
+			first = append(first, mustHold(t, e, 3_600_000, limiter.HoldLimit{Name: "two", Key: k, Count: 60}).ID)
+		}
+		h := mustHold(t, e, 3_600_000, limiter.HoldLimit{Name: "two", Key: "held", Count: 40})
+		if !h.Decision.OK {
+			t.Fatalf("the second hold was refused: %+v", h.Decision)
+		}
+		for _, id := range first {
+			if err := e.ReleaseHold(ctx, tenant, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Advance(40_000)
+		for _, k := range []string{"held", "twin"} {
+			if d := mustLimit(t, e, limiter.Request{Name: "two", Key: k, Count: 100}); !d.OK {
+				t.Fatalf("%s: 100 refused after refilling: %+v", k, d)
+			}
+		}
+		if err := e.ReleaseHold(ctx, tenant, h.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got, twin := value(t, e, "two", "held"), value(t, e, "two", "twin"); got != 0 || twin != 0 {
+			t.Fatalf("after the release: held %v, twin %v; want 0 and 0", got, twin)
+		}
+	})
+}
+
+// TestAHoldGivesNothingBackPastAnOverridesExpiry: overrides that expire one after the other can
+// change a key's numbers and back with no write. An exact override with the definition's numbers
+// hides a prefix override refilling a token a second; the exact one expires, the key refills fast,
+// the prefix one expires: at the close the numbers are the hold's again, but the hold's amount
+// may no longer count, and nothing comes back.
+func TestAHoldGivesNothingBackPastAnOverridesExpiry(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		c := newClock(1_700_000_040_000)
+		e := newEngine(t, d, c.opts())
+		mustPut(t, e, "ovx", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 3_600_000, Capacity: ptr(100.0)})
+		now := c.Now().UnixMilli()
+		keys := []string{"held", "twin"}
+		for _, k := range keys {
+			x1, x2 := now+5_000, now+20_000
+			if _, _, err := e.PutOverride(ctx, tenant, "ovx", limiter.Override{Match: k, Rate: ptr(1.0), Capacity: ptr(100.0), ExpiresAt: &x1}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := e.PutOverride(ctx, tenant, "ovx", limiter.Override{Match: k + "*", Rate: ptr(3600.0), Capacity: ptr(100.0), ExpiresAt: &x2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := mustHold(t, e, 3_600_000, limiter.HoldLimit{Name: "ovx", Key: "held", Count: 10})
+		c.Advance(10_000)
+		for _, k := range keys {
+			if d := mustLimit(t, e, limiter.Request{Name: "ovx", Key: k, Count: 50}); !d.OK {
+				t.Fatalf("%s: 50 refused: %+v", k, d)
+			}
+		}
+		c.Advance(20_000)
+		if err := e.ReleaseHold(ctx, tenant, h.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got, twin := value(t, e, "ovx", "held"), value(t, e, "ovx", "twin"); got > twin {
+			t.Fatalf("after the release: held %v, more than the twin's %v", got, twin)
+		}
+	})
+}

@@ -221,6 +221,24 @@ func (ix *OverrideIndex) Lookup(key string, now int64) *Override {
 	return nil
 }
 
+// NumbersUntil is when the numbers the overrides give key at now may change with no write: the
+// earliest expiry among the active overrides that match it, when one of them sets numbers (an
+// allow or deny alone changes no numbers when it ends); 0 when none can.
+func (ix *OverrideIndex) NumbersUntil(key string, now int64) int64 {
+	var until int64
+	numbers := false
+	for _, o := range ix.Matching(key, now) {
+		numbers = numbers || o.Action == ActionNone
+		if o.ExpiresAt != nil && (until == 0 || *o.ExpiresAt < until) {
+			until = *o.ExpiresAt
+		}
+	}
+	if !numbers {
+		return 0
+	}
+	return until
+}
+
 // Matching lists every override whose match covers key and that is active at now, whichever
 // wins: the sweeper keeps a row unless it reads as missing under each of them.
 func (ix *OverrideIndex) Matching(key string, now int64) []Override {

@@ -67,6 +67,9 @@ type Taken struct {
 	// Refill is what one shard refilled then: per ms for a token bucket, per window for a fixed
 	// window (0 for the other kinds); Max the most one shard held then.
 	Refill, Max float64
+	// Until is when an override's expiry could change those numbers with no write
+	// (OverrideIndex.NumbersUntil); 0: none could.
+	Until int64 `json:",omitempty"`
 }
 
 // TakenShard is what a hold took from one shard: Took (0 where a decision wrote nothing: an allow
@@ -112,16 +115,23 @@ func TakeOf(def Definition, states []State, picks []int, d Outcome, now, origin 
 //   - sliding window: all of it while its sub-interval is still counted, taken off that
 //     sub-interval.
 //
-// Numbers other than the hold's (a definition or override changed the rate or maximum) give
-// nothing back. Outcome's Writes are the shards that changed, Remaining what they hold afterwards.
-func (t Taken) GiveBack(def Definition, states []State, count float64, now, origin int64) (out Outcome, given float64) {
+// since[k] is what other holds gave back to t.Shards[k] after t was taken (+Inf when unknown; nil:
+// nothing): it may have raised the shard as far, so a token bucket or fixed window counts it into
+// the most the shard can have held. given[k] is what t.Shards[k] got back.
+//
+// Numbers other than the hold's (a definition or override changed the rate or maximum), or numbers
+// an override's expiry may have changed since (t.Until), give nothing back. Outcome's Writes are
+// the shards that changed, Remaining what they hold afterwards.
+func (t Taken) GiveBack(def Definition, states []State, count float64, now, origin int64, since []float64) (out Outcome, given []float64) {
 	def = def.Normalized()
 	p := def.shardParams()
 	out = Outcome{OK: true, RetryAfter: math.NaN(), Writes: make([]State, len(states))}
-	if def.Kind.Algorithm() != t.Kind.Algorithm() || p.max != t.Max || shardRefill(p) != t.Refill {
-		// Other numbers now (a definition or an override changed them while the hold was open):
-		// the key's history no longer says what the hold's amount became.
-		return out, 0
+	given = make([]float64, len(states))
+	if def.Kind.Algorithm() != t.Kind.Algorithm() || p.max != t.Max || shardRefill(p) != t.Refill || (t.Until != 0 && now >= t.Until) {
+		// Other numbers now, or maybe in between (a definition or an override changed them while
+		// the hold was open, or an override expired): the key's history no longer says what the
+		// hold's amount became.
+		return out, given
 	}
 	left := count
 	for k, st := range states {
@@ -129,7 +139,11 @@ func (t Taken) GiveBack(def Definition, states []State, count float64, now, orig
 		ts := t.Shards[k]
 		owed := 0.0
 		if st.Exists && ts.Took > 0 {
-			owed = math.Min(ts.Took, t.stillCounted(p, def, ts, st, v, now, origin))
+			others := 0.0
+			if since != nil {
+				others = since[k]
+			}
+			owed = math.Min(ts.Took, t.stillCounted(p, def, ts, st, v, now, origin, others))
 		}
 		g := math.Max(0, math.Min(owed, left))
 		w := State{TS: v.ts, PenaltyUntil: st.PenaltyUntil, Exists: true}
@@ -149,7 +163,7 @@ func (t Taken) GiveBack(def Definition, states []State, count float64, now, orig
 		}
 		if g > 0 {
 			out.Writes[k] = w
-			given += g
+			given[k] = g
 			left -= g
 			out.Remaining += w.Value
 		} else {
@@ -178,7 +192,7 @@ func ShardNumbers(def Definition) (refill, maxPerShard float64) {
 
 // stillCounted is how much of what the hold took from one shard still counts (see GiveBack),
 // before capping at what it took; st is the shard's row now and v its view at now.
-func (t Taken) stillCounted(p shardParams, def Definition, ts TakenShard, st State, v shardView, now, origin int64) float64 {
+func (t Taken) stillCounted(p shardParams, def Definition, ts TakenShard, st State, v shardView, now, origin int64, since float64) float64 {
 	switch p.kind {
 	case TokenBucket, FixedWindow:
 		// GiveBack checked that the refill is still the hold's (t.Refill): per ms or per window.
@@ -187,7 +201,7 @@ func (t Taken) stillCounted(p shardParams, def Definition, ts TakenShard, st Sta
 			elapsed = floorDiv(st.TS-origin, p.period) - floorDiv(t.At-origin, p.period)
 		}
 		refilled := t.Refill * float64(max(elapsed, 0))
-		highest := math.Max(math.Min(p.max, ts.After+refilled), v.avail)
+		highest := math.Max(math.Min(p.max, ts.After+refilled+since), v.avail)
 		return p.max - highest
 	case Quota:
 		then, _ := def.WindowAt(t.At)

@@ -191,7 +191,8 @@ func TestGiveBackIsWhatStillCounts(t *testing.T) {
 		if c.def.Kind == Quota && st.Exists {
 			st.TS, _ = c.def.Normalized().WindowAt(at)
 		}
-		_, got := taken.GiveBack(c.def, []State{st}, 1_000, c.now, 0)
+		_, gave := taken.GiveBack(c.def, []State{st}, 1_000, c.now, 0, nil)
+		got := gave[0]
 		if math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("%s: gave %v, want %v", c.name, got, c.want)
 		}
@@ -208,22 +209,58 @@ func TestGiveBackIsWhatStillCounts(t *testing.T) {
 	}
 	taken := Taken{Kind: SlidingWindow, At: at, Shards: []TakenShard{{Took: 5}}}
 	taken.Refill, taken.Max = ShardNumbers(def)
-	if o, got := taken.GiveBack(def, st, 5, at+6_000, 0); got != 3 || o.Writes[0].Counters[len(o.Writes[0].Counters)-2] != 0 ||
+	if o, got := taken.GiveBack(def, st, 5, at+6_000, 0, nil); got[0] != 3 || o.Writes[0].Counters[len(o.Writes[0].Counters)-2] != 0 ||
 		o.Writes[0].Counters[len(o.Writes[0].Counters)-1] != 4 {
 		t.Errorf("sliding: gave %v, counters %v; want 3 off the older sub-interval", got, o.Writes[0].Counters)
 	}
-	if _, got := taken.GiveBack(def, st, 5, at+66_000, 0); got != 0 {
+	if _, got := taken.GiveBack(def, st, 5, at+66_000, 0, nil); got[0] != 0 {
 		t.Errorf("sliding, out of the window: gave %v", got)
 	}
 	// Other numbers now (a capacity changed while held): nothing.
 	other := Taken{Kind: TokenBucket, At: at, Shards: []TakenShard{{Took: 10, After: 90}}}
 	other.Refill, other.Max = ShardNumbers(bucket)
-	if _, got := other.GiveBack(Definition{Kind: TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(200.0)}, []State{{Value: 90, TS: at, Exists: true}}, 10, at, 0); got != 0 {
+	if _, got := other.GiveBack(Definition{Kind: TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(200.0)}, []State{{Value: 90, TS: at, Exists: true}}, 10, at, 0, nil); got[0] != 0 {
 		t.Errorf("a capacity changed: gave %v", got)
 	}
 	// Another kind now: nothing.
-	if _, got := (Taken{Kind: TokenBucket, At: at, Shards: []TakenShard{{Took: 4, After: 6}}}).GiveBack(window, []State{{Value: 6, TS: at, Exists: true}}, 4, at, 0); got != 0 {
+	if _, got := (Taken{Kind: TokenBucket, At: at, Shards: []TakenShard{{Took: 4, After: 6}}}).GiveBack(window, []State{{Value: 6, TS: at, Exists: true}}, 4, at, 0, nil); got[0] != 0 {
 		t.Errorf("another kind: gave %v", got)
+	}
+	// Taken 10 of 100, leaving 0; other holds gave 60 back since: the key may have been at 60,
+	// and with 40 refilled at 100 (full): nothing. With 30 given back, at most 70: 10 of 10.
+	// Unknown (+Inf): nothing. Past an override's expiry (Until): nothing.
+	full := Definition{Kind: TokenBucket, Rate: 1, Period: 1_000, Capacity: ptr(100.0)}
+	held := Taken{Kind: TokenBucket, At: at, Shards: []TakenShard{{Took: 10, After: 0}}}
+	held.Refill, held.Max = ShardNumbers(full)
+	rows := []State{{Value: 0, TS: at + 40_000, Exists: true}}
+	for _, c := range []struct {
+		since float64
+		until int64
+		want  float64
+	}{{60, 0, 0}, {30, 0, 10}, {math.Inf(1), 0, 0}, {0, at + 40_000, 0}, {0, at + 40_001, 10}} {
+		h := held
+		h.Until = c.until
+		if _, got := h.GiveBack(full, rows, 10, at+40_000, 0, []float64{c.since}); got[0] != c.want {
+			t.Errorf("given back by others %v, numbers until %d: gave %v, want %v", c.since, c.until, got, c.want)
+		}
+	}
+}
+
+func TestNumbersUntilIsTheFirstExpiryThatCanChangeNumbers(t *testing.T) {
+	at := func(ms int64) *int64 { return &ms }
+	ix := NewOverrideIndex([]Override{
+		{Match: "k", Rate: ptr(1.0), ExpiresAt: at(5_000)},
+		{Match: "k*", Rate: ptr(2.0), ExpiresAt: at(20_000)},
+		{Match: "a", Action: ActionAllow, ExpiresAt: at(3_000)},
+		{Match: "n", Rate: ptr(2.0)},
+	})
+	for key, want := range map[string]int64{"k": 5_000, "kx": 20_000, "a": 0, "n": 0, "other": 0} {
+		if got := ix.NumbersUntil(key, 1_000); got != want {
+			t.Errorf("%q: %d, want %d", key, got, want)
+		}
+	}
+	if got := ix.NumbersUntil("k", 6_000); got != 20_000 {
+		t.Errorf("after the first expired: %d, want 20000", got)
 	}
 }
 
