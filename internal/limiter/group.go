@@ -677,6 +677,19 @@ func setTaken(res *Decision, r limitRef, def Definition, states []algo.State, pi
 	dec.taken = t
 }
 
+// quotaWindow is a quota decision's calendar window at now: the outcome's (start, end), or the
+// definition's where the outcome carries none (a penalty's refusal, an allow or a deny); nil for
+// the other kinds.
+func quotaWindow(def Definition, start, end, now int64) *QuotaWindow {
+	if def.Kind != Quota {
+		return nil
+	}
+	if end == 0 {
+		start, end = def.WindowAt(now)
+	}
+	return &QuotaWindow{Start: start, End: end, Now: now}
+}
+
 // parentCountError names the parent in a request's count or reserve problem.
 func parentCountError(parent string, err error) error {
 	e := apperr.From(fromAlgo(err))
@@ -746,7 +759,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			// Refused until the override expires; nothing read, nothing written. A shadow limit
 			// reports the refusal it would make.
 			ra := r.ov.DenyRetryAfter(now)
-			dec := Decision{Name: r.name, Key: r.key, RetryAfter: &ra, Definition: def, denied: true}
+			dec := Decision{Name: r.name, Key: r.key, RetryAfter: &ra, Definition: def, denied: true, Window: quotaWindow(def, 0, 0, now)}
 			if def.IsShadow() {
 				dec.OK, dec.RetryAfter, dec.Shadow = true, nil, &ShadowOutcome{OK: false, RetryAfter: &ra}
 			} else {
@@ -761,7 +774,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if r.ov != nil && r.ov.Action == algo.ActionAllow {
 			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
 			d := algo.Decide(def, states, 0, false, now, origin)
-			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def}
+			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def, Window: quotaWindow(def, d.WindowStart, d.WindowEnd, now)}
 			setUsedShards(&dec, def, states, d, now, origin)
 			place(r, dec)
 			continue
@@ -775,9 +788,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		dec := Decision{Name: r.name, Key: r.key, OK: d.OK, RetryAfter: retryAfter, Remaining: d.Remaining, Definition: def}
 		dec.leaseSlot = d.OK && def.Kind == Concurrency // a lease to hand out if the job's writes are kept (leases.go)
 		setUsedShards(&dec, def, states, d, now, origin)
-		if def.Kind == Quota {
-			dec.Window = &QuotaWindow{Start: d.WindowStart, End: d.WindowEnd, Now: now}
-		}
+		dec.Window = quotaWindow(def, d.WindowStart, d.WindowEnd, now)
 		if def.IsShadow() {
 			dec.OK, dec.RetryAfter, dec.Shadow = true, nil, &ShadowOutcome{OK: d.OK, RetryAfter: retryAfter}
 		}

@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/db"
@@ -54,6 +55,34 @@ func TestKeyOutcomesWeighRemainingAgainstTheShardsUsed(t *testing.T) {
 		mustLimit(t, e, limiter.Request{Name: "one", Key: "fresh", Count: 1})
 		if len(heard) != 2 || heard[0].Remaining != 99 || heard[0].Max != 100 || heard[1].Remaining != 999 || heard[1].Max != 1000 {
 			t.Fatalf("heard %+v; want 99 of 100 (one shard of ten) and 999 of 1000", heard)
+		}
+	})
+}
+
+// TestAQuotasPolicyWindowIsTheCalendarsWhateverDecided: a quota's RateLimit-Policy w is its
+// calendar window's length on every decision: under a penalty's refusal, an allow and a deny
+// override too (the outcome carries no window there).
+func TestAQuotasPolicyWindowIsTheCalendarsWhateverDecided(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock(1_700_000_000_000)
+		e := newEngine(t, d, c.opts())
+		mustPut(t, e, "q", limiter.Definition{Kind: limiter.Quota, Rate: 2, Calendar: "day", TimeZone: "UTC", Penalty: 60_000})
+		exp := c.Now().UnixMilli() + 3_600_000
+		for _, o := range []limiter.Override{{Match: "vip", Action: limiter.ActionAllow, ExpiresAt: &exp}, {Match: "bad", Action: limiter.ActionDeny, ExpiresAt: &exp}} {
+			if _, _, err := e.PutOverride(context.Background(), tenant, "q", o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const want = `"q";q=2;w=86400`
+		var ds []limiter.Decision
+		for range 4 { // the third is refused and starts a penalty, the fourth is refused by it
+			ds = append(ds, mustLimit(t, e, limiter.Request{Name: "q", Key: "k", Count: 1}))
+		}
+		ds = append(ds, mustLimit(t, e, limiter.Request{Name: "q", Key: "vip", Count: 1}), mustLimit(t, e, limiter.Request{Name: "q", Key: "bad", Count: 1}))
+		for i, dec := range ds {
+			if p, _ := limiter.RateLimitHeaders([]limiter.Decision{dec}); p != want {
+				t.Errorf("decision %d (%s, ok %v): RateLimit-Policy %q, want %q", i, dec.Key, dec.OK, p, want)
+			}
 		}
 	})
 }
