@@ -31,6 +31,7 @@ func rebucket(pts []usage.Point, step time.Duration) map[int64]usage.Point {
 // per limit and across the tenant's limits.
 func TestHourlySeriesEqualsTheMinutesSummed(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		tenants(t, d, 1, 2)
 		ctx := context.Background()
 		c := newClock()
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})

@@ -15,6 +15,7 @@ import (
 // row add up), and the series reports them from the table and from memory alike.
 func TestShadowRefusalsAreCountedApartAndFlushedAdditively(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		tenants(t, d, 1)
 		ctx := context.Background()
 		c := newClock()
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})

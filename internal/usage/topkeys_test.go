@@ -24,6 +24,7 @@ func refuse(a *usage.Aggregator, tenant int64, name, key string, n int) {
 // was flushed; the range excludes older minutes and other tenants' keys never show.
 func TestTopKeysComeFromFlushedSketchesAndSurviveARestart(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		tenants(t, d, 1, 2)
 		ctx := context.Background()
 		c := newClock()
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
@@ -100,6 +101,7 @@ func equalKC(a, b []usage.KeyCount) bool {
 // its counts for the next one.
 func TestOnMinuteHearsTheMinutesRefusalsAcrossInstances(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		tenants(t, d, 1)
 		ctx := context.Background()
 		c := newClock()
 		var heard []usage.LimitMinute

@@ -46,6 +46,27 @@ func (t *topN) add(key string, n int64) {
 	t.m[key] = minE
 }
 
+// merge adds o's keys to t, as if t had seen o's stream after its own: each key's hits, and its
+// overcount with them.
+func (t *topN) merge(o *topN) {
+	for key, e := range o.m {
+		t.add(key, e.hits)
+		if te := t.m[key]; te != nil {
+			te.overcount += e.overcount
+		}
+	}
+}
+
+// hits is how many decisions t has seen: a space-saving sketch's counters always add up to its
+// stream's length, since an evicted key's hits pass to its successor.
+func (t *topN) hits() int64 {
+	var n int64
+	for _, e := range t.m {
+		n += e.hits
+	}
+	return n
+}
+
 // KeyCount is one key of a top-keys list.
 type KeyCount struct {
 	Name string // the limit

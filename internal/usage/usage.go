@@ -8,17 +8,22 @@
 //
 // Decisions are counted in memory (Record is a map update under a mutex, called from the
 // limiter's OnDecision hook) and flushed to the usage_stats table periodically with additive
-// upserts, one row per (tenant, name, minute) touched since the last flush: the decision path
-// never writes usage rows itself. Several instances may flush into the same rows; the upsert adds
-// to what is there. Counts not yet flushed are lost if the process crashes, which is acceptable
-// for charts; Run flushes them once more on a graceful shutdown.
+// upserts, one row per (tenant, name, minute) touched since the last flush, in short
+// transactions of at most chunkRows rows (flush.go): the decision path never writes usage rows
+// itself. Several instances may flush into the same rows; the upsert adds to what is there.
+// Counts not yet flushed are lost if the process crashes, which is acceptable for charts; Run
+// flushes them once more on a graceful shutdown.
+//
+// What is held between flushes is bounded, and so that no tenant can take another's room, each
+// tenant has a share of it (share, below): a tenant's limits past its share are counted under
+// its catch-all name OtherName instead.
 package usage
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -37,6 +42,10 @@ const DefaultInterval = 10 * time.Second
 // Retention is how long usage rows are kept; older rows are deleted by the flusher.
 const Retention = 8 * 24 * time.Hour
 
+// MinuteKeysRetention is how long the per-minute top keys (the last hour's view) are kept; the
+// hourly ones are kept for Retention.
+const MinuteKeysRetention = 3 * time.Hour
+
 // NearFraction: a decision that leaves its key less than this fraction of the limit's maximum
 // counts the key as near its limit.
 const NearFraction = 0.2
@@ -54,14 +63,52 @@ const (
 // Kinds lists every Kind in the order the dashboard shows them.
 var Kinds = []Kind{KindRefused, KindNear, KindShadow}
 
-// maxSketches bounds the top-keys sketches held between flushes (each at most TopN keys);
-// beyond it decisions are still counted but their keys are not followed (logged at the flush).
-const maxSketches = 10_000
+// OtherName is the catch-all limit name of a tenant's counts and keys past its share of what the
+// aggregator holds between flushes. Limit names cannot hold parentheses, so no limit has it.
+const OtherName = "(other)"
 
-// maxPending bounds the distinct (tenant, name, minute) counters held between flushes, so that a
-// flood of inline-config names cannot grow memory without bound; beyond it, counts are dropped
-// (and logged).
-const maxPending = 100_000
+// share bounds one kind of entry held between flushes: every tenant's named entries together,
+// one tenant's, and the catch-alls (OtherName's, one per tenant and minute at most, or per
+// tenant, minute and kind). A tenant's new name past named or perTenant goes under its catch-all,
+// so its counts stay exact and only that name's detail is lost; past other, nothing is kept
+// (dropped and logged). Inline configs let a tenant use any names, 1,000 a request, so without a
+// share of its own one tenant could fill everything, and every other tenant's new names would be
+// dropped.
+type share struct{ named, perTenant, other int }
+
+var (
+	// counterShare bounds the (tenant, name, minute) counters: 100,000 is about 200,000 rows to
+	// write, a flush of a few seconds (docs/performance.md), and 10,000 a tenant is 5,000 limits
+	// deciding in each of two minutes of one flush interval.
+	counterShare = share{named: 100_000, perTenant: 10_000, other: 10_000}
+	// sketchShare bounds the top-keys sketches (each at most TopN keys, two rows a key to write).
+	sketchShare = share{named: 10_000, perTenant: 1_000, other: 1_000}
+)
+
+// held counts what is held of a share.
+type held struct {
+	named, other int
+	byTenant     map[int64]int // named entries per tenant
+}
+
+func newHeld() held { return held{byTenant: make(map[int64]int)} }
+
+// admit takes room for one more entry of tenant under name, and reports whether there was any.
+func (h *held) admit(s share, tenantID int64, name string) bool {
+	if name == OtherName {
+		if h.other >= s.other {
+			return false
+		}
+		h.other++
+		return true
+	}
+	if h.named >= s.named || h.byTenant[tenantID] >= s.perTenant {
+		return false
+	}
+	h.named++
+	h.byTenant[tenantID]++
+	return true
+}
 
 // Options tune an Aggregator.
 type Options struct {
@@ -71,11 +118,12 @@ type Options struct {
 	// Flushed, when set, receives the result of every background flush (tests wait on it
 	// instead of sleeping). Sends do not block.
 	Flushed chan<- error
-	// OnMinute, when set, is called inside each flush's transaction once per tenant whose
-	// decisions the flush carries refusals or near-limit keys of, with each such limit's minute:
-	// its refusals so far (every instance's flushed counts, this flush's included) and the keys
-	// this flush saw near their limit. The threshold webhooks hang here, so that their outbox
-	// rows commit with the counts (at least once).
+	// OnMinute, when set, is called inside a flush's transactions, once per tenant in each whose
+	// counts carry refusals or near-limit keys of it, with each such limit's minute: its
+	// refusals so far (every instance's flushed counts, this flush's included) and the keys this
+	// flush saw near their limit. A flush writes in chunks, one transaction each, so a tenant
+	// whose minutes fill more than one is heard once per chunk, each minute once. The threshold
+	// webhooks hang here, so that their outbox rows commit with the counts (at least once).
 	OnMinute func(tx *gorm.DB, tenantID int64, limits []LimitMinute) error
 }
 
@@ -95,6 +143,14 @@ type counterKey struct {
 
 type counts struct{ allowed, refused, shadowRefused int64 }
 
+func (c counts) decisions() int64 { return c.allowed + c.refused + c.shadowRefused }
+
+func (c *counts) add(n counts) {
+	c.allowed += n.allowed
+	c.refused += n.refused
+	c.shadowRefused += n.shadowRefused
+}
+
 type sketchKey struct {
 	counterKey
 	kind Kind
@@ -109,11 +165,14 @@ type Aggregator struct {
 	flushed  chan<- error
 	onMinute func(tx *gorm.DB, tenantID int64, limits []LimitMinute) error
 
-	mu          sync.Mutex
-	pending     map[counterKey]counts
-	dropped     int64
-	sketches    map[sketchKey]*topN
-	droppedKeys int64
+	mu           sync.Mutex
+	pending      map[counterKey]counts
+	heldCounters held
+	folded       map[int64]int64 // decisions counted under OtherName since the last flush, per tenant
+	dropped      int64
+	sketches     map[sketchKey]*topN
+	heldSketches held
+	droppedKeys  int64
 
 	flushMu   sync.RWMutex // one flush at a time, so a failed flush's counts merge back in order; readers share it
 	lastPrune time.Time
@@ -133,10 +192,9 @@ func New(d *db.DB, o Options) *Aggregator {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Aggregator{
-		db: d, now: o.Now, log: o.Logger, interval: o.Interval, flushed: o.Flushed, onMinute: o.OnMinute,
-		pending: make(map[counterKey]counts), sketches: make(map[sketchKey]*topN),
-	}
+	a := &Aggregator{db: d, now: o.Now, log: o.Logger, interval: o.Interval, flushed: o.Flushed, onMinute: o.OnMinute}
+	a.takeLocked()
+	return a
 }
 
 // Record counts one decision. Its signature matches limiter.Options.OnDecision. Tenant 0 (the
@@ -165,16 +223,52 @@ func (a *Aggregator) add(tenantID int64, name string, n counts) {
 	a.addLocked(k, n)
 }
 
-func (a *Aggregator) addLocked(k counterKey, n counts) {
+// addLocked adds n to k's counter, or to its tenant's catch-all of the minute when k is new and
+// past the tenant's share, and returns the key counted under; ok is false when there was no room
+// for that either (the decisions are dropped).
+func (a *Aggregator) addLocked(k counterKey, n counts) (_ counterKey, ok bool) {
 	c, exists := a.pending[k]
-	if !exists && len(a.pending) >= maxPending {
-		a.dropped++
-		return
+	if !exists && !a.heldCounters.admit(counterShare, k.tenantID, k.name) {
+		k.name = OtherName
+		c, exists = a.pending[k]
+		if !exists && !a.heldCounters.admit(counterShare, k.tenantID, OtherName) {
+			a.dropped += n.decisions()
+			return k, false
+		}
+		a.folded[k.tenantID] += n.decisions()
 	}
-	c.allowed += n.allowed
-	c.refused += n.refused
-	c.shadowRefused += n.shadowRefused
+	c.add(n)
 	a.pending[k] = c
+	return k, true
+}
+
+// sketchLocked returns k's sketch, or its tenant's catch-all's of the same minute and kind when
+// k is new and past the tenant's share; nil when there is no room for that either.
+func (a *Aggregator) sketchLocked(k sketchKey) *topN {
+	if t := a.sketches[k]; t != nil {
+		return t
+	}
+	if !a.heldSketches.admit(sketchShare, k.tenantID, k.name) {
+		k.name = OtherName
+		if t := a.sketches[k]; t != nil {
+			return t
+		}
+		if !a.heldSketches.admit(sketchShare, k.tenantID, OtherName) {
+			return nil
+		}
+	}
+	t := newTopN()
+	a.sketches[k] = t
+	return t
+}
+
+// takeLocked empties what is held and returns it, for a flush.
+func (a *Aggregator) takeLocked() (batch map[counterKey]counts, sketches map[sketchKey]*topN) {
+	batch, sketches = a.pending, a.sketches
+	a.pending, a.sketches = make(map[counterKey]counts), make(map[sketchKey]*topN)
+	a.heldCounters, a.heldSketches = newHeld(), newHeld()
+	a.folded = make(map[int64]int64)
+	return batch, sketches
 }
 
 // Observation is one consumed decision of one key (limiter.KeyOutcome, converted by the
@@ -209,19 +303,17 @@ func (a *Aggregator) Observe(tenantID int64, o Observation) {
 	k := counterKey{tenantID: tenantID, name: o.Name, bucket: bucketStart(a.now())}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.addLocked(k, n)
+	k, counted := a.addLocked(k, n)
 	if kind == "" {
 		return
 	}
-	sk := sketchKey{counterKey: k, kind: kind}
-	t := a.sketches[sk]
+	var t *topN
+	if counted { // a key of decisions not counted is not followed either
+		t = a.sketchLocked(sketchKey{counterKey: k, kind: kind})
+	}
 	if t == nil {
-		if len(a.sketches) >= maxSketches {
-			a.droppedKeys++
-			return
-		}
-		t = newTopN()
-		a.sketches[sk] = t
+		a.droppedKeys++
+		return
 	}
 	t.add(o.Key, 1)
 }
@@ -264,202 +356,14 @@ func (a *Aggregator) backgroundFlush(ctx context.Context) {
 	}
 }
 
-// upsertCounts adds to the stored counters, in the minute or the hourly table; portable to
-// PostgreSQL, SQLite and CockroachDB.
-func upsertCounts(table string) string {
-	return `INSERT INTO ` + table + ` (tenant_id, name, bucket_start, allowed, refused, shadow_refused) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (tenant_id, name, bucket_start) DO UPDATE SET
-	allowed = ` + table + `.allowed + excluded.allowed,
-	refused = ` + table + `.refused + excluded.refused,
-	shadow_refused = ` + table + `.shadow_refused + excluded.shadow_refused`
-}
-
-var (
-	upsert     = upsertCounts("usage_stats")
-	upsertHour = upsertCounts("usage_stats_hourly")
-)
-
-// upsertTop adds to a stored top key's hits, in the minute or the hourly table; portable like
-// upsert.
-func upsertTop(table string) string {
-	return `INSERT INTO ` + table + ` (tenant_id, name, kind, bucket_start, limit_key, hits, overcount) VALUES (?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (tenant_id, name, kind, bucket_start, limit_key) DO UPDATE SET
-	hits = ` + table + `.hits + excluded.hits,
-	overcount = ` + table + `.overcount + excluded.overcount`
-}
-
-var (
-	upsertTopMinute = upsertTop("usage_top_keys")
-	upsertTopHour   = upsertTop("usage_top_keys_hourly")
-)
-
-// MinuteKeysRetention is how long the per-minute top keys (the last hour's view) are kept; the
-// hourly ones are kept for Retention.
-const MinuteKeysRetention = 3 * time.Hour
-
-// Flush writes the counts and top keys recorded so far in one transaction (with the threshold
-// events OnMinute derives from them). On failure they are merged back and retried by the next
-// flush, so nothing is counted twice or lost while the process lives.
-func (a *Aggregator) Flush(ctx context.Context) error {
-	a.flushMu.Lock()
-	defer a.flushMu.Unlock()
-	a.mu.Lock()
-	batch, sketches := a.pending, a.sketches
-	a.pending, a.sketches = make(map[counterKey]counts), make(map[sketchKey]*topN)
-	dropped, droppedKeys := a.dropped, a.droppedKeys
-	a.dropped, a.droppedKeys = 0, 0
-	a.mu.Unlock()
-	if dropped > 0 {
-		a.log.Warn("usage: too many distinct counters between flushes; some decisions were not counted", "dropped", dropped)
+func (k counterKey) compare(o counterKey) int {
+	if c := cmp.Compare(k.tenantID, o.tenantID); c != 0 {
+		return c
 	}
-	if droppedKeys > 0 {
-		a.log.Warn("usage: too many top-keys sketches between flushes; some decisions' keys were not followed", "dropped", droppedKeys)
+	if c := cmp.Compare(k.name, o.name); c != 0 {
+		return c
 	}
-	now := a.now()
-	prune := now.Sub(a.lastPrune) > time.Hour
-	if len(batch) == 0 && !prune {
-		return nil
-	}
-	keys := make([]counterKey, 0, len(batch))
-	for k := range batch {
-		keys = append(keys, k)
-	}
-	// A fixed order makes concurrent flushes from several instances lock rows in the same order.
-	sort.Slice(keys, func(i, j int) bool { return keys[i].less(keys[j]) })
-	skeys := make([]sketchKey, 0, len(sketches))
-	for k := range sketches {
-		skeys = append(skeys, k)
-	}
-	sort.Slice(skeys, func(i, j int) bool {
-		if skeys[i].counterKey != skeys[j].counterKey {
-			return skeys[i].less(skeys[j].counterKey)
-		}
-		return skeys[i].kind < skeys[j].kind
-	})
-	err := a.db.Serializable(db.WithPurpose(ctx, db.PurposeUsage), func(tx *gorm.DB) error {
-		// The minutes that OnMinute hears of (built afresh on each attempt).
-		minutes := map[counterKey]*LimitMinute{}
-		addMinute := func(k counterKey) *LimitMinute {
-			m := minutes[k]
-			if m == nil {
-				m = &LimitMinute{Name: k.name, Minute: time.UnixMilli(k.bucket).UTC()}
-				minutes[k] = m
-			}
-			return m
-		}
-		for _, k := range keys {
-			c := batch[k]
-			// The hour's row gets the minute's counts in the same transaction, so hourly rows
-			// plus the counts still in memory are complete, the current hour included.
-			if err := tx.Exec(upsertHour, k.tenantID, k.name, hourStart(k.bucket), c.allowed, c.refused, c.shadowRefused).Error; err != nil {
-				return err
-			}
-			if a.onMinute != nil && c.refused > 0 {
-				var refused int64
-				if err := tx.Raw(upsert+` RETURNING refused`, k.tenantID, k.name, k.bucket, c.allowed, c.refused, c.shadowRefused).Row().Scan(&refused); err != nil {
-					return err
-				}
-				addMinute(k).Refused = refused
-				continue
-			}
-			if err := tx.Exec(upsert, k.tenantID, k.name, k.bucket, c.allowed, c.refused, c.shadowRefused).Error; err != nil {
-				return err
-			}
-		}
-		for _, k := range skeys {
-			entries := sketches[k].entries(k.name)
-			for _, e := range entries {
-				if err := tx.Exec(upsertTopMinute, k.tenantID, k.name, string(k.kind), k.bucket, e.Key, e.Hits, e.Overcount).Error; err != nil {
-					return err
-				}
-				if err := tx.Exec(upsertTopHour, k.tenantID, k.name, string(k.kind), hourStart(k.bucket), e.Key, e.Hits, e.Overcount).Error; err != nil {
-					return err
-				}
-			}
-			if a.onMinute != nil && k.kind == KindNear {
-				addMinute(k.counterKey).Near = entries
-			}
-		}
-		if err := a.tellMinutes(tx, minutes); err != nil {
-			return fmt.Errorf("threshold events: %w", err)
-		}
-		if prune {
-			cut := now.Add(-Retention).UnixMilli()
-			if err := tx.Exec(`DELETE FROM usage_top_keys WHERE bucket_start < ?`, now.Add(-MinuteKeysRetention).UnixMilli()).Error; err != nil {
-				return err
-			}
-			if err := tx.Exec(`DELETE FROM usage_top_keys_hourly WHERE bucket_start < ?`, cut).Error; err != nil {
-				return err
-			}
-			if err := tx.Exec(`DELETE FROM usage_stats_hourly WHERE bucket_start < ?`, cut).Error; err != nil {
-				return err
-			}
-			return tx.Exec(`DELETE FROM usage_stats WHERE bucket_start < ?`, cut).Error
-		}
-		return nil
-	})
-	if err != nil {
-		a.mu.Lock()
-		for k, c := range batch {
-			p := a.pending[k]
-			p.allowed += c.allowed
-			p.refused += c.refused
-			p.shadowRefused += c.shadowRefused
-			a.pending[k] = p
-		}
-		for k, t := range sketches {
-			cur := a.sketches[k]
-			if cur == nil {
-				a.sketches[k] = t
-				continue
-			}
-			for key, e := range t.m {
-				cur.add(key, e.hits)
-				if ce := cur.m[key]; ce != nil {
-					ce.overcount += e.overcount
-				}
-			}
-		}
-		a.mu.Unlock()
-		return fmt.Errorf("usage: flush: %w", err)
-	}
-	if prune {
-		a.lastPrune = now
-	}
-	return nil
-}
-
-// tellMinutes calls onMinute once per tenant, in tenant, name and minute order.
-func (a *Aggregator) tellMinutes(tx *gorm.DB, minutes map[counterKey]*LimitMinute) error {
-	if a.onMinute == nil || len(minutes) == 0 {
-		return nil
-	}
-	ks := make([]counterKey, 0, len(minutes))
-	for k := range minutes {
-		ks = append(ks, k)
-	}
-	sort.Slice(ks, func(i, j int) bool { return ks[i].less(ks[j]) })
-	for i := 0; i < len(ks); {
-		t := ks[i].tenantID
-		var limits []LimitMinute
-		for ; i < len(ks) && ks[i].tenantID == t; i++ {
-			limits = append(limits, *minutes[ks[i]])
-		}
-		if err := a.onMinute(tx, t, limits); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (k counterKey) less(o counterKey) bool {
-	if k.tenantID != o.tenantID {
-		return k.tenantID < o.tenantID
-	}
-	if k.name != o.name {
-		return k.name < o.name
-	}
-	return k.bucket < o.bucket
+	return cmp.Compare(k.bucket, o.bucket)
 }
 
 // Point is one bar of a chart: the decisions in [Start, Start+step).

@@ -2,6 +2,7 @@ package usage_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +26,16 @@ func newClock() *clock {
 	return c
 }
 
+// tenants creates tenants ids: a flush writes nothing for a tenant that does not exist.
+func tenants(t *testing.T, d *db.DB, ids ...int64) {
+	t.Helper()
+	for _, id := range ids {
+		if err := d.Gorm.Exec(`INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)`, id, fmt.Sprintf("tenant-%d", id), time.Now()).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 type row struct {
 	TenantID    int64
 	Name        string
@@ -44,6 +55,7 @@ func rows(t *testing.T, d *db.DB) []row {
 
 func TestDecisionsAreCountedInMemoryAndFlushedAdditively(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		tenants(t, d, 1, 2)
 		ctx := context.Background()
 		c := newClock()
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
@@ -103,6 +115,7 @@ func equal(a, b []row) bool {
 
 func TestRunFlushesPendingCountsWhenItEnds(t *testing.T) {
 	d := testkit.Open(t, db.SQLite)
+	tenants(t, d, 7)
 	a := usage.New(d, usage.Options{Interval: time.Hour})
 	stop := testkit.Run(t, a.Run)
 	a.Record(7, "x", true)
@@ -118,6 +131,7 @@ func TestRunFlushesPendingCountsWhenItEnds(t *testing.T) {
 
 func TestBackgroundFlushRunsOnTheInterval(t *testing.T) {
 	d := testkit.Open(t, db.SQLite)
+	tenants(t, d, 3)
 	flushed := make(chan error, 1)
 	a := usage.New(d, usage.Options{Interval: 10 * time.Millisecond, Flushed: flushed})
 	testkit.Run(t, a.Run)
@@ -140,6 +154,7 @@ func TestBackgroundFlushRunsOnTheInterval(t *testing.T) {
 
 func TestSeriesBucketsStoredAndPendingCounts(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		tenants(t, d, 1, 2)
 		ctx := context.Background()
 		c := newClock()
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
