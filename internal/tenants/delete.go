@@ -38,13 +38,15 @@ func (s *Service) TenantTables(ctx context.Context) ([]string, error) {
 
 // DeleteTenant deletes tenant id and every row it owns, in every table with a tenant_id
 // column (limits, state, overrides, keys, members and their sessions, usage, webhooks and their
-// outbox, the tenant's audit log, …). It first suspends the tenant (its keys are refused
-// everywhere, so nothing new arrives) and removes its members (their sessions end), then
-// deletes the rest deleteBatch rows per transaction, at the database's default isolation (the
-// rows are nobody else's, and a serializable scan would conflict with other tenants'
-// decisions), and finally the tenant itself. The deletion is audited in the server's log, with
-// the count of rows removed. An unknown tenant is ErrNotFound. A deletion cut short (ctx ended,
-// database down) leaves the tenant suspended; running it again finishes it.
+// outbox, the tenant's audit log, …), and its plan's decision-rate row, which is the system
+// tenant's. It first suspends the tenant (its keys are refused everywhere, so nothing new
+// arrives) and removes its members (their sessions end), then deletes the rest deleteBatch rows
+// per transaction, at the database's default isolation (the rows are nobody else's, and a
+// serializable scan would conflict with other tenants' decisions), and finally the tenant
+// itself, with whatever the usage flush wrote of it meanwhile (flushedPrefix). The deletion is
+// audited in the server's log, with the count of rows removed. An unknown tenant is
+// ErrNotFound. A deletion cut short (ctx ended, database down) leaves the tenant suspended;
+// running it again finishes it.
 func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) error {
 	t, err := s.Tenant(ctx, id)
 	if err != nil {
@@ -66,15 +68,17 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 	if err != nil {
 		return wrap("delete tenant", err)
 	}
-	counts := make([]string, 0, len(tables))
+	deleted := make(map[string]int64, len(tables))
 	for _, table := range tables {
 		n, err := s.deleteRows(ctx, table, id)
 		if err != nil {
 			return wrap("delete tenant", fmt.Errorf("%s: %w", table, err))
 		}
-		if n > 0 {
-			counts = append(counts, fmt.Sprintf("%s %d", table, n))
-		}
+		deleted[table] = n
+	}
+	plan, err := s.deletePlanRow(ctx, id)
+	if err != nil {
+		return wrap("delete tenant", fmt.Errorf("plan: %w", err))
 	}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		res := tx.Delete(&tenantRow{}, id)
@@ -83,6 +87,19 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 		}
 		if res.RowsAffected == 0 {
 			return ErrNotFound // deleted meanwhile by someone else, who audited it
+		}
+		late, err := deleteFlushed(tx, tables, id)
+		if err != nil {
+			return err
+		}
+		counts := make([]string, 0, len(tables)+1)
+		for _, table := range tables {
+			if n := deleted[table] + late[table]; n > 0 {
+				counts = append(counts, fmt.Sprintf("%s %d", table, n))
+			}
+		}
+		if plan > 0 {
+			counts = append(counts, fmt.Sprintf("%s %d", planLimitName, plan))
 		}
 		detail := t.Name + "; rows deleted: " + strings.Join(counts, ", ")
 		if len(counts) == 0 {
@@ -93,10 +110,50 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 	return wrap("delete tenant", err)
 }
 
+// flushedPrefix names the usage aggregator's tables, which its flush writes a tenant's counts
+// and top keys to. The aggregator holds up to a flush interval of a tenant's decisions from
+// before its suspension, and may flush them while the batches run, after its table's batch; it
+// writes nothing for a tenant that no longer exists. So the transaction that deletes the tenant
+// deletes these rows again: under serializable isolation a flush comes wholly before it (and its
+// rows are deleted) or wholly after (and sees no tenant). (What the flush writes through its
+// OnMinute hook, the threshold webhooks' alerts and deliveries, goes with their endpoint: ON
+// DELETE CASCADE.)
+const flushedPrefix = "usage_"
+
+// deleteFlushed deletes, in tx, tenant id's rows of the usage tables among tables, and returns
+// how many per table: none, unless a flush ran during the deletion.
+func deleteFlushed(tx *gorm.DB, tables []string, id int64) (map[string]int64, error) {
+	late := map[string]int64{}
+	for _, table := range tables {
+		if !strings.HasPrefix(table, flushedPrefix) {
+			continue
+		}
+		res := tx.Exec(`DELETE FROM `+quote(table)+` WHERE tenant_id = ?`, id)
+		if res.Error != nil {
+			return nil, fmt.Errorf("%s: %w", table, res.Error)
+		}
+		late[table] = res.RowsAffected
+	}
+	return late, nil
+}
+
+// planLimitName is limiter.PlanLimitName, the system limit of tenants' decision rates (this
+// package does not import the engine; the deletion's test checks the two agree).
+const planLimitName = "plan.decisions"
+
+// deletePlanRow deletes the state of tenant id's plan decision rate: rows of the system tenant
+// (tenant_id 0), keyed by the tenant's ID, so no tenant_id table has them.
+func (s *Service) deletePlanRow(ctx context.Context, id int64) (int64, error) {
+	res := s.db.Gorm.WithContext(ctx).Exec(`DELETE FROM limit_state WHERE tenant_id = 0 AND name = ? AND key = ?`, planLimitName, strconv.FormatInt(id, 10))
+	return res.RowsAffected, res.Error
+}
+
+func quote(table string) string { return `"` + strings.ReplaceAll(table, `"`, `""`) + `"` }
+
 // deleteRows deletes tenant id's rows of table, deleteBatch per transaction, and returns how many.
 func (s *Service) deleteRows(ctx context.Context, table string, id int64) (int64, error) {
 	// table comes from the catalogue (TenantTables), never from input; quoted all the same.
-	quoted := `"` + strings.ReplaceAll(table, `"`, `""`) + `"`
+	quoted := quote(table)
 	q := fmt.Sprintf(`DELETE FROM %[1]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE tenant_id = ? LIMIT %[2]d)`, quoted, deleteBatch)
 	if s.db.Dialect == db.Postgres {
 		q = fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE tenant_id = ? LIMIT %[2]d))`, quoted, deleteBatch)
