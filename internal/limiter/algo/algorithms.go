@@ -159,7 +159,9 @@ func estimate(counters []float64, f float64) float64 {
 }
 
 // slidingRetryAt is the earliest time (ms, fractional) at which the shards' combined estimate
-// plus count fits their combined rate, assuming no new consumption. All views share n and f.
+// plus count fits their combined rate, assuming no new consumption, in real numbers: decide
+// checks it against its own floating point (firstFit). All views share n and f (but for a shard
+// a skewed clock wrote ahead of now, which firstFit's check also covers).
 func slidingRetryAt(p shardParams, views []shardView, rate, count float64) float64 {
 	res := p.resolution
 	n, f0 := views[0].n, views[0].f
@@ -187,7 +189,10 @@ func slidingRetryAt(p shardParams, views []shardView, rate, count float64) float
 		if k == 0 {
 			f = math.Max(f, f0)
 		}
-		return (float64(n+int64(k)) + f) * float64(p.period) / float64(res)
+		// The sub-interval's start, then the fraction of one: (n + k + f) * period / res summed
+		// first lost f to rounding where it is below the ulp of n (a wait of 1e-9 of a
+		// sub-interval, a rate of 1e9).
+		return float64((n+int64(k))*p.period)/float64(res) + f*float64(p.period)/float64(res)
 	}
 	return math.Inf(1) // only when count > rate, which validation rules out
 }

@@ -88,7 +88,8 @@ func TestTokenBucketMaxReservedRefusesDeepReservationsAndWritesNothing(t *testin
 	def := Definition{Kind: TokenBucket, Rate: 10, Period: minute, MaxReserved: ptr(1.0)}
 	runSteps(t, def, []step{
 		{at: 0, count: 7, wantOK: true, wantRA: none, wantLeft: 3},
-		{at: 0, count: 5, reserve: true, wantOK: false, wantRA: 12_000, wantLeft: 3},
+		// 2 short is more than maxReserved: it fits once 1 token (6 s) brings the deficit to 1.
+		{at: 0, count: 5, reserve: true, wantOK: false, wantRA: 6_000, wantLeft: 3},
 		{at: 0, count: 4, reserve: true, wantOK: true, wantRA: 6_000, wantLeft: -1},
 	})
 }

@@ -153,22 +153,9 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 	for i, st := range states {
 		views[i] = viewOf(p, st, now, origin)
 	}
-	best := 0
-	for i := range views {
-		if views[i].avail > views[best].avail {
-			best = i
-		}
-	}
-	// Use the fuller shard alone when it suffices (or when there is only one); otherwise pool both.
-	use := []int{best}
-	if views[best].avail < count && len(views) == 2 {
-		use = []int{0, 1}
-	}
-	var avail, rate float64
-	for _, i := range use {
-		avail += views[i].avail
-		rate += p.rate
-	}
+	use := shardsToUse(views, count)
+	avail := availableIn(views, use)
+	rate := p.rate * float64(len(use))
 	d := Outcome{RetryAfter: math.NaN(), Writes: make([]State, len(states)), Used: len(use)}
 	after := avail - count
 	if p.kind == Quota {
@@ -185,7 +172,12 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 	}
 	if p.kind == SlidingWindow {
 		if after < 0 {
-			d.RetryAfter = retryAfterSliding(p, views, use, rate, count, now)
+			pooled := make([]shardView, len(use))
+			for k, i := range use {
+				pooled[k] = views[i]
+			}
+			estimate := slidingRetryAt(p, pooled, rate, count) - float64(now)
+			d.RetryAfter = firstFit(now, estimate, func(at int64) bool { return fitsAt(p, states, count, false, at, origin) })
 			d.Remaining = avail
 			return d
 		}
@@ -206,40 +198,143 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 	}
 	if after < 0 {
 		deficit := -after
-		reserved := reserve && deficit <= p.maxReserved*float64(len(use))
-		// A reservation leaves every shard in use at the same balance, so they refill the deficit
-		// together; a refusal leaves them as they are (refillNeeded).
-		tokens, refill := deficit, rate
-		if !reserved {
-			tokens, refill = refillNeeded(p, views, use, count)
-		}
-		switch p.kind {
-		case TokenBucket:
-			// Time until the deficit refills, counted from the stored ts if a skewed clock put it ahead.
-			var lead int64
-			for _, i := range use {
-				lead = max(lead, views[i].ts-now)
+		if !admits(p, avail, count, reserve, len(use)) {
+			// Refused, the shards as they are must first refill the count, or, for a reservation,
+			// what brings the deficit within maxReserved (per shard in use); each refills at its own
+			// rate up to its maximum (refillNeeded). The formula's wait is then checked against the
+			// decision's own arithmetic (firstFit).
+			target := count
+			if reserve {
+				target -= p.maxReserved * float64(len(use))
 			}
-			d.RetryAfter = float64(lead) + tokens*float64(p.period)/refill
-		case FixedWindow:
-			var ts int64
-			for _, i := range use {
-				ts = max(ts, views[i].ts)
-			}
-			// ts + period*ceil(-value/rate) - now, in floating point: the number of windows can
-			// exceed what int64 milliseconds hold (rate 1e-12 per day), and RetryAfterMillis clamps.
-			d.RetryAfter = float64(ts-now) + float64(p.period)*math.Ceil(tokens/refill)
-		}
-		if !reserved {
+			tokens, refill := refillNeeded(p, views, use, target)
+			estimate := refillWait(p, views, use, tokens, refill, now)
+			d.RetryAfter = firstFit(now, estimate, func(at int64) bool { return fitsAt(p, states, count, reserve, at, origin) })
 			d.Remaining = avail
 			return d
 		}
+		// A reservation leaves every shard in use at the same balance, so they refill the deficit
+		// together: the reserved work may run when they have.
+		d.RetryAfter = refillWait(p, views, use, deficit, rate, now)
 	}
 	d.OK, d.Remaining = true, after
 	for _, i := range use {
 		d.Writes[i] = State{Value: after / float64(len(use)), TS: views[i].ts, Exists: true}
 	}
 	return d
+}
+
+// shardsToUse is which shards a decision uses: the fuller alone when it holds count (or is the
+// only one); otherwise both, pooled.
+func shardsToUse(views []shardView, count float64) []int {
+	best := 0
+	for i := range views {
+		if views[i].avail > views[best].avail {
+			best = i
+		}
+	}
+	if views[best].avail < count && len(views) == 2 {
+		return []int{0, 1}
+	}
+	return []int{best}
+}
+
+// availableIn is what the shards in use hold together.
+func availableIn(views []shardView, use []int) float64 {
+	var avail float64
+	for _, i := range use {
+		avail += views[i].avail
+	}
+	return avail
+}
+
+// admits reports whether shards holding avail together (used of them) admit count: when it fits,
+// or when a reservation's deficit is within maxReserved per shard used. (Sliding windows and
+// quotas never see a reservation: CheckCount refuses it.)
+func admits(p shardParams, avail, count float64, reserve bool, used int) bool {
+	after := avail - count
+	return after >= 0 || (reserve && -after <= p.maxReserved*float64(used))
+}
+
+// fitsAt reports whether the request decide refused at an earlier instant is admitted at `at` if
+// nothing is consumed meanwhile: the decision's own views, choice of shards and test, at `at`.
+func fitsAt(p shardParams, states []State, count float64, reserve bool, at, origin int64) bool {
+	views := make([]shardView, len(states))
+	for i, st := range states {
+		views[i] = viewOf(p, st, at, origin)
+	}
+	use := shardsToUse(views, count)
+	return admits(p, availableIn(views, use), count, reserve, len(use))
+}
+
+// firstFit is a refusal's retryAfter (ms after now): the first whole millisecond at which fits
+// holds, found from estimate, a closed formula's wait. The formulas are exact in real numbers,
+// but the decision adds and multiplies in floating point (a fixed window's 0.1 + 3 × 0.3 is
+// 0.9999999999999999, not 1; a sliding window's wait of a billionth of a sub-interval rounds
+// away), and a formula cannot foresee every choice of shards, so a client retrying when told was
+// refused again, or told to wait longer than it had to. So the estimate is checked: it usually
+// fits and a millisecond earlier does not (two checks, made on refusals only); otherwise the
+// search moves away from it in doubling steps until the answer changes, then bisects. The views
+// of every kind only fill up as time passes (to a rounding), so the answer changes once.
+// An estimate of MaxRetryAfter or more, or no fit before it, gives MaxRetryAfter, where
+// RetryAfterMillis clamps anyway.
+func firstFit(now int64, estimate float64, fits func(at int64) bool) float64 {
+	if !(estimate < float64(MaxRetryAfter)) {
+		return float64(MaxRetryAfter)
+	}
+	hint := now + RetryAfterMillis(estimate)
+	lo, hi := now, hint // refused at lo (now was), admitted at hi once found
+	if fits(hint) {
+		for step := int64(1); lo == now && hint-step > now; step *= 2 {
+			if at := hint - step; fits(at) {
+				hi = at
+			} else {
+				lo = at
+			}
+		}
+	} else {
+		lo = hint
+		for step := int64(1); ; step *= 2 {
+			at := hint + step
+			if at-now >= MaxRetryAfter {
+				return float64(MaxRetryAfter)
+			}
+			if fits(at) {
+				hi = at
+				break
+			}
+			lo = at
+		}
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if fits(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return float64(hi - now)
+}
+
+// refillWait is how long (ms) the shards in use take to refill tokens at refill per period, as a
+// closed formula. A token bucket counts from the stored ts if a skewed clock put it ahead of now.
+// A fixed window refills at window starts: ts + period*ceil(tokens/refill) - now, in floating
+// point, as the number of windows can exceed what int64 milliseconds hold (rate 1e-12 per day),
+// and RetryAfterMillis clamps.
+func refillWait(p shardParams, views []shardView, use []int, tokens, refill float64, now int64) float64 {
+	if p.kind == FixedWindow {
+		var ts int64
+		for _, i := range use {
+			ts = max(ts, views[i].ts)
+		}
+		return float64(ts-now) + float64(p.period)*math.Ceil(tokens/refill)
+	}
+	var lead int64
+	for _, i := range use {
+		lead = max(lead, views[i].ts-now)
+	}
+	return float64(lead) + tokens*float64(p.period)/refill
 }
 
 // refillNeeded is what the shards in use must refill before they hold count together, and the
@@ -258,14 +353,6 @@ func refillNeeded(p shardParams, views []shardView, use []int, count float64) (t
 		return both, 2 * p.rate
 	}
 	return count - p.max - other, p.rate
-}
-
-func retryAfterSliding(p shardParams, views []shardView, use []int, rate, count float64, now int64) float64 {
-	pooled := make([]shardView, len(use))
-	for k, i := range use {
-		pooled[k] = views[i]
-	}
-	return slidingRetryAt(p, pooled, rate, count) - float64(now)
 }
 
 // Peek is the state of a shard brought forward to now without consuming, for getValue.
