@@ -13,9 +13,10 @@ import (
 // expiry, whichever comes first. Counting only the entries after now is the whole rule, so a
 // client that stops without releasing frees its slot at its lease's expiry by the deciding clock,
 // whatever any sweeper does. A decision admits when fewer than Rate entries are unexpired and
-// then adds now + LeaseTTL; a refusal's retryAfter is the earliest unexpired entry. Leases are
-// not told apart by the state: an entry is a slot, and a release removes one entry equal to the
-// lease's expiry (two leases with one expiry are interchangeable slots).
+// then adds now + LeaseTTL; a refusal's retryAfter is the expiry that leaves fewer than Rate
+// unexpired (the earliest, unless Rate was lowered below what is in flight). Leases are not told
+// apart by the state: an entry is a slot, and a release removes one entry equal to the lease's
+// expiry (two leases with one expiry are interchangeable slots).
 
 // MaxLeaseTTL bounds a concurrency limit's leaseTtl (ms): one day.
 const MaxLeaseTTL = 86_400_000
@@ -71,23 +72,34 @@ func viewConcurrency(p shardParams, st State, now int64) shardView {
 
 // decideConcurrency admits one lease when a slot is free (count is 1, CheckCount): the new state
 // holds the unexpired leases and the new one's expiry, now + LeaseTTL. A refusal writes nothing
-// and says when the earliest lease expires.
+// and says when a slot frees (slotFreesAt).
 func decideConcurrency(def Definition, st State, now int64) Outcome {
-	v := viewConcurrency(def.shardParams(), st, now)
+	p := def.shardParams()
+	v := viewConcurrency(p, st, now)
 	out := Outcome{RetryAfter: math.NaN(), Writes: make([]State, 1)}
 	if v.avail < 1 {
 		out.Remaining = math.Max(v.avail, 0)
-		if len(v.counters) > 0 {
-			out.RetryAfter = v.counters[0] - float64(now)
-		} else { // rate 0 cannot be stored (validation); refuse for a long time rather than admit
-			out.RetryAfter = float64(MaxRetryAfter)
-		}
+		out.RetryAfter = slotFreesAt(p.rate, v.counters) - float64(now)
 		return out
 	}
 	c := append(v.counters, float64(now+def.LeaseTTL))
 	out.OK, out.Remaining = true, v.avail-1
 	out.Writes[0] = State{Value: v.avail - 1, TS: v.ts, Counters: c, Exists: true}
 	return out
+}
+
+// slotFreesAt is when a full concurrency shard frees a slot, given its unexpired expiries in
+// ascending order (viewConcurrency): when fewer than rate remain, at the expiry that leaves
+// rate - 1. That is the earliest only while no more than rate are in flight; after rate was
+// lowered (a definition or an override; the leases are kept), 5 in flight under a rate of 2
+// free a slot at the fourth expiry, not the first. +Inf when none does: a rate below 1 cannot
+// be stored (validation), and a damaged list reads as leases that never expire (parseLeases).
+func slotFreesAt(rate float64, expiries []float64) float64 {
+	i := len(expiries) - int(rate) // expiries i+1 .. are the rate - 1 left in flight
+	if rate < 1 || i < 0 || i >= len(expiries) {
+		return math.Inf(1)
+	}
+	return expiries[i]
 }
 
 // LeaseExpiry is the expiry a lease acquired (or extended) at now gets.

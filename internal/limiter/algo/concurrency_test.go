@@ -48,3 +48,35 @@ func TestConcurrencyCountsOnlyUnexpiredLeases(t *testing.T) {
 		t.Fatal("count 2 accepted")
 	}
 }
+
+// TestConcurrencyRetryAfterIsWhenASlotFrees: after the rate is lowered below the leases in flight
+// (a definition or an override; the leases are kept), a slot frees only when enough of them have
+// expired that fewer than rate remain: with 5 in flight and rate 2, at the fourth expiry. The
+// stored expiries need not be in order (an extended lease keeps its place in none).
+func TestConcurrencyRetryAfterIsWhenASlotFrees(t *testing.T) {
+	st := State{Value: 0, TS: 10_000, Counters: []float64{11_400, 11_000, 11_300, 11_100, 11_200}, Exists: true}
+	for _, tc := range []struct {
+		rate float64
+		now  int64
+		want int64
+	}{
+		{2, 10_500, 11_300 - 10_500}, // 5 in flight: 4 must end to leave 1
+		{2, 11_050, 11_300 - 11_050}, // 4 in flight: 3 must end
+		{1, 10_500, 11_400 - 10_500}, // every lease must end
+		{4, 10_500, 11_100 - 10_500}, // 2 must end
+		{5, 10_500, 11_000 - 10_500}, // at the rate: the earliest
+	} {
+		def := Definition{Kind: Concurrency, Rate: tc.rate, LeaseTTL: 1000}
+		d := Decide(def, []State{st}, 1, false, tc.now, 0)
+		if d.OK || RetryAfterMillis(d.RetryAfter) != tc.want {
+			t.Fatalf("rate %v at %d (%d in flight): ok %v, retryAfter %v, want a refusal for %d ms", tc.rate, tc.now, InFlight(st, tc.now), d.OK, d.RetryAfter, tc.want)
+		}
+		at := tc.now + tc.want
+		if early := Decide(def, []State{st}, 1, false, at-1, 0); early.OK {
+			t.Fatalf("rate %v: admitted at %d, before retryAfter", tc.rate, at-1)
+		}
+		if again := Decide(def, []State{st}, 1, false, at, 0); !again.OK {
+			t.Fatalf("rate %v: refused again at retryAfter (%d), retryAfter %v", tc.rate, at, again.RetryAfter)
+		}
+	}
+}

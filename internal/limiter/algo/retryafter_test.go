@@ -76,7 +76,8 @@ func TestRetryAfterAgreesWithTheDecisionsOwnArithmetic(t *testing.T) {
 	st := Decide(fixed, []State{{}}, 1, false, 0, 0).Writes[0]
 	st = Decide(fixed, []State{st}, 0.5, false, 2000, 0).Writes[0]
 	if got := refusedUntil(t, fixed, []State{st}, 1, false, 2000, 0); got != 4000 {
-		// 0.5 + 0.3 + 0.3 sums to 0.9999999999999999 at 4000 and 5000; 6000 holds 1.
+		// 0.1 left at 2000, and 0.1 + 3 × 0.3 is 0.9999999999999999 at 5000 (the formula's
+		// three windows): the first window that holds 1 starts at 6000.
 		t.Fatalf("fixed window: retryAfter %d, want 4000", got)
 	}
 	sliding := Definition{Kind: SlidingWindow, Rate: 1e9, Period: 60000, Resolution: 60}.Normalized()
