@@ -135,7 +135,7 @@ func TestEngineReservationAndJitter(t *testing.T) {
 			t.Fatalf("reservation must not be jittered: %+v", got)
 		}
 		got = mustLimit(t, e, limiter.Request{Name: "r", Count: 2, Reserve: true})
-		if got.OK || *got.RetryAfter != 24_000+499 {
+		if got.OK || *got.RetryAfter != 6_000+499 {
 			t.Fatalf("refusal gets retryAfter + jitter: %+v", got)
 		}
 	})

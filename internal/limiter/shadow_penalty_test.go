@@ -407,8 +407,8 @@ func TestShadowRetryAfterIsJitteredAsEnforcementWould(t *testing.T) {
 			t.Fatalf("shadow reservation: %+v %+v", got, got.Shadow)
 		}
 		got = mustLimit(t, e, limiter.Request{Name: "j", Key: "k", Count: 2, Reserve: true})
-		if !got.OK || got.RetryAfter != nil || got.Shadow.OK || *got.Shadow.RetryAfter != 24_000+499 {
-			t.Fatalf("shadow would-be refusal: %+v %+v, want retryAfter 24000 + jitter 499", got, got.Shadow)
+		if !got.OK || got.RetryAfter != nil || got.Shadow.OK || *got.Shadow.RetryAfter != 6_000+499 {
+			t.Fatalf("shadow would-be refusal: %+v %+v, want retryAfter 6000 + jitter 499", got, got.Shadow)
 		}
 	})
 }
