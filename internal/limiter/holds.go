@@ -292,7 +292,7 @@ const (
 	sqlOldHolds        = "SELECT tenant_id, id FROM holds WHERE state <> 'open' AND closed_at <= ? LIMIT ?"
 	sqlDeleteHold      = "DELETE FROM holds WHERE tenant_id = ? AND id = ?"
 	sqlDeleteHoldLimit = "DELETE FROM hold_limits WHERE tenant_id = ? AND hold_id = ?"
-	// Numbering a hold's take or give-back on one limit and key (sqlNextSeq, several rows at once
+	// Numbering holds' takes on one limit and key (sqlNextSeq, several rows at once
 	// with ", (?, ?, ?, 1, ?)" repeated, then sqlNextSeqEnd), and the numbers untouched for longer
 	// than any hold may need them.
 	sqlNextSeq    = "INSERT INTO hold_key_seqs (tenant_id, name, key, seq, updated_at) VALUES (?, ?, ?, 1, ?)"
@@ -309,22 +309,26 @@ const (
 	sqlSnapshotHoldEnd = `) k
 		JOIN limit_definitions d ON d.tenant_id = ? AND d.name = k.column1
 		JOIN hold_key_seqs q ON q.tenant_id = d.tenant_id AND q.name = d.name AND q.key = k.column2`
+	// sqlHoldSnapshots reads a hold's snapshots beside the current tags and numbers, each with
+	// every give-back logged since its take by a hold taken before it (one row per give-back and
+	// shard, or one with none).
 	sqlHoldSnapshots = `SELECT s.name, s.key, s.seq, s.numbers_version AS version,
-			d.numbers_version AS version_now, q.seq AS seq_now
+			d.numbers_version AS version_now, q.seq AS seq_now, g.shard, g.amount
 		FROM hold_snapshots s
 		LEFT JOIN limit_definitions d ON d.tenant_id = s.tenant_id AND d.name = s.name
 		LEFT JOIN hold_key_seqs q ON q.tenant_id = s.tenant_id AND q.name = s.name AND q.key = s.key
+		LEFT JOIN hold_give_backs g ON g.tenant_id = s.tenant_id AND g.name = s.name AND g.key = s.key
+			AND g.seq >= s.seq AND g.giver_seq < s.seq
 		WHERE s.tenant_id = ? AND s.hold_id = ?`
-	sqlGivenSince = `SELECT g.name, g.key, g.shard, SUM(g.amount) AS amount
-		FROM hold_snapshots s JOIN hold_give_backs g ON g.tenant_id = s.tenant_id AND g.name = s.name
-			AND g.key = s.key AND g.seq > s.seq AND g.giver_seq < s.seq
-		WHERE s.tenant_id = ? AND s.hold_id = ? GROUP BY g.name, g.key, g.shard`
 	sqlDeleteHoldSnapshots = "DELETE FROM hold_snapshots WHERE tenant_id = ? AND hold_id = ?"
-	// A give-back logged under the key's next number (after sqlNextSeq), and the log's old entries.
+	// A give-back to one shard logged under the number of the last take on its limit and key (a
+	// hold taken after it has a larger one, one taken before it at most that), and the log's old
+	// entries. Holds made before numbers were kept all give as 0: their amounts add up.
 	sqlLogGiveBack = `INSERT INTO hold_give_backs (tenant_id, name, key, seq, shard, giver_seq, amount, at)
-		SELECT tenant_id, name, key, seq, ?, ?, ?, ? FROM hold_key_seqs WHERE tenant_id = ? AND name = ? AND key = ?`
-	sqlPruneGiveBacks = `DELETE FROM hold_give_backs WHERE (tenant_id, name, key, seq, shard) IN
-		(SELECT tenant_id, name, key, seq, shard FROM hold_give_backs WHERE at < ? LIMIT ?)`
+		SELECT tenant_id, name, key, seq, ?, ?, ?, ? FROM hold_key_seqs WHERE tenant_id = ? AND name = ? AND key = ?
+		ON CONFLICT (tenant_id, name, key, seq, giver_seq, shard) DO UPDATE SET amount = hold_give_backs.amount + excluded.amount`
+	sqlPruneGiveBacks = `DELETE FROM hold_give_backs WHERE (tenant_id, name, key, seq, giver_seq, shard) IN
+		(SELECT tenant_id, name, key, seq, giver_seq, shard FROM hold_give_backs WHERE at < ? LIMIT ?)`
 	// The open holds' charges that may name a limit (LIKE: '_' in a name matches any character,
 	// so voidCharges checks each one it finds), and one hold limit's charges rewritten.
 	sqlChargesNaming = `SELECT l.hold_id, l.idx, l.charges FROM hold_limits l
@@ -377,7 +381,7 @@ func holdInserts(tenantID int64, id string, limits []HoldLimit, took [][]charge,
 	return append(ss, nextSeqs(tenantID, pairs, now), snapshotHold(tenantID, id, pairs))
 }
 
-// nextSeqs numbers, at now, the next take or give-back of each limit and key in pairs.
+// nextSeqs numbers, at now, the next take of each limit and key in pairs.
 func nextSeqs(tenantID int64, pairs [][2]string, now int64) stmt {
 	sql := sqlNextSeq + strings.Repeat(", (?, ?, ?, 1, ?)", len(pairs)-1) + sqlNextSeqEnd
 	args := make([]any, 0, 4*len(pairs))
@@ -433,27 +437,24 @@ func holdSnapshots(tx *gorm.DB, tenantID int64, id string) (map[[2]string]holdSn
 		Version    int64
 		VersionNow *int64
 		SeqNow     *int64
+		Shard      *int
+		Amount     *float64
 	}
 	if err := tx.Raw(sqlHoldSnapshots, tenantID, id).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
-	var given []struct {
-		Name, Key string
-		Shard     int
-		Amount    float64
-	}
-	if err := tx.Raw(sqlGivenSince, tenantID, id).Scan(&given).Error; err != nil {
-		return nil, err
-	}
 	out := make(map[[2]string]holdSnapshot, len(rows))
 	for _, r := range rows {
-		out[[2]string{r.Name, r.Key}] = holdSnapshot{seq: r.Seq, givenSince: map[int]float64{},
-			numbersChanged: r.VersionNow == nil || *r.VersionNow != r.Version,
-			lost:           r.SeqNow == nil || *r.SeqNow < r.Seq} // the numbering was deleted (untouched for long) since
-	}
-	for _, g := range given {
-		if s, ok := out[[2]string{g.Name, g.Key}]; ok {
-			s.givenSince[g.Shard] += g.Amount
+		k := [2]string{r.Name, r.Key}
+		s, ok := out[k]
+		if !ok {
+			s = holdSnapshot{seq: r.Seq, givenSince: map[int]float64{},
+				numbersChanged: r.VersionNow == nil || *r.VersionNow != r.Version,
+				lost:           r.SeqNow == nil || *r.SeqNow < r.Seq} // the numbering was deleted (untouched for long) since
+			out[k] = s
+		}
+		if r.Shard != nil && r.Amount != nil {
+			s.givenSince[*r.Shard] += *r.Amount
 		}
 	}
 	return out, nil
@@ -724,10 +725,6 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 	}
 	for k, shards := range given {
 		giver := snaps[k].seq // 0 for a hold made before numbers were kept: before every other
-		next := nextSeqs(tenantID, [][2]string{k}, now)
-		if err := tx.Exec(next.sql, next.args...).Error; err != nil {
-			return Settlement{}, err
-		}
 		for shard, g := range shards {
 			if err := tx.Exec(sqlLogGiveBack, shard, giver, g, now, tenantID, k[0], k[1]).Error; err != nil {
 				return Settlement{}, err

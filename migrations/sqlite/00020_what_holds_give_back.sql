@@ -6,11 +6,11 @@
 -- of one of its overrides that sets numbers (not an allow or deny), replaces in the same
 -- transaction; 0 until the first.
 --
--- hold_key_seqs numbers, per limit and key, each hold's take and each hold's give-back in the
--- order their transactions took effect; hold_give_backs logs each give-back with its number,
--- the number of the giving hold's take, and the amount per shard. A hold's close counts what holds taken
--- before it gave back after it (those are what can have raised the key above what it held just
--- after the hold). Numbers untouched, and give-backs made, more than two days ago (twice the
+-- hold_key_seqs numbers, per limit and key, the holds' takes in the order their transactions
+-- took effect; hold_give_backs logs each give-back per shard with the number of the last take
+-- before it and that of the giving hold's take. A hold's close counts what holds taken before it
+-- gave back after it (those alone can have raised the key above what it held just after the
+-- hold). Numbers untouched, and give-backs made, more than two days ago (twice the
 -- longest hold) are deleted.
 --
 -- hold_snapshots keeps, per hold and per limit and key it charged (the limits held and their
@@ -39,7 +39,7 @@ CREATE TABLE hold_give_backs (
     giver_seq BIGINT NOT NULL,
     amount    REAL NOT NULL,
     at        BIGINT NOT NULL,
-    PRIMARY KEY (tenant_id, name, key, seq, shard)
+    PRIMARY KEY (tenant_id, name, key, seq, giver_seq, shard)
 );
 CREATE INDEX hold_give_backs_at ON hold_give_backs (at);
 
