@@ -183,6 +183,9 @@ type Decision struct {
 	// Override is the match of the override that applied ("org:acme:*"), "" when none did.
 	Override string
 	denied   bool // refused by a deny override: its retryAfter is exact, never jittered
+	// retryFrom is, when the family's RetryAfter is an ancestor's (familyOutcome), how that one
+	// jitters: the ancestor's own jitter, or none when a deny refused it.
+	retryFrom *retrySource
 	// Window is the calendar window a quota's decision counted in; nil for the other kinds.
 	Window *QuotaWindow
 	// Parents are the decisions on the limit's ancestors (nested budgets), breadth first: the
@@ -429,10 +432,14 @@ func (e *Engine) each(ctx context.Context, tenantID int64, reqs []Request, with 
 func (e *Engine) settle(out *BatchDecision) {
 	for i := range out.Results {
 		r := &out.Results[i]
-		if !r.OK && r.RetryAfter != nil && r.Definition.Jitter > 0 && !r.denied {
+		jitter, denied := r.Definition.Jitter, r.denied
+		if r.retryFrom != nil {
+			jitter, denied = r.retryFrom.jitter, r.retryFrom.denied
+		}
+		if !r.OK && r.RetryAfter != nil && jitter > 0 && !denied {
 			// Reservations are never jittered: their retryAfter is when the reserved work is due.
 			// The jitter keeps within the cap every retryAfter has (the contract's maximum).
-			j := min(*r.RetryAfter+int64(e.intN(int(r.Definition.Jitter))), algo.MaxRetryAfter)
+			j := min(*r.RetryAfter+int64(e.intN(int(jitter))), algo.MaxRetryAfter)
 			r.RetryAfter = &j
 		}
 		if sh := r.Shadow; sh != nil && !sh.OK && sh.RetryAfter != nil && r.Definition.Jitter > 0 && !r.denied {

@@ -478,3 +478,32 @@ func TestAPanickingGroupFailsClosedAndTheLaneGoesOn(t *testing.T) {
 		}
 	})
 }
+
+// TestAFamilysRetryAfterJittersAsTheLimitItCameFrom: a refusal's retryAfter that is an ancestor's
+// is jittered by the ancestor's jitter, and not at all when the ancestor's deny override refused
+// (its retryAfter is exact), whatever the limit's own jitter.
+func TestAFamilysRetryAfterJittersAsTheLimitItCameFrom(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, limiter.Options{Now: clock.Now, IntN: func(n int) int { return n - 1 }})
+		year := int64(365 * 86_400_000)
+		mustPut(t, e, "org", limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: 60_000, Start: ptr(int64(0)), Jitter: 300})
+		mustPut(t, e, "api", limiter.Definition{Kind: limiter.FixedWindow, Rate: 100, Period: year, Start: ptr(int64(0)), Jitter: 500,
+			Parents: []limiter.Parent{{Name: "org", Key: "o"}}})
+		mustPut(t, e, "quiet", limiter.Definition{Kind: limiter.FixedWindow, Rate: 100, Period: year, Start: ptr(int64(0)),
+			Parents: []limiter.Parent{{Name: "org", Key: "p"}}})
+		mustLimit(t, e, limiter.Request{Name: "quiet", Key: "k", Count: 1})
+		got := mustLimit(t, e, limiter.Request{Name: "quiet", Key: "k", Count: 1}) // org's window (p) is spent: 40 s to its end + org's 299
+		if got.OK || *got.RetryAfter != 40_000+299 {
+			t.Fatalf("refused by the parent: retryAfter %v, want 40000 (the window's end) + the parent's jitter 299", *got.RetryAfter)
+		}
+		exp := clock.Now().UnixMilli() + 90_000
+		if _, _, err := e.PutOverride(context.Background(), tenant, "org", limiter.Override{Match: "o", Action: limiter.ActionDeny, ExpiresAt: &exp}); err != nil {
+			t.Fatal(err)
+		}
+		got = mustLimit(t, e, limiter.Request{Name: "api", Key: "k", Count: 1})
+		if got.OK || *got.RetryAfter != 90_000 {
+			t.Fatalf("refused by the parent's deny: retryAfter %v, want exactly 90000 (a deny is never jittered)", *got.RetryAfter)
+		}
+	})
+}

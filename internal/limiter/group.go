@@ -846,18 +846,27 @@ func familyOutcome(d *Decision) {
 		d.OK = d.OK && p.OK
 	}
 	var ra *int64
-	consider := func(x Decision) {
+	var from *retrySource
+	consider := func(x Decision, parent bool) {
 		if x.RetryAfter != nil && (d.OK || !x.OK) && (ra == nil || *x.RetryAfter > *ra) {
 			v := *x.RetryAfter
-			ra = &v
+			ra, from = &v, nil
+			if parent {
+				from = &retrySource{jitter: x.Definition.Jitter, denied: x.denied}
+			}
 		}
 	}
-	own := *d
-	consider(own)
+	consider(*d, false)
 	for _, p := range d.Parents {
-		consider(p)
+		consider(p, true)
 	}
-	d.RetryAfter = ra
+	d.RetryAfter, d.retryFrom = ra, from
+}
+
+// retrySource is how the decision a family's retryAfter came from jitters (Engine.settle).
+type retrySource struct {
+	jitter int64
+	denied bool
 }
 
 // statesOf reads the shards the job's x-th limit uses as the job and the jobs before it left them.
