@@ -71,12 +71,12 @@ func (a *App) sweepState(ctx context.Context) error {
 	return nil
 }
 
-// sweepHolds releases expired holds and deletes expired leases every HOLD_SWEEP_INTERVAL (±10%),
-// a batch at a time until none is due. Failures are logged and counted; the next tick tries again.
+// sweepHolds releases expired holds (and deletes the closed ones' rows past their retention) and
+// deletes expired leases every HOLD_SWEEP_INTERVAL (±10%), a batch at a time until none is due. Failures are logged and counted; the next tick tries again.
 func (a *App) sweepHolds(ctx context.Context) error {
 	loop.Every(ctx, a.Config.HoldSweepInterval, 0.1, func(ctx context.Context) {
 		for ctx.Err() == nil {
-			holds, err := a.Engine.SweepHolds(ctx, a.Config.SweepBatch)
+			holds, moreHolds, err := a.Engine.SweepHolds(ctx, a.Config.SweepBatch)
 			a.Metrics.Swept("holds", holds)
 			var leases int64
 			if err == nil {
@@ -90,7 +90,7 @@ func (a *App) sweepHolds(ctx context.Context) error {
 				}
 				return
 			}
-			if holds < a.Config.SweepBatch && int(leases) < a.Config.SweepBatch {
+			if !moreHolds && int(leases) < a.Config.SweepBatch {
 				return
 			}
 		}

@@ -297,8 +297,13 @@ const (
 	// than any hold may need them.
 	sqlNextSeq    = "INSERT INTO hold_key_seqs (tenant_id, name, key, seq, updated_at) VALUES (?, ?, ?, 1, ?)"
 	sqlNextSeqEnd = " ON CONFLICT (tenant_id, name, key) DO UPDATE SET seq = hold_key_seqs.seq + 1, updated_at = excluded.updated_at"
-	sqlPruneSeqs  = `DELETE FROM hold_key_seqs WHERE (tenant_id, name, key) IN
-		(SELECT tenant_id, name, key FROM hold_key_seqs WHERE updated_at < ? LIMIT ?)`
+	// A numbering is deleted with its key's log, which may be a day younger than its last take
+	// (a restarted numbering must not meet the old one's give-backs); both statements pick the
+	// same keys in one transaction.
+	sqlPruneSeqsLog = `DELETE FROM hold_give_backs WHERE (tenant_id, name, key) IN
+		(SELECT tenant_id, name, key FROM hold_key_seqs WHERE updated_at < ? ORDER BY tenant_id, name, key LIMIT ?)`
+	sqlPruneSeqs = `DELETE FROM hold_key_seqs WHERE (tenant_id, name, key) IN
+		(SELECT tenant_id, name, key FROM hold_key_seqs WHERE updated_at < ? ORDER BY tenant_id, name, key LIMIT ?)`
 	// A hold's snapshot, per limit and key it charged, of the limit's numbers tag and of the
 	// number of its take (sqlSnapshotHold, then "(?, ?)" per limit and key joined by ", ", then
 	// sqlSnapshotHoldEnd), in the hold's own transaction after sqlNextSeq; read back at its close
@@ -679,12 +684,14 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 				}
 			}
 			for k, c := range cs {
-				snap := snaps[[2]string{c.Name, c.Key}]
+				snap, ok := snaps[[2]string{c.Name, c.Key}]
 				if c.Took == nil || len(c.Took.Shards) == 0 || snap.numbersChanged {
 					continue
 				}
-				if now-c.Took.At >= giveBacksKept {
-					snap.lost = true // the log may have been pruned since
+				if !ok || now-c.Took.At >= giveBacksKept {
+					// Made before snapshots were kept (migration 00020), or so long ago that the
+					// log may have been pruned: what older holds gave back since is not known.
+					snap.lost = true
 				}
 				add(Request{Name: c.Name, Key: c.Key, Count: -diff, Refund: true, hold: true, giveBack: c.Took, givenSince: snap.since(c.Took)}, k == 0)
 			}
@@ -707,13 +714,18 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 			if own[j] {
 				s.Refunded[i] = j.out.Results[0].Refunded
 			}
+			pk := [2]string{req.Name, req.Key}
+			if given[pk] == nil {
+				given[pk] = map[int]float64{}
+			}
 			for k, g := range j.out.Results[0].givenShards {
-				if g > 0 {
-					pk := [2]string{req.Name, req.Key}
-					if given[pk] == nil {
-						given[pk] = map[int]float64{}
-					}
-					given[pk][req.giveBack.Shards[k].Shard] += g
+				given[pk][req.giveBack.Shards[k].Shard] += g
+			}
+			if req.giveBack == nil {
+				// A hold made before charges were recorded gives back to every shard its way:
+				// logged as the whole amount to each, the most it may have given one.
+				for _, shard := range j.picks[0] {
+					given[pk][shard] += j.out.Results[0].Refunded
 				}
 			}
 		case req.Refund:
@@ -726,6 +738,9 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 	for k, shards := range given {
 		giver := snaps[k].seq // 0 for a hold made before numbers were kept: before every other
 		for shard, g := range shards {
+			if g <= 0 {
+				continue
+			}
 			if err := tx.Exec(sqlLogGiveBack, shard, giver, g, now, tenantID, k[0], k[1]).Error; err != nil {
 				return Settlement{}, err
 			}
@@ -736,14 +751,16 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 
 // SweepHolds releases up to batch open holds whose expiry has passed by the engine's clock, in
 // one serializable transaction, marking them expired, and deletes up to batch holds closed more
-// than ClosedHoldRetention ago. It returns how many it released.
-func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
+// than ClosedHoldRetention ago, and up to batch of the give-backs and numberings older than
+// giveBacksKept. It returns how many it released, and whether any of these found a full batch
+// (more may be due: call it again).
+func (e *Engine) SweepHolds(ctx context.Context, batch int) (released int, more bool, err error) {
 	if batch <= 0 {
 		batch = DefaultSweepBatch
 	}
 	var n int
-	err := e.closeJob(ctx, SystemTenant, func(tx *gorm.DB, j *job) error { // every tenant's
-		n = 0
+	err = e.closeJob(ctx, SystemTenant, func(tx *gorm.DB, j *job) error { // every tenant's
+		n, more = 0, false
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
@@ -776,10 +793,13 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		if err := tx.Raw(sqlOldHolds, now-ClosedHoldRetention, batch).Scan(&old).Error; err != nil {
 			return err
 		}
-		for _, prune := range []string{sqlPruneGiveBacks, sqlPruneSeqs} {
-			if err := tx.Exec(prune, now-giveBacksKept, batch).Error; err != nil {
-				return err
+		more = len(old) >= batch
+		for _, prune := range []string{sqlPruneGiveBacks, sqlPruneSeqsLog, sqlPruneSeqs} {
+			res := tx.Exec(prune, now-giveBacksKept, batch)
+			if res.Error != nil {
+				return res.Error
 			}
+			more = more || (prune != sqlPruneSeqsLog && res.RowsAffected >= int64(batch))
 		}
 		for _, h := range old {
 			if err := tx.Exec(sqlDeleteHoldLimit, h.TenantID, h.ID).Error; err != nil {
@@ -795,9 +815,9 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (int, error) {
 		return nil
 	}, nil) // a sweep has no answer to store
 	if err != nil {
-		return 0, fmt.Errorf("limiter: sweep holds: %w", err)
+		return 0, false, fmt.Errorf("limiter: sweep holds: %w", err)
 	}
-	return n, nil
+	return n, more || n >= batch, nil
 }
 
 // HoldLimitNames returns the names of the limits a hold of the tenant reserves amounts of, each

@@ -184,7 +184,7 @@ func TestConcurrentHoldsNeverOverAdmitAndEndOnce(t *testing.T) {
 		}
 		swept := 0
 		for {
-			n, err := engines[1].SweepHolds(ctx, 5)
+			n, _, err := engines[1].SweepHolds(ctx, 5)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -343,7 +343,7 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 					s(t, e, c, keys)
 				}
 				if tc.expire {
-					if n, err := e.SweepHolds(ctx, 10); err != nil || n != 2 {
+					if n, _, err := e.SweepHolds(ctx, 10); err != nil || n != 2 {
 						t.Fatalf("the sweeper released %d holds (%v), want 2", n, err)
 					}
 				} else {
@@ -460,6 +460,112 @@ func TestAHoldGivesNothingBackPastAnOverridesExpiry(t *testing.T) {
 		}
 		if got, twin := value(t, e, "ovx", "held"), value(t, e, "ovx", "twin"); got > twin {
 			t.Fatalf("after the release: held %v, more than the twin's %v", got, twin)
+		}
+	})
+}
+
+// TestHoldsFromBeforeTheLogNeverOverAdmit: holds made before their snapshots were kept
+// (migration 00020), or before their charges were (00018), and open across the upgrade, still let
+// no key through more than its twin: one without a snapshot does not know what older holds gave
+// back since and gives a refilling limit nothing; one without charges logs what it gives back, so
+// that holds taken before it count it.
+func TestHoldsFromBeforeTheLogNeverOverAdmit(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		legacyIsOlder bool   // the 60s (true) or the 40 (false) are from before
+		strip         string // what a hold from before lacks
+	}{
+		{"the newer hold has no snapshot", false, "DELETE FROM hold_snapshots WHERE hold_id = ?"},
+		{"the older holds have no charges", true, "UPDATE hold_limits SET charges = '' WHERE hold_id = ?"},
+		{"the older holds have no snapshot", true, "DELETE FROM hold_snapshots WHERE hold_id = ?"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testkit.Each(t, func(t *testing.T, d *db.DB) {
+				ctx := context.Background()
+				c := newClock(1_700_000_040_000)
+				e := newEngine(t, d, c.opts())
+				mustPut(t, e, "two", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 1000, Capacity: ptr(100.0)})
+				var first []string
+				for _, k := range []string{"held", "twin"} {
+					first = append(first, mustHold(t, e, 3_600_000, limiter.HoldLimit{Name: "two", Key: k, Count: 60}).ID)
+				}
+				h := mustHold(t, e, 3_600_000, limiter.HoldLimit{Name: "two", Key: "held", Count: 40})
+				legacy := []string{h.ID}
+				if tc.legacyIsOlder {
+					legacy = first
+				}
+				for _, id := range legacy {
+					if err := d.Gorm.Exec(tc.strip, id).Error; err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, id := range first {
+					if err := e.ReleaseHold(ctx, tenant, id); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c.Advance(40_000)
+				for _, k := range []string{"held", "twin"} { // the same traffic: admitted or not
+					mustLimit(t, e, limiter.Request{Name: "two", Key: k, Count: 100})
+				}
+				if err := e.ReleaseHold(ctx, tenant, h.ID); err != nil {
+					t.Fatal(err)
+				}
+				if got, twin := value(t, e, "two", "held"), value(t, e, "two", "twin"); got > twin {
+					t.Fatalf("after the release: held %v, more than the twin's %v", got, twin)
+				}
+			})
+		})
+	}
+}
+
+// TestTheSweeperPrunesTheLogAndNumberingWithTheirKeys: give-backs and numberings older than two
+// days go, a key's log with its numbering even where the log is younger (a hold taken at once and
+// released a day later), and the sweeper says when a batch was full.
+func TestTheSweeperPrunesTheLogAndNumberingWithTheirKeys(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		ctx := context.Background()
+		c := newClock(1_700_000_040_000)
+		e := newEngine(t, d, c.opts())
+		// A token a year: the late release still gives back.
+		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 365 * 86_400_000, Capacity: ptr(100.0)})
+		var late string
+		for i := range 5 {
+			h := mustHold(t, e, limiter.MaxHoldTTL, limiter.HoldLimit{Name: "tb", Key: fmt.Sprint("k", i), Count: 10})
+			if i == 0 {
+				late = h.ID
+				continue
+			}
+			if err := e.ReleaseHold(ctx, tenant, h.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Advance(limiter.MaxHoldTTL - 1)
+		if err := e.ReleaseHold(ctx, tenant, late); err != nil {
+			t.Fatal(err)
+		}
+		if n := countRows(t, d, "hold_give_backs"); n != 5 || countRows(t, d, "hold_key_seqs") != 5 {
+			t.Fatalf("%d give-backs and %d numberings logged, want 5 and 5", n, countRows(t, d, "hold_key_seqs"))
+		}
+		sweep := func() (more bool) {
+			t.Helper()
+			_, more, err := e.SweepHolds(ctx, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return more
+		}
+		c.Advance(limiter.ClosedHoldRetention + 1)
+		for sweep() { // the closed holds go
+		}
+		c.Advance(2) // just past two days after the takes; the late release's log is a day younger
+		if !sweep() {
+			t.Fatal("the first sweep of batches of 2 over 5 numberings said nothing more was due")
+		}
+		for sweep() {
+		}
+		if countRows(t, d, "hold_give_backs") != 0 || countRows(t, d, "hold_key_seqs") != 0 {
+			t.Fatalf("left: %d give-backs, %d numberings", countRows(t, d, "hold_give_backs"), countRows(t, d, "hold_key_seqs"))
 		}
 	})
 }

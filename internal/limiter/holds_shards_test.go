@@ -155,7 +155,7 @@ func TestConcurrentHoldsOnAShardedLimitGiveBackExactly(t *testing.T) {
 		}
 		clock.Advance(60_000)
 		for {
-			n, err := engines[1].SweepHolds(ctx, 10)
+			n, _, err := engines[1].SweepHolds(ctx, 10)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -104,11 +104,11 @@ func TestHoldsSettleExactlyOnce(t *testing.T) {
 		if v := value(t, e, "calls", "x"); v != 2 {
 			t.Fatalf("before the sweep the amount is still held: %v", v)
 		}
-		n, err := e.SweepHolds(ctx, 0)
+		n, _, err := e.SweepHolds(ctx, 0)
 		if err != nil || n != 1 || value(t, e, "calls", "x") != 3 {
 			t.Fatalf("sweep: %d %v, value %v", n, err, value(t, e, "calls", "x"))
 		}
-		if n, err := e.SweepHolds(ctx, 0); err != nil || n != 0 {
+		if n, _, err := e.SweepHolds(ctx, 0); err != nil || n != 0 {
 			t.Fatalf("second sweep: %d %v", n, err)
 		}
 		if _, err := e.SettleHold(ctx, tenant, h.ID, []float64{1}); !errors.Is(err, limiter.ErrHoldClosed) {
@@ -116,7 +116,7 @@ func TestHoldsSettleExactlyOnce(t *testing.T) {
 		}
 		// Closed holds are kept a day, then deleted.
 		clock.Advance(limiter.ClosedHoldRetention)
-		if _, err := e.SweepHolds(ctx, 0); err != nil || countRows(t, d, "holds") != 0 || countRows(t, d, "hold_limits") != 0 {
+		if _, _, err := e.SweepHolds(ctx, 0); err != nil || countRows(t, d, "holds") != 0 || countRows(t, d, "hold_limits") != 0 {
 			t.Fatalf("closed holds a day later: %v, %d left", err, countRows(t, d, "holds"))
 		}
 		if _, err := e.SettleHold(ctx, tenant, h.ID, []float64{1}); !errors.Is(err, limiter.ErrHoldNotFound) {
