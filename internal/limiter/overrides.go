@@ -121,13 +121,13 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 		if err := o.Validate(def.Definition, now); err != nil {
 			return fromAlgo(err)
 		}
-		var old []overrideRow
-		if err := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, o.Match).Limit(1).Find(&old).Error; err != nil {
+		old, err := findOverride(tx, tenantID, name, o.Match)
+		if err != nil {
 			return err
 		}
 		before = nil // each attempt of a retried transaction reads it again
-		if len(old) > 0 {
-			prev := old[0].override()
+		if old != nil {
+			prev := old.override()
 			before = &prev
 		}
 		wall := e.wallClock().UTC().Truncate(time.Microsecond)
@@ -154,8 +154,8 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 				return err
 			}
 		} else {
-			row.CreatedAt = old[0].CreatedAt
-			if err := tx.Select("*").Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, o.Match).Updates(&row).Error; err != nil {
+			row.CreatedAt = old.CreatedAt
+			if err := tx.Select("*").Where(overrideByMatch, tenantID, name, o.Match).Updates(&row).Error; err != nil {
 				return err
 			}
 		}
@@ -193,17 +193,17 @@ func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match
 			// UTF-8 in a query (an error, where there is only no such row).
 			return ErrOverrideNotFound
 		}
-		var old []overrideRow
-		if err := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Limit(1).Find(&old).Error; err != nil {
+		old, err := findOverride(tx, tenantID, name, match)
+		if err != nil {
 			return err
 		}
-		if len(old) == 0 {
+		if old == nil {
 			return ErrOverrideNotFound
 		}
-		if err := tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Delete(&overrideRow{}).Error; err != nil {
+		if err := tx.Where(overrideByMatch, tenantID, name, match).Delete(&overrideRow{}).Error; err != nil {
 			return err
 		}
-		if algo.Action(old[0].Action) == algo.ActionNone {
+		if algo.Action(old.Action) == algo.ActionNone {
 			if err := newNumbersVersion(tx, tenantID, name); err != nil { // as PutOverride
 				return err
 			}
@@ -230,7 +230,7 @@ func (e *Engine) GetOverride(ctx context.Context, tenantID int64, name, match st
 	if !ValidName(name) {
 		return StoredOverride{}, ErrLimitNotFound
 	}
-	var rows []overrideRow
+	var row *overrideRow
 	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
 		if _, ok, err := loadDefinition(tx, tenantID, name); err != nil || !ok {
 			if err == nil {
@@ -238,15 +238,32 @@ func (e *Engine) GetOverride(ctx context.Context, tenantID int64, name, match st
 			}
 			return err
 		}
-		return tx.Where("tenant_id = ? AND name = ? AND pattern = ?", tenantID, name, match).Limit(1).Find(&rows).Error
+		var err error
+		row, err = findOverride(tx, tenantID, name, match)
+		return err
 	})
 	if err != nil {
 		return StoredOverride{}, fmt.Errorf("limiter: get override: %w", err)
 	}
-	if len(rows) == 0 {
+	if row == nil {
 		return StoredOverride{}, fmt.Errorf("limiter: get override: %w", ErrOverrideNotFound)
 	}
-	return rows[0].toDomain(), nil
+	return row.toDomain(), nil
+}
+
+// overrideByMatch selects the override of a limit whose match is the third argument.
+const overrideByMatch = "tenant_id = ? AND name = ? AND pattern = ?"
+
+// findOverride reads the override of name whose match is match in tx; nil when there is none.
+func findOverride(tx *gorm.DB, tenantID int64, name, match string) (*overrideRow, error) {
+	var rows []overrideRow
+	if err := tx.Where(overrideByMatch, tenantID, name, match).Limit(1).Find(&rows).Error; err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return &rows[0], nil
 }
 
 // MaxOverridesPage bounds one page of ListOverrides.
