@@ -116,6 +116,18 @@ func planCount(name string, field func(c *Config) *int64) func(c *Config, v stri
 	}
 }
 
+// boolean is the parser of a true/false option.
+func boolean(name string, field func(c *Config) *bool) func(c *Config, v string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New(name + " must be true or false")
+		}
+		*field(c) = b
+		return nil
+	}
+}
+
 // Option describes one environment variable.
 type Option struct {
 	Name    string
@@ -164,14 +176,7 @@ var options = []Option{
 			return nil
 		}},
 	{Name: "SLUICE_DISCARD_LEGACY_SECRET", Default: "false", Doc: "a root secret an earlier version stored in the database that differs from `SECRET_KEY` (or the SQLite key file) makes Sluice refuse to start; `true` deletes it instead (the API keys, sessions and webhook signing secrets made under it stop working)",
-		parse: func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("SLUICE_DISCARD_LEGACY_SECRET must be true or false")
-			}
-			c.DiscardLegacySecret = b
-			return nil
-		}},
+		parse: boolean("SLUICE_DISCARD_LEGACY_SECRET", func(c *Config) *bool { return &c.DiscardLegacySecret })},
 	{Name: "TRUSTED_PROXIES", Default: "(none)", Doc: "comma-separated IPs/CIDRs whose `X-Forwarded-For` is believed",
 		parse: func(c *Config, v string) error {
 			var errs []error
@@ -275,14 +280,7 @@ var options = []Option{
 			return nil
 		}},
 	{Name: "SLUICE_DEMO", Default: "false", Doc: "`true` serves `/demo`, the captcha flow in a browser, on a tenant the demo creates (named `demo`); `make run` sets it",
-		parse: func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("SLUICE_DEMO must be true or false")
-			}
-			c.Demo = b
-			return nil
-		}},
+		parse: boolean("SLUICE_DEMO", func(c *Config) *bool { return &c.Demo })},
 	{Name: "SLUICE_PPROF_ADDR", Default: "", Doc: "loopback `host:port` serving `net/http/pprof`",
 		parse: func(c *Config, v string) error {
 			if v != "" {
@@ -295,14 +293,7 @@ var options = []Option{
 			return nil
 		}},
 	{Name: "SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT", Default: "false", Doc: "test-only, never in production: `true` stops a lane of decisions for good after it commits idempotent decisions and before it answers them (the crash test kills the process there)",
-		parse: func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT must be true or false")
-			}
-			c.TestHaltAfterIdempotentCommit = b
-			return nil
-		}},
+		parse: boolean("SLUICE_TEST_HALT_AFTER_IDEMPOTENT_COMMIT", func(c *Config) *bool { return &c.TestHaltAfterIdempotentCommit })},
 	{Name: "GOGC", Default: strconv.Itoa(DefaultGCPercent), Doc: "the Go garbage collector's target percentage (`off` disables it)",
 		parse: func(c *Config, v string) error {
 			if v == "off" {
@@ -358,14 +349,7 @@ var options = []Option{
 			return nil
 		}},
 	{Name: "WEBHOOK_ALLOW_PRIVATE", Default: "false", Doc: "`true` lets webhook endpoints be loopback, private, link-local or other non-public addresses (checked after DNS); leave it off unless every receiver is on your own network",
-		parse: func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("WEBHOOK_ALLOW_PRIVATE must be true or false")
-			}
-			c.WebhookAllowPrivate = b
-			return nil
-		}},
+		parse: boolean("WEBHOOK_ALLOW_PRIVATE", func(c *Config) *bool { return &c.WebhookAllowPrivate })},
 	{Name: "PLAN_DECISIONS_PER_SECOND", Default: strconv.Itoa(DefaultPlanDecisionsPerSecond), Doc: "the default plan's most decisions per second per tenant, over all instances (a burst of one second's worth); `0`, the default, for no limit (the rate costs throughput across instances: set it on a shared instance); an operator sets a tenant's own plan on its dashboard page",
 		parse: func(c *Config, v string) error {
 			n, err := strconv.ParseFloat(v, 64)
