@@ -123,11 +123,10 @@ func TakeOf(def Definition, states []State, picks []int, d Outcome, now, origin 
 // an override's expiry may have changed since (t.Until), give nothing back. Outcome's Writes are
 // the shards that changed, Remaining what they hold afterwards.
 func (t Taken) GiveBack(def Definition, states []State, count float64, now, origin int64, since []float64) (out Outcome, given []float64) {
-	def = def.Normalized()
 	p := def.shardParams()
 	out = Outcome{OK: true, RetryAfter: math.NaN(), Writes: make([]State, len(states))}
 	given = make([]float64, len(states))
-	if def.Kind.Algorithm() != t.Kind.Algorithm() || p.max != t.Max || shardRefill(p) != t.Refill || (t.Until != 0 && now >= t.Until) {
+	if p.kind != t.Kind.Algorithm() || p.max != t.Max || shardRefill(p) != t.Refill || (t.Until != 0 && now >= t.Until) {
 		// Other numbers now, or maybe in between (a definition or an override changed them while
 		// the hold was open, or an override expired): the key's history no longer says what the
 		// hold's amount became.
@@ -143,7 +142,7 @@ func (t Taken) GiveBack(def Definition, states []State, count float64, now, orig
 			if since != nil {
 				others = since[k]
 			}
-			owed = math.Min(ts.Took, t.stillCounted(p, def, ts, st, v, now, origin, others))
+			owed = math.Min(ts.Took, t.stillCounted(p, ts, st, v, now, origin, others))
 		}
 		g := math.Max(0, math.Min(owed, left))
 		w := State{TS: v.ts, PenaltyUntil: st.PenaltyUntil, Exists: true}
@@ -192,7 +191,7 @@ func ShardNumbers(def Definition) (refill, maxPerShard float64) {
 
 // stillCounted is how much of what the hold took from one shard still counts (see GiveBack),
 // before capping at what it took; st is the shard's row now and v its view at now.
-func (t Taken) stillCounted(p shardParams, def Definition, ts TakenShard, st State, v shardView, now, origin int64, since float64) float64 {
+func (t Taken) stillCounted(p shardParams, ts TakenShard, st State, v shardView, now, origin int64, since float64) float64 {
 	switch p.kind {
 	case TokenBucket, FixedWindow:
 		// GiveBack checked that the refill is still the hold's (t.Refill): per ms or per window.
@@ -204,8 +203,8 @@ func (t Taken) stillCounted(p shardParams, def Definition, ts TakenShard, st Sta
 		highest := math.Max(math.Min(p.max, ts.After+refilled+since), v.avail)
 		return p.max - highest
 	case Quota:
-		then, _ := def.WindowAt(t.At)
-		current, _ := def.WindowAt(now)
+		then, _ := Window(p.calendar, p.zone, p.anchorDay, t.At)
+		current, _ := Window(p.calendar, p.zone, p.anchorDay, now)
 		if then == current {
 			return ts.Took
 		}
