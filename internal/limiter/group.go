@@ -313,7 +313,12 @@ func (e *Engine) runGroup(jobs []*job) {
 			return e.groupPgx(ctx, conn, jobs)
 		})
 	} else {
-		err = e.db.Serializable(ctx, func(tx *gorm.DB) error { return e.groupGorm(tx, jobs) })
+		err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
+			if err := e.decisionSettings(tx); err != nil {
+				return err
+			}
+			return e.groupGorm(tx, jobs)
+		})
 	}
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
@@ -329,18 +334,26 @@ func (e *Engine) runGroup(jobs []*job) {
 	}
 }
 
-// groupGorm is one attempt of a group through GORM (SQLite): definitions, rows, decisions, writes.
-func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
-	if e.db.Dialect == db.Postgres { // see groupPgx
-		if err := tx.Exec(pgNoSeqScan).Error; err != nil {
-			return err
-		}
-		if e.fastCommit {
-			if err := tx.Exec(pgFastCommit).Error; err != nil {
-				return err
-			}
-		}
+// decisionSettings starts a decision transaction through GORM on PostgreSQL as groupPgx starts
+// its own: index lookups from the first statement (a sequential scan's predicate lock on a whole
+// table would conflict with every write to it) and, under SLUICE_COMMIT=fast, an asynchronous
+// commit. Nothing on SQLite.
+func (e *Engine) decisionSettings(tx *gorm.DB) error {
+	if e.db.Dialect != db.Postgres {
+		return nil
 	}
+	if err := tx.Exec(pgNoSeqScan).Error; err != nil {
+		return err
+	}
+	if e.fastCommit {
+		return tx.Exec(pgFastCommit).Error
+	}
+	return nil
+}
+
+// groupGorm is one attempt of a group through GORM (SQLite), in a transaction that
+// decisionSettings began: definitions, rows, decisions, writes.
+func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {
 	now, err := e.nowIn(tx)
 	if err != nil {
 		return err

@@ -223,13 +223,9 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 		for _, j := range closes { // this attempt's overage only: an earlier one rolled back
 			j.overage = nil
 		}
-		if e.db.Dialect == db.Postgres {
-			// Index lookups from the first statement (as groupGorm's): a sequential scan's
-			// predicate lock on a whole table (limit_definitions, read with a hold's snapshots)
-			// would conflict with every write to it.
-			if err := tx.Exec(pgNoSeqScan).Error; err != nil {
-				return err
-			}
+		// Before the first statement: a hold's snapshots read limit_definitions.
+		if err := e.decisionSettings(tx); err != nil {
+			return err
 		}
 		running, now := closes, int64(0)
 		if anyIdempotent(closes) { // stored answers replay; new ones are written before commit
