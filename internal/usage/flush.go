@@ -86,10 +86,13 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	if now.Sub(a.lastPrune) <= time.Hour {
 		return nil
 	}
-	if err := a.db.Serializable(ctx, func(tx *gorm.DB) error { return prune(tx, now) }); err != nil {
+	done, err := a.prune(ctx, now)
+	if err != nil {
 		return fmt.Errorf("usage: prune: %w", err)
 	}
-	a.lastPrune = now
+	if done { // else the next flush goes on
+		a.lastPrune = now
+	}
 	return nil
 }
 
@@ -386,17 +389,52 @@ func upsertTopRows(tx *gorm.DB, table string, rows []topRow) error {
 	})
 }
 
-// prune deletes the rows past their retention.
-func prune(tx *gorm.DB, now time.Time) error {
+// pruneRows bounds the rows one prune transaction deletes, and pruneBatches the transactions
+// one flush runs. After a flood the expired rows of a table can be more than one transaction
+// deletes within the retry budget, and one long DELETE would meanwhile conflict with every other
+// instance's flush; what one flush leaves, the next ones delete.
+const (
+	pruneRows    = 2_000
+	pruneBatches = 25
+)
+
+// The prune statements: up to pruneRows rows of a table whose bucket began before a cut.
+const (
+	sqlPruneStats         = "DELETE FROM usage_stats WHERE (tenant_id, name, bucket_start) IN (SELECT tenant_id, name, bucket_start FROM usage_stats WHERE bucket_start < ? LIMIT ?)"
+	sqlPruneStatsHourly   = "DELETE FROM usage_stats_hourly WHERE (tenant_id, name, bucket_start) IN (SELECT tenant_id, name, bucket_start FROM usage_stats_hourly WHERE bucket_start < ? LIMIT ?)"
+	sqlPruneTopKeys       = "DELETE FROM usage_top_keys WHERE (tenant_id, name, kind, bucket_start, limit_key) IN (SELECT tenant_id, name, kind, bucket_start, limit_key FROM usage_top_keys WHERE bucket_start < ? LIMIT ?)"
+	sqlPruneTopKeysHourly = "DELETE FROM usage_top_keys_hourly WHERE (tenant_id, name, kind, bucket_start, limit_key) IN (SELECT tenant_id, name, kind, bucket_start, limit_key FROM usage_top_keys_hourly WHERE bucket_start < ? LIMIT ?)"
+)
+
+// prune deletes the rows past their retention, pruneRows at a time, in at most pruneBatches
+// transactions; done is false when rows past retention may be left.
+func (a *Aggregator) prune(ctx context.Context, now time.Time) (done bool, err error) {
 	cut := now.Add(-Retention).UnixMilli()
-	if err := tx.Exec(`DELETE FROM usage_top_keys WHERE bucket_start < ?`, now.Add(-MinuteKeysRetention).UnixMilli()).Error; err != nil {
-		return err
+	tables := []struct {
+		stmt string
+		cut  int64
+	}{
+		{sqlPruneTopKeys, now.Add(-MinuteKeysRetention).UnixMilli()},
+		{sqlPruneTopKeysHourly, cut},
+		{sqlPruneStatsHourly, cut},
+		{sqlPruneStats, cut},
 	}
-	if err := tx.Exec(`DELETE FROM usage_top_keys_hourly WHERE bucket_start < ?`, cut).Error; err != nil {
-		return err
+	batches := 0
+	for _, t := range tables {
+		for deleted := int64(pruneRows); deleted == pruneRows; {
+			if batches == pruneBatches {
+				return false, nil
+			}
+			batches++
+			err := a.db.Serializable(ctx, func(tx *gorm.DB) error {
+				res := tx.Exec(t.stmt, t.cut, pruneRows)
+				deleted = res.RowsAffected
+				return res.Error
+			})
+			if err != nil {
+				return false, err
+			}
+		}
 	}
-	if err := tx.Exec(`DELETE FROM usage_stats_hourly WHERE bucket_start < ?`, cut).Error; err != nil {
-		return err
-	}
-	return tx.Exec(`DELETE FROM usage_stats WHERE bucket_start < ?`, cut).Error
+	return true, nil
 }

@@ -200,6 +200,50 @@ func TestSeriesBucketsStoredAndPendingCounts(t *testing.T) {
 	})
 }
 
+// After a flood, a flush prunes at most usage.PrunedPerFlush rows (in short transactions), and
+// the next flush goes on where it stopped instead of waiting for the next hour's prune.
+func TestAFlushPrunesABoundedShareAndTheNextGoesOn(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		now := c.Now()
+		expired := usage.PrunedPerFlush + 2_500
+		// One row a minute, going back from a minute past retention.
+		if err := d.Gorm.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+			INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused) SELECT 1, 'n', CAST(? AS BIGINT) - i * CAST(60000 AS BIGINT), 1, 0 FROM n`,
+			expired, now.Add(-usage.Retention).UnixMilli()).Error; err != nil {
+			t.Fatal(err)
+		}
+		kept := now.Add(-usage.Retention + time.Minute).UnixMilli()
+		if err := d.Gorm.Exec(`INSERT INTO usage_stats (tenant_id, name, bucket_start, allowed, refused) VALUES (1, 'n', ?, 1, 0)`, kept).Error; err != nil {
+			t.Fatal(err)
+		}
+		left := func() int {
+			var n int
+			if err := d.Gorm.Raw(`SELECT COUNT(*) FROM usage_stats WHERE bucket_start < ?`, now.Add(-usage.Retention).UnixMilli()).Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
+		if err := a.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := left(); n < expired-usage.PrunedPerFlush || n == expired {
+			t.Fatalf("the first flush left %d of %d rows past retention, want at least %d left and some pruned", n, expired, expired-usage.PrunedPerFlush)
+		}
+		c.ms.Add(int64(usage.DefaultInterval / time.Millisecond)) // the next flush, well within the hour
+		if err := a.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := left(); n != 0 {
+			t.Fatalf("the next flush left %d rows past retention, want 0", n)
+		}
+		if got := rows(t, d); len(got) != 1 || got[0].BucketStart != kept {
+			t.Fatalf("rows left %+v, want only the one within retention", got)
+		}
+	})
+}
+
 // The flusher owns pruning: rows whose bucket started more than Retention ago go, the rest stay,
 // even when there is nothing new to write.
 func TestFlushPrunesRowsPastRetention(t *testing.T) {
