@@ -150,6 +150,7 @@ func (s *Service) PlanOf(ctx context.Context, tenantID int64) (Plan, error) {
 	now := time.Now()
 	s.planMu.RLock()
 	c, ok := s.planCache[tenantID]
+	gen := s.planGen
 	s.planMu.RUnlock()
 	if ok && now.Before(c.expires) {
 		return c.plan, nil
@@ -166,11 +167,14 @@ func (s *Service) PlanOf(ctx context.Context, tenantID int64) (Plan, error) {
 	ttl := s.authCacheTTL
 	if ttl > 0 {
 		s.planMu.Lock()
+		defer s.planMu.Unlock()
+		if s.planGen != gen { // a change here since the read: it is not what this read saw
+			return tp.Plan, nil
+		}
 		if s.planCache == nil || len(s.planCache) >= maxCachedKeys {
 			s.planCache = map[int64]cachedPlan{}
 		}
 		s.planCache[tenantID] = cachedPlan{plan: tp.Plan, expires: now.Add(ttl)}
-		s.planMu.Unlock()
 	}
 	return tp.Plan, nil
 }
@@ -230,6 +234,7 @@ func (s *Service) SetPlan(ctx context.Context, tenantID int64, own PlanSettings,
 	if err == nil {
 		s.planMu.Lock()
 		delete(s.planCache, tenantID)
+		s.planGen++ // the reads under way must not cache what they read (PlanOf)
 		s.planMu.Unlock()
 	}
 	return wrap("set plan", err)

@@ -85,7 +85,10 @@ type Service struct {
 	defaultPlan Plan // plans.go: the plan of tenants without one of their own
 	planMu      sync.RWMutex
 	planCache   map[int64]cachedPlan
-	rateNear    map[int64]time.Time // when each tenant was last told it is near its plan's rate
+	// planGen counts the plan changes made here, under planMu. A read caches what it read only
+	// if none was made meanwhile (the change may have committed after the read's snapshot).
+	planGen  uint64
+	rateNear map[int64]time.Time // when each tenant was last told it is near its plan's rate
 
 	dummyOnce sync.Once
 	dummyHash string // password hash verified when a login names an unknown email
