@@ -194,6 +194,11 @@ func (s *Service) checkURL(raw string) (string, error) {
 	if len(raw) > maxURLBytes {
 		return "", invalid("url", fmt.Sprintf("must be at most %d bytes", maxURLBytes))
 	}
+	if !db.ComparableText(raw) {
+		// url.Parse keeps a query's bytes as they are, and PostgreSQL refuses to store text
+		// that is not UTF-8 (an error where the tenant typed a wrong URL).
+		return "", invalid("url", "must be valid UTF-8 text without NUL characters")
+	}
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Hostname() == "" {
 		return "", invalid("url", "must be an absolute http or https URL, e.g. https://hooks.example.com/sluice")

@@ -415,6 +415,30 @@ func TestEndpointsAreValidatedAndKeptPerTenant(t *testing.T) {
 	})
 }
 
+// TestAnEndpointURLThatIsNotTextIsRefusedAsInvalid: a URL with bytes that are not UTF-8 (a
+// dashboard form sends them as typed) or a NUL is refused as an invalid url on both databases,
+// not passed to the INSERT, which PostgreSQL refuses with an error (a 500).
+func TestAnEndpointURLThatIsNotTextIsRefusedAsInvalid(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.ms.Store(1_700_000_000_000)
+		s := newService(t, d, c, true)
+		tn := newTenant(t, d, "acme")
+		for _, raw := range []string{"https://example.com/hook?q=\xff", "https://example.com/hook?q=\xc3", "https://example.com/hook?q=a\x00b",
+			"https://example.com/\xff/hook"} {
+			_, _, err := s.CreateEndpoint(context.Background(), tn, raw, []string{EventKeyCreated})
+			if err == nil {
+				t.Errorf("%q: accepted, want invalid_request on url", raw)
+			} else if e := apperr.From(err); e.Code != apperr.InvalidRequest || e.Field != "url" {
+				t.Errorf("%q: got %v, want invalid_request on url", raw, err)
+			}
+		}
+		if eps, err := s.Endpoints(context.Background(), tn); err != nil || len(eps) != 0 {
+			t.Fatalf("endpoints: %+v, %v; want none", eps, err)
+		}
+	})
+}
+
 // FuzzCheckURL: whatever a tenant types as an endpoint URL, checking it never panics, and what
 // it accepts is an absolute http(s) URL with a host, no credentials and, unless private
 // addresses are allowed, no literal address that is not public.
@@ -433,7 +457,7 @@ func FuzzCheckURL(f *testing.F) {
 			return
 		}
 		u, perr := url.Parse(got)
-		if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
+		if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || !db.ComparableText(got) {
 			t.Fatalf("accepted %q as %q", raw, got)
 		}
 		if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !publicAddr(ip) {
