@@ -17,7 +17,9 @@ const (
 )
 
 // maxNearKeysPerMinute bounds the key.near_limit events one limit's minute may raise per
-// endpoint: the keys most often near their limit go first.
+// endpoint, across every flush of every instance (see nearSlot): of each flush's near keys, the
+// first maxNearKeysPerMinute (those most often near) are considered, in that order, while the
+// minute has slots left.
 const maxNearKeysPerMinute = 5
 
 // LimitMinute is one limit's minute as the usage aggregator's flush reports it.
@@ -53,8 +55,9 @@ const alertRetention = 48 * time.Hour
 // tenantID's minutes raise: limit.refusals to each enabled subscriber whose RefusalThreshold the
 // minute's refusals reached, at most once per endpoint, limit and minute; key.near_limit to each
 // enabled subscriber for each of the first few near keys, at most once per endpoint, limit, key
-// and hour. "At most once" holds across instances and flushes: the event's webhook_alerts row
-// and its delivery commit together, and a second insert of the row does nothing.
+// and hour, and for at most maxNearKeysPerMinute keys per endpoint, limit and minute. "At most"
+// holds across instances and flushes: the event's webhook_alerts rows and its delivery commit
+// together, and a second insert of the row does nothing.
 func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMinute) error {
 	var eps []endpointRow
 	if err := tx.Where("tenant_id = ? AND enabled", tenantID).Find(&eps).Error; err != nil {
@@ -75,23 +78,34 @@ func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMi
 			if slices.Contains(events, EventLimitRefusals) && m.Refused >= r.RefusalThreshold {
 				data := map[string]any{"limit": m.Name, "minute": minute.Format(time.RFC3339), "refused": m.Refused, "threshold": r.RefusalThreshold}
 				alert := "refusals " + m.Name + " " + strconv.FormatInt(minute.UnixMilli(), 10)
-				if err := s.alertOnce(tx, r, alert, now, EventLimitRefusals, data); err != nil {
+				if _, err := s.alertOnce(tx, r, alert, now, EventLimitRefusals, data); err != nil {
 					return err
 				}
 			}
 			if !slices.Contains(events, EventKeyNearLimit) {
 				continue
 			}
+			if len(m.NearKeys) == 0 {
+				continue
+			}
+			free, err := freeNearSlots(tx, r, m.Name, minute)
+			if err != nil {
+				return err
+			}
 			hour := minute.Truncate(time.Hour)
 			for i, k := range m.NearKeys {
-				if i == maxNearKeysPerMinute {
+				if i == maxNearKeysPerMinute || len(free) == 0 {
 					break
 				}
 				data := map[string]any{"limit": m.Name, "key": k.Key, "minute": minute.Format(time.RFC3339), "decisions": k.Decisions,
 					"remainingBelow": "20% of the limit's maximum"}
 				alert := "near " + m.Name + " " + strconv.FormatInt(hour.UnixMilli(), 10) + " " + k.Key
-				if err := s.alertOnce(tx, r, alert, now, EventKeyNearLimit, data); err != nil {
+				sent, err := s.alertOnceNear(tx, r, alert, free[0], now, data)
+				if err != nil {
 					return err
+				}
+				if sent {
+					free = free[1:]
 				}
 			}
 		}
@@ -99,12 +113,53 @@ func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMi
 	return tx.Where("created_at < ?", now-alertRetention.Milliseconds()).Delete(&alertRow{}).Error
 }
 
-// alertOnce enqueues event to endpoint r unless alert was already sent to it.
-func (s *Service) alertOnce(tx *gorm.DB, r endpointRow, alert string, now int64, event string, data any) error {
+// alertOnce enqueues event to endpoint r unless alert was already sent to it; sent is whether
+// it did.
+func (s *Service) alertOnce(tx *gorm.DB, r endpointRow, alert string, now int64, event string, data any) (sent bool, err error) {
 	res := tx.Exec(`INSERT INTO webhook_alerts (tenant_id, endpoint_id, alert, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (endpoint_id, alert) DO NOTHING`,
 		r.TenantID, r.ID, alert, now)
 	if res.Error != nil || res.RowsAffected == 0 {
-		return res.Error
+		return false, res.Error
 	}
-	return s.insertDelivery(tx, r, event, data)
+	return true, s.insertDelivery(tx, r, event, data)
+}
+
+// The key.near_limit events of one endpoint, limit and minute are at most maxNearKeysPerMinute
+// across every flush of every instance, not per flush (each flush passes only the keys it saw):
+// each one sent takes one of the minute's slots, a webhook_alerts row nearSlot names, in the
+// transaction that enqueues it. Two flushes that take the same slot at once conflict on the
+// row's key: one commits, the other is retried (and finds the slot taken) or fails.
+
+// nearSlot is the webhook_alerts alert of the slot-th (1-based) key.near_limit event sent to an
+// endpoint for limit's minute. The name comes last, so that no two (minute, slot, name) give
+// the same text.
+func nearSlot(limit string, minute time.Time, slot int) string {
+	return "near-slot " + strconv.FormatInt(minute.UnixMilli(), 10) + " " + strconv.Itoa(slot) + " " + limit
+}
+
+// freeNearSlots lists the slots of endpoint r's key.near_limit events for limit's minute that
+// are not yet taken, in order.
+func freeNearSlots(tx *gorm.DB, r endpointRow, limit string, minute time.Time) ([]string, error) {
+	all := make([]string, maxNearKeysPerMinute)
+	for i := range all {
+		all[i] = nearSlot(limit, minute, i+1)
+	}
+	var taken []string
+	if err := tx.Model(&alertRow{}).Where("endpoint_id = ? AND alert IN ?", r.ID, all).Pluck("alert", &taken).Error; err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(a string) bool { return slices.Contains(taken, a) }), nil
+}
+
+// alertOnceNear enqueues a key.near_limit event to endpoint r unless alert (its key and hour)
+// was already sent to it, taking the minute's free slot when it does; sent is whether it did.
+func (s *Service) alertOnceNear(tx *gorm.DB, r endpointRow, alert, slot string, now int64, data any) (sent bool, err error) {
+	sent, err = s.alertOnce(tx, r, alert, now, EventKeyNearLimit, data)
+	if err != nil || !sent {
+		return false, err
+	}
+	// No ON CONFLICT: a slot another flush took meanwhile must fail this transaction (PostgreSQL
+	// reports a serialization failure, which is retried), never be shared.
+	return true, tx.Exec(`INSERT INTO webhook_alerts (tenant_id, endpoint_id, alert, created_at) VALUES (?, ?, ?, ?)`,
+		r.TenantID, r.ID, slot, now).Error
 }

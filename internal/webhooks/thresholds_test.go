@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -72,6 +73,88 @@ func TestThresholdEventsGoOnceWhenInstancesFlushTheSameMinuteAtOnce(t *testing.T
 		}
 		if n := count(high.ID, EventLimitRefusals) + count(other.ID, EventLimitRefusals) + count(other.ID, EventKeyNearLimit); n != 0 {
 			t.Fatalf("%d deliveries to endpoints below their threshold or not subscribed", n)
+		}
+	})
+}
+
+// TestNearLimitEventsAreAtMostFivePerEndpointLimitAndMinuteAcrossFlushes: each flush passes only
+// the near keys it saw, so three flushes of one minute with five other keys each (one instance
+// after another, or several at once) still raise at most five key.near_limit events per endpoint
+// and limit; the next minute has five again, and another limit or endpoint its own five.
+func TestNearLimitEventsAreAtMostFivePerEndpointLimitAndMinuteAcrossFlushes(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.advance(time.Hour)
+		s := newService(t, d, c, true)
+		ctx := context.Background()
+		tn := newTenant(t, d, "acme")
+		var eps []int64
+		for _, path := range []string{"/a", "/b"} {
+			ep, _, err := s.CreateEndpoint(ctx, tn, "http://127.0.0.1:9"+path, []string{EventKeyNearLimit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps = append(eps, ep.ID)
+		}
+		keys := 0
+		flush := func(name string, minute time.Time) []LimitMinute {
+			var near []NearKey
+			for range 5 {
+				keys++
+				near = append(near, NearKey{Key: fmt.Sprintf("key-%d", keys), Decisions: 1})
+			}
+			return []LimitMinute{{Name: name, Minute: minute, NearKeys: near}}
+		}
+		count := func(ep int64, minute time.Time, name string) int {
+			var bodies []string
+			if err := d.Gorm.Raw(`SELECT payload FROM webhook_deliveries WHERE endpoint_id = ? AND event = ?`, ep, EventKeyNearLimit).Scan(&bodies).Error; err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, b := range bodies {
+				var p struct{ Data map[string]any }
+				if err := json.Unmarshal([]byte(b), &p); err != nil {
+					t.Fatal(err)
+				}
+				if p.Data["minute"] == minute.Format(time.RFC3339) && p.Data["limit"] == name {
+					n++
+				}
+			}
+			return n
+		}
+		first := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+		second, third := first.Add(time.Minute), first.Add(2*time.Minute)
+		for _, minute := range []time.Time{first, second} {
+			for range 3 {
+				ms := flush("api", minute)
+				if err := d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) }); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i := range errs {
+			ms := append(flush("api", third), flush("search", third)...)
+			wg.Go(func() {
+				errs[i] = d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) })
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, ep := range eps {
+			for _, lm := range []struct {
+				name   string
+				minute time.Time
+			}{{"api", first}, {"api", second}, {"api", third}, {"search", third}} {
+				if n := count(ep, lm.minute, lm.name); n != maxNearKeysPerMinute {
+					t.Errorf("endpoint %d, %s at %s: %d key.near_limit deliveries, want %d", ep, lm.name, lm.minute.Format(time.TimeOnly), n, maxNearKeysPerMinute)
+				}
+			}
 		}
 	})
 }
