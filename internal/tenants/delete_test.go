@@ -20,7 +20,7 @@ func seedTenant(t *testing.T, e *env, id int64, stateRows int) {
 	e.key(t, id, KindSecret)
 	u, err := e.svc.CreateUser(e.ctx, fmt.Sprintf("member-%d@example.com", id), "member-password-1", false, &id, "test", "")
 	must(t, err)
-	_, _, err = e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+	_, _, err = e.svc.CreateAdminSession(e.ctx, u, time.Hour)
 	must(t, err)
 	_, _, err = e.svc.CreateInvite(e.ctx, &id, fmt.Sprintf("invited-%d@example.com", id), RoleViewer, 0, "tester")
 	must(t, err)

@@ -669,6 +669,7 @@ func (s *Service) ResetPassword(ctx context.Context, token, password string) (Us
 		if err := tx.Model(&userRow{}).Where("id = ?", user.ID).Update("password_hash", hash).Error; err != nil {
 			return err
 		}
+		user.PasswordHash = hash // the user returned logs in with the new password
 		if err := s.endSessions(tx, user.ID, ""); err != nil {
 			return err
 		}

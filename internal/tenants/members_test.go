@@ -76,9 +76,9 @@ func TestRolesRemovalAndDisablingEndSessions(t *testing.T) {
 			t.Fatalf("role change audited as %+v", log[0])
 		}
 
-		sa, _, err := e.svc.CreateAdminSession(e.ctx, a.ID, time.Hour)
+		sa, _, err := e.svc.CreateAdminSession(e.ctx, a, time.Hour)
 		must(t, err)
-		sb, _, err := e.svc.CreateAdminSession(e.ctx, b.ID, time.Hour)
+		sb, _, err := e.svc.CreateAdminSession(e.ctx, b, time.Hour)
 		must(t, err)
 		wantErr(t, e.svc.RemoveUser(e.ctx, &other.ID, a.ID, "x"), ErrNotFound)
 		must(t, e.svc.RemoveUser(e.ctx, &acme.ID, a.ID, "x"))
@@ -129,9 +129,9 @@ func TestPasswordChangeAndResetEndOtherSessions(t *testing.T) {
 		acme := e.tenant(t, "acme")
 		u, err := e.svc.CreateUser(e.ctx, "m@example.com", "m-password-12", false, &acme.ID, "test", "")
 		must(t, err)
-		s1, _, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+		s1, _, err := e.svc.CreateAdminSession(e.ctx, u, time.Hour)
 		must(t, err)
-		s2, _, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+		s2, _, err := e.svc.CreateAdminSession(e.ctx, u, time.Hour)
 		must(t, err)
 		f := apperr.Fields(e.svc.ChangePassword(e.ctx, u.ID, "wrong", "short", s1, "198.51.100.1"))
 		if f["current"] == "" || f["password"] == "" {

@@ -30,6 +30,10 @@ type User struct {
 	CreatedAt time.Time
 	// DisabledAt is when the user was disabled (nil: active): a disabled user cannot log in.
 	DisabledAt *time.Time
+	// credential is the SHA-256 of the password hash this value was read (or written) with: what
+	// a login verified. CreateAdminSession starts a session only while it is still the user's, so
+	// a login that checked a password a change or reset has replaced since starts none.
+	credential string
 }
 
 // Password rules. The maximum only stops absurd inputs; argon2 itself accepts any length.
@@ -73,7 +77,14 @@ func userFromRow(r userRow) User {
 		role = RoleAdmin
 	}
 	return User{ID: r.ID, Email: r.Email, TenantID: r.TenantID, IsOperator: r.IsOperator, Role: role,
-		CreatedAt: utc(r.CreatedAt), DisabledAt: utcPtr(r.DisabledAt)}
+		CreatedAt: utc(r.CreatedAt), DisabledAt: utcPtr(r.DisabledAt), credential: credentialOf(r.PasswordHash)}
+}
+
+// credentialOf is User.credential for a stored password hash: a digest, so that a User value
+// printed by mistake shows nothing of the hash.
+func credentialOf(passwordHash string) string {
+	sum := sha256.Sum256([]byte(passwordHash))
+	return hex.EncodeToString(sum[:])
 }
 
 // normalizeEmail lower-cases and checks an address. Lower-casing makes the UNIQUE column
@@ -281,11 +292,19 @@ func (s *Service) ListUsers(ctx context.Context, tenantID *int64) ([]User, error
 // adminSessionIDLen is the length of a session ID: 128 random bits in hex.
 const adminSessionIDLen = 32
 
-// CreateAdminSession starts a dashboard session for a user, valid for ttl. The returned ID is
-// 128 random bits in hex; the UI puts it in a signed cookie and checks it with AdminSession on
-// every request, which is what makes logout and revocation immediate. Only its SHA-256 is
-// stored: the ID itself is returned once and kept by nobody but the cookie.
-func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time.Duration) (string, time.Time, error) {
+// CreateAdminSession starts a dashboard session for user, valid for ttl: the user as Login (or
+// CreateUser, AcceptInvite, ResetPassword) returned it. The returned ID is 128 random bits in
+// hex; the UI puts it in a signed cookie and checks it with AdminSession on every request, which
+// is what makes logout and revocation immediate. Only its SHA-256 is stored: the ID itself is
+// returned once and kept by nobody but the cookie.
+//
+// The serializable transaction that inserts the session first checks that the user's password
+// is still the one user was read with and that the user is not disabled; otherwise it inserts
+// nothing and answers ErrUnauthorized (ErrNotFound for a user who no longer exists). A login
+// verifies the password in a transaction of its own, so without this a login that checked the
+// old password just before a password change or reset committed (which end the sessions that
+// exist then) would start its session just after, and keep it.
+func (s *Service) CreateAdminSession(ctx context.Context, user User, ttl time.Duration) (string, time.Time, error) {
 	if ttl <= 0 {
 		return "", time.Time{}, wrap("create admin session", invalid("ttl", "ttl must be positive"))
 	}
@@ -293,10 +312,17 @@ func (s *Service) CreateAdminSession(ctx context.Context, userID int64, ttl time
 	_, _ = rand.Read(b[:])
 	now := s.clock()
 	id := hex.EncodeToString(b[:])
-	row := adminSessionRow{IDHash: hashSessionID(id), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	row := adminSessionRow{IDHash: hashSessionID(id), UserID: user.ID, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
-		if err := first(tx, &userRow{}, "id = ?", userID); err != nil {
+		var current userRow
+		if err := first(tx, &current, "id = ?", user.ID); err != nil {
 			return err
+		}
+		switch {
+		case user.credential == "" || user.credential != credentialOf(current.PasswordHash):
+			return fmt.Errorf("the password changed since it was checked: %w", ErrUnauthorized)
+		case current.DisabledAt != nil:
+			return fmt.Errorf("user disabled: %w", ErrUnauthorized)
 		}
 		return tx.Create(&row).Error
 	})

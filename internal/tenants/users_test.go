@@ -134,7 +134,7 @@ func TestAdminSessionExpiresAndCanBeRevoked(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		u, err := e.svc.CreateUser(e.ctx, "ops@example.com", "correct horse battery", true, nil, "test", "")
 		must(t, err)
-		id, expires, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+		id, expires, err := e.svc.CreateAdminSession(e.ctx, u, time.Hour)
 		must(t, err)
 		if len(id) != 32 || !expires.Equal(e.clock.Now().Add(time.Hour)) {
 			t.Fatalf("session %q expires %v", id, expires)
@@ -151,7 +151,7 @@ func TestAdminSessionExpiresAndCanBeRevoked(t *testing.T) {
 		_, err = e.svc.AdminSession(e.ctx, id)
 		wantErr(t, err, ErrUnauthorized)
 
-		id2, _, err := e.svc.CreateAdminSession(e.ctx, u.ID, time.Hour)
+		id2, _, err := e.svc.CreateAdminSession(e.ctx, u, time.Hour)
 		must(t, err)
 		if id2 == id {
 			t.Fatal("two sessions share an ID")
@@ -166,9 +166,9 @@ func TestAdminSessionExpiresAndCanBeRevoked(t *testing.T) {
 		_, err = e.svc.AdminSession(e.ctx, "'; DROP TABLE users; --")
 		wantErr(t, err, ErrUnauthorized)
 		wantErr(t, e.svc.RevokeAdminSession(e.ctx, strings.Repeat("0", 32)), ErrNotFound)
-		_, _, err = e.svc.CreateAdminSession(e.ctx, u.ID+100, time.Hour)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, User{ID: u.ID + 100, credential: u.credential}, time.Hour)
 		wantErr(t, err, ErrNotFound)
-		_, _, err = e.svc.CreateAdminSession(e.ctx, u.ID, 0)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, u, 0)
 		wantErr(t, err, ErrInvalid)
 	})
 }
@@ -200,4 +200,95 @@ func TestInvalidInputCarriesItsFieldAndAClientSafeMessage(t *testing.T) {
 			t.Errorf("%v: the message %q is not the specific reason", err, e.Message)
 		}
 	}
+}
+
+// TestSessionStartsOnlyWithThePasswordStillChecked: a login checks the password in a transaction
+// of its own and starts its session in another; a password change or reset, a disabling or a
+// removal committed between the two ends the sessions that exist then, so the session that comes
+// after must not start. Each change is committed in exactly that gap (after Login, before
+// CreateAdminSession); the user a change, a creation or a reset returns still starts one.
+func TestSessionStartsOnlyWithThePasswordStillChecked(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		const addr = "198.51.100.7"
+		acme := e.tenant(t, "acme")
+		created, err := e.svc.CreateUser(e.ctx, "m@example.com", "m-password-01", false, &acme.ID, "test", "")
+		must(t, err)
+		sessions := func() int64 {
+			t.Helper()
+			var n int64
+			must(t, e.db.Gorm.Model(&adminSessionRow{}).Where("user_id = ? AND revoked_at IS NULL", created.ID).Count(&n).Error)
+			return n
+		}
+		login := func(password string) User {
+			t.Helper()
+			u, err := e.svc.Login(e.ctx, "m@example.com", password, addr)
+			must(t, err)
+			return u
+		}
+
+		// The straightforward path: the session of a login, or of the user CreateUser returned.
+		_, _, err = e.svc.CreateAdminSession(e.ctx, login("m-password-01"), time.Hour)
+		must(t, err)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, created, time.Hour)
+		must(t, err)
+
+		// The user's own change: the other login's session must not start after it.
+		checked := login("m-password-01")
+		must(t, e.svc.ChangePassword(e.ctx, created.ID, "m-password-01", "m-password-02", "", addr))
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		wantErr(t, err, ErrUnauthorized)
+		if n := sessions(); n != 0 {
+			t.Fatalf("%d live sessions after the password change, want 0", n)
+		}
+
+		// An operator's reset link: the same, and the user ResetPassword returns logs in.
+		checked = login("m-password-02")
+		link, err := e.svc.CreateResetLink(e.ctx, created.ID, 0, "test")
+		must(t, err)
+		reset, err := e.svc.ResetPassword(e.ctx, link, "m-password-03")
+		must(t, err)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		wantErr(t, err, ErrUnauthorized)
+		if n := sessions(); n != 0 {
+			t.Fatalf("%d live sessions after the reset, want 0", n)
+		}
+		_, _, err = e.svc.CreateAdminSession(e.ctx, reset, time.Hour)
+		must(t, err)
+
+		// The CLI's `user passwd`.
+		checked = login("m-password-03")
+		must(t, e.svc.SetPassword(e.ctx, created.ID, "m-password-04", "cli"))
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		wantErr(t, err, ErrUnauthorized)
+
+		// Disabled, then removed, in the gap.
+		checked = login("m-password-04")
+		must(t, e.svc.SetDisabled(e.ctx, &acme.ID, created.ID, true, "test"))
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		wantErr(t, err, ErrUnauthorized)
+		must(t, e.svc.SetDisabled(e.ctx, &acme.ID, created.ID, false, "test"))
+		checked = login("m-password-04")
+		must(t, e.svc.RemoveUser(e.ctx, &acme.ID, created.ID, "test"))
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		wantErr(t, err, ErrNotFound)
+		if n := sessions(); n != 0 {
+			t.Fatalf("%d live sessions of a removed user", n)
+		}
+
+		// A User value that no password check produced starts nothing.
+		_, _, err = e.svc.CreateAdminSession(e.ctx, User{ID: created.ID}, time.Hour)
+		wantErr(t, err, ErrNotFound)
+		op, err := e.svc.CreateUser(e.ctx, "op@example.com", "op-password-01", true, nil, "test", "")
+		must(t, err)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, User{ID: op.ID}, time.Hour)
+		wantErr(t, err, ErrUnauthorized)
+
+		// An accepted invitation logs its new member in.
+		_, token, err := e.svc.CreateInvite(e.ctx, &acme.ID, "n@example.com", RoleViewer, 0, "test")
+		must(t, err)
+		joined, err := e.svc.AcceptInvite(e.ctx, token, "n-password-01")
+		must(t, err)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, joined, time.Hour)
+		must(t, err)
+	})
 }

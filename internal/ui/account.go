@@ -198,7 +198,14 @@ func (u *UI) linkDone(c *gin.Context, vm passwordVM, user tenants.User, err erro
 	case err != nil:
 		u.internalError(c, err)
 	default:
-		if err := u.startSession(c, user); err != nil {
+		err := u.startSession(c, user)
+		if errors.Is(err, tenants.ErrUnauthorized) || errors.Is(err, tenants.ErrNotFound) {
+			// The password is set, but the user was disabled or removed, or the password changed
+			// again, meanwhile: no session; the login page says whether the new password works.
+			redirect(c, "/login")
+			return
+		}
+		if err != nil {
 			u.internalError(c, err)
 			return
 		}

@@ -88,9 +88,11 @@ func (u *UI) parseSession(token string) (sessionClaims, error) {
 	return claims, nil
 }
 
-// startSession creates the admin_sessions row and sets the cookie.
+// startSession creates the admin_sessions row and sets the cookie. user is the user as the
+// password check (or the creation, or the reset) returned it: a password changed since, a user
+// disabled or removed since, starts no session (tenants.ErrUnauthorized or ErrNotFound).
 func (u *UI) startSession(c *gin.Context, user tenants.User) error {
-	id, expires, err := u.tenants.CreateAdminSession(c.Request.Context(), user.ID, u.ttl)
+	id, expires, err := u.tenants.CreateAdminSession(c.Request.Context(), user, u.ttl)
 	if err != nil {
 		return err
 	}

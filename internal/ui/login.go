@@ -44,7 +44,9 @@ func (u *UI) loginForm(c *gin.Context) {
 
 // login spends the rate limits' tokens first (so a refused attempt costs no argon2 work, and
 // concurrent attempts check no more passwords than the limits allow), then checks the password,
-// then starts a session. A right password resets its account's limit at its address.
+// then starts a session. A right password resets its account's limit at its address. The session
+// starts only if the password checked is still the user's (a change or reset committed between
+// the check and the session is a failed login, not a session that outlives the change).
 func (u *UI) login(c *gin.Context) {
 	email, password := c.PostForm("email"), c.PostForm("password")
 	vm := loginVM{Layout: u.bareLayout(c, "Log in"), Email: email, Next: safeNext(c.PostForm("next"))}
@@ -80,7 +82,18 @@ func (u *UI) login(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	if err := u.startSession(c, user); err != nil {
+	u.afterPasswordCheck()
+	err = u.startSession(c, user)
+	if errors.Is(err, tenants.ErrUnauthorized) || errors.Is(err, tenants.ErrNotFound) {
+		// The password was changed or reset, or the user disabled or removed, after it was
+		// checked: the change ended every session, and this one must not start after it.
+		u.auditRequest(c, user.TenantID, user.Email, "login.failed", "user:"+strconv.FormatInt(user.ID, 10),
+			"client "+addr+"; the password or the account changed during the login")
+		vm.Error = "Email or password is wrong."
+		u.render(c, http.StatusUnauthorized, loginPage(vm))
+		return
+	}
+	if err != nil {
 		u.internalError(c, err)
 		return
 	}

@@ -272,3 +272,64 @@ func TestAWrongCurrentPasswordSpendsTheLoginLimits(t *testing.T) {
 		t.Fatal("the security log does not show the lockout of the third wrong current password")
 	}
 }
+
+// A login that checked the old password just before a password change or reset committed does
+// not keep a session after it: the change is committed in exactly the gap between the login's
+// password check and its session (the UI's hook), and the login fails instead; the next login
+// with the new password works.
+func TestLoginRacingAPasswordChangeStartsNoSession(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, onDatabase(dbURL))
+		op := e.operator()
+		ctx := context.Background()
+		var change func() error // committed by the next login between its check and its session
+		e.ui.SetAfterPasswordCheck(func() {
+			if change != nil {
+				if err := change(); err != nil {
+					t.Error(err)
+				}
+				change = nil
+			}
+		})
+		liveSessions := func() int64 {
+			t.Helper()
+			var n int64
+			if err := e.db.Gorm.Table("admin_sessions").Where("user_id = ? AND revoked_at IS NULL", op.ID).Count(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		refused := func(password string) {
+			t.Helper()
+			c := e.client()
+			res := c.post("/login", url.Values{"email": {opEmail}, "password": {password}})
+			wantStatus(t, res, http.StatusUnauthorized)
+			if got := text(res.doc(t), "#login-error"); got != "Email or password is wrong." {
+				t.Fatalf("error = %q", got)
+			}
+			if c.cookie() != "" || findCookie(res, cookieName) != nil {
+				t.Fatal("the login set a session cookie")
+			}
+			if n := liveSessions(); n != 0 {
+				t.Fatalf("%d live sessions after the change, want 0", n)
+			}
+		}
+
+		change = func() error {
+			return e.svc.ChangePassword(ctx, op.ID, opPassword, "operator-password-2", "", "192.0.2.1")
+		}
+		refused(opPassword)
+
+		change = func() error {
+			link, err := e.svc.CreateResetLink(ctx, op.ID, 0, "test")
+			if err == nil {
+				_, err = e.svc.ResetPassword(ctx, link, "operator-password-3")
+			}
+			return err
+		}
+		refused("operator-password-2")
+
+		c := e.login(opEmail, "operator-password-3")
+		wantStatus(t, c.get("/tenants"), http.StatusOK)
+	})
+}

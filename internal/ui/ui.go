@@ -105,6 +105,17 @@ type UI struct {
 
 	setupMu    sync.Mutex
 	setupToken string // one-time first-operator token; "" when setup is not offered
+
+	// testAfterPasswordCheck, when set (tests only, export_test.go), runs in a login between the
+	// password check and the session's creation.
+	testAfterPasswordCheck func()
+}
+
+// afterPasswordCheck runs the tests' hook between a login's password check and its session.
+func (u *UI) afterPasswordCheck() {
+	if u.testAfterPasswordCheck != nil {
+		u.testAfterPasswordCheck()
+	}
 }
 
 // New builds the dashboard.
