@@ -538,6 +538,15 @@ func TestStrictJSONRefusesDuplicateMembersAndOutOfRangeNumbers(t *testing.T) {
 			{http.MethodPut, "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":1e30}`, api.CodeInvalidConfig, "period"},
 			{http.MethodPost, "/v1/limits/z/limit", `{"config":{"kind":"token bucket","rate":1e400,"period":1000}}`, api.CodeInvalidConfig, "config.rate"},
 			{http.MethodPost, "/v1/limits/x/limit", `{"count":1e400}`, api.CodeInvalidRequest, "count"},
+			// encoding/json matches member names in any case: {"KEY": …} would be taken as "key".
+			{http.MethodPost, "/v1/limits/x/limit", `{"key":"alice","KEY":"bob"}`, api.CodeInvalidRequest, "KEY"},
+			{http.MethodPost, "/v1/limits/x/limit", `{"count":1,"COUNT":5}`, api.CodeInvalidRequest, "COUNT"},
+			{http.MethodPost, "/v1/limit", `{"limits":[{"name":"x"},{"name":"x","Key":"a"}]}`, api.CodeInvalidRequest, "limits[1].Key"},
+			{http.MethodPost, "/v1/decisions", `{"Decisions":[{"NAME":"x","Count":4}]}`, api.CodeInvalidRequest, "Decisions"},
+			{http.MethodPost, "/v1/decisions", `{"decisions":[{"name":"x","Count":4}]}`, api.CodeInvalidRequest, "decisions[0].Count"},
+			{http.MethodPost, "/v1/holds", `{"limits":[{"name":"x","count":1}],"TTL":1000}`, api.CodeInvalidRequest, "TTL"},
+			{http.MethodPut, "/v1/limits/y", `{"kind":"token bucket","Rate":1,"period":1000}`, api.CodeInvalidRequest, "Rate"},
+			{http.MethodPost, "/v1/limits/z/limit", `{"config":{"kind":"token bucket","rate":1,"Period":1000}}`, api.CodeInvalidRequest, "config.Period"},
 		} {
 			p := requireProblem(t, h.send(t, tc.method, tc.path, a.key, tc.body), http.StatusBadRequest, tc.code)
 			if p["field"] != tc.field {
