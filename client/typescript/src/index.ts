@@ -263,9 +263,15 @@ export class Sluice {
   readonly #fallback: Fallback | undefined;
   readonly #fetch: typeof fetch;
 
+  /**
+   * Throws a TypeError when baseUrl is not an http or https URL with a host, or when secretKey
+   * holds a control character (a trailing newline: refused, not trimmed) or a character beyond
+   * U+00FF, which a header cannot carry: a request that cannot be sent must not count as Sluice
+   * not answering, which a fail-open client would admit.
+   */
   constructor(o: SluiceOptions) {
-    this.#base = o.baseUrl.replace(/\/+$/, "");
-    this.#key = o.secretKey;
+    this.#base = checkBaseUrl(o.baseUrl).replace(/\/+$/, "");
+    this.#key = checkSecretKey(o.secretKey);
     this.#timeoutMs = Math.max(o.timeoutMs ?? 10_000, 0);
     this.#retries = Math.max(o.retries ?? 2, 0);
     this.#backoffMs = Math.max(o.backoffMs ?? 50, 0);
@@ -305,6 +311,7 @@ export class Sluice {
    * does an item Sluice answers with a 5xx problem of its own.
    */
   async bulk(items: Item[], opts?: CallOptions): Promise<BulkResult[]> {
+    checkIdempotencyKey(opts, "POST /v1/decisions");
     // An invalid item gets its error here and is not sent; the others are.
     const invalid = items.map((it, i) => invalidItem(it, `decision ${i}`));
     const sent = items.flatMap((it, i) => (invalid[i] ? [] : [{ it, i }]));
@@ -499,6 +506,7 @@ export class Sluice {
   async #decide(name: string, verb: string, d: DecisionRequest, retry: boolean, opts?: CallOptions): Promise<Result> {
     const bad = invalidItem({ ...d, name }, verb.slice(1));
     if (bad) throw bad;
+    if (verb === "/limit") checkIdempotencyKey(opts, `POST ${limitPath(name)}${verb}`);
     let a: Answer;
     try {
       const body: BodyJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post"> = d;
@@ -517,6 +525,7 @@ export class Sluice {
       const bad = invalidItem(it, `${path.slice(4)} item ${i}`);
       if (bad) throw bad;
     }
+    if (path === "/v1/limit") checkIdempotencyKey(opts, `POST ${path}`);
     let a: Answer;
     try {
       const body: BodyJSON<"/v1/limit" | "/v1/check", "post"> = opts?.throws ? { limits: items, throws: true } : { limits: items };
@@ -550,10 +559,8 @@ export class Sluice {
    */
   async #call(method: string, path: string, body: unknown, retry: boolean, opts?: CallOptions, keyed = false): Promise<Answer> {
     const route = `${method} ${path.split("?")[0]}`;
-    const idemKey = keyed ? opts?.idempotencyKey : undefined;
-    if (idemKey !== undefined && !/^[\x20-\x7e]{1,255}$/.test(idemKey)) {
-      throw new TypeError(`sluice: ${route}: an idempotencyKey is 1 to 255 printable ASCII characters`);
-    }
+    const idemKey = keyed ? checkIdempotencyKey(opts, route) : undefined;
+    // A body JSON cannot carry (a BigInt, a cycle) throws here, before anything is sent.
     const payload = body === undefined ? undefined : JSON.stringify(body);
     // One signal for the whole call (its retries included), aborted by the timeout or the
     // caller. Linked by hand rather than with AbortSignal.any, which Node 20.0-20.2 lack (and
@@ -838,11 +845,49 @@ function retryable(err: unknown): boolean {
   return err instanceof NoAnswerError;
 }
 
-/** Whether err means Sluice did not answer (rather than answered no). */
+/**
+ * Whether err means Sluice did not answer (rather than answered no): a NoAnswerError (a network
+ * error, the client's timeout) or a 5xx. Nothing else is: not an error thrown before the request
+ * was sent (the caller's arguments, a body JSON cannot carry), nor an answer that did not decode.
+ */
 function cannotAnswer(err: unknown, opts?: CallOptions): boolean {
   if (opts?.signal?.aborted) return false; // the caller gave up: its error, not Sluice's
   if (err instanceof SluiceError) return err.status >= 500;
-  return true;
+  return err instanceof NoAnswerError;
+}
+
+/**
+ * The call's idempotencyKey (route: the call, for the message), checked: 1 to 255 printable
+ * ASCII characters, else a TypeError before anything is sent.
+ */
+function checkIdempotencyKey(opts: CallOptions | undefined, route: string): string | undefined {
+  const k: unknown = opts?.idempotencyKey;
+  if (k !== undefined && (typeof k !== "string" || !/^[\x20-\x7e]{1,255}$/.test(k))) {
+    throw new TypeError(`sluice: ${route}: an idempotencyKey is 1 to 255 printable ASCII characters`);
+  }
+  return k;
+}
+
+/** baseUrl, checked: an http or https URL with a host. */
+function checkBaseUrl(baseUrl: unknown): string {
+  let u: URL | undefined;
+  try {
+    u = typeof baseUrl === "string" ? new URL(baseUrl) : undefined;
+  } catch {
+    u = undefined;
+  }
+  if (!u || (u.protocol !== "http:" && u.protocol !== "https:") || u.host === "") {
+    throw new TypeError(`sluice: baseUrl ${JSON.stringify(baseUrl)} is not an http or https URL with a host (e.g. "https://sluice.example.com")`);
+  }
+  return baseUrl as string;
+}
+
+/** secretKey, checked: no control character and nothing beyond U+00FF, which a header cannot carry. */
+function checkSecretKey(key: unknown): string {
+  if (typeof key !== "string" || /[\x00-\x1f\x7f]|[^\x00-\xff]/.test(key)) {
+    throw new TypeError("sluice: secretKey must be a string without control characters (a trailing newline, say) or characters beyond U+00FF");
+  }
+  return key;
 }
 
 function asError(e: unknown): Error {

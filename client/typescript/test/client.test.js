@@ -546,6 +546,45 @@ test("an idempotencyKey replays the first answer and makes consuming calls retry
   assert.equal(f.calls, 0, "a malformed key is not sent");
 });
 
+test("a malformed idempotencyKey, a body JSON cannot carry, a bad baseUrl or secretKey are thrown, never failed open", async () => {
+  // A fail-open client of the real Sluice, counting what it sends: none of these may come back
+  // ok and degraded (Sluice did answer nothing: nothing was asked).
+  const f = countingFetch();
+  const c = client({ failPolicy: "open", fetch: f });
+  const name = limitName("badlocal");
+  await c.putLimit(name, { kind: "token bucket", rate: 1, period: 3_600_000 });
+  const sentBefore = f.calls;
+  for (let i = 0; i < 5; i++) {
+    await assert.rejects(c.limit(name, { key: "alice" }, { idempotencyKey: `order-é-${i}` }), TypeError, `limit with a non-ASCII key, ${i}`);
+  }
+  await assert.rejects(c.bulk([{ name, key: "alice" }], { idempotencyKey: "k".repeat(256) }), TypeError, "bulk with a 256-character key");
+  await assert.rejects(c.batch([{ name, key: "alice" }], { idempotencyKey: "" }), TypeError, "batch with an empty key");
+  // Before any item is judged: a bulk whose items are all invalid throws for its key too.
+  await assert.rejects(c.bulk([{ name: "bad name" }], { idempotencyKey: "a\nb" }), TypeError, "bulk of invalid items with a bad key");
+  const big = { attributes: { org: 1n } };
+  await assert.rejects(c.limit(name, { key: "alice", ...big }), /BigInt/, "limit with a BigInt");
+  await assert.rejects(c.batch([{ name, key: "alice", ...big }]), /BigInt/, "batch with a BigInt");
+  await assert.rejects(c.bulk([{ name, key: "alice", ...big }]), /BigInt/, "bulk with a BigInt");
+  assert.equal(f.calls, sentBefore, "nothing was sent");
+  const v = await c.value(name, "alice");
+  assert.ok(near(v.value, 1), `value ${v.value}: nothing was consumed, want 1`);
+  // The same key, well formed, is sent and consumes.
+  const r = await c.limit(name, { key: "alice" }, { idempotencyKey: "order-e-0" });
+  assert.ok(r.ok && !r.degraded, JSON.stringify(r));
+
+  for (const baseUrl of ["localhost:8080", "sluice.example.com", "ftp://sluice.example.com", "http://", ""]) {
+    assert.throws(() => new Sluice({ baseUrl, secretKey: "sk", failPolicy: "open" }), TypeError, `baseUrl ${JSON.stringify(baseUrl)}`);
+  }
+  for (const secretKey of [`${sluice.secretKey}\n`, "s\rk", "sk\u0100"]) {
+    assert.throws(() => new Sluice({ baseUrl: sluice.baseUrl, secretKey, failPolicy: "open" }), TypeError, `secretKey ${JSON.stringify(secretKey)}`);
+  }
+
+  // Sluice not answering still fails open.
+  const { c: gone } = await unreachable({ failPolicy: "open" });
+  const fell = await gone.limit(name, { key: "alice" }, { idempotencyKey: "order-e-1" });
+  assert.ok(fell.ok && fell.degraded, JSON.stringify(fell));
+});
+
 test("the names . and .. (which fetch resolves away) and keys with a lone surrogate are refused before sending", async () => {
   const { c, f } = await unreachable({ failPolicy: "open" });
   for (const name of [".", ".."]) {
