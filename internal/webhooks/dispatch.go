@@ -122,8 +122,11 @@ func (s *Service) Resend(ctx context.Context, tenantID, endpointID int64, delive
 		// there is only no such row).
 		return fmt.Errorf("webhooks: resend: %w", ErrDeliveryNotFound)
 	}
-	now := s.now().UnixMilli()
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		now, err := s.nowIn(tx)
+		if err != nil {
+			return err
+		}
 		res := tx.Model(&deliveryRow{}).Where("tenant_id = ? AND endpoint_id = ? AND id = ?", tenantID, endpointID, deliveryID).
 			Updates(map[string]any{"next_attempt_at": now, "delivered_at": nil, "given_up_at": nil, "attempts": 0, "created_at": now})
 		if res.Error == nil && res.RowsAffected == 0 {
@@ -189,9 +192,15 @@ func (s *Service) DeliverDue(ctx context.Context) (int, error) {
 	servedAt := map[int64]int{} // tenant → the number of the sending that last served it (none: 0)
 	for sending := 1; ; sending++ {
 		s.housekeepIfDue(ctx)
-		now := s.now()
+		// The due look and the claim's lease take the database's time on PostgreSQL (nowIn):
+		// by its own clock, an instance running a minute ahead would claim a delivery whose
+		// lease another instance, still sending it, took a moment ago.
+		now, err := s.nowIn(s.db.Gorm.WithContext(ctx))
+		if err != nil {
+			return sent, err
+		}
 		var due []dueDelivery
-		if err := s.db.Gorm.WithContext(ctx).Raw(dueSQL, now.UnixMilli()).Scan(&due).Error; err != nil {
+		if err := s.db.Gorm.WithContext(ctx).Raw(dueSQL, now).Scan(&due).Error; err != nil {
 			return sent, fmt.Errorf("webhooks: due deliveries: %w", err)
 		}
 		if len(due) == 0 {
@@ -204,7 +213,7 @@ func (s *Service) DeliverDue(ctx context.Context) (int, error) {
 			}
 		}
 		var claimed []deliveryRow
-		if err := s.db.Gorm.WithContext(ctx).Raw(claimSQL, now.Add(claimLease).UnixMilli(), next.ID, now.UnixMilli()).Scan(&claimed).Error; err != nil {
+		if err := s.db.Gorm.WithContext(ctx).Raw(claimSQL, now+claimLease.Milliseconds(), next.ID, now).Scan(&claimed).Error; err != nil {
 			return sent, fmt.Errorf("webhooks: claim: %w", err)
 		}
 		if len(claimed) == 0 {
@@ -241,7 +250,11 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 	default:
 		status, sendErr = s.send(ctx, ep, d)
 	}
-	now := s.now()
+	nowMS, err := s.nowIn(s.db.Gorm.WithContext(ctx))
+	if err != nil {
+		return false, err
+	}
+	now := time.UnixMilli(nowMS)
 	update := map[string]any{"last_error": ""}
 	if status != 0 {
 		update["last_status"] = status
@@ -284,7 +297,7 @@ func (s *Service) send(ctx context.Context, ep endpointRow, d deliveryRow) (int,
 	if err != nil {
 		return 0, err
 	}
-	ts := s.now().Unix()
+	ts := s.wallClock().Unix() // compared by the receiver with its own clock
 	body := []byte(d.Payload)
 	sig, err := Sign(secret, d.ID, ts, body)
 	if err != nil {

@@ -51,7 +51,7 @@ const overflowSQL = `UPDATE webhook_deliveries SET given_up_at = ?, last_error =
 // it never did). A failure is logged, not returned: the deliveries go on, and it is tried again
 // housekeepingEvery later.
 func (s *Service) housekeepIfDue(ctx context.Context) {
-	now := s.now().UnixMilli()
+	now := s.wallClock().UnixMilli() // how often this process housekeeps: its own clock's business
 	last := s.lastHousekeeping.Load()
 	// Of concurrent passes of this service, the one that moves lastHousekeeping housekeeps.
 	if now-last < housekeepingEvery.Milliseconds() || !s.lastHousekeeping.CompareAndSwap(last, now) {
@@ -66,7 +66,10 @@ func (s *Service) housekeepIfDue(ctx context.Context) {
 // finished more than KeepFinished ago, a batch at a time. A delivery given up here while a
 // dispatcher is sending it keeps that state: the attempt's outcome is not recorded over it.
 func (s *Service) housekeep(ctx context.Context) error {
-	now := s.now().UnixMilli()
+	now, err := s.nowIn(s.db.Gorm.WithContext(ctx))
+	if err != nil {
+		return err
+	}
 	gaveUp, err := s.inBatches(ctx, overflowSQL, now, outboxFull, finishedNextAttempt, MaxWaitingPerEndpoint, housekeepingBatch)
 	if err != nil {
 		return fmt.Errorf("webhooks: give up past the outbox's bound: %w", err)

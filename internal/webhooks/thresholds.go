@@ -70,7 +70,10 @@ func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMi
 	if len(eps) == 0 {
 		return nil
 	}
-	now := s.now().UnixMilli()
+	now, err := s.nowIn(tx)
+	if err != nil {
+		return err
+	}
 	for _, r := range eps {
 		events := strings.Split(r.Events, ",")
 		for _, m := range minutes {
@@ -121,7 +124,7 @@ func (s *Service) alertOnce(tx *gorm.DB, r endpointRow, alert string, now int64,
 	if res.Error != nil || res.RowsAffected == 0 {
 		return false, res.Error
 	}
-	return true, s.insertDelivery(tx, r, event, data)
+	return true, s.insertDelivery(tx, r, event, data, now)
 }
 
 // The key.near_limit events of one endpoint, limit and minute are at most maxNearKeysPerMinute

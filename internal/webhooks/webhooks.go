@@ -88,8 +88,17 @@ type Options struct {
 	// AllowPrivate lets endpoints be loopback, private, link-local or otherwise non-public
 	// addresses (WEBHOOK_ALLOW_PRIVATE): for a receiver inside the operator's own network.
 	AllowPrivate bool
-	// Now is the clock of the outbox (tests move it); time.Now when nil.
-	Now    func() time.Time
+	// Now, when set, replaces every clock of the outbox on every dialect: tests move it. Unset
+	// (production), on PostgreSQL every time two instances must agree on (an event's created_at
+	// and next attempt, the dispatcher's due look and claim lease, an attempt's recorded retry
+	// or given-up time, housekeeping's cut-offs, the threshold events' memory) is the
+	// database's, so that an instance whose clock runs ahead neither claims a delivery another
+	// is still sending nor retries early; on SQLite (one process) it is Clock's.
+	Now func() time.Time
+	// Clock is this process's clock: SQLite's outbox time, and times no other instance reads
+	// (the webhook-timestamp of a request, an endpoint's created_at, how often housekeeping
+	// runs); time.Now when nil. Tests skew it to show that PostgreSQL's outbox does not read it.
+	Clock  func() time.Time
 	Logger *slog.Logger
 	// Interval is how often Run looks for due deliveries; default one second.
 	Interval time.Duration
@@ -100,7 +109,8 @@ type Service struct {
 	db           *db.DB
 	sealer       sealer
 	allowPrivate bool
-	now          func() time.Time
+	testNow      func() time.Time // Options.Now: replaces every clock when set
+	clock        func() time.Time // this process's clock (Options.Clock)
 	log          *slog.Logger
 	client       *http.Client
 	interval     time.Duration
@@ -115,8 +125,8 @@ func NewService(d *db.DB, sealKey []byte, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = time.Now
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -124,8 +134,38 @@ func NewService(d *db.DB, sealKey []byte, opts Options) (*Service, error) {
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
 	}
-	return &Service{db: d, sealer: s, allowPrivate: opts.AllowPrivate, now: opts.Now, log: opts.Logger,
+	return &Service{db: d, sealer: s, allowPrivate: opts.AllowPrivate, testNow: opts.Now, clock: opts.Clock, log: opts.Logger,
 		client: newClient(opts.AllowPrivate), interval: opts.Interval}, nil
+}
+
+// wallClock is this process's time, for times no other instance reads: the test clock when
+// set, else Clock.
+func (s *Service) wallClock() time.Time {
+	if s.testNow != nil {
+		return s.testNow()
+	}
+	return s.clock()
+}
+
+// sqlNow reads the database's clock in ms since the epoch (PostgreSQL): the expression of the
+// limiter's decisions (internal/limiter's sqlNow), so that the outbox and the limits agree.
+const sqlNow = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+// nowIn is the outbox's time (ms since the epoch) for what is done in tx, which instances must
+// agree on: the test clock when set, the database's on PostgreSQL, the process's on SQLite.
+func (s *Service) nowIn(tx *gorm.DB) (int64, error) {
+	switch {
+	case s.testNow != nil:
+		return s.testNow().UnixMilli(), nil
+	case s.db.Dialect == db.Postgres:
+		var ms int64
+		if err := tx.Raw(sqlNow).Scan(&ms).Error; err != nil {
+			return 0, fmt.Errorf("webhooks: the database's time: %w", err)
+		}
+		return ms, nil
+	default:
+		return s.clock().UnixMilli(), nil
+	}
 }
 
 // The problems of this package, in the project's vocabulary.
@@ -170,7 +210,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, tenantID int64, rawURL str
 		return Endpoint{}, "", err
 	}
 	row := endpointRow{TenantID: tenantID, URL: u, SecretSealed: sealed, Events: strings.Join(events, ","), Enabled: true,
-		CreatedAt: s.now().UnixMilli(), RefusalThreshold: threshold}
+		CreatedAt: s.wallClock().UnixMilli(), RefusalThreshold: threshold}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		var n int64
 		if err := tx.Model(&endpointRow{}).Where("tenant_id = ?", tenantID).Count(&n).Error; err != nil {
@@ -268,11 +308,16 @@ func (s *Service) Enqueue(tx *gorm.DB, tenantID int64, event string, data any) e
 	if err := tx.Where("tenant_id = ? AND enabled", tenantID).Find(&rows).Error; err != nil {
 		return err
 	}
+	rows = slices.DeleteFunc(rows, func(r endpointRow) bool { return !slices.Contains(strings.Split(r.Events, ","), event) })
+	if len(rows) == 0 {
+		return nil
+	}
+	now, err := s.nowIn(tx)
+	if err != nil {
+		return err
+	}
 	for _, r := range rows {
-		if !slices.Contains(strings.Split(r.Events, ","), event) {
-			continue
-		}
-		if err := s.insertDelivery(tx, r, event, data); err != nil {
+		if err := s.insertDelivery(tx, r, event, data, now); err != nil {
 			return err
 		}
 	}
@@ -290,7 +335,11 @@ func (s *Service) SendTest(ctx context.Context, tenantID, endpointID int64) erro
 		if res.RowsAffected == 0 {
 			return ErrEndpointNotFound
 		}
-		return s.insertDelivery(tx, r, EventTest, map[string]string{"message": "a test event sent from Sluice"})
+		now, err := s.nowIn(tx)
+		if err != nil {
+			return err
+		}
+		return s.insertDelivery(tx, r, EventTest, map[string]string{"message": "a test event sent from Sluice"}, now)
 	})
 	if err != nil {
 		return fmt.Errorf("webhooks: send test: %w", err)
@@ -305,9 +354,9 @@ type payload struct {
 	Data      any    `json:"data"`
 }
 
-func (s *Service) insertDelivery(tx *gorm.DB, r endpointRow, event string, data any) error {
-	now := s.now()
-	body, err := json.Marshal(payload{Type: event, Timestamp: now.UTC().Format(time.RFC3339Nano), Data: data})
+// insertDelivery writes event's delivery to endpoint r, created and due at now (nowIn's, ms).
+func (s *Service) insertDelivery(tx *gorm.DB, r endpointRow, event string, data any, now int64) error {
+	body, err := json.Marshal(payload{Type: event, Timestamp: time.UnixMilli(now).UTC().Format(time.RFC3339Nano), Data: data})
 	if err != nil {
 		return err
 	}
@@ -315,6 +364,6 @@ func (s *Service) insertDelivery(tx *gorm.DB, r endpointRow, event string, data 
 	_, _ = rand.Read(id)
 	return tx.Create(&deliveryRow{
 		ID: "msg_" + base64.RawURLEncoding.EncodeToString(id), TenantID: r.TenantID, EndpointID: r.ID, Event: event,
-		Payload: string(body), CreatedAt: now.UnixMilli(), NextAttemptAt: now.UnixMilli(),
+		Payload: string(body), CreatedAt: now, NextAttemptAt: now,
 	}).Error
 }
