@@ -113,14 +113,21 @@ func checkMembers(body []byte, dst reflect.Type) error {
 	}
 	var problem error
 	// walk reads one value, whose Go type is t (nil: not known, such as a json.RawMessage's
-	// content); it returns false on a problem or a decoding error.
-	var walk func(t reflect.Type, depth int) bool
-	walk = func(t reflect.Type, depth int) bool {
+	// content), an array's item when item is true; it returns false on a problem or a decoding
+	// error.
+	var walk func(t reflect.Type, item bool, depth int) bool
+	walk = func(t reflect.Type, item bool, depth int) bool {
 		tok, err := dec.Token()
 		if err != nil {
 			return false
 		}
 		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') && depth >= maxNesting {
+			return false
+		}
+		if tok == nil && item && t != nil && !nullable(t) {
+			// encoding/json decodes it as the zero value: {"counts": [null]} would settle a
+			// hold as if nothing was used.
+			problem = fieldf(path(), "%s must be %s, not null", path(), describeType(t.String()))
 			return false
 		}
 		t = decodedAs(t)
@@ -155,7 +162,7 @@ func checkMembers(body []byte, dst reflect.Type) error {
 						}
 					}
 				}
-				if !walk(elem, depth+1) {
+				if !walk(elem, false, depth+1) {
 					return false
 				}
 				steps = steps[:len(steps)-1]
@@ -169,7 +176,7 @@ func checkMembers(body []byte, dst reflect.Type) error {
 			}
 			for i := 0; dec.More(); i++ {
 				steps = append(steps, step{index: i})
-				if !walk(elem, depth+1) {
+				if !walk(elem, true, depth+1) {
 					return false
 				}
 				steps = steps[:len(steps)-1]
@@ -179,11 +186,21 @@ func checkMembers(body []byte, dst reflect.Type) error {
 		}
 		return true
 	}
-	walk(dst, 0)
+	walk(dst, false, 0)
 	return problem
 }
 
 var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// nullable reports whether encoding/json gives a null decoded into t a value of its own (nil),
+// rather than t's zero value.
+func nullable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice:
+		return true
+	}
+	return reflect.PointerTo(t).Implements(jsonUnmarshaler)
+}
 
 // decodedAs is the type whose members a JSON value decoded into t is matched against: t without
 // its pointers; nil when t is not known or decodes itself (json.Unmarshaler).

@@ -124,7 +124,9 @@ func TestHoldsOverHTTP(t *testing.T) {
 		for _, c := range []struct {
 			body  any
 			field string
-		}{{map[string]any{}, "counts"}, {map[string]any{"counts": []float64{1}}, "counts"}, {map[string]any{"counts": []float64{1, 1, 1}}, "counts"}} {
+		}{{map[string]any{}, "counts"}, {map[string]any{"counts": []float64{1}}, "counts"}, {map[string]any{"counts": []float64{1, 1, 1}}, "counts"},
+			// encoding/json reads a null item as 0: the hold would settle as if nothing was used.
+			{`{"counts":[null,1]}`, "counts[0]"}, {`{"counts":[1,null]}`, "counts[1]"}} {
 			p := requireProblem(t, h.send(t, http.MethodPost, "/v1/holds/"+id+"/settle", a.key, c.body), http.StatusBadRequest, "invalid_request")
 			if p["field"] != c.field {
 				t.Errorf("settle %v: field %v", c.body, p["field"])
