@@ -229,6 +229,18 @@ func TestGinAnswers500WhenSluiceRejectsTheDecisionItself(t *testing.T) {
 	}
 }
 
+// TestGinAnswers500WhenTheClientCannotSendTheDecision: a client that can send nothing (here a
+// secret key with a trailing newline) refuses every decision with ErrInvalidArgument, this
+// server's misconfiguration: 500, even when the client fails open (Sluice was never asked).
+func TestGinAnswers500WhenTheClientCannotSendTheDecision(t *testing.T) {
+	client := sluice.New(baseURL, secretKey+"\n", sluice.WithFailPolicy(sluice.FailOpen))
+	a := newApp(t, nil, sluicegin.Middleware(client, limitName(t), sluicegin.WithLogger(slog.New(slog.DiscardHandler))))
+	w := a.get("198.51.100.7:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusInternalServerError || p["code"] != sluice.CodeInternal || a.handled != 0 {
+		t.Fatalf("a secret key with a newline, failing open: %d %v, handled %d times", w.Code, p, a.handled)
+	}
+}
+
 func ExampleMiddleware() {
 	client := sluice.New("https://sluice.example.com", "sk_live_…", sluice.WithTimeout(500*time.Millisecond))
 	r := gin.New()

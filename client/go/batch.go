@@ -152,9 +152,12 @@ func (c *Client) limitBatched(ctx context.Context, name string, d Decision) (Res
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("sluice: POST /v1/decisions: %w", err)
 	}
+	if c.invalid != nil { // as the single call: refused before sending, whatever the FailPolicy
+		return Result{}, fmt.Errorf("sluice: POST /v1/decisions: %w", c.invalid)
+	}
 	enc, err := json.Marshal(it)
-	if err != nil {
-		return Result{}, fmt.Errorf("sluice: POST /v1/decisions: encode: %w", err)
+	if err != nil { // e.g. an inline Config with a Rate of NaN or ±Inf
+		return Result{}, fmt.Errorf("sluice: POST /v1/decisions: %w: encode the decision: %w", ErrInvalidArgument, err)
 	}
 	if len(enc) > maxBatchedItemBytes {
 		return c.decide(ctx, name, "/limit", d, consuming)
@@ -170,7 +173,7 @@ func (c *Client) limitBatched(ctx context.Context, name string, d Decision) (Res
 	case <-p.done:
 	case <-wait.Done():
 		// As unbatched: the client's timeout goes to the FailPolicy, the caller's context does not.
-		return c.fallbackOne(ctx, it, fmt.Errorf("sluice: POST /v1/decisions: %w", wait.Err()))
+		return c.fallbackOne(ctx, it, fmt.Errorf("sluice: POST /v1/decisions: %w", &noAnswerError{wait.Err()}))
 	}
 	if p.err != nil {
 		return c.fallbackOne(ctx, it, p.err)

@@ -46,6 +46,9 @@ type Client struct {
 	maxBackoff time.Duration
 	policy     FailPolicy
 	batcher    *batcher // nil unless WithBatching
+	// invalid is why every call is refused before sending (a base URL or secret key no request
+	// can carry, wrapping ErrInvalidArgument), nil when none.
+	invalid error
 }
 
 // Option configures a Client.
@@ -73,14 +76,32 @@ func WithBackoff(first, maximum time.Duration) Option {
 func WithFailPolicy(p FailPolicy) Option { return func(c *Client) { c.policy = p } }
 
 // New returns a client of the Sluice server at baseURL (e.g. "https://sluice.example.com")
-// authenticating with secretKey.
+// authenticating with secretKey. A baseURL that is not an http or https URL with a host, or a
+// secretKey with a control character (a trailing newline, say: net/http refuses to send it),
+// makes every call of the client fail before sending anything, with an error wrapping
+// ErrInvalidArgument, whatever the FailPolicy.
 func New(baseURL, secretKey string, opts ...Option) *Client {
 	c := &Client{base: strings.TrimRight(baseURL, "/"), key: secretKey, http: http.DefaultClient,
 		timeout: DefaultTimeout, retries: DefaultRetries, backoff: DefaultBackoff, maxBackoff: DefaultMaxBackoff}
 	for _, o := range opts {
 		o(c)
 	}
+	c.invalid = checkClient(baseURL, secretKey)
 	return c
+}
+
+// checkClient refuses a base URL or a secret key no request can carry, which would otherwise
+// fail inside net/http as if Sluice could not answer (and a FailOpen client would admit).
+func checkClient(baseURL, secretKey string) error {
+	if u, err := url.Parse(baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: base URL %q: want an http or https URL with a host, such as https://sluice.example.com", ErrInvalidArgument, baseURL)
+	}
+	for i := range len(secretKey) {
+		if b := secretKey[i]; b < 0x20 || b == 0x7f {
+			return fmt.Errorf("%w: the secret key holds the control character %#x at byte %d (a trailing newline?)", ErrInvalidArgument, b, i)
+		}
+	}
+	return nil
 }
 
 // Retries: only idempotent calls are retried (GET, PUT, DELETE, Check, CheckBatch, Reset); a
@@ -183,15 +204,22 @@ func (c *Client) batch(ctx context.Context, path string, items []Item, retry boo
 // with a 5xx problem of its own.
 func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 	out := make([]BulkResult, len(items))
-	// An item Sluice would refuse as invalid gets its error here; the others are sent.
+	// An item Sluice would refuse as invalid, or that JSON cannot carry (an inline Config with a
+	// Rate of NaN or ±Inf), gets its error here; the others are sent.
 	var sent []Item
-	var at []int // at[k] is the index in items of sent[k]
+	var enc []json.RawMessage // enc[k] is sent[k] encoded
+	var at []int              // at[k] is the index in items of sent[k]
 	for i, it := range items {
 		if err := checkDecision(it.Name, it.Decision); err != nil {
 			out[i].Err = fmt.Errorf("sluice: decision %d (%s): %w", i, it.Name, err)
 			continue
 		}
-		sent, at = append(sent, it), append(at, i)
+		b, err := json.Marshal(it)
+		if err != nil {
+			out[i].Err = fmt.Errorf("sluice: decision %d (%s): %w: encode it: %w", i, it.Name, ErrInvalidArgument, err)
+			continue
+		}
+		sent, enc, at = append(sent, it), append(enc, b), append(at, i)
 	}
 	if len(sent) == 0 {
 		return out, nil
@@ -202,8 +230,8 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 	}
 	var w wireBulk
 	if _, err := c.doKeyed(ctx, http.MethodPost, "/v1/decisions", nil, struct {
-		Decisions []Item `json:"decisions"`
-	}{sent}, consuming, &w, ik); err != nil {
+		Decisions []json.RawMessage `json:"decisions"`
+	}{enc}, consuming, &w, ik); err != nil {
 		fell, ferr := c.fallbackBulk(ctx, sent, err)
 		if ferr != nil {
 			return nil, ferr
@@ -299,11 +327,14 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 // like an idempotent one (Sluice replays the first answer).
 func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any, idemKey string) (http.Header, error) {
 	retry = retry || idemKey != ""
+	if c.invalid != nil {
+		return nil, fmt.Errorf("sluice: %s %s: %w", method, path, c.invalid)
+	}
 	var payload []byte
 	if body != nil {
 		var err error
-		if payload, err = json.Marshal(body); err != nil {
-			return nil, fmt.Errorf("sluice: %s %s: encode: %w", method, path, err)
+		if payload, err = json.Marshal(body); err != nil { // e.g. a Rate of NaN or ±Inf
+			return nil, fmt.Errorf("sluice: %s %s: %w: encode the body: %w", method, path, ErrInvalidArgument, err)
 		}
 	}
 	if c.timeout > 0 {
@@ -343,7 +374,7 @@ func (c *Client) once(ctx context.Context, method, target string, payload []byte
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Accept", "application/json, application/problem+json")
@@ -353,14 +384,16 @@ func (c *Client) once(ctx context.Context, method, target string, payload []byte
 	if idemKey != "" {
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
+	// Everything a request could be refused for before it leaves (its URL, its header values) is
+	// checked before this point, so an error of Do is the transport's: no answer.
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, &noAnswerError{err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return nil, fmt.Errorf("read the answer: %w", err)
+		return nil, &noAnswerError{fmt.Errorf("read the answer: %w", err)}
 	}
 	if resp.StatusCode >= 300 {
 		return nil, problem(resp, data)
@@ -399,6 +432,20 @@ func sluiceAnswered(err error) bool {
 	return errors.As(err, &e) && e.Code != ""
 }
 
+// noAnswerError is a request that got no answer (or an answer cut short): a network error, or
+// the client's timeout. It is what the FailPolicy applies to, with a 5xx; an error made before
+// the request was sent never is.
+type noAnswerError struct{ err error }
+
+func (e *noAnswerError) Error() string { return e.err.Error() }
+func (e *noAnswerError) Unwrap() error { return e.err }
+
+// noAnswer reports whether err is a request that got no answer.
+func noAnswer(err error) bool {
+	var n *noAnswerError
+	return errors.As(err, &n)
+}
+
 // retryable reports whether a failed attempt may succeed when repeated: Sluice failed closed
 // (503) or the request did not get an answer.
 func retryable(err error) bool {
@@ -406,7 +453,7 @@ func retryable(err error) bool {
 	if errors.As(err, &e) {
 		return e.Status == http.StatusServiceUnavailable
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return noAnswer(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // delay is the jittered exponential backoff before retry number attempt+1.

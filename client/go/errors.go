@@ -10,8 +10,11 @@ import (
 
 // ErrInvalidArgument means a call's arguments could never be accepted (a limit name Sluice cannot
 // know, a count that is no number of tokens, a key, session, attribute or override match that
-// is not valid UTF-8): the client refuses them before sending anything, whatever its FailPolicy (a FailOpen
-// client must not admit what Sluice would refuse as invalid).
+// is not valid UTF-8, a malformed Idempotency-Key, a body JSON cannot carry such as a Rate of
+// NaN or ±Inf) or that the client cannot send any request (a base URL that is not http or https
+// with a host, a secret key with a control character): the client refuses them before sending
+// anything, whatever its FailPolicy (a FailOpen client must not admit what Sluice would refuse
+// as invalid, nor what it never saw).
 var ErrInvalidArgument = errors.New("sluice: invalid argument")
 
 // checkDecision refuses what Sluice would answer 400 or 404 to before sending it, and what it

@@ -29,11 +29,11 @@ func idempotencyKeyOf(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	if len(k) == 0 || len(k) > 255 {
-		return "", fmt.Errorf("sluice: an Idempotency-Key is 1 to 255 printable ASCII characters, got %d bytes", len(k))
+		return "", fmt.Errorf("%w: an Idempotency-Key is 1 to 255 printable ASCII characters, got %d bytes", ErrInvalidArgument, len(k))
 	}
 	for i := range len(k) {
 		if k[i] < 0x20 || k[i] > 0x7e {
-			return "", fmt.Errorf("sluice: an Idempotency-Key is 1 to 255 printable ASCII characters, got byte %#x", k[i])
+			return "", fmt.Errorf("%w: an Idempotency-Key is 1 to 255 printable ASCII characters, got byte %#x", ErrInvalidArgument, k[i])
 		}
 	}
 	return k, nil

@@ -46,8 +46,9 @@ func WithLimitHandler(h http.Handler) MiddlewareOption { return func(m *middlewa
 // when the request has no key Sluice can take (the key function failed, or Sluice refused the
 // key as too long or reserved); 429 tenant_quota_exceeded with Retry-After (whole seconds, at
 // least 1) when the tenant's plan refused the decision, logged as a warning; 503 with
-// Retry-After: 1 when Sluice could not answer; and 500 when Sluice refused the decision itself
-// (this server's configuration), logged as an error.
+// Retry-After: 1 when Sluice could not answer; and 500 when Sluice refused the decision itself,
+// or the client refused it before sending (ErrInvalidArgument: a malformed base URL or secret
+// key, say), both this server's configuration, logged as an error.
 func WithErrorHandler(fn func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
 	return func(m *middleware) { m.onError = fn }
 }

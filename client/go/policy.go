@@ -32,7 +32,10 @@ var (
 // is away. For a batch, fn is asked once per item and the batch is allowed when every item is.
 func Fallback(fn FallbackFunc) FailPolicy { return FailPolicy{fallback: fn} }
 
-// cannotAnswer reports whether err means Sluice did not answer (rather than answered no).
+// cannotAnswer reports whether err means Sluice did not answer (rather than answered no): a
+// request that got no answer (a network error, the client's timeout) or a 5xx. Nothing else
+// is: not an error made before the request was sent (ErrInvalidArgument: the caller's arguments
+// or the client's configuration), nor an answer that did not decode.
 func cannotAnswer(ctx context.Context, err error) bool {
 	if ctx.Err() != nil { // the caller gave up: its error, not Sluice's
 		return false
@@ -41,7 +44,7 @@ func cannotAnswer(ctx context.Context, err error) bool {
 	if errors.As(err, &e) {
 		return e.Status >= http.StatusInternalServerError
 	}
-	return true
+	return noAnswer(err)
 }
 
 func (c *Client) fallbackOne(ctx context.Context, it Item, err error) (Result, error) {
