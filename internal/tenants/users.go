@@ -141,6 +141,18 @@ func verifyPassword(encoded, password string) bool {
 // ("user.create", with note, if any, after the user's email and role) in the server's security
 // log and, for a tenant's member, the tenant's log, in the transaction that creates the user.
 func (s *Service) CreateUser(ctx context.Context, email, password string, operator bool, tenantID *int64, actor, note string) (User, error) {
+	return s.createUser(ctx, email, password, operator, tenantID, actor, note, false)
+}
+
+// CreateFirstOperator is CreateUser of an operator that succeeds only while the database has no
+// user at all: ErrConflict otherwise. The check is made in the creating serializable
+// transaction, so the setup links of two instances on one database, used at once, make one
+// operator, not two.
+func (s *Service) CreateFirstOperator(ctx context.Context, email, password, actor, note string) (User, error) {
+	return s.createUser(ctx, email, password, true, nil, actor, note, true)
+}
+
+func (s *Service) createUser(ctx context.Context, email, password string, operator bool, tenantID *int64, actor, note string, onlyFirst bool) (User, error) {
 	email, err := normalizeEmail(email)
 	if err != nil {
 		return User{}, wrap("create user", err)
@@ -161,6 +173,14 @@ func (s *Service) CreateUser(ctx context.Context, email, password string, operat
 			}
 		}
 		var n int64
+		if onlyFirst {
+			if err := tx.Model(&userRow{}).Count(&n).Error; err != nil {
+				return err
+			}
+			if n > 0 {
+				return fmt.Errorf("a user exists already: %w", ErrConflict)
+			}
+		}
 		if err := tx.Model(&userRow{}).Where("email = ?", email).Count(&n).Error; err != nil {
 			return err
 		}

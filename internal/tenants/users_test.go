@@ -2,7 +2,9 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -290,5 +292,40 @@ func TestSessionStartsOnlyWithThePasswordStillChecked(t *testing.T) {
 		must(t, err)
 		_, _, err = e.svc.CreateAdminSession(e.ctx, joined, time.Hour)
 		must(t, err)
+	})
+}
+
+// TestCreateFirstOperatorOnlyOnAnEmptyDatabase: the first operator (a setup link's) is created
+// only while no user exists, checked in the creating transaction: after any user, and when two
+// are created at once, one operator results.
+func TestCreateFirstOperatorOnlyOnAnEmptyDatabase(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		emails := []string{"first@example.com", "second@example.com"}
+		errs := make([]error, len(emails))
+		var wg sync.WaitGroup
+		for i, email := range emails {
+			wg.Go(func() { _, errs[i] = e.svc.CreateFirstOperator(e.ctx, email, "first-password-1", "test", "setup") })
+		}
+		wg.Wait()
+		won := 0
+		for i, err := range errs {
+			if err == nil {
+				won++
+			} else {
+				wantErr(t, err, ErrConflict)
+				if _, err := e.svc.UserByEmail(e.ctx, emails[i]); !errors.Is(err, ErrNotFound) {
+					t.Fatalf("the refused %s exists: %v", emails[i], err)
+				}
+			}
+		}
+		if n, err := e.svc.CountUsers(e.ctx); err != nil || won != 1 || n != 1 {
+			t.Fatalf("%d created, %d users (%v), want 1 and 1", won, n, err)
+		}
+		// Once a user exists, even a new address is refused.
+		_, err := e.svc.CreateFirstOperator(e.ctx, "third@example.com", "first-password-1", "test", "setup")
+		wantErr(t, err, ErrConflict)
+		if n, _ := e.svc.CountUsers(e.ctx); n != 1 {
+			t.Fatalf("%d users, want 1", n)
+		}
 	})
 }

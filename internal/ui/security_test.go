@@ -6,7 +6,10 @@ import (
 	"crypto/rsa"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -355,6 +358,76 @@ func TestBootstrapFromEnvironmentCreatesOperator(t *testing.T) {
 		t.Fatalf("Bootstrap = %q, %v", p, err)
 	}
 	e.login("env-op@example.com", "env-operator-password")
+}
+
+// Two instances starting at once on an empty database with the same SLUICE_ADMIN_EMAIL both
+// start: both count no user, one creates the operator, and the other, whose creation finds it,
+// takes it rather than failing. On SQLite and PostgreSQL.
+func TestConcurrentBootstrapsFromTheEnvironmentBothSucceed(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, onDatabase(dbURL))
+		ctx := context.Background()
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { _, errs[i] = e.ui.Bootstrap(ctx, "admin@example.com", "admin-password-1") })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("Bootstrap %d: %v", i, err)
+			}
+		}
+		users, err := e.svc.ListUsers(ctx, nil)
+		if err != nil || len(users) != 1 || users[0].Email != "admin@example.com" || !users[0].IsOperator {
+			t.Fatalf("users = %+v, %v; want the one operator", users, err)
+		}
+		e.login("admin@example.com", "admin-password-1")
+	})
+}
+
+// The setup links of two instances on one database, used at once (each instance's setup lock is
+// its own), make one first operator: the creating transaction checks again that no user exists,
+// and the other form answers 404 like a dead link. On SQLite and PostgreSQL.
+func TestTwoInstancesSetupLinksUsedAtOnceMakeOneOperator(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		envs := []*env{newEnv(t, onDatabase(dbURL)), newEnv(t, onDatabase(dbURL))}
+		ctx := context.Background()
+		forms := make([]url.Values, len(envs))
+		for i, e := range envs {
+			path, err := e.ui.Bootstrap(ctx, "", "")
+			if err != nil || path == "" {
+				t.Fatalf("Bootstrap %d = %q, %v", i, path, err)
+			}
+			const password = "first-operator-password"
+			forms[i] = url.Values{"token": {strings.TrimPrefix(path, "/setup?token=")},
+				"email": {"first" + strconv.Itoa(i) + "@example.com"}, "password": {password}, "confirm": {password}}
+		}
+		codes := make([]int, len(envs))
+		var wg sync.WaitGroup
+		for i, e := range envs {
+			c := e.client()
+			wg.Go(func() {
+				req, _ := http.NewRequest(http.MethodPost, e.url+"/setup", strings.NewReader(forms[i].Encode()))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				res, err := c.c.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				res.Body.Close()
+				codes[i] = res.StatusCode
+			})
+		}
+		wg.Wait()
+		slices.Sort(codes)
+		if codes[0] != http.StatusSeeOther || codes[1] != http.StatusNotFound {
+			t.Fatalf("statuses %v, want one 303 and one 404", codes)
+		}
+		if n, err := envs[0].svc.CountUsers(ctx); err != nil || n != 1 {
+			t.Fatalf("%d users (%v), want 1", n, err)
+		}
+	})
 }
 
 func TestBadInputNeverCauses500(t *testing.T) {

@@ -61,7 +61,9 @@ func (u *UI) setup(c *gin.Context) {
 	// The new operator is the actor, named as the dashboard names its users (the address as
 	// CreateUser stores it).
 	self := "user:" + strings.ToLower(strings.TrimSpace(vm.Email))
-	user, err := u.tenants.CreateUser(ctx, vm.Email, password, true, nil, self, "first operator, through the setup link")
+	// CreateFirstOperator checks again, in its transaction, that no user exists: setupMu is this
+	// instance's, and another instance's setup link may be in use at the same moment.
+	user, err := u.tenants.CreateFirstOperator(ctx, vm.Email, password, self, "first operator, through the setup link")
 	switch {
 	case errors.Is(err, tenants.ErrInvalid):
 		vm.Error = apperr.From(err).Sentence()

@@ -186,7 +186,8 @@ func isLoopback(host string) bool {
 // with adminEmail and adminPassword set, it creates that operator; without them it makes a
 // one-time setup token, kept in memory, and returns the path of the setup link
 // ("/setup?token=…") for the caller to print with the base URL. The token is valid once, and
-// only while the database has no users.
+// only while the database has no users. Instances starting at once on one database with the same
+// adminEmail all succeed: the one whose creation finds the operator made by another takes it.
 func (u *UI) Bootstrap(ctx context.Context, adminEmail, adminPassword string) (string, error) {
 	n, err := u.tenants.CountUsers(ctx)
 	if err != nil {
@@ -196,7 +197,15 @@ func (u *UI) Bootstrap(ctx context.Context, adminEmail, adminPassword string) (s
 		return "", nil
 	}
 	if adminEmail != "" {
-		if _, err := u.tenants.CreateUser(ctx, adminEmail, adminPassword, true, nil, "system", "from SLUICE_ADMIN_EMAIL"); err != nil {
+		_, err := u.tenants.CreateUser(ctx, adminEmail, adminPassword, true, nil, "system", "from SLUICE_ADMIN_EMAIL")
+		if errors.Is(err, tenants.ErrConflict) {
+			// Another instance starting on the same database with the same SLUICE_ADMIN_EMAIL
+			// created the operator since the count: that is what this start wanted too.
+			if existing, lookErr := u.tenants.UserByEmail(ctx, adminEmail); lookErr == nil && existing.IsOperator {
+				return "", nil
+			}
+		}
+		if err != nil {
 			return "", fmt.Errorf("ui: bootstrap: create operator from SLUICE_ADMIN_EMAIL: %w", err)
 		}
 		return "", nil
