@@ -165,7 +165,8 @@ func linksDropped(n int64) string {
 // CreateInvite invites email to tenantID with role (admin or viewer), or, with tenantID nil, as
 // an operator (role RoleOperator). It returns the invite and its token, valid once within ttl
 // (DefaultLinkTTL if ttl <= 0); only the token's hash is stored, so the caller shows the token
-// once. An email that already has a user is ErrConflict (field "email"); bad input ErrInvalid
+// once. An email that already has a user is ErrConflict (field "email"; its message says so only
+// where that reveals nothing, see emailTaken); bad input ErrInvalid
 // naming the field; an unknown tenant ErrNotFound. An actor that names a dashboard user is the
 // invite's maker (linkMaker): ErrUnauthorized when that user may no longer invite, and the
 // invite dies with their right to make it. Audited in the tenant's log and the server's.
@@ -186,17 +187,14 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 				return err
 			}
 		}
-		var n int64
-		if err := tx.Model(&userRow{}).Where("email = ?", email).Count(&n).Error; err != nil {
-			return err
-		}
-		if n > 0 {
-			e := ErrConflict.WithField("email")
-			e.Message = "a user with this email exists"
-			return e
-		}
 		maker, err := linkMaker(tx, actor, linkInvite, tenantID)
 		if err != nil {
+			return err
+		}
+		var existing userRow
+		if err := first(tx, &existing, "email = ?", email); err == nil {
+			return emailTaken(tx, existing, maker, tenantID)
+		} else if !errors.Is(err, ErrNotFound) {
 			return err
 		}
 		now := s.clock()
@@ -212,6 +210,27 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 		return Invite{}, "", wrap("create invite", err)
 	}
 	return inviteFromRow(row), token, nil
+}
+
+// emailTaken is CreateInvite's answer when existing already has the invited email: a conflict on
+// the email field. Its message says so to an operator, to an actor that is no dashboard user
+// (maker nil), and about a member of the tenant invited to (whom the inviter sees in its members
+// list anyway); to a tenant's admin about anyone else it only says the address cannot be
+// invited, so that the invite form does not tell them which emails have an account on the server.
+func emailTaken(tx *gorm.DB, existing userRow, maker *int64, tenantID *int64) error {
+	e := ErrConflict.WithField("email")
+	e.Message = "a user with this email exists"
+	if tenantID == nil || maker == nil || (existing.TenantID != nil && *existing.TenantID == *tenantID) {
+		return e
+	}
+	var inviter userRow
+	if err := first(tx, &inviter, "id = ?", *maker); err != nil {
+		return err
+	}
+	if !inviter.IsOperator {
+		e.Message = "this address cannot be invited"
+	}
+	return e
 }
 
 // ListInvites returns the invites of a tenant (nil: the operators' invites) not yet used,

@@ -219,3 +219,48 @@ func TestTwoOperatorsDisablingEachOtherAtOnceLeaveOneActive(t *testing.T) {
 		}
 	})
 }
+
+// TestInvitingATakenEmailRevealsNoOtherAccount: a tenant's admin who invites an email with an
+// account elsewhere (another tenant's member, an operator) learns only that the address cannot be
+// invited, as ErrConflict on the email field; the precise "a user with this email exists" is for
+// operators and for a member of the admin's own tenant (listed to them anyway). An unknown email
+// is invited.
+func TestInvitingATakenEmailRevealsNoOtherAccount(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme, other := e.tenant(t, "acme"), e.tenant(t, "other")
+		create := func(email string, operator bool, tenant *int64) {
+			t.Helper()
+			_, err := e.svc.CreateUser(e.ctx, email, "a-password-12", operator, tenant, "test", "")
+			must(t, err)
+		}
+		create("op@example.com", true, nil)
+		create("admin@acme.example", false, &acme.ID)
+		create("member@acme.example", false, &acme.ID)
+		create("member@other.example", false, &other.ID)
+		const generic, precise = "this address cannot be invited", "a user with this email exists"
+		for _, c := range []struct {
+			actor, email string
+			tenant       *int64
+			want         string
+		}{
+			{"user:admin@acme.example", "member@other.example", &acme.ID, generic},
+			{"user:admin@acme.example", "op@example.com", &acme.ID, generic},
+			{"user:admin@acme.example", "member@acme.example", &acme.ID, precise},
+			{"user:op@example.com", "member@other.example", &acme.ID, precise},
+			{"user:op@example.com", "member@acme.example", nil, precise},
+			{"cli", "member@other.example", &acme.ID, precise},
+		} {
+			role := RoleViewer
+			if c.tenant == nil {
+				role = RoleOperator
+			}
+			_, _, err := e.svc.CreateInvite(e.ctx, c.tenant, c.email, role, 0, c.actor)
+			wantErr(t, err, ErrConflict)
+			if ae := apperr.From(err); ae.Message != c.want || ae.Field != "email" {
+				t.Fatalf("%s inviting %s: %q on %q, want %q on email", c.actor, c.email, ae.Message, ae.Field, c.want)
+			}
+		}
+		_, _, err := e.svc.CreateInvite(e.ctx, &acme.ID, "nobody@example.com", RoleViewer, 0, "user:admin@acme.example")
+		must(t, err)
+	})
+}

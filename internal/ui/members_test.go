@@ -12,6 +12,43 @@ import (
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
+// A tenant's admin inviting an email with an account elsewhere (another tenant's member, an
+// operator) is told only that the address cannot be invited (422, inline), never that the account
+// exists; inviting a member of their own tenant, or an operator inviting anyone taken, says so
+// precisely. On both dialects.
+func TestInviteFormRevealsNoAccountOfAnotherTenant(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, onDatabase(dbURL))
+		e.operator()
+		ctx := context.Background()
+		acme, other := e.tenant("acme"), e.tenant("other")
+		for _, u := range []struct {
+			email  string
+			tenant int64
+		}{{"admin@acme.example", acme.ID}, {"member@acme.example", acme.ID}, {"member@other.example", other.ID}} {
+			if _, err := e.svc.CreateUser(ctx, u.email, "a-password-12", false, &u.tenant, "test", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		invite := func(c *client, email, want string) {
+			t.Helper()
+			res := c.post(tpath(acme, "/members/invite"), url.Values{"email": {email}, "role": {"viewer"}})
+			wantStatus(t, res, http.StatusUnprocessableEntity)
+			if got := text(res.doc(t), "#email-error"); got != want {
+				t.Fatalf("inviting %s: %q, want %q", email, got, want)
+			}
+		}
+		const generic, precise = "This address cannot be invited.", "A user with this email exists."
+		admin := e.login("admin@acme.example", "a-password-12")
+		invite(admin, "member@other.example", generic)
+		invite(admin, "Op@Example.com", generic)
+		invite(admin, "member@acme.example", precise)
+		op := e.login(opEmail, opPassword)
+		invite(op, "member@other.example", precise)
+		wantStatus(t, admin.post(tpath(acme, "/members/invite"), url.Values{"email": {"nobody@example.com"}, "role": {"viewer"}}), http.StatusSeeOther)
+	})
+}
+
 // TestAdminInvitesChangesRoleAndRemovesAMember walks the members page on both dialects: the
 // invite form shows every field error at once and keeps the input; the link is shown once;
 // accepting it checks both password fields at once and logs the new member in; a role change is
