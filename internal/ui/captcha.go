@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -15,7 +16,8 @@ import (
 
 // captchaVM is a tenant's captcha page (DESIGN §6): its publishable keys, allowed origins and
 // difficulty, the snippet that embeds the widget, and the sessions it has authorized.
-// NewSecret is set only in the response to the create-key form, as on the API keys page.
+// NewSecret is set only on the page the create-key form redirects to, once, as on the API keys
+// page.
 type captchaVM struct {
 	Layout layoutVM
 
@@ -125,7 +127,18 @@ func (u *UI) renderCaptcha(c *gin.Context, status int, vm captchaVM, fromForm bo
 	u.render(c, status, captchaPage(vm))
 }
 
-func (u *UI) captchaPage(c *gin.Context) { u.renderCaptcha(c, http.StatusOK, captchaVM{}, false) }
+// captchaPage shows the tenant's captcha page; right after the create-key form it shows the new
+// publishable key, once, as new (handed over by createPublishableKey through a one-time cookie:
+// onetime.go). The key stays listed, since a publishable key can be shown again.
+func (u *UI) captchaPage(c *gin.Context) {
+	vm := captchaVM{}
+	if id := c.Query("created"); id != "" {
+		if pk, ok := u.takeOneTime(c, tenantPath(tenantOf(c).ID, "/captcha"), "pk:"+id); ok {
+			vm.NewSecret, vm.NewKeyID = pk, id
+		}
+	}
+	u.renderCaptcha(c, http.StatusOK, vm, false)
+}
 
 // saveCaptchaSettings validates each field on its own, so that both can show their error at
 // once, then stores them with UpdateCaptchaSettings (which validates again, authoritatively).
@@ -165,7 +178,8 @@ func (u *UI) saveCaptchaSettings(c *gin.Context) {
 	redirect(c, tenantPath(t.ID, "/captcha?msg=captcha-saved"))
 }
 
-// createPublishableKey creates a pk_live_ key; CreateKey writes its audit entry.
+// createPublishableKey creates a pk_live_ key (CreateKey writes its audit entry) and redirects to
+// the captcha page, which shows it as new once.
 func (u *UI) createPublishableKey(c *gin.Context) {
 	label := c.PostForm("label")
 	k, secret, err := u.tenants.CreateKey(c.Request.Context(), tenantOf(c).ID, tenants.KindPublishable, label, actor(c))
@@ -180,7 +194,11 @@ func (u *UI) createPublishableKey(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	u.renderCaptcha(c, http.StatusCreated, captchaVM{NewSecret: secret, NewKeyID: k.ID}, false)
+	// POST-redirect-GET, as for API keys: reloading the page that shows the new key must not
+	// create another.
+	page := tenantPath(tenantOf(c).ID, "/captcha")
+	u.putOneTime(c, page, "pk:"+k.ID, secret)
+	redirect(c, page+"?created="+url.QueryEscape(k.ID))
 }
 
 // revokeSession ends an authorized session, named by its hash. A session that is not active

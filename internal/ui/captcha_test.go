@@ -196,8 +196,15 @@ func TestPublishableKeyIsShownAgainAndFilledIntoSnippet(t *testing.T) {
 		t.Fatalf("a secret key is listed as publishable: %q", got)
 	}
 
-	res := c.post(tpath(tn, "/captcha/keys"), url.Values{"label": {"marketing site"}})
-	wantStatus(t, res, http.StatusCreated)
+	// POST-redirect-GET: the form redirects to the captcha page, which shows the new key once;
+	// reloading that page creates no second key.
+	posted := c.post(tpath(tn, "/captcha/keys"), url.Values{"label": {"marketing site"}})
+	wantStatus(t, posted, http.StatusSeeOther)
+	if loc := posted.Header.Get("Location"); !strings.HasPrefix(loc, tpath(tn, "/captcha?created=")) || strings.Contains(posted.body, "pk_live_") {
+		t.Fatalf("the form redirects to %q, answering %q", loc, posted.body)
+	}
+	res := c.get(posted.Header.Get("Location"))
+	wantStatus(t, res, http.StatusOK)
 	if cc := res.Header.Get("Cache-Control"); cc != "no-store" {
 		t.Fatalf("Cache-Control = %q", cc)
 	}
@@ -218,6 +225,15 @@ func TestPublishableKeyIsShownAgainAndFilledIntoSnippet(t *testing.T) {
 	}
 	if a, ok := e.lastAudit(tn, "key.create"); !ok || a.Actor != "user:"+opEmail {
 		t.Fatalf("key.create audit %+v", a)
+	}
+
+	reloaded := c.get(posted.Header.Get("Location")) // the browser's reload
+	wantStatus(t, reloaded, http.StatusOK)
+	if rd := reloaded.doc(t); rd.Find("#new-secret").Length() != 0 || rd.Find("#publishable-keys tbody tr[data-key-id]").Length() != 1 {
+		t.Fatal("reloading the page after the form showed the key as new again, or listed a second key")
+	}
+	if keys, err := e.svc.ListKeys(ctx, tn.ID); err != nil || len(keys) != 2 {
+		t.Fatalf("%d keys (%v), want the secret one and one publishable", len(keys), err)
 	}
 
 	again := c.get(tpath(tn, "/captcha"))
