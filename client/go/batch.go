@@ -40,13 +40,18 @@ const (
 //     Field: the bulk answer's "decisions[i]." prefix of Field is removed), wrapped with the
 //     route POST /v1/decisions.
 //   - A caller whose context ends gets the context's error at once, but its decision stays in
-//     the batch and may still be made (and its tokens consumed).
+//     the batch and may still be made (and its tokens consumed), unless every caller of the
+//     batch has left: its request is then cancelled (see below).
 //
 // When the bulk request as a whole fails (a network error, the client's timeout, a 5xx), every
 // call of the batch follows the FailPolicy, as it would alone; a batch is never retried, as Limit
 // is not. A call whose decision is too large to batch is sent alone, so that it gets the single
 // call's own answer (a limit name Sluice cannot know never gets this far: Limit refuses it before
 // sending). Check, Batch, CheckBatch and Bulk are never batched.
+//
+// A batch's request is bounded by the client's timeout (WithTimeout) and is cancelled once
+// every caller in the batch has left (each one's context ended), so that it never outlives them
+// all, even with WithTimeout(0).
 func WithBatching(window time.Duration, maxItems int) Option {
 	if window <= 0 {
 		window = DefaultBatchWindow
@@ -62,8 +67,8 @@ func WithBatching(window time.Duration, maxItems int) Option {
 // batch it serves. The first call of a batch arms a timer (time.AfterFunc) for the window; the
 // batch is sent by whichever comes first, the timer or the call that fills it, and the one that
 // detaches it from the batcher (under mu) is the one that sends it, in a goroutine of its own
-// that ends with the request (bounded by the client's timeout). An idle client holds nothing, so
-// there is nothing to Close.
+// that ends with the request (bounded by the client's timeout, and cancelled once every caller of
+// the batch has left). An idle client holds nothing, so there is nothing to Close.
 type batcher struct {
 	window   time.Duration
 	maxItems int
@@ -77,6 +82,14 @@ type pendingBatch struct {
 	items [][]byte
 	size  int
 	timer *time.Timer
+
+	// ctx is the bulk request's, cancelled (cancel) once every caller has left before the answer
+	// came: no one is waiting for it any more, so it must not hold a goroutine and a connection
+	// (with WithTimeout(0) nothing else would end it). waiting counts the callers still waiting;
+	// both are guarded by the batcher's mu.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	waiting int
 
 	done      chan struct{} // closed when results or err is set
 	results   []wireBulkResult
@@ -95,6 +108,7 @@ func (b *batcher) join(c *Client, item []byte) (*pendingBatch, int) {
 	p := b.open
 	if p == nil {
 		p = &pendingBatch{done: make(chan struct{})}
+		p.ctx, p.cancel = context.WithCancel(context.Background())
 		b.open = p
 		p.timer = time.AfterFunc(b.window, func() {
 			b.mu.Lock()
@@ -106,6 +120,7 @@ func (b *batcher) join(c *Client, item []byte) (*pendingBatch, int) {
 	}
 	p.items = append(p.items, item)
 	p.size += len(item) + 1
+	p.waiting++
 	i := len(p.items) - 1
 	if len(p.items) >= b.maxItems {
 		b.detach(c, p)
@@ -117,13 +132,34 @@ func (b *batcher) join(c *Client, item []byte) (*pendingBatch, int) {
 func (b *batcher) detach(c *Client, p *pendingBatch) {
 	b.open = nil
 	p.timer.Stop() // when it already fired, its func finds b.open != p and does nothing
+	// Every caller left while it was open: nothing is sent.
+	if p.waiting == 0 {
+		p.cancel()
+	}
 	go p.send(c)
 }
 
-// send makes the bulk request; it runs once per batch, without any caller's context (a batch
-// serves many), bounded by the client's timeout.
+// leave is a caller of p giving up before the answer came (its context ended). The last one to
+// leave a batch that is sent cancels its request; an open batch stays open to new callers
+// (detach cancels it if it has none when it closes).
+func (b *batcher) leave(p *pendingBatch) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p.waiting--
+	if p.waiting == 0 && b.open != p {
+		p.cancel()
+	}
+}
+
+// send makes the bulk request; it runs once per batch, without any one caller's context (a
+// batch serves many), bounded by the client's timeout and cancelled once every caller has left.
 func (p *pendingBatch) send(c *Client) {
 	defer close(p.done)
+	defer p.cancel()
+	if err := p.ctx.Err(); err != nil { // no one is waiting for it
+		p.err = fmt.Errorf("sluice: POST /v1/decisions: every caller left: %w", err)
+		return
+	}
 	body := make([]byte, 0, p.size+len(`{"decisions":[]}`))
 	body = append(body, `{"decisions":[`...)
 	for i, it := range p.items {
@@ -134,7 +170,7 @@ func (p *pendingBatch) send(c *Client) {
 	}
 	body = append(body, "]}"...)
 	var w wireBulk
-	h, err := c.do(context.Background(), http.MethodPost, "/v1/decisions", nil, json.RawMessage(body), consuming, &w)
+	h, err := c.do(p.ctx, http.MethodPost, "/v1/decisions", nil, json.RawMessage(body), consuming, &w)
 	if err != nil {
 		p.err = err
 		return
@@ -172,6 +208,7 @@ func (c *Client) limitBatched(ctx context.Context, name string, d Decision) (Res
 	select {
 	case <-p.done:
 	case <-wait.Done():
+		c.batcher.leave(p)
 		// As unbatched: the client's timeout goes to the FailPolicy, the caller's context does not.
 		return c.fallbackOne(ctx, it, fmt.Errorf("sluice: POST /v1/decisions: %w", &noAnswerError{wait.Err()}))
 	}
