@@ -223,7 +223,8 @@ func (c *Client) limitBatched(ctx context.Context, name string, d Decision) (Res
 }
 
 // unprefixed is a bulk item's problem as the single call reports it: its fields without the
-// item's "decisions[i]." prefix, and the request's ID (an item's problem carries none).
+// item's "decisions[i]." prefix (and an unknown limit's without "name"), and the request's ID
+// (an item's problem carries none).
 func unprefixed(e *Error, i int, requestID string) *Error {
 	prefix := fmt.Sprintf("decisions[%d].", i)
 	out := *e
@@ -231,6 +232,9 @@ func unprefixed(e *Error, i int, requestID string) *Error {
 		out.RequestID = requestID
 	}
 	out.Field = strings.TrimPrefix(e.Field, prefix)
+	if out.Code == CodeLimitNotFound && out.Field == "name" {
+		out.Field = "" // the single call names its limit in the path, and its 404 no field
+	}
 	if e.Errors != nil {
 		out.Errors = make([]FieldError, len(e.Errors))
 		for k, fe := range e.Errors {

@@ -51,7 +51,7 @@ type item struct {
 
 // toRequest validates an item and resolves its key (including anonymous sessions).
 func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Request, error) {
-	req := limiter.Request{Name: it.name, Count: 1, Reserve: it.Reserve}
+	req := limiter.Request{Name: it.name, Count: 1, Reserve: it.Reserve, Field: field}
 	if !limiter.ValidName(it.name) {
 		return req, badRequest(field+"name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$ and are not \".\" or \"..\"")
 	}
@@ -64,7 +64,7 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 	if it.Config != nil {
 		def, err := it.Config.ToDefinition()
 		if err != nil {
-			return req, err
+			return req, apperr.At(field+"config.", err)
 		}
 		if len(def.Parents) > 0 {
 			return req, &apperr.Error{Code: apperr.InvalidConfig, Field: field + "config.parents",

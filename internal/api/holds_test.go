@@ -112,8 +112,8 @@ func TestHoldsOverHTTP(t *testing.T) {
 			{holdBody(86400001, tok("m", 1)), 400, "invalid_request", "ttl"},
 			{holdBody(1000, tok("m", 1), tok("m", -1)), 400, "invalid_request", "limits[1].count"},
 			{holdBody(1000, tok("m", 1), map[string]any{"name": "nope", "key": "m"}), 404, "limit_not_found", "limits[1].name"},
-			{holdBody(1000, tok("m", 1), map[string]any{"name": "jobs", "key": "m"}), 400, "invalid_config", "name"},
-			{holdBody(1000, tok("m", 11)), 400, "count_exceeds_capacity", "count"},
+			{holdBody(1000, tok("m", 1), map[string]any{"name": "jobs", "key": "m"}), 400, "invalid_config", "limits[1].name"},
+			{holdBody(1000, tok("m", 11)), 400, "count_exceeds_capacity", "limits[0].count"},
 		} {
 			p := requireProblem(t, h.send(t, http.MethodPost, "/v1/holds", a.key, c.body), c.status, c.code)
 			if f, _ := p["field"].(string); f != c.field {

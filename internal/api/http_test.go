@@ -327,12 +327,12 @@ func TestInputErrorsAreProblemsWithTheirCode(t *testing.T) {
 		{"huge rate", "PUT", "/v1/limits/y", `{"kind":"token bucket","rate":1e308,"period":1000}`, 400, api.CodeInvalidConfig, "rate"},
 		{"capacity on sliding window", "PUT", "/v1/limits/y", `{"kind":"sliding window","rate":1,"period":1000,"capacity":3}`, 400, api.CodeInvalidConfig, "capacity"},
 		{"zero shards", "PUT", "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":1000,"shards":0}`, 400, api.CodeInvalidConfig, "shards"},
-		{"bad inline config", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"token bucket","rate":-1,"period":1000}}`, 400, api.CodeInvalidConfig, "rate"},
+		{"bad inline config", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"token bucket","rate":-1,"period":1000}}`, 400, api.CodeInvalidConfig, "config.rate"},
 		{"count over capacity", "POST", "/v1/limits/x/limit", `{"count":11}`, 400, api.CodeCountExceedsCapacity, "count"},
-		{"count over capacity in batch", "POST", "/v1/check", `{"limits":[{"name":"x","count":11}]}`, 400, api.CodeCountExceedsCapacity, "count"},
+		{"count over capacity in batch", "POST", "/v1/check", `{"limits":[{"name":"x","count":11}]}`, 400, api.CodeCountExceedsCapacity, "limits[0].count"},
 		{"config with stored definition", "POST", "/v1/limits/x/limit", map[string]any{"config": bucket10PerMinute}, 409, api.CodeDefinitionExists, "config"},
 		{"unknown limit", "POST", "/v1/limits/nope/limit", `{}`, 404, api.CodeLimitNotFound, ""},
-		{"unknown limit in batch", "POST", "/v1/limit", `{"limits":[{"name":"x"},{"name":"nope"}]}`, 404, api.CodeLimitNotFound, ""},
+		{"unknown limit in batch", "POST", "/v1/limit", `{"limits":[{"name":"x"},{"name":"nope"}]}`, 404, api.CodeLimitNotFound, "limits[1].name"},
 		{"value of unknown limit", "GET", "/v1/limits/nope/value", nil, 404, api.CodeLimitNotFound, ""},
 		{"reset of unknown limit", "POST", "/v1/limits/nope/reset", `{"allKeys":true}`, 404, api.CodeLimitNotFound, ""},
 		{"impossible name on GET", "GET", "/v1/limits/" + strings.Repeat("n", 129), nil, 404, api.CodeLimitNotFound, ""},
@@ -556,6 +556,39 @@ func TestStrictJSONRefusesDuplicateMembersAndOutOfRangeNumbers(t *testing.T) {
 		// Nothing was consumed by the refused bodies.
 		if v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/x/value", a.key, nil), http.StatusOK); number(t, v, "value") != 10 {
 			t.Fatalf("value after refused bodies = %v", v)
+		}
+	})
+}
+
+// TestProblemsNameTheItemTheyAreAbout: a problem with one item of a batch, a bulk request or a
+// hold names its field under the item's path, also when the engine finds it (a count past what
+// any limit holds, or past this one's capacity) or the inline config's conversion does.
+func TestProblemsNameTheItemTheyAreAbout(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "m", frozenWindow)
+		for _, tc := range []struct{ path, body, code, field string }{
+			{"/v1/limit", `{"limits":[{"name":"m","key":"a"},{"name":"m","key":"b","count":1e16}]}`, api.CodeInvalidRequest, "limits[1].count"},
+			{"/v1/limit", `{"limits":[{"name":"m","key":"a"},{"name":"m","key":"b","count":11}]}`, "count_exceeds_capacity", "limits[1].count"},
+			{"/v1/limit", `{"limits":[{"name":"m","key":"a"},{"name":"nope","key":"b"}]}`, "limit_not_found", "limits[1].name"},
+			{"/v1/limit", `{"limits":[{"name":"i","config":{"kind":"token bucket","rate":0,"period":1000}}]}`, api.CodeInvalidConfig, "limits[0].config.rate"},
+			{"/v1/limits/i/limit", `{"config":{"kind":"token bucket","rate":0,"period":1000}}`, api.CodeInvalidConfig, "config.rate"},
+			{"/v1/holds", `{"limits":[{"name":"m","key":"a"},{"name":"m","key":"b","count":11}],"ttl":1000}`, "count_exceeds_capacity", "limits[1].count"},
+		} {
+			r := h.send(t, http.MethodPost, tc.path, a.key, tc.body)
+			p := requireProblem(t, r, r.status, tc.code)
+			if p["field"] != tc.field {
+				t.Errorf("%s %s: field %v, want %s (%v)", tc.path, tc.body, p["field"], tc.field, p)
+			}
+		}
+		got := requireJSON(t, h.send(t, http.MethodPost, "/v1/decisions", a.key, `{"decisions":[{"name":"m","key":"a"},{"name":"m","key":"b","count":11}]}`), http.StatusOK)
+		item := got["results"].([]any)[1].(map[string]any)
+		if e, _ := item["error"].(map[string]any); e == nil || e["field"] != "decisions[1].count" || e["code"] != "count_exceeds_capacity" {
+			t.Errorf("bulk item 1: %v, want count_exceeds_capacity about decisions[1].count", item)
+		}
+		// Nothing was consumed by the refused items.
+		if v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/m/value?key=a", a.key, nil), http.StatusOK); number(t, v, "value") != 9 {
+			t.Fatalf("value of key a after the refused requests = %v, want 9 (the bulk request's first item only)", v)
 		}
 	})
 }

@@ -25,7 +25,7 @@ func TestLimiterErrorsAnswerTheSameProblemBodies(t *testing.T) {
 		{"config with stored definition", "POST", "/v1/limits/x/limit", map[string]any{"config": bucket10PerMinute},
 			problem(409, "definition_exists", "Definition exists", "a stored definition exists for this name; omit config", "config")},
 		{"count over capacity", "POST", "/v1/check", `{"limits":[{"name":"x","count":11}]}`,
-			problem(400, "count_exceeds_capacity", "Count exceeds capacity", "count is more than this limit can ever admit at once", "count")},
+			problem(400, "count_exceeds_capacity", "Count exceeds capacity", "count is more than this limit can ever admit at once", "limits[0].count")},
 		{"count beyond every bound", "POST", "/v1/limits/x/limit", `{"count":1e16}`,
 			problem(400, "invalid_request", "Invalid request", "count: must be a number >= 0 and <= 1e+15", "count",
 				api.FieldProblem{Field: "count", Detail: "must be a number >= 0 and <= 1e+15"})},

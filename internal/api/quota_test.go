@@ -115,7 +115,7 @@ func TestNestedBudgetsOverHTTP(t *testing.T) {
 		}}), http.StatusOK)
 		res := bulk["results"].([]any)
 		first, second, third := res[0].(map[string]any), res[1].(map[string]any), res[2].(map[string]any)
-		if first["ok"] != true || second["ok"] != false || third["error"].(map[string]any)["field"] != "attributes.org" {
+		if first["ok"] != true || second["ok"] != false || third["error"].(map[string]any)["field"] != "decisions[2].attributes.org" {
 			t.Fatalf("bulk: %v", bulk)
 		}
 		check := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/team/check", a.key, map[string]any{"key": "t9", "attributes": map[string]string{"org": "beta"}}), http.StatusOK)
@@ -152,7 +152,7 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		{"calendar on a token bucket", "PUT", "/v1/limits/q", `{"kind":"token bucket","rate":5,"period":1000,"calendar":"day"}`, 400, api.CodeInvalidConfig, "calendar"},
 		{"zone on a fixed window", "PUT", "/v1/limits/q", `{"kind":"fixed window","rate":5,"period":1000,"timeZone":"UTC"}`, 400, api.CodeInvalidConfig, "timeZone"},
 		{"reserve on a quota", "POST", "/v1/limits/quota/limit", `{"key":"k","reserve":true}`, 400, api.CodeInvalidRequest, "reserve"},
-		{"bad quota inline", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"quota","rate":5,"calendar":"day","timeZone":"Nowhere/Else"}}`, 400, api.CodeInvalidConfig, "timeZone"},
+		{"bad quota inline", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"quota","rate":5,"calendar":"day","timeZone":"Nowhere/Else"}}`, 400, api.CodeInvalidConfig, "config.timeZone"},
 		{"parents not a list", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":"org"}`, 400, api.CodeInvalidRequest, "parents"},
 		{"parent without a name", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"key":"k"}]}`, 400, api.CodeInvalidConfig, "parents[0].name"},
 		{"parent with an unknown member", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":"k","weight":2}]}`, 400, api.CodeInvalidRequest, "weight"},
@@ -166,7 +166,7 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		{"inline config with parents", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"org","key":"k"}]}}`, 400, api.CodeInvalidConfig, "config.parents"},
 		{"missing attribute", "POST", "/v1/limits/child/limit", `{"key":"k","attributes":{"team":"x"}}`, 400, api.CodeInvalidRequest, "attributes.org"},
 		{"no attributes", "POST", "/v1/limits/child/check", `{"key":"k"}`, 400, api.CodeInvalidRequest, "attributes.org"},
-		{"missing attribute in a batch", "POST", "/v1/limit", `{"limits":[{"name":"child","key":"k"}]}`, 400, api.CodeInvalidRequest, "attributes.org"},
+		{"missing attribute in a batch", "POST", "/v1/limit", `{"limits":[{"name":"child","key":"k"}]}`, 400, api.CodeInvalidRequest, "limits[0].attributes.org"},
 		{"empty attribute", "POST", "/v1/limits/child/limit", `{"key":"k","attributes":{"org":""}}`, 400, api.CodeInvalidRequest, "attributes.org"},
 		{"attribute of the wrong type", "POST", "/v1/limits/child/limit", `{"key":"k","attributes":{"org":7}}`, 400, api.CodeInvalidRequest, "attributes"},
 		{"attributes not an object", "POST", "/v1/limits/child/limit", `{"key":"k","attributes":["org"]}`, 400, api.CodeInvalidRequest, "attributes"},

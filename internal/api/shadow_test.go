@@ -167,7 +167,7 @@ func TestShadowPenaltyAndGCRABadInput(t *testing.T) {
 		{"fractional penalty", "PUT", "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":1000,"penalty":1.5}`, api.CodeInvalidConfig, "penalty"},
 		{"penalty with shards", "PUT", "/v1/limits/y", `{"kind":"gcra","rate":1,"period":1000,"penalty":10,"shards":2}`, api.CodeInvalidConfig, "penalty"},
 		{"kind in capitals", "PUT", "/v1/limits/y", `{"kind":"GCRA","rate":1,"period":1000}`, api.CodeInvalidConfig, "kind"},
-		{"inline config with a bad mode", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"gcra","rate":1,"period":1000,"mode":"x"}}`, api.CodeInvalidConfig, "mode"},
+		{"inline config with a bad mode", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"gcra","rate":1,"period":1000,"mode":"x"}}`, api.CodeInvalidConfig, "config.mode"},
 	}
 	eachDB(t, func(t *testing.T, h *harness) {
 		a := h.newTenant(t, "acme")

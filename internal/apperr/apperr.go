@@ -135,6 +135,29 @@ func (e *Error) WithField(field string) *Error {
 	return &c
 }
 
+// At returns, for a problem with one item of a request's body, a copy of the *Error in err's
+// chain whose fields are put after prefix ("limits[1]."), so that the client can tell which item
+// it is about; err itself when prefix is "", the problem names no field, or err has no *Error.
+func At(prefix string, err error) error {
+	var e *Error
+	if prefix == "" || !errors.As(err, &e) || (e.Field == "" && len(e.Fields) == 0) {
+		return err
+	}
+	c := *e
+	c.sentinel = e.root()
+	if c.Field != "" {
+		c.Field = prefix + c.Field
+	}
+	if len(e.Fields) > 0 {
+		c.Fields = make([]FieldError, len(e.Fields))
+		for i, f := range e.Fields {
+			f.Field = prefix + f.Field
+			c.Fields[i] = f
+		}
+	}
+	return &c
+}
+
 // Wrap returns a copy of e whose cause is err; errors.Is(result, e) still holds.
 func (e *Error) Wrap(err error) *Error {
 	c := *e

@@ -78,3 +78,23 @@ func TestFieldsReportsEveryJoinedFieldError(t *testing.T) {
 		t.Fatalf("Fields(nil) = %v", got)
 	}
 }
+
+// TestAtPutsAProblemsFieldsUnderTheItemsPath: the copy names every field under the prefix and is
+// still the sentinel it came from; the original is unchanged; no prefix or no field, no change.
+func TestAtPutsAProblemsFieldsUnderTheItemsPath(t *testing.T) {
+	base := &Error{Code: InvalidConfig, Message: "bad", Field: "rate", Fields: []FieldError{{Field: "rate"}, {Field: "period"}}}
+	got := From(At("limits[1].config.", fmt.Errorf("wrapped: %w", base)))
+	if got.Field != "limits[1].config.rate" || got.Fields[0].Field != "limits[1].config.rate" || got.Fields[1].Field != "limits[1].config.period" {
+		t.Fatalf("At: %+v", got)
+	}
+	if base.Field != "rate" || base.Fields[1].Field != "period" {
+		t.Fatalf("the original changed: %+v", base)
+	}
+	notFound := New(NotFound, "no such limit")
+	if named := At("limits[0].", notFound.WithField("name")); !errors.Is(named, notFound) || From(named).Field != "limits[0].name" {
+		t.Fatalf("At of a sentinel's copy: %+v", named)
+	}
+	if At("limits[0].", notFound) != error(notFound) || At("", base) != error(base) {
+		t.Fatal("At changed a problem without a field, or with no prefix")
+	}
+}

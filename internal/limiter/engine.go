@@ -11,6 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
@@ -155,6 +156,10 @@ type Request struct {
 	// givenSince is what older holds gave back to each shard of giveBack since it was taken
 	// (+Inf when no longer known; nil: nothing): see algo.Taken.GiveBack.
 	givenSince []float64
+	// Field is where the request sits in the caller's body ("limits[1]."), put before the
+	// fields of its problems so that the client can tell which item one is about; "" for a body
+	// that is the request itself.
+	Field string
 	// System decides this request in the system tenant's key space (SystemTenant) with its inline
 	// Config, whatever tenant the batch is for. It lets a limit Sluice keeps on a tenant (its
 	// plan's decision rate) ride in the tenant's own batch, all or nothing with it, at no extra
@@ -535,7 +540,11 @@ func (e *Engine) pickShards(n int) []int {
 	return []int{a, b}
 }
 
-func validateRequest(r *Request) error {
+// validateRequest checks a request before it is decided; its problems name their fields after
+// r.Field.
+func validateRequest(r *Request) error { return apperr.At(r.Field, checkRequest(r)) }
+
+func checkRequest(r *Request) error {
 	if !ValidName(r.Name) {
 		return invalidRequest("name", "must match ^[A-Za-z0-9_.:-]{1,128}$")
 	}

@@ -597,7 +597,7 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			// Validated to carry an inline config and no parents; decided for the system tenant.
 			self, err := resolve(req.Name, req.Key, req.Config.Normalized(), false, req)
 			if err != nil {
-				return nil, nil, fromAlgo(err)
+				return nil, nil, apperr.At(req.Field, fromAlgo(err))
 			}
 			self.tenantID, self.of = SystemTenant, i
 			exp = append(exp, self)
@@ -606,16 +606,18 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 		d, ok := defs[defKey{j.tenantID, req.Name}]
 		switch {
 		case ok && req.Config != nil:
-			return nil, nil, ErrDefinitionExists
+			return nil, nil, apperr.At(req.Field, ErrDefinitionExists)
 		case ok:
 		case req.Config != nil:
 			d = req.Config.Normalized()
+		case req.Field != "": // in a batch, say which item
+			return nil, nil, apperr.At(req.Field, ErrLimitNotFound.WithField("name"))
 		default:
 			return nil, nil, ErrLimitNotFound
 		}
 		self, err := resolve(req.Name, req.Key, d, ok, req)
 		if err != nil {
-			return nil, nil, fromAlgo(err)
+			return nil, nil, apperr.At(req.Field, fromAlgo(err))
 		}
 		self.of = i
 		exp = append(exp, self)
@@ -634,7 +636,7 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 					}
 					key, err := algo.FillKey(child.name, p, req.Attributes)
 					if err != nil {
-						return nil, nil, fromAlgo(err)
+						return nil, nil, apperr.At(req.Field, fromAlgo(err))
 					}
 					if seen[[2]string{p.Name, key}] {
 						continue

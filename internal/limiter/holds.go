@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -121,7 +120,7 @@ func (e *Engine) HoldWith(ctx context.Context, tenantID int64, limits []HoldLimi
 		if !finiteAmount(l.Count) {
 			return HoldResult{}, holdProblem(fmt.Sprintf("limits[%d].count", i), "must be a finite number >= 0")
 		}
-		reqs[i] = Request{Name: l.Name, Key: l.Key, Count: l.Count, Attributes: l.Attributes, hold: true}
+		reqs[i] = Request{Name: l.Name, Key: l.Key, Count: l.Count, Attributes: l.Attributes, hold: true, Field: fmt.Sprintf("limits[%d].", i)}
 		if err := validateRequest(&reqs[i]); err != nil {
 			return HoldResult{}, err
 		}
@@ -152,7 +151,7 @@ func (e *Engine) HoldWith(ctx context.Context, tenantID int64, limits []HoldLimi
 		return HoldResult{}, fmt.Errorf("limiter: hold: %w", err)
 	}
 	if j.err != nil {
-		return HoldResult{}, e.nameMissing(ctx, tenantID, reqs, j.err)
+		return HoldResult{}, j.err
 	}
 	reportIdempotent(j)
 	if j.replayed {
@@ -171,21 +170,6 @@ func withOut(b BatchDecision, with bool) (BatchDecision, *Decision) {
 	w := b.Results[n]
 	b.Results = b.Results[:n:n]
 	return b, &w
-}
-
-// nameMissing names the field of the first limit without a definition when err says a limit is
-// missing (the error path only: one lookup per limit until it is found); a missing parent stays
-// as it is.
-func (e *Engine) nameMissing(ctx context.Context, tenantID int64, reqs []Request, err error) error {
-	if !errors.Is(err, ErrLimitNotFound) {
-		return err
-	}
-	for i, r := range reqs {
-		if _, lookErr := e.GetDefinition(ctx, tenantID, r.Name); errors.Is(lookErr, ErrLimitNotFound) {
-			return ErrLimitNotFound.WithField(fmt.Sprintf("limits[%d].name", i))
-		}
-	}
-	return err
 }
 
 // closeJob runs fn as a close in a lane's group (runCloses) and returns its error. With

@@ -152,8 +152,8 @@ func TestHoldBadInputWritesNothing(t *testing.T) {
 			{[]limiter.HoldLimit{{Name: "tokens", Count: math.NaN()}}, 1000, apperr.InvalidRequest, "limits[0].count"},
 			{[]limiter.HoldLimit{{Name: "tokens", Count: math.Inf(1)}}, 1000, apperr.InvalidRequest, "limits[0].count"},
 			{[]limiter.HoldLimit{ok, {Name: "nope", Count: 1}}, 1000, apperr.LimitNotFound, "limits[1].name"},
-			{[]limiter.HoldLimit{ok, {Name: "inflight", Count: 1}}, 1000, apperr.InvalidConfig, "name"},
-			{[]limiter.HoldLimit{{Name: "tokens", Count: 11}}, 1000, apperr.CountExceedsCapacity, "count"},
+			{[]limiter.HoldLimit{ok, {Name: "inflight", Count: 1}}, 1000, apperr.InvalidConfig, "limits[1].name"},
+			{[]limiter.HoldLimit{{Name: "tokens", Count: 11}}, 1000, apperr.CountExceedsCapacity, "limits[0].count"},
 		} {
 			_, err := e.Hold(ctx, tenant, c.ls, c.ttl)
 			if p := apperr.From(err); p == nil || p.Code != c.code || p.Field != c.field {
