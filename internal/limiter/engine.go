@@ -276,23 +276,13 @@ func (e *Engine) wallClock() time.Time {
 	return e.clock()
 }
 
-// sqlNow reads the database's clock in ms since the epoch (PostgreSQL), inside the transaction
-// that uses it.
-const sqlNow = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-
 // nowIn is the time of a decision, value or sweep made in tx: the test clock when set, the
 // database's on PostgreSQL, the process's on SQLite.
 func (e *Engine) nowIn(tx *gorm.DB) (int64, error) {
-	switch {
-	case e.testNow != nil:
+	if e.testNow != nil {
 		return e.testNow().UnixMilli(), nil
-	case e.db.Dialect == db.Postgres:
-		var ms int64
-		err := tx.Raw(sqlNow).Scan(&ms).Error
-		return ms, err
-	default:
-		return e.clock().UnixMilli(), nil
 	}
+	return e.db.TimeIn(tx, e.clock)
 }
 
 // Limit consumes count tokens of one limit if it allows them.

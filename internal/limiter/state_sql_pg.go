@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
@@ -133,7 +134,7 @@ func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit boo
 	if fastCommit {
 		b.Queue(pgFastCommit)
 	}
-	b.Queue(sqlNow)
+	b.Queue(db.SQLNow)
 	tenantIDs, names := make([]int64, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenantIDs[i], names[i] = k.tenantID, k.name

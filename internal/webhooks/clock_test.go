@@ -37,7 +37,7 @@ func skewedInstances(t *testing.T) (slow, fast *Service, d *db.DB) {
 func dbNow(t *testing.T, d *db.DB) int64 {
 	t.Helper()
 	var ms int64
-	if err := d.Gorm.Raw(sqlNow).Scan(&ms).Error; err != nil {
+	if err := d.Gorm.Raw(db.SQLNow).Scan(&ms).Error; err != nil {
 		t.Fatal(err)
 	}
 	return ms

@@ -147,25 +147,17 @@ func (s *Service) wallClock() time.Time {
 	return s.clock()
 }
 
-// sqlNow reads the database's clock in ms since the epoch (PostgreSQL): the expression of the
-// limiter's decisions (internal/limiter's sqlNow), so that the outbox and the limits agree.
-const sqlNow = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-
 // nowIn is the outbox's time (ms since the epoch) for what is done in tx, which instances must
 // agree on: the test clock when set, the database's on PostgreSQL, the process's on SQLite.
 func (s *Service) nowIn(tx *gorm.DB) (int64, error) {
-	switch {
-	case s.testNow != nil:
+	if s.testNow != nil {
 		return s.testNow().UnixMilli(), nil
-	case s.db.Dialect == db.Postgres:
-		var ms int64
-		if err := tx.Raw(sqlNow).Scan(&ms).Error; err != nil {
-			return 0, fmt.Errorf("webhooks: the database's time: %w", err)
-		}
-		return ms, nil
-	default:
-		return s.clock().UnixMilli(), nil
 	}
+	ms, err := s.db.TimeIn(tx, s.clock)
+	if err != nil {
+		return 0, fmt.Errorf("webhooks: the database's time: %w", err)
+	}
+	return ms, nil
 }
 
 // The problems of this package, in the project's vocabulary.
