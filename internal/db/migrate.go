@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/sluice-dev/sluice/migrations"
 )
@@ -14,16 +15,41 @@ import (
 // ErrSchemaNotCurrent means the database schema is behind or ahead of this binary's migrations.
 var ErrSchemaNotCurrent = errors.New("database schema is not current")
 
+// migrationLockID is the PostgreSQL advisory lock (session level; advisory locks are per
+// database) that Migrate holds while it reads which migrations are pending and applies them. It
+// is Sluice's own (crc32 of "sluice migrations") rather than goose's default, so that another
+// goose user of the same database never waits for Sluice's migrations nor Sluice for theirs.
+const migrationLockID int64 = 2139821120
+
+// Waiting for the migration lock: polled every second, up to 600 times (10 minutes), since the
+// holder may be running a long migration; the caller's context ends the wait sooner. The lock is
+// released when its holder's session ends, so a crashed holder never blocks the others.
+const (
+	migrationLockPollSeconds = 1
+	migrationLockPolls       = 600
+)
+
+// provider returns the migration provider. On PostgreSQL, its Up (and only Up) takes the
+// migration lock before it reads what is pending.
 func (d *DB) provider() (*goose.Provider, error) {
 	sub, err := fs.Sub(migrations.FS, string(d.Dialect))
 	if err != nil {
 		return nil, fmt.Errorf("db: migrations: %w", err)
 	}
 	dialect := goose.DialectPostgres
-	if d.Dialect == SQLite {
+	var opts []goose.ProviderOption
+	switch d.Dialect {
+	case SQLite:
 		dialect = goose.DialectSQLite3
+	case Postgres:
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrationLockID),
+			lock.WithLockTimeout(migrationLockPollSeconds, migrationLockPolls))
+		if err != nil {
+			return nil, fmt.Errorf("db: migrations: lock: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
 	}
-	p, err := goose.NewProvider(dialect, d.SQL, sub)
+	p, err := goose.NewProvider(dialect, d.SQL, sub, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("db: migrations: %w", err)
 	}
@@ -31,7 +57,7 @@ func (d *DB) provider() (*goose.Provider, error) {
 }
 
 // versions returns the migration provider with the database's schema version and the latest
-// version this binary embeds.
+// version this binary embeds. Reading the versions takes no lock.
 func (d *DB) versions(ctx context.Context) (*goose.Provider, int64, int64, error) {
 	p, err := d.provider()
 	if err != nil {
@@ -45,22 +71,46 @@ func (d *DB) versions(ctx context.Context) (*goose.Provider, int64, int64, error
 }
 
 // Migrate applies every pending migration. It refuses a schema newer than this binary knows.
+//
+// Several processes may migrate one database at once: instances started together with
+// MIGRATE=auto, or on SQLite the server and a CLI command opening a new file. On PostgreSQL,
+// goose's Up holds the migration lock while it lists the applied migrations and applies the
+// others, so each is applied once and whoever waited finds nothing left to do. SQLite has no
+// such lock: a migration another process applied first fails here (its table or column exists
+// already), and, each migration being a transaction of its own, leaves nothing behind. So on
+// SQLite a failed Up is run again whenever the database's version moved on during it (a
+// migration was applied, by this process or another); an attempt that made no progress
+// returns its error.
 func (d *DB) Migrate(ctx context.Context) error {
 	p, current, target, err := d.versions(ctx)
 	if err != nil {
 		return err
 	}
-	if current > target {
-		return fmt.Errorf("db: %w: database is at version %d, this binary knows up to %d", ErrSchemaNotCurrent, current, target)
+	for {
+		if current > target {
+			return fmt.Errorf("db: %w: database is at version %d, this binary knows up to %d", ErrSchemaNotCurrent, current, target)
+		}
+		res, err := p.Up(ctx)
+		var partial *goose.PartialError
+		if errors.As(err, &partial) {
+			res = partial.Applied
+		}
+		for _, r := range res {
+			d.log.Info("migration applied", "version", r.Source.Version, "duration", r.Duration)
+		}
+		if err == nil {
+			return nil
+		}
+		if d.Dialect != SQLite {
+			return fmt.Errorf("db: migrate: %w", err)
+		}
+		now, _, verr := p.GetVersions(ctx)
+		if verr != nil || now <= current {
+			return fmt.Errorf("db: migrate: %w", err)
+		}
+		d.log.Info("migrating again: the schema moved on while migrating, another process is migrating too", "version", now, "error", err)
+		current = now
 	}
-	res, err := p.Up(ctx)
-	if err != nil {
-		return fmt.Errorf("db: migrate: %w", err)
-	}
-	for _, r := range res {
-		d.log.Info("migration applied", "version", r.Source.Version, "duration", r.Duration)
-	}
-	return nil
 }
 
 // CheckSchema returns ErrSchemaNotCurrent unless the database is at exactly the latest version.
