@@ -81,6 +81,9 @@ type Service struct {
 	// refusedWarnings keeps the warning about requests refused for their attributes to one a
 	// minute: a visitor can cause one per request.
 	refusedWarnings throttle
+	// missingParentWarnings keeps the warning about requests refused because a limit's parent
+	// has no stored definition to one a minute: every request on such a limit causes one.
+	missingParentWarnings throttle
 }
 
 // throttle lets one event through per period and counts the ones it held back.
@@ -243,18 +246,21 @@ func planResponse(out *rls.RateLimitResponse, planned *limiter.Decision) *rls.Ra
 // request is refused and so consumes nothing).
 func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limiter.Request, plan *limiter.Request) (*rls.RateLimitResponse, error) {
 	unknown := make([]bool, len(reqs))
-	seen := map[string]bool{} // name -> unknown
+	seen := map[string]bool{}               // name -> unknown
+	defs := map[string]limiter.Definition{} // name -> definition, of the known ones
 	var known []limiter.Request
 	var at []int
 	for i, r := range reqs {
 		u, ok := seen[r.Name]
 		if !ok {
-			_, err := s.engine.GetDefinition(ctx, tenantID, r.Name)
+			sd, err := s.engine.GetDefinition(ctx, tenantID, r.Name)
 			switch {
 			case limiter.IsNotFound(err):
 				u = true
 			case err != nil:
 				return nil, s.statusOf(ctx, err)
+			default:
+				defs[r.Name] = sd.Definition
 			}
 			seen[r.Name] = u
 		}
@@ -274,8 +280,7 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 		b, err := s.engine.Batch(ctx, tenantID, withPlan(known, plan), s.opts.AllowUnknown)
 		switch {
 		case limiter.IsNotFound(err):
-			// A definition was deleted meanwhile: fail closed rather than guess.
-			return nil, errUnavailable
+			return s.missingParent(ctx, tenantID, known, defs, len(reqs), err)
 		case s.neverPasses(ctx, err):
 			return overLimitAll(len(reqs)), nil
 		case err != nil:
@@ -294,6 +299,63 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 		}
 	}
 	return planResponse(response(ok, results, unknown), planned), nil
+}
+
+// missingParent answers a request whose known limits were found a moment ago but whose batch
+// says a limit has no stored definition (batchErr). When an ancestor of one of them (a parent,
+// its parent, ...) has none, every call on that limit would fail the same way until the parent
+// is defined: the request is refused, OVER_LIMIT with nothing counted, as a request whose
+// attributes cannot fill a parent's key is, rather than failing the call (which Envoy lets
+// through unless failure_mode_deny is set, so the limit would never be enforced), and a warning
+// naming the limit and the missing parent is logged, at most once a minute. Otherwise one of the
+// limits was deleted meanwhile: the call fails closed (UNAVAILABLE), as a retry decides anew.
+func (s *Service) missingParent(ctx context.Context, tenantID int64, known []limiter.Request, defs map[string]limiter.Definition, n int, batchErr error) (*rls.RateLimitResponse, error) {
+	type edge struct{ limit, parent, namedBy string }
+	var queue []edge
+	checked := map[string]bool{}
+	for _, r := range known {
+		if checked[r.Name] {
+			continue
+		}
+		checked[r.Name] = true
+		for _, p := range defs[r.Name].Parents {
+			queue = append(queue, edge{r.Name, p.Name, r.Name})
+		}
+	}
+	// Breadth first, each ancestor read once; a chain is at most algo.MaxParentDepth long, and
+	// the visited set ends a cycle (a definition stored before its parents could close one).
+	visited := map[string]limiter.Definition{}
+	for len(queue) > 0 {
+		e := queue[0]
+		queue = queue[1:]
+		def, ok := visited[e.parent]
+		if !ok {
+			if d, isKnown := defs[e.parent]; isKnown {
+				def = d
+			} else {
+				sd, err := s.engine.GetDefinition(ctx, tenantID, e.parent)
+				switch {
+				case limiter.IsNotFound(err):
+					if ok, heldBack := s.missingParentWarnings.allow(time.Now(), time.Minute); ok {
+						s.log.WarnContext(ctx, "envoy rate limit service: request refused: a parent of its limit has no stored definition",
+							"tenant", tenantID, "limit", e.limit, "missing_parent", e.parent, "parent_of", e.namedBy,
+							"err", batchErr, "refused_since_last_warning", heldBack)
+					}
+					return overLimitAll(n), nil
+				case err != nil:
+					return nil, s.statusOf(ctx, err)
+				}
+				def = sd.Definition
+			}
+			visited[e.parent] = def
+			for _, p := range def.Parents {
+				queue = append(queue, edge{e.limit, p.Name, e.parent})
+			}
+		}
+	}
+	// Every ancestor exists: a definition was deleted (or a parent created) meanwhile. Fail
+	// closed rather than guess; the next call decides anew.
+	return nil, errUnavailable
 }
 
 // authenticate reads the secret key from the configured metadata header.

@@ -537,6 +537,69 @@ func TestVisitorValuesCannotSwitchTheLimitOff(t *testing.T) {
 	})
 }
 
+// TestAMissingParentIsOverLimitAndLogged: a child whose parent has no stored definition yet
+// (README allows it) is refused, OVER_LIMIT with nothing counted, under either unknown-limit
+// policy, rather than failing every call with UNAVAILABLE (which Envoy lets through unless
+// failure_mode_deny is set); a warning names the child and the missing parent, once however
+// many calls. So is a child whose grandparent is missing; once the ancestors exist, it decides.
+func TestAMissingParentIsOverLimitAndLogged(t *testing.T) {
+	t.Parallel()
+	for _, allowUnknown := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deny", true: "allow"}[allowUnknown], func(t *testing.T) {
+			testkit.EachURL(t, func(t *testing.T, url string) {
+				cfg := apptest.Config(url)
+				cfg.GRPCAddr = "127.0.0.1:0"
+				cfg.GRPCAllowUnknown = allowUnknown
+				var out lockedBuffer
+				h := startWith(t, cfg, app.Options{Stdout: &out})
+				child := limiter.Definition{Kind: limiter.FixedWindow, Rate: 2, Period: 3_600_000,
+					Parents: []limiter.Parent{{Name: "api.org", Key: "{org}"}}}
+				if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.org.user", child, nil); err != nil {
+					t.Fatal(err)
+				}
+				req := request("api", descriptor("org", "acme", "user", "u"))
+				for i := range 5 {
+					resp, err := h.call(t, "authorization", "Bearer "+h.key, req)
+					if err != nil {
+						t.Fatalf("call %d: %v, want OVER_LIMIT", i, err)
+					}
+					if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT || len(resp.Statuses) != 1 || resp.Statuses[0].Code != rls.RateLimitResponse_OVER_LIMIT {
+						t.Fatalf("call %d: %v, want OVER_LIMIT", i, resp)
+					}
+				}
+				if v := h.value(t, "api.org.user", "acme/u"); v != 2 {
+					t.Fatalf("a refused request was counted: %v, want 2", v)
+				}
+				var warnings []string
+				for _, l := range strings.Split(out.String(), "\n") {
+					if strings.Contains(l, "missing_parent=") {
+						warnings = append(warnings, l)
+					}
+				}
+				if len(warnings) != 1 || !strings.Contains(warnings[0], "limit=api.org.user") || !strings.Contains(warnings[0], "missing_parent=api.org ") {
+					t.Fatalf("warnings %q, want one naming limit=api.org.user and missing_parent=api.org", warnings)
+				}
+				// A missing grandparent refuses the request too.
+				parent := limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000,
+					Parents: []limiter.Parent{{Name: "api.region", Key: "all"}}}
+				if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.org", parent, nil); err != nil {
+					t.Fatal(err)
+				}
+				if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("grandparent missing: %v, want OVER_LIMIT", resp)
+				}
+				h.define(t, "api.region", 10)
+				if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OK {
+					t.Fatalf("every ancestor defined: %v, want OK", resp)
+				}
+				if v := h.value(t, "api.org.user", "acme/u"); v != 1 {
+					t.Fatalf("the admitted request: value %v, want 1", v)
+				}
+			})
+		})
+	}
+}
+
 func TestAttributesOfADescriptor(t *testing.T) {
 	got := envoyrls.Attributes(descriptor("org", "acme", "bad-key", "x", "user", "u1", "org", "beta").Entries)
 	if len(got) != 2 || got["org"] != "beta" || got["user"] != "u1" {
