@@ -201,8 +201,18 @@ var options = []Option{
 			}
 			return nil
 		}},
-	{Name: "MIGRATE", Default: "", Doc: "`auto` migrates PostgreSQL at start-up (SQLite always migrates)",
-		parse: func(c *Config, v string) error { c.MigrateAuto = strings.EqualFold(v, "auto"); return nil }},
+	{Name: "MIGRATE", Default: "", Doc: "`auto` migrates PostgreSQL at start-up (SQLite always migrates); unset, it does not; any other value is refused",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "":
+				c.MigrateAuto = false
+			case "auto":
+				c.MigrateAuto = true
+			default:
+				return errors.New("MIGRATE must be auto or unset")
+			}
+			return nil
+		}},
 	{Name: "SLUICE_ADMIN_EMAIL", Default: "", Doc: "with `SLUICE_ADMIN_PASSWORD`: the first operator, created at start instead of printing a setup link",
 		parse: set(func(c *Config) *string { return &c.AdminEmail })},
 	{Name: "SLUICE_ADMIN_PASSWORD", Default: "", Secret: true, Doc: "the first operator's password (with `SLUICE_ADMIN_EMAIL`)",

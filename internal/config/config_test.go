@@ -113,7 +113,7 @@ func TestBaseURLIsTheRootOfAHost(t *testing.T) {
 }
 
 func TestTrustedProxiesAndLogLevelParse(t *testing.T) {
-	c, err := FromEnv(env(map[string]string{"TRUSTED_PROXIES": " 10.0.0.1 ,192.168.0.0/16,", "LOG_LEVEL": "warn", "MIGRATE": "AUTO"}))
+	c, err := FromEnv(env(map[string]string{"TRUSTED_PROXIES": " 10.0.0.1 ,192.168.0.0/16,", "LOG_LEVEL": "warn", "MIGRATE": "auto"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +122,23 @@ func TestTrustedProxiesAndLogLevelParse(t *testing.T) {
 	}
 	if _, err := FromEnv(env(map[string]string{"LOG_LEVEL": "loud"})); err == nil {
 		t.Fatal("bad LOG_LEVEL accepted")
+	}
+}
+
+// TestMigrateIsAutoOrUnset: MIGRATE, like every other enumerated variable, refuses a value it
+// does not know (a typo such as "atuo", or "true") rather than quietly leaving migrations off.
+func TestMigrateIsAutoOrUnset(t *testing.T) {
+	if c, err := FromEnv(env(map[string]string{"MIGRATE": "auto"})); err != nil || !c.MigrateAuto {
+		t.Fatalf("MIGRATE=auto: %v %v", c.MigrateAuto, err)
+	}
+	if d := Default(); d.MigrateAuto {
+		t.Fatal("MIGRATE unset migrates")
+	}
+	for _, bad := range []string{"atuo", "true", "yes", "on", "off", "AUTO", "manual"} {
+		_, err := FromEnv(env(map[string]string{"MIGRATE": bad}))
+		if err == nil || !strings.Contains(err.Error(), "MIGRATE must be auto or unset") {
+			t.Errorf("MIGRATE=%s: %v, want an error naming MIGRATE and its values", bad, err)
+		}
 	}
 }
 
