@@ -317,8 +317,11 @@ var options = []Option{
 			c.GCPercent = n
 			return nil
 		}},
-	{Name: "GOMEMLIMIT", Default: "256MiB", Doc: "the Go runtime's soft memory limit (bytes with an optional `KiB`, `MiB`, `GiB` or `TiB` suffix, or `off`)",
+	{Name: "GOMEMLIMIT", Default: "256MiB", Doc: "the Go runtime's soft memory limit: a whole number of bytes with an optional `B`, `KiB`, `MiB`, `GiB` or `TiB` suffix (e.g. `512MiB`, `1GiB`; not `1GB` nor `1.5GiB`), or `off`; the Go runtime itself reads it when the process starts and stops the process with a fatal error (`malformed GOMEMLIMIT`) on any other value, before Sluice can report it",
 		parse: func(c *Config, v string) error {
+			// The runtime parsed GOMEMLIMIT before main, with the syntax parseBytes reads, and
+			// threw on a malformed value: in a running process this error never fires. It stays
+			// for FromEnv given another environment than the process's (tests, tools).
 			n, err := parseBytes(v)
 			if err != nil {
 				return fmt.Errorf("GOMEMLIMIT: %w", err)
@@ -410,7 +413,7 @@ var smtpAddressRE = regexp.MustCompile(`^[^\s@<>,;:"()\[\]\\]+@[^\s@<>,;:"()\[\]
 var grpcHeaderRE = regexp.MustCompile(`^[a-z0-9_.-]+$`)
 
 // parseBytes reads the Go runtime's GOMEMLIMIT syntax: a whole number of bytes with an optional
-// B, KiB, MiB, GiB or TiB suffix, or "off".
+// B, KiB, MiB, GiB or TiB suffix, or "off" (TestGOMEMLIMITIsTheRuntimesSyntax compares the two).
 func parseBytes(v string) (int64, error) {
 	if v == "off" {
 		return math.MaxInt64, nil
@@ -424,7 +427,7 @@ func parseBytes(v string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 || n > math.MaxInt64/mult {
-		return 0, errors.New("must be a number of bytes such as 512MiB, or off")
+		return 0, errors.New("must be a whole number of bytes with an optional B, KiB, MiB, GiB or TiB suffix (e.g. 512MiB, 1GiB), or off")
 	}
 	return n * mult, nil
 }
