@@ -15,8 +15,11 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"reflect"
 	"strconv"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/strictjson"
 )
 
 // Protocol constants of the challenges Sluice issues (see the package documentation).
@@ -312,6 +315,12 @@ func decodePayload(s string) (payload, error) {
 	}
 	if json.Unmarshal(raw, &probe) == nil && bytes.Equal(probe.Test, []byte("true")) {
 		return payload{}, fmt.Errorf("captcha: payload: %w", ErrTestMode)
+	}
+	// One spelling only: encoding/json would take a member named twice (the last) or in another
+	// case ("CHALLENGE", "ſalt"), and a verifier beside Sluice reading the first or the exact
+	// name would see another challenge than the one verified.
+	if p := strictjson.Check(raw, reflect.TypeFor[*payload]()); p != nil {
+		return payload{}, fmt.Errorf("captcha: payload: json: %w: %v", ErrMalformedPayload, p)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

@@ -226,6 +226,10 @@ func TestVerifyRefuses(t *testing.T) {
 		{"json null", b64("null"), sid, ErrMalformedPayload},
 		{"trailing data", b64(mustDecode(t, good) + " {}"), sid, ErrMalformedPayload},
 		{"unknown field", tamperRaw(t, good, `"solution":{`, `"extra":1,"solution":{`), sid, ErrMalformedPayload},
+		// One spelling only: encoding/json keeps a repeated member's last copy and folds case.
+		{"member given twice", tamperRaw(t, good, `{"challenge":`, `{"challenge":{"parameters":{},"signature":"00"},"challenge":`), sid, ErrMalformedPayload},
+		{"member in another case", tamperRaw(t, good, `"solution":{`, `"Solution":{`), sid, ErrMalformedPayload},
+		{"member in a look-alike", tamperRaw(t, good, `"salt":`, "\"\u017falt\":"), sid, ErrMalformedPayload},
 		{"classic v1 payload", b64(`{"algorithm":"SHA-256","challenge":"ab","number":1,"salt":"x?expires=1","signature":"cd","took":3}`), sid, ErrMalformedPayload},
 		{"uppercase hex", tamper(t, good, func(pl *payload) { pl.Solution.DerivedKey = strings.ToUpper(pl.Solution.DerivedKey) }), sid, ErrMalformedPayload},
 		{"negative counter", tamper(t, good, func(pl *payload) { pl.Solution.Counter = -1 }), sid, ErrMalformedPayload},

@@ -1,0 +1,225 @@
+// Package strictjson finds, in a JSON body, what encoding/json would decode without complaint
+// although the body does not say what the decoded value says: a member named twice (the last
+// wins), a member named in another case than its field (encoding/json folds case, Unicode
+// look-alikes such as "ſ" for "s" included) and a null array item decoded as a zero value. A
+// client, proxy or audit log that reads such a body another way sees another request than the
+// one the server acted on.
+package strictjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Problem is one member a strict decoder must refuse.
+type Problem struct {
+	Path    string // the member's path: "count", "limits[1].key"
+	Message string // a sentence for the client, naming the member
+}
+
+func (p *Problem) Error() string { return p.Message }
+
+// maxNesting is encoding/json's own limit on nesting: it refuses anything deeper, so Check need
+// not look further.
+const maxNesting = 10000
+
+// Check finds what encoding/json would silently accept in a body decoded into a value of type
+// dst: an object member named twice in one object (encoding/json keeps the last), and a
+// member named in another case than its field ({"KEY": …} taken as "key", so that
+// {"key": "alice", "KEY": "bob"} decides bob, and a proxy or audit log reading the first sees
+// another request than the one charged), and a null array item where the item cannot be null
+// (encoding/json decodes it as the zero value). The problem names the member's path ("count",
+// "limits[1].key"). Malformed JSON, unknown members and JSON nested deeper than maxNesting are
+// left for the decoder to describe.
+//
+// The path is kept as a stack of steps and spelled out only for a problem: building every
+// member's full path as it went made a deeply nested body cost time and memory quadratic in its
+// depth: 1.6 GB for 64 KiB of nested arrays, 1.4 GB for the 220 KB of 20000 nested objects that
+// the 1 MiB bulk route reads (tens of seconds on a busy machine, past the server's WriteTimeout,
+// which then dropped the connection unanswered).
+func Check(body []byte, dst reflect.Type) *Problem {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	type step struct {
+		key   string
+		index int // of an array item, when key is ""; -1 for a member
+	}
+	var steps []step
+	path := func() string {
+		var b strings.Builder
+		for _, s := range steps {
+			if s.index >= 0 {
+				b.WriteString("[" + strconv.Itoa(s.index) + "]")
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.key)
+		}
+		return b.String()
+	}
+	var problem *Problem
+	// walk reads one value, whose Go type is t (nil: not known, such as a json.RawMessage's
+	// content), an array's item when item is true; it returns false on a problem or a decoding
+	// error.
+	var walk func(t reflect.Type, item bool, depth int) bool
+	walk = func(t reflect.Type, item bool, depth int) bool {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') && depth >= maxNesting {
+			return false
+		}
+		if tok == nil && item && t != nil && !nullable(t) {
+			// encoding/json decodes it as the zero value: {"counts": [null]} would settle a
+			// hold as if nothing was used.
+			problem = &Problem{Path: path(), Message: path() + " must be " + describe(t) + ", not null"}
+			return false
+		}
+		t = decodedAs(t)
+		switch tok {
+		case json.Delim('{'):
+			fields := membersOf(t)
+			seen := map[string]bool{}
+			for dec.More() {
+				keyTok, err := dec.Token()
+				if err != nil {
+					return false
+				}
+				key, _ := keyTok.(string)
+				steps = append(steps, step{key: key, index: -1})
+				if seen[key] {
+					problem = &Problem{Path: path(), Message: path() + " is given more than once; give each member once"}
+					return false
+				}
+				seen[key] = true
+				var elem reflect.Type
+				switch {
+				case t != nil && t.Kind() == reflect.Map:
+					elem = t.Elem()
+				case fields != nil:
+					var exact bool
+					if elem, exact = fields[key]; !exact {
+						for name := range fields {
+							if strings.EqualFold(name, key) {
+								problem = &Problem{Path: path(), Message: fmt.Sprintf("unknown field %q: member names are case-sensitive (%q)", key, name)}
+								return false
+							}
+						}
+					}
+				}
+				if !walk(elem, false, depth+1) {
+					return false
+				}
+				steps = steps[:len(steps)-1]
+			}
+			_, err = dec.Token() // '}'
+			return err == nil
+		case json.Delim('['):
+			var elem reflect.Type
+			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+				elem = t.Elem()
+			}
+			for i := 0; dec.More(); i++ {
+				steps = append(steps, step{index: i})
+				if !walk(elem, true, depth+1) {
+					return false
+				}
+				steps = steps[:len(steps)-1]
+			}
+			_, err = dec.Token() // ']'
+			return err == nil
+		}
+		return true
+	}
+	walk(dst, false, 0)
+	return problem
+}
+
+var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// nullable reports whether encoding/json gives a null decoded into t a value of its own (nil),
+// rather than t's zero value.
+func nullable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice:
+		return true
+	}
+	return reflect.PointerTo(t).Implements(jsonUnmarshaler)
+}
+
+// decodedAs is the type whose members a JSON value decoded into t is matched against: t without
+// its pointers; nil when t is not known or decodes itself (json.Unmarshaler).
+func decodedAs(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+		return nil
+	}
+	return t
+}
+
+// members caches membersOf: a body's types are few and fixed.
+var members sync.Map // reflect.Type → map[string]reflect.Type
+
+// membersOf is the JSON member names of struct type t, as encoding/json decodes them (the
+// members of embedded structs promoted), each with its field's type; nil when t is no struct.
+func membersOf(t reflect.Type) map[string]reflect.Type {
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	if m, ok := members.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-":
+			continue
+		case f.Anonymous && name == "":
+			if inner := membersOf(decodedAs(f.Type)); inner != nil {
+				for k, v := range inner {
+					if _, own := m[k]; !own {
+						m[k] = v
+					}
+				}
+				continue
+			}
+		case !f.IsExported():
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	members.Store(t, m)
+	return m
+}
+
+// describe names the JSON value a Go type holds, for a problem's message.
+func describe(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
