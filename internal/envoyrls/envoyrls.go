@@ -611,7 +611,8 @@ func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimi
 }
 
 // rateLimitHeaders are the headers Envoy adds to the client's response: RateLimit-Policy and
-// RateLimit for every descriptor with a definition, as the JSON API sends them, and Retry-After
+// RateLimit for every descriptor with a definition and for its limit's ancestors, as the JSON
+// API sends them, and Retry-After
 // when the request is refused and some refusal says when to retry.
 func rateLimitHeaders(ok bool, results []limiter.Decision, unknown []bool) []*core.HeaderValue {
 	var known []limiter.Decision
@@ -626,7 +627,9 @@ func rateLimitHeaders(ok bool, results []limiter.Decision, unknown []bool) []*co
 		}
 	}
 	var hs []*core.HeaderValue
-	if policy, limit := limiter.RateLimitHeaders(known); policy != "" { // none for shadow limits alone
+	// Each descriptor's limit followed by its ancestors (nested budgets), as the JSON API names
+	// them; the statuses stay the descriptors' own.
+	if policy, limit := limiter.RateLimitHeaders(limiter.WithParents(known)); policy != "" { // none for shadow limits alone
 		hs = append(hs,
 			&core.HeaderValue{Key: "ratelimit-policy", Value: policy},
 			&core.HeaderValue{Key: "ratelimit", Value: limit})

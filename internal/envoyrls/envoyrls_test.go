@@ -507,6 +507,36 @@ func TestDescriptorEntriesFillTheKeysOfParents(t *testing.T) {
 	})
 }
 
+// TestRateLimitHeadersNameTheAncestors: as the JSON API's, the RateLimit and RateLimit-Policy
+// headers name a descriptor's limit and its parents, so a client refused by the parent's budget
+// sees which one; the statuses stay one per descriptor.
+func TestRateLimitHeadersNameTheAncestors(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		h := start(t, url, false)
+		h.defineOrgAndUser(t)
+		for _, user := range []string{"a", "b"} {
+			if resp := h.decide(t, request("api", descriptor("org", "acme", "user", user))); resp.OverallCode != rls.RateLimitResponse_OK {
+				t.Fatalf("user %s: %v, want OK", user, resp)
+			}
+		}
+		resp := h.decide(t, request("api", descriptor("org", "acme", "user", "c")))
+		if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT || len(resp.Statuses) != 1 || resp.Statuses[0].Code != rls.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("user c: %v, want one status, OVER_LIMIT (the org's budget is 2)", resp)
+		}
+		hs := headers(resp)
+		if !strings.HasPrefix(hs["ratelimit"], `"api.org.user";r=`) || !strings.Contains(hs["ratelimit"], `, "api.org";r=`) {
+			t.Fatalf("ratelimit %q, want api.org.user then api.org", hs["ratelimit"])
+		}
+		if want := `"api.org.user";q=10;w=3600, "api.org";q=2;w=3600`; hs["ratelimit-policy"] != want {
+			t.Fatalf("ratelimit-policy %q, want %q", hs["ratelimit-policy"], want)
+		}
+		if hs["retry-after"] == "" {
+			t.Fatalf("headers %v, want a Retry-After", hs)
+		}
+	})
+}
+
 // TestVisitorValuesCannotSwitchTheLimitOff: a descriptor value that cannot fill a parent's key
 // (it fills a reserved or too long one, or is empty) is answered OVER_LIMIT with nothing counted,
 // not with an error, which Envoy would let through unless failure_mode_deny is set.
