@@ -436,12 +436,20 @@ func parseBytes(v string) (int64, error) {
 func Options() []Option { return options }
 
 // FromEnv reads a Config from getenv. Unset variables take their defaults; every problem is
-// reported at once.
+// reported at once. Values are trimmed of surrounding whitespace, except secrets: a password,
+// token or key is used exactly as given, so one that starts or ends with whitespace (most likely
+// the line break a file or a secret store left) is refused, naming the variable, rather than
+// trimmed into something other than what was typed or kept with a character nobody meant.
 func FromEnv(getenv func(string) string) (Config, error) {
 	var c Config
 	var errs []error
 	for _, o := range options {
-		v := strings.TrimSpace(getenv(o.Name))
+		v := getenv(o.Name)
+		if !o.Secret {
+			v = strings.TrimSpace(v)
+		} else if strings.TrimSpace(v) != v {
+			errs = append(errs, fmt.Errorf("%s starts or ends with whitespace (a line break left by a file or secret store?): a secret is used exactly as given, so remove it", o.Name))
+		}
 		if v == "" && !strings.HasPrefix(o.Default, "(") {
 			v = o.Default
 		}

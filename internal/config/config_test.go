@@ -293,3 +293,46 @@ func TestSMTPVariablesParse(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretsAreNotTrimmed: a secret is used exactly as given. SLUICE_ADMIN_PASSWORD="correct
+// horse " used to be stored as "correct horse", and typing the configured password failed; a
+// SECRET_KEY read from a file with its line break would be trimmed too. Such a value is now refused,
+// naming the variable and never printing the value; other variables are still trimmed, and a
+// secret's inner spaces are kept.
+func TestSecretsAreNotTrimmed(t *testing.T) {
+	key := "0123456789abcdef0123456789abcdef-key"
+	base := map[string]string{"SLUICE_ADMIN_EMAIL": "op@example.com", "SLUICE_ADMIN_PASSWORD": "correct horse battery",
+		"SECRET_KEY": key, "METRICS_TOKEN": "metrics token 0123456789", "SMTP_ADDR": "localhost:25", "SMTP_FROM": "s@example.com",
+		"SMTP_USERNAME": "u", "SMTP_PASSWORD": "smtp pass", "SMTP_TLS": "plain", "LISTEN_ADDR": " :8081\n"}
+	c, err := FromEnv(env(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AdminPassword != "correct horse battery" || c.SecretKey != key || c.MetricsToken != "metrics token 0123456789" || c.SMTPPassword != "smtp pass" || c.ListenAddr != ":8081" {
+		t.Fatalf("parsed: %+v", c)
+	}
+	var secrets []string
+	for _, o := range Options() {
+		if o.Secret {
+			secrets = append(secrets, o.Name)
+		}
+	}
+	if len(secrets) != 4 {
+		t.Fatalf("secrets %v: this test knows SECRET_KEY, SLUICE_ADMIN_PASSWORD, METRICS_TOKEN and SMTP_PASSWORD", secrets)
+	}
+	for _, name := range secrets {
+		for _, padded := range []string{base[name] + " ", base[name] + "\n", " " + base[name], "\t" + base[name] + "\r\n"} {
+			e := map[string]string{}
+			for k, v := range base {
+				e[k] = v
+			}
+			e[name] = padded
+			_, err := FromEnv(env(e))
+			if err == nil || !strings.Contains(err.Error(), name+" starts or ends with whitespace") {
+				t.Errorf("%s=%q: %v, want an error naming %s", name, padded, err, name)
+			} else if strings.Contains(err.Error(), base[name]) {
+				t.Errorf("%s=%q: the error prints the secret: %v", name, padded, err)
+			}
+		}
+	}
+}
