@@ -139,6 +139,11 @@ func TestTenantCannotReadChangeConsumeResetOrDetectAnotherTenantsLimits(t *testi
 		if err != nil || len(bDeliveries) != 1 {
 			t.Fatalf("B's deliveries: %v, %v", bDeliveries, err)
 		}
+		// Not due for a day: the app's dispatcher runs, and attempting it meanwhile would change
+		// the state compared below (a resend by A would make it due now).
+		if err := h.db.Gorm.Exec("UPDATE webhook_deliveries SET next_attempt_at = next_attempt_at + 86400000 WHERE id = ?", bDeliveries[0].ID).Error; err != nil {
+			t.Fatal(err)
+		}
 		bIDs := map[string]string{"id": strconv.FormatInt(bHook.ID, 10), "deliveryId": bDeliveries[0].ID}
 		ghostIDs := map[string]string{"id": strconv.FormatInt(bHook.ID+1000, 10), "deliveryId": "msg_never-sent"}
 		webhookState := func() []string {
