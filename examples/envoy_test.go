@@ -77,6 +77,8 @@ type rateLimitSetup struct {
 	// descriptors: per rate_limits entry of the routes, the descriptor entries' keys Envoy
 	// sends, in order.
 	descriptors [][]string
+	// actions are the routes' rate limit actions, in that order.
+	actions []*routev3.RateLimit_Action
 }
 
 // descriptorKey is the key Envoy gives the descriptor entry of a rate limit action.
@@ -84,6 +86,8 @@ func descriptorKey(a *routev3.RateLimit_Action) (string, error) {
 	switch {
 	case a.GetRemoteAddress() != nil:
 		return "remote_address", nil
+	case a.GetMaskedRemoteAddress() != nil:
+		return "masked_remote_address", nil
 	case a.GetRequestHeaders() != nil:
 		return a.GetRequestHeaders().GetDescriptorKey(), nil
 	case a.GetGenericKey() != nil:
@@ -131,6 +135,7 @@ func inspect(b *bootstrapv3.Bootstrap) (*rateLimitSetup, error) {
 									return nil, err
 								}
 								keys = append(keys, k)
+								s.actions = append(s.actions, a)
 							}
 							s.descriptors = append(s.descriptors, keys)
 						}
@@ -199,6 +204,16 @@ func checkAsDocumented(t *testing.T, s *rateLimitSetup) {
 	if len(s.descriptors) == 0 {
 		t.Error("no route has rate_limits: Envoy would never ask Sluice")
 	}
+	// Sluice uses the address Envoy sends as it is: the mask is what groups an IPv6 client by
+	// its /64, as the JSON API's ip does.
+	for _, a := range s.actions {
+		switch {
+		case a.GetRemoteAddress() != nil:
+			t.Error("a remote_address action counts each IPv6 address (/128) apart: use masked_remote_address with v6_prefix_mask_len: 64")
+		case a.GetMaskedRemoteAddress() != nil && a.GetMaskedRemoteAddress().GetV6PrefixMaskLen().GetValue() != 64:
+			t.Errorf("masked_remote_address %v: want v6_prefix_mask_len: 64 (an IPv6 client by its /64)", a.GetMaskedRemoteAddress())
+		}
+	}
 	for _, n := range s.limitNames() {
 		if !limitNameRE.MatchString(n) {
 			t.Errorf("descriptors make the limit name %q, which Sluice refuses (INVALID_ARGUMENT)", n)
@@ -227,9 +242,9 @@ func TestEnvoyConfigsAreValidAndUseSluiceAsDocumented(t *testing.T) {
 		src   []byte
 		limit []string
 	}{
-		{"docs/envoy.md", docsConfig(t), []string{"api.remote_address", "api.remote_address.path"}},
+		{"docs/envoy.md", docsConfig(t), []string{"api.masked_remote_address", "api.masked_remote_address.path"}},
 		{"examples/envoy/envoy.yaml", []byte(strings.ReplaceAll(string(repoFile(t, "examples/envoy/envoy.yaml")), placeholder, "sk_live_x")),
-			[]string{"examples.remote_address", "examples.remote_address.path"}},
+			[]string{"examples.masked_remote_address", "examples.masked_remote_address.path"}},
 	} {
 		b, err := loadBootstrap(tc.src)
 		if err != nil {
@@ -318,7 +333,8 @@ func TestEnvoyExampleDescriptorsAreDecidedBySluice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	values := map[string]string{"remote_address": "192.0.2.7", "path": "/hello"}
+	// Envoy's masked_remote_address value: the address and the mask's length.
+	values := map[string]string{"masked_remote_address": "192.0.2.7/32", "path": "/hello"}
 	req := &rls.RateLimitRequest{Domain: s.filter.GetDomain()}
 	for _, keys := range s.descriptors {
 		d := &rlcommon.RateLimitDescriptor{}
