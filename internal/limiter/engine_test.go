@@ -507,3 +507,56 @@ func TestAFamilysRetryAfterJittersAsTheLimitItCameFrom(t *testing.T) {
 		}
 	})
 }
+
+// TestARefusedBatchReportsTheBalanceAsItStands: a batch refused as a whole counts nothing, so a
+// limit that would have admitted its request reports its balance as it stands, not what it
+// would have had left: also for the same key twice in one batch, an ancestor, a sharded limit and
+// a concurrency limit. A check (which never counts) still says what would be left.
+func TestARefusedBatchReportsTheBalanceAsItStands(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		ctx := context.Background()
+		hour := int64(3_600_000)
+		mustPut(t, e, "a", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: hour})
+		mustPut(t, e, "spent", limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: hour})
+		mustPut(t, e, "org", limiter.Definition{Kind: limiter.FixedWindow, Rate: 20, Period: hour})
+		mustPut(t, e, "child", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: hour, Parents: []limiter.Parent{{Name: "org", Key: "{org}"}}})
+		mustPut(t, e, "sharded", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: hour, Shards: 10})
+		mustPut(t, e, "slots", limiter.Definition{Kind: limiter.Concurrency, Rate: 3, LeaseTTL: 60_000})
+		mustLimit(t, e, limiter.Request{Name: "spent", Key: "k", Count: 1})
+		mustLimit(t, e, limiter.Request{Name: "a", Key: "k", Count: 2}) // a: 8 left
+
+		refused := func(reqs ...limiter.Request) limiter.BatchDecision {
+			t.Helper()
+			b, err := e.Batch(ctx, tenant, append(reqs, limiter.Request{Name: "spent", Key: "k", Count: 1}), true)
+			if err != nil || b.OK {
+				t.Fatalf("batch: %+v, %v; want refused by spent", b, err)
+			}
+			return b
+		}
+		b := refused(limiter.Request{Name: "a", Key: "k", Count: 3}, limiter.Request{Name: "a", Key: "k", Count: 1})
+		if r0, r1 := b.Results[0].Remaining, b.Results[1].Remaining; r0 != 8 || r1 != 8 {
+			t.Errorf("a, the same key twice in a refused batch: remaining %v and %v, want 8 and 8 (as it stands)", r0, r1)
+		}
+		b = refused(limiter.Request{Name: "child", Key: "c", Count: 4, Attributes: map[string]string{"org": "acme"}})
+		if c, p := b.Results[0].Remaining, b.Results[0].Parents[0].Remaining; c != 10 || p != 20 {
+			t.Errorf("child and its parent in a refused batch: remaining %v and %v, want 10 and 20", c, p)
+		}
+		b = refused(limiter.Request{Name: "sharded", Key: "s", Count: 5})
+		if r := b.Results[0].Remaining; r != 100 && r != 200 {
+			t.Errorf("a fresh key of a sharded limit in a refused batch: remaining %v, want 100 or 200 (one or two whole shards)", r)
+		}
+		b = refused(limiter.Request{Name: "slots", Key: "l", Count: 1})
+		if r := b.Results[0].Remaining; r != 3 || b.Results[0].LeaseID != "" {
+			t.Errorf("a concurrency limit in a refused batch: remaining %v, lease %q; want 3 free slots and no lease", r, b.Results[0].LeaseID)
+		}
+		if v, err := e.GetValue(ctx, tenant, "a", "k"); err != nil || v.Value != 8 {
+			t.Fatalf("a's value after the refused batches = %+v, %v; want 8", v, err)
+		}
+		// A check counts nothing either way: it says what a decision would leave.
+		c, err := e.Batch(ctx, tenant, []limiter.Request{{Name: "a", Key: "k", Count: 3}, {Name: "spent", Key: "k", Count: 1}}, false)
+		if err != nil || c.OK || c.Results[0].Remaining != 5 {
+			t.Errorf("check: %+v, %v; want refused with a's remaining 5 (what it would leave)", c, err)
+		}
+	})
+}

@@ -732,13 +732,16 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		origin, until int64
 	}
 	var penalties map[rowKey]penalty
-	place := func(r limitRef, dec Decision) {
+	placed := make([]placedAt, len(j.exp)) // where each limit's decision went, for asItStands
+	place := func(x int, r limitRef, dec Decision) {
 		if r.ov != nil {
 			dec.Override = r.ov.Match
 		}
 		dec.system = j.reqs[r.of].System
+		placed[x] = placedAt{of: r.of, parent: -1}
 		if r.parent {
 			out.Results[r.of].Parents = append(out.Results[r.of].Parents, dec)
+			placed[x].parent = len(out.Results[r.of].Parents) - 1
 		} else {
 			out.Results[r.of] = dec
 		}
@@ -770,7 +773,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 					}
 				}
 			}
-			place(r, dec)
+			place(x, r, dec)
 			continue
 		}
 		if r.ov != nil && r.ov.Action == algo.ActionDeny {
@@ -783,7 +786,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			} else {
 				out.OK = false
 			}
-			place(r, dec)
+			place(x, r, dec)
 			continue
 		}
 		origin := algo.Origin(def, r.tenantID, r.name, r.key)
@@ -794,7 +797,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			d := algo.Decide(def, states, 0, false, now, origin)
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def, Window: quotaWindow(def, d.WindowStart, d.WindowEnd, now)}
 			setUsedShards(&dec, def, states, d, now, origin)
-			place(r, dec)
+			place(x, r, dec)
 			continue
 		}
 		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
@@ -810,7 +813,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if def.IsShadow() {
 			dec.OK, dec.RetryAfter, dec.Shadow = true, nil, &ShadowOutcome{OK: d.OK, RetryAfter: retryAfter}
 		}
-		place(r, dec)
+		place(x, r, dec)
 		if d.PenaltyUntil != 0 && j.consume {
 			if penalties == nil {
 				penalties = map[rowKey]penalty{}
@@ -834,6 +837,9 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			setTaken(&out.Results[r.of], r, def, states, j.picks[x], d, now, origin)
 		}
 	}
+	if j.consume && !out.OK {
+		j.asItStands(out.Results, placed, stored, overlay, now)
+	}
 	for i := range out.Results {
 		familyOutcome(&out.Results[i])
 	}
@@ -851,6 +857,46 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		overlay[rk] = algo.WithPenalty(p.def, st, now, p.origin, p.until)
 	}
 	return out, nil
+}
+
+// placedAt is where decideJob put the decision of one of a job's limits: the request's own
+// (parent -1) or that of its parent-th ancestor.
+type placedAt struct{ of, parent int }
+
+// asItStands corrects, in a job refused as a whole (it writes nothing), the remaining of each
+// limit that would have counted its request: that was what the limit would have had left, and is
+// now the balance as it stands, the balance the next decision meets (what a refusal reports).
+// It is the limit's own decision again on the states as stored, before any other request of the
+// job, with what it would take added back.
+func (j *job) asItStands(results []Decision, placed []placedAt, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) {
+	for x, r := range j.exp {
+		dec := &results[placed[x].of]
+		if placed[x].parent >= 0 {
+			dec = &dec.Parents[placed[x].parent]
+		}
+		req := j.reqs[r.of]
+		if !dec.OK || dec.refund || req.Refund || (dec.Shadow != nil && !dec.Shadow.OK) {
+			continue // counted nothing: its remaining is already the balance as it stands
+		}
+		states := j.statesOf(x, r, stored, overlay, nil)
+		origin := algo.Origin(r.def, r.tenantID, r.name, r.key)
+		count := req.Count
+		if r.ov != nil && r.ov.Action == algo.ActionAllow {
+			count = 0 // an allowed key counts nothing
+		}
+		d := algo.Decide(r.def, states, count, req.Reserve && count > 0, now, origin)
+		if d.OK {
+			taken := count
+			if r.def.Kind == Concurrency {
+				taken = 1 // a lease's slot
+			}
+			d.Remaining += taken
+		}
+		dec.Remaining = d.Remaining
+		// Nothing is written: the headers' time to full is the stored states', as a refusal's.
+		d.OK, d.Writes = false, nil
+		setUsedShards(dec, r.def, states, d, now, origin)
+	}
 }
 
 // familyOutcome makes a decision with parents the whole family's: allowed only if the limit and
