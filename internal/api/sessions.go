@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -215,7 +213,7 @@ func (s *sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, erro
 		}
 		return tenants.Tenant{}, "", err
 	}
-	if origin != "" && !slices.Contains(t.AllowedOrigins, strings.ToLower(origin)) {
+	if origin != "" && !tenants.OriginAllowed(t.AllowedOrigins, origin) {
 		return tenants.Tenant{}, "", errOriginNotAllowed
 	}
 	if origin != "" {

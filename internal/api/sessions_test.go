@@ -624,3 +624,19 @@ func BenchmarkSessionAuthorizeOverHTTP(b *testing.B) {
 		})
 	}
 }
+
+// TestAnOriginSavedWithItsDefaultPortMatchesWhatBrowsersSend: browsers send no default port in
+// Origin (RFC 6454), so "https://shop.example:443" is saved as "https://shop.example" and a page
+// there gets its challenge.
+func TestAnOriginSavedWithItsDefaultPortMatchesWhatBrowsersSend(t *testing.T) {
+	eachSessionDB(t, nil, func(t *testing.T, h *sessionHarness) {
+		a := h.newCaptchaTenant(t, "acme")
+		if err := h.tenants.UpdateCaptchaSettings(context.Background(), a.id, []string{"https://shop.example:443"}, tenants.MinCaptchaDifficulty, "test"); err != nil {
+			t.Fatal(err)
+		}
+		r := h.request(t, http.MethodGet, challengePath(a.pk, newSessionID(t)), map[string]string{"Origin": "https://shop.example"})
+		if r.status != http.StatusOK {
+			t.Fatalf("a page on https://shop.example: %s, want its challenge", r)
+		}
+	})
+}

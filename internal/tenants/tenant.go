@@ -286,5 +286,29 @@ func normalizeOrigin(raw string) (string, error) {
 			return bad("invalid port")
 		}
 	}
-	return u.Scheme + "://" + u.Host, nil
+	return withoutDefaultPort(u.Scheme + "://" + u.Host), nil
+}
+
+// withoutDefaultPort is an origin as browsers send it (RFC 6454): without its scheme's default
+// port, which an origin saved as "https://shop.example:443" would otherwise never match.
+func withoutDefaultPort(origin string) string {
+	switch {
+	case strings.HasPrefix(origin, "https://"):
+		return strings.TrimSuffix(origin, ":443")
+	case strings.HasPrefix(origin, "http://"):
+		return strings.TrimSuffix(origin, ":80")
+	}
+	return origin
+}
+
+// OriginAllowed reports whether a browser's Origin header is one of a tenant's allowed origins
+// (normalised; one saved with its default port before that was dropped matches too).
+func OriginAllowed(allowed []string, origin string) bool {
+	o := withoutDefaultPort(strings.ToLower(origin))
+	for _, a := range allowed {
+		if withoutDefaultPort(a) == o {
+			return true
+		}
+	}
+	return false
 }

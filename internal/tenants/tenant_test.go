@@ -82,10 +82,15 @@ func TestNormalizeOriginsRefusesAnythingButSchemeHostPort(t *testing.T) {
 			t.Errorf("NormalizeOrigins(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
-	got, err := NormalizeOrigins([]string{" HTTPS://Sub.Example.COM:8443 ", "http://127.0.0.1"})
+	got, err := NormalizeOrigins([]string{" HTTPS://Sub.Example.COM:8443 ", "http://127.0.0.1", "https://shop.example:443", "http://[::1]:80", "http://x.example:443"})
 	must(t, err)
-	if !slices.Equal(got, []string{"https://sub.example.com:8443", "http://127.0.0.1"}) {
+	// Browsers send no default port (RFC 6454): a saved one would never match.
+	if !slices.Equal(got, []string{"https://sub.example.com:8443", "http://127.0.0.1", "https://shop.example", "http://[::1]", "http://x.example:443"}) {
 		t.Fatalf("NormalizeOrigins = %q", got)
+	}
+	// An origin saved with its default port before it was dropped still matches.
+	if !OriginAllowed([]string{"https://shop.example:443"}, "https://SHOP.example") || OriginAllowed([]string{"https://shop.example"}, "http://shop.example") {
+		t.Fatal("OriginAllowed: a default port or a scheme mismatch")
 	}
 	many := make([]string, maxAllowedOrigins+1)
 	for i := range many {
