@@ -146,12 +146,20 @@ func (s *Server) sessionKey(c *gin.Context, it item, sessionID, clientIP, field 
 			return SessionKey(sessionID), nil
 		}
 	}
+	// The definition that would decide: the stored one, else the inline config (both is the
+	// decision's own 409, answered here as it would be without a session).
 	fallback := false
-	if it.Config != nil {
-		fallback = it.Config.IPFallback != nil && *it.Config.IPFallback
-	} else if stored, err := s.engine.GetDefinition(ctx, tenantID, it.name); err == nil {
+	stored, err := s.engine.GetDefinition(ctx, tenantID, it.name)
+	switch {
+	case err == nil && it.Config != nil:
+		return "", apperr.At(field, limiter.ErrDefinitionExists)
+	case err == nil:
 		fallback = stored.Definition.IPFallback
-	} else if limiter.IsNotFound(err) {
+	case !limiter.IsNotFound(err):
+		return "", err
+	case it.Config != nil:
+		fallback = it.Config.IPFallback != nil && *it.Config.IPFallback
+	default:
 		return "", err
 	}
 	if fallback {

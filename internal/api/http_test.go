@@ -339,6 +339,7 @@ func TestInputErrorsAreProblemsWithTheirCode(t *testing.T) {
 		{"unknown path", "GET", "/v1/nothing/here", nil, 404, api.CodeNotFound, ""},
 		{"another method on a known path (405 with Allow)", "PATCH", "/v1/limits/x", `{}`, 405, api.CodeMethodNotAllowed, ""},
 		{"session without checker", "POST", "/v1/limits/x/limit", `{"session":"0123456789abcdef0123"}`, 403, api.CodeSessionNotAuthorized, ""},
+		{"session with config for a stored definition", "POST", "/v1/limits/x/limit", map[string]any{"session": "0123456789abcdef0123", "config": bucket10PerMinute}, 409, api.CodeDefinitionExists, "config"},
 		{"session in batch", "POST", "/v1/limit", `{"limits":[{"name":"x","session":"0123456789abcdef0123"}]}`, 403, api.CodeSessionNotAuthorized, ""},
 		{"malformed session", "POST", "/v1/limits/x/limit", `{"session":"short"}`, 400, api.CodeInvalidRequest, "session"},
 		{"payload too large", "POST", "/v1/limits/x/limit", `{"key":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}`, 413, api.CodePayloadTooLarge, ""},
