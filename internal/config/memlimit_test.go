@@ -15,9 +15,11 @@ const helperEnv = "SLUICE_CONFIG_TEST_PRINT_MEMORY_LIMIT"
 
 func TestPrintMemoryLimitHelper(t *testing.T) {
 	if os.Getenv(helperEnv) != "1" {
-		t.Skip("run by TestGOMEMLIMITIsTheRuntimesSyntax")
+		return // only as TestGOMEMLIMITIsTheRuntimesSyntax's child process
 	}
-	os.Stdout.WriteString("limit=" + strconv.FormatInt(debug.SetMemoryLimit(-1), 10) + "\n")
+	if _, err := os.Stdout.WriteString("limit=" + strconv.FormatInt(debug.SetMemoryLimit(-1), 10) + "\n"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestGOMEMLIMITIsTheRuntimesSyntax: the Go runtime reads GOMEMLIMIT before main and stops the
