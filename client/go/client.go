@@ -19,6 +19,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -93,8 +94,16 @@ func New(baseURL, secretKey string, opts ...Option) *Client {
 // checkClient refuses a base URL or a secret key no request can carry, which would otherwise
 // fail inside net/http as if Sluice could not answer (and a FailOpen client would admit).
 func checkClient(baseURL, secretKey string) error {
-	if u, err := url.Parse(baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return fmt.Errorf("%w: base URL %q: want an http or https URL with a host, such as https://sluice.example.com", ErrInvalidArgument, baseURL)
+	}
+	// url.Parse takes any digits for a port; a dial of one out of range fails before anything
+	// is sent, which would read as Sluice not answering.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%w: base URL %q: port %s is not 1 to 65535", ErrInvalidArgument, baseURL, p)
+		}
 	}
 	for i := range len(secretKey) {
 		if b := secretKey[i]; b < 0x20 || b == 0x7f {

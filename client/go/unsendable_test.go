@@ -42,6 +42,8 @@ func TestRequestsThatCannotBeSentAreErrorsNeverFailedOpen(t *testing.T) {
 		}{
 			{"a secret key with a trailing newline", open(baseURL, secretKey+"\n"), name, sluice.Decision{Key: "alice"}},
 			{"a base URL without a scheme", open(strings.TrimPrefix(baseURL, "http://"), secretKey), name, sluice.Decision{Key: "alice"}},
+			{"a base URL with a port out of range", open("http://127.0.0.1:99999", secretKey), name, sluice.Decision{Key: "alice"}},
+			{"a base URL with a port but no host", open("http://:8080", secretKey), name, sluice.Decision{Key: "alice"}},
 			{"an inline Config with a Rate of +Inf", open(baseURL, secretKey), "inline.inf", infinite},
 		} {
 			for i := range 4 {
