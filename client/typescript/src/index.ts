@@ -313,7 +313,7 @@ export class Sluice {
   async bulk(items: Item[], opts?: CallOptions): Promise<BulkResult[]> {
     checkIdempotencyKey(opts, "POST /v1/decisions");
     // An invalid item gets its error here and is not sent; the others are.
-    const invalid = items.map((it, i) => invalidItem(it, `decision ${i}`));
+    const invalid = items.map((it, i) => invalidItem(it, `decision ${i}`) ?? unencodable(it, `decision ${i}`));
     const sent = items.flatMap((it, i) => (invalid[i] ? [] : [{ it, i }]));
     const merge = (out: BulkResult[]): BulkResult[] => {
       let j = 0;
@@ -703,6 +703,16 @@ function invalidItem(it: Item, what: string): TypeError | undefined {
   return undefined;
 }
 
+/** A TypeError when JSON cannot carry the item (a BigInt, a cycle), so that in bulk it is that item's own error. */
+function unencodable(it: Item, what: string): TypeError | undefined {
+  try {
+    JSON.stringify(it);
+    return undefined;
+  } catch (e) {
+    return new TypeError(`sluice: ${what} (${it.name}): JSON cannot carry it: ${asError(e).message}`);
+  }
+}
+
 /** Whether a decision's key, session or attributes (names or values) hold a lone surrogate. */
 function holdsLoneSurrogate(it: { key?: unknown; session?: unknown; attributes?: Record<string, unknown> | undefined }): boolean {
   const texts = [it.key, it.session, ...Object.entries(it.attributes ?? {}).flat()];
@@ -879,8 +889,23 @@ function checkBaseUrl(baseUrl: unknown): string {
   if (!u || (u.protocol !== "http:" && u.protocol !== "https:") || u.host === "") {
     throw new TypeError(`sluice: baseUrl ${JSON.stringify(baseUrl)} is not an http or https URL with a host (e.g. "https://sluice.example.com")`);
   }
+  // fetch refuses these itself, before connecting: they would read as Sluice not answering.
+  if (u.username !== "" || u.password !== "") {
+    throw new TypeError("sluice: baseUrl must not carry credentials (user:password@): the secret key authenticates");
+  }
+  if (u.port !== "" && fetchBadPorts.has(Number(u.port))) {
+    throw new TypeError(`sluice: baseUrl port ${u.port} is one fetch refuses to connect to (the Fetch standard's bad ports)`);
+  }
   return baseUrl as string;
 }
+
+/** The ports fetch refuses to connect to (the Fetch standard's "bad port" list). */
+const fetchBadPorts = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110, 111, 113,
+  115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556,
+  563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667,
+  6668, 6669, 6679, 6697, 10080,
+]);
 
 /** secretKey, checked: no control character and nothing beyond U+00FF, which a header cannot carry. */
 function checkSecretKey(key: unknown): string {

@@ -564,15 +564,21 @@ test("a malformed idempotencyKey, a body JSON cannot carry, a bad baseUrl or sec
   const big = { attributes: { org: 1n } };
   await assert.rejects(c.limit(name, { key: "alice", ...big }), /BigInt/, "limit with a BigInt");
   await assert.rejects(c.batch([{ name, key: "alice", ...big }]), /BigInt/, "batch with a BigInt");
-  await assert.rejects(c.bulk([{ name, key: "alice", ...big }]), /BigInt/, "bulk with a BigInt");
+  const [lone] = await c.bulk([{ name, key: "alice", ...big }]);
+  assert.ok(lone.error instanceof TypeError && /BigInt/.test(lone.error.message), `bulk with a BigInt: ${JSON.stringify(lone)}`);
   assert.equal(f.calls, sentBefore, "nothing was sent");
   const v = await c.value(name, "alice");
   assert.ok(near(v.value, 1), `value ${v.value}: nothing was consumed, want 1`);
   // The same key, well formed, is sent and consumes.
   const r = await c.limit(name, { key: "alice" }, { idempotencyKey: "order-e-0" });
   assert.ok(r.ok && !r.degraded, JSON.stringify(r));
+  // In bulk, an item JSON cannot carry is that item's error alone; the others are decided.
+  const [bad, good] = await c.bulk([{ name, key: "bob", ...big }, { name, key: "carol" }]);
+  assert.ok(bad.error instanceof TypeError && /BigInt/.test(bad.error.message), `bulk item with a BigInt: ${JSON.stringify(bad)}`);
+  assert.ok(good.ok === true && !good.degraded, `the other bulk item: ${JSON.stringify(good)}`);
 
-  for (const baseUrl of ["localhost:8080", "sluice.example.com", "ftp://sluice.example.com", "http://", ""]) {
+  // fetch itself refuses credentials in the URL and its "bad ports" without connecting.
+  for (const baseUrl of ["localhost:8080", "sluice.example.com", "ftp://sluice.example.com", "http://", "", "http://user:pass@127.0.0.1:8080", "http://127.0.0.1:6000", "https://sluice.example.com:10080"]) {
     assert.throws(() => new Sluice({ baseUrl, secretKey: "sk", failPolicy: "open" }), TypeError, `baseUrl ${JSON.stringify(baseUrl)}`);
   }
   for (const secretKey of [`${sluice.secretKey}\n`, "s\rk", "sk\u0100"]) {
