@@ -568,6 +568,8 @@ func TestProblemsNameTheItemTheyAreAbout(t *testing.T) {
 	eachDB(t, func(t *testing.T, h *harness) {
 		a := h.newTenant(t, "acme")
 		h.define(t, a.key, "m", frozenWindow)
+		h.define(t, a.key, "org", map[string]any{"kind": "fixed window", "rate": 2, "period": 60000})
+		h.define(t, a.key, "child", map[string]any{"kind": "fixed window", "rate": 10, "period": 60000, "parents": []any{map[string]any{"name": "org", "key": "{org}"}}})
 		for _, tc := range []struct{ path, body, code, field string }{
 			{"/v1/limit", `{"limits":[{"name":"m","key":"a"},{"name":"m","key":"b","count":1e16}]}`, api.CodeInvalidRequest, "limits[1].count"},
 			{"/v1/limit", `{"limits":[{"name":"m","key":"a"},{"name":"m","key":"b","count":11}]}`, "count_exceeds_capacity", "limits[1].count"},
@@ -575,6 +577,9 @@ func TestProblemsNameTheItemTheyAreAbout(t *testing.T) {
 			{"/v1/limit", `{"limits":[{"name":"i","config":{"kind":"token bucket","rate":0,"period":1000}}]}`, api.CodeInvalidConfig, "limits[0].config.rate"},
 			{"/v1/limits/i/limit", `{"config":{"kind":"token bucket","rate":0,"period":1000}}`, api.CodeInvalidConfig, "config.rate"},
 			{"/v1/holds", `{"limits":[{"name":"m","key":"a"},{"name":"m","key":"b","count":11}],"ttl":1000}`, "count_exceeds_capacity", "limits[1].count"},
+			// Found on the item's parent: still the item's.
+			{"/v1/limit", `{"limits":[{"name":"m","key":"a"},{"name":"child","key":"c","count":5,"attributes":{"org":"x"}}]}`, "count_exceeds_capacity", "limits[1].count"},
+			{"/v1/holds", `{"limits":[{"name":"m","key":"a"},{"name":"child","key":"c","count":5,"attributes":{"org":"x"}}],"ttl":1000}`, "count_exceeds_capacity", "limits[1].count"},
 		} {
 			r := h.send(t, http.MethodPost, tc.path, a.key, tc.body)
 			p := requireProblem(t, r, r.status, tc.code)

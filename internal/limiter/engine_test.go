@@ -560,3 +560,33 @@ func TestARefusedBatchReportsTheBalanceAsItStands(t *testing.T) {
 		}
 	})
 }
+
+// TestARefusedBatchsRefusalsAndReservationsReportTheBalanceAsItStands: a request refused only
+// because an earlier one of its batch would have taken from the same key reports the key's
+// balance as it stands (its retryAfter stays: the batch fits when both fit), and a reservation in
+// a refused batch, never made, has no retryAfter.
+func TestARefusedBatchsRefusalsAndReservationsReportTheBalanceAsItStands(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		ctx := context.Background()
+		mustPut(t, e, "a", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000})
+		b, err := e.Batch(ctx, tenant, []limiter.Request{{Name: "a", Key: "k", Count: 9}, {Name: "a", Key: "k", Count: 5}}, true)
+		if err != nil || b.OK || b.Results[1].OK || b.Results[1].RetryAfter == nil {
+			t.Fatalf("batch: %+v, %v; want the second request refused, with a retryAfter", b, err)
+		}
+		if r0, r1 := b.Results[0].Remaining, b.Results[1].Remaining; r0 != 10 || r1 != 10 {
+			t.Errorf("remaining %v and %v, want 10 and 10 (as it stands)", r0, r1)
+		}
+		five := 5.0
+		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 10_000, MaxReserved: &five})
+		mustPut(t, e, "spent", limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: 3_600_000})
+		mustLimit(t, e, limiter.Request{Name: "spent", Key: "k", Count: 1})
+		b, err = e.Batch(ctx, tenant, []limiter.Request{{Name: "tb", Key: "k", Count: 13, Reserve: true}, {Name: "spent", Key: "k", Count: 1}}, true)
+		if err != nil || b.OK || !b.Results[0].OK {
+			t.Fatalf("batch: %+v, %v; want refused by spent, tb fitting", b, err)
+		}
+		if r := b.Results[0]; r.Remaining != 10 || r.RetryAfter != nil {
+			t.Errorf("the reservation in a refused batch: remaining %v, retryAfter %v; want 10 and none", r.Remaining, r.RetryAfter)
+		}
+	})
+}

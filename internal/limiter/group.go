@@ -631,8 +631,8 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			for _, child := range level {
 				for _, p := range child.def.Parents {
 					if depth > algo.MaxParentDepth { // stored graphs are checked; only a damaged one gets here
-						return nil, nil, fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "parents",
-							Message: fmt.Sprintf("limit %q has more than %d generations of parents", req.Name, algo.MaxParentDepth)}}})
+						return nil, nil, apperr.At(req.Field, fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "parents",
+							Message: fmt.Sprintf("limit %q has more than %d generations of parents", req.Name, algo.MaxParentDepth)}}}))
 					}
 					key, err := algo.FillKey(child.name, p, req.Attributes)
 					if err != nil {
@@ -648,11 +648,11 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 						continue
 					}
 					if pd.Kind == Concurrency {
-						return nil, nil, concurrencyParent(p.Name)
+						return nil, nil, apperr.At(req.Field, concurrencyParent(p.Name))
 					}
 					r, err := resolve(p.Name, key, pd, true, req)
 					if err != nil {
-						return nil, nil, parentCountError(p.Name, err)
+						return nil, nil, apperr.At(req.Field, parentCountError(p.Name, err))
 					}
 					r.of, r.parent = i, true
 					exp = append(exp, r)
@@ -863,11 +863,13 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 // (parent -1) or that of its parent-th ancestor.
 type placedAt struct{ of, parent int }
 
-// asItStands corrects, in a job refused as a whole (it writes nothing), the remaining of each
-// limit that would have counted its request: that was what the limit would have had left, and is
-// now the balance as it stands, the balance the next decision meets (what a refusal reports).
-// It is the limit's own decision again on the states as stored, before any other request of the
-// job, with what it would take added back.
+// asItStands corrects, in a job refused as a whole (it writes nothing), the remaining of each of
+// its limits: decided in turn, each saw what the job's earlier requests would have taken, and an
+// admitted one what it would have left itself. Each now reports its balance as it stands, the
+// balance the next decision meets: its own decision again on the states as stored, with what it
+// would take added back when it fits. Whether each fitted and a refusal's retryAfter stay the
+// first pass's (the batch fits when all its requests fit together); a reservation that was never
+// made has no retryAfter.
 func (j *job) asItStands(results []Decision, placed []placedAt, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) {
 	for x, r := range j.exp {
 		dec := &results[placed[x].of]
@@ -875,8 +877,8 @@ func (j *job) asItStands(results []Decision, placed []placedAt, stored map[rowKe
 			dec = &dec.Parents[placed[x].parent]
 		}
 		req := j.reqs[r.of]
-		if !dec.OK || dec.refund || req.Refund || (dec.Shadow != nil && !dec.Shadow.OK) {
-			continue // counted nothing: its remaining is already the balance as it stands
+		if dec.refund || req.Refund || dec.denied {
+			continue // a refund is no decision, and a deny read no balance
 		}
 		states := j.statesOf(x, r, stored, overlay, nil)
 		origin := algo.Origin(r.def, r.tenantID, r.name, r.key)
@@ -893,9 +895,14 @@ func (j *job) asItStands(results []Decision, placed []placedAt, stored map[rowKe
 			d.Remaining += taken
 		}
 		dec.Remaining = d.Remaining
-		// Nothing is written: the headers' time to full is the stored states', as a refusal's.
-		d.OK, d.Writes = false, nil
-		setUsedShards(dec, r.def, states, d, now, origin)
+		// Nothing is written: the headers' time to full is the stored states' (a refusal's is
+		// its retryAfter, which stays).
+		view := d
+		view.OK, view.Writes, view.RetryAfter = false, nil, 0
+		if dec.OK {
+			dec.RetryAfter, view.RetryAfter = nil, math.NaN()
+		}
+		setUsedShards(dec, r.def, states, view, now, origin)
 	}
 }
 
