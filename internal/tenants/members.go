@@ -193,7 +193,9 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 		}
 		var existing userRow
 		if err := first(tx, &existing, "email = ?", email); err == nil {
-			return emailTaken(tx, existing, maker, tenantID)
+			if err := emailTaken(tx, existing, maker, tenantID); err != nil {
+				return err
+			}
 		} else if !errors.Is(err, ErrNotFound) {
 			return err
 		}
@@ -213,10 +215,11 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 }
 
 // emailTaken is CreateInvite's answer when existing already has the invited email: a conflict on
-// the email field. Its message says so to an operator, to an actor that is no dashboard user
-// (maker nil), and about a member of the tenant invited to (whom the inviter sees in its members
-// list anyway); to a tenant's admin about anyone else it only says the address cannot be
-// invited, so that the invite form does not tell them which emails have an account on the server.
+// the email field, for an operator, an actor that is no dashboard user (maker nil), and about a
+// member of the tenant invited to (whom the inviter sees in its members list anyway). To a
+// tenant's admin about anyone else it is nil: the invite is made as for an address without an
+// account (its acceptance then fails), so that the invite form does not tell them which emails
+// have an account on the server.
 func emailTaken(tx *gorm.DB, existing userRow, maker *int64, tenantID *int64) error {
 	e := ErrConflict.WithField("email")
 	e.Message = "a user with this email exists"
@@ -227,10 +230,10 @@ func emailTaken(tx *gorm.DB, existing userRow, maker *int64, tenantID *int64) er
 	if err := first(tx, &inviter, "id = ?", *maker); err != nil {
 		return err
 	}
-	if !inviter.IsOperator {
-		e.Message = "this address cannot be invited"
+	if inviter.IsOperator {
+		return e
 	}
-	return e
+	return nil
 }
 
 // ListInvites returns the invites of a tenant (nil: the operators' invites) not yet used,
