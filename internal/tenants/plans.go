@@ -325,6 +325,13 @@ func (s *Service) RateUsed(ctx context.Context, tenantID int64, remaining, burst
 		}
 		return s.events.Enqueue(tx, tenantID, EventQuotaNear, QuotaNearEvent{Quota: QuotaDecisions, Used: used, Max: max})
 	})
+	if err != nil { // nothing was recorded: the next decision near the plan tries again
+		s.planMu.Lock()
+		if last, ok := s.rateNear[tenantID]; ok && last.Equal(now) {
+			delete(s.rateNear, tenantID)
+		}
+		s.planMu.Unlock()
+	}
 	return wrap("rate used", err)
 }
 

@@ -1,11 +1,15 @@
 package tenants
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // TestAPlanChangeIsNotUndoneByAReadUnderWay: a decision that read the old plan before SetPlan
@@ -46,6 +50,34 @@ func TestAPlanChangeIsNotUndoneByAReadUnderWay(t *testing.T) {
 		must(t, err)
 		if p.DecisionsPerSecond != lower {
 			t.Fatalf("after SetPlan returned, the plan in force here is %v decisions/s, want %v: the read under way cached the old plan", p.DecisionsPerSecond, lower)
+		}
+	})
+}
+
+// failingOnce is an EventSink whose first Enqueue fails.
+type failingOnce struct{ calls atomic.Int64 }
+
+func (f *failingOnce) Enqueue(*gorm.DB, int64, string, any) error {
+	if f.calls.Add(1) == 1 {
+		return errors.New("the outbox is unavailable")
+	}
+	return nil
+}
+
+// TestANearThePlanEventNotRecordedIsTriedAgain: the hourly "near the plan" event is claimed
+// before its transaction; a transaction that fails gives the claim back, so that the next
+// decision near the plan records it (it was lost for the hour).
+func TestANearThePlanEventNotRecordedIsTriedAgain(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		sink := &failingOnce{}
+		e := envOn(t, d, WithEvents(sink))
+		tn := e.tenant(t, "acme")
+		if err := e.svc.RateUsed(e.ctx, tn.ID, 1, 100); err == nil {
+			t.Fatal("the first RateUsed succeeded; want the sink's failure")
+		}
+		must(t, e.svc.RateUsed(e.ctx, tn.ID, 1, 100))
+		if n := sink.calls.Load(); n != 2 {
+			t.Fatalf("%d events enqueued, want 2 (the failed one, then the retry)", n)
 		}
 	})
 }
