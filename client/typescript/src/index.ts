@@ -117,6 +117,15 @@ export type Authorization = Schemas["Authorization"];
 /** An authorized session: GET /v1/sessions/{sessionId}'s answer. */
 export type Session = Schemas["Session"];
 
+/** An override to store: an exact key or a prefix followed by one "*", with numbers or an action. */
+export type OverrideRequest = Schemas["OverrideRequest"];
+
+/** An override as Sluice stores it. */
+export type Override = Schemas["Override"];
+
+/** One page of a limit's overrides. */
+export type OverridesPage = Schemas["OverridesPage"];
+
 /** A problem as it may arrive: every member may be missing from an answer that is not Sluice's. */
 type Problem = Partial<Schemas["Problem"]>;
 
@@ -245,7 +254,7 @@ type WireDecision = Schemas["Decision"];
 /**
  * A client of one Sluice server with one secret key. Only idempotent calls are retried (check,
  * checkBatch, value, reset, resetAll and the definition calls); a retried delete (deleteLimit,
- * revokeSession, deleteWebhook) answered 404 succeeds when an earlier attempt got no answer from
+ * revokeSession, deleteWebhook, deleteOverride) answered 404 succeeds when an earlier attempt got no answer from
  * Sluice (a network error, a proxy's page), since that attempt may have deleted the thing (so
  * deleting something that never existed can succeed); after Sluice's own 503, which did nothing,
  * the 404 is an error. limit, batch and bulk consume
@@ -444,6 +453,40 @@ export class Sluice {
   /** Deletes the definition of the limit name and its state. */
   async deleteLimit(name: string, opts?: CallOptions): Promise<void> {
     await this.#call("DELETE", limitPath(name), undefined, true, opts);
+  }
+
+  /**
+   * Creates or replaces the override of the limit name whose match is override.match: an exact
+   * key, or a prefix followed by one "*" ("org:acme:*"). It gives new numbers (rate, capacity,
+   * maxReserved) or an action ("allow", "deny"), until expiresAt (absent or null: never). The
+   * limit must have a stored definition (a SluiceError with code limit_not_found otherwise).
+   */
+  async putOverride(name: string, override: OverrideRequest, opts?: CallOptions): Promise<Override> {
+    const body: BodyJSON<"/v1/limits/{name}/overrides", "put"> = override;
+    if (holdsLoneSurrogate({ key: override?.match })) throw loneSurrogate(`override of ${name}`);
+    return (await this.#call("PUT", `${limitPath(name)}/overrides`, body, true, opts)).data as OkJSON<"/v1/limits/{name}/overrides", "put">;
+  }
+
+  /**
+   * Reads one page of the overrides of the limit name, ordered by match: up to page.limit (the
+   * server's default 100, at most 1000) after the match page.after; next is the after of the
+   * following page, null on the last.
+   */
+  async listOverrides(name: string, page?: { limit?: number; after?: string }, opts?: CallOptions): Promise<OverridesPage> {
+    const q = new URLSearchParams();
+    if (page?.limit !== undefined) q.set("limit", String(page.limit));
+    if (page?.after !== undefined && page.after !== "") {
+      checkKeyText(page.after, "listOverrides");
+      q.set("after", page.after);
+    }
+    const qs = q.size > 0 ? `?${q}` : "";
+    return (await this.#call("GET", `${limitPath(name)}/overrides${qs}`, undefined, true, opts)).data as OkJSON<"/v1/limits/{name}/overrides", "get">;
+  }
+
+  /** Deletes the override of the limit name whose match is match (a SluiceError with code not_found when none). */
+  async deleteOverride(name: string, match: string, opts?: CallOptions): Promise<void> {
+    checkKeyText(match, "deleteOverride");
+    await this.#call("DELETE", `${limitPath(name)}/overrides?${new URLSearchParams({ match })}`, undefined, true, opts);
   }
 
   /**

@@ -107,6 +107,31 @@ test("definitions are put, read, listed and deleted", async () => {
   assert.equal((await problemOf(c.deleteLimit(name))).status, 404);
 });
 
+test("overrides are put, listed a page at a time, applied to decisions and deleted", async () => {
+  const c = client();
+  const name = limitName("overrides");
+  await putBucket(c, name, 1);
+  const vip = await c.putOverride(name, { match: "vip", rate: 100 });
+  assert.equal(vip.match, "vip");
+  assert.equal(vip.expiresAt, null);
+  await c.putOverride(name, { match: "org:bad:*", action: "deny" });
+  for (let i = 0; i < 3; i++) {
+    const r = await c.limit(name, { key: "vip" });
+    assert.ok(r.ok && r.override === "vip", `vip decision ${i}: ${JSON.stringify(r)}`);
+  }
+  const denied = await c.limit(name, { key: "org:bad:7" });
+  assert.ok(!denied.ok && denied.override === "org:bad:*", JSON.stringify(denied));
+  const first = await c.listOverrides(name, { limit: 1 });
+  assert.deepEqual(first.overrides.map((o) => o.match), ["org:bad:*"]);
+  assert.equal(first.next, "org:bad:*");
+  const second = await c.listOverrides(name, { limit: 1, after: first.next });
+  assert.deepEqual(second.overrides.map((o) => o.match), ["vip"]);
+  await c.deleteOverride(name, "vip");
+  assert.deepEqual((await c.listOverrides(name)).overrides.map((o) => o.match), ["org:bad:*"]);
+  assert.equal((await problemOf(c.deleteOverride(name, "vip"))).code, "not_found");
+  assert.equal((await problemOf(c.putOverride(limitName("none"), { match: "k", rate: 1 }))).code, "limit_not_found");
+});
+
 test("limit consumes, then refuses with retryAfter in ms and the RateLimit headers", async () => {
   const c = client();
   const name = limitName("limit");
