@@ -568,6 +568,10 @@ type limitRef struct {
 // missing lists the parents whose definitions defs lacks; the job's limits are complete only when
 // it is empty.
 func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideIndex, now int64, decide bool) (exp []limitRef, missing []defKey, err error) {
+	// Every problem is one request's: its fields are named after the request's place in the
+	// caller's body (Request.Field), whichever limit of its family found it.
+	var at string
+	defer func() { err = apperr.At(at, err) }()
 	// resolve applies the key's override to a stored definition and checks the count against it.
 	resolve := func(name, key string, d Definition, stored bool, req Request) (limitRef, error) {
 		r := limitRef{tenantID: j.tenantID, name: name, key: key, def: d}
@@ -593,11 +597,12 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 		return r, err
 	}
 	for i, req := range j.reqs {
+		at = req.Field
 		if req.System {
 			// Validated to carry an inline config and no parents; decided for the system tenant.
 			self, err := resolve(req.Name, req.Key, req.Config.Normalized(), false, req)
 			if err != nil {
-				return nil, nil, apperr.At(req.Field, fromAlgo(err))
+				return nil, nil, fromAlgo(err)
 			}
 			self.tenantID, self.of = SystemTenant, i
 			exp = append(exp, self)
@@ -606,18 +611,18 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 		d, ok := defs[defKey{j.tenantID, req.Name}]
 		switch {
 		case ok && req.Config != nil:
-			return nil, nil, apperr.At(req.Field, ErrDefinitionExists)
+			return nil, nil, ErrDefinitionExists
 		case ok:
 		case req.Config != nil:
 			d = req.Config.Normalized()
 		case req.Field != "": // in a batch, say which item
-			return nil, nil, apperr.At(req.Field, ErrLimitNotFound.WithField("name"))
+			return nil, nil, ErrLimitNotFound.WithField("name")
 		default:
 			return nil, nil, ErrLimitNotFound
 		}
 		self, err := resolve(req.Name, req.Key, d, ok, req)
 		if err != nil {
-			return nil, nil, apperr.At(req.Field, fromAlgo(err))
+			return nil, nil, fromAlgo(err)
 		}
 		self.of = i
 		exp = append(exp, self)
@@ -631,12 +636,12 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			for _, child := range level {
 				for _, p := range child.def.Parents {
 					if depth > algo.MaxParentDepth { // stored graphs are checked; only a damaged one gets here
-						return nil, nil, apperr.At(req.Field, fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "parents",
-							Message: fmt.Sprintf("limit %q has more than %d generations of parents", req.Name, algo.MaxParentDepth)}}}))
+						return nil, nil, fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "parents",
+							Message: fmt.Sprintf("limit %q has more than %d generations of parents", req.Name, algo.MaxParentDepth)}}})
 					}
 					key, err := algo.FillKey(child.name, p, req.Attributes)
 					if err != nil {
-						return nil, nil, apperr.At(req.Field, fromAlgo(err))
+						return nil, nil, fromAlgo(err)
 					}
 					if seen[[2]string{p.Name, key}] {
 						continue
@@ -648,11 +653,11 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 						continue
 					}
 					if pd.Kind == Concurrency {
-						return nil, nil, apperr.At(req.Field, concurrencyParent(p.Name))
+						return nil, nil, concurrencyParent(p.Name)
 					}
 					r, err := resolve(p.Name, key, pd, true, req)
 					if err != nil {
-						return nil, nil, apperr.At(req.Field, parentCountError(p.Name, err))
+						return nil, nil, parentCountError(p.Name, err)
 					}
 					r.of, r.parent = i, true
 					exp = append(exp, r)
