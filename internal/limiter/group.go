@@ -737,16 +737,13 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		origin, until int64
 	}
 	var penalties map[rowKey]penalty
-	placed := make([]placedAt, len(j.exp)) // where each limit's decision went, for asItStands
-	place := func(x int, r limitRef, dec Decision) {
+	place := func(r limitRef, dec Decision) {
 		if r.ov != nil {
 			dec.Override = r.ov.Match
 		}
 		dec.system = j.reqs[r.of].System
-		placed[x] = placedAt{of: r.of, parent: -1}
 		if r.parent {
 			out.Results[r.of].Parents = append(out.Results[r.of].Parents, dec)
-			placed[x].parent = len(out.Results[r.of].Parents) - 1
 		} else {
 			out.Results[r.of] = dec
 		}
@@ -778,7 +775,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 					}
 				}
 			}
-			place(x, r, dec)
+			place(r, dec)
 			continue
 		}
 		if r.ov != nil && r.ov.Action == algo.ActionDeny {
@@ -791,7 +788,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			} else {
 				out.OK = false
 			}
-			place(x, r, dec)
+			place(r, dec)
 			continue
 		}
 		origin := algo.Origin(def, r.tenantID, r.name, r.key)
@@ -802,7 +799,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			d := algo.Decide(def, states, 0, false, now, origin)
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def, Window: quotaWindow(def, d.WindowStart, d.WindowEnd, now)}
 			setUsedShards(&dec, def, states, d, now, origin)
-			place(x, r, dec)
+			place(r, dec)
 			continue
 		}
 		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
@@ -818,7 +815,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if def.IsShadow() {
 			dec.OK, dec.RetryAfter, dec.Shadow = true, nil, &ShadowOutcome{OK: d.OK, RetryAfter: retryAfter}
 		}
-		place(x, r, dec)
+		place(r, dec)
 		if d.PenaltyUntil != 0 && j.consume {
 			if penalties == nil {
 				penalties = map[rowKey]penalty{}
@@ -843,7 +840,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		}
 	}
 	if j.consume && !out.OK {
-		j.asItStands(out.Results, placed, stored, overlay, now)
+		j.asItStands(out.Results, stored, overlay, now)
 	}
 	for i := range out.Results {
 		familyOutcome(&out.Results[i])
@@ -864,10 +861,6 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 	return out, nil
 }
 
-// placedAt is where decideJob put the decision of one of a job's limits: the request's own
-// (parent -1) or that of its parent-th ancestor.
-type placedAt struct{ of, parent int }
-
 // asItStands corrects, in a job refused as a whole (it writes nothing), the remaining of each of
 // its limits: decided in turn, each saw what the job's earlier requests would have taken, and an
 // admitted one what it would have left itself. Each now reports its balance as it stands, the
@@ -875,11 +868,13 @@ type placedAt struct{ of, parent int }
 // would take added back when it fits. Whether each fitted and a refusal's retryAfter stay the
 // first pass's (the batch fits when all its requests fit together); a reservation that was never
 // made has no retryAfter.
-func (j *job) asItStands(results []Decision, placed []placedAt, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) {
+func (j *job) asItStands(results []Decision, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.State, now int64) {
+	ancestors := make([]int, len(results)) // of each request, placed so far: decideJob appends them in exp's order
 	for x, r := range j.exp {
-		dec := &results[placed[x].of]
-		if placed[x].parent >= 0 {
-			dec = &dec.Parents[placed[x].parent]
+		dec := &results[r.of]
+		if r.parent {
+			dec = &dec.Parents[ancestors[r.of]]
+			ancestors[r.of]++
 		}
 		req := j.reqs[r.of]
 		if dec.refund || req.Refund || dec.denied {
