@@ -180,7 +180,7 @@ func (e *Engine) ClaimIdempotencyKey(ctx context.Context, tenantID int64, key st
 		if n > 0 {
 			return ErrIdempotencyKeyReused
 		}
-		return tx.Exec(sqlIdemWrite+"(?,?,?,?,?,?,?,?)"+idemUpsert, tenantID, key, claimPart, hash, 0, "{}", []byte{}, now+IdempotencyTTL.Milliseconds()).Error
+		return tx.Exec(sqlIdemClaim, tenantID, key, claimPart, hash, 0, "{}", []byte{}, now+IdempotencyTTL.Milliseconds(), now).Error
 	})
 	if err != nil {
 		return fmt.Errorf("limiter: claim idempotency key: %w", err)
@@ -307,6 +307,9 @@ const (
 	// delete a bounded batch).
 	sqlIdemSweep = `DELETE FROM idempotency_keys WHERE (tenant_id, key, part) IN
 		(SELECT tenant_id, key, part FROM idempotency_keys WHERE expires_at <= ? LIMIT ?)`
+	// sqlIdemClaim stores a bulk request's claim. A retry of that request leaves an unexpired
+	// claim as it is: the key expires 24 hours after its first decision, not after its last retry.
+	sqlIdemClaim = sqlIdemWrite + "(?,?,?,?,?,?,?,?)" + idemUpsert + " WHERE idempotency_keys.expires_at <= ?"
 	sqlIdemOther = "SELECT COUNT(*) FROM idempotency_keys WHERE tenant_id = ? AND key = ? AND request_hash <> ? AND expires_at > ?"
 	pgIdemRead   = "SELECT " + idemColumns + `
 		FROM unnest($1::bigint[], $2::text[], $3::int[]) AS u(tenant_id, key, part)

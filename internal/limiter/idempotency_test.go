@@ -162,6 +162,37 @@ func TestIdempotencyKeysExpireAfter24HoursAndAreSwept(t *testing.T) {
 	})
 }
 
+// TestABulkRetryLeavesItsKeysExpiryAlone: a bulk request's key expires 24 hours after its
+// first decision; a retry that replays it does not keep the key from every other request for
+// another 24 hours.
+func TestABulkRetryLeavesItsKeysExpiryAlone(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
+		mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+		ctx := context.Background()
+		bulk := func(body string) limiter.Outcome {
+			t.Helper()
+			it := idem("K", body)
+			if err := e.ClaimIdempotencyKey(ctx, tenant, "K", it.Hash); err != nil {
+				t.Fatalf("claim for %q: %v", body, err)
+			}
+			return e.EachIdempotent(ctx, tenant, []limiter.Request{{Name: "api", Key: "a", Count: 1}}, nil, []*limiter.Idempotency{it})[0]
+		}
+		if o := bulk("bulk one"); o.Err != nil || o.Replayed {
+			t.Fatalf("first attempt: %+v", o)
+		}
+		clock.Advance((23 * time.Hour).Milliseconds())
+		if o := bulk("bulk one"); o.Err != nil || !o.Replayed {
+			t.Fatalf("the retry 23 hours on did not replay: %+v", o)
+		}
+		clock.Advance((time.Hour).Milliseconds()) // 24 hours after the only decision
+		if _, err := e.LimitIdempotent(ctx, tenant, []limiter.Request{{Name: "api", Key: "b", Count: 1}}, idem("K", "single")); err != nil {
+			t.Fatalf("24 hours after the bulk request's decision, a single decision under its key: %v", err)
+		}
+	})
+}
+
 // concurrentRetries sends n copies of one idempotent request at once, spread over engines, and
 // checks that exactly one decided, every answer is the first one, and the limit counted one.
 func concurrentRetries(t *testing.T, engines []*limiter.Engine, n int, key string) {
