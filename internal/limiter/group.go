@@ -797,6 +797,12 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if r.ov != nil && r.ov.Action == algo.ActionAllow {
 			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
 			d := algo.Decide(def, states, 0, false, now, origin)
+			if def.Kind == Concurrency && d.OK {
+				// A concurrency limit's decision takes a slot whatever the count: the allowed key
+				// takes none, and its headers read the leases in flight, not the one never made.
+				d.Remaining++
+				d.OK, d.Writes = false, nil
+			}
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def, Window: quotaWindow(def, d.WindowStart, d.WindowEnd, now)}
 			setUsedShards(&dec, def, states, d, now, origin)
 			place(r, dec)

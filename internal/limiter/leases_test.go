@@ -86,6 +86,39 @@ func TestLeasesBoundWhatIsInFlight(t *testing.T) {
 	})
 }
 
+// TestAnAllowedKeyOnAConcurrencyLimitReportsTheSlotsAsTheyStand: an allow override admits
+// without a lease, so its remaining is the free slots as they stand and its RateLimit t is when
+// the leases in flight end, not what a lease it never took would leave.
+func TestAnAllowedKeyOnAConcurrencyLimitReportsTheSlotsAsTheyStand(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
+		mustPut(t, e, "conc", limiter.Definition{Kind: limiter.Concurrency, Rate: 3, LeaseTTL: 60_000})
+		mustOverride(t, e, "conc", limiter.Override{Match: "vip", Action: limiter.ActionAllow})
+		if got := mustLimit(t, e, limiter.Request{Name: "conc", Key: "vip", Count: 1}); !got.OK || got.LeaseID != "" || got.Remaining != 3 {
+			t.Fatalf("allowed with nothing in flight: ok %v lease %q remaining %v, want true, none, 3", got.OK, got.LeaseID, got.Remaining)
+		}
+		if _, l := limiter.RateLimitHeaders([]limiter.Decision{mustLimit(t, e, limiter.Request{Name: "conc", Key: "vip", Count: 1})}); l != `"conc";r=3;t=0` {
+			t.Errorf("RateLimit with nothing in flight: %q, want r=3;t=0", l)
+		}
+		mustOverride(t, e, "conc", limiter.Override{Match: "vip", Rate: ptr(3.0)}) // leases count again
+		for range 2 {
+			if !mustLimit(t, e, limiter.Request{Name: "conc", Key: "vip", Count: 1}).OK {
+				t.Fatal("a lease was refused with slots free")
+			}
+		}
+		clock.Advance(10_000)
+		mustOverride(t, e, "conc", limiter.Override{Match: "vip", Action: limiter.ActionAllow})
+		got := mustLimit(t, e, limiter.Request{Name: "conc", Key: "vip", Count: 1})
+		if v := value(t, e, "conc", "vip"); !got.OK || got.Remaining != 1 || v != 1 {
+			t.Errorf("allowed with two in flight: ok %v remaining %v (value %v), want true and 1", got.OK, got.Remaining, v)
+		}
+		if _, l := limiter.RateLimitHeaders([]limiter.Decision{got}); l != `"conc";r=1;t=50` {
+			t.Errorf("RateLimit with two in flight: %q, want r=1;t=50 (when both end)", l)
+		}
+	})
+}
+
 // TestConcurrencyMisuseIsRefused: what a concurrency limit does not support is a 400 naming the field.
 func TestConcurrencyMisuseIsRefused(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
