@@ -51,6 +51,9 @@ type job struct {
 	// overage is what the close's settles recorded as overage in the transaction's current
 	// attempt; runCloses reports it (Options.OnHoldOverage) only once that attempt committed.
 	overage []overage
+	// extras are the decisions the close's settles took beyond what was held, in the
+	// transaction's current attempt; runCloses reports them (finish) once that attempt committed.
+	extras []*job
 	// Idempotent decisions (idempotency.go): the job's record, its answer (rendered in the
 	// transaction, or replayed), and the earlier job of the group with the same key, if any.
 	idem     *Idempotency

@@ -204,8 +204,8 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 		return jobs
 	}
 	err := e.db.Serializable(db.WithPurpose(context.Background(), db.PurposeDecision), func(tx *gorm.DB) error {
-		for _, j := range closes { // this attempt's overage only: an earlier one rolled back
-			j.overage = nil
+		for _, j := range closes { // this attempt's only: an earlier one rolled back
+			j.overage, j.extras = nil, nil
 		}
 		// Before the first statement: a hold's snapshots read limit_definitions.
 		if err := e.decisionSettings(tx); err != nil {
@@ -237,6 +237,9 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 			j.err = err
 		} else if j.err == nil {
 			e.reportOverage(j.overage)
+			for _, x := range j.extras { // each a decision of its own, admitted or refused
+				e.finish(x.tenantID, &x.out, true)
+			}
 		}
 		close(j.done)
 	}
@@ -713,6 +716,9 @@ func (e *Engine) settleInTx(tx *gorm.DB, closing *job, tenantID int64, holdID st
 		case j.err != nil || !j.out.OK:
 			s.Overage[i], s.Charged[i] = req.Count, s.Held[i]
 			closing.overage = append(closing.overage, overage{tenantID, req.Name, req.Count})
+		}
+		if !req.Refund && j.err == nil {
+			closing.extras = append(closing.extras, j)
 		}
 	}
 	for k, shards := range given {

@@ -32,11 +32,12 @@ func (o *overageLog) of(name string) float64 {
 }
 
 // overageEngine is an engine on d on a clock that does not move, with put limits that never
-// refill ("tokens" of 10, "calls" of 3), reporting overage to the returned log.
-func overageEngine(t *testing.T, d *db.DB) (*limiter.Engine, *overageLog) {
+// refill ("tokens" of 10, "calls" of 3), reporting overage to the returned log and decisions to
+// the returned hooks.
+func overageEngine(t *testing.T, d *db.DB) (*limiter.Engine, *overageLog, *hooks) {
 	t.Helper()
-	log := &overageLog{}
-	opts := newClock(1_700_000_000_000).opts()
+	log, h := &overageLog{}, newHooks()
+	opts := h.options(newClock(1_700_000_000_000).opts())
 	opts.OnHoldOverage = log.add
 	e := newEngine(t, d, opts)
 	forever := limiter.Definition{Kind: limiter.FixedWindow, Period: 86_400_000 * 365, Start: ptr(int64(0))}
@@ -44,7 +45,7 @@ func overageEngine(t *testing.T, d *db.DB) (*limiter.Engine, *overageLog) {
 	tokens.Rate, calls.Rate = 10, 3
 	mustPut(t, e, "tokens", tokens)
 	mustPut(t, e, "calls", calls)
-	return e, log
+	return e, log, h
 }
 
 // TestHoldOverageIsReportedAsSettled: what OnHoldOverage is told equals, limit by limit, the
@@ -53,7 +54,7 @@ func overageEngine(t *testing.T, d *db.DB) (*limiter.Engine, *overageLog) {
 func TestHoldOverageIsReportedAsSettled(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		ctx := context.Background()
-		e, log := overageEngine(t, d)
+		e, log, _ := overageEngine(t, d)
 		settled := map[string]float64{}
 		settle := func(id string, counts ...float64) {
 			t.Helper()
@@ -113,7 +114,7 @@ func TestHoldOverageIsReportedAsSettled(t *testing.T) {
 func TestHoldOverageIsReportedOnceWhenTheSettleIsRetried(t *testing.T) {
 	d := testkit.OpenURL(t, testkit.NewDatabase(t))
 	ctx := context.Background()
-	e, log := overageEngine(t, d)
+	e, log, heard := overageEngine(t, d)
 	h := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "tokens", Key: "k", Count: 1})
 	mustLimit(t, e, limiter.Request{Name: "tokens", Key: "k", Count: 8}) // 1 left
 
@@ -141,4 +142,33 @@ func TestHoldOverageIsReportedOnceWhenTheSettleIsRetried(t *testing.T) {
 	if got := log.of("tokens"); got != s.Overage[0] {
 		t.Fatalf("OnHoldOverage was told %v, the settle answered %v", got, s.Overage[0])
 	}
+	if a, r, _ := heard.counts("tokens"); a != 2 || r != 1 {
+		t.Fatalf("the hooks heard %d admitted and %d refused, want 2 (the hold and the 8) and 1 (the settle's extra, once)", a, r)
+	}
+}
+
+// TestASettlesExtraIsADecisionOfItsOwn: what a settle charges beyond the hold is taken as a
+// decision of its own, so the hooks (metrics, usage, webhooks) hear it, admitted or refused as
+// overage, once per committed settle.
+func TestASettlesExtraIsADecisionOfItsOwn(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		h := newHooks()
+		e := newEngine(t, d, h.options(newClock(1_700_000_000_000).opts()))
+		mustPut(t, e, "api", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 86_400_000 * 365, Start: ptr(int64(0))})
+		ctx := context.Background()
+		first := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "api", Key: "k", Count: 1})
+		if s, err := e.SettleHold(ctx, tenant, first.ID, []float64{6}); err != nil || s.Overage[0] != 0 {
+			t.Fatalf("settling 6 of a hold of 1 with 9 left: %+v, %v", s, err)
+		}
+		second := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "api", Key: "k", Count: 1})
+		if s, err := e.SettleHold(ctx, tenant, second.ID, []float64{9}); err != nil || s.Overage[0] != 8 {
+			t.Fatalf("settling 9 of a hold of 1 with 3 left: %+v, %v, want an overage of 8", s, err)
+		}
+		if a, r, _ := h.counts("api"); a != 3 || r != 1 {
+			t.Errorf("the hooks heard %d admitted and %d refused, want 3 (two holds and the first extra) and 1 (the second extra)", a, r)
+		}
+		if v := value(t, e, "api", "k"); v != 3 {
+			t.Errorf("value %v, want 3", v)
+		}
+	})
 }
