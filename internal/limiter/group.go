@@ -685,8 +685,8 @@ func setUsedShards(dec *Decision, def Definition, states []algo.State, d algo.Ou
 	if n > 1 && d.Used > 0 {
 		dec.usedMax = def.Max() / float64(n) * float64(d.Used)
 	}
-	if def.Kind == Quota || (!math.IsNaN(d.RetryAfter) && !def.IsShadow()) {
-		return // the headers take t from the quota's window, or from the decision's retryAfter
+	if def.Kind == Quota || (!d.OK && !math.IsNaN(d.RetryAfter) && !def.IsShadow()) {
+		return // the headers take t from the quota's window, or from the refusal's retryAfter
 	}
 	dec.fullIn, dec.fullSet = algo.FullIn(def, states, d, now, origin), true
 }

@@ -11,8 +11,9 @@ import (
 //	RateLimit-Policy: "name";q=<quota>;w=<window seconds>, …
 //	RateLimit:        "name";r=<remaining>;t=<seconds>, …
 //
-// t is the decision's retryAfter when it has one, otherwise the time until the quota is whole
-// again; for a quota, w is the current calendar window's length and t the time until its end
+// t is a refusal's retryAfter, otherwise the time until the quota is whole again (an admitted
+// reservation's too: its retryAfter says when the reserved work may run, not when the key is
+// whole); for a quota, w is the current calendar window's length and t the time until its end
 // (the next boundary), when the quota is whole again. Limits in shadow mode are left out: they
 // constrain nobody yet, and a client that paces itself by these headers must not start enforcing
 // them on its own; both values are "" when every decision is a shadow one (send no headers then).
@@ -45,7 +46,7 @@ func RateLimitHeaders(ds []Decision) (policy, limit string) {
 
 		var t int64
 		switch {
-		case d.RetryAfter != nil:
+		case d.RetryAfter != nil && !d.OK:
 			t = HeaderSeconds(float64(*d.RetryAfter))
 		case d.Window != nil:
 			t = HeaderSeconds(float64(d.Window.End - d.Window.Now))

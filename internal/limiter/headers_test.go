@@ -40,6 +40,40 @@ func TestRateLimitHeaderTimeIsWhenTheKeyIsWholeAgain(t *testing.T) {
 	})
 }
 
+// TestAnAdmittedReservationsRateLimitTimeIsWhenTheKeyIsWholeAgain: an admitted reservation's
+// retryAfter says when the reserved work may run; RateLimit's t stays what it is on every
+// admitted decision, the time until the key is whole again (a refusal's t is its retryAfter).
+func TestAnAdmittedReservationsRateLimitTimeIsWhenTheKeyIsWholeAgain(t *testing.T) {
+	const minute = 60_000
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, newClock(1_700_000_040_000+20_000).opts()) // 20 s into a minute from the epoch
+		for _, tc := range []struct {
+			name string
+			def  limiter.Definition
+			wait int64 // the reservation's retryAfter
+			want string
+		}{
+			// 10 a minute: 3 taken, then 10 reserved leaves -3, whole again after 13 tokens of 6 s.
+			{"bucket", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: minute, MaxReserved: ptr(10.0)}, 18_000, `"bucket";r=0;t=78`},
+			// Two shards of 5, refilling 5 a minute each: the same amounts over both, 13 tokens at 12 s.
+			{"sharded", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: minute, MaxReserved: ptr(10.0), Shards: 2}, 18_000, `"sharded";r=0;t=78`},
+			// A window of a minute from the epoch, 40 s from its end: -3 becomes 7 at its end and
+			// the key is whole at the next one's.
+			{"window", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: minute, MaxReserved: ptr(10.0), Start: ptr(int64(0))}, 40_000, `"window";r=0;t=100`},
+		} {
+			mustPut(t, e, tc.name, tc.def)
+			mustLimit(t, e, limiter.Request{Name: tc.name, Key: "k", Count: 3})
+			dec := mustLimit(t, e, limiter.Request{Name: tc.name, Key: "k", Count: 10, Reserve: true})
+			if !dec.OK || dec.RetryAfter == nil || *dec.RetryAfter != tc.wait {
+				t.Fatalf("%s: the reservation: ok %v retryAfter %v, want admitted with a wait of %d ms", tc.name, dec.OK, dec.RetryAfter, tc.wait)
+			}
+			if _, got := limiter.RateLimitHeaders([]limiter.Decision{dec}); got != tc.want {
+				t.Errorf("%s: RateLimit %q, want %q", tc.name, got, tc.want)
+			}
+		}
+	})
+}
+
 // TestKeyOutcomesWeighRemainingAgainstTheShardsUsed: the hooks hear a sharded limit's remaining
 // against the most the shards the decision used hold, not the whole limit's maximum, so that a
 // fresh key of a limit of ten shards (one token taken of 1,000) is not near its limit.
