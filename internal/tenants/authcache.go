@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"gorm.io/gorm"
 )
 
@@ -83,25 +84,33 @@ type keyLookup struct {
 	suspended bool
 }
 
-// lookupShared is lookupKey, with the concurrent misses of the same hash sharing one lookup:
-// when a busy key's entry expires, every request in flight misses at once, and one query serves
-// them all instead of one each. Only lookups that began after the same eviction are shared (the
-// flight's key carries the eviction count): a request that arrives after a revocation or a
-// suspension never takes the answer of a lookup that may have read before it. A caller whose own
-// context is fine does not inherit the cancellation of the caller whose context the shared
-// lookup ran with: it looks up on its own.
+// lookupShared is lookupKey, with the concurrent misses of the same hash sharing one lookup
+// (shared): when a busy key's entry expires, every request in flight misses at once, and one
+// query serves them all instead of one each. Only lookups that began after the same eviction are
+// shared (the flight's key carries the eviction count): a request that arrives after a revocation
+// or a suspension never takes the answer of a lookup that may have read before it.
 func (s *Service) lookupShared(ctx context.Context, hash string) (keyLookup, error) {
 	gen := s.authGeneration()
-	ch := s.authFlight.DoChan(strconv.FormatUint(gen, 10)+":"+hash, func() (any, error) { return s.lookupKey(ctx, gen, hash) })
+	return shared(ctx, &s.authFlight, strconv.FormatUint(gen, 10)+":"+hash, func(ctx context.Context) (keyLookup, error) {
+		return s.lookupKey(ctx, gen, hash)
+	})
+}
+
+// shared runs read once for the concurrent callers with the same key, with the first caller's
+// context. A caller whose own context is fine does not inherit the cancellation of the caller
+// whose context the shared read ran with: it reads on its own.
+func shared[T any](ctx context.Context, g *singleflight.Group, key string, read func(context.Context) (T, error)) (T, error) {
+	ch := g.DoChan(key, func() (any, error) { return read(ctx) })
 	select {
 	case r := <-ch:
 		if r.Err != nil && r.Shared && ctx.Err() == nil && (errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) {
-			return s.lookupKey(ctx, gen, hash)
+			return read(ctx)
 		}
-		k, _ := r.Val.(keyLookup)
-		return k, r.Err
+		v, _ := r.Val.(T)
+		return v, r.Err
 	case <-ctx.Done():
-		return keyLookup{}, ctx.Err()
+		var zero T
+		return zero, ctx.Err()
 	}
 }
 

@@ -145,16 +145,30 @@ func (s *Service) TenantPlan(ctx context.Context, tenantID int64) (TenantPlan, e
 
 // PlanOf returns the plan in force for a tenant, from a cache kept as long as API keys are
 // (a change through this Service applies at once; through another instance within that time),
-// so that the decision path reads no plan from the database.
+// so that the decision path reads no plan from the database. The concurrent misses of one tenant
+// share one read, as keys' lookups do (lookupShared): when a busy tenant's entry expires, every
+// request in flight misses at once.
 func (s *Service) PlanOf(ctx context.Context, tenantID int64) (Plan, error) {
-	now := time.Now()
 	s.planMu.RLock()
 	c, ok := s.planCache[tenantID]
 	gen := s.planGen
 	s.planMu.RUnlock()
-	if ok && now.Before(c.expires) {
+	if ok && time.Now().Before(c.expires) {
 		return c.plan, nil
 	}
+	p, err := shared(ctx, &s.planFlight, strconv.FormatUint(gen, 10)+":"+strconv.FormatInt(tenantID, 10), func(ctx context.Context) (Plan, error) {
+		return s.readPlanOf(ctx, gen, tenantID)
+	})
+	if err != nil {
+		return Plan{}, wrap("plan", err)
+	}
+	return p, nil
+}
+
+// readPlanOf reads a tenant's plan in force and caches it, unless a plan change was made here
+// since gen, the change count read before the read began.
+func (s *Service) readPlanOf(ctx context.Context, gen uint64, tenantID int64) (Plan, error) {
+	now := time.Now()
 	var tp TenantPlan
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
 		var err error
@@ -162,7 +176,7 @@ func (s *Service) PlanOf(ctx context.Context, tenantID int64) (Plan, error) {
 		return err
 	})
 	if err != nil {
-		return Plan{}, wrap("plan", err)
+		return Plan{}, err
 	}
 	ttl := s.authCacheTTL
 	if ttl > 0 {

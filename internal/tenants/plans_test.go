@@ -54,6 +54,48 @@ func TestAPlanChangeIsNotUndoneByAReadUnderWay(t *testing.T) {
 	})
 }
 
+// TestConcurrentMissesOfOnePlanShareOneRead: when a busy tenant's cached plan expires, the 32
+// decisions that miss it at once are served by one read of tenant_plans (a few at most, when one
+// arrives just as a read ends), not one transaction each.
+func TestConcurrentMissesOfOnePlanShareOneRead(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		tn := e.tenant(t, "acme")
+		if _, err := e.svc.PlanOf(e.ctx, tn.ID); err != nil {
+			t.Fatal(err)
+		}
+		var reads atomic.Int64
+		must(t, e.db.Gorm.Callback().Query().Before("gorm:query").Register("test:count_plan_reads", func(tx *gorm.DB) {
+			if tx.Statement.Table == "tenant_plans" {
+				reads.Add(1)
+			}
+		}))
+		t.Cleanup(func() { _ = e.db.Gorm.Callback().Query().Remove("test:count_plan_reads") })
+		e.svc.planMu.Lock()
+		c := e.svc.planCache[tn.ID]
+		c.expires = time.Now().Add(-time.Millisecond) // expired: the next decisions all miss
+		e.svc.planCache[tn.ID] = c
+		e.svc.planMu.Unlock()
+
+		const callers = 32
+		start := make(chan struct{})
+		errs := make(chan error, callers)
+		for range callers {
+			go func() {
+				<-start
+				_, err := e.svc.PlanOf(e.ctx, tn.ID)
+				errs <- err
+			}()
+		}
+		close(start)
+		for range callers {
+			must(t, <-errs)
+		}
+		if n := reads.Load(); n < 1 || n > 4 {
+			t.Fatalf("%d concurrent decisions after the plan's entry expired made %d reads of tenant_plans, want 1 (a few at most)", callers, n)
+		}
+	})
+}
+
 // failingOnce is an EventSink whose first Enqueue fails.
 type failingOnce struct{ calls atomic.Int64 }
 

@@ -87,8 +87,10 @@ type Service struct {
 	planCache   map[int64]cachedPlan
 	// planGen counts the plan changes made here, under planMu. A read caches what it read only
 	// if none was made meanwhile (the change may have committed after the read's snapshot).
-	planGen  uint64
-	rateNear map[int64]time.Time // when each tenant was last told it is near its plan's rate
+	planGen uint64
+	// planFlight makes the concurrent misses of one tenant's plan share one read (PlanOf).
+	planFlight singleflight.Group
+	rateNear   map[int64]time.Time // when each tenant was last told it is near its plan's rate
 
 	dummyOnce sync.Once
 	dummyHash string // password hash verified when a login names an unknown email
