@@ -563,7 +563,8 @@ func TestStrictJSONRefusesDuplicateMembersAndOutOfRangeNumbers(t *testing.T) {
 
 // TestProblemsNameTheItemTheyAreAbout: a problem with one item of a batch, a bulk request or a
 // hold names its field under the item's path, also when the engine finds it (a count past what
-// any limit holds, or past this one's capacity) or the inline config's conversion does.
+// any limit holds, past this one's capacity, or past it with the batch's earlier items on the
+// same key) or the inline config's conversion does.
 func TestProblemsNameTheItemTheyAreAbout(t *testing.T) {
 	eachDB(t, func(t *testing.T, h *harness) {
 		a := h.newTenant(t, "acme")
@@ -580,12 +581,26 @@ func TestProblemsNameTheItemTheyAreAbout(t *testing.T) {
 			// Found on the item's parent: still the item's.
 			{"/v1/limit", `{"limits":[{"name":"m","key":"a"},{"name":"child","key":"c","count":5,"attributes":{"org":"x"}}]}`, "count_exceeds_capacity", "limits[1].count"},
 			{"/v1/holds", `{"limits":[{"name":"m","key":"a"},{"name":"child","key":"c","count":5,"attributes":{"org":"x"}}],"ttl":1000}`, "count_exceeds_capacity", "limits[1].count"},
+			// Items that each fit but together on one key never can: the item that makes it so.
+			{"/v1/check", `{"limits":[{"name":"m","key":"s","count":6},{"name":"m","key":"s","count":5}]}`, "count_exceeds_capacity", "limits[1].count"},
+			{"/v1/holds", `{"limits":[{"name":"m","key":"s","count":6},{"name":"m","key":"s","count":5}],"ttl":1000}`, "count_exceeds_capacity", "limits[1].count"},
+			{"/v1/limit", `{"limits":[{"name":"child","key":"c","count":1,"attributes":{"org":"y"}},{"name":"child","key":"d","count":2,"attributes":{"org":"y"}}]}`, "count_exceeds_capacity", "limits[1].count"},
 		} {
 			r := h.send(t, http.MethodPost, tc.path, a.key, tc.body)
 			p := requireProblem(t, r, r.status, tc.code)
 			if p["field"] != tc.field {
 				t.Errorf("%s %s: field %v, want %s (%v)", tc.path, tc.body, p["field"], tc.field, p)
 			}
+		}
+		// 6 + 5 on one key of a window of 10: a 400 naming the second item, not a 429 whose
+		// Retry-After would be refused again for ever.
+		p := requireProblem(t, h.send(t, http.MethodPost, "/v1/limit", a.key, `{"limits":[{"name":"m","key":"s","count":6},{"name":"m","key":"s","count":5}]}`),
+			http.StatusBadRequest, "count_exceeds_capacity")
+		if p["field"] != "limits[1].count" {
+			t.Errorf("6 + 5 on one key of a limit of 10: field %v, want limits[1].count (%v)", p["field"], p)
+		}
+		if v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/m/value?key=s", a.key, nil), http.StatusOK); number(t, v, "value") != 10 {
+			t.Fatalf("value of key s after the refused batches = %v, want 10", v)
 		}
 		got := requireJSON(t, h.send(t, http.MethodPost, "/v1/decisions", a.key, `{"decisions":[{"name":"m","key":"a"},{"name":"m","key":"b","count":11}]}`), http.StatusOK)
 		item := got["results"].([]any)[1].(map[string]any)

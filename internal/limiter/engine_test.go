@@ -563,19 +563,29 @@ func TestARefusedBatchReportsTheBalanceAsItStands(t *testing.T) {
 
 // TestARefusedBatchsRefusalsAndReservationsReportTheBalanceAsItStands: a request refused only
 // because an earlier one of its batch would have taken from the same key reports the key's
-// balance as it stands (its retryAfter stays: the batch fits when both fit), and a reservation in
-// a refused batch, never made, has no retryAfter.
+// balance as it stands (its retryAfter stays: the batch fits when both fit, and does then), and
+// a reservation in a refused batch, never made, has no retryAfter.
 func TestARefusedBatchsRefusalsAndReservationsReportTheBalanceAsItStands(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
 		ctx := context.Background()
 		mustPut(t, e, "a", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000})
-		b, err := e.Batch(ctx, tenant, []limiter.Request{{Name: "a", Key: "k", Count: 9}, {Name: "a", Key: "k", Count: 5}}, true)
-		if err != nil || b.OK || b.Results[1].OK || b.Results[1].RetryAfter == nil {
+		mustLimit(t, e, limiter.Request{Name: "a", Key: "k", Count: 5}) // 5 left: 4 + 3 fits in 10, not now
+		b, err := e.Batch(ctx, tenant, []limiter.Request{{Name: "a", Key: "k", Count: 4}, {Name: "a", Key: "k", Count: 3}}, true)
+		if err != nil || b.OK || !b.Results[0].OK || b.Results[1].OK || b.Results[1].RetryAfter == nil {
 			t.Fatalf("batch: %+v, %v; want the second request refused, with a retryAfter", b, err)
 		}
-		if r0, r1 := b.Results[0].Remaining, b.Results[1].Remaining; r0 != 10 || r1 != 10 {
-			t.Errorf("remaining %v and %v, want 10 and 10 (as it stands)", r0, r1)
+		if r0, r1 := b.Results[0].Remaining, b.Results[1].Remaining; r0 != 5 || r1 != 5 {
+			t.Errorf("remaining %v and %v, want 5 and 5 (as it stands)", r0, r1)
+		}
+		if v := value(t, e, "a", "k"); v != 5 {
+			t.Fatalf("a's value after the refused batch = %v, want 5 (nothing taken)", v)
+		}
+		// The batch fits once the retryAfter has passed: the window is whole again.
+		clock.Advance(*b.Results[1].RetryAfter)
+		if b, err := e.Batch(ctx, tenant, []limiter.Request{{Name: "a", Key: "k", Count: 4}, {Name: "a", Key: "k", Count: 3}}, true); err != nil || !b.OK || b.Results[1].Remaining != 3 {
+			t.Fatalf("the batch again after its retryAfter: %+v, %v; want admitted, 3 left", b, err)
 		}
 		five := 5.0
 		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 10_000, MaxReserved: &five})

@@ -575,6 +575,10 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 	// caller's body (Request.Field), whichever limit of its family found it.
 	var at string
 	defer func() { err = apperr.At(at, err) }()
+	var totals batchTotals // what the job's requests put on each key together; nil for one request
+	if decide {
+		totals = newBatchTotals(j.reqs)
+	}
 	// resolve applies the key's override to a stored definition and checks the count against it.
 	resolve := func(name, key string, d Definition, stored bool, req Request) (limitRef, error) {
 		r := limitRef{tenantID: j.tenantID, name: name, key: key, def: d}
@@ -624,6 +628,9 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			return nil, nil, ErrLimitNotFound
 		}
 		self, err := resolve(req.Name, req.Key, d, ok, req)
+		if err == nil {
+			err = totals.add(self, req)
+		}
 		if err != nil {
 			return nil, nil, fromAlgo(err)
 		}
@@ -659,6 +666,9 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 						return nil, nil, concurrencyParent(p.Name)
 					}
 					r, err := resolve(p.Name, key, pd, true, req)
+					if err == nil {
+						err = totals.add(r, req)
+					}
 					if err != nil {
 						return nil, nil, parentCountError(p.Name, err)
 					}
@@ -671,6 +681,110 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 		}
 	}
 	return exp, missing, nil
+}
+
+// batchTotals adds up, in a job of several requests, what they put on each (tenant, limit, key),
+// the request's own and each ancestor's (a parent's key gets each child's count), so that expand
+// refuses with count_exceeds_capacity a job whose total on one key can never fit, as CheckCount
+// refuses one count that cannot: otherwise such a batch (8 + 5 on a bucket of 10; two leases of
+// a concurrency limit of rate 1) was refused for ever, each time with a finite retryAfter. The
+// reading is the most lenient, so that no batch that could ever be admitted gets the 400: a
+// total fits if CheckCount would admit it as one count, reserving if any of its requests
+// reserves; a concurrency limit's requests take one slot each. Not counted: refunds and
+// give-backs, a key an override allows (it counts nothing) or denies (refused anyway), a
+// shadow-mode limit (it never refuses the job), and the system tenant's requests (a plan's,
+// alone on its key). A check weighs its counts as a decision does, as it does a single count.
+type batchTotals map[batchKey]*batchTotal
+
+type batchKey struct {
+	tenantID  int64
+	name, key string
+}
+
+type batchTotal struct {
+	def     Definition // the numbers of the key's first request
+	count   float64    // what the requests put on the key; on a concurrency limit, the slots they take
+	reserve bool       // one of them reserves
+	mixed   bool       // inline configs of other numbers share the key: not added up
+}
+
+// newBatchTotals is the totals of a job of reqs, or nil (adding nothing, allocating nothing) when
+// fewer than two of them are the tenant's own decisions: the common job of one request.
+func newBatchTotals(reqs []Request) batchTotals {
+	n := 0
+	for _, r := range reqs {
+		if !r.System && !r.Refund {
+			n++
+		}
+	}
+	if n < 2 {
+		return nil
+	}
+	return batchTotals{}
+}
+
+// add counts what req puts on r's key (r is the request's own limit or one of its ancestors,
+// resolved and its count checked alone) and returns count_exceeds_capacity when the key's total
+// can no longer ever fit: the job's requests are decided in order at one instant, so the total
+// must fit in what the key holds at once.
+func (t batchTotals) add(r limitRef, req Request) error {
+	if t == nil || req.Refund || req.System || (r.ov != nil && r.ov.Action != algo.ActionNone) {
+		return nil
+	}
+	k := batchKey{r.tenantID, r.name, r.key}
+	tot := t[k]
+	switch {
+	case tot == nil:
+		t[k] = &batchTotal{def: r.def, count: req.Count, reserve: req.Reserve}
+		if r.def.Kind == Concurrency {
+			t[k].count = 1
+		}
+		return nil
+	case tot.mixed:
+		return nil
+	case algo.NumbersChanged(tot.def, r.def):
+		// Only inline configs can differ (a stored limit has one definition and one override
+		// per key): their requests read the key under other numbers, even another kind, and
+		// what fits depends on their order. Not weighed.
+		tot.mixed = true
+		return nil
+	case tot.def.IsShadow(): // every request on the key in shadow mode (a mode is one of the numbers)
+		return nil
+	}
+	tot.reserve = tot.reserve || req.Reserve
+	if tot.def.Kind == Concurrency {
+		if tot.count++; tot.count > tot.def.Rate {
+			return errBatchExceedsCapacity()
+		}
+		return nil
+	}
+	tot.count += req.Count
+	// A sharded limit is weighed whole (every shard, as if it had one): each request picks its
+	// own two shards, so requests whose total is more than two shards hold may yet fit in shards
+	// that differ, and only more than all of them hold can never fit.
+	whole := tot.def
+	whole.Shards = 1
+	if tot.count > algo.MaxAmount {
+		// Past what CheckCount takes as a count. Without a reservation no key holds more than
+		// its maximum, itself at most MaxAmount; with one, the total is not weighed (lenient).
+		if !tot.reserve {
+			return errBatchExceedsCapacity()
+		}
+		return nil
+	}
+	if errors.Is(whole.CheckCount(tot.count, tot.reserve), algo.ErrCountExceedsCapacity) {
+		return errBatchExceedsCapacity()
+	}
+	return nil
+}
+
+// errBatchExceedsCapacity is count_exceeds_capacity (errors.Is finds ErrCountExceedsCapacity) for
+// the request whose count makes its batch's total on one key more than the limit can ever admit.
+func errBatchExceedsCapacity() error {
+	c := *ErrCountExceedsCapacity
+	c.Message = "with what the batch's earlier items put on the same key, this item needs more than the limit can ever admit at once"
+	c.Err = ErrCountExceedsCapacity
+	return &c
 }
 
 // setUsedShards records on dec what the shards the outcome d used mean for the headers and the
