@@ -9,7 +9,10 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-	_ "time/tzdata" // quotas' time zones, even on a machine without /usr/share/zoneinfo
+	// Quotas' zones come from the limiter's own copy of this data (algo.LoadZone). This is for
+	// the zones dependencies load by name, on a machine without /usr/share/zoneinfo too: a
+	// timezone parameter of DATABASE_URL (gorm's postgres driver), TZ (time.Local, SQLite's).
+	_ "time/tzdata"
 
 	"github.com/sluice-dev/sluice/internal/procs"
 )

@@ -140,6 +140,12 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		code, field        string
 	}{
 		{"unknown zone", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day","timeZone":"Europe/Atlantis"}`, 400, api.CodeInvalidConfig, "timeZone"},
+		{"the machine's zone", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day","timeZone":"localtime"}`, 400, api.CodeInvalidConfig, "timeZone"},
+		{"the machine's posixrules", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day","timeZone":"posixrules"}`, 400, api.CodeInvalidConfig, "timeZone"},
+		{"a zone as a path", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day","timeZone":"./Europe/Berlin"}`, 400, api.CodeInvalidConfig, "timeZone"},
+		{"a zone through ..", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day","timeZone":"Europe/../Europe/Berlin"}`, 400, api.CodeInvalidConfig, "timeZone"},
+		{"a zone with leap seconds", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day","timeZone":"right/UTC"}`, 400, api.CodeInvalidConfig, "timeZone"},
+		{"a posix/ zone", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day","timeZone":"posix/Europe/Berlin"}`, 400, api.CodeInvalidConfig, "timeZone"},
 		{"zone of the wrong type", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day","timeZone":1}`, 400, api.CodeInvalidRequest, "timeZone"},
 		{"missing zone", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"calendar":"day"}`, 400, api.CodeInvalidConfig, "timeZone"},
 		{"missing calendar", "PUT", "/v1/limits/q", `{"kind":"quota","rate":5,"timeZone":"UTC"}`, 400, api.CodeInvalidConfig, "calendar"},
@@ -209,6 +215,47 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		}
 		if d := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/org", a.key, nil), http.StatusOK); d["parents"] != nil {
 			t.Fatalf("a refused cycle was stored: %v", d)
+		}
+	})
+}
+
+// A quota stored by an earlier version, which asked the machine's zone files, may name a zone
+// the binary's zone data lacks ("localtime"). Deciding it in UTC or any other zone would start its
+// windows elsewhere than instances that still know the zone, and admit it twice: its decisions,
+// checks and refunds are refused with the 400 that names timeZone until it is replaced.
+func TestAQuotaStoredInAZoneTheBinaryLacksDecidesNothing(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "legacy", map[string]any{"kind": "quota", "rate": 5, "calendar": "day", "timeZone": "UTC"})
+		h.define(t, a.key, "team", map[string]any{"kind": "token bucket", "rate": 5, "period": 1000,
+			"parents": []map[string]any{{"name": "legacy", "key": "all"}}})
+		if err := h.db.Gorm.Exec("UPDATE limit_definitions SET time_zone = 'localtime' WHERE tenant_id = ? AND name = 'legacy'", a.id).Error; err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ path, body, field string }{
+			{"/v1/limits/legacy/limit", `{"key":"k"}`, "timeZone"},
+			{"/v1/limits/legacy/check", `{"key":"k"}`, "timeZone"},
+			{"/v1/limits/legacy/refund", `{"key":"k","count":1}`, "timeZone"},
+			{"/v1/limit", `{"limits":[{"name":"legacy","key":"k"}]}`, "limits[0].timeZone"},
+			{"/v1/limits/team/limit", `{"key":"k"}`, "timeZone"},
+		} {
+			p := requireProblem(t, h.send(t, http.MethodPost, tc.path, a.key, tc.body), http.StatusBadRequest, api.CodeInvalidConfig)
+			if p["field"] != tc.field || !strings.Contains(p["detail"].(string), `"localtime"`) {
+				t.Fatalf("POST %s: %v, want the problem of timeZone naming the zone", tc.path, p)
+			}
+		}
+		if v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/team/value?key=k", a.key, nil), http.StatusOK); number(t, v, "value") != 5 {
+			t.Fatalf("the refused family spent its child: %v", v)
+		}
+		// Its value is not read in UTC's window either: the window has no end.
+		v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/legacy/value?key=k", a.key, nil), http.StatusOK)
+		if reset := number(t, v, "resetAt"); reset < math.MaxInt64/2 {
+			t.Fatalf("value of the legacy quota: %v, want a window without end", v)
+		}
+		// Replaced with a zone of the binary, it decides again.
+		h.define(t, a.key, "legacy", map[string]any{"kind": "quota", "rate": 5, "calendar": "day", "timeZone": "Europe/Berlin"})
+		if d := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/legacy/limit", a.key, map[string]any{"key": "k"}), http.StatusOK); d["ok"] != true {
+			t.Fatalf("decision after the zone was replaced: %v", d)
 		}
 	})
 }

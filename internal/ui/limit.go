@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // limitVM is one limit's page: its configuration, usage charts, a key lookup with per-shard
@@ -52,13 +53,15 @@ type windowVM struct {
 // quotaWindow is the window a quota's keys count in now (the engine's clock: the database's on
 // PostgreSQL), read as the default key's value; every key of a quota shares the calendar.
 func (u *UI) quotaWindow(c *gin.Context, d limiter.StoredDefinition) (*windowVM, error) {
+	// The engine's zone (the binary's zone data, not the machine's); a stored zone it lacks has
+	// no window to show (its decisions are refused).
+	loc, ok := algo.LoadZone(d.Definition.TimeZone)
+	if !ok {
+		return nil, nil
+	}
 	v, err := u.engine.GetValue(c.Request.Context(), tenantOf(c).ID, d.Name, "")
 	if err != nil || v.WindowStart == nil || v.ResetAt == nil {
 		return nil, err
-	}
-	loc, err := time.LoadLocation(d.Definition.TimeZone)
-	if err != nil {
-		loc = time.UTC
 	}
 	const layout = "Mon 2 Jan 2006 15:04 MST"
 	start, reset := time.UnixMilli(*v.WindowStart).In(loc), time.UnixMilli(*v.ResetAt).In(loc)

@@ -1,6 +1,11 @@
 package algo
 
 import (
+	"archive/zip"
+	"bytes"
+	_ "embed" // zoneinfo.zip
+	"io"
+	"math"
 	"sync"
 	"time"
 )
@@ -20,24 +25,63 @@ const (
 	Month Calendar = "month"
 )
 
-// zones memoizes time.LoadLocation, which reads and parses the zone's file on every call.
+// zoneinfoZip is the zone database quotas are computed in: a copy of the Go release's
+// lib/time/zoneinfo.zip (the data time/tzdata embeds). Every instance sharing a database must
+// start a quota's windows at the same instants, so the zones come from the binary alone, never
+// from the machine: time.LoadLocation reads /usr/share/zoneinfo first, which accepted names
+// such as "localtime" (whatever zone the machine is set to) and files of any tzdata version.
+// To refresh it, copy $(go env GOROOT)/lib/time/zoneinfo.zip of the Go release that builds the
+// binary over this file (the rules of a zone may change the windows of quotas already stored).
+//
+//go:embed zoneinfo.zip
+var zoneinfoZip []byte
+
+// zoneFiles lists the entries of zoneinfoZip by name, read once: the names are the only zones.
+var zoneFiles = sync.OnceValue(func() map[string]*zip.File {
+	r, err := zip.NewReader(bytes.NewReader(zoneinfoZip), int64(len(zoneinfoZip)))
+	if err != nil {
+		panic("algo: the embedded zoneinfo.zip is unreadable: " + err.Error())
+	}
+	files := make(map[string]*zip.File, len(r.File))
+	for _, f := range r.File {
+		files[f.Name] = f
+	}
+	return files
+})
+
+// zones memoizes LoadZone: time.LoadLocationFromTZData parses the data anew on every call.
 var zones sync.Map // string -> *time.Location
 
-// LoadZone returns the IANA zone called name; ok is false for an unknown zone. "Local" and ""
-// are refused: a quota's zone must not depend on the machine that decides.
+// LoadZone returns the IANA zone called name from the zone data the binary embeds; ok is false
+// for a name that is not an entry of it, "Local" and "" included: a quota's zone must not depend
+// on the machine that decides.
 func LoadZone(name string) (*time.Location, bool) {
 	if v, ok := zones.Load(name); ok {
 		return v.(*time.Location), true
 	}
-	if name == "" || name == "Local" || len(name) > 64 {
+	f, ok := zoneFiles()[name]
+	if !ok {
 		return nil, false
 	}
-	loc, err := time.LoadLocation(name)
+	loc, err := loadZoneFile(name, f)
 	if err != nil {
 		return nil, false
 	}
 	zones.Store(name, loc)
 	return loc, true
+}
+
+func loadZoneFile(name string, f *zip.File) (*time.Location, error) {
+	rc, err := f.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	return time.LoadLocationFromTZData(name, data)
 }
 
 // date is a civil date; time.Date normalizes out-of-range days and months.
@@ -171,7 +215,13 @@ func nextStartDate(s date, cal Calendar, anchor int) date {
 // instant of a period's first local date (dayStart). Where a DST change moves the clock back
 // across midnight, the local date briefly returns to the previous day; the window that began at
 // the first midnight holds on (its start is the latest boundary), so no window starts twice.
+// A nil loc (a stored quota whose zone the binary does not have, Definition.zone) has no
+// boundaries: one window without end, so that what was counted is never counted again in UTC or
+// any other zone's window (decisions on such a quota are refused: Definition.CheckCount).
 func Window(cal Calendar, loc *time.Location, anchor int, now int64) (start, end int64) {
+	if loc == nil {
+		return math.MinInt64, math.MaxInt64
+	}
 	if anchor < 1 {
 		anchor = 1
 	}

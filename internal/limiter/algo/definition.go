@@ -396,13 +396,28 @@ func (d Definition) shardParams() shardParams {
 	return p
 }
 
-// zone is a quota's time zone; UTC if it cannot be loaded, which validation rules out (the
-// binary embeds the zone database).
+// zone is a quota's time zone, or nil when the binary's zone data lacks it: validation refuses
+// such a zone, but a definition stored by an earlier version, which asked the machine's zone
+// files, may name one ("localtime"). Nil is no zone at all, not UTC: deciding in a zone other
+// than the one other instances use starts windows elsewhere and admits a quota twice. Window
+// reads nil as one endless window, and CheckCount refuses every decision on such a quota.
 func (d Definition) zone() *time.Location {
-	if loc, ok := LoadZone(d.TimeZone); ok {
-		return loc
+	loc, _ := LoadZone(d.TimeZone)
+	return loc
+}
+
+// zoneProblem is the problem of a quota whose zone the binary's zone data lacks (zone), nil for
+// any other definition.
+func (d Definition) zoneProblem() error {
+	if d.Kind != Quota {
+		return nil
 	}
-	return time.UTC
+	if _, ok := LoadZone(d.TimeZone); ok {
+		return nil
+	}
+	return &ValidationError{Code: CodeInvalidConfig, Fields: []FieldError{{"timeZone", fmt.Sprintf(
+		"unknown time zone %q: this quota cannot decide until its definition is replaced with an IANA name such as \"Europe/Berlin\" or \"UTC\"",
+		d.TimeZone)}}}
 }
 
 // WindowAt is the calendar window [start, end) of a quota that contains the instant t (ms).
@@ -411,9 +426,13 @@ func (d Definition) WindowAt(t int64) (start, end int64) {
 }
 
 // CheckCount rejects requests that can never succeed, before any state is read: a
-// *ValidationError for a count or reserve that is invalid in itself, ErrCountExceedsCapacity for
-// a count this limit can never admit.
+// *ValidationError for a count or reserve that is invalid in itself or for a stored quota whose
+// zone the binary does not have (zone), ErrCountExceedsCapacity for a count this limit can never
+// admit.
 func (d Definition) CheckCount(count float64, reserve bool) error {
+	if err := d.zoneProblem(); err != nil {
+		return err
+	}
 	if !finiteIn(count, 0, MaxAmount) {
 		return InvalidRequest("count", fmt.Sprintf("must be a number >= 0 and <= %g", float64(MaxAmount)))
 	}

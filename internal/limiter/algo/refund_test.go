@@ -153,7 +153,7 @@ func TestGiveBackIsWhatStillCounts(t *testing.T) {
 	const at = int64(1_700_000_040_000)                                                     // a whole minute
 	bucket := Definition{Kind: TokenBucket, Rate: 10, Period: 10_000, Capacity: ptr(100.0)} // 0.001 a ms
 	window := Definition{Kind: FixedWindow, Rate: 10, Period: 60_000, Capacity: ptr(100.0), Start: new(int64)}
-	month := Definition{Kind: Quota, Rate: 10, Calendar: "month"}
+	month := Definition{Kind: Quota, Rate: 10, Calendar: "month", TimeZone: "UTC"}
 	sliding := Definition{Kind: SlidingWindow, Rate: 10, Period: 60_000, Resolution: 10}
 	row := func(v float64, ts int64) State { return State{Value: v, TS: ts, Exists: true} }
 	for _, c := range []struct {
