@@ -96,10 +96,10 @@ func TestNestedBudgetsOverHTTP(t *testing.T) {
 		if hdr := r.header.Get("RateLimit"); !strings.Contains(hdr, `"team";r=9`) || !strings.Contains(hdr, `"org";r=2`) {
 			t.Fatalf("RateLimit %q: want the team and its org", hdr)
 		}
-		// Two teams of one org in a batch: 2 + 2 > the org's 2 left, so nothing is spent.
+		// Two teams of one org in a batch: 2 + 1 > the org's 2 left (not its 3), so nothing is spent.
 		batch := requireJSON(t, h.send(t, http.MethodPost, "/v1/limit", a.key, map[string]any{"limits": []map[string]any{
 			{"name": "team", "key": "t2", "count": 2, "attributes": map[string]string{"org": "acme"}},
-			{"name": "team", "key": "t3", "count": 2, "attributes": map[string]string{"org": "acme"}},
+			{"name": "team", "key": "t3", "count": 1, "attributes": map[string]string{"org": "acme"}},
 		}}), http.StatusOK)
 		if batch["ok"] != false {
 			t.Fatalf("batch over the org's budget: %v", batch)
