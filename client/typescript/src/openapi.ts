@@ -609,7 +609,7 @@ export interface components {
              * @enum {unknown}
              */
             calendar?: "day" | "week" | "month";
-            /** @description quota only (required): an IANA time zone, such as "Europe/Berlin" or "UTC"; an unknown zone is 400 invalid_config naming timeZone. Windows follow the zone's DST changes (23- and 25-hour days); where local midnight does not exist, a window starts at the first instant of the day */
+            /** @description quota only (required): an IANA time zone of the zone data compiled into the binary (never the machine's), such as "Europe/Berlin" or "UTC"; any other name (Local, localtime, posixrules, posix/..., right/..., a path) is 400 invalid_config naming timeZone. Windows follow the zone's DST changes (23- and 25-hour days); where local midnight does not exist, a window starts at the first instant of the day */
             timeZone?: string;
             /**
              * @description monthly quotas only: the billing day windows start on, clamped to each month's last day (31 starts windows on 28 or 29 February, 30 April, ...)
