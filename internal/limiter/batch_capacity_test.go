@@ -188,7 +188,8 @@ func TestABatchsTotalOnAParentsKeyIsWeighedAgainstTheParent(t *testing.T) {
 // within all its shards (each request picks its own two), a key an allow override admits
 // without counting, a key whose override raises its capacity, a denied key (refused anyway) and
 // a shadow-mode limit (it never refuses the batch) are decided, not refused with a 400; a key
-// whose override lowers its capacity is weighed under the override's numbers.
+// whose override lowers its capacity is weighed under the override's numbers, unless that
+// override ends.
 func TestABatchThatCouldEverBeAdmittedIsNeverCountExceedsCapacity(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		// Shard choice alternates between shards {0, 1} and {2, 3}, so that two requests in a
@@ -223,6 +224,9 @@ func TestABatchThatCouldEverBeAdmittedIsNeverCountExceedsCapacity(t *testing.T) 
 		mustOverride(t, e, "tb", limiter.Override{Match: "small", Capacity: ptr(12.0)})
 		mustOverride(t, e, "c", limiter.Override{Match: "vip", Action: limiter.ActionAllow})
 		mustOverride(t, e, "c", limiter.Override{Match: "wide", Rate: ptr(2.0)})
+		ends := clock.Now().UnixMilli() + 3_600_000
+		mustPut(t, e, "c5", limiter.Definition{Kind: limiter.Concurrency, Rate: 5, LeaseTTL: 60_000})
+		mustOverride(t, e, "c5", limiter.Override{Match: "narrow", Rate: ptr(1.0), ExpiresAt: &ends})
 
 		admitted := func(what string, reqs []limiter.Request) limiter.BatchDecision {
 			t.Helper()
@@ -260,6 +264,14 @@ func TestABatchThatCouldEverBeAdmittedIsNeverCountExceedsCapacity(t *testing.T) 
 		admitted("a concurrency key an allow override admits, twice", items(limiter.Request{Name: "c", Key: "vip", Count: 1}, limiter.Request{Name: "c", Key: "vip", Count: 1}))
 		admitted("8 + 5 under a capacity of 20", items(limiter.Request{Name: "tb", Key: "big", Count: 8}, limiter.Request{Name: "tb", Key: "big", Count: 5}))
 		admitted("a concurrency key twice under a rate of 2", items(limiter.Request{Name: "c", Key: "wide", Count: 1}, limiter.Request{Name: "c", Key: "wide", Count: 1}))
+		// An override that ends changes the key's numbers then: two leases refused under its rate
+		// of 1 for the hour are admitted after it, under the limit's 5.
+		twoLeases := items(limiter.Request{Name: "c5", Key: "narrow", Count: 1}, limiter.Request{Name: "c5", Key: "narrow", Count: 1})
+		if b, err := e.Batch(ctx, tenant, twoLeases, true); err != nil || b.OK {
+			t.Errorf("two leases under an override of rate 1 that ends in an hour: %+v, %v; want refused for now, not a 400", b, err)
+		}
+		clock.Advance(3_600_000)
+		admitted("two leases once the override of rate 1 ended", twoLeases)
 		_, err = e.Batch(ctx, tenant, items(limiter.Request{Name: "tb", Key: "small", Count: 8}, limiter.Request{Name: "tb", Key: "small", Count: 5}), true)
 		wantBatchOverCapacity(t, "8 + 5 under a capacity of 12", err, "limits[1].count")
 		b, err = e.Batch(ctx, tenant, items(limiter.Request{Name: "tb", Key: "bad", Count: 8}, limiter.Request{Name: "tb", Key: "bad", Count: 5}), true)

@@ -728,7 +728,9 @@ func newBatchTotals(reqs []Request) batchTotals {
 // can no longer ever fit: the job's requests are decided in order at one instant, so the total
 // must fit in what the key holds at once.
 func (t batchTotals) add(r limitRef, req Request) error {
-	if t == nil || req.Refund || req.System || (r.ov != nil && r.ov.Action != algo.ActionNone) {
+	// Not weighed either: a key whose override ends (its numbers change then, so what cannot fit
+	// now may fit later).
+	if t == nil || req.Refund || req.System || (r.ov != nil && (r.ov.Action != algo.ActionNone || r.ov.ExpiresAt != nil)) {
 		return nil
 	}
 	k := batchKey{r.tenantID, r.name, r.key}
@@ -914,11 +916,14 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if r.ov != nil && r.ov.Action == algo.ActionAllow {
 			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
 			d := algo.Decide(def, states, 0, false, now, origin)
-			if def.Kind == Concurrency && d.OK {
-				// A concurrency limit's decision takes a slot whatever the count: the allowed key
-				// takes none, and its headers read the leases in flight, not the one never made.
-				d.Remaining++
-				d.OK, d.Writes = false, nil
+			if def.Kind == Concurrency {
+				// A concurrency limit's decision takes a slot whatever the count, or is refused
+				// when none is free: the allowed key takes none, and its headers read the leases
+				// in flight as they stand, not the one never made nor a refusal's wait.
+				if d.OK {
+					d.Remaining++
+				}
+				d.OK, d.Writes, d.RetryAfter = false, nil, math.NaN()
 			}
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def, Window: quotaWindow(def, d.WindowStart, d.WindowEnd, now)}
 			setUsedShards(&dec, def, states, d, now, origin)

@@ -116,6 +116,15 @@ func TestAnAllowedKeyOnAConcurrencyLimitReportsTheSlotsAsTheyStand(t *testing.T)
 		if _, l := limiter.RateLimitHeaders([]limiter.Decision{got}); l != `"conc";r=1;t=50` {
 			t.Errorf("RateLimit with two in flight: %q, want r=1;t=50 (when both end)", l)
 		}
+		mustOverride(t, e, "conc", limiter.Override{Match: "vip", Rate: ptr(3.0)})
+		if !mustLimit(t, e, limiter.Request{Name: "conc", Key: "vip", Count: 1}).OK { // the third, at t0+10 s
+			t.Fatal("a lease was refused with a slot free")
+		}
+		mustOverride(t, e, "conc", limiter.Override{Match: "vip", Action: limiter.ActionAllow})
+		got = mustLimit(t, e, limiter.Request{Name: "conc", Key: "vip", Count: 1})
+		if _, l := limiter.RateLimitHeaders([]limiter.Decision{got}); !got.OK || l != `"conc";r=0;t=60` {
+			t.Errorf("allowed with every slot in flight: ok %v, RateLimit %q, want admitted and r=0;t=60 (when all three end)", got.OK, l)
+		}
 	})
 }
 
