@@ -14,7 +14,7 @@ type Purpose int
 const (
 	PurposeOther    Purpose = iota // API keys, definitions, the dashboard, audit, captcha
 	PurposeDecision                // the engine's group transactions, resets, values
-	PurposeSweep                   // the sweeper's deletions of full limit_state rows
+	PurposeSweep                   // the sweepers' work: full limit_state rows, expired holds and leases
 	PurposeUsage                   // the usage aggregator's flushes
 	numPurposes
 )
@@ -42,7 +42,8 @@ func WithPurpose(ctx context.Context, p Purpose) context.Context {
 	return context.WithValue(ctx, purposeKey{}, p)
 }
 
-func purposeOf(ctx context.Context) Purpose {
+// PurposeOf is what ctx's transactions serve: PurposeOther unless WithPurpose said otherwise.
+func PurposeOf(ctx context.Context) Purpose {
 	if p, ok := ctx.Value(purposeKey{}).(Purpose); ok && p >= 0 && p < numPurposes {
 		return p
 	}

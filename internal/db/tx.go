@@ -98,7 +98,7 @@ func (d *DB) WithPgx(ctx context.Context, attempt func(ctx context.Context, conn
 // retry runs attempt until it succeeds, fails for a reason retrying cannot fix, or the attempts,
 // the time budget or the database run out (ErrUnavailable).
 func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
-	count := &d.counters[purposeOf(ctx)]
+	count := &d.counters[PurposeOf(ctx)]
 	ctx, cancel := context.WithTimeout(ctx, d.Retry.Budget)
 	defer cancel()
 	var last error

@@ -48,6 +48,9 @@ type job struct {
 	// released or extended, holds.go): whoever decides the lane's group runs it in a transaction of its own, never
 	// beside a decision group (runCloses).
 	close func(tx *gorm.DB, j *job) error
+	// sweep marks a close the sweepers made (expired holds and leases): a transaction of sweeps
+	// alone counts its retries and give-ups as the sweepers' (db.PurposeSweep), not decisions'.
+	sweep bool
 	// overage is what the close's settles recorded as overage in the transaction's current
 	// attempt; runCloses reports it (Options.OnHoldOverage) only once that attempt committed.
 	overage []overage

@@ -176,7 +176,7 @@ func withOut(b BatchDecision, with bool) (BatchDecision, *Decision) {
 // an idempotency record in ctx (WithIdempotency) the answer rendered from result() is stored in
 // the close's transaction, and a retry replays it without running fn.
 func (e *Engine) closeJob(ctx context.Context, tenantID int64, fn func(tx *gorm.DB, j *job) error, result func() any) error {
-	j := &job{tenantID: tenantID, close: fn, done: make(chan struct{})} // the tenant keys its Idempotency-Key
+	j := &job{tenantID: tenantID, close: fn, done: make(chan struct{}), sweep: db.PurposeOf(ctx) == db.PurposeSweep} // the tenant keys its Idempotency-Key
 	j.idem = callIdempotency(ctx, result)
 	if err := e.submit(ctx, j); err != nil {
 		return err
@@ -203,7 +203,11 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 	if len(closes) == 0 {
 		return jobs
 	}
-	err := e.db.Serializable(db.WithPurpose(context.Background(), db.PurposeDecision), func(tx *gorm.DB) error {
+	purpose := db.PurposeSweep // a give-up of sweeps alone answers no client: they run again
+	if slices.ContainsFunc(closes, func(j *job) bool { return !j.sweep }) {
+		purpose = db.PurposeDecision
+	}
+	err := e.db.Serializable(db.WithPurpose(context.Background(), purpose), func(tx *gorm.DB) error {
 		for _, j := range closes { // this attempt's only: an earlier one rolled back
 			j.overage, j.extras = nil, nil
 		}
@@ -745,7 +749,7 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (released int, more 
 		batch = DefaultSweepBatch
 	}
 	var n int
-	err = e.closeJob(ctx, SystemTenant, func(tx *gorm.DB, j *job) error { // every tenant's
+	err = e.closeJob(db.WithPurpose(ctx, db.PurposeSweep), SystemTenant, func(tx *gorm.DB, j *job) error { // every tenant's
 		n, more = 0, false
 		now, err := e.nowIn(tx)
 		if err != nil {

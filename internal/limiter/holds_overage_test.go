@@ -172,3 +172,36 @@ func TestASettlesExtraIsADecisionOfItsOwn(t *testing.T) {
 		}
 	})
 }
+
+// TestTheHoldSweepersRetriesAreTheSweepersNotDecisions: releasing expired holds is the
+// sweepers' background work: its retries (and give-ups) count under db.PurposeSweep, so that an
+// alert on decisions' give-ups ("answered 503 to the decisions it carried") hears only those.
+func TestTheHoldSweepersRetriesAreTheSweepersNotDecisions(t *testing.T) {
+	d := testkit.OpenURL(t, testkit.NewDatabase(t))
+	ctx := context.Background()
+	clock := newClock(1_700_000_000_000)
+	e := newEngine(t, d, clock.opts())
+	mustPut(t, e, "tokens", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 86_400_000 * 365, Start: ptr(int64(0))})
+	h := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "tokens", Key: "k", Count: 4})
+	clock.Advance(60_000) // expired: the sweeper's to release
+	var once sync.Once
+	limiter.SetAfterDecide(e, func() {
+		// The sweep's first attempt has read the hold and given its amount back; a change to
+		// the hold's row committed now makes its own update of that row a serialization failure.
+		once.Do(func() {
+			if err := d.Gorm.Exec("UPDATE holds SET expires_at = expires_at WHERE tenant_id = ? AND id = ?", tenant, h.ID).Error; err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	sweeps, decisions := d.RetriesFor(db.PurposeSweep), d.RetriesFor(db.PurposeDecision)
+	if n, _, err := e.SweepHolds(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("SweepHolds released %d (%v), want the expired hold", n, err)
+	}
+	if d.RetriesFor(db.PurposeSweep) == sweeps {
+		t.Fatal("the sweep's transaction was not retried as the sweepers': the test proves nothing, or it counted as a decision's")
+	}
+	if got := d.RetriesFor(db.PurposeDecision); got != decisions {
+		t.Fatalf("the hold sweep's retry counted as a decision's (%d → %d)", decisions, got)
+	}
+}

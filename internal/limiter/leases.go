@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
@@ -277,7 +278,7 @@ func (e *Engine) SweepLeases(ctx context.Context, batch int) (int64, error) {
 		batch = DefaultSweepBatch
 	}
 	var n int64
-	err := e.closeJob(ctx, SystemTenant, func(tx *gorm.DB, _ *job) error { // every tenant's
+	err := e.closeJob(db.WithPurpose(ctx, db.PurposeSweep), SystemTenant, func(tx *gorm.DB, _ *job) error { // every tenant's
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
