@@ -66,20 +66,15 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	case strings.HasPrefix(url, "sqlite:"):
 		d.Dialect = SQLite
 		path := strings.TrimPrefix(url, "sqlite:")
-		if path == "" {
-			return nil, errors.New("db: sqlite: empty path")
+		if err := checkSQLitePath(path); err != nil {
+			return nil, err
 		}
 		if dir := filepath.Dir(path); dir != "." {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
 				return nil, fmt.Errorf("db: sqlite: create directory: %w", err)
 			}
 		}
-		// WAL lets readers proceed beside the writer; _txlock=immediate takes the write lock at BEGIN,
-		// so a read-modify-write never has to upgrade its lock (the classic SQLITE_BUSY deadlock);
-		// busy_timeout makes a second process (the CLI) wait instead of failing at once.
-		dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)" +
-			"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
-		d.Gorm, err = gorm.Open(sqlite.Open(dsn), cfg)
+		d.Gorm, err = gorm.Open(sqlite.Open(sqliteDSN(path)), cfg)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		d.Dialect = Postgres
 		d.Gorm, err = gorm.Open(postgres.Open(url), cfg)
@@ -113,6 +108,53 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("db: ping %s: %w", d.Dialect, err)
 	}
 	return d, nil
+}
+
+// checkSQLitePath refuses a sqlite:PATH that is no database file: an empty path or ":memory:"
+// (each pooled connection would get a private database of its own; config refuses every
+// in-memory form before this) and a directory.
+func checkSQLitePath(path string) error {
+	switch {
+	case path == "":
+		return errors.New("db: DATABASE_URL=sqlite:PATH needs the path of a database file; the path is empty")
+	case path == ":memory:":
+		return errors.New("db: DATABASE_URL=sqlite::memory: is refused: each pooled connection would have a database " +
+			"of its own; give the path of a database file, e.g. sqlite:data/sluice.db")
+	case strings.HasSuffix(path, "/"):
+		return fmt.Errorf("db: DATABASE_URL=sqlite:%s names a directory; give the path of a database file in it, e.g. sqlite:%ssluice.db", path, path)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("db: DATABASE_URL=sqlite:%s names a directory; give the path of a database file in it, e.g. sqlite:%s", path, filepath.Join(path, "sluice.db"))
+	}
+	return nil
+}
+
+// sqliteDSN is the driver's data source name for the database file at path, exactly that file:
+// a file: URI (the driver reads its query parameters, SQLite opens its path). SQLite decodes %HH
+// in a URI's path and ends the path at '?' or '#', so those three characters are percent-encoded;
+// an absolute path is given the empty authority ("file:///…"), so that one beginning with "//"
+// is not read as a host. SecretFile puts the key file beside the same literal path.
+//
+// WAL lets readers proceed beside the writer; _txlock=immediate takes the write lock at BEGIN,
+// so a read-modify-write never has to upgrade its lock (the classic SQLITE_BUSY deadlock);
+// busy_timeout makes a second process (the CLI) wait instead of failing at once.
+func sqliteDSN(path string) string {
+	var b strings.Builder
+	b.WriteString("file:")
+	if strings.HasPrefix(path, "/") {
+		b.WriteString("//")
+	}
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; c {
+		case '%', '?', '#':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteString("?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)" +
+		"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate")
+	return b.String()
 }
 
 // Close releases the connection pool.

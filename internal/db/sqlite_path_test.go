@@ -1,0 +1,113 @@
+package db_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/db"
+)
+
+// TestSQLiteOpensExactlyTheNamedFile: sqlite:PATH opens the file PATH names, whatever characters
+// it holds (a file: URI would end the path at '?' or '#' and decode '%41'), in WAL mode (a '?'
+// pasted into the URI swallowed the first _pragma, journal_mode), and creates no other file.
+func TestSQLiteOpensExactlyTheNamedFile(t *testing.T) {
+	for _, name := range []string{"plain.db", "a?b.db", "c#d.db", "e%41.db", "sp ace.db", "f&_pragma=journal_mode(delete).db", "g%3Fh.db"} {
+		t.Run(name, func(t *testing.T) {
+			dir, err := filepath.EvalSymlinks(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := filepath.Join(dir, name)
+			checkOpensExactly(t, "sqlite:"+want, dir, want, name)
+		})
+	}
+	t.Run("relative", func(t *testing.T) {
+		dir, err := filepath.EvalSymlinks(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Chdir(dir)
+		checkOpensExactly(t, "sqlite:sub/x?y#z%41.db", filepath.Join(dir, "sub"), filepath.Join(dir, "sub", "x?y#z%41.db"), "x?y#z%41.db")
+	})
+	t.Run("double slash", func(t *testing.T) {
+		dir, err := filepath.EvalSymlinks(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// "//tmp/…" is the same file as "/tmp/…", never a URI's host.
+		checkOpensExactly(t, "sqlite:/"+filepath.Join(dir, "h.db"), dir, filepath.Join(dir, "h.db"), "h.db")
+	})
+}
+
+func checkOpensExactly(t *testing.T, url, dir, want, name string) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := db.Open(ctx, url, db.Options{})
+	if err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	defer d.Close()
+	conn, err := d.SQL.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var file, mode string
+	if err := conn.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
+		t.Fatal(err)
+	}
+	if file != want {
+		t.Errorf("%s opened %q, want %q", url, file, want)
+	}
+	if err := conn.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" {
+		t.Errorf("%s: journal_mode %q, want wal", url, mode)
+	}
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE t (x INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if n := e.Name(); n != name && n != name+"-wal" && n != name+"-shm" {
+			t.Errorf("%s created %q beside %q", url, n, name)
+		}
+	}
+	if !slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == name }) {
+		t.Errorf("%s: %q was not created", url, name)
+	}
+}
+
+// TestSQLiteRefusesADirectoryOrMemory: a sqlite:PATH that names a directory, or ":memory:" (each
+// pooled connection would hold a private database), is refused with an error that says so
+// rather than SQLite's "out of memory (14)".
+func TestSQLiteRefusesADirectoryOrMemory(t *testing.T) {
+	dir := t.TempDir()
+	for url, want := range map[string]string{
+		"sqlite:" + dir:       "names a directory",
+		"sqlite:" + dir + "/": "names a directory",
+		"sqlite:":             "path is empty",
+		"sqlite::memory:":     "sqlite::memory: is refused",
+	} {
+		d, err := db.Open(context.Background(), url, db.Options{})
+		if err == nil {
+			_ = d.Close()
+			t.Errorf("%s opened", url)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "DATABASE_URL") {
+			t.Errorf("%s: %v, want an error naming DATABASE_URL that says %q", url, err, want)
+		}
+	}
+	if _, err := os.Stat(":memory:"); err == nil {
+		t.Error("a file named :memory: was created")
+	}
+}
