@@ -20,6 +20,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// The first signal starts a graceful stop (in-flight requests get up to 20 s); a second
+		// one ends the process at once, the signal's default, as an operator who sends it wants.
+		<-ctx.Done()
+		stop()
+		fmt.Fprintln(os.Stderr, "sluice: stopping; a second signal exits at once")
+	}()
 	// GOMAXPROCS unset: one P while the server is nearly idle, all of them once it is busy. Not
 	// for the short-lived commands (a container's healthcheck runs every 10 s).
 	if cmd, _ := command(os.Args[1:]); cmd == "serve" && procs.Enabled() {
