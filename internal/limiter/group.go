@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
@@ -41,6 +42,9 @@ type job struct {
 	err      error
 	done     chan struct{}
 	state    atomic.Int32 // jobQueued, jobTaken or jobAbandoned
+	// queuedAt is when the job was queued for the lane's worker (zero when its caller decided it
+	// at once): its group gives up within the retry budget of the oldest job's queuing.
+	queuedAt time.Time
 	// step, when set, is the job's own writes (a hold's row, holds.go), made in its group's
 	// transaction after every decision and before commit (afterDecisions).
 	step func(j *job, now int64) []stmt
@@ -263,6 +267,7 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 		default:
 		}
 	}
+	j.queuedAt = time.Now()
 	if err := e.enqueue(ctx, l, j); err != nil {
 		return err
 	}
@@ -307,13 +312,22 @@ func (e *Engine) await(ctx context.Context, j *job) error {
 
 // runGroup decides jobs in one serializable transaction and completes each job.
 func (e *Engine) runGroup(jobs []*job) {
-	if jobs = e.runCloses(jobs); len(jobs) == 0 {
+	// A decision fails closed once the retry budget has passed since it was asked for, not since
+	// its group began: one queued behind a group stalled for the whole budget would otherwise
+	// wait twice as long for its 503.
+	ctx := context.Background()
+	if oldest := oldestQueued(jobs); !oldest.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, oldest.Add(e.db.Retry.Budget))
+		defer cancel()
+	}
+	if jobs = e.runCloses(ctx, jobs); len(jobs) == 0 {
 		return
 	}
 	e.groups.Add(1)
 	e.jobs.Add(int64(len(jobs)))
 	var err error
-	ctx := db.WithPurpose(context.Background(), db.PurposeDecision)
+	ctx = db.WithPurpose(ctx, db.PurposeDecision)
 	if e.db.Dialect == db.Postgres && !forceGormGroups {
 		err = e.db.WithPgx(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return e.groupPgx(ctx, conn, jobs)
@@ -338,6 +352,17 @@ func (e *Engine) runGroup(jobs []*job) {
 		}
 		close(j.done)
 	}
+}
+
+// oldestQueued is when the first of jobs was queued, or zero when none was.
+func oldestQueued(jobs []*job) time.Time {
+	var oldest time.Time
+	for _, j := range jobs {
+		if !j.queuedAt.IsZero() && (oldest.IsZero() || j.queuedAt.Before(oldest)) {
+			oldest = j.queuedAt
+		}
+	}
+	return oldest
 }
 
 // decisionSettings starts a decision transaction through GORM on PostgreSQL as groupPgx starts

@@ -191,7 +191,7 @@ func (e *Engine) closeJob(ctx context.Context, tenantID int64, fn func(tx *gorm.
 // that is gone), and the others go on; any other error fails them all (a serialization failure
 // retries them all first). Overage is reported after the commit, once per close that succeeded:
 // an attempt that rolled back (retried, or failed by another close) charged nothing.
-func (e *Engine) runCloses(jobs []*job) []*job {
+func (e *Engine) runCloses(ctx context.Context, jobs []*job) []*job {
 	var closes, rest []*job
 	for _, j := range jobs {
 		if j.close != nil {
@@ -207,7 +207,7 @@ func (e *Engine) runCloses(jobs []*job) []*job {
 	if slices.ContainsFunc(closes, func(j *job) bool { return !j.sweep }) {
 		purpose = db.PurposeDecision
 	}
-	err := e.db.Serializable(db.WithPurpose(context.Background(), purpose), func(tx *gorm.DB) error {
+	err := e.db.Serializable(db.WithPurpose(ctx, purpose), func(tx *gorm.DB) error {
 		for _, j := range closes { // this attempt's only: an earlier one rolled back
 			j.overage, j.extras = nil, nil
 		}

@@ -1,0 +1,82 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// TestAQueuedDecisionFailsClosedWithinTheBudgetOfItsOwnAsking: while the database stalls (a
+// lock the decisions wait behind), the decision in PostgreSQL fails closed when the retry budget
+// is spent, and so do the ones queued behind it, within the budget since they were asked for:
+// not after a budget of their own group's on top (twice the budget, for the 503 README promises
+// within it).
+func TestAQueuedDecisionFailsClosedWithinTheBudgetOfItsOwnAsking(t *testing.T) {
+	d := testkit.OpenURL(t, testkit.NewDatabase(t))
+	const budget = 4 * time.Second
+	d.Retry.Budget = budget
+	e := newEngine(t, d, limiter.Options{})
+	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000})
+	ctx := context.Background()
+	lock, err := d.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback() }()
+	if _, err := lock.ExecContext(ctx, "LOCK TABLE limit_state IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		err error
+		at  time.Time
+	}
+	decide := func(key string, out chan<- answer) {
+		_, err := e.Limit(ctx, tenant, limiter.Request{Name: "api", Key: key, Count: 1})
+		out <- answer{err, time.Now()}
+	}
+	first := make(chan answer, 1)
+	go decide("first", first)
+	waitUntil(t, "the first decision to wait behind the lock", func() bool {
+		var n int
+		_ = d.SQL.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+		return n > 0
+	})
+	const queued = 3
+	rest := make(chan answer, queued)
+	for i := range queued {
+		go decide(fmt.Sprint("queued-", i), rest)
+	}
+	waitUntil(t, "three decisions queued behind the first", func() bool { return e.Queued() == queued })
+	a := <-first
+	if !errors.Is(a.err, db.ErrUnavailable) {
+		t.Fatalf("the decision behind the lock: %v, want ErrUnavailable once the budget is spent", a.err)
+	}
+	for range queued {
+		b := <-rest
+		if !errors.Is(b.err, db.ErrUnavailable) {
+			t.Fatalf("a queued decision: %v, want ErrUnavailable", b.err)
+		}
+		// Asked for just after the first: each fails closed about when it did, well before a
+		// second budget has passed.
+		if late := b.at.Sub(a.at); late > budget/2 {
+			t.Fatalf("a queued decision failed closed %v after the one ahead of it, with a budget of %v: its group spent a budget of its own", late.Round(time.Millisecond), budget)
+		}
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after a generous minute, naming what it
+// waited for.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+	}
+}
