@@ -691,8 +691,9 @@ func TestKeyCommandsWriteTheirWebhookEvents(t *testing.T) {
 // (the database closes only after the last request).
 func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 	dbURL := postgresForTest(t)
-	env := appEnv(dbURL, "LOG_LEVEL=info")
+	env := appEnv(dbURL, "LOG_LEVEL=info", "GRPC_ADDR=127.0.0.1:0")
 	base, out, shutdown, wait := serveInProcess(t, env)
+	grpcAddr := out.waitFor(t, regexp.MustCompile(`Envoy rate limit service on (\S+)`), 10*time.Second)
 	cliInProcess(t, env, "tenant", "create", "acme")
 	secret := strings.TrimSpace(strings.SplitN(cliInProcess(t, env, "key", "create", "--tenant", "acme"), "\n", 2)[0])
 	c := newClient(secret)
@@ -750,16 +751,18 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 	}
 	shutdownAt := time.Now()
 	shutdown()
-	// The listener closes at once: new connections are refused while the old requests wait.
-	addr := strings.TrimPrefix(base, "http://")
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			break
-		}
-		conn.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("still accepting connections 5 s after the shutdown began")
+	// The listeners close at once, the Envoy service's too: new connections are refused while
+	// the old requests wait.
+	for _, addr := range []string{strings.TrimPrefix(base, "http://"), grpcAddr} {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				break
+			}
+			conn.Close()
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still accepts connections 5 s after the shutdown began", addr)
+			}
 		}
 	}
 	refusedAfter := time.Since(shutdownAt)

@@ -368,8 +368,13 @@ func (a *App) Run(ctx context.Context) error {
 
 	if grpcListener != nil {
 		// Started last, stopped first: its calls still reach a running engine while it drains.
-		bg.start(ctx, "envoy rate limit service", func(ctx context.Context) error {
-			return a.Envoy.Serve(ctx, grpcListener)
+		// It stops accepting when the shutdown begins, as the HTTP server does, not only once
+		// that one has drained.
+		bg.start(ctx, "envoy rate limit service", func(stage context.Context) error {
+			serve, stop := context.WithCancel(stage)
+			defer stop()
+			defer context.AfterFunc(ctx, stop)()
+			return a.Envoy.Serve(serve, grpcListener)
 		})
 	}
 
