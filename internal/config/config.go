@@ -148,6 +148,16 @@ var options = []Option{
 			if !strings.HasPrefix(v, "sqlite:") && !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
 				return errors.New("DATABASE_URL must be postgres://… or sqlite:PATH")
 			}
+			if path, ok := strings.CutPrefix(v, "sqlite:"); ok {
+				if strings.TrimSpace(path) == "" {
+					return errors.New("DATABASE_URL=sqlite:PATH needs the path of a database file, e.g. sqlite:data/sluice.db")
+				}
+				if sqliteInMemory(path) {
+					return fmt.Errorf("DATABASE_URL=%s is an in-memory SQLite database, which Sluice refuses: each pooled connection "+
+						"would get an empty database of its own and everything would be lost at exit; "+
+						"give the path of a database file, e.g. sqlite:data/sluice.db", v)
+				}
+			}
 			c.DatabaseURL = v
 			return nil
 		}},
@@ -403,6 +413,56 @@ var options = []Option{
 			}
 			return errors.New("SMTP_TLS must be starttls, tls or plain")
 		}},
+}
+
+// sqliteInMemory reports whether the PATH of sqlite:PATH asks for an in-memory (or temporary)
+// database rather than a file, in any spelling SQLite or its Go driver reads as one: ":memory:",
+// a file: URI whose path is ":memory:" or empty, or a mode=memory or vfs=memdb parameter, in any
+// case and with any percent-encoding. Such a database is private to one connection of the pool
+// (or gone when the last one closes). Sluice opens PATH as a file name, never as a URI, so none
+// of these would be in memory any more; they are refused because they cannot mean a file.
+func sqliteInMemory(path string) bool {
+	p := strings.ToLower(strings.TrimSpace(path))
+	for range 3 { // %253A is %3A is ':'
+		u := percentDecode(p)
+		if u == p {
+			break
+		}
+		p = strings.ToLower(u)
+	}
+	if strings.Contains(p, "mode=memory") || strings.Contains(p, "vfs=memdb") {
+		return true
+	}
+	if rest, ok := strings.CutPrefix(p, "file:"); ok {
+		if i := strings.IndexAny(rest, "?#"); i >= 0 {
+			rest = rest[:i]
+		}
+		if auth, ok := strings.CutPrefix(rest, "//"); ok { // file://[localhost]/path
+			if i := strings.IndexByte(auth, '/'); i >= 0 {
+				rest = auth[i:]
+			} else {
+				rest = ""
+			}
+		}
+		p = rest
+	}
+	return p == "" || p == ":memory:"
+}
+
+// percentDecode decodes every valid %HH of s as SQLite does, leaving any other '%' as it is.
+func percentDecode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // smtpAddressRE is a bare email address, as SMTP_FROM must be: no display name, no line break.

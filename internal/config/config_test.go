@@ -336,3 +336,41 @@ func TestSecretsAreNotTrimmed(t *testing.T) {
 		}
 	}
 }
+
+// TestDatabaseURLRefusesAnInMemorySQLite: an in-memory SQLite database, in any spelling, is
+// refused at start-up naming DATABASE_URL (by FromEnv, which `app serve` and the CLI read, and by
+// Validate): each of the pool's connections would get a private empty database of its own, so
+// /readyz would flip, /setup would fail and a ":memory:.secret" file would appear.
+func TestDatabaseURLRefusesAnInMemorySQLite(t *testing.T) {
+	for _, bad := range []string{
+		"sqlite:", "sqlite:  ", "sqlite::memory:", "sqlite: :memory: ", "sqlite::MEMORY:", "sqlite:%3Amemory%3A", "sqlite:%253amemory%253a",
+		"sqlite:file::memory:", "sqlite:file::memory:?cache=shared", "sqlite:FILE::memory:", "sqlite:file:%3Amemory:",
+		"sqlite:file:", "sqlite:file:?cache=shared", "sqlite:file://", "sqlite:file://localhost", "sqlite:file:#x",
+		"sqlite:file:x.db?mode=memory", "sqlite:file:x.db?cache=shared&MODE=Memory", "sqlite:x.db?mode=memory",
+		"sqlite:file:x.db?mode%3Dmemory", "sqlite:file:x.db?%6Dode=%6Demory", "sqlite:file:x%zz.db?mode=memory",
+		"sqlite:file:/x.db?vfs=memdb", "sqlite:file:/x.db?VFS=MemDB",
+	} {
+		_, err := FromEnv(env(map[string]string{"DATABASE_URL": bad}))
+		if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+			t.Errorf("FromEnv: DATABASE_URL=%q: %v, want a refusal naming DATABASE_URL", bad, err)
+		}
+		c := Default()
+		c.DatabaseURL = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+			t.Errorf("Validate: DATABASE_URL=%q: %v, want a refusal naming DATABASE_URL", bad, err)
+		}
+	}
+	_, err := FromEnv(env(map[string]string{"DATABASE_URL": "sqlite::memory:"}))
+	if err == nil || !strings.Contains(err.Error(), "in-memory") || !strings.Contains(err.Error(), "sqlite:data/sluice.db") {
+		t.Errorf("sqlite::memory: %v, want an error that says it is in memory and how to name a file", err)
+	}
+	// Files, whatever their names (sqlite:PATH is a file name, never a URI).
+	for _, good := range []string{
+		"sqlite:data/sluice.db", "sqlite:/var/lib/sluice/sluice.db", "sqlite:memory.db", "sqlite:data/:memory:.db",
+		"sqlite:./:memory:", "sqlite:a?b.db", "sqlite:c#d.db", "sqlite:e%41.db", "sqlite:sp ace.db", "sqlite:memdb",
+	} {
+		if c, err := FromEnv(env(map[string]string{"DATABASE_URL": good})); err != nil || c.DatabaseURL != good {
+			t.Errorf("DATABASE_URL=%q: %q %v, want it accepted", good, c.DatabaseURL, err)
+		}
+	}
+}
