@@ -217,7 +217,41 @@ func isUnavailable(err error) bool {
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
 		return true
 	}
+	if sqliteUnavailable(err) {
+		return true
+	}
 	msg := err.Error()
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "database is closed") || strings.Contains(msg, "unexpected EOF") ||
 		strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection refused")
+}
+
+// SQLite's primary result codes that mean the database file cannot be used right now, not that
+// the statement is wrong: SQLite's counterparts of PostgreSQL's classes 08, 53 and 57P.
+const (
+	sqliteNoMem    = 7  // SQLITE_NOMEM: a memory allocation failed
+	sqliteReadOnly = 8  // SQLITE_READONLY: the file (or its directory, or the WAL) cannot be written
+	sqliteIOErr    = 10 // SQLITE_IOERR: the operating system reported an I/O error
+	sqliteFull     = 13 // SQLITE_FULL: the disk (or max_page_count) is full
+	sqliteCantOpen = 14 // SQLITE_CANTOPEN: the file, its journal or its WAL cannot be opened
+)
+
+// sqliteUnavailable reports the SQLite driver's errors whose primary result code (code & 0xff,
+// so that extended codes such as SQLITE_IOERR_WRITE match) is one of the codes above. The
+// driver's error (modernc's, as forked by glebarez/go-sqlite) is matched by its Code method, so
+// that this package needs no import of it. retry fails closed at once on them, as on
+// PostgreSQL's insufficient resources: retrying a full disk within the budget would only delay
+// the 503 and hold the writer's lock.
+func sqliteUnavailable(err error) bool {
+	var coded interface {
+		error
+		Code() int
+	}
+	if !errors.As(err, &coded) {
+		return false
+	}
+	switch coded.Code() & 0xff {
+	case sqliteNoMem, sqliteReadOnly, sqliteIOErr, sqliteFull, sqliteCantOpen:
+		return true
+	}
+	return false
 }
