@@ -150,7 +150,12 @@ func (s *Service) deletePlanRow(ctx context.Context, id int64) (int64, error) {
 
 func quote(table string) string { return `"` + strings.ReplaceAll(table, `"`, `""`) + `"` }
 
-// deleteRows deletes tenant id's rows of table, deleteBatch per transaction, and returns how many.
+// deleteRows deletes tenant id's rows of table, deleteBatch per transaction, until a batch
+// deletes none, and returns how many. A batch that deletes fewer than deleteBatch is not the
+// table's end: on PostgreSQL a batch deletes the rows it selected by ctid, at read committed, and
+// skips a selected row that another transaction updated or deleted meanwhile (its ctid is no
+// longer the row's), while later rows remain. (Were every row a batch selected updated so, the
+// batch would delete none and end the loop early.)
 func (s *Service) deleteRows(ctx context.Context, table string, id int64) (int64, error) {
 	// table comes from the catalogue (TenantTables), never from input; quoted all the same.
 	quoted := quote(table)
@@ -170,7 +175,7 @@ func (s *Service) deleteRows(ctx context.Context, table string, id int64) (int64
 			return total, err
 		}
 		total += n
-		if n < deleteBatch {
+		if n == 0 {
 			return total, nil
 		}
 	}
