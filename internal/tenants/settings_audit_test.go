@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
@@ -59,7 +60,9 @@ func TestKeyChangesAndLoginsAreAudited(t *testing.T) {
 		must(t, err)
 		must(t, e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "bob"))
 		must(t, e.svc.RevokeKey(e.ctx, tn.ID, k.ID, "bob")) // no-op: must not audit twice
-		_, err = e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery", "192.0.2.1")
+		loggedIn, err := e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery", "192.0.2.1")
+		must(t, err)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, loggedIn, time.Hour) // audits the login
 		must(t, err)
 		_, err = e.svc.Login(e.ctx, "dev@acme.io", "wrong password!", "192.0.2.1")
 		wantErr(t, err, ErrUnauthorized)
@@ -106,10 +109,12 @@ func TestServerAuditLogHoldsLoginsFailuresAndLockouts(t *testing.T) {
 		must(t, err)
 		dev, err := e.svc.CreateUser(e.ctx, "dev@acme.io", "correct horse battery", false, &tn.ID, "test", "")
 		must(t, err)
-		_, err = e.svc.Login(e.ctx, "ops@example.com", "correct horse battery", "203.0.113.7")
-		must(t, err)
-		_, err = e.svc.Login(e.ctx, "dev@acme.io", "correct horse battery", "203.0.113.8")
-		must(t, err)
+		for _, l := range [][2]string{{"ops@example.com", "203.0.113.7"}, {"dev@acme.io", "203.0.113.8"}} {
+			u, err := e.svc.Login(e.ctx, l[0], "correct horse battery", l[1])
+			must(t, err)
+			_, _, err = e.svc.CreateAdminSession(e.ctx, u, time.Hour) // audits the login
+			must(t, err)
+		}
 		_, err = e.svc.Login(e.ctx, "secret password typed as email", "x", "198.51.100.1")
 		wantErr(t, err, ErrUnauthorized)
 		must(t, e.svc.AuditLockout(e.ctx, " OPS@example.com", "198.51.100.2", "dashboard.login.account_ip", "too many"))

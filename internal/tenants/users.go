@@ -34,6 +34,10 @@ type User struct {
 	// a login verified. CreateAdminSession starts a session only while it is still the user's, so
 	// a login that checked a password a change or reset has replaced since starts none.
 	credential string
+	// loginClient is set on the value Login returns ("client ADDRESS"): the session
+	// CreateAdminSession starts for it is a login, audited as "login" in the session's
+	// transaction, so that a login that starts no session is never audited as one.
+	loginClient string
 }
 
 // Password rules. The maximum only stops absurd inputs; argon2 itself accepts any length.
@@ -204,11 +208,13 @@ func (s *Service) createUser(ctx context.Context, email, password string, operat
 
 // Login checks an email and password for a client at clientAddr. Any mismatch is
 // ErrUnauthorized, without saying which part was wrong; an unknown email still costs one
-// argon2id verification so that response time does not reveal which emails exist. Successes
-// ("login") and failures ("login.failed") are audited with the client address, in the user's
-// tenant (none for operators and unknown emails); a failure for an unknown email records the
-// address only if it looks like one, so a password typed into the email field never lands in
-// the log.
+// argon2id verification so that response time does not reveal which emails exist. Failures
+// ("login.failed") are audited here with the client address, in the user's tenant (none for
+// operators and unknown emails); a failure for an unknown email records the address only if it
+// looks like one, so a password typed into the email field never lands in the log. A success is
+// not audited yet: it is a login once its session starts, and CreateAdminSession, given the user
+// returned here, audits it as "login" (same actor, tenant, target and client address) in the
+// transaction that inserts the session.
 func (s *Service) Login(ctx context.Context, email, password, clientAddr string) (User, error) {
 	client := "client " + clientAddr
 	var row userRow
@@ -232,11 +238,9 @@ func (s *Service) Login(ctx context.Context, email, password, clientAddr string)
 		_ = s.Audit(ctx, row.TenantID, row.Email, "login.failed", fmt.Sprintf("user:%d", row.ID), client+"; user disabled")
 		return User{}, wrap("login", ErrUnauthorized)
 	}
-	// A login that cannot be audited is refused: the audit trail must not have holes.
-	if err := s.Audit(ctx, row.TenantID, row.Email, "login", fmt.Sprintf("user:%d", row.ID), client); err != nil {
-		return User{}, wrap("login", err)
-	}
-	return userFromRow(row), nil
+	u := userFromRow(row)
+	u.loginClient = client
+	return u, nil
 }
 
 // passwordMatches checks a password against a user's hash. A password longer than any we store
@@ -324,6 +328,10 @@ const adminSessionIDLen = 32
 // verifies the password in a transaction of its own, so without this a login that checked the
 // old password just before a password change or reset committed (which end the sessions that
 // exist then) would start its session just after, and keep it.
+//
+// For a user Login returned, the same transaction audits the login ("login", with the client
+// address Login was given): the entry exists if and only if the session does, and a login that
+// cannot be audited starts no session (the audit trail must not have holes).
 func (s *Service) CreateAdminSession(ctx context.Context, user User, ttl time.Duration) (string, time.Time, error) {
 	if ttl <= 0 {
 		return "", time.Time{}, wrap("create admin session", invalid("ttl", "ttl must be positive"))
@@ -344,7 +352,13 @@ func (s *Service) CreateAdminSession(ctx context.Context, user User, ttl time.Du
 		case current.DisabledAt != nil:
 			return fmt.Errorf("user disabled: %w", ErrUnauthorized)
 		}
-		return tx.Create(&row).Error
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		if user.loginClient == "" {
+			return nil
+		}
+		return s.audit(tx, user.TenantID, user.Email, "login", fmt.Sprintf("user:%d", user.ID), user.loginClient)
 	})
 	if err != nil {
 		return "", time.Time{}, wrap("create admin session", err)

@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -327,5 +328,88 @@ func TestCreateFirstOperatorOnlyOnAnEmptyDatabase(t *testing.T) {
 		if n, _ := e.svc.CountUsers(e.ctx); n != 1 {
 			t.Fatalf("%d users, want 1", n)
 		}
+	})
+}
+
+// TestLoginIsAuditedByTheSessionItStarts: a password check alone audits no "login"; the session
+// CreateAdminSession starts for the user Login returned audits it, once, with the client address,
+// in the user's tenant log (an operator's in the server log). A login whose session is refused
+// (the password changed in the gap) is not a login, and a session of a user no login returned
+// (a creation, an invitation, a reset) audits none either.
+func TestLoginIsAuditedByTheSessionItStarts(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		m, err := e.svc.CreateUser(e.ctx, "m@example.com", "m-password-01", false, &acme.ID, "test", "")
+		must(t, err)
+		op, err := e.svc.CreateUser(e.ctx, "op@example.com", "op-password-01", true, nil, "test", "")
+		must(t, err)
+		logins := func(tenantID *int64) []string {
+			t.Helper()
+			var log []AuditEntry
+			if tenantID == nil {
+				log, err = e.svc.ServerAuditLog(e.ctx, 0)
+			} else {
+				log, err = e.svc.AuditLog(e.ctx, *tenantID, 0)
+			}
+			must(t, err)
+			var got []string
+			for _, a := range log {
+				if a.Action == "login" {
+					got = append(got, fmt.Sprintf("%s %s | %s", a.Actor, a.Target, a.Detail))
+				}
+			}
+			return got
+		}
+		want := func(tenantID *int64, entries ...string) {
+			t.Helper()
+			if got := logins(tenantID); strings.Join(got, "\n") != strings.Join(entries, "\n") {
+				t.Fatalf("login entries, newest first:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(entries, "\n"))
+			}
+		}
+
+		checked, err := e.svc.Login(e.ctx, "m@example.com", "m-password-01", "198.51.100.1")
+		must(t, err)
+		want(&acme.ID) // a password check is not yet a login
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		must(t, err)
+		first := fmt.Sprintf("m@example.com user:%d | client 198.51.100.1", m.ID)
+		want(&acme.ID, first)
+		want(nil) // a member's login is in its tenant's log only
+
+		// The password changes between the check and the session: no session, no "login".
+		checked, err = e.svc.Login(e.ctx, "m@example.com", "m-password-01", "198.51.100.2")
+		must(t, err)
+		must(t, e.svc.ChangePassword(e.ctx, m.ID, "m-password-01", "m-password-02", "", "198.51.100.2"))
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		wantErr(t, err, ErrUnauthorized)
+		want(&acme.ID, first)
+
+		// Disabled in the gap: the same.
+		checked, err = e.svc.Login(e.ctx, "m@example.com", "m-password-02", "198.51.100.3")
+		must(t, err)
+		must(t, e.svc.SetDisabled(e.ctx, &acme.ID, m.ID, true, "test"))
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		wantErr(t, err, ErrUnauthorized)
+		want(&acme.ID, first)
+
+		// Sessions that no login started: the user a creation or an accepted invitation returned.
+		_, _, err = e.svc.CreateAdminSession(e.ctx, op, time.Hour)
+		must(t, err)
+		_, token, err := e.svc.CreateInvite(e.ctx, &acme.ID, "n@example.com", RoleViewer, 0, "test")
+		must(t, err)
+		joined, err := e.svc.AcceptInvite(e.ctx, token, "n-password-01")
+		must(t, err)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, joined, time.Hour)
+		must(t, err)
+		want(&acme.ID, first)
+		want(nil)
+
+		// An operator's login, in the server log.
+		checked, err = e.svc.Login(e.ctx, "OP@example.com", "op-password-01", "2001:db8::7")
+		must(t, err)
+		_, _, err = e.svc.CreateAdminSession(e.ctx, checked, time.Hour)
+		must(t, err)
+		want(nil, fmt.Sprintf("op@example.com user:%d | client 2001:db8::7", op.ID))
+		want(&acme.ID, first)
 	})
 }

@@ -46,7 +46,9 @@ func (u *UI) loginForm(c *gin.Context) {
 // concurrent attempts check no more passwords than the limits allow), then checks the password,
 // then starts a session. A right password resets its account's limit at its address. The session
 // starts only if the password checked is still the user's (a change or reset committed between
-// the check and the session is a failed login, not a session that outlives the change).
+// the check and the session is a failed login, not a session that outlives the change). The
+// login is audited ("login") by the transaction that stores its session, so a login that starts
+// none is audited only as failed.
 func (u *UI) login(c *gin.Context) {
 	email, password := c.PostForm("email"), c.PostForm("password")
 	vm := loginVM{Layout: u.bareLayout(c, "Log in"), Email: email, Next: safeNext(c.PostForm("next"))}
