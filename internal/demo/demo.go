@@ -16,9 +16,12 @@
 // "demo.action" (a token bucket of 3 per minute) unless the tenant already has one, and makes
 // sure its two keys exist: a publishable one ("demo page") and a secret one ("demo backend"),
 // derived from the server's root secret, so that every instance and every restart uses the same
-// two keys and the database holds only their hashes. Every change it makes is audited as "demo".
-// Revoking either key from the dashboard switches the demo off until it is re-enabled with
-// a new root secret.
+// two keys and the database holds only their hashes. Every change it makes is audited as "demo"
+// (the creation of its tenant in the tenant's log and in the server's security log, as the CLI
+// and the dashboard audit theirs). Revoking either key from the dashboard switches the demo off
+// until it is re-enabled with a new root secret. Deleting the demo tenant does not: the next
+// request (in this process or after a restart) finds it gone, creates a new one, records that
+// one as the demo's, and sets it up as on first use.
 package demo
 
 import (
@@ -68,6 +71,7 @@ type Tenants interface {
 	UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int, actor string) error
 	Setting(ctx context.Context, key string) (string, error)
 	SetSettingIfAbsent(ctx context.Context, key, value string) (string, error)
+	DeleteSetting(ctx context.Context, key string) error
 	Audit(ctx context.Context, tenantID *int64, actor, action, target, detail string) error
 }
 
@@ -109,10 +113,11 @@ type Demo struct {
 	cop    *http.CrossOriginProtection
 	api    http.Handler // the router Register mounted the demo on
 
-	mu      sync.Mutex
-	origins []string
-	synced  bool // origins are among the tenant's allowed origins
-	pk, sk  string
+	mu       sync.Mutex
+	origins  []string
+	tenantID int64 // the demo tenant that pk, sk and synced are about (0: none yet)
+	synced   bool  // origins are among the tenant's allowed origins
+	pk, sk   string
 }
 
 type asset struct {
@@ -219,18 +224,34 @@ func (x *Demo) unavailable(c *gin.Context, err error) {
 }
 
 // ensure prepares the demo tenant (see the package documentation) and returns the keys.
+//
+// Once prepared, each call still checks that the tenant exists (a read by primary key, outside
+// the lock): a deleted tenant took the keys with it, so the demo drops what it knew and prepares
+// a new tenant, instead of handing out keys that no longer exist.
 func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.sk != "" && x.synced {
-		return x.pk, x.sk, nil
+	id, pk, sk, ready := x.tenantID, x.pk, x.sk, x.sk != "" && x.synced
+	x.mu.Unlock()
+	if ready {
+		_, err := x.deps.Tenants.Tenant(ctx, id)
+		if err == nil {
+			return pk, sk, nil
+		}
+		if !errors.Is(err, tenants.ErrNotFound) {
+			return "", "", fmt.Errorf("demo: tenant: %w", err)
+		}
 	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	if x.api == nil {
 		return "", "", errors.New("demo: not registered on a router")
 	}
 	t, err := x.tenant(ctx)
 	if err != nil {
 		return "", "", err
+	}
+	if t.ID != x.tenantID { // first use, or the tenant was deleted (and its keys with it)
+		x.tenantID, x.pk, x.sk, x.synced = t.ID, "", "", false
 	}
 	if x.sk == "" {
 		pk := tenants.DeriveKey(tenants.KindPublishable, x.seed("publishable"))
@@ -267,8 +288,9 @@ func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
 	return x.pk, x.sk, nil
 }
 
-// tenant returns the tenant the demo created, creating it on first use. Two instances starting
-// at once agree: only one creation of the name succeeds, and the other reads its record.
+// tenant returns the tenant the demo created, creating it on first use and after that tenant was
+// deleted. Two instances starting at once agree: only one creation of the name succeeds, and the
+// other reads its record.
 func (x *Demo) tenant(ctx context.Context) (tenants.Tenant, error) {
 	owned := func() (tenants.Tenant, error) {
 		v, err := x.deps.Tenants.Setting(ctx, ownerSetting)
@@ -296,13 +318,35 @@ func (x *Demo) tenant(ctx context.Context) (tenants.Tenant, error) {
 		return tenants.Tenant{}, fmt.Errorf("demo: tenant: %w", err)
 	}
 	id := strconv.FormatInt(t.ID, 10)
-	if _, err := x.deps.Tenants.SetSettingIfAbsent(ctx, ownerSetting, id); err != nil {
+	if err := x.recordOwner(ctx, id); err != nil {
 		return tenants.Tenant{}, fmt.Errorf("demo: record its tenant: %w", err)
 	}
-	if err := x.deps.Tenants.Audit(ctx, &t.ID, actor, "tenant.create", "tenant:"+id, "created by the demo (SLUICE_DEMO=true)"); err != nil {
-		return tenants.Tenant{}, fmt.Errorf("demo: audit: %w", err)
+	// In the tenant's log and in the security log, as the CLI and the dashboard audit a creation.
+	for _, in := range []*int64{&t.ID, nil} {
+		if err := x.deps.Tenants.Audit(ctx, in, actor, "tenant.create", "tenant:"+id, "created by the demo (SLUICE_DEMO=true)"); err != nil {
+			return tenants.Tenant{}, fmt.Errorf("demo: audit: %w", err)
+		}
 	}
 	return t, nil
+}
+
+// recordOwner records id, the tenant the demo has just created, as the demo's. A record already
+// there names a tenant that no longer exists (tenant found none under it just before creating
+// one, and no other tenant of the name can have been created since): it is replaced, or the demo
+// would read it on its next start, find no tenant, fail to create the name it holds, and refuse
+// its own tenant as not its own.
+func (x *Demo) recordOwner(ctx context.Context, id string) error {
+	got, err := x.deps.Tenants.SetSettingIfAbsent(ctx, ownerSetting, id)
+	if err != nil || got == id {
+		return err
+	}
+	if err := x.deps.Tenants.DeleteSetting(ctx, ownerSetting); err != nil {
+		return err
+	}
+	if got, err = x.deps.Tenants.SetSettingIfAbsent(ctx, ownerSetting, id); err == nil && got != id {
+		err = fmt.Errorf("%s is %s meanwhile, not %s", ownerSetting, got, id)
+	}
+	return err
 }
 
 // seed is the secret that determines one of the demo's keys.

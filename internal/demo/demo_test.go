@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -249,5 +250,113 @@ func TestDemoServesItsAssetsAndRefusesBadBackendCalls(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"code":"invalid_request"`) {
 		t.Fatalf("impossible session ID: %d %s", res.StatusCode, b)
+	}
+}
+
+// TestDemoRecoversFromTheDeletionOfItsTenant: an operator deletes the demo tenant. The next
+// request makes a new one, in the same process (the keys the demo knew were deleted with the old
+// tenant, and the page's key works again) and after a restart; the demo records the new tenant as
+// its own, so that the restart after that finds it instead of refusing it as an operator's. Each
+// creation is audited as "demo" in the tenant's log and in the security log.
+func TestDemoRecoversFromTheDeletionOfItsTenant(t *testing.T) {
+	cfg := demoConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "demo.db"))
+	ctx := context.Background()
+	// page gets /demo and checks that it is served with a working key of a live demo tenant
+	// whose limit is defined (which the demo does with its secret key, through the API).
+	page := func(s *stack, step string) tenants.Tenant {
+		t.Helper()
+		res, body := s.get(t, "/demo")
+		m := pkRE.FindStringSubmatch(body)
+		if res.StatusCode != http.StatusOK || m == nil {
+			t.Fatalf("%s: GET /demo: %d\n%s", step, res.StatusCode, body)
+		}
+		tn, err := s.tenants.TenantByName(ctx, demo.TenantName)
+		if err != nil {
+			t.Fatalf("%s: no demo tenant: %v", step, err)
+		}
+		if keys, err := s.tenants.ListKeys(ctx, tn.ID); err != nil || len(keys) != 2 {
+			t.Fatalf("%s: demo tenant %d keys = %v (%v), want 2", step, tn.ID, keys, err)
+		}
+		if _, err := s.engine.GetDefinition(ctx, tn.ID, demo.ActionLimit); err != nil {
+			t.Fatalf("%s: %s of demo tenant %d: %v", step, demo.ActionLimit, tn.ID, err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/captcha/challenge?pk="+m[1]+"&sid=AAAAAAAAAAAAAAAAAAAAAA", nil)
+		req.Header.Set("Origin", s.url)
+		cres, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cres.Body.Close()
+		if cres.StatusCode != http.StatusOK {
+			t.Fatalf("%s: the page's key fetches no challenge: %d", step, cres.StatusCode)
+		}
+		if owner, err := s.tenants.Setting(ctx, "demo.tenant_id"); err != nil || owner != strconv.FormatInt(tn.ID, 10) {
+			t.Fatalf("%s: the demo records tenant %q (%v) as its own, want %d", step, owner, err, tn.ID)
+		}
+		return tn
+	}
+	deleteTenant := func(s *stack, tn tenants.Tenant) {
+		t.Helper()
+		if err := s.tenants.DeleteTenant(ctx, tn.ID, "operator"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s, stop := startStack(t, cfg)
+	first := page(s, "first use")
+	deleteTenant(s, first)
+	second := page(s, "after the deletion, same process")
+	if second.ID == first.ID {
+		t.Fatal("the deleted tenant is still served")
+	}
+	// The backend's calls use the new tenant's keys too: the API answers, not 401.
+	res, err := http.Post(s.url+"/demo/api/action", "application/json", strings.NewReader(`{"sessionId":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("backend call after the deletion: %d, want the API's 400 for an impossible session ID", res.StatusCode)
+	}
+
+	deleteTenant(s, second) // and restart before anything uses the demo
+	stop()
+	s, stop = startStack(t, cfg)
+	third := page(s, "after the deletion, first restart")
+	if third.ID == second.ID {
+		t.Fatal("the deleted tenant is still served after a restart")
+	}
+	stop()
+	s, _ = startStack(t, cfg)
+	if again := page(s, "second restart"); again.ID != third.ID {
+		t.Fatalf("second restart: demo tenant %d, want %d (no new one)", again.ID, third.ID)
+	}
+
+	server, err := s.tenants.ServerAuditLog(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created []string
+	for _, e := range server {
+		if e.Action == "tenant.create" && e.Actor == "demo" {
+			created = append(created, e.Target)
+		}
+	}
+	want := []string{"tenant:" + strconv.FormatInt(third.ID, 10), "tenant:" + strconv.FormatInt(second.ID, 10), "tenant:" + strconv.FormatInt(first.ID, 10)}
+	if !slices.Equal(created, want) {
+		t.Fatalf("security log: the demo's tenant.create entries name %v, want %v", created, want)
+	}
+	own, err := s.tenants.AuditLog(ctx, third.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range own {
+		if e.Action == "tenant.create" && e.Actor == "demo" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the demo tenant's log holds %d tenant.create entries by the demo, want 1", n)
 	}
 }
