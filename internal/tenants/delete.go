@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -40,13 +41,26 @@ func (s *Service) TenantTables(ctx context.Context) ([]string, error) {
 // column (limits, state, overrides, keys, members and their sessions, usage, webhooks and their
 // outbox, the tenant's audit log, …), and its plan's decision-rate row, which is the system
 // tenant's. It first suspends the tenant (its keys are refused everywhere, so nothing new
-// arrives) and removes its members (their sessions end), then deletes the rest deleteBatch rows
-// per transaction, at the database's default isolation (the rows are nobody else's, and a
+// arrives) and removes its members (their sessions end), then waits cacheWait, so that no
+// instance's key cache still admits the tenant's keys and the requests admitted before have
+// written what they write (see cacheWait), then deletes the rest deleteBatch rows per
+// transaction, at the database's default isolation (the rows are nobody else's, and a
 // serializable scan would conflict with other tenants' decisions), and finally the tenant
-// itself, with whatever the usage flush wrote of it meanwhile (flushedPrefix). The deletion is
-// audited in the server's log, with the count of rows removed. An unknown tenant is
-// ErrNotFound. A deletion cut short (ctx ended, database down) leaves the tenant suspended;
-// running it again finishes it.
+// itself, in a serializable transaction that deletes the tenant's rows of every table once
+// more: what a request or a usage flush wrote during the batches (deleteLate). The deletion is
+// audited in the server's log, with the count of rows removed. An unknown tenant is ErrNotFound.
+// A deletion cut short (ctx ended, database down) leaves the tenant suspended; running it again
+// finishes it.
+//
+// What it guarantees: once it returns, no row of the tenant is left that a transaction committed
+// before its last transaction began. A row can be written for the tenant after that only by a
+// request admitted before its instance's cache forgot the key (at most the cache's TTL after the
+// suspension; at once on PostgreSQL instances that hear the NOTIFY) that then waited longer than
+// the batches took before it began its write: a write transaction that began earlier has
+// committed before the last transaction, since it lasts at most the retry budget, which
+// cacheWait includes. Nothing else refuses such a late write: the tenant-owned tables have no
+// foreign key to tenants (api_keys, users, tenant_plans, webhook_endpoints and member_links
+// aside), and a decision does not check that its tenant still exists.
 func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) error {
 	t, err := s.Tenant(ctx, id)
 	if err != nil {
@@ -63,6 +77,9 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 		if err := s.RemoveUser(ctx, &id, m.ID, actor); err != nil {
 			return wrap("delete tenant", err)
 		}
+	}
+	if err := pauseForCaches(ctx, s.cacheWait()); err != nil {
+		return wrap("delete tenant", err)
 	}
 	tables, err := s.TenantTables(ctx)
 	if err != nil {
@@ -88,7 +105,7 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 		if res.RowsAffected == 0 {
 			return ErrNotFound // deleted meanwhile by someone else, who audited it
 		}
-		late, err := deleteFlushed(tx, tables, id)
+		late, err := deleteLate(tx, tables, id)
 		if err != nil {
 			return err
 		}
@@ -110,24 +127,43 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 	return wrap("delete tenant", err)
 }
 
-// flushedPrefix names the usage aggregator's tables, which its flush writes a tenant's counts
-// and top keys to. The aggregator holds up to a flush interval of a tenant's decisions from
-// before its suspension, and may flush them while the batches run, after its table's batch; it
-// writes nothing for a tenant that no longer exists. So the transaction that deletes the tenant
-// deletes these rows again: under serializable isolation a flush comes wholly before it (and its
-// rows are deleted) or wholly after (and sees no tenant). (What the flush writes through its
-// OnMinute hook, the threshold webhooks' alerts and deliveries, goes with their endpoint: ON
-// DELETE CASCADE.)
-const flushedPrefix = "usage_"
+// cacheWait is how long DeleteTenant waits, after suspending the tenant, before it deletes a
+// row: the key cache's TTL (no instance admits one of the tenant's keys from its cache longer
+// after the suspension, even one that cannot hear of it: the CLI against SQLite, a lost LISTEN
+// connection), and then the database's retry budget, the longest a request's write transaction
+// lasts (db.RetryPolicy.Budget), for the requests admitted just before to finish writing. The
+// TTL is this Service's, and never less than DefaultAuthCacheTTL: every instance's cache lives
+// that long (only tests change it), and this one's may be disabled.
+func (s *Service) cacheWait() time.Duration {
+	return max(s.authCacheTTL, DefaultAuthCacheTTL) + s.db.Retry.Budget
+}
 
-// deleteFlushed deletes, in tx, tenant id's rows of the usage tables among tables, and returns
-// how many per table: none, unless a flush ran during the deletion.
-func deleteFlushed(tx *gorm.DB, tables []string, id int64) (map[string]int64, error) {
+// pauseForCaches waits d, or until ctx ends (ctx's error). A variable so that this package's
+// tests can pause without the wall clock.
+var pauseForCaches = func(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// deleteLate deletes, in tx (the serializable transaction that deletes the tenant), tenant id's
+// rows of every table among tables, and returns how many per table: none, unless something
+// wrote for the tenant after its table's batches. That may be a request admitted just before
+// the suspension reached its instance that wrote later than cacheWait, or a usage flush: the
+// aggregator holds up to a flush interval of a tenant's decisions from before the suspension
+// and writes nothing for a tenant that no longer exists, so under serializable isolation a
+// flush comes wholly before this transaction (and its rows are deleted here) or wholly after (and
+// sees no tenant). (What the flush writes through its OnMinute hook, the threshold webhooks'
+// alerts and deliveries, goes with their endpoint: ON DELETE CASCADE.) The batches have removed
+// everything else, so these statements find few rows, if any.
+func deleteLate(tx *gorm.DB, tables []string, id int64) (map[string]int64, error) {
 	late := map[string]int64{}
 	for _, table := range tables {
-		if !strings.HasPrefix(table, flushedPrefix) {
-			continue
-		}
 		res := tx.Exec(`DELETE FROM `+quote(table)+` WHERE tenant_id = ?`, id)
 		if res.Error != nil {
 			return nil, fmt.Errorf("%s: %w", table, res.Error)
@@ -154,8 +190,8 @@ func quote(table string) string { return `"` + strings.ReplaceAll(table, `"`, `"
 // deletes none, and returns how many. A batch that deletes fewer than deleteBatch is not the
 // table's end: on PostgreSQL a batch deletes the rows it selected by ctid, at read committed, and
 // skips a selected row that another transaction updated or deleted meanwhile (its ctid is no
-// longer the row's), while later rows remain. (Were every row a batch selected updated so, the
-// batch would delete none and end the loop early.)
+// longer the row's), while later rows remain. (A batch whose every selected row was updated so
+// deletes none, and ends the loop early: DeleteTenant's last transaction deletes what is left.)
 func (s *Service) deleteRows(ctx context.Context, table string, id int64) (int64, error) {
 	// table comes from the catalogue (TenantTables), never from input; quoted all the same.
 	quoted := quote(table)

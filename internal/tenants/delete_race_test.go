@@ -8,8 +8,30 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
+
+// pauseKey carries, in the context given to DeleteTenant, what this package's tests do in place
+// of its wait for the key caches (pauseForCaches).
+type pauseKey struct{}
+
+// withPause returns ctx, in which DeleteTenant calls pause instead of waiting.
+func withPause(ctx context.Context, pause func(ctx context.Context, d time.Duration) error) context.Context {
+	return context.WithValue(ctx, pauseKey{}, pause)
+}
+
+// The tenants tests do not wait out the key caches on the wall clock (seconds per deletion): the
+// pause returns at once, or runs what the test put in the context (withPause). The other
+// packages' tests, the api's among them, wait for real.
+func init() {
+	pauseForCaches = func(ctx context.Context, d time.Duration) error {
+		if pause, ok := ctx.Value(pauseKey{}).(func(context.Context, time.Duration) error); ok {
+			return pause(ctx, d)
+		}
+		return ctx.Err()
+	}
+}
 
 // insertState gives tenant id n limit_state rows of limit "api", keys key-0 … key-(n-1).
 func insertState(t *testing.T, e *env, id int64, n int) {
@@ -106,4 +128,113 @@ func TestDeleteTenantOnPostgresDeletesPastARowUpdatedDuringABatch(t *testing.T) 
 	if last := lastServerEntry(t, e); last.Action != "tenant.delete" || !strings.Contains(last.Detail, "limit_state 1500") {
 		t.Fatalf("the security log's last entry %+v is not the deletion of 1500 state rows", last)
 	}
+}
+
+// TestDeleteTenantWaitsOutTheKeyCachesBeforeDeleting: after suspending the tenant, and before it
+// deletes any row, DeleteTenant waits the key cache's TTL and the retry budget. Meanwhile an
+// instance that cannot hear of the suspension (no LISTEN, as the server is to the CLI on SQLite)
+// still admits the tenant's key from its cache, and its requests create a limit, decide on it
+// and write the tenant's audit log: none of what they wrote survives the deletion. On SQLite and
+// PostgreSQL.
+func TestDeleteTenantWaitsOutTheKeyCachesBeforeDeleting(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		e := newEnv(t, url)
+		doomed := e.tenant(t, "doomed")
+		seedTenant(t, e, doomed.ID, 10)
+		_, secret := e.key(t, doomed.ID, KindSecret)
+		staleDB := testkit.OpenURL(t, url)
+		stale := NewService(staleDB, testPepper, nil, WithAuthCacheTTL(time.Hour)) // not Run: hears nothing
+		engine := limiter.NewEngine(staleDB, limiter.Options{})
+		testkit.Run(t, engine.Run)
+		if _, err := stale.Authenticate(e.ctx, secret, KindSecret); err != nil {
+			t.Fatal(err)
+		}
+		before := tenantRowCounts(t, e, doomed.ID)
+
+		paused := 0
+		ctx := withPause(e.ctx, func(ctx context.Context, d time.Duration) error {
+			paused++
+			if want := DefaultAuthCacheTTL + e.db.Retry.Budget; d != want {
+				t.Errorf("DeleteTenant waits %v for the key caches, want the TTL and the retry budget, %v", d, want)
+			}
+			if tn, err := e.svc.Tenant(ctx, doomed.ID); err != nil || tn.SuspendedAt == nil {
+				t.Errorf("the tenant is not suspended when the deletion waits: %+v, %v", tn, err)
+			}
+			if now := tenantRowCounts(t, e, doomed.ID); now["limit_state"] != before["limit_state"] || now["audit_log"] < before["audit_log"] {
+				t.Errorf("rows were deleted before the wait: %v, before %v", now, before)
+			}
+			// A request the stale instance admits from its cache during the wait.
+			p, err := stale.Authenticate(ctx, secret, KindSecret)
+			if err != nil {
+				t.Fatalf("the stale instance refused the key during the wait (%v): the test no longer shows a cached key writing", err)
+			}
+			capacity := 5.0
+			if _, _, err := engine.PutDefinition(ctx, p.TenantID, "late", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 1000, Capacity: &capacity}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := engine.Limit(ctx, p.TenantID, limiter.Request{Name: "late", Key: "k", Count: 1}); err != nil || !d.OK {
+				t.Fatalf("decision during the wait: %+v, %v", d, err)
+			}
+			return stale.Audit(ctx, &p.TenantID, "key:"+p.KeyID, "limit.create", "late", "during the wait")
+		})
+		must(t, e.svc.DeleteTenant(ctx, doomed.ID, "tester"))
+		if paused != 1 {
+			t.Fatalf("DeleteTenant waited for the key caches %d times, want once", paused)
+		}
+		for table, n := range tenantRowCounts(t, e, doomed.ID) {
+			if n != 0 {
+				t.Errorf("%s has %d rows of the deleted tenant, written by a cached key during the wait", table, n)
+			}
+		}
+	})
+}
+
+// TestDeleteTenantDeletesWhatIsWrittenDuringItsBatches: rows of the tenant written into tables
+// whose batches are done, while later tables' batches run (here a trigger on webhook_endpoints,
+// deleted after them, writes what a request admitted before the suspension could: a limit, its
+// state, an audit entry), are deleted by the transaction that deletes the tenant, and counted in
+// the security log. On SQLite and PostgreSQL.
+func TestDeleteTenantDeletesWhatIsWrittenDuringItsBatches(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		doomed := e.tenant(t, "doomed")
+		seedTenant(t, e, doomed.ID, 10)
+		tables, err := e.svc.TenantTables(e.ctx)
+		must(t, err)
+		for _, table := range []string{"audit_log", "limit_definitions", "limit_state"} {
+			if !slicesSortedBefore(tables, table, "webhook_endpoints") {
+				t.Fatalf("the deletion's table order %v no longer puts %s before webhook_endpoints: move the trigger", tables, table)
+			}
+		}
+		late := []string{
+			`CREATE TRIGGER late_write AFTER DELETE ON webhook_endpoints BEGIN
+				INSERT INTO limit_definitions (tenant_id, name, kind, rate, period, created_at, updated_at) VALUES (OLD.tenant_id, 'late', 'token_bucket', 1, 1000, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP);
+				INSERT INTO limit_state (tenant_id, name, key, shard, value, ts) VALUES (OLD.tenant_id, 'late', 'k', 0, 1, 0);
+				INSERT INTO audit_log (tenant_id, actor, action, target, detail, created_at) VALUES (OLD.tenant_id, 'key:x', 'limit.create', 'late', '', CURRENT_TIMESTAMP);
+			END`,
+		}
+		if e.db.Dialect == db.Postgres {
+			late = []string{
+				`CREATE FUNCTION late_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					INSERT INTO limit_definitions (tenant_id, name, kind, rate, period, created_at, updated_at) VALUES (OLD.tenant_id, 'late', 'token_bucket', 1, 1000, now(), now());
+					INSERT INTO limit_state (tenant_id, name, key, shard, value, ts) VALUES (OLD.tenant_id, 'late', 'k', 0, 1, 0);
+					INSERT INTO audit_log (tenant_id, actor, action, target, detail, created_at) VALUES (OLD.tenant_id, 'key:x', 'limit.create', 'late', '', now());
+					RETURN OLD;
+				END $$`,
+				`CREATE TRIGGER late_write AFTER DELETE ON webhook_endpoints FOR EACH ROW EXECUTE FUNCTION late_write()`,
+			}
+		}
+		for _, q := range late {
+			must(t, e.db.Gorm.Exec(q).Error)
+		}
+		must(t, e.svc.DeleteTenant(e.ctx, doomed.ID, "tester"))
+		for table, n := range tenantRowCounts(t, e, doomed.ID) {
+			if n != 0 {
+				t.Errorf("%s has %d rows of the deleted tenant, written while the deletion ran", table, n)
+			}
+		}
+		// seedTenant wrote 10 state rows, the trigger one more.
+		if last := lastServerEntry(t, e); last.Action != "tenant.delete" || !strings.Contains(last.Detail, "limit_state 11,") {
+			t.Fatalf("the security log's last entry %+v does not count the state row written during the batches", last)
+		}
+	})
 }
