@@ -312,13 +312,17 @@ func (e *Engine) await(ctx context.Context, j *job) error {
 
 // runGroup decides jobs in one serializable transaction and completes each job.
 func (e *Engine) runGroup(jobs []*job) {
-	// A decision fails closed once the retry budget has passed since it was asked for, not since
-	// its group began: one queued behind a group stalled for the whole budget would otherwise
-	// wait twice as long for its 503.
+	// The retry budget counts from when each decision was queued, not from when its group
+	// began: one queued behind a group stalled for the whole budget would otherwise wait twice
+	// as long for its 503 (expireQueued).
 	ctx := context.Background()
-	if oldest := oldestQueued(jobs); !oldest.IsZero() {
+	jobs, deadline := e.expireQueued(jobs, time.Now())
+	if len(jobs) == 0 {
+		return
+	}
+	if !deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, oldest.Add(e.db.Retry.Budget))
+		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	if jobs = e.runCloses(ctx, jobs); len(jobs) == 0 {
@@ -354,15 +358,42 @@ func (e *Engine) runGroup(jobs []*job) {
 	}
 }
 
-// oldestQueued is when the first of jobs was queued, or zero when none was.
-func oldestQueued(jobs []*job) time.Time {
-	var oldest time.Time
+// expireQueued fails closed, at its group's start, every job queued for longer than the retry
+// budget (the decision was asked for a whole budget ago), and returns the others with the
+// group's deadline: the budget's end of its youngest job, so that no job gives up before its
+// own budget is spent (an older one at most waits for the youngest's). The deadline is zero, the
+// database's own budget from now, when a job of the group was not queued (its caller decides it
+// at once, and its group with it).
+func (e *Engine) expireQueued(jobs []*job, now time.Time) ([]*job, time.Time) {
+	budget := e.db.Retry.Budget
+	var deadline time.Time
+	expired, unqueued := 0, false
 	for _, j := range jobs {
-		if !j.queuedAt.IsZero() && (oldest.IsZero() || j.queuedAt.Before(oldest)) {
-			oldest = j.queuedAt
+		switch end := j.queuedAt.Add(budget); {
+		case j.queuedAt.IsZero():
+			unqueued = true
+		case !end.After(now):
+			expired++
+		case end.After(deadline):
+			deadline = end
 		}
 	}
-	return oldest
+	if unqueued {
+		deadline = time.Time{}
+	}
+	if expired == 0 { // the common case: nothing allocated
+		return jobs, deadline
+	}
+	kept := make([]*job, 0, len(jobs)-expired)
+	for _, j := range jobs {
+		if !j.queuedAt.IsZero() && !j.queuedAt.Add(budget).After(now) {
+			j.err = fmt.Errorf("limiter: decide: %w", ErrUnavailable.Wrap(errors.New("queued for longer than the retry budget")))
+			close(j.done)
+			continue
+		}
+		kept = append(kept, j)
+	}
+	return kept, deadline
 }
 
 // decisionSettings starts a decision transaction through GORM on PostgreSQL as groupPgx starts

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
@@ -319,4 +320,51 @@ func TestFastCommitDecidesTheSame(t *testing.T) {
 			t.Fatalf("fast commit admitted %d of a window of 3", admitted)
 		}
 	})
+}
+
+// TestAGroupGivesUpWithinTheBudgetOfEachOfItsDecisions: at a group's start, a decision queued
+// for longer than the retry budget fails closed at once; the others are decided under the
+// budget's end of the youngest, so that none gives up before its own budget is spent (a young
+// one that joins a group of old ones is not cut short by theirs); a group with a decision its
+// caller decides at once has the database's own budget from now.
+func TestAGroupGivesUpWithinTheBudgetOfEachOfItsDecisions(t *testing.T) {
+	const budget = 5 * time.Second
+	e := &Engine{db: &db.DB{Retry: db.RetryPolicy{Budget: budget}}}
+	now := time.Unix(1_700_000_000, 0)
+	queued := func(ago time.Duration) *job {
+		return &job{queuedAt: now.Add(-ago), done: make(chan struct{})}
+	}
+	stale, old, young := queued(budget), queued(4*time.Second), queued(10*time.Millisecond)
+	kept, deadline := e.expireQueued([]*job{stale, old, young}, now)
+	if len(kept) != 2 || kept[0] != old || kept[1] != young {
+		t.Fatalf("kept %d jobs, want the two queued for less than the budget, in order", len(kept))
+	}
+	if want := young.queuedAt.Add(budget); !deadline.Equal(want) {
+		t.Errorf("the group's deadline is %v after now, want the youngest's budget's end, %v after now", deadline.Sub(now), want.Sub(now))
+	}
+	select {
+	case <-stale.done:
+		if apperr.From(stale.err).Code != apperr.Unavailable {
+			t.Errorf("the stale decision failed with %v, want unavailable", stale.err)
+		}
+	default:
+		t.Error("the decision queued for the whole budget was not failed closed")
+	}
+	for _, j := range []*job{old, young} {
+		select {
+		case <-j.done:
+			t.Error("a decision within its budget was completed before its group ran")
+		default:
+		}
+	}
+
+	atOnce := &job{done: make(chan struct{})} // its caller decides it, with what queued behind
+	kept, deadline = e.expireQueued([]*job{atOnce, queued(time.Second)}, now)
+	if len(kept) != 2 || !deadline.IsZero() {
+		t.Errorf("a group its caller decides: kept %d, deadline %v; want both, and the database's own budget", len(kept), deadline)
+	}
+	fresh := []*job{queued(time.Millisecond)}
+	if kept, _ := e.expireQueued(fresh, now); &kept[0] != &fresh[0] {
+		t.Error("a group with nothing to expire was copied")
+	}
 }
