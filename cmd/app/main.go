@@ -18,12 +18,15 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// The first signal starts a graceful stop (in-flight requests get up to 20 s); a second
 		// one ends the process at once, the signal's default, as an operator who sends it wants.
-		<-ctx.Done()
+		<-signals
+		signal.Stop(signals)
 		stop()
 		fmt.Fprintln(os.Stderr, "sluice: stopping; a second signal exits at once")
 	}()
