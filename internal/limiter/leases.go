@@ -108,8 +108,8 @@ func concurrencyMisuse(def Definition, req Request) error {
 		Message: fmt.Sprintf("limit %q is a concurrency limit: it cannot be %s (acquire a lease with a limit decision and release it)", req.Name, what)}}})
 }
 
-// concurrencyParent refuses a concurrency limit as a parent (stored before parents were checked
-// against kinds, or made concurrency later): a lease is one limit's, not a family's.
+// concurrencyParent refuses a concurrency limit as a parent (PutDefinition refuses storing one;
+// a decision refuses one stored before it did): a lease is one limit's, not a family's.
 func concurrencyParent(name string) error {
 	return fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "parents",
 		Message: fmt.Sprintf("parent %q is a concurrency limit, which cannot be a parent: put it in the same batch instead", name)}}})

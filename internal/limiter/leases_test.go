@@ -165,8 +165,18 @@ func TestConcurrencyMisuseIsRefused(t *testing.T) {
 		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "inline", Count: 1, Config: &inline}); apperr.From(err).Code != apperr.InvalidConfig {
 			t.Errorf("inline: %v", err)
 		}
+		// A concurrency limit in a family of nested budgets is refused when stored, both ways
+		// round: as a parent, and made concurrency while a definition names it as one.
 		if _, _, err := e.PutDefinition(ctx, tenant, "child", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 1000,
-			Parents: []limiter.Parent{{Name: "jobs", Key: "k"}}}, nil); err != nil {
+			Parents: []limiter.Parent{{Name: "jobs", Key: "k"}}}, nil); err == nil || apperr.From(err).Code != apperr.InvalidConfig || apperr.From(err).Field != "parents" {
+			t.Errorf("storing a concurrency parent: %v, want invalid_config on parents", err)
+		}
+		mustPut(t, e, "child", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 1000, Parents: []limiter.Parent{{Name: "later", Key: "k"}}})
+		if _, _, err := e.PutDefinition(ctx, tenant, "later", limiter.Definition{Kind: limiter.Concurrency, Rate: 2, LeaseTTL: 1000}, nil); err == nil || apperr.From(err).Code != apperr.InvalidConfig || apperr.From(err).Field != "kind" {
+			t.Errorf("storing a concurrency limit that child names as a parent: %v, want invalid_config on kind", err)
+		}
+		// One stored before PutDefinition refused it is refused by the decision.
+		if err := d.Gorm.Exec(`UPDATE limit_definitions SET parents = '[{"name":"jobs","key":"k"}]' WHERE tenant_id = ? AND name = 'child'`, tenant).Error; err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.Limit(ctx, tenant, limiter.Request{Name: "child", Count: 1}); apperr.From(err).Code != apperr.InvalidConfig || apperr.From(err).Field != "parents" {

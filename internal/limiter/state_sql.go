@@ -41,6 +41,8 @@ const (
 const (
 	sqlSelectDefinitions = "SELECT " + definitionColumns + " FROM limit_definitions WHERE "
 	sqlSelectState       = "SELECT " + stateColumns + " FROM limit_state WHERE "
+	// sqlSelectKindAmong reads which of a tenant's named definitions are of a kind.
+	sqlSelectKindAmong = "SELECT name FROM limit_definitions WHERE tenant_id = ? AND kind = ? AND name IN ?"
 	// sqlSelectParentEdges reads a tenant's parent graph (the definitions that have parents).
 	sqlSelectParentEdges = "SELECT name, parents FROM limit_definitions WHERE tenant_id = ? AND parents <> ''"
 	sqlInsertState       = "INSERT INTO limit_state (" + stateColumns + ") VALUES "

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -154,6 +156,9 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 				return err
 			}
 		}
+		if err := checkConcurrencyFamily(tx, tenantID, name, def); err != nil {
+			return err
+		}
 		if created {
 			after, err := e.countQuota(tx, tenantID, "limits", "limits", maxLimits, func() (n int64, err error) {
 				return n, countDefinitions(tx, tenantID, &n)
@@ -230,6 +235,40 @@ func checkParentGraph(tx *gorm.DB, tenantID int64, name string, parents []algo.P
 		edges[name] = append(edges[name], p.Name)
 	}
 	return fromAlgo(algo.CheckParentGraph(edges, name))
+}
+
+// checkConcurrencyFamily refuses, when a definition is stored, a concurrency limit in a family
+// of nested budgets (a lease is one limit's, not a family's): a parent that is a stored
+// concurrency limit, and a concurrency limit that a stored definition names as a parent. (A
+// decision still refuses either, for definitions stored before this check.)
+func checkConcurrencyFamily(tx *gorm.DB, tenantID int64, name string, def Definition) error {
+	if len(def.Parents) > 0 {
+		names := make([]string, len(def.Parents))
+		for i, p := range def.Parents {
+			names[i] = p.Name
+		}
+		var concurrent []string
+		if err := tx.Raw(sqlSelectKindAmong, tenantID, string(Concurrency), names).Scan(&concurrent).Error; err != nil {
+			return err
+		}
+		if len(concurrent) > 0 {
+			return concurrencyParent(concurrent[0])
+		}
+	}
+	if def.Kind != Concurrency {
+		return nil
+	}
+	edges, err := parentEdges(tx, tenantID)
+	if err != nil {
+		return err
+	}
+	for _, child := range slices.Sorted(maps.Keys(edges)) { // the first by name: the same answer every time
+		if child != name && slices.Contains(edges[child], name) {
+			return fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: []FieldError{{Field: "kind",
+				Message: fmt.Sprintf("limit %q names this limit as a parent, which a concurrency limit cannot be: remove it from %q's parents first", child, child)}}})
+		}
+	}
+	return nil
 }
 
 // GetDefinition returns the stored definition called name, or ErrLimitNotFound.
