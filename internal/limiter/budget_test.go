@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,37 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("waited a minute for %s", what)
 		}
+	}
+}
+
+// TestBulkItemsQueuedLongerThanTheBudgetFailClosed: the items of a bulk request are queued like
+// single decisions, and fail closed like them once queued for longer than the retry budget (a
+// budget of a nanosecond: every queued decision has outlived it by the time the lane's worker
+// starts), each a give-up of a decision.
+func TestBulkItemsQueuedLongerThanTheBudgetFailClosed(t *testing.T) {
+	d := testkit.Open(t, db.SQLite)
+	e := limiter.NewEngine(d, limiter.Options{})
+	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 60_000})
+	d.Retry.Budget = time.Nanosecond
+	ctx := context.Background()
+	single := make(chan error, 1)
+	bulk := make(chan []limiter.Outcome, 1)
+	go func() { _, err := e.Limit(ctx, tenant, limiter.Request{Name: "api", Key: "k", Count: 1}); single <- err }()
+	go func() {
+		bulk <- e.Each(ctx, tenant, []limiter.Request{{Name: "api", Key: "k", Count: 1}, {Name: "api", Key: "j", Count: 1}}, true)
+	}()
+	waitUntil(t, "a decision and two bulk items queued before the engine runs", func() bool { return e.Queued() == 3 })
+	testkit.Run(t, e.Run)
+	const expired = "queued for longer than the retry budget" // failed before any transaction
+	if err := <-single; !errors.Is(err, limiter.ErrUnavailable) || !strings.Contains(err.Error(), expired) {
+		t.Errorf("the single decision: %v, want unavailable: %s", err, expired)
+	}
+	for i, o := range <-bulk {
+		if !errors.Is(o.Err, limiter.ErrUnavailable) || !strings.Contains(o.Err.Error(), expired) {
+			t.Errorf("bulk item %d: %v, want unavailable: %s", i, o.Err, expired)
+		}
+	}
+	if n := d.GiveUpsFor(db.PurposeDecision); n != 3 {
+		t.Errorf("give-ups of decisions: %d, want 3", n)
 	}
 }

@@ -389,6 +389,11 @@ func (e *Engine) expireQueued(jobs []*job, now time.Time) ([]*job, time.Time) {
 		if !j.queuedAt.IsZero() && !j.queuedAt.Add(budget).After(now) {
 			j.err = fmt.Errorf("limiter: decide: %w", ErrUnavailable.Wrap(errors.New("queued for longer than the retry budget")))
 			close(j.done)
+			purpose := db.PurposeDecision // a 503 answered, counted as the transactions' give-ups are
+			if j.sweep {
+				purpose = db.PurposeSweep
+			}
+			e.db.GaveUp(purpose)
 			continue
 		}
 		kept = append(kept, j)

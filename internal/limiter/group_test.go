@@ -357,6 +357,9 @@ func TestAGroupGivesUpWithinTheBudgetOfEachOfItsDecisions(t *testing.T) {
 		default:
 		}
 	}
+	if n := e.db.GiveUpsFor(db.PurposeDecision); n != 1 {
+		t.Errorf("give-ups of decisions: %d, want 1 (the stale decision's 503)", n)
+	}
 
 	atOnce := &job{done: make(chan struct{})} // its caller decides it, with what queued behind
 	kept, deadline = e.expireQueued([]*job{atOnce, queued(time.Second)}, now)
