@@ -94,7 +94,10 @@ func TestBulkItemsQueuedLongerThanTheBudgetFailClosed(t *testing.T) {
 	ctx := context.Background()
 	single := make(chan error, 1)
 	bulk := make(chan []limiter.Outcome, 1)
-	go func() { _, err := e.Limit(ctx, tenant, limiter.Request{Name: "api", Key: "k", Count: 1}); single <- err }()
+	go func() {
+		_, err := e.Limit(ctx, tenant, limiter.Request{Name: "api", Key: "k", Count: 1})
+		single <- err
+	}()
 	go func() {
 		bulk <- e.Each(ctx, tenant, []limiter.Request{{Name: "api", Key: "k", Count: 1}, {Name: "api", Key: "j", Count: 1}}, true)
 	}()
