@@ -78,18 +78,23 @@ func StartWith(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "sluice-pg-")
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		if cred, err = unprivileged(); err != nil {
+			return nil, err
+		}
+	}
+	reapAbandoned(bindir, cred)
+	dir, err := os.MkdirTemp("", serverDirPrefix)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, bindir: bindir, logFile: filepath.Join(dir, "server.log"), opts: o}
-	if os.Geteuid() == 0 {
-		cred, err := unprivileged()
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		s.cred = cred
+	s := &Server{dir: dir, bindir: bindir, cred: cred, logFile: filepath.Join(dir, "server.log"), opts: o}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
@@ -112,6 +117,38 @@ func StartWith(o Options) (*Server, error) {
 }
 
 func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
+
+// serverDirPrefix names the temporary directories of servers; ownerFile, in each, holds the
+// process ID of the process that started it.
+const (
+	serverDirPrefix = "sluice-pg-"
+	ownerFile       = "owner.pid"
+)
+
+// reapAbandoned stops and deletes the servers whose starting process has gone without stopping
+// them: a test binary that panicked (a panic in a test's goroutine ends the process before
+// Main's Stop) leaves its server running, and every later run would add another. A directory
+// without an owner file, or whose owner still runs, is left alone.
+func reapAbandoned(bindir string, cred *syscall.Credential) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), serverDirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || running(pid) {
+			continue
+		}
+		(&Server{dir: dir, bindir: bindir, cred: cred}).Stop()
+	}
+}
+
+// running is whether a process with this ID exists (one we may not signal exists too).
+func running(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
 
 // PostmasterPID is the process ID of the running server's postmaster (the parent of every
 // backend), from its postmaster.pid file: the benchmark reads the server's CPU time from /proc.
