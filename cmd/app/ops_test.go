@@ -727,19 +727,7 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 		}()
 	}
 	// Wait until the decisions are blocked inside PostgreSQL behind the lock.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var waiting int
-		if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no decision ever waited for the lock")
-		}
-	}
+	testkit.WaitForLockWaiter(t, admin, 10*time.Second, "a decision")
 	// Wait until every request has reached the server (one waits in PostgreSQL, the others
 	// behind it in the engine's queue).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // TestASecondSignalEndsTheProcessAtOnce: SIGTERM starts a graceful stop, which waits for the
@@ -43,19 +45,7 @@ func TestASecondSignalEndsTheProcessAtOnce(t *testing.T) {
 			_, _, _ = c.do("POST", p.base+"/v1/limits/slow/limit", map[string]any{"key": fmt.Sprint("k", i)})
 		}()
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var waiting int
-		if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("waited 30 s for a decision to wait behind the lock")
-		}
-	}
+	testkit.WaitForLockWaiter(t, admin, 30*time.Second, "a decision")
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

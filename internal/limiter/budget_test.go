@@ -43,11 +43,7 @@ func TestAQueuedDecisionFailsClosedWithinTheBudgetOfItsOwnAsking(t *testing.T) {
 	}
 	first := make(chan answer, 1)
 	go decide("first", first)
-	waitUntil(t, "the first decision to wait behind the lock", func() bool {
-		var n int
-		_ = d.SQL.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
-		return n > 0
-	})
+	testkit.WaitForLockWaiter(t, d.SQL, time.Minute, "the first decision")
 	const queued = 3
 	rest := make(chan answer, queued)
 	for i := range queued {

@@ -300,3 +300,23 @@ func DropDatabase(base, dbURL string) error {
 	_, err = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+strings.TrimPrefix(u.Path, "/")+" WITH (FORCE)")
 	return err
 }
+
+// WaitForLockWaiter waits until a session of conn's database waits for a lock (a transaction the
+// test holds keeps another behind it), polling pg_stat_activity, and fails the test after timeout
+// naming what was to wait.
+func WaitForLockWaiter(t testing.TB, conn *sql.DB, timeout time.Duration, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		if err := conn.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s to wait for a lock", timeout, what)
+		}
+	}
+}

@@ -656,19 +656,7 @@ func housekeepBehind(t *testing.T, ctx context.Context, s *Service, d *db.DB, ho
 	t.Helper()
 	housekept := make(chan error, 1)
 	go func() { housekept <- s.housekeep(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var waiting int
-		if err := d.Gorm.Raw(`SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting).Error; err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("housekeeping never waited for " + what)
-		}
-	}
+	testkit.WaitForLockWaiter(t, d.SQL, 10*time.Second, "housekeeping (behind "+what+")")
 	if err := holding.Commit().Error; err != nil {
 		t.Fatal(err)
 	}
