@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"mime"
 	"net/http"
@@ -370,7 +371,7 @@ func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values,
 		if !retry || attempt >= c.retries || !retryable(err) || ctx.Err() != nil {
 			return nil, fmt.Errorf("sluice: %s %s: %w", method, path, err)
 		}
-		if werr := wait(ctx, c.delay(attempt)); werr != nil {
+		if werr := wait(ctx, c.retryDelay(attempt, err)); werr != nil {
 			return nil, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
 		}
 	}
@@ -425,7 +426,28 @@ func problem(resp *http.Response, data []byte) *Error {
 		e = &Error{Title: http.StatusText(resp.StatusCode), Detail: "the answer is not a problem: " + snippet}
 	}
 	e.Status = resp.StatusCode
+	if e.RetryAfter == 0 {
+		e.RetryAfter = retryAfterHeader(resp.Header.Get("Retry-After"), time.Now())
+	}
 	return e
+}
+
+// retryAfterHeader reads a Retry-After header: delay-seconds or an HTTP date (RFC 9110, 10.2.3);
+// 0 when it is absent, malformed or in the past.
+func retryAfterHeader(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(min(s, int64(math.MaxInt64/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // notFound reports whether err is Sluice's answer that the thing named does not exist.
@@ -463,6 +485,18 @@ func retryable(err error) bool {
 		return e.Status == http.StatusServiceUnavailable
 	}
 	return noAnswer(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// retryDelay is how long to wait before retry number attempt+1 after err: the jittered backoff,
+// or, when the answer asked for longer with Retry-After (Sluice's 503 asks for 1 s), that long,
+// up to the maximum backoff, so that a proxy asking for minutes cannot stall a call.
+func (c *Client) retryDelay(attempt int, err error) time.Duration {
+	d := c.delay(attempt)
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > d {
+		d = max(d, min(e.RetryAfter, c.maxBackoff))
+	}
+	return d
 }
 
 // delay is the jittered exponential backoff before retry number attempt+1.

@@ -93,8 +93,10 @@ type Error struct {
 	Field string
 	// Errors lists every invalid member when there is more than one.
 	Errors []FieldError
-	// Name and RetryAfter are set on rate_limited problems.
-	Name       string
+	// Name is set on rate_limited problems.
+	Name string
+	// RetryAfter is the problem's retryAfter (rate_limited, tenant_quota_exceeded), else the
+	// answer's Retry-After header (Sluice's 503 carries 1 s); 0 when neither says.
 	RetryAfter time.Duration
 	RequestID  string
 }

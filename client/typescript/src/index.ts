@@ -147,7 +147,10 @@ export class SluiceError extends Error {
   readonly errors: FieldError[];
   /** On rate_limited problems: the limit's name (`name` is Error's own). */
   readonly limitName: string | undefined;
-  /** On rate_limited problems: ms to wait. */
+  /**
+   * ms to wait: the problem's retryAfter (rate_limited, tenant_quota_exceeded), else the answer's
+   * Retry-After header (Sluice's 503 carries 1 s); null when neither says.
+   */
   readonly retryAfter: number | null;
   readonly requestId: string | undefined;
 
@@ -636,7 +639,7 @@ export class Sluice {
           mayHaveActed ||= !sluiceAnswered(err);
           if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
           if (!retry || attempt >= this.#retries || !retryable(err)) throw err;
-          await sleep(this.#delay(attempt), ctl.signal).catch(() => {
+          await sleep(this.#retryDelay(attempt, err), ctl.signal).catch(() => {
             if (caller?.aborted) throw caller.reason;
             throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms (while waiting to retry after: ${(err as Error).message})`, err, true);
           });
@@ -670,6 +673,17 @@ export class Sluice {
     } catch (err) {
       throw new Error(`sluice: ${route}: decode the answer (${resp.status}, ${resp.headers.get("Content-Type")}): ${(err as Error).message}`, { cause: err });
     }
+  }
+
+  /**
+   * How long to wait before retry number attempt+1 after err: the jittered backoff, or, when the
+   * answer asked for longer with Retry-After (Sluice's 503 asks for 1 s), that long, up to
+   * maxBackoffMs, so that a proxy asking for minutes cannot stall a call.
+   */
+  #retryDelay(attempt: number, err: unknown): number {
+    const d = this.#delay(attempt);
+    const asked = err instanceof SluiceError ? (err.retryAfter ?? 0) : 0;
+    return asked > d ? Math.max(d, Math.min(asked, this.#maxBackoffMs)) : d;
   }
 
   /** The jittered exponential backoff before retry number attempt+1: uniform in [d/2, d]. */
@@ -879,7 +893,25 @@ function problem(resp: Response, text: string, route: string): SluiceError {
   if (!p || typeof p !== "object" || !p.code) {
     p = { title: resp.statusText, detail: `the answer is not a problem: ${text.slice(0, 200).trim()}` };
   }
+  if (p.retryAfter === undefined || p.retryAfter === null) {
+    const asked = retryAfterHeader(resp.headers.get("Retry-After"), Date.now());
+    if (asked !== null) p = { ...p, retryAfter: asked };
+  }
   return new SluiceError(resp.status, p, route);
+}
+
+/**
+ * A Retry-After header in ms: delay-seconds or an HTTP date (RFC 9110, 10.2.3); null when it is
+ * absent, malformed or in the past.
+ */
+function retryAfterHeader(v: string | null, now: number): number | null {
+  if (v === null || v === "") return null;
+  if (/^[0-9]+$/.test(v)) {
+    const s = Number(v);
+    return s > 0 ? s * 1000 : null;
+  }
+  const at = Date.parse(v);
+  return Number.isFinite(at) && at > now ? at - now : null;
 }
 
 /** Whether err is Sluice's answer that the thing named does not exist. */

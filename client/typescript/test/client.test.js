@@ -368,6 +368,48 @@ function failingFetch(n) {
   return f;
 }
 
+/** A fetch that answers the first request with Sluice's 503 and the given Retry-After, noting when each request came. */
+function slowingFetch(retryAfter) {
+  const f = (input, init) => {
+    f.arrivals.push(performance.now());
+    if (f.arrivals.length === 1) {
+      const body = { type: "about:blank", title: "Service Unavailable", status: 503, detail: "try again", code: "unavailable" };
+      const headers = { "Content-Type": "application/problem+json", "Retry-After": retryAfter };
+      return Promise.resolve(new Response(JSON.stringify(body), { status: 503, headers }));
+    }
+    return fetch(input, init);
+  };
+  f.arrivals = [];
+  f.gap = () => {
+    assert.equal(f.arrivals.length, 2, "a 503, then the retry");
+    return f.arrivals[1] - f.arrivals[0];
+  };
+  return f;
+}
+
+test("a retry after a 503 waits what its Retry-After asks, up to maxBackoffMs", async () => {
+  const name = limitName("ra503");
+  await putBucket(client(), name, 5);
+  // The backoff alone would retry after at most 2 ms; the 503 asks for a second (or, as an
+  // HTTP date, at least two), and maxBackoffMs (5 s) allows it.
+  for (const asDate of [false, true]) {
+    const retryAfter = asDate ? new Date(Date.now() + 3000).toUTCString() : "1";
+    const f = slowingFetch(retryAfter);
+    const r = await client({ retries: 1, backoffMs: 1, maxBackoffMs: 5000, fetch: f }).check(name, { key: "k" });
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.ok(f.gap() >= 900, `Retry-After ${retryAfter}: the retry came ${f.gap()} ms after the 503, want about a second or more`);
+  }
+  // Beyond maxBackoffMs it waits maxBackoffMs, not an hour: the call ends within its 30 s timeout.
+  const f = slowingFetch("3600");
+  const r = await client({ retries: 1, backoffMs: 1, maxBackoffMs: 20, timeoutMs: 30000, fetch: f }).check(name, { key: "k" });
+  assert.ok(r.ok, JSON.stringify(r));
+  f.gap();
+  // When retries run out, the error carries it.
+  const e = await problemOf(client({ retries: 0, fetch: slowingFetch("1") }).check(name, { key: "k" }));
+  assert.equal(e.status, 503);
+  assert.equal(e.retryAfter, 1000);
+});
+
 test("a 503 is retried for check but never for limit", async () => {
   const name = limitName("r503");
   await putBucket(client(), name, 5);
