@@ -36,6 +36,13 @@ func TestOverridesArePutListedAppliedAndDeleted(t *testing.T) {
 	if err != nil || r.OK || r.Override != "bad" || r.RetryAfter > time.Hour || r.RetryAfter < time.Hour-time.Minute {
 		t.Fatalf("a denied key: %+v %v", r, err)
 	}
+	v, err := c.Value(ctx, name, "org:acme:1")
+	if err != nil || v.Override != "org:acme:*" || v.Config.Capacity == nil || *v.Config.Capacity != 5 {
+		t.Fatalf("the value of a key under the prefix: %+v %v (want the override's match and numbers)", v, err)
+	}
+	if v, err = c.Value(ctx, name, "org:other:1"); err != nil || v.Override != "" {
+		t.Fatalf("the value of a key under no override: %+v %v", v, err)
+	}
 	b, err := c.Bulk(ctx, []sluice.Item{{Name: name, Decision: sluice.Decision{Key: "vip"}}})
 	if err != nil || !b[0].OK || b[0].Override != "vip" {
 		t.Fatalf("bulk under allow: %+v %v", b, err)

@@ -206,6 +206,9 @@ type Value struct {
 	// (ms since the Unix epoch): the quota is whole again at ResetAt.
 	WindowStart *int64 `json:"windowStart"`
 	ResetAt     *int64 `json:"resetAt"`
+	// Override is the match of the limit's override that applies to the key ("org:acme:*"):
+	// Config then shows its numbers. "" when none does (see PutOverride).
+	Override string `json:"override"`
 }
 
 // wireDecision is a decision as Sluice sends it.
