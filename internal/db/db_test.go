@@ -162,6 +162,24 @@ func TestListenDeliversNotificationsAndReturnsWhenCtxEnds(t *testing.T) {
 	if p := next("the notification"); p != "hello" {
 		t.Fatalf("payload %q, want hello", p)
 	}
+	// The connection is lost twice: each time Listen connects again, says so, and hears on.
+	for i := range 2 {
+		var killed int
+		if err := d.Gorm.Raw(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN "sluice_test"'`).Scan(&killed).Error; err != nil || killed != 1 {
+			t.Fatalf("terminating the LISTEN connection (%d): %d terminated, %v", i+1, killed, err)
+		}
+		if p := next("the LISTEN connection to come back"); p != "" {
+			t.Fatalf("after the loss %d: %q, want \"\" (connected again: drop caches)", i+1, p)
+		}
+		err := d.Serializable(ctx, func(tx *gorm.DB) error { return db.Notify(tx, d.Dialect, "sluice_test", "again") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := next("the notification after the loss"); p != "again" {
+			t.Fatalf("payload %q, want again", p)
+		}
+	}
 	cancel()
 	select {
 	case <-done:

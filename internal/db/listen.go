@@ -29,13 +29,14 @@ func (d *DB) Listen(ctx context.Context, channel string, fn func(payload string)
 	if d.Dialect != Postgres {
 		return
 	}
-	backoff := 100 * time.Millisecond
+	backoff := time.Duration(0)
 	for {
-		err := d.listenOnce(ctx, channel, fn)
+		listened, err := d.listenOnce(ctx, channel, fn)
 		if ctx.Err() != nil {
 			return
 		}
-		d.log.Warn("listen connection lost; reconnecting", "channel", channel, "err", err)
+		backoff = nextListenBackoff(backoff, listened)
+		d.log.Warn("listen connection lost; reconnecting", "channel", channel, "in", backoff, "err", err)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -43,24 +44,36 @@ func (d *DB) Listen(ctx context.Context, channel string, fn func(payload string)
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
-func (d *DB) listenOnce(ctx context.Context, channel string, fn func(string)) error {
+// nextListenBackoff is the wait before reconnecting after a wait of prev: it doubles from 100 ms
+// to 5 s while attempts fail, and starts again at 100 ms after a connection that listened (so a
+// connection lost after a long outage is back within 100 ms, not 5 s).
+func nextListenBackoff(prev time.Duration, listened bool) time.Duration {
+	const first, most = 100 * time.Millisecond, 5 * time.Second
+	if listened || prev == 0 {
+		return first
+	}
+	return min(2*prev, most)
+}
+
+// listenOnce listens until the connection fails or ctx ends; listened reports whether LISTEN was
+// in effect (and fn("") called) before that.
+func (d *DB) listenOnce(ctx context.Context, channel string, fn func(string)) (listened bool, err error) {
 	conn, err := pgx.Connect(ctx, d.url)
 	if err != nil {
-		return fmt.Errorf("db: listen: connect: %w", err)
+		return false, fmt.Errorf("db: listen: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return fmt.Errorf("db: listen: %w", err)
+		return false, fmt.Errorf("db: listen: %w", err)
 	}
 	fn("")
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("db: listen: %w", err)
+			return true, fmt.Errorf("db: listen: %w", err)
 		}
 		fn(n.Payload)
 	}
