@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-
-	"gorm.io/gorm"
 )
 
 // ErrUnknownCommand is what Command returns for a command it does not know.
@@ -30,14 +28,8 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 		if len(args) != 1 {
 			return errors.New("usage: app tenant create NAME")
 		}
-		t, err := s.CreateTenant(ctx, args[0])
+		t, err := s.CreateTenantBy(ctx, args[0], actor) // audited in its log and the security log
 		if err != nil {
-			return err
-		}
-		// In the tenant's log and the security log, as the dashboard does.
-		if err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
-			return s.auditTenantAndServer(tx, t.ID, actor, "tenant.create", t.Name)
-		}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "tenant %q created (id %d)\n", t.Name, t.ID)

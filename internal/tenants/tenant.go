@@ -58,6 +58,18 @@ func tenantFromRow(r tenantRow) Tenant {
 // CreateTenant creates a tenant with the default captcha settings. The name must match
 // ^[A-Za-z0-9_.:-]{1,128}$ (ErrInvalid); a taken name is ErrConflict.
 func (s *Service) CreateTenant(ctx context.Context, name string) (Tenant, error) {
+	return s.createTenant(ctx, name, "")
+}
+
+// CreateTenantBy is CreateTenant for actor (the dashboard's user, "cli"), recorded as
+// tenant.create in the tenant's log and the security log by the transaction that creates it: a
+// tenant exists if and only if its creation is audited.
+func (s *Service) CreateTenantBy(ctx context.Context, name, actor string) (Tenant, error) {
+	return s.createTenant(ctx, name, actor)
+}
+
+// createTenant is CreateTenant, audited for actor unless actor is "".
+func (s *Service) createTenant(ctx context.Context, name, actor string) (Tenant, error) {
 	if !namePattern.MatchString(name) {
 		return Tenant{}, wrap("create tenant", invalid("name", "name must match %s", namePattern))
 	}
@@ -73,7 +85,10 @@ func (s *Service) CreateTenant(ctx context.Context, name string) (Tenant, error)
 			return ErrConflict
 		}
 		row = tenantRow{Name: name, CaptchaDifficulty: 50000, CreatedAt: s.clock()}
-		return tx.Create(&row).Error
+		if err := tx.Create(&row).Error; err != nil || actor == "" {
+			return err
+		}
+		return s.auditTenantAndServer(tx, row.ID, actor, "tenant.create", name)
 	})
 	if err != nil {
 		return Tenant{}, wrap("create tenant", err)

@@ -69,7 +69,7 @@ func (u *UI) renderTenants(c *gin.Context, status int, name, nameErr string) {
 
 func (u *UI) createTenant(c *gin.Context) {
 	name := c.PostForm("name")
-	t, err := u.tenants.CreateTenant(c.Request.Context(), name)
+	t, err := u.tenants.CreateTenantBy(c.Request.Context(), name, actor(c)) // audited in its log and the security log
 	switch {
 	case errors.Is(err, tenants.ErrInvalid):
 		u.renderTenants(c, http.StatusUnprocessableEntity, name, "Names are 1 to 128 letters, digits and _ . : -")
@@ -81,8 +81,6 @@ func (u *UI) createTenant(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	u.auditRequest(c, &t.ID, actor(c), "tenant.create", t.Name, "")
-	u.auditRequest(c, nil, actor(c), "tenant.create", "tenant:"+strconv.FormatInt(t.ID, 10), t.Name) // and in the security log
 	redirect(c, tenantPath(t.ID, "/limits?msg=tenant-created"))
 }
 
