@@ -71,10 +71,18 @@ func decodeStrict(body []byte, dst any) error {
 	return decodeReflect(body, dst)
 }
 
+// nullableMembers are the members of request bodies that the document types with "null"
+// (OverrideRequest's expiresAt: null means what absence does, never expires); an explicit null for
+// any other member is refused (TestNullableMembersAreTheDocuments keeps this list the document's).
+var nullableMembers = strictjson.Nullable{
+	reflect.TypeFor[OverrideBody](): {"expiresAt"},
+}
+
 // checkMembers refuses what encoding/json would silently accept in a body decoded into a value
-// of type dst (strictjson.Check), naming the member.
+// of type dst (strictjson.CheckNulls), naming the member: an explicit null for a member the
+// document does not make nullable among them, which encoding/json reads as an absent member.
 func checkMembers(body []byte, dst reflect.Type) error {
-	if p := strictjson.Check(body, dst); p != nil {
+	if p := strictjson.CheckNulls(body, dst, nullableMembers); p != nil {
 		return badRequest(p.Path, p.Message)
 	}
 	return nil

@@ -8,8 +8,9 @@ import "strconv"
 // at 64 connections, the strict path cost 6.3 µs of CPU per decision and this one under 1:
 // docs/performance.md, 2026-11-27). It accepts only what it fully understands (the fields key,
 // session, ip, count, reserve and throws spelled exactly, each at most once, strings without
-// escapes, plain JSON numbers, true and false) and otherwise returns false and leaves d
-// untouched, for the strict decoder to accept or explain. Whatever it accepts, the strict
+// escapes, plain JSON numbers, true and false; never null, which the strict decoder refuses for
+// every one of them) and otherwise returns false and leaves d untouched, for the strict decoder
+// to accept or explain. Whatever it accepts, the strict
 // decoder decodes to the same value (TestDecisionFastMatchesTheStrictDecoder,
 // FuzzDecisionFast). The caller has already checked the size, the leading brace and UTF-8.
 func decodeDecisionFast(body []byte, d *DecisionBody) bool {
@@ -27,24 +28,24 @@ func decodeDecisionFast(body []byte, d *DecisionBody) bool {
 			}
 			switch field {
 			case "key", "session", "ip":
-				v, ok := p.stringOrNull()
+				v, ok := p.plainString()
 				if !ok {
 					return false
 				}
 				switch field {
 				case "key":
-					out.Key = v
+					out.Key = &v
 				case "session":
-					out.Session = v
+					out.Session = &v
 				default:
-					out.IP = v
+					out.IP = &v
 				}
 			case "count":
-				v, ok := p.numberOrNull()
+				v, ok := p.number()
 				if !ok {
 					return false
 				}
-				out.Count = v
+				out.Count = &v
 			case "reserve":
 				if out.Reserve, ok = p.boolean(); !ok {
 					return false
@@ -154,14 +155,6 @@ func (p *fastParser) plainString() (string, bool) {
 	return "", false
 }
 
-func (p *fastParser) stringOrNull() (*string, bool) {
-	if p.literal("null") {
-		return nil, true
-	}
-	s, ok := p.plainString()
-	return &s, ok
-}
-
 func (p *fastParser) boolean() (bool, bool) {
 	if p.literal("true") {
 		return true, true
@@ -169,34 +162,32 @@ func (p *fastParser) boolean() (bool, bool) {
 	return false, p.literal("false")
 }
 
-// numberOrNull reads a number in JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
-func (p *fastParser) numberOrNull() (*float64, bool) {
-	if p.literal("null") {
-		return nil, true
-	}
+// number reads a number in JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (p *fastParser) number() (float64, bool) {
+	p.space()
 	start := p.i
 	p.optional('-')
 	switch {
 	case p.optional('0'):
 	case p.digits() == 0:
-		return nil, false
+		return 0, false
 	}
 	if p.optional('.') && p.digits() == 0 {
-		return nil, false
+		return 0, false
 	}
 	if p.optional('e') || p.optional('E') {
 		if !p.optional('+') {
 			p.optional('-')
 		}
 		if p.digits() == 0 {
-			return nil, false
+			return 0, false
 		}
 	}
 	v, err := strconv.ParseFloat(string(p.b[start:p.i]), 64)
 	if err != nil { // out of range: the strict decoder words the error
-		return nil, false
+		return 0, false
 	}
-	return &v, true
+	return v, true
 }
 
 func (p *fastParser) optional(c byte) bool {

@@ -3,16 +3,19 @@ package api
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/internal/apperr"
 )
 
 // Bodies the fast decoder takes.
 var fastDecisionBodies = []string{
 	`{}`, ` { } `, `{"key":"alice"}`, `{"key":"alice","count":3,"throws":true}`, `{"reserve":true,"count":20}`,
-	`{"session":"0123456789abcdef0123"}`, `{"key":null}`, `{"count":null}`, `{"count":-0}`, `{"count":1.5e3}`,
+	`{"session":"0123456789abcdef0123"}`, `{"count":-0}`, `{"count":1.5e3}`, `{"count": 2}`,
 	`{"count":0.000001}`, `{"count":1E-2}`, `{"count":1e+2}`, `{"count":123456789012345678901234567890}`,
-	"{\n\t\"key\" : \"x\" ,\r\n\"reserve\":false}", `{"ip":"203.0.113.9","key":"k","session":null}`,
+	"{\n\t\"key\" : \"x\" ,\r\n\"reserve\":false}", `{"ip":"203.0.113.9","key":"k","session":"0123456789abcdef0123"}`,
 	"{\"key\":\"ü 🙂 \u2028\"}", `{"key":""}`,
 }
 
@@ -24,6 +27,34 @@ var fallbackDecisionBodies = []string{
 	`{"key":"a"}{}`, `{"nope":1}`, `{"key" "a"}`, `{"key":"a"`, `{"key":"a\u0000"}`, "{\"key\":\"a\tb\"}", `{"throws":tru}`,
 	"\u00a0{}", "{}\u00a0", `[]`, `null`, `{"key":"a","key":"b"}`, `{"key":"a","key":null}`, `{"count":1,"count":2}`,
 	`{"ip":"a","ip":"a"}`, `{"throws":true,"throws":true}`, `{"attributes":{"team":"a"}}`,
+	// An explicit null is refused for every member (the document makes none of them nullable):
+	// encoding/json would read it as an absent member, {"key":null} as the global key.
+	`{"key":null}`, `{"count":null}`, `{"session":null}`, `{"ip":null}`, `{"throws":null}`, `{"config":null}`,
+	`{"attributes":null}`, `{"ip":"203.0.113.9","key":"k","session":null}`, `{"key":"a","count": null}`,
+}
+
+// nullDecisionBodies are the fallback bodies with a null member, and the member the strict
+// decoder names in refusing them.
+var nullDecisionBodies = map[string]string{
+	`{"key":null}`: "key", `{"count":null}`: "count", `{"session":null}`: "session", `{"ip":null}`: "ip",
+	`{"throws":null}`: "throws", `{"reserve":null}`: "reserve", `{"config":null}`: "config", `{"attributes":null}`: "attributes",
+	`{"ip":"203.0.113.9","key":"k","session":null}`: "session", `{"key":"a","count": null}`: "count",
+}
+
+// TestDecodersRefuseANullMember: neither decoder reads a null member as an absent one; the
+// strict decoder refuses it naming the member, as it words a value of the wrong type.
+func TestDecodersRefuseANullMember(t *testing.T) {
+	for body, field := range nullDecisionBodies {
+		var d DecisionBody
+		if decodeDecisionFast([]byte(body), &d) {
+			t.Errorf("%s took the fast path: %#v", body, d)
+		}
+		err := DecodeStrict([]byte(body), &DecisionBody{})
+		e := apperr.From(err)
+		if err == nil || e.Code != apperr.InvalidRequest || e.Field != field || !strings.HasSuffix(e.Message, ", not null") {
+			t.Errorf("%s: %v (%s, field %q), want invalid_request naming %s", body, err, e.Code, e.Field, field)
+		}
+	}
 }
 
 // Whatever the fast decoder accepts, the strict decoder (duplicate members refused, then

@@ -75,16 +75,17 @@ func toDefinitionResponse(s limiter.StoredDefinition) DefinitionResponse {
 }
 
 // Decision is what one decision asks, in a single decision's body and in each batch item (its
-// fields are inlined in both by encoding/json).
+// fields are inlined in both by encoding/json). The request bodies' absent members are omitted
+// when encoded, never null: the decoder refuses an explicit null for every one of them.
 type Decision struct {
-	Key     *string         `json:"key"`
-	Session *string         `json:"session"`
-	IP      *string         `json:"ip"` // the visitor's address, when a backend decides for it
-	Count   *float64        `json:"count"`
+	Key     *string         `json:"key,omitempty"`
+	Session *string         `json:"session,omitempty"`
+	IP      *string         `json:"ip,omitempty"` // the visitor's address, when a backend decides for it
+	Count   *float64        `json:"count,omitempty"`
 	Reserve bool            `json:"reserve"`
-	Config  *DefinitionBody `json:"config"`
+	Config  *DefinitionBody `json:"config,omitempty"`
 	// Attributes fill the {placeholders} of the keys of the limit's parents (nested budgets).
-	Attributes map[string]string `json:"attributes"`
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // DecisionBody is the body of POST /v1/limits/{name}/limit and /check.
@@ -101,7 +102,7 @@ type BatchItem struct {
 
 // BatchBody is the body of POST /v1/limit and /v1/check.
 type BatchBody struct {
-	Limits []BatchItem `json:"limits"`
+	Limits []BatchItem `json:"limits,omitempty"`
 	Throws bool        `json:"throws"`
 }
 
@@ -110,7 +111,7 @@ const MaxBatch = 100
 
 // BulkBody is the body of POST /v1/decisions: independent decisions, each consuming.
 type BulkBody struct {
-	Decisions []BatchItem `json:"decisions"`
+	Decisions []BatchItem `json:"decisions,omitempty"`
 }
 
 // MaxBulk bounds the decisions of one bulk request; MaxBulkBodyBytes its body.
@@ -134,8 +135,8 @@ type BulkResponse struct {
 type ResetBody struct {
 	// Key is kept raw to tell an absent key (the limit's global key) from an explicit null (a
 	// mistake worth a 400).
-	Key     json.RawMessage `json:"key"`
-	AllKeys *bool           `json:"allKeys"`
+	Key     json.RawMessage `json:"key,omitempty"`
+	AllKeys *bool           `json:"allKeys,omitempty"`
 }
 
 // DecisionResponse is one decision.

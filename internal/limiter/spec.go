@@ -11,8 +11,8 @@ import (
 // dashboard's form): every field optional, so that each missing one is reported by name.
 type Spec struct {
 	Kind        string   `json:"kind"`
-	Rate        *float64 `json:"rate"`
-	Period      *int64   `json:"period"`
+	Rate        *float64 `json:"rate,omitempty"`
+	Period      *int64   `json:"period,omitempty"`
 	Capacity    *float64 `json:"capacity,omitempty"`
 	MaxReserved *float64 `json:"maxReserved,omitempty"`
 	Shards      *int     `json:"shards,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +43,29 @@ const maxNesting = 10000
 // depth: 1.6 GB for 64 KiB of nested arrays, 1.4 GB for the 220 KB of 20000 nested objects that
 // the 1 MiB bulk route reads (tens of seconds on a busy machine, past the server's WriteTimeout,
 // which then dropped the connection unanswered).
-func Check(body []byte, dst reflect.Type) *Problem {
+func Check(body []byte, dst reflect.Type) *Problem { return check(body, dst, false, nil) }
+
+// Nullable names, for each struct type (without pointers), the JSON members of it that may be an
+// explicit null (for CheckNulls).
+type Nullable map[reflect.Type][]string
+
+// allows reports whether member of struct type t may be null.
+func (n Nullable) allows(t reflect.Type, member string) bool {
+	return t != nil && slices.Contains(n[t], member)
+}
+
+// CheckNulls is Check that also refuses an explicit null for an object member or a map value
+// whose type is known, unless nullable names the member: encoding/json reads {"key": null} as if
+// "key" were absent (a pointer stays nil, anything else keeps its zero value), so that a body
+// the client meant as "this key" is obeyed as "no key" (a refund of the global key, a reset of
+// it). A member whose type decodes itself (json.Unmarshaler, json.RawMessage among them) or is
+// an interface sees the null itself and is left alone. The problem is worded as the decoder words
+// a value of the wrong type ("count must be a number"), with ", not null".
+func CheckNulls(body []byte, dst reflect.Type, nullable Nullable) *Problem {
+	return check(body, dst, true, nullable)
+}
+
+func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Problem {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	type step struct {
@@ -65,11 +88,16 @@ func Check(body []byte, dst reflect.Type) *Problem {
 		return b.String()
 	}
 	var problem *Problem
+	refuseNull := func(t reflect.Type) bool {
+		problem = &Problem{Path: path(), Message: path() + " must be " + describe(t) + ", not null"}
+		return false
+	}
 	// walk reads one value, whose Go type is t (nil: not known, such as a json.RawMessage's
-	// content), an array's item when item is true; it returns false on a problem or a decoding
+	// content), an array's item when item is true, an object's member (or a map's value) when
+	// nullOK is false and CheckNulls was asked; it returns false on a problem or a decoding
 	// error.
-	var walk func(t reflect.Type, item bool, depth int) bool
-	walk = func(t reflect.Type, item bool, depth int) bool {
+	var walk func(t reflect.Type, item, nullOK bool, depth int) bool
+	walk = func(t reflect.Type, item, nullOK bool, depth int) bool {
 		tok, err := dec.Token()
 		if err != nil {
 			return false
@@ -77,11 +105,14 @@ func Check(body []byte, dst reflect.Type) *Problem {
 		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') && depth >= maxNesting {
 			return false
 		}
-		if tok == nil && item && t != nil && !nullable(t) {
+		if tok == nil && item && t != nil && !isNullable(t) {
 			// encoding/json decodes it as the zero value: {"counts": [null]} would settle a
 			// hold as if nothing was used.
-			problem = &Problem{Path: path(), Message: path() + " must be " + describe(t) + ", not null"}
-			return false
+			return refuseNull(t)
+		}
+		if tok == nil && !item && !nullOK && t != nil && !decodesNull(t) {
+			// encoding/json reads it as an absent member: {"key": null} decides the global key.
+			return refuseNull(t)
 		}
 		t = decodedAs(t)
 		switch tok {
@@ -101,10 +132,12 @@ func Check(body []byte, dst reflect.Type) *Problem {
 				}
 				seen[key] = true
 				var elem reflect.Type
+				nullOK := !nulls
 				switch {
 				case t != nil && t.Kind() == reflect.Map:
 					elem = t.Elem()
 				case fields != nil:
+					nullOK = nullOK || nullable.allows(t, key)
 					var exact bool
 					if elem, exact = fields[key]; !exact {
 						for name := range fields {
@@ -115,7 +148,7 @@ func Check(body []byte, dst reflect.Type) *Problem {
 						}
 					}
 				}
-				if !walk(elem, false, depth+1) {
+				if !walk(elem, false, nullOK, depth+1) {
 					return false
 				}
 				steps = steps[:len(steps)-1]
@@ -129,7 +162,7 @@ func Check(body []byte, dst reflect.Type) *Problem {
 			}
 			for i := 0; dec.More(); i++ {
 				steps = append(steps, step{index: i})
-				if !walk(elem, true, depth+1) {
+				if !walk(elem, true, true, depth+1) {
 					return false
 				}
 				steps = steps[:len(steps)-1]
@@ -139,20 +172,26 @@ func Check(body []byte, dst reflect.Type) *Problem {
 		}
 		return true
 	}
-	walk(dst, false, 0)
+	walk(dst, false, true, 0)
 	return problem
 }
 
 var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
-// nullable reports whether encoding/json gives a null decoded into t a value of its own (nil),
+// isNullable reports whether encoding/json gives a null decoded into t a value of its own (nil),
 // rather than t's zero value.
-func nullable(t reflect.Type) bool {
+func isNullable(t reflect.Type) bool {
 	switch t.Kind() {
 	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice:
 		return true
 	}
 	return reflect.PointerTo(t).Implements(jsonUnmarshaler)
+}
+
+// decodesNull reports whether a null decoded into t is t's own to read: an interface, or a type
+// that decodes itself (json.RawMessage keeps the null as its content).
+func decodesNull(t reflect.Type) bool {
+	return t.Kind() == reflect.Interface || t.Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(jsonUnmarshaler)
 }
 
 // decodedAs is the type whose members a JSON value decoded into t is matched against: t without
@@ -206,8 +245,12 @@ func membersOf(t reflect.Type) map[string]reflect.Type {
 	return m
 }
 
-// describe names the JSON value a Go type holds, for a problem's message.
+// describe names the JSON value a Go type holds, for a problem's message (as the API's decoder
+// words a value of the wrong type).
 func describe(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
@@ -218,7 +261,7 @@ func describe(t reflect.Type) string {
 		return "a string"
 	case reflect.Bool:
 		return "true or false"
-	case reflect.Array:
+	case reflect.Array, reflect.Slice:
 		return "an array"
 	}
 	return "an object"

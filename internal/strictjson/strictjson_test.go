@@ -52,6 +52,48 @@ func TestCheckFindsWhatEncodingJSONWouldTakeSilently(t *testing.T) {
 	}
 }
 
+type withNullable struct {
+	Key     *string           `json:"key"`
+	Expires *string           `json:"expiresAt"`
+	Items   []body            `json:"items"`
+	Raw     json.RawMessage   `json:"raw"`
+	Any     any               `json:"any"`
+	Attrs   map[string]string `json:"attributes"`
+	Flag    bool              `json:"flag"`
+}
+
+func TestCheckNullsRefusesANullMemberUnlessItIsNullable(t *testing.T) {
+	nullable := Nullable{reflect.TypeFor[withNullable](): {"expiresAt"}}
+	dst := reflect.TypeFor[*withNullable]()
+	for _, tc := range []struct{ body, path, message string }{
+		{`{"key":null}`, "key", "key must be a string, not null"}, // a pointer: encoding/json would leave it nil, as if absent
+		{`{"flag":null}`, "flag", "flag must be true or false, not null"},
+		{`{"items":null}`, "items", "items must be an array, not null"},
+		{`{"items":[{"count":null}]}`, "items[0].count", "items[0].count must be a number, not null"},
+		{`{"items":[{"key":"a"},{"config":{"rate":null}}]}`, "items[1].config.rate", "items[1].config.rate must be a number, not null"},
+		{`{"items":[null]}`, "items[0]", "items[0] must be an object, not null"},
+		{`{"attributes":null}`, "attributes", "attributes must be an object, not null"},
+		{`{"attributes":{"org":null}}`, "attributes.org", "attributes.org must be a string, not null"},
+		{`{"expiresAt":null}`, "", ""},             // nullable
+		{`{"items":[{"maybe":[null]}]}`, "", ""},   // an array item of a pointer type may be null, as for Check
+		{`{"raw":null,"any":null}`, "", ""},        // they read the null themselves
+		{`{"nope":null}`, "", ""},                  // an unknown member: the decoder's to refuse
+		{`{"items":[{"expiresAt":null}]}`, "", ""}, // an unknown member of body, not withNullable's expiresAt
+		{`{"key":"a","items":[{"count":1}]}`, "", ""},
+	} {
+		p := CheckNulls([]byte(tc.body), dst, nullable)
+		switch {
+		case tc.path == "" && p != nil:
+			t.Errorf("%s: %v, want nothing", tc.body, p)
+		case tc.path != "" && (p == nil || p.Path != tc.path || p.Message != tc.message):
+			t.Errorf("%s: %+v, want %q at %s", tc.body, p, tc.message, tc.path)
+		}
+		if p := Check([]byte(tc.body), dst); p != nil && tc.body != `{"items":[null]}` {
+			t.Errorf("Check %s: %v; only CheckNulls refuses a null member", tc.body, p)
+		}
+	}
+}
+
 // FuzzCheck: no input makes Check panic (the API's decoders run it on every body they do not
 // decode on the fast path; FuzzDecodeStrict in internal/api covers it end to end).
 func FuzzCheck(f *testing.F) {
@@ -60,5 +102,6 @@ func FuzzCheck(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = Check(b, reflect.TypeFor[*body]())
+		_ = CheckNulls(b, reflect.TypeFor[*withNullable](), Nullable{reflect.TypeFor[withNullable](): {"expiresAt"}})
 	})
 }
