@@ -66,6 +66,17 @@ func (b Spec) ToDefinition() (Definition, error) {
 	if b.Resolution != nil && *b.Resolution < 1 {
 		missing = append(missing, FieldError{Field: "resolution", Message: "must be between 1 and 60"})
 	}
+	// Fields whose zero value the definition reads as "none": given, they must apply and be valid.
+	switch {
+	case b.LeaseTTL == nil:
+	case !concurrency:
+		missing = append(missing, FieldError{Field: "leaseTtl", Message: "applies to concurrency limits only"})
+	case *b.LeaseTTL < 1 || *b.LeaseTTL > algo.MaxLeaseTTL:
+		missing = append(missing, FieldError{Field: "leaseTtl", Message: "must be a whole number of milliseconds from 1 to " + strconv.FormatInt(algo.MaxLeaseTTL, 10)})
+	}
+	if b.Calendar != nil && *b.Calendar == "" {
+		missing = append(missing, FieldError{Field: "calendar", Message: `must be "day", "week" or "month"`})
+	}
 	if len(missing) > 0 {
 		return Definition{}, fromAlgo(&algo.ValidationError{Code: algo.CodeInvalidConfig, Fields: missing})
 	}
