@@ -11,8 +11,9 @@ import (
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
 
-// postedForm reads a posted form's fields, each trimmed, keeping what was typed (vals: the form
-// shows it again) and each field that does not parse (errs: shown beside it).
+// postedForm reads a posted form's fields, each trimmed (but those read by exact), keeping what
+// was typed (vals: the form shows it again) and each field that does not parse (errs: shown
+// beside it).
 type postedForm struct {
 	c    *gin.Context
 	vals map[string]string
@@ -26,6 +27,14 @@ func readForm(c *gin.Context) postedForm {
 // text is field f, trimmed.
 func (p postedForm) text(f string) string {
 	v := strings.TrimSpace(p.c.PostForm(f))
+	p.vals[f] = v
+	return v
+}
+
+// exact is field f as it was posted, not trimmed: for a value that is an exact byte string (an
+// override's match, a key), where " vip" and "vip" are different things.
+func (p postedForm) exact(f string) string {
+	v := p.c.PostForm(f)
 	p.vals[f] = v
 	return v
 }

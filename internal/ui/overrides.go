@@ -104,7 +104,9 @@ func parseOverrideForm(c *gin.Context) (map[string]string, limiter.Override, map
 	form := readForm(c)
 	vals, errs := form.vals, form.errs
 	get, float := form.text, form.float
-	o := limiter.Override{Match: get("match"), Action: limiter.Action(get("action"))}
+	// The match as posted, untrimmed: matches are exact byte strings, and the edit form posts
+	// the stored one ("vip ") back in a hidden field.
+	o := limiter.Override{Match: form.exact("match"), Action: limiter.Action(get("action"))}
 	o.Rate, o.Capacity, o.MaxReserved = float("rate"), float("capacity"), float("maxReserved")
 	if s := get("expiresAt"); s != "" {
 		t, err := time.Parse(time.RFC3339, s)
