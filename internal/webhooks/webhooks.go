@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -220,8 +221,9 @@ func (s *Service) CreateEndpoint(ctx context.Context, tenantID int64, rawURL str
 	return row.toDomain(), secret, nil
 }
 
-// checkURL accepts http and https URLs with a host and no credentials; unless private addresses
-// are allowed, a literal IP address must be public (names are checked when dialled, after DNS).
+// checkURL accepts http and https URLs with a host, no credentials and no impossible port;
+// unless private addresses are allowed, a literal IP address must be public (names are checked
+// when dialled, after DNS).
 func (s *Service) checkURL(raw string) (string, error) {
 	if len(raw) > maxURLBytes {
 		return "", invalid("url", fmt.Sprintf("must be at most %d bytes", maxURLBytes))
@@ -238,11 +240,21 @@ func (s *Service) checkURL(raw string) (string, error) {
 	if u.User != nil {
 		return "", invalid("url", "must not contain a user name or password; the signature authenticates Sluice")
 	}
+	if p := u.Port(); p != "" && !validPort(p) {
+		return "", invalid("url", "must have a port from 1 to 65535 (without leading zeros), or none for the scheme's own")
+	}
 	u.Fragment = ""
 	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !s.allowPrivate && !publicAddr(ip) {
 		return "", invalid("url", "must be a public address (the operator has not allowed private ones)")
 	}
 	return u.String(), nil
+}
+
+// validPort reports whether p (the digits url.Parse keeps after the host's colon, any number
+// of them) is a port a receiver can listen on: 1 to 65535, written without leading zeros.
+func validPort(p string) bool {
+	n, err := strconv.ParseUint(p, 10, 16)
+	return err == nil && n > 0 && p[0] != '0'
 }
 
 // Endpoints lists a tenant's endpoints, oldest first.
