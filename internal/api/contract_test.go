@@ -36,10 +36,20 @@ import (
 // tests, the field errors); such a request is exempt, and only then: when the server refused it
 // with a 4xx problem. An invalid request that the server accepted, or answered otherwise, fails.
 //
+// A response's headers are checked against the headers the document declares for its status: a
+// declared header that is present must match its schema (an integer schema wants a whole number),
+// and one declared "required" must be present. A decision's answer (2xx) whose operation declares
+// RateLimit and RateLimit-Policy must carry both unless every decision in it is a shadow one
+// (RateLimitHeaders leaves those out); the two come together or not at all. And whatever the
+// operation, some statuses always carry a header (statusHeaders: Retry-After on 429 and 503,
+// WWW-Authenticate on 401), which the document does not declare.
+//
 // Some answers belong to no operation, as info.description says: a path the document does not
 // have is 404 not_found, a known path asked with another method is 405 method_not_allowed with an
 // Allow header naming the documented methods, a body over the cap is 413 payload_too_large before
-// routing, and any request may meet 500 internal (a bug).
+// routing, and any request may meet 500 internal (a bug). A bug all the same: checkContract fails
+// a 500 unless the test expects one (serverErrorTests), so that a 500 on bad input fails every
+// test that meets it, not only one that asserts the status.
 
 // contractDocURL is where the compiler files the document; nothing is ever fetched from it.
 const contractDocURL = "https://sluice.invalid/v1/openapi.json"
@@ -70,11 +80,23 @@ type request struct {
 	method, target string
 	contentType    string
 	body           []byte
+	// serverError says the test provokes a 500 on purpose (checkContract sets it from
+	// serverErrorTests): any other 500 fails the check.
+	serverError bool
 }
 
-// docResponse is one documented response: its schemas by media type; none for a bodiless one.
+// docResponse is one documented response: its schemas by media type (none for a bodiless one)
+// and its headers by canonical name.
 type docResponse struct {
 	content map[string]*jsonschema.Schema // a nil schema accepts any body of that type
+	headers map[string]docHeader
+}
+
+// docHeader is one documented response header.
+type docHeader struct {
+	required bool
+	typ      string             // the schema's type ("integer", "string"), to read the value as
+	schema   *jsonschema.Schema // nil: any value
 }
 
 var loadContract = sync.OnceValues(func() (*contract, error) { return compileContract(api.OpenAPIDocument) })
@@ -123,7 +145,20 @@ func compileContract(doc []byte) (*contract, error) {
 			}
 			byStatus := map[string]docResponse{}
 			for status, resp := range responses {
-				rs := docResponse{content: map[string]*jsonschema.Schema{}}
+				rs := docResponse{content: map[string]*jsonschema.Schema{}, headers: map[string]docHeader{}}
+				headers, _ := resp.(map[string]any)["headers"].(map[string]any)
+				for name, h := range headers {
+					hm, _ := h.(map[string]any)
+					dh := docHeader{}
+					dh.required, _ = hm["required"].(bool)
+					if sch, ok := hm["schema"].(map[string]any); ok {
+						dh.typ, _ = sch["type"].(string)
+						if dh.schema, err = compile("paths", template, method, "responses", status, "headers", name, "schema"); err != nil {
+							return nil, err
+						}
+					}
+					rs.headers[http.CanonicalHeaderKey(name)] = dh
+				}
 				content, _ := resp.(map[string]any)["content"].(map[string]any)
 				for mt, media := range content {
 					if _, ok := media.(map[string]any)["schema"]; !ok {
@@ -192,7 +227,7 @@ func (c *contract) covers(path string) bool {
 }
 
 // check validates one request and its response against the document; nil when the document
-// allows both.
+// allows both. A 500 passes only when req.serverError says the test expects one.
 func (c *contract) check(req request, r response) error {
 	method, target := req.method, req.target
 	u, err := url.Parse(target)
@@ -203,7 +238,13 @@ func (c *contract) check(req request, r response) error {
 		return nil
 	}
 	if r.status == http.StatusInternalServerError {
+		if !req.serverError {
+			return fmt.Errorf("500 internal is a bug (%s); a test that provokes one on purpose says so in serverErrorTests", truncate(string(r.body), 200))
+		}
 		return c.checkProblem(r, apperr.Internal)
+	}
+	if err := checkStatusHeaders(r); err != nil {
+		return err
 	}
 	segments := strings.Split(u.Path, "/")
 	var known []contractRoute
@@ -354,6 +395,102 @@ func (c *contract) checkProblem(r response, code apperr.Code) error {
 	return nil
 }
 
+// statusHeaders are the headers every answer with a status carries, whatever the route
+// (writeProblem sets them): the document declares none of them, so they are checked here.
+var statusHeaders = map[int][]struct{ name, typ string }{
+	http.StatusUnauthorized:       {{"WWW-Authenticate", "string"}},
+	http.StatusTooManyRequests:    {{"Retry-After", "integer"}},
+	http.StatusServiceUnavailable: {{"Retry-After", "integer"}},
+}
+
+// checkStatusHeaders checks statusHeaders.
+func checkStatusHeaders(r response) error {
+	for _, h := range statusHeaders[r.status] {
+		v := r.header.Values(h.name)
+		if len(v) == 0 {
+			return fmt.Errorf("a %d answer without its %s header", r.status, h.name)
+		}
+		if err := checkHeaderValue(h.name, v, docHeader{typ: h.typ}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkHeaders validates r's headers against those documented for its status: present when
+// required, valid against the schema when present; RateLimit and RateLimit-Policy together, and
+// on a decision's answer unless all its decisions are shadow ones.
+func checkHeaders(doc docResponse, r response) error {
+	for _, name := range slices.Sorted(maps.Keys(doc.headers)) {
+		h := doc.headers[name]
+		v := r.header.Values(name)
+		if len(v) == 0 {
+			if h.required {
+				return fmt.Errorf("the documented required header %s is missing", name)
+			}
+			continue
+		}
+		if err := checkHeaderValue(name, v, h); err != nil {
+			return err
+		}
+	}
+	_, policyDoc := doc.headers["Ratelimit-Policy"]
+	_, limitDoc := doc.headers["Ratelimit"]
+	if !policyDoc || !limitDoc {
+		return nil
+	}
+	policy, limit := r.header.Get("RateLimit-Policy") != "", r.header.Get("RateLimit") != ""
+	if policy != limit {
+		return fmt.Errorf("RateLimit-Policy %q and RateLimit %q: one without the other", r.header.Get("RateLimit-Policy"), r.header.Get("RateLimit"))
+	}
+	if !policy && r.status < 300 && enforcedDecisions(r.body) {
+		return errors.New("a decision's answer without its RateLimit and RateLimit-Policy headers (only an all-shadow answer goes without)")
+	}
+	return nil
+}
+
+// enforcedDecisions reports whether a decision's answer (one decision, or a batch's or a hold's
+// results) holds a decision of a limit not in shadow mode.
+func enforcedDecisions(body []byte) bool {
+	var one struct {
+		Name    *string           `json:"name"`
+		Shadow  json.RawMessage   `json:"shadow"`
+		Results []json.RawMessage `json:"results"`
+	}
+	if json.Unmarshal(body, &one) != nil {
+		return false
+	}
+	if one.Name != nil {
+		return one.Shadow == nil
+	}
+	return slices.ContainsFunc(one.Results, func(d json.RawMessage) bool { return enforcedDecisions(d) })
+}
+
+// checkHeaderValue validates one header's values against its documented schema: once, with the
+// value read as a whole number when the schema is an integer's.
+func checkHeaderValue(name string, values []string, h docHeader) error {
+	if len(values) > 1 {
+		return fmt.Errorf("header %s is sent %d times: %q", name, len(values), values)
+	}
+	v := values[0]
+	var instance any = v
+	switch h.typ {
+	case "integer", "number":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || strings.TrimSpace(v) != v || strings.HasPrefix(v, "+") {
+			return fmt.Errorf("header %s: %q is not a whole number", name, v)
+		}
+		instance = json.Number(strconv.FormatInt(n, 10))
+	}
+	if h.schema == nil {
+		return nil
+	}
+	if err := h.schema.Validate(instance); err != nil {
+		return fmt.Errorf("header %s: %q does not match its schema: %w", name, v, err)
+	}
+	return nil
+}
+
 // checkResponse validates r against the responses documented for one operation.
 func checkResponse(template string, responses map[string]docResponse, r response) error {
 	doc, ok := responses[fmt.Sprint(r.status)]
@@ -362,6 +499,14 @@ func checkResponse(template string, responses map[string]docResponse, r response
 			return fmt.Errorf("status %d is not documented for %s (documented: %v)", r.status, template, slices.Sorted(maps.Keys(responses)))
 		}
 	}
+	if err := checkResponseBody(doc, r); err != nil {
+		return err
+	}
+	return checkHeaders(doc, r)
+}
+
+// checkResponseBody validates r's content type and body against one documented response.
+func checkResponseBody(doc docResponse, r response) error {
 	if len(doc.content) == 0 {
 		if len(r.body) != 0 {
 			return fmt.Errorf("the documented response has no content, but the body is %q", truncate(string(r.body), 200))
@@ -409,8 +554,30 @@ func checkBody(r response, mt string, schema *jsonschema.Schema) error {
 	return nil
 }
 
+// serverErrorTests are the tests that provoke a 500 on purpose, by name (their subtests too),
+// each with why: for any other test a 500 is a bug that checkContract fails.
+var serverErrorTests = map[string]string{
+	"TestPanicBecomesAGenericProblemThatLeaksNothing":        "a handler panics on purpose: the recovered panic is a 500",
+	"TestDefinitionChangesCommitWithTheirAuditEntryAndEvent": "the outbox's table is renamed away, so a definition change fails whole with a 500",
+}
+
+// expectsServerError reports whether t (or the test it is a subtest of) is in serverErrorTests.
+func expectsServerError(t testing.TB) bool {
+	name := t.Name()
+	for {
+		if _, ok := serverErrorTests[name]; ok {
+			return true
+		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			return false
+		}
+		name = name[:i]
+	}
+}
+
 // checkContract fails t (without stopping it: callers may be goroutines) when the document does
-// not allow req, or r as its answer.
+// not allow req, or r as its answer; a 500 fails it unless t expects one (serverErrorTests).
 func checkContract(t testing.TB, req request, r response) {
 	t.Helper()
 	c, err := loadContract()
@@ -418,6 +585,7 @@ func checkContract(t testing.TB, req request, r response) {
 		t.Errorf("openapi.json: %v", err)
 		return
 	}
+	req.serverError = req.serverError || expectsServerError(t)
 	if err := c.check(req, r); err != nil {
 		t.Errorf("contract: %s %s answered %d: %v", req.method, req.target, r.status, err)
 	}
@@ -441,6 +609,8 @@ func TestContractCheckRejectsWhatTheDocumentDoesNotAllow(t *testing.T) {
 	with405 := func(allow string) http.Header {
 		return http.Header{"Content-Type": {"application/problem+json"}, "Allow": {allow}}
 	}
+	decision := []byte(`{"ok":true,"retryAfter":null,"remaining":1,"name":"x","key":"a"}`)
+	shadowDecision := []byte(`{"ok":true,"retryAfter":null,"remaining":1,"name":"s","key":"a","shadow":{"ok":false,"retryAfter":5}}`)
 	for _, tc := range []struct {
 		name, method, target string
 		r                    response
@@ -452,7 +622,6 @@ func TestContractCheckRejectsWhatTheDocumentDoesNotAllow(t *testing.T) {
 		{"a bodiless 204", "DELETE", "/v1/limits/x", response{204, http.Header{}, nil}, ""},
 		{"405 naming the documented methods", "POST", "/v1/limits/x", response{405, with405("GET, PUT, DELETE"), problem(405, "method_not_allowed")}, ""},
 		{"404 for an undocumented path", "GET", "/v1/nothing/here", response{404, problemCT, problem(404, "not_found")}, ""},
-		{"500 anywhere", "GET", "/v1/limits", response{500, problemCT, problem(500, "internal")}, ""},
 		{"413 before routing", "PUT", "/v1/nothing/here", response{413, problemCT, problem(413, "payload_too_large")}, ""},
 		{"the dashboard, which the document does not describe", "GET", "/dashboard", response{200, http.Header{"Content-Type": {"text/html"}}, []byte("<html>")}, ""},
 
@@ -472,7 +641,23 @@ func TestContractCheckRejectsWhatTheDocumentDoesNotAllow(t *testing.T) {
 		{"405 for an undocumented path", "GET", "/v1/nothing/here", response{405, with405("POST"), problem(405, "method_not_allowed")}, "only 404"},
 		{"200 for an undocumented path", "GET", "/v1/nothing/here", response{200, jsonCT, []byte(`{}`)}, "only 404"},
 		{"404 for a documented path and an undocumented method", "PATCH", "/v1/limits/x", response{404, problemCT, problem(404, "not_found")}, "only 405"},
-		{"500 with another code", "GET", "/v1/limits", response{500, problemCT, problem(500, "unavailable")}, "problem code"},
+
+		// headers
+		{"a decision with its RateLimit headers", "POST", "/v1/limits/x/limit", response{200, withRateLimit(jsonCT), decision}, ""},
+		{"a decision without its RateLimit headers", "POST", "/v1/limits/x/limit", response{200, jsonCT, decision}, "without its RateLimit"},
+		{"a shadow decision without RateLimit headers", "POST", "/v1/limits/x/limit", response{200, jsonCT, shadowDecision}, ""},
+		{"a batch with an enforced decision, without RateLimit headers", "POST", "/v1/limit", response{200, jsonCT,
+			[]byte(`{"ok":true,"retryAfter":null,"results":[` + string(shadowDecision) + `,` + string(decision) + `]}`)}, "without its RateLimit"},
+		{"RateLimit without RateLimit-Policy", "POST", "/v1/limits/x/limit", response{200, without(withRateLimit(jsonCT), "RateLimit-Policy"), decision}, "one without the other"},
+		{"a replayed decision", "POST", "/v1/limits/x/limit", response{200, with(withRateLimit(jsonCT), "Idempotent-Replayed", "true"), decision}, ""},
+		{"Idempotent-Replayed outside its enum", "POST", "/v1/limits/x/limit", response{200, with(withRateLimit(jsonCT), "Idempotent-Replayed", "false"), decision}, "Idempotent-Replayed"},
+		{"a 429 with Retry-After", "POST", "/v1/limits/x/limit", response{429, with(withRateLimit(problemCT), "Retry-After", "3"), problem(429, "rate_limited")}, ""},
+		{"a 429 without Retry-After", "POST", "/v1/limits/x/limit", response{429, withRateLimit(problemCT), problem(429, "rate_limited")}, "Retry-After"},
+		{"a Retry-After that is not a whole number", "POST", "/v1/limits/x/limit", response{429, with(withRateLimit(problemCT), "Retry-After", "1.5"), problem(429, "rate_limited")}, "not a whole number"},
+		{"a 503 without Retry-After", "GET", "/v1/limits", response{503, problemCT, problem(503, "unavailable")}, "Retry-After"},
+		{"a 503 with Retry-After", "GET", "/v1/limits", response{503, with(problemCT, "Retry-After", "1"), problem(503, "unavailable")}, ""},
+		{"a 401 without WWW-Authenticate", "GET", "/v1/limits", response{401, problemCT, problem(401, "unauthorized")}, "WWW-Authenticate"},
+		{"a 401 with WWW-Authenticate", "GET", "/v1/limits", response{401, with(problemCT, "WWW-Authenticate", `Bearer realm="sluice"`), problem(401, "unauthorized")}, ""},
 	} {
 		req := request{method: tc.method, target: tc.target}
 		if body, ok := validBodies[tc.method+" "+tc.target]; ok {
@@ -488,12 +673,89 @@ func TestContractCheckRejectsWhatTheDocumentDoesNotAllow(t *testing.T) {
 			t.Errorf("%s: error %q does not mention %q", tc.name, err, tc.want)
 		}
 	}
+
+	// A 500 is a bug unless the test provokes it on purpose, and then an internal problem.
+	for _, tc := range []struct {
+		name     string
+		expected bool
+		r        response
+		want     string
+	}{
+		{"an expected 500", true, response{500, problemCT, problem(500, "internal")}, ""},
+		{"an unexpected 500", false, response{500, problemCT, problem(500, "internal")}, "is a bug"},
+		{"an expected 500 with another code", true, response{500, problemCT, problem(500, "unavailable")}, "problem code"},
+	} {
+		for _, target := range []string{"/v1/limits", "/v1/nothing/here"} {
+			err := c.check(request{method: "GET", target: target, serverError: tc.expected}, tc.r)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%s on %s: rejected: %v", tc.name, target, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%s on %s: %v, want an error about %q", tc.name, target, err, tc.want)
+			}
+		}
+	}
+}
+
+// TestAnUnexpectedServerErrorFailsTheContract: checkContract fails a test that meets a 500 it
+// did not opt into (serverErrorTests), whatever the test asserts itself; an opted-in test and
+// its subtests pass it.
+func TestAnUnexpectedServerErrorFailsTheContract(t *testing.T) {
+	t.Parallel()
+	r := response{500, http.Header{"Content-Type": {"application/problem+json"}},
+		[]byte(`{"type":"urn:sluice:problem:internal","title":"T","status":500,"detail":"internal error","code":"internal","requestId":"r"}`)}
+	req := request{method: http.MethodGet, target: "/v1/limits"}
+	rec := &errorRecorder{TB: t, name: "TestSomethingElse/sqlite"}
+	checkContract(rec, req, r)
+	if len(rec.errors) != 1 || !strings.Contains(rec.errors[0], "is a bug") {
+		t.Errorf("an unexpected 500: %q, want one error saying it is a bug", rec.errors)
+	}
+	rec = &errorRecorder{TB: t, name: "TestPanicBecomesAGenericProblemThatLeaksNothing"}
+	if checkContract(rec, req, r); len(rec.errors) != 0 {
+		t.Errorf("an opted-in 500: %q", rec.errors)
+	}
+	rec = &errorRecorder{TB: t, name: "TestDefinitionChangesCommitWithTheirAuditEntryAndEvent/postgres"}
+	if checkContract(rec, req, r); len(rec.errors) != 0 {
+		t.Errorf("an opted-in test's subtest's 500: %q", rec.errors)
+	}
+}
+
+// errorRecorder is a testing.TB named name that records Errorf instead of failing.
+type errorRecorder struct {
+	testing.TB
+	name   string
+	errors []string
+}
+
+func (r *errorRecorder) Name() string { return r.name }
+func (r *errorRecorder) Helper()      {}
+func (r *errorRecorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+// with is h and a header name: value; without is h without name; withRateLimit is h with the
+// RateLimit headers of a decision.
+func with(h http.Header, name, value string) http.Header {
+	h = h.Clone()
+	h.Set(name, value)
+	return h
+}
+
+func without(h http.Header, name string) http.Header {
+	h = h.Clone()
+	h.Del(name)
+	return h
+}
+
+func withRateLimit(h http.Header) http.Header {
+	return with(with(h, "RateLimit-Policy", `"x";q=10;w=60`), "RateLimit", `"x";r=1;t=6`)
 }
 
 // validBodies are request bodies the document allows, for the contract check's own tests.
 var validBodies = map[string]string{
 	"PUT /v1/limits/x":        `{"kind":"token bucket","rate":10,"period":60000}`,
 	"POST /v1/limits/x/limit": `{"key":"a"}`,
+	"POST /v1/limit":          `{"limits":[{"name":"x"},{"name":"s"}]}`,
 }
 
 // TestContractCheckRejectsRequestsTheDocumentDoesNotAllow proves the request half of the check
@@ -506,7 +768,7 @@ func TestContractCheckRejectsRequestsTheDocumentDoesNotAllow(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonCT := http.Header{"Content-Type": {"application/json"}}
-	decided := response{200, jsonCT, []byte(`{"ok":true,"retryAfter":null,"remaining":1,"name":"x","key":"a"}`)}
+	decided := response{200, withRateLimit(jsonCT), []byte(`{"ok":true,"retryAfter":null,"remaining":1,"name":"x","key":"a"}`)}
 	refused := response{400, http.Header{"Content-Type": {"application/problem+json"}},
 		[]byte(`{"type":"urn:sluice:problem:invalid_request","title":"T","status":400,"detail":"d","code":"invalid_request","requestId":"r"}`)}
 	unavailable := response{503, http.Header{"Content-Type": {"application/problem+json"}, "Retry-After": {"1"}},
