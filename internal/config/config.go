@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -194,11 +195,9 @@ var options = []Option{
 				if p = strings.TrimSpace(p); p == "" {
 					continue
 				}
-				if net.ParseIP(p) == nil {
-					if _, _, err := net.ParseCIDR(p); err != nil {
-						errs = append(errs, fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP nor a CIDR", p))
-						continue
-					}
+				if err := checkTrustedProxy(p); err != nil {
+					errs = append(errs, err)
+					continue
 				}
 				c.TrustedProxies = append(c.TrustedProxies, p)
 			}
@@ -550,8 +549,36 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	for _, p := range c.TrustedProxies { // each entry as given: a comma in one is its error
+		if err := checkTrustedProxy(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// checkTrustedProxy refuses a TRUSTED_PROXIES entry the router cannot read. The router reads
+// each entry with netip (a CIDR when it holds a slash, otherwise an address; see
+// httpserver.parseProxies), and gin's SetTrustedProxies reads it again with net: an entry is
+// accepted only when both take it. netip refuses a prefix length with leading zeros
+// ("10.0.0.0/08"), which net.ParseCIDR takes; net refuses an address with a zone
+// ("fe80::1%eth0"), which netip.ParseAddr takes.
+func checkTrustedProxy(p string) error {
+	if strings.Contains(p, "/") {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			return fmt.Errorf("TRUSTED_PROXIES: %q is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32 (a prefix length of 0 to 32 for IPv4, 0 to 128 for IPv6, without leading zeros)", p)
+		}
+		return nil
+	}
+	a, err := netip.ParseAddr(p)
+	if err != nil {
+		return fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP nor a CIDR", p)
+	}
+	if a.Zone() != "" {
+		return fmt.Errorf("TRUSTED_PROXIES: %q has an IPv6 zone; give the address without %%%s", p, a.Zone())
 	}
 	return nil
 }

@@ -237,11 +237,14 @@ func TestReadmeConfigurationTableMatchesTheOptions(t *testing.T) {
 	}
 }
 
-// FuzzFromEnv: no environment makes the parser panic, and an accepted one validates and prints
-// without its secrets.
+// FuzzFromEnv: no environment makes the parser panic, and an accepted one validates, prints
+// without its secrets, and has TRUSTED_PROXIES the router reads (so the server starts).
 func FuzzFromEnv(f *testing.F) {
 	f.Add("sqlite:x.db", ":8080", "10.0.0.0/8, ::1", "1m", "500", "1GiB", "off", "true")
 	f.Add("postgres://u:p@h/db", "127.0.0.1:0", "nope", "off", "0", "12", "400", "maybe")
+	f.Add("sqlite:x.db", ":8080", "10.0.0.0/08", "1m", "500", "1GiB", "off", "true")
+	f.Add("sqlite:x.db", ":8080", "fe80::1%eth0", "1m", "500", "1GiB", "off", "true")
+	f.Add("sqlite:x.db", ":8080", "::ffff:10.0.0.1, ::ffff:10.0.0.0/104,2001:db8::/032", "1m", "500", "1GiB", "off", "true")
 	f.Fuzz(func(t *testing.T, dbURL, listen, proxies, sweep, batch, memlimit, gogc, demo string) {
 		c, err := FromEnv(env(map[string]string{
 			"DATABASE_URL": dbURL, "LISTEN_ADDR": listen, "TRUSTED_PROXIES": proxies, "SWEEP_INTERVAL": sweep,
@@ -257,6 +260,7 @@ func FuzzFromEnv(f *testing.F) {
 		if strings.Contains(c.String(), "fuzz-secret-key") {
 			t.Fatal("String prints SECRET_KEY")
 		}
+		acceptedProxiesParse(t, c.TrustedProxies)
 	})
 }
 
