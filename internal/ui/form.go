@@ -11,6 +11,16 @@ import (
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
 const maxFieldLen = 40
 
+// formNum is v as a form field is filled in: the shortest decimals that read back as exactly v,
+// written plainly ("86400", "0.1") when that fits in maxFieldLen, else with an exponent
+// ("1e-39", at most 24 characters), so that float reads every number back unchanged.
+func formNum(v float64) string {
+	if s := strconv.FormatFloat(v, 'f', -1, 64); len(s) <= maxFieldLen {
+		return s
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
 // postedForm reads a posted form's fields, each trimmed (but those read by exact), keeping what
 // was typed (vals: the form shows it again) and each field that does not parse (errs: shown
 // beside it).
@@ -39,7 +49,8 @@ func (p postedForm) exact(f string) string {
 	return v
 }
 
-// float is field f as a finite number; nil when empty or when it does not parse.
+// float is field f as a finite number, in plain or exponent notation ("0.5", "1e-39", "2.5E+3");
+// nil when empty or when it does not parse.
 func (p postedForm) float(f string) *float64 {
 	s := p.text(f)
 	if s == "" {

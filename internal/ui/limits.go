@@ -325,7 +325,7 @@ func formField(field, msg string) (string, string) {
 func definitionValues(d limiter.Definition) map[string]string {
 	v := map[string]string{
 		"kind":   string(d.Kind),
-		"rate":   strconv.FormatFloat(d.Rate, 'f', -1, 64),
+		"rate":   formNum(d.Rate),
 		"period": limiter.FormatDuration(d.Period),
 		"shards": strconv.Itoa(max(d.Shards, 1)),
 		"jitter": "0",
@@ -353,10 +353,10 @@ func definitionValues(d limiter.Definition) map[string]string {
 	}
 	v["parents"] = strings.Join(parents, "\n")
 	if d.Capacity != nil {
-		v["capacity"] = strconv.FormatFloat(*d.Capacity, 'f', -1, 64)
+		v["capacity"] = formNum(*d.Capacity)
 	}
 	if d.MaxReserved != nil {
-		v["maxReserved"] = strconv.FormatFloat(*d.MaxReserved, 'f', -1, 64)
+		v["maxReserved"] = formNum(*d.MaxReserved)
 	}
 	if d.Start != nil {
 		v["start"] = strconv.FormatInt(*d.Start, 10)

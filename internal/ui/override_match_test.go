@@ -11,9 +11,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
-// postedFields is what a browser posts for the form sel of d: each named field with the value
-// the page fills in (a checkbox or radio only when checked, a select's chosen option, a
-// textarea's text), and the form's action.
+// postedFields is what a browser posts for the form sel of d: each named field that is not
+// disabled with the value the page fills in (a checkbox or radio only when checked, a select's
+// chosen option, a textarea's text), and the form's action.
 func postedFields(t *testing.T, d *goquery.Document, sel string) (string, url.Values) {
 	t.Helper()
 	f := d.Find(sel)
@@ -23,6 +23,9 @@ func postedFields(t *testing.T, d *goquery.Document, sel string) (string, url.Va
 	vals := url.Values{}
 	f.Find("input[name], select[name], textarea[name]").Each(func(_ int, in *goquery.Selection) {
 		name, _ := in.Attr("name")
+		if _, disabled := in.Attr("disabled"); disabled {
+			return
+		}
 		switch goquery.NodeName(in) {
 		case "select":
 			opt := in.Find("option[selected]").First()

@@ -89,7 +89,7 @@ func overrideValues(o limiter.Override) map[string]string {
 	v := map[string]string{"match": o.Match, "action": string(o.Action)}
 	for f, p := range map[string]*float64{"rate": o.Rate, "capacity": o.Capacity, "maxReserved": o.MaxReserved} {
 		if p != nil {
-			v[f] = strconv.FormatFloat(*p, 'f', -1, 64)
+			v[f] = formNum(*p)
 		}
 	}
 	if o.ExpiresAt != nil {
