@@ -83,9 +83,22 @@ var nullableMembers = strictjson.Nullable{
 // document does not make nullable among them, which encoding/json reads as an absent member.
 func checkMembers(body []byte, dst reflect.Type) error {
 	if p := strictjson.CheckNulls(body, dst, nullableMembers); p != nil {
+		if p.Number && isConfig(p.Path, dst == reflect.TypeFor[*DefinitionBody]()) {
+			// A number a limit's configuration cannot hold: a configuration the server cannot
+			// represent (as decodeProblem says of one out of range).
+			e := apperr.Invalid(p.Path, p.Message)
+			e.Code = apperr.InvalidConfig
+			return e
+		}
 		return badRequest(p.Path, p.Message)
 	}
 	return nil
+}
+
+// isConfig reports whether the member at path is part of a limit's configuration: any member of
+// a definition's body, or of an inline config.
+func isConfig(path string, definition bool) bool {
+	return definition || strings.HasPrefix(path, "config.") || strings.Contains(path, ".config.")
 }
 
 // decodeReflect is the general strict decoder (encoding/json).
@@ -120,7 +133,7 @@ func decodeProblem(err error, definition bool) error {
 			// A number too large (or too precise an integer) for the field's type. In a limit's
 			// configuration that is a configuration the server cannot represent.
 			e := apperr.Invalid(field, fmt.Sprintf("%s is out of range: it must be %s that a float64 or int64 can hold", field, describeType(typeErr.Type.String())))
-			if definition || strings.HasPrefix(field, "config.") || strings.Contains(field, ".config.") {
+			if isConfig(field, definition) {
 				e.Code = apperr.InvalidConfig
 			}
 			return e

@@ -174,7 +174,7 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		{"no attributes", "POST", "/v1/limits/child/check", `{"key":"k"}`, 400, api.CodeInvalidRequest, "attributes.org"},
 		{"missing attribute in a batch", "POST", "/v1/limit", `{"limits":[{"name":"child","key":"k"}]}`, 400, api.CodeInvalidRequest, "limits[0].attributes.org"},
 		{"empty attribute", "POST", "/v1/limits/child/limit", `{"key":"k","attributes":{"org":""}}`, 400, api.CodeInvalidRequest, "attributes.org"},
-		{"attribute of the wrong type", "POST", "/v1/limits/child/limit", `{"key":"k","attributes":{"org":7}}`, 400, api.CodeInvalidRequest, "attributes"},
+		{"attribute of the wrong type", "POST", "/v1/limits/child/limit", `{"key":"k","attributes":{"org":7}}`, 400, api.CodeInvalidRequest, "attributes.org"},
 		{"attributes not an object", "POST", "/v1/limits/child/limit", `{"key":"k","attributes":["org"]}`, 400, api.CodeInvalidRequest, "attributes"},
 		{"bad attribute name in a batch", "POST", "/v1/check", `{"limits":[{"name":"child","key":"k","attributes":{"o-rg":"x"}}]}`, 400, api.CodeInvalidRequest, "limits[0].attributes"},
 		{"too many attributes", "POST", "/v1/limits/child/limit", map[string]any{"key": "k", "attributes": manyAttrs}, 400, api.CodeInvalidRequest, "attributes"},

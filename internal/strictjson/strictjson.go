@@ -8,6 +8,7 @@ package strictjson
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -21,6 +22,8 @@ import (
 type Problem struct {
 	Path    string // the member's path: "count", "limits[1].key"
 	Message string // a sentence for the client, naming the member
+	// Number says the member is a number its field cannot hold (a fraction for a whole number).
+	Number bool
 }
 
 func (p *Problem) Error() string { return p.Message }
@@ -115,6 +118,14 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 			return refuseNull(t)
 		}
 		t = decodedAs(t)
+		if len(steps) > 0 && t != nil && tok != nil {
+			if msg := misfit(tok, t); msg != "" {
+				// encoding/json would refuse it too, but name the member without its array
+				// indices ("limits.key"), which tells a client nothing about which item.
+				problem = &Problem{Path: path(), Message: path() + " must be " + msg, Number: msg == wholeNumber}
+				return false
+			}
+		}
 		switch tok {
 		case json.Delim('{'):
 			fields := membersOf(t)
@@ -176,7 +187,49 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 	return problem
 }
 
-var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// wholeNumber is what a number written with a fraction or an exponent must be instead, for a
+// field that holds whole numbers (encoding/json refuses 60000.0 and 6e4 there).
+const wholeNumber = "a whole number written without a decimal point or exponent (60000, not 60000.0 or 6e4)"
+
+// misfit says what a value decoded into t (no pointer, no json.Unmarshaler) must be when tok,
+// the value's first token, cannot be decoded into it: encoding/json would refuse it; "" when it
+// can (or encoding/json has more to say: a number out of t's range).
+func misfit(tok json.Token, t reflect.Type) string {
+	k := t.Kind()
+	if k == reflect.Interface {
+		return ""
+	}
+	fits := false
+	switch v := tok.(type) {
+	case json.Delim:
+		fits = v == '{' && (k == reflect.Struct || k == reflect.Map) || v == '[' && (k == reflect.Slice || k == reflect.Array)
+	case string:
+		fits = k == reflect.String || reflect.PointerTo(t).Implements(textUnmarshaler) ||
+			k == reflect.Slice && t.Elem().Kind() == reflect.Uint8 // base64
+	case bool:
+		fits = k == reflect.Bool
+	case json.Number:
+		switch k {
+		case reflect.Float32, reflect.Float64:
+			fits = true
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			if strings.ContainsAny(string(v), ".eE") {
+				return wholeNumber
+			}
+			fits = true
+		}
+	}
+	if fits {
+		return ""
+	}
+	return describe(t)
+}
 
 // isNullable reports whether encoding/json gives a null decoded into t a value of its own (nil),
 // rather than t's zero value.
