@@ -825,7 +825,7 @@ export interface components {
             })[];
         };
         WebhookRequest: {
-            /** @description http or https, no credentials */
+            /** @description http or https, no credentials; a port, if given, from 1 to 65535 without leading zeros */
             url: string;
             events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             /**
@@ -1045,6 +1045,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1072,6 +1074,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1112,6 +1116,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1148,6 +1154,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1192,6 +1200,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1228,6 +1238,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1266,6 +1278,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1302,6 +1316,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1331,9 +1347,9 @@ export interface operations {
             /** @description the decision (ok true or false) */
             200: {
                 headers: {
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -1355,6 +1371,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1410,10 +1428,10 @@ export interface operations {
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
-                    "Retry-After"?: number;
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    "Retry-After": number;
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -1426,6 +1444,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1452,9 +1472,9 @@ export interface operations {
             /** @description the decision (ok true or false) */
             200: {
                 headers: {
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -1474,6 +1494,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1520,10 +1542,10 @@ export interface operations {
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
-                    "Retry-After"?: number;
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    "Retry-After": number;
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -1534,6 +1556,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1576,6 +1600,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1612,6 +1638,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1654,6 +1682,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1690,6 +1720,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1717,9 +1749,9 @@ export interface operations {
             /** @description the batch decision */
             200: {
                 headers: {
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -1741,6 +1773,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1796,10 +1830,10 @@ export interface operations {
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
-                    "Retry-After"?: number;
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    "Retry-After": number;
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -1812,6 +1846,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1836,9 +1872,9 @@ export interface operations {
             /** @description the batch decision */
             200: {
                 headers: {
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -1858,6 +1894,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1904,10 +1942,10 @@ export interface operations {
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
-                    "Retry-After"?: number;
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    "Retry-After": number;
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -1918,6 +1956,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1961,6 +2001,8 @@ export interface operations {
             /** @description unauthorized: pk missing, malformed, unknown or revoked */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1988,6 +2030,8 @@ export interface operations {
             /** @description rate_limited (Retry-After header) */
             429: {
                 headers: {
+                    /** @description whole seconds, rounded up */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1997,6 +2041,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2038,6 +2084,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2065,6 +2113,8 @@ export interface operations {
             /** @description rate_limited */
             429: {
                 headers: {
+                    /** @description whole seconds, rounded up */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2074,6 +2124,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2116,6 +2168,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2152,6 +2206,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2183,6 +2239,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2219,6 +2277,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2248,6 +2308,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2284,6 +2346,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2360,6 +2424,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2396,6 +2462,8 @@ export interface operations {
             /** @description unavailable: the decisions could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2427,6 +2495,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2454,6 +2524,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2484,7 +2556,7 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookEndpoint"];
                 };
             };
-            /** @description invalid_request: url (not http(s), credentials, a non-public address), events or refusalThreshold */
+            /** @description invalid_request: url (not http(s), credentials, a port outside 1-65535, a non-public address), events or refusalThreshold */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2496,6 +2568,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2532,6 +2606,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2562,6 +2638,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2598,6 +2676,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2628,6 +2708,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2664,6 +2746,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2709,6 +2793,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2745,6 +2831,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2776,6 +2864,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2812,6 +2902,8 @@ export interface operations {
             /** @description unavailable */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2857,6 +2949,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2893,6 +2987,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2937,6 +3033,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2982,6 +3080,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3023,6 +3123,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3059,6 +3161,8 @@ export interface operations {
             /** @description unavailable: the decision could not be made safely (fails closed) */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3103,6 +3207,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3139,6 +3245,8 @@ export interface operations {
             /** @description unavailable: the refund could not be made safely */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3166,10 +3274,12 @@ export interface operations {
             /** @description held */
             201: {
                 headers: {
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3188,6 +3298,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3234,11 +3346,13 @@ export interface operations {
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
-                    "Retry-After"?: number;
-                    /** @description e.g. "sendMessage";q=10;w=60 */
+                    "Retry-After": number;
+                    /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18 */
+                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3248,6 +3362,8 @@ export interface operations {
             /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3277,6 +3393,8 @@ export interface operations {
             /** @description settled */
             200: {
                 headers: {
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3295,6 +3413,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3349,6 +3469,8 @@ export interface operations {
             /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3374,6 +3496,8 @@ export interface operations {
             /** @description released */
             204: {
                 headers: {
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3390,6 +3514,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3444,6 +3570,8 @@ export interface operations {
             /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3469,6 +3597,8 @@ export interface operations {
             /** @description released */
             204: {
                 headers: {
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3485,6 +3615,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3539,6 +3671,8 @@ export interface operations {
             /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3564,6 +3698,8 @@ export interface operations {
             /** @description extended */
             200: {
                 headers: {
+                    /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3582,6 +3718,8 @@ export interface operations {
             /** @description unauthorized */
             401: {
                 headers: {
+                    /** @description Bearer realm="sluice" */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3636,6 +3774,8 @@ export interface operations {
             /** @description unavailable: the change could not be made safely; retry */
             503: {
                 headers: {
+                    /** @description whole seconds: 1 */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
