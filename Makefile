@@ -2,6 +2,11 @@
 # test (starting a throwaway PostgreSQL when TEST_DATABASE_URL is unset).
 GO       ?= go
 TEMPL    ?= $(GO) run github.com/a-h/templ/cmd/templ@v0.3.977
+# go test -json piped through this prints what go test prints, then every skipped test with its
+# reason (go test without -v hides skips); pipefail keeps go test's own failure.
+REPORT   := $(GO) run ./internal/testkit/testreport
+SHELL    := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
 .PHONY: bench-client bench-ui print-go-modules run build test test-go test-ts lint-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
@@ -25,10 +30,10 @@ test:
 # the root module's, then each of GO_MODULES on SQLite and on PostgreSQL.
 test-go:
 	@test -n "$$TEST_DATABASE_URL" || (echo "test-go needs TEST_DATABASE_URL (make test sets it)" && exit 1)
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -json -count=1 -timeout 20m ./... | $(REPORT)
 	@for m in $(GO_MODULES); do \
-		echo "== $$m on SQLite" && (cd $$m && $(GO) vet ./... && env -u TEST_DATABASE_URL $(GO) test -count=1 ./...) || exit 1; \
-		echo "== $$m on PostgreSQL" && (cd $$m && $(GO) test -count=1 ./...) || exit 1; \
+		echo "== $$m on SQLite" && (cd $$m && $(GO) vet ./... && env -u TEST_DATABASE_URL $(GO) test -json -count=1 ./...) | $(REPORT) || exit 1; \
+		echo "== $$m on PostgreSQL" && (cd $$m && $(GO) test -json -count=1 ./...) | $(REPORT) || exit 1; \
 	done
 
 # The TypeScript client's tests (they build and start a real server, as client/go's do), then

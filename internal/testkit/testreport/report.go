@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// event is one line of `go test -json` (cmd/test2json), build events included.
+type event struct {
+	Action     string
+	Package    string
+	Test       string
+	Output     string
+	ImportPath string // build-output and build-fail
+}
+
+type testID struct{ pkg, test string }
+
+// skip is a skipped test and what it said.
+type skip struct {
+	testID
+	said []string
+}
+
+type reporter struct {
+	out      io.Writer
+	tests    map[testID][]string // the output of each running test, "=== RUN" lines left out
+	packages map[string][]string // each package's own output, until it ends
+	skips    []skip
+	failed   bool
+	ended    map[string]bool
+}
+
+func newReporter(out io.Writer) *reporter {
+	return &reporter{out: out, tests: map[testID][]string{}, packages: map[string][]string{}, ended: map[string]bool{}}
+}
+
+func (r *reporter) read(in io.Reader) error {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20) // a test may log long lines
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+			fmt.Fprintf(r.out, "%s\n", line) // not an event: whatever it is, show it
+			continue
+		}
+		r.handle(e)
+	}
+	return sc.Err()
+}
+
+func (r *reporter) handle(e event) {
+	switch {
+	case e.Action == "build-output":
+		fmt.Fprint(r.out, e.Output)
+	case e.Action == "build-fail":
+		r.failed = true
+	case e.Test != "":
+		r.handleTest(testID{e.Package, e.Test}, e)
+	default:
+		r.handlePackage(e)
+	}
+}
+
+func (r *reporter) handleTest(id testID, e event) {
+	switch e.Action {
+	case "output":
+		if !strings.HasPrefix(e.Output, "=== ") { // RUN, PAUSE, CONT, NAME: -v's alone
+			r.tests[id] = append(r.tests[id], e.Output)
+		}
+	case "fail":
+		r.failed = true
+		for _, l := range r.tests[id] {
+			fmt.Fprint(r.out, l)
+		}
+		delete(r.tests, id)
+	case "skip":
+		var said []string
+		for _, l := range r.tests[id] {
+			if !strings.HasPrefix(strings.TrimSpace(l), "--- SKIP: ") {
+				said = append(said, l)
+			}
+		}
+		r.skips = append(r.skips, skip{id, said})
+		delete(r.tests, id)
+	case "pass":
+		delete(r.tests, id)
+	}
+}
+
+func (r *reporter) handlePackage(e event) {
+	switch e.Action {
+	case "start":
+		r.packages[e.Package] = nil // started: it must end with a result
+	case "output":
+		r.packages[e.Package] = append(r.packages[e.Package], e.Output)
+	case "pass", "skip": // skip: a package without tests
+		for _, l := range r.packages[e.Package] {
+			if strings.HasPrefix(l, "ok  ") || strings.HasPrefix(l, "?   ") {
+				fmt.Fprint(r.out, l)
+			}
+		}
+		r.end(e.Package)
+	case "fail":
+		r.failed = true
+		for id, lines := range r.tests { // tests still running when the binary died (a panic, the timeout)
+			if id.pkg == e.Package {
+				for _, l := range lines {
+					fmt.Fprint(r.out, l)
+				}
+				delete(r.tests, id)
+			}
+		}
+		for _, l := range r.packages[e.Package] {
+			fmt.Fprint(r.out, l)
+		}
+		r.end(e.Package)
+	}
+}
+
+func (r *reporter) end(pkg string) {
+	delete(r.packages, pkg)
+	r.ended[pkg] = true
+}
+
+// finish reports the skips, and a package that started and never ended as a failure, and
+// says whether everything passed.
+func (r *reporter) finish() bool {
+	var unended []string
+	for pkg := range r.packages {
+		if !r.ended[pkg] {
+			unended = append(unended, pkg)
+		}
+	}
+	sort.Strings(unended)
+	for _, pkg := range unended {
+		r.failed = true
+		for _, l := range r.packages[pkg] {
+			fmt.Fprint(r.out, l)
+		}
+		fmt.Fprintf(r.out, "FAIL\t%s\t(the report ended before its result)\n", pkg)
+	}
+	if len(r.skips) == 0 {
+		fmt.Fprintln(r.out, "testreport: no test skipped")
+	} else {
+		fmt.Fprintf(r.out, "\ntestreport: %d SKIPPED:\n", len(r.skips))
+		for _, s := range r.skips {
+			fmt.Fprintf(r.out, "--- SKIP: %s %s\n", s.pkg, s.test)
+			for _, l := range s.said {
+				fmt.Fprint(r.out, l)
+			}
+		}
+	}
+	return !r.failed
+}
