@@ -371,7 +371,7 @@ func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values,
 		if !retry || attempt >= c.retries || !retryable(err) || ctx.Err() != nil {
 			return nil, fmt.Errorf("sluice: %s %s: %w", method, path, err)
 		}
-		if werr := wait(ctx, c.retryDelay(attempt, err)); werr != nil {
+		if werr := wait(ctx, c.retryDelay(ctx, attempt, err)); werr != nil {
 			return nil, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
 		}
 	}
@@ -489,14 +489,20 @@ func retryable(err error) bool {
 
 // retryDelay is how long to wait before retry number attempt+1 after err: the jittered backoff,
 // or, when the answer asked for longer with Retry-After (Sluice's 503 asks for 1 s), that long,
-// up to the maximum backoff, so that a proxy asking for minutes cannot stall a call.
-func (c *Client) retryDelay(attempt int, err error) time.Duration {
+// up to the maximum backoff, so that a proxy asking for minutes cannot stall a call. A wait the
+// call's deadline would cut short is not asked for: the backoff's retry may still be answered
+// in time, where waiting out the Retry-After would only fail the call at its deadline.
+func (c *Client) retryDelay(ctx context.Context, attempt int, err error) time.Duration {
 	d := c.delay(attempt)
 	var e *Error
-	if errors.As(err, &e) && e.RetryAfter > d {
-		d = max(d, min(e.RetryAfter, c.maxBackoff))
+	if !errors.As(err, &e) || e.RetryAfter <= d {
+		return d
 	}
-	return d
+	asked := max(d, min(e.RetryAfter, c.maxBackoff))
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= asked {
+		return d
+	}
+	return asked
 }
 
 // delay is the jittered exponential backoff before retry number attempt+1.

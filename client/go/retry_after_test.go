@@ -93,6 +93,14 @@ func TestARetryAfterA503WaitsWhatItsRetryAfterAsks(t *testing.T) {
 	}
 	front.gap(t)
 
+	// A Retry-After longer than the call has left is not waited for: the backoff's retry is
+	// answered within the call's 800 ms, where waiting a second would fail it at its deadline.
+	_, addr = newSlowingFront(t, "1")
+	c = sluice.New(addr, secretKey, sluice.WithRetries(1), sluice.WithBackoff(time.Millisecond, 5*time.Second), sluice.WithTimeout(800*time.Millisecond))
+	if r, err := c.Check(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK {
+		t.Fatalf("Retry-After 1 with an 800 ms timeout: %+v, %v (want the backoff's retry, answered in time)", r, err)
+	}
+
 	// The 503's Retry-After is on the error the caller gets when retries run out.
 	_, addr = newSlowingFront(t, "1")
 	_, err := sluice.New(addr, secretKey, sluice.WithRetries(0)).Check(ctx, name, sluice.Decision{Key: "k"})

@@ -612,6 +612,7 @@ export class Sluice {
     // caller. Linked by hand rather than with AbortSignal.any, which Node 20.0-20.2 lack (and
     // runtimes other than Node may).
     const ctl = new AbortController();
+    const deadline = this.#timeoutMs > 0 ? Date.now() + this.#timeoutMs : Infinity;
     let timedOut = false;
     const timer =
       this.#timeoutMs > 0
@@ -639,7 +640,7 @@ export class Sluice {
           mayHaveActed ||= !sluiceAnswered(err);
           if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
           if (!retry || attempt >= this.#retries || !retryable(err)) throw err;
-          await sleep(this.#retryDelay(attempt, err), ctl.signal).catch(() => {
+          await sleep(this.#retryDelay(attempt, err, deadline - Date.now()), ctl.signal).catch(() => {
             if (caller?.aborted) throw caller.reason;
             throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms (while waiting to retry after: ${(err as Error).message})`, err, true);
           });
@@ -678,12 +679,16 @@ export class Sluice {
   /**
    * How long to wait before retry number attempt+1 after err: the jittered backoff, or, when the
    * answer asked for longer with Retry-After (Sluice's 503 asks for 1 s), that long, up to
-   * maxBackoffMs, so that a proxy asking for minutes cannot stall a call.
+   * maxBackoffMs, so that a proxy asking for minutes cannot stall a call. A wait the call's
+   * timeout (leftMs away) would cut short is not asked for: the backoff's retry may still be
+   * answered in time, where waiting out the Retry-After would only fail the call.
    */
-  #retryDelay(attempt: number, err: unknown): number {
+  #retryDelay(attempt: number, err: unknown, leftMs: number): number {
     const d = this.#delay(attempt);
-    const asked = err instanceof SluiceError ? (err.retryAfter ?? 0) : 0;
-    return asked > d ? Math.max(d, Math.min(asked, this.#maxBackoffMs)) : d;
+    const retryAfter = err instanceof SluiceError ? (err.retryAfter ?? 0) : 0;
+    if (retryAfter <= d) return d;
+    const asked = Math.max(d, Math.min(retryAfter, this.#maxBackoffMs));
+    return asked < leftMs ? asked : d;
   }
 
   /** The jittered exponential backoff before retry number attempt+1: uniform in [d/2, d]. */
