@@ -29,7 +29,7 @@ type skip struct {
 type reporter struct {
 	out      io.Writer
 	tests    map[testID][]string // the output of each running test, "=== RUN" lines left out
-	packages map[string][]string // each package's own output, until it ends
+	packages map[string][]string // each package's output, its tests' included, until it ends
 	skips    []skip
 	failed   bool
 	ended    map[string]bool
@@ -67,26 +67,23 @@ func (r *reporter) handle(e event) {
 	}
 }
 
+// handleTest keeps a test's output for its skip, and every line of it but -v's own framing for
+// its package's report should the package fail: go test without -v prints a failing package's
+// whole output, what its passing tests printed included (a server's log, say). That is a little
+// more than go test prints (the t.Log lines of passing tests too), never less.
 func (r *reporter) handleTest(id testID, e event) {
 	switch e.Action {
 	case "output":
-		if !strings.HasPrefix(e.Output, "=== ") { // RUN, PAUSE, CONT, NAME: -v's alone
-			r.tests[id] = append(r.tests[id], e.Output)
+		if framing(e.Output) {
+			return
 		}
+		r.tests[id] = append(r.tests[id], e.Output)
+		r.packages[id.pkg] = append(r.packages[id.pkg], e.Output)
 	case "fail":
 		r.failed = true
-		for _, l := range r.tests[id] {
-			fmt.Fprint(r.out, l)
-		}
 		delete(r.tests, id)
 	case "skip":
-		var said []string
-		for _, l := range r.tests[id] {
-			if !strings.HasPrefix(strings.TrimSpace(l), "--- SKIP: ") {
-				said = append(said, l)
-			}
-		}
-		r.skips = append(r.skips, skip{id, said})
+		r.skips = append(r.skips, skip{id, r.tests[id]})
 		delete(r.tests, id)
 	case "pass":
 		delete(r.tests, id)
@@ -108,11 +105,8 @@ func (r *reporter) handlePackage(e event) {
 		r.end(e.Package)
 	case "fail":
 		r.failed = true
-		for id, lines := range r.tests { // tests still running when the binary died (a panic, the timeout)
+		for id := range r.tests { // tests still running when the binary died (a panic, the timeout)
 			if id.pkg == e.Package {
-				for _, l := range lines {
-					fmt.Fprint(r.out, l)
-				}
 				delete(r.tests, id)
 			}
 		}
@@ -121,6 +115,13 @@ func (r *reporter) handlePackage(e event) {
 		}
 		r.end(e.Package)
 	}
+}
+
+// framing reports whether a test's output line is -v's alone: "=== RUN" and its kin, and the
+// "--- PASS" and "--- SKIP" result lines (go test without -v prints only "--- FAIL").
+func framing(line string) bool {
+	t := strings.TrimSpace(line)
+	return strings.HasPrefix(line, "=== ") || strings.HasPrefix(t, "--- PASS: ") || strings.HasPrefix(t, "--- SKIP: ")
 }
 
 func (r *reporter) end(pkg string) {
