@@ -27,6 +27,15 @@ func TestAValueOfTheWrongTypeIsNamedByItsFullPath(t *testing.T) {
 				api.CodeInvalidConfig, "period", "period must be a whole number written without a decimal point or exponent"},
 			{"a definition's period written 6e4", "PUT", "/v1/limits/y", `{"kind":"token bucket","rate":1,"period":6e4}`,
 				api.CodeInvalidConfig, "period", "period must be a whole number"},
+			// Numbers out of their field's range, named by their item too.
+			{"a batch item's count out of range", "POST", "/v1/limit", `{"limits":[{"name":"x"},{"name":"x","count":1e400}]}`,
+				api.CodeInvalidRequest, "limits[1].count", "limits[1].count is out of range"},
+			{"an inline period out of range in a batch", "POST", "/v1/check", `{"limits":[{"name":"x"},{"name":"y","config":{"kind":"token bucket","rate":1,"period":100000000000000000000}}]}`,
+				api.CodeInvalidConfig, "limits[1].config.period", "is out of range"},
+			{"a bulk item's count out of range", "POST", "/v1/decisions", `{"decisions":[{"name":"x"},{"name":"x","count":1e400}]}`,
+				api.CodeInvalidRequest, "decisions[1].count", "is out of range"},
+			{"a hold item's count out of range", "POST", "/v1/holds", `{"limits":[{"name":"x","count":1},{"name":"x","count":1e400}],"ttl":1000}`,
+				api.CodeInvalidRequest, "limits[1].count", "is out of range"},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {

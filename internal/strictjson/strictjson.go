@@ -122,7 +122,10 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 			if msg := misfit(tok, t); msg != "" {
 				// encoding/json would refuse it too, but name the member without its array
 				// indices ("limits.key"), which tells a client nothing about which item.
-				problem = &Problem{Path: path(), Message: path() + " must be " + msg, Number: msg == wholeNumber}
+				problem = &Problem{Path: path(), Message: path() + " must be " + msg, Number: msg == wholeNumber || msg == outOfRange}
+				if msg == outOfRange {
+					problem.Message = path() + " is out of range: it must be " + describe(t) + " that a float64 or int64 can hold"
+				}
 				return false
 			}
 		}
@@ -190,11 +193,16 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 var (
 	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonNumber      = reflect.TypeFor[json.Number]()
 )
 
-// wholeNumber is what a number written with a fraction or an exponent must be instead, for a
-// field that holds whole numbers (encoding/json refuses 60000.0 and 6e4 there).
-const wholeNumber = "a whole number written without a decimal point or exponent (60000, not 60000.0 or 6e4)"
+// wholeNumber and outOfRange are what misfit says of a number its field cannot hold: one
+// written with a fraction or an exponent for a whole number (encoding/json refuses 60000.0 and
+// 6e4 there), and one beyond the field's range.
+const (
+	wholeNumber = "a whole number written without a decimal point or exponent (60000, not 60000.0 or 6e4)"
+	outOfRange  = "a number it can hold"
+)
 
 // misfit says what a value decoded into t (no pointer, no json.Unmarshaler) must be when tok,
 // the value's first token, cannot be decoded into it: encoding/json would refuse it; "" when it
@@ -214,16 +222,29 @@ func misfit(tok json.Token, t reflect.Type) string {
 	case bool:
 		fits = k == reflect.Bool
 	case json.Number:
+		var err error
 		switch k {
 		case reflect.Float32, reflect.Float64:
-			fits = true
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			_, err = strconv.ParseFloat(string(v), t.Bits())
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 			if strings.ContainsAny(string(v), ".eE") {
 				return wholeNumber
 			}
-			fits = true
+			_, err = strconv.ParseInt(string(v), 10, t.Bits())
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			if strings.ContainsAny(string(v), ".eE") {
+				return wholeNumber
+			}
+			_, err = strconv.ParseUint(string(v), 10, t.Bits())
+		case reflect.String:
+			if t == jsonNumber { // the only string type a number decodes into
+				return ""
+			}
 		}
+		if err != nil {
+			return outOfRange
+		}
+		fits = k >= reflect.Int && k <= reflect.Float64
 	}
 	if fits {
 		return ""
@@ -242,8 +263,12 @@ func isNullable(t reflect.Type) bool {
 }
 
 // decodesNull reports whether a null decoded into t is t's own to read: an interface, or a type
-// that decodes itself (json.RawMessage keeps the null as its content).
+// that decodes itself (json.RawMessage keeps the null as its content). Not a pointer: encoding/json
+// sets a pointer to nil on null without asking what it points to (a *time.Time reads it as absent).
 func decodesNull(t reflect.Type) bool {
+	if t.Kind() == reflect.Pointer {
+		return false
+	}
 	return t.Kind() == reflect.Interface || t.Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(jsonUnmarshaler)
 }
 
@@ -273,7 +298,7 @@ func membersOf(t reflect.Type) map[string]reflect.Type {
 	}
 	m := map[string]reflect.Type{}
 	for f := range t.Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		switch {
 		case name == "-":
 			continue
@@ -293,6 +318,9 @@ func membersOf(t reflect.Type) map[string]reflect.Type {
 			name = f.Name
 		}
 		m[name] = f.Type
+		if slices.Contains(strings.Split(opts, ","), "string") {
+			m[name] = nil // ",string": the value is quoted, its type is read from inside the quotes
+		}
 	}
 	members.Store(t, m)
 	return m
