@@ -489,9 +489,10 @@ func retryable(err error) bool {
 
 // retryDelay is how long to wait before retry number attempt+1 after err: the jittered backoff,
 // or, when the answer asked for longer with Retry-After (Sluice's 503 asks for 1 s), that long,
-// up to the maximum backoff, so that a proxy asking for minutes cannot stall a call. A wait the
-// call's deadline would cut short is not asked for: the backoff's retry may still be answered
-// in time, where waiting out the Retry-After would only fail the call at its deadline.
+// up to the maximum backoff, so that a proxy asking for minutes cannot stall a call. That wait
+// is taken only when it leaves the call at least as long again for the retry before its deadline:
+// otherwise the backoff's retry may still be answered in time, where waiting out the Retry-After
+// would most likely fail the call at its deadline.
 func (c *Client) retryDelay(ctx context.Context, attempt int, err error) time.Duration {
 	d := c.delay(attempt)
 	var e *Error
@@ -499,7 +500,7 @@ func (c *Client) retryDelay(ctx context.Context, attempt int, err error) time.Du
 		return d
 	}
 	asked := max(d, min(e.RetryAfter, c.maxBackoff))
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= asked {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*asked {
 		return d
 	}
 	return asked

@@ -93,12 +93,18 @@ func TestARetryAfterA503WaitsWhatItsRetryAfterAsks(t *testing.T) {
 	}
 	front.gap(t)
 
-	// A Retry-After longer than the call has left is not waited for: the backoff's retry is
-	// answered within the call's 800 ms, where waiting a second would fail it at its deadline.
-	_, addr = newSlowingFront(t, "1")
-	c = sluice.New(addr, secretKey, sluice.WithRetries(1), sluice.WithBackoff(time.Millisecond, 5*time.Second), sluice.WithTimeout(800*time.Millisecond))
-	if r, err := c.Check(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK {
-		t.Fatalf("Retry-After 1 with an 800 ms timeout: %+v, %v (want the backoff's retry, answered in time)", r, err)
+	// A Retry-After that would leave the call less time for its retry than it waited is not
+	// waited for: the backoff's retry is answered in time, where waiting a second would leave
+	// the retry nothing (800 ms) or too little (1.5 s) before the deadline.
+	for _, timeout := range []time.Duration{800 * time.Millisecond, 1500 * time.Millisecond} {
+		front, addr := newSlowingFront(t, "1")
+		c := sluice.New(addr, secretKey, sluice.WithRetries(1), sluice.WithBackoff(time.Millisecond, 5*time.Second), sluice.WithTimeout(timeout))
+		if r, err := c.Check(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK {
+			t.Fatalf("Retry-After 1 with a %v timeout: %+v, %v (want the backoff's retry, answered in time)", timeout, r, err)
+		}
+		if gap := front.gap(t); gap >= time.Second {
+			t.Fatalf("Retry-After 1 with a %v timeout: the retry came %v after the 503, want the backoff's", timeout, gap)
+		}
 	}
 
 	// The 503's Retry-After is on the error the caller gets when retries run out.

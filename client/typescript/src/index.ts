@@ -679,16 +679,18 @@ export class Sluice {
   /**
    * How long to wait before retry number attempt+1 after err: the jittered backoff, or, when the
    * answer asked for longer with Retry-After (Sluice's 503 asks for 1 s), that long, up to
-   * maxBackoffMs, so that a proxy asking for minutes cannot stall a call. A wait the call's
-   * timeout (leftMs away) would cut short is not asked for: the backoff's retry may still be
-   * answered in time, where waiting out the Retry-After would only fail the call.
+   * maxBackoffMs, so that a proxy asking for minutes cannot stall a call. That wait is taken
+   * only when it leaves the call at least as long again for the retry before its timeout (leftMs
+   * away): otherwise the backoff's retry may still be answered in time, where waiting out the
+   * Retry-After would most likely fail the call. (A deadline on the caller's signal is not known
+   * here: only timeoutMs counts.)
    */
   #retryDelay(attempt: number, err: unknown, leftMs: number): number {
     const d = this.#delay(attempt);
     const retryAfter = err instanceof SluiceError ? (err.retryAfter ?? 0) : 0;
     if (retryAfter <= d) return d;
     const asked = Math.max(d, Math.min(retryAfter, this.#maxBackoffMs));
-    return asked < leftMs ? asked : d;
+    return 2 * asked <= leftMs ? asked : d;
   }
 
   /** The jittered exponential backoff before retry number attempt+1: uniform in [d/2, d]. */
