@@ -83,7 +83,7 @@ var nullableMembers = strictjson.Nullable{
 // document does not make nullable among them, which encoding/json reads as an absent member.
 func checkMembers(body []byte, dst reflect.Type) error {
 	if p := strictjson.CheckNulls(body, dst, nullableMembers); p != nil {
-		if p.Number && isConfig(p.Path, dst == reflect.TypeFor[*DefinitionBody]()) {
+		if p.Number && isConfig(p.Path, isConfigBody(dst)) {
 			// A number a limit's configuration cannot hold: a configuration the server cannot
 			// represent (as decodeProblem says of one out of range).
 			e := apperr.Invalid(p.Path, p.Message)
@@ -95,8 +95,14 @@ func checkMembers(body []byte, dst reflect.Type) error {
 	return nil
 }
 
+// isConfigBody reports whether a body of type dst is a limit's configuration as a whole: a
+// definition (PUT /v1/limits/{name}) or an override's numbers and action.
+func isConfigBody(dst reflect.Type) bool {
+	return dst == reflect.TypeFor[*DefinitionBody]() || dst == reflect.TypeFor[*OverrideBody]()
+}
+
 // isConfig reports whether the member at path is part of a limit's configuration: any member of
-// a definition's body, or of an inline config.
+// a configuration body (isConfigBody), or of an inline config.
 func isConfig(path string, definition bool) bool {
 	return definition || strings.HasPrefix(path, "config.") || strings.Contains(path, ".config.")
 }
@@ -106,7 +112,7 @@ func decodeReflect(body []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		_, definition := dst.(*DefinitionBody)
+		definition := isConfigBody(reflect.TypeOf(dst))
 		return decodeProblem(err, definition)
 	}
 	if dec.More() {

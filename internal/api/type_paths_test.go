@@ -34,6 +34,10 @@ func TestAValueOfTheWrongTypeIsNamedByItsFullPath(t *testing.T) {
 				api.CodeInvalidConfig, "limits[1].config.period", "is out of range"},
 			{"a bulk item's count out of range", "POST", "/v1/decisions", `{"decisions":[{"name":"x"},{"name":"x","count":1e400}]}`,
 				api.CodeInvalidRequest, "decisions[1].count", "is out of range"},
+			{"an override's rate out of range", "PUT", "/v1/limits/x/overrides", `{"match":"k","rate":1e400}`,
+				api.CodeInvalidConfig, "rate", "rate is out of range"},
+			{"an override's capacity out of range", "PUT", "/v1/limits/x/overrides", `{"match":"k","capacity":1e400}`,
+				api.CodeInvalidConfig, "capacity", "capacity is out of range"},
 			{"a hold item's count out of range", "POST", "/v1/holds", `{"limits":[{"name":"x","count":1},{"name":"x","count":1e400}],"ttl":1000}`,
 				api.CodeInvalidRequest, "limits[1].count", "is out of range"},
 		}
