@@ -14,6 +14,7 @@ type kinds struct {
 	Whole   *int64      `json:"whole"`
 	N       json.Number `json:"n"`
 	Quoted  int64       `json:"quoted,string"`
+	Inner   embedded    `json:"inner,string"`
 	When    *time.Time  `json:"when"`
 	Stamp   time.Time   `json:"stamp"`
 	Name    string      `json:"name"`
@@ -36,6 +37,8 @@ func TestCheckRefusesWhatEncodingJSONRefusesAndNamesTheItem(t *testing.T) {
 		{`{"name":5}`, "name", "must be a string"},
 		{`{"flag":"true"}`, "flag", "must be true or false"},
 		{`{"items":{"rate":1}}`, "items", "must be an array"},
+		{`{"quoted":5}`, "quoted", "the member is quoted"}, // ",string" takes a string only
+		{`{"inner":{"key":5}}`, "inner.key", "must be a string"},
 		// What encoding/json takes.
 		{`{"n":5}`, "", ""},                          // json.Number holds a number
 		{`{"n":"5"}`, "", ""},                        // and a string
@@ -65,12 +68,24 @@ func TestCheckRefusesWhatEncodingJSONRefusesAndNamesTheItem(t *testing.T) {
 	}
 }
 
+// TestAStringOptionOnAStructIsIgnoredAsEncodingJSONIgnoresIt: encoding/json reads a struct
+// member tagged ",string" as any struct, so its members are checked as any (a member named in
+// another case, which encoding/json would fold, is refused).
+func TestAStringOptionOnAStructIsIgnoredAsEncodingJSONIgnoresIt(t *testing.T) {
+	if p := Check([]byte(`{"inner":{"KEY":"bob"}}`), reflect.TypeFor[*kinds]()); p == nil || p.Path != "inner.KEY" {
+		t.Fatalf("a member in another case inside a ',string' struct: %+v, want a problem at inner.KEY", p)
+	}
+}
+
 // TestCheckNullsRefusesANullPointerToATypeThatDecodesItself: encoding/json sets a pointer to nil
 // on null without asking the type it points to, so {"when": null} is read as absent, like any
 // other null member; a non-pointer json.Unmarshaler (json.RawMessage) reads the null itself.
 func TestCheckNullsRefusesANullPointerToATypeThatDecodesItself(t *testing.T) {
 	if p := CheckNulls([]byte(`{"when":null}`), reflect.TypeFor[*kinds](), nil); p == nil || p.Path != "when" {
 		t.Fatalf("a null *time.Time: %+v, want a problem at when", p)
+	}
+	if p := CheckNulls([]byte(`{"quoted":null}`), reflect.TypeFor[*kinds](), nil); p == nil || p.Path != "quoted" {
+		t.Fatalf("a null ',string' int64: %+v, want a problem at quoted (encoding/json reads it as absent)", p)
 	}
 	if p := CheckNulls([]byte(`{"raw":null}`), reflect.TypeFor[*body](), nil); p != nil {
 		t.Fatalf("a null json.RawMessage: %+v, want nothing (it reads the null itself)", p)

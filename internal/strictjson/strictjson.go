@@ -208,6 +208,12 @@ const (
 // the value's first token, cannot be decoded into it: encoding/json would refuse it; "" when it
 // can (or encoding/json has more to say: a number out of t's range).
 func misfit(tok json.Token, t reflect.Type) string {
+	if t == quotedType {
+		if _, ok := tok.(string); ok {
+			return ""
+		}
+		return describe(t)
+	}
 	k := t.Kind()
 	if k == reflect.Interface {
 		return ""
@@ -284,6 +290,27 @@ func decodedAs(t reflect.Type) reflect.Type {
 	return t
 }
 
+// quotedScalar stands, in membersOf, for the type of a member tagged ",string" that encoding/json
+// reads from inside a JSON string: it takes a string (or null, read as absent), nothing else.
+type quotedScalar struct{}
+
+var quotedType = reflect.TypeFor[quotedScalar]()
+
+// quotable reports whether encoding/json honours ",string" on a field of type t: a string,
+// number or bool, or an unnamed pointer to one (on other types it ignores the option).
+func quotable(t reflect.Type) bool {
+	if t.Name() == "" && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String, reflect.Bool, reflect.Float32, reflect.Float64,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return true
+	}
+	return false
+}
+
 // members caches membersOf: a body's types are few and fixed.
 var members sync.Map // reflect.Type → map[string]reflect.Type
 
@@ -318,8 +345,8 @@ func membersOf(t reflect.Type) map[string]reflect.Type {
 			name = f.Name
 		}
 		m[name] = f.Type
-		if slices.Contains(strings.Split(opts, ","), "string") {
-			m[name] = nil // ",string": the value is quoted, its type is read from inside the quotes
+		if slices.Contains(strings.Split(opts, ","), "string") && quotable(f.Type) {
+			m[name] = quotedType
 		}
 	}
 	members.Store(t, m)
@@ -331,6 +358,9 @@ func membersOf(t reflect.Type) map[string]reflect.Type {
 func describe(t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if t == quotedType {
+		return `a string holding its value (the member is quoted: "5")`
 	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
