@@ -32,11 +32,12 @@ type reporter struct {
 	packages map[string][]string // each package's output, its tests' included, until it ends
 	skips    []skip
 	failed   bool
+	failedIn map[string]bool // packages with a failed test
 	ended    map[string]bool
 }
 
 func newReporter(out io.Writer) *reporter {
-	return &reporter{out: out, tests: map[testID][]string{}, packages: map[string][]string{}, ended: map[string]bool{}}
+	return &reporter{out: out, tests: map[testID][]string{}, packages: map[string][]string{}, failedIn: map[string]bool{}, ended: map[string]bool{}}
 }
 
 func (r *reporter) read(in io.Reader) error {
@@ -74,13 +75,14 @@ func (r *reporter) handle(e event) {
 func (r *reporter) handleTest(id testID, e event) {
 	switch e.Action {
 	case "output":
-		if framing(e.Output) {
+		if framing(e.Output, id.test) {
 			return
 		}
 		r.tests[id] = append(r.tests[id], e.Output)
 		r.packages[id.pkg] = append(r.packages[id.pkg], e.Output)
 	case "fail":
 		r.failed = true
+		r.failedIn[id.pkg] = true
 		delete(r.tests, id)
 	case "skip":
 		r.skips = append(r.skips, skip{id, r.tests[id]})
@@ -97,6 +99,16 @@ func (r *reporter) handlePackage(e event) {
 	case "output":
 		r.packages[e.Package] = append(r.packages[e.Package], e.Output)
 	case "pass", "skip": // skip: a package without tests
+		if r.failedIn[e.Package] {
+			// A test failed although the package passed (a TestMain that exits 0 whatever
+			// m.Run says): show everything, and say so.
+			for _, l := range r.packages[e.Package] {
+				fmt.Fprint(r.out, l)
+			}
+			fmt.Fprintf(r.out, "testreport: %s reported ok, but a test of it failed (above)\n", e.Package)
+			r.end(e.Package)
+			return
+		}
 		for _, l := range r.packages[e.Package] {
 			if strings.HasPrefix(l, "ok  ") || strings.HasPrefix(l, "?   ") {
 				fmt.Fprint(r.out, l)
@@ -117,11 +129,17 @@ func (r *reporter) handlePackage(e event) {
 	}
 }
 
-// framing reports whether a test's output line is -v's alone: "=== RUN" and its kin, and the
-// "--- PASS" and "--- SKIP" result lines (go test without -v prints only "--- FAIL").
-func framing(line string) bool {
-	t := strings.TrimSpace(line)
-	return strings.HasPrefix(line, "=== ") || strings.HasPrefix(t, "--- PASS: ") || strings.HasPrefix(t, "--- SKIP: ")
+// framing reports whether a line of test's output is -v's own framing of it: its "=== RUN" and
+// kin, and its "--- PASS" and "--- SKIP" result lines (go test without -v prints only "--- FAIL").
+// A line the test printed itself that only looks like one is kept.
+func framing(line, test string) bool {
+	for _, verb := range []string{"=== RUN   ", "=== PAUSE ", "=== CONT  ", "=== NAME  "} {
+		if line == verb+test+"\n" {
+			return true
+		}
+	}
+	t := strings.TrimLeft(line, " ")
+	return strings.HasPrefix(t, "--- PASS: "+test+" (") || strings.HasPrefix(t, "--- SKIP: "+test+" (")
 }
 
 func (r *reporter) end(pkg string) {

@@ -93,6 +93,35 @@ func TestAFailureIsShownAndFailsTheReport(t *testing.T) {
 	}
 }
 
+// TestAFailureInAPackageThatSaysOkIsShown: a TestMain that exits 0 whatever m.Run says makes go
+// test print "ok" for a package whose test failed; the report shows the failure and fails. And a
+// line a test prints that only looks like -v's framing is the test's own, shown like any.
+func TestAFailureInAPackageThatSaysOkIsShown(t *testing.T) {
+	stream := `{"Action":"start","Package":"m"}
+{"Action":"run","Package":"m","Test":"TestX"}
+{"Action":"output","Package":"m","Test":"TestX","Output":"=== RUN   TestX\n"}
+{"Action":"output","Package":"m","Test":"TestX","Output":"=== printed by TestX itself\n"}
+{"Action":"output","Package":"m","Test":"TestX","Output":"--- FAIL: TestX (0.00s)\n"}
+{"Action":"output","Package":"m","Test":"TestX","Output":"    x_test.go:3: failed\n"}
+{"Action":"fail","Package":"m","Test":"TestX"}
+{"Action":"output","Package":"m","Output":"ok  \tm\t0.1s\n"}
+{"Action":"pass","Package":"m"}
+`
+	var out bytes.Buffer
+	if report(strings.NewReader(stream), &out) {
+		t.Fatalf("a failed test in a package that says ok reported success:\n%s", out.String())
+	}
+	got := out.String()
+	for _, want := range []string{"--- FAIL: TestX", "x_test.go:3: failed", "=== printed by TestX itself", "reported ok, but a test of it failed"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("the report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "=== RUN") {
+		t.Fatalf("the report shows -v's framing:\n%s", got)
+	}
+}
+
 func TestABuildFailureOrACutReportFailsIt(t *testing.T) {
 	build := `{"ImportPath":"m [m.test]","Action":"build-output","Output":"./m_test.go:3:1: syntax error\n"}
 {"ImportPath":"m [m.test]","Action":"build-fail"}
