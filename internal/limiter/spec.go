@@ -69,6 +69,8 @@ func (b Spec) ToDefinition() (Definition, error) {
 	// Fields whose zero value the definition reads as "none": given, they must apply and be valid.
 	switch {
 	case b.LeaseTTL == nil:
+	case !concurrency && !Kind(b.Kind).Known():
+		// Validate names the kind; saying only that leaseTtl does not apply to it would hide that.
 	case !concurrency:
 		missing = append(missing, FieldError{Field: "leaseTtl", Message: "applies to concurrency limits only"})
 	case *b.LeaseTTL < 1 || *b.LeaseTTL > algo.MaxLeaseTTL:

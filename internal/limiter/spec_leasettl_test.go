@@ -73,3 +73,17 @@ func TestSpecRefusesAnEmptyCalendar(t *testing.T) {
 		}
 	}
 }
+
+// TestALeaseTTLOnAnUnknownKindNamesTheKind: the kind is the mistake to name first; saying only
+// that leaseTtl does not apply to "bucket" would hide it.
+func TestALeaseTTLOnAnUnknownKindNamesTheKind(t *testing.T) {
+	rate, period, ttl := 1.0, int64(1000), int64(5000)
+	_, err := limiter.Spec{Kind: "bucket", Rate: &rate, Period: &period, LeaseTTL: &ttl}.ToDefinition()
+	e := apperr.From(err)
+	for _, f := range e.Fields {
+		if f.Field == "kind" && e.Code == apperr.InvalidConfig {
+			return
+		}
+	}
+	t.Fatalf("a leaseTtl on kind \"bucket\": %s %+v, want invalid_config naming kind", e.Code, e.Fields)
+}

@@ -33,6 +33,15 @@ const (
 	Concurrency Kind = "concurrency"
 )
 
+// Known reports whether k is one of the kinds above.
+func (k Kind) Known() bool {
+	switch k {
+	case TokenBucket, GCRA, FixedWindow, SlidingWindow, Quota, Concurrency:
+		return true
+	}
+	return false
+}
+
 // Algorithm is the kind whose math decides: the token bucket for GCRA, the kind itself otherwise.
 func (k Kind) Algorithm() Kind {
 	if k == GCRA {
@@ -212,9 +221,7 @@ func (d Definition) Validate() error {
 	add := func(field, format string, args ...any) {
 		fe = append(fe, FieldError{field, fmt.Sprintf(format, args...)})
 	}
-	switch d.Kind {
-	case TokenBucket, GCRA, FixedWindow, SlidingWindow, Quota, Concurrency:
-	default:
+	if !d.Kind.Known() {
 		add("kind", `must be "token bucket", "gcra", "fixed window", "sliding window", "quota" or "concurrency"`)
 	}
 	switch d.Mode {
