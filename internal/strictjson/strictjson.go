@@ -119,13 +119,10 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 		}
 		t = decodedAs(t)
 		if len(steps) > 0 && t != nil && tok != nil {
-			if msg := misfit(tok, t); msg != "" {
+			if says, number := misfit(tok, t); says != "" {
 				// encoding/json would refuse it too, but name the member without its array
 				// indices ("limits.key"), which tells a client nothing about which item.
-				problem = &Problem{Path: path(), Message: path() + " must be " + msg, Number: msg == wholeNumber || msg == outOfRange}
-				if msg == outOfRange {
-					problem.Message = path() + " is out of range: it must be " + describe(t) + " that a float64 or int64 can hold"
-				}
+				problem = &Problem{Path: path(), Message: path() + says, Number: number}
 				return false
 			}
 		}
@@ -196,29 +193,30 @@ var (
 	jsonNumber      = reflect.TypeFor[json.Number]()
 )
 
-// wholeNumber and outOfRange are what misfit says of a number its field cannot hold: one
-// written with a fraction or an exponent for a whole number (encoding/json refuses 60000.0 and
-// 6e4 there), and one beyond the field's range.
-const (
-	wholeNumber = "a whole number written without a decimal point or exponent (60000, not 60000.0 or 6e4)"
-	outOfRange  = "a number it can hold"
-)
+// notWhole is what misfit says of a whole number written with a fraction or an exponent, which
+// encoding/json refuses (whole).
+const notWhole = " must be a whole number written without a decimal point or exponent (60000, not 60000.0 or 6e4)"
 
-// misfit says what a value decoded into t (no pointer, no json.Unmarshaler) must be when tok,
-// the value's first token, cannot be decoded into it: encoding/json would refuse it; "" when it
-// can (or encoding/json has more to say: a number out of t's range).
-func misfit(tok json.Token, t reflect.Type) string {
+// whole reports whether number s is written without a fraction or an exponent.
+func whole(s string) bool { return !strings.ContainsAny(s, ".eE") }
+
+// misfit says what is wrong with a value decoded into t (no pointer, no json.Unmarshaler) whose
+// first token is tok, as the end of a sentence that begins with the member's path (" must be a
+// string"), when encoding/json would refuse it; number says it is a number t cannot hold (written
+// with a fraction or exponent for a whole number, or beyond t's range). "" when t takes it.
+func misfit(tok json.Token, t reflect.Type) (says string, number bool) {
+	mustBe := " must be " + describe(t)
 	if t == quotedType {
 		if _, ok := tok.(string); ok {
-			return ""
+			return "", false
 		}
-		return describe(t)
+		return mustBe, false
 	}
 	k := t.Kind()
 	if k == reflect.Interface {
-		return ""
+		return "", false
 	}
-	fits := false
+	var fits bool
 	switch v := tok.(type) {
 	case json.Delim:
 		fits = v == '{' && (k == reflect.Struct || k == reflect.Map) || v == '[' && (k == reflect.Slice || k == reflect.Array)
@@ -228,34 +226,36 @@ func misfit(tok json.Token, t reflect.Type) string {
 	case bool:
 		fits = k == reflect.Bool
 	case json.Number:
+		if t == jsonNumber { // the one string type a number decodes into
+			return "", false
+		}
+		s := string(v)
 		var err error
 		switch k {
 		case reflect.Float32, reflect.Float64:
-			_, err = strconv.ParseFloat(string(v), t.Bits())
+			_, err = strconv.ParseFloat(s, t.Bits())
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			if strings.ContainsAny(string(v), ".eE") {
-				return wholeNumber
+			if !whole(s) {
+				return notWhole, true
 			}
-			_, err = strconv.ParseInt(string(v), 10, t.Bits())
+			_, err = strconv.ParseInt(s, 10, t.Bits())
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			if strings.ContainsAny(string(v), ".eE") {
-				return wholeNumber
+			if !whole(s) {
+				return notWhole, true
 			}
-			_, err = strconv.ParseUint(string(v), 10, t.Bits())
-		case reflect.String:
-			if t == jsonNumber { // the only string type a number decodes into
-				return ""
-			}
+			_, err = strconv.ParseUint(s, 10, t.Bits())
+		default:
+			return mustBe, false
 		}
 		if err != nil {
-			return outOfRange
+			return " is out of range: it must be " + describe(t) + " that a float64 or int64 can hold", true
 		}
-		fits = k >= reflect.Int && k <= reflect.Float64
+		return "", false
 	}
 	if fits {
-		return ""
+		return "", false
 	}
-	return describe(t)
+	return mustBe, false
 }
 
 // isNullable reports whether encoding/json gives a null decoded into t a value of its own (nil),
