@@ -102,30 +102,27 @@ func (r *reporter) handlePackage(e event) {
 		if r.failedIn[e.Package] {
 			// A test failed although the package passed (a TestMain that exits 0 whatever
 			// m.Run says): show everything, and say so.
-			for _, l := range r.packages[e.Package] {
-				fmt.Fprint(r.out, l)
-			}
+			r.printOutput(e.Package)
 			fmt.Fprintf(r.out, "testreport: %s reported ok, but a test of it failed (above)\n", e.Package)
-			r.end(e.Package)
-			return
-		}
-		for _, l := range r.packages[e.Package] {
-			if strings.HasPrefix(l, "ok  ") || strings.HasPrefix(l, "?   ") {
-				fmt.Fprint(r.out, l)
+		} else {
+			for _, l := range r.packages[e.Package] {
+				if strings.HasPrefix(l, "ok  ") || strings.HasPrefix(l, "?   ") {
+					fmt.Fprint(r.out, l)
+				}
 			}
 		}
 		r.end(e.Package)
 	case "fail":
 		r.failed = true
-		for id := range r.tests { // tests still running when the binary died (a panic, the timeout)
-			if id.pkg == e.Package {
-				delete(r.tests, id)
-			}
-		}
-		for _, l := range r.packages[e.Package] {
-			fmt.Fprint(r.out, l)
-		}
+		r.printOutput(e.Package)
 		r.end(e.Package)
+	}
+}
+
+// printOutput prints all the output of package pkg, as go test does for a failing package.
+func (r *reporter) printOutput(pkg string) {
+	for _, l := range r.packages[pkg] {
+		fmt.Fprint(r.out, l)
 	}
 }
 
@@ -142,8 +139,15 @@ func framing(line, test string) bool {
 	return strings.HasPrefix(t, "--- PASS: "+test+" (") || strings.HasPrefix(t, "--- SKIP: "+test+" (")
 }
 
+// end forgets a package that has its result, and its tests still running when the binary died
+// (a panic, the timeout).
 func (r *reporter) end(pkg string) {
 	delete(r.packages, pkg)
+	for id := range r.tests {
+		if id.pkg == pkg {
+			delete(r.tests, id)
+		}
+	}
 	r.ended[pkg] = true
 }
 
@@ -159,9 +163,7 @@ func (r *reporter) finish() bool {
 	sort.Strings(unended)
 	for _, pkg := range unended {
 		r.failed = true
-		for _, l := range r.packages[pkg] {
-			fmt.Fprint(r.out, l)
-		}
+		r.printOutput(pkg)
 		fmt.Fprintf(r.out, "FAIL\t%s\t(the report ended before its result)\n", pkg)
 	}
 	if len(r.skips) == 0 {
