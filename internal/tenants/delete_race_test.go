@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testkit"
+	"gorm.io/gorm"
 )
 
 // pauseKey carries, in the context given to DeleteTenant, what this package's tests do in place
@@ -78,17 +79,25 @@ func waitForBlockedDelete(t *testing.T, e *env) {
 	}
 }
 
-// TestDeleteRowsGoesOnPastARowUpdatedDuringItsBatch: on PostgreSQL a batch deletes the rows it
-// selected by ctid, and skips one that another transaction updated meanwhile (the row has a new
-// ctid): that batch deletes 999 rows of 1,000 while 501 remain, and deleteRows must go on to
-// them rather than take the short batch for the table's end.
-func TestDeleteRowsGoesOnPastARowUpdatedDuringItsBatch(t *testing.T) {
+// tenantWithARowBeingUpdated is a PostgreSQL tenant "doomed" with 1,500 state rows, and an open
+// transaction (other, to commit) that has updated the first of them.
+func tenantWithARowBeingUpdated(t *testing.T) (*env, Tenant, *gorm.DB) {
+	t.Helper()
 	e := newEnv(t, testkit.URL(t, db.Postgres))
 	doomed := e.tenant(t, "doomed")
 	insertState(t, e, doomed.ID, 1500)
 	other := e.db.Gorm.Begin()
 	t.Cleanup(func() { other.Rollback() })
 	must(t, other.Exec(`UPDATE limit_state SET value = 2 WHERE tenant_id = ? AND key = 'key-0'`, doomed.ID).Error)
+	return e, doomed, other
+}
+
+// TestDeleteRowsGoesOnPastARowUpdatedDuringItsBatch: on PostgreSQL a batch deletes the rows it
+// selected by ctid, and skips one that another transaction updated meanwhile (the row has a new
+// ctid): that batch deletes 999 rows of 1,000 while 501 remain, and deleteRows must go on to
+// them rather than take the short batch for the table's end.
+func TestDeleteRowsGoesOnPastARowUpdatedDuringItsBatch(t *testing.T) {
+	e, doomed, other := tenantWithARowBeingUpdated(t)
 	type result struct {
 		n   int64
 		err error
@@ -111,12 +120,7 @@ func TestDeleteRowsGoesOnPastARowUpdatedDuringItsBatch(t *testing.T) {
 // a decision's update of one of the tenant's state rows while the deletion's batch waits for it
 // leaves no row of the tenant, and the security log counts all 1,500.
 func TestDeleteTenantOnPostgresDeletesPastARowUpdatedDuringABatch(t *testing.T) {
-	e := newEnv(t, testkit.URL(t, db.Postgres))
-	doomed := e.tenant(t, "doomed")
-	insertState(t, e, doomed.ID, 1500)
-	other := e.db.Gorm.Begin()
-	t.Cleanup(func() { other.Rollback() })
-	must(t, other.Exec(`UPDATE limit_state SET value = 2 WHERE tenant_id = ? AND key = 'key-0'`, doomed.ID).Error)
+	e, doomed, other := tenantWithARowBeingUpdated(t)
 	done := make(chan error, 1)
 	go func() { done <- e.svc.DeleteTenant(context.Background(), doomed.ID, "tester") }()
 	waitForBlockedDelete(t, e)
