@@ -284,6 +284,27 @@ func hammer(c *client, workers int, stop <-chan struct{}, pick func(worker, i in
 	return all
 }
 
+// lockStateTable locks limit_state (ACCESS EXCLUSIVE) in a transaction of its own on dbURL, so
+// that every decision waits behind it until lockTx ends; admin is its connection pool, to watch
+// for the waiters. Both end with the test.
+func lockStateTable(t *testing.T, dbURL string) (admin *sql.DB, lockTx *sql.Tx) {
+	t.Helper()
+	admin, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	ctx := context.Background()
+	if lockTx, err = admin.BeginTx(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lockTx.Rollback() })
+	if _, err := lockTx.ExecContext(ctx, "LOCK TABLE limit_state IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return admin, lockTx
+}
+
 // dedicatedPostgres starts a PostgreSQL server of the test's own (one it may pause).
 func dedicatedPostgres(t *testing.T) *testkit.Server {
 	t.Helper()
@@ -703,19 +724,7 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 	c.mustDo(t, "PUT", base+"/v1/limits/slow", map[string]any{"kind": "token bucket", "rate": 100, "period": 1000}, 200)
 	c.mustDo(t, "POST", base+"/v1/limits/slow/limit", map[string]any{"key": "warm"}, 200)
 
-	admin, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ctx := context.Background()
-	lockTx, err := admin.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lockTx.ExecContext(ctx, "LOCK TABLE limit_state IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	admin, lockTx := lockStateTable(t, dbURL)
 	const n = 5
 	type answer struct {
 		status int

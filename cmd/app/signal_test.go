@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -26,20 +24,7 @@ func TestASecondSignalEndsTheProcessAtOnce(t *testing.T) {
 	c := newClient(tenantAndKey(t, bin, env, "acme"))
 	c.mustDo(t, "PUT", p.base+"/v1/limits/slow", map[string]any{"kind": "token bucket", "rate": 100, "period": 1000}, 200)
 
-	admin, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ctx := context.Background()
-	lockTx, err := admin.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lockTx.Rollback() }()
-	if _, err := lockTx.ExecContext(ctx, "LOCK TABLE limit_state IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	admin, _ := lockStateTable(t, dbURL)
 	for i := range 3 {
 		go func() {
 			_, _, _ = c.do("POST", p.base+"/v1/limits/slow/limit", map[string]any{"key": fmt.Sprint("k", i)})
