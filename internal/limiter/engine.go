@@ -394,7 +394,6 @@ func (e *Engine) each(ctx context.Context, tenantID int64, reqs []Request, with 
 		if idems != nil {
 			j.idem = idems[i]
 		}
-		j.queuedAt = time.Now()
 		if err := e.enqueue(ctx, e.laneOf(j), j); err != nil {
 			out[i].Err = err
 			continue

@@ -43,7 +43,8 @@ type job struct {
 	done     chan struct{}
 	state    atomic.Int32 // jobQueued, jobTaken or jobAbandoned
 	// queuedAt is when the job was queued for the lane's worker (zero when its caller decided it
-	// at once): its group gives up within the retry budget of the oldest job's queuing.
+	// at once): a job queued for longer than the retry budget fails closed when its group starts,
+	// and its group gives up at the end of its youngest job's budget (expireQueued).
 	queuedAt time.Time
 	// step, when set, is the job's own writes (a hold's row, holds.go), made in its group's
 	// transaction after every decision and before commit (afterDecisions).
@@ -267,7 +268,6 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 		default:
 		}
 	}
-	j.queuedAt = time.Now()
 	if err := e.enqueue(ctx, l, j); err != nil {
 		return err
 	}
@@ -275,7 +275,9 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 }
 
 // enqueue puts j in its lane l (laneOf) for the lane's worker.
+// enqueue queues j for lane l's worker, noting when (before the worker can see it).
 func (e *Engine) enqueue(ctx context.Context, l *lane, j *job) error {
+	j.queuedAt = time.Now()
 	select {
 	case l.queue <- j:
 		return nil
@@ -366,13 +368,14 @@ func (e *Engine) runGroup(jobs []*job) {
 // at once, and its group with it).
 func (e *Engine) expireQueued(jobs []*job, now time.Time) ([]*job, time.Time) {
 	budget := e.db.Retry.Budget
+	spent := func(j *job) bool { return !j.queuedAt.IsZero() && !j.queuedAt.Add(budget).After(now) }
 	var deadline time.Time
 	expired, unqueued := 0, false
 	for _, j := range jobs {
 		switch end := j.queuedAt.Add(budget); {
 		case j.queuedAt.IsZero():
 			unqueued = true
-		case !end.After(now):
+		case spent(j):
 			expired++
 		case end.After(deadline):
 			deadline = end
@@ -386,7 +389,7 @@ func (e *Engine) expireQueued(jobs []*job, now time.Time) ([]*job, time.Time) {
 	}
 	kept := make([]*job, 0, len(jobs)-expired)
 	for _, j := range jobs {
-		if !j.queuedAt.IsZero() && !j.queuedAt.Add(budget).After(now) {
+		if spent(j) {
 			j.err = fmt.Errorf("limiter: decide: %w", ErrUnavailable.Wrap(errors.New("queued for longer than the retry budget")))
 			close(j.done)
 			purpose := db.PurposeDecision // a 503 answered, counted as the transactions' give-ups are
