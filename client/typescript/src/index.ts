@@ -192,9 +192,9 @@ export interface SluiceOptions {
   /** E.g. "https://sluice.example.com". */
   baseUrl: string;
   secretKey: string;
-  /** Bounds each call, its retries included (default 10,000; 0: no bound). */
+  /** Bounds each call, its retries included (default 10,000; 0: no bound; at most 2,147,483,647, setTimeout's limit). */
   timeoutMs?: number;
-  /** Retries of an idempotent call after a 503 or a network error (default 2). */
+  /** Retries of an idempotent call after a 503 or a network error (a whole number, default 2). */
   retries?: number;
   /** The first delay before a retry (default 50); delays double and are jittered. */
   backoffMs?: number;
@@ -210,6 +210,12 @@ export interface SluiceOptions {
 export interface CallOptions {
   /** Aborting gives up on the call; it is the caller's doing, so no fail policy applies. */
   signal?: AbortSignal;
+  /**
+   * Bounds this call, its retries included, in place of the client's timeoutMs (0: no bound).
+   * Unlike a deadline on signal, which the client cannot see, it also tells a retry whether
+   * waiting out a 503's Retry-After leaves time for the retry.
+   */
+  timeoutMs?: number;
   /**
    * limit, batch, bulk and the hold and lease calls only: sent as the Idempotency-Key header (1 to 255 printable ASCII
    * characters; one per logical request, such as the ID of the order being charged). Sluice stores
@@ -279,15 +285,21 @@ export class Sluice {
    * Throws a TypeError when baseUrl is not an http or https URL with a host, or when secretKey
    * holds a control character (a trailing newline: refused, not trimmed) or a character beyond
    * U+00FF, which a header cannot carry: a request that cannot be sent must not count as Sluice
-   * not answering, which a fail-open client would admit.
+   * not answering, which a fail-open client would admit. Also when a number of milliseconds is
+   * not one from 0 to 2,147,483,647 or retries is not a whole number from 0: NaN (an unset
+   * environment variable through Number) would mean no timeout and endless retries, and a
+   * timeout beyond setTimeout's limit would fire at once.
    */
   constructor(o: SluiceOptions) {
     this.#base = checkBaseUrl(o.baseUrl).replace(/\/+$/, "");
     this.#key = checkSecretKey(o.secretKey);
-    this.#timeoutMs = Math.max(o.timeoutMs ?? 10_000, 0);
-    this.#retries = Math.max(o.retries ?? 2, 0);
-    this.#backoffMs = Math.max(o.backoffMs ?? 50, 0);
-    this.#maxBackoffMs = Math.max(o.maxBackoffMs ?? 1_000, this.#backoffMs);
+    this.#timeoutMs = checkMs(o.timeoutMs, 10_000, "timeoutMs");
+    this.#retries = o.retries ?? 2;
+    if (!Number.isSafeInteger(this.#retries) || this.#retries < 0) {
+      throw new TypeError(`sluice: retries must be a whole number from 0, not ${String(o.retries)}`);
+    }
+    this.#backoffMs = checkMs(o.backoffMs, 50, "backoffMs");
+    this.#maxBackoffMs = Math.max(checkMs(o.maxBackoffMs, 1_000, "maxBackoffMs"), this.#backoffMs);
     const p = o.failPolicy ?? "closed";
     this.#fallback = p === "closed" ? undefined : p === "open" ? () => ({ ok: true }) : p;
     if (typeof this.#fallback !== "function" && p !== "closed") {
@@ -608,18 +620,19 @@ export class Sluice {
     const idemKey = keyed ? checkIdempotencyKey(opts, route) : undefined;
     // A body JSON cannot carry (a BigInt, a cycle) throws here, before anything is sent.
     const payload = body === undefined ? undefined : JSON.stringify(body);
+    const timeoutMs = opts?.timeoutMs === undefined ? this.#timeoutMs : checkMs(opts.timeoutMs, 0, `${route}: timeoutMs`);
     // One signal for the whole call (its retries included), aborted by the timeout or the
     // caller. Linked by hand rather than with AbortSignal.any, which Node 20.0-20.2 lack (and
     // runtimes other than Node may).
     const ctl = new AbortController();
-    const deadline = this.#timeoutMs > 0 ? Date.now() + this.#timeoutMs : Infinity;
+    const deadline = timeoutMs > 0 ? Date.now() + timeoutMs : Infinity;
     let timedOut = false;
     const timer =
-      this.#timeoutMs > 0
+      timeoutMs > 0
         ? setTimeout(() => {
             timedOut = true;
             ctl.abort();
-          }, this.#timeoutMs)
+          }, timeoutMs)
         : undefined;
     const caller = opts?.signal;
     const onCallerAbort = () => ctl.abort(caller?.reason);
@@ -638,11 +651,11 @@ export class Sluice {
             return { data: undefined, headers: new Headers() };
           }
           mayHaveActed ||= !sluiceAnswered(err);
-          if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms`, err, true);
+          if (timedOut) throw new NoAnswerError(`sluice: ${route}: no answer in ${timeoutMs} ms`, err, true);
           if (!retry || attempt >= this.#retries || !retryable(err)) throw err;
           await sleep(this.#retryDelay(attempt, err, deadline - Date.now()), ctl.signal).catch(() => {
             if (caller?.aborted) throw caller.reason;
-            throw new NoAnswerError(`sluice: ${route}: no answer in ${this.#timeoutMs} ms (while waiting to retry after: ${(err as Error).message})`, err, true);
+            throw new NoAnswerError(`sluice: ${route}: no answer in ${timeoutMs} ms (while waiting to retry after: ${(err as Error).message})`, err, true);
           });
         }
       }
@@ -683,7 +696,7 @@ export class Sluice {
    * only when it leaves the call at least as long again for the retry before its timeout (leftMs
    * away): otherwise the backoff's retry may still be answered in time, where waiting out the
    * Retry-After would most likely fail the call. (A deadline on the caller's signal is not known
-   * here: only timeoutMs counts.)
+   * here: only the call's timeoutMs counts.)
    */
   #retryDelay(attempt: number, err: unknown, leftMs: number): number {
     const d = this.#delay(attempt);
@@ -959,6 +972,21 @@ function checkIdempotencyKey(opts: CallOptions | undefined, route: string): stri
   }
   return k;
 }
+
+/**
+ * A number of milliseconds from the options (what: its name, for the message), or def when
+ * absent: a number from 0 to setTimeout's limit, else a TypeError before anything is sent.
+ */
+function checkMs(ms: unknown, def: number, what: string): number {
+  if (ms === undefined) return def;
+  if (typeof ms !== "number" || !(ms >= 0 && ms <= maxTimerMs)) {
+    throw new TypeError(`sluice: ${what} must be a number of milliseconds from 0 to ${maxTimerMs}, not ${String(ms)}`);
+  }
+  return ms;
+}
+
+/** setTimeout's longest delay: a longer one fires at once. */
+const maxTimerMs = 2 ** 31 - 1;
 
 /** baseUrl, checked: an http or https URL with a host. */
 function checkBaseUrl(baseUrl: unknown): string {

@@ -412,6 +412,11 @@ test("a retry after a 503 waits what its Retry-After asks, up to maxBackoffMs", 
     const r = await client({ retries: 1, backoffMs: 1, maxBackoffMs: 5000, timeoutMs, fetch: f }).check(name, { key: "k" });
     assert.ok(r.ok, JSON.stringify(r));
     assert.ok(f.gap() < 1000, `timeout ${timeoutMs} ms: the retry came ${f.gap()} ms after the 503, want the backoff's`);
+    // The same with the call's own timeoutMs under a client's long one.
+    const g = slowingFetch("1");
+    const s = await client({ retries: 1, backoffMs: 1, maxBackoffMs: 5000, timeoutMs: 60_000, fetch: g }).check(name, { key: "k" }, { timeoutMs });
+    assert.ok(s.ok, JSON.stringify(s));
+    assert.ok(g.gap() < 1000, `the call's own timeout ${timeoutMs} ms: the retry came ${g.gap()} ms after the 503, want the backoff's`);
   }
   // When retries run out, the error carries it.
   const e = await problemOf(client({ retries: 0, fetch: slowingFetch("1") }).check(name, { key: "k" }));
@@ -533,6 +538,15 @@ test("the timeout counts as Sluice not answering", async (t) => {
   const r = await open.limit("x");
   assert.ok(r.ok && r.degraded, JSON.stringify(r));
 
+  // A call's own timeoutMs bounds it in place of the client's.
+  const slow = new Sluice({ baseUrl, secretKey: sluice.secretKey, timeoutMs: 60_000 });
+  const began = performance.now();
+  const short = await noAnswerOf(slow.check("x", {}, { timeoutMs: 100 }));
+  assert.equal(short.timedOut, true);
+  assert.match(short.message, /no answer in 100 ms/);
+  const waited = performance.now() - began;
+  assert.ok(waited >= 90 && waited < 10_000, `the call took ${waited} ms with its own 100 ms timeout under the client's 60 s`);
+
   // The caller giving up on a call in flight is its own doing: no fail policy, no timeout.
   const patient = new Sluice({ baseUrl, secretKey: sluice.secretKey, timeoutMs: 60_000, failPolicy: "open" });
   const abort = new AbortController();
@@ -642,6 +656,10 @@ test("a malformed idempotencyKey, a body JSON cannot carry, a bad baseUrl or sec
   await assert.rejects(c.batch([{ name, key: "alice", ...big }]), /BigInt/, "batch with a BigInt");
   const [lone] = await c.bulk([{ name, key: "alice", ...big }]);
   assert.ok(lone.error instanceof TypeError && /BigInt/.test(lone.error.message), `bulk with a BigInt: ${JSON.stringify(lone)}`);
+  // A call's own timeoutMs that is no number of milliseconds setTimeout can wait.
+  for (const timeoutMs of [NaN, -1, Infinity, 2 ** 31, "100"]) {
+    await assert.rejects(c.limit(name, { key: "alice" }, { timeoutMs }), /timeoutMs must be a number of milliseconds/, `limit with timeoutMs ${String(timeoutMs)}`);
+  }
   assert.equal(f.calls, sentBefore, "nothing was sent");
   const v = await c.value(name, "alice");
   assert.ok(near(v.value, 1), `value ${v.value}: nothing was consumed, want 1`);
@@ -659,6 +677,15 @@ test("a malformed idempotencyKey, a body JSON cannot carry, a bad baseUrl or sec
   }
   for (const secretKey of [`${sluice.secretKey}\n`, "s\rk", "sk\u0100"]) {
     assert.throws(() => new Sluice({ baseUrl: sluice.baseUrl, secretKey, failPolicy: "open" }), TypeError, `secretKey ${JSON.stringify(secretKey)}`);
+  }
+  // NaN (Number of an unset variable) would mean no timeout and endless retries; a timeout past
+  // setTimeout's limit would fire at once.
+  for (const o of [{ timeoutMs: NaN }, { timeoutMs: -1 }, { timeoutMs: Infinity }, { timeoutMs: 2 ** 31 }, { retries: NaN }, { retries: 1.5 }, { retries: -1 },
+    { backoffMs: NaN }, { maxBackoffMs: Infinity }, { timeoutMs: "500" }]) {
+    assert.throws(() => new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey, failPolicy: "open", ...o }), TypeError, `options ${JSON.stringify(o)} (${String(Object.values(o)[0])})`);
+  }
+  for (const o of [{ timeoutMs: 0 }, { timeoutMs: 2 ** 31 - 1 }, { retries: 0 }, { backoffMs: 0, maxBackoffMs: 0 }]) {
+    new Sluice({ baseUrl: sluice.baseUrl, secretKey: sluice.secretKey, ...o });
   }
 
   // Sluice not answering still fails open.
