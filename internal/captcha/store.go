@@ -294,6 +294,16 @@ func (s *Store) ListSessions(ctx context.Context, tenantID int64, limit int) ([]
 	return out, nil
 }
 
+// The sweep's statements: up to ? (the second argument) consumed challenges, or sessions, that
+// expired before ?. Row-value IN with a LIMITed subquery is the portable batched delete:
+// PostgreSQL and CockroachDB have no DELETE ... LIMIT, SQLite only with a compile-time option.
+const (
+	sqlSweepUsed = `DELETE FROM captcha_used WHERE (tenant_id, challenge) IN
+		(SELECT tenant_id, challenge FROM captcha_used WHERE expires_at < ? LIMIT ?)`
+	sqlSweepSessions = `DELETE FROM captcha_sessions WHERE (tenant_id, session_hash) IN
+		(SELECT tenant_id, session_hash FROM captcha_sessions WHERE expires_at < ? LIMIT ?)`
+)
+
 // SweepExpired deletes consumed challenges and sessions (revoked or not) that expired before
 // now, across all tenants, in transactions of at most batch rows each (batch <= 0 means 1000)
 // so that a large backlog never holds locks for long. It returns how many rows it deleted.
@@ -304,14 +314,7 @@ func (s *Store) SweepExpired(ctx context.Context, now time.Time, batch int) (int
 	}
 	cutoff := dbTime(now)
 	total := 0
-	for _, q := range []string{
-		// Row-value IN with a LIMITed subquery is the portable batched delete: PostgreSQL and
-		// CockroachDB have no DELETE ... LIMIT, SQLite only with a compile-time option.
-		`DELETE FROM captcha_used WHERE (tenant_id, challenge) IN
-			(SELECT tenant_id, challenge FROM captcha_used WHERE expires_at < ? LIMIT ?)`,
-		`DELETE FROM captcha_sessions WHERE (tenant_id, session_hash) IN
-			(SELECT tenant_id, session_hash FROM captcha_sessions WHERE expires_at < ? LIMIT ?)`,
-	} {
+	for _, q := range []string{sqlSweepUsed, sqlSweepSessions} {
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, fmt.Errorf("captcha: sweep: %w", err)

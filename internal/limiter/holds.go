@@ -286,11 +286,12 @@ const (
 	sqlNextSeqEnd = " ON CONFLICT (tenant_id, name, key) DO UPDATE SET seq = hold_key_seqs.seq + 1, updated_at = excluded.updated_at"
 	// A numbering is deleted with its key's log, which may be a day younger than its last take
 	// (a restarted numbering must not meet the old one's give-backs); both statements pick the
-	// same keys in one transaction.
+	// same keys in one transaction (oldest first, the key breaking ties: the order of the index
+	// hold_key_seqs_updated, so that neither reads more than its batch).
 	sqlPruneSeqsLog = `DELETE FROM hold_give_backs WHERE (tenant_id, name, key) IN
-		(SELECT tenant_id, name, key FROM hold_key_seqs WHERE updated_at < ? ORDER BY tenant_id, name, key LIMIT ?)`
+		(SELECT tenant_id, name, key FROM hold_key_seqs WHERE updated_at < ? ORDER BY updated_at, tenant_id, name, key LIMIT ?)`
 	sqlPruneSeqs = `DELETE FROM hold_key_seqs WHERE (tenant_id, name, key) IN
-		(SELECT tenant_id, name, key FROM hold_key_seqs WHERE updated_at < ? ORDER BY tenant_id, name, key LIMIT ?)`
+		(SELECT tenant_id, name, key FROM hold_key_seqs WHERE updated_at < ? ORDER BY updated_at, tenant_id, name, key LIMIT ?)`
 	// A hold's snapshot, per limit and key it charged, of the limit's numbers tag and of the
 	// number of its take (sqlSnapshotHold, then "(?, ?)" per limit and key joined by ", ", then
 	// sqlSnapshotHoldEnd), in the hold's own transaction after sqlNextSeq; read back at its close

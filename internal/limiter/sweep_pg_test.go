@@ -2,12 +2,9 @@ package limiter
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/testkit"
@@ -126,44 +123,5 @@ func TestSweepDeletionOnPostgreSQLNeedsTheJudgedStateAndDefinition(t *testing.T)
 	put("adhoc", bigger)
 	if n := deleteJudged(judged, nil); n != 0 {
 		t.Fatal("deleted inline state judged without a definition after one was stored")
-	}
-}
-
-// TestTheSweepersLooksReadThroughAnIndex plans each statement with which a sweeper looks for
-// rows by something other than their primary key, as its transaction runs it on PostgreSQL
-// (sequential scans off), and requires an index: a whole-table scan's predicate lock conflicts
-// with every write to the table, and its disable cost passes the JIT thresholds (the hold
-// sweeper's look for closed holds compiled itself every second, about 50 ms of the database's
-// CPU, until migration 00021 gave it an index).
-func TestTheSweepersLooksReadThroughAnIndex(t *testing.T) {
-	d := testkit.Open(t, db.Postgres)
-	const now, batch = int64(1_700_000_000_000), 100
-	for _, c := range []struct {
-		name string
-		sql  string
-		args []any
-	}{
-		{"due holds", sqlDueHolds, []any{now, batch}},
-		{"old holds", sqlOldHolds, []any{now - ClosedHoldRetention, batch}},
-		{"old give-backs", sqlPruneGiveBacks, []any{now - giveBacksKept, batch}},
-		{"old numberings' give-backs", sqlPruneSeqsLog, []any{now - giveBacksKept, batch}},
-		{"old numberings", sqlPruneSeqs, []any{now - giveBacksKept, batch}},
-		{"expired leases", sqlSweepLeases, []any{now, batch}},
-		{"expired idempotent answers", sqlIdemSweep, []any{now, batch}},
-	} {
-		var plan []string
-		err := d.Gorm.Transaction(func(tx *gorm.DB) error {
-			if err := tx.Exec(pgNoSeqScan).Error; err != nil {
-				return err
-			}
-			return tx.Raw("EXPLAIN "+c.sql, c.args...).Scan(&plan).Error
-		})
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		text := strings.Join(plan, "\n")
-		if strings.Contains(text, "Seq Scan") || strings.Contains(text, "JIT") {
-			t.Errorf("the sweeper's look for %s scans its whole table:\n%s", c.name, text)
-		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package testkit is what tests (and the benchmark) share, and nothing else imports: real,
 // freshly migrated databases of every dialect (Each, Open), a throwaway PostgreSQL server
-// (Start, Main; the withpg command runs `make test` beside one), and the checks of DESIGN
-// §3.4's bounds over admission histories observed from outside the engine (TokenBucket).
+// (Start, Main; the withpg command runs `make test` beside one), the checks of DESIGN §3.4's
+// bounds over admission histories observed from outside the engine (TokenBucket), and the
+// check that a background job's statement reads through an index (WholeTableReads).
 package testkit
 
 // This file opens real databases: a SQLite file in the test's temporary directory, or a new
