@@ -15,7 +15,7 @@ import (
 func TestTheSweepsLooksReadThroughAnIndex(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		for name, q := range map[string]string{"consumed challenges": sqlSweepUsed, "sessions": sqlSweepSessions} {
-			if whole := testkit.WholeTableReads(t, d, q, dbTime(time.Now()), sweepBatch); len(whole) > 0 {
+			if whole := testkit.WholeTableReads(t, d, testkit.Look{SQL: q, Args: []any{dbTime(time.Now()), sweepBatch}}); len(whole) > 0 {
 				t.Errorf("the sweep's look for expired %s reads a whole table:\n%s", name, strings.Join(whole, "\n"))
 			}
 		}

@@ -31,7 +31,7 @@ func TestTheSweepersLooksReadThroughAnIndex(t *testing.T) {
 			{"expired leases", sqlSweepLeases, []any{now, batch}},
 			{"expired idempotent answers", sqlIdemSweep, []any{now, batch}},
 		} {
-			if whole := testkit.WholeTableReads(t, d, c.sql, c.args...); len(whole) > 0 {
+			if whole := testkit.WholeTableReads(t, d, testkit.Look{SQL: c.sql, Args: c.args}); len(whole) > 0 {
 				t.Errorf("the sweeper's look for %s reads a whole table:\n%s", c.name, strings.Join(whole, "\n"))
 			}
 		}

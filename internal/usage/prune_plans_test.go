@@ -14,7 +14,7 @@ import (
 func TestThePrunesLooksReadThroughAnIndex(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		for _, q := range []string{sqlPruneStats, sqlPruneStatsHourly, sqlPruneTopKeys, sqlPruneTopKeysHourly} {
-			if whole := testkit.WholeTableReads(t, d, q, int64(1_700_000_000_000), pruneRows); len(whole) > 0 {
+			if whole := testkit.WholeTableReads(t, d, testkit.Look{SQL: q, Args: []any{int64(1_700_000_000_000), pruneRows}}); len(whole) > 0 {
 				t.Errorf("%s\nreads a whole table:\n%s", q, strings.Join(whole, "\n"))
 			}
 		}

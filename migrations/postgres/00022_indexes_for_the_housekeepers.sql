@@ -16,8 +16,6 @@
 --   rows, and past a few million its cost would have passed PostgreSQL's JIT threshold.
 
 -- +goose Up
-DROP INDEX hold_key_seqs_updated;
-CREATE INDEX hold_key_seqs_updated ON hold_key_seqs (updated_at, tenant_id, name, key);
 CREATE INDEX webhook_deliveries_waiting ON webhook_deliveries (endpoint_id, created_at DESC, id DESC)
     WHERE delivered_at IS NULL AND given_up_at IS NULL;
 CREATE INDEX webhook_deliveries_delivered ON webhook_deliveries (delivered_at) WHERE delivered_at IS NOT NULL;
@@ -27,6 +25,10 @@ CREATE INDEX usage_stats_bucket ON usage_stats (bucket_start);
 CREATE INDEX usage_stats_hourly_bucket ON usage_stats_hourly (bucket_start);
 CREATE INDEX usage_top_keys_bucket ON usage_top_keys (bucket_start);
 CREATE INDEX usage_top_keys_hourly_bucket ON usage_top_keys_hourly (bucket_start);
+-- Last: the migration is one transaction, and the drop locks hold_key_seqs (every hold's take)
+-- until it commits; the other indexes are built before.
+DROP INDEX hold_key_seqs_updated;
+CREATE INDEX hold_key_seqs_updated ON hold_key_seqs (updated_at, tenant_id, name, key);
 
 -- +goose Down
 DROP INDEX usage_top_keys_hourly_bucket;
