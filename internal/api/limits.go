@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -165,14 +164,10 @@ func resetKey(body ResetBody) (*string, error) {
 		global := ""
 		return &global, nil
 	}
-	var key *string
-	if err := json.Unmarshal(body.Key, &key); err != nil || key == nil {
-		return nil, badRequest("key", `key must be a string; omit it to reset the limit's global key`)
-	}
-	if !limiter.ValidKey(*key) {
+	if !limiter.ValidKey(*body.Key) {
 		return nil, badRequest("key", limiter.KeyRule)
 	}
-	return key, nil
+	return body.Key, nil
 }
 
 func (s *Server) value(c *gin.Context) {

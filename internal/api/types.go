@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"math"
 	"time"
 
@@ -133,10 +132,10 @@ type BulkResponse struct {
 
 // ResetBody is the body of POST /v1/limits/{name}/reset.
 type ResetBody struct {
-	// Key is kept raw to tell an absent key (the limit's global key) from an explicit null (a
-	// mistake worth a 400).
-	Key     json.RawMessage `json:"key,omitempty"`
-	AllKeys *bool           `json:"allKeys,omitempty"`
+	// Key absent is the limit's global key; an explicit null is refused by the decoder, as for
+	// every member the document does not make nullable.
+	Key     *string `json:"key,omitempty"`
+	AllKeys *bool   `json:"allKeys,omitempty"`
 }
 
 // DecisionResponse is one decision.
