@@ -73,8 +73,7 @@ func deliverThroughTheProxyEnvironment(t *testing.T) {
 		t.Fatalf("the environment names no proxy for %s (%v, %v): the test would prove nothing", proxiedReceiverURL, u, err)
 	}
 	d := testkit.Open(t, db.SQLite)
-	c := &clock{}
-	c.ms.Store(1_700_000_000_000)
+	c := newClock()
 	s := newService(t, d, c, true)
 	tenant := newTenant(t, d, "acme")
 	ep, _, err := s.CreateEndpoint(context.Background(), tenant, proxiedReceiverURL, []string{EventKeyCreated})
@@ -99,8 +98,7 @@ func deliverThroughTheProxyEnvironment(t *testing.T) {
 // target's 200 as the receiver's).
 func TestARedirectIsTheReceiversAnswerNotANewTarget(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		tenant := newTenant(t, d, "acme")
 		target := newReceiver(t)

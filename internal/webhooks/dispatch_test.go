@@ -24,8 +24,7 @@ import (
 // the second takes the 9 the first has not started and leaves the 7th alone.
 func TestASecondDispatcherDoesNotSendWhatTheFirstIsStillWorkingThrough(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		first, second := newService(t, d, c, true), newService(t, d, c, true)
 		tenant := newTenant(t, d, "acme")
 		var (
@@ -83,8 +82,7 @@ func TestASecondDispatcherDoesNotSendWhatTheFirstIsStillWorkingThrough(t *testin
 // must not be recorded over that success (it would schedule the delivered event again).
 func TestAnOvertakenDispatcherDoesNotOverwriteTheOutcome(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		first, second := newService(t, d, c, true), newService(t, d, c, true)
 		tenant := newTenant(t, d, "acme")
 		var requests atomic.Int64
@@ -121,8 +119,7 @@ func TestAnOvertakenDispatcherDoesNotOverwriteTheOutcome(t *testing.T) {
 // must not give the delivery up (nor reschedule it): the resend stands, and is sent.
 func TestAResendIsNotUndoneByTheAttemptInFlight(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		tenant := newTenant(t, d, "acme")
 		var (
@@ -164,8 +161,7 @@ func TestAResendIsNotUndoneByTheAttemptInFlight(t *testing.T) {
 // timeout each) delays another tenant's event by at most one of its own.
 func TestOneTenantsBacklogDoesNotHoldUpAnother(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		busy, quiet := newTenant(t, d, "busy"), newTenant(t, d, "quiet")
 		var (
@@ -214,8 +210,7 @@ func TestOneTenantsBacklogDoesNotHoldUpAnother(t *testing.T) {
 // not for their backlogs (which stay older than its event all along).
 func TestManyTenantsBacklogsHoldUpAnotherByOneRequestEach(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		var (
 			mu    sync.Mutex
@@ -262,8 +257,7 @@ func TestManyTenantsBacklogsHoldUpAnotherByOneRequestEach(t *testing.T) {
 // with a receiver that never answers, each of those costs the whole request timeout.
 func TestADeliveryFallingDueDuringAPassTakesItsTurn(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		busy, quiet := newTenant(t, d, "busy"), newTenant(t, d, "quiet")
 		var (
@@ -336,8 +330,7 @@ func outboxIDs(t *testing.T, d *db.DB, where string, args ...any) []string {
 // delivery still waiting.
 func TestFinishedDeliveriesAreDeletedAfterAWeek(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		ep, _, err := s.CreateEndpoint(context.Background(), newTenant(t, d, "acme"), "http://127.0.0.1:9/", []string{EventKeyCreated})
 		if err != nil {
@@ -372,8 +365,7 @@ func TestFinishedDeliveriesAreDeletedAfterAWeek(t *testing.T) {
 // endpoints' do not count.
 func TestAnEndpointsWaitingDeliveriesAreBounded(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		ctx := context.Background()
 		tenant := newTenant(t, d, "acme")
@@ -419,8 +411,7 @@ func TestAnEndpointsWaitingDeliveriesAreBounded(t *testing.T) {
 // full endpoint while it is being sent; the attempt's late failure is not recorded over that.
 func TestADeliveryGivenUpWhileInFlightStaysGivenUp(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		tenant := newTenant(t, d, "acme")
 		var ep Endpoint
@@ -458,8 +449,7 @@ func TestADeliveryGivenUpWhileInFlightStaysGivenUp(t *testing.T) {
 // statement picks from a snapshot and waits for the row, while SQLite has one writer at a time.
 func TestADeliveryDeliveredWhileHousekeepingGivesItUpStaysDelivered(t *testing.T) {
 	d := testkit.Open(t, db.Postgres)
-	c := &clock{}
-	c.ms.Store(1_700_000_000_000)
+	c := newClock()
 	s := newService(t, d, c, true)
 	ctx := context.Background()
 	ep, _, err := s.CreateEndpoint(ctx, newTenant(t, d, "acme"), "http://127.0.0.1:9/", []string{EventKeyCreated})
@@ -495,8 +485,7 @@ func TestADeliveryDeliveredWhileHousekeepingGivesItUpStaysDelivered(t *testing.T
 // ones the log keeps); a failed one waiting for its retry stays in it.
 func TestFinishedDeliveriesLeaveTheDueRange(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		ctx := context.Background()
 		tenant := newTenant(t, d, "acme")
@@ -551,8 +540,7 @@ func TestFinishedDeliveriesLeaveTheDueRange(t *testing.T) {
 // must still be deleted once its week is over: housekeeping goes on during the pass.
 func TestTheOutboxIsKeptWhileDeliveriesKeepFallingDue(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s, err := NewService(d, sealKey, Options{AllowPrivate: true, Now: c.now, Interval: 10 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -619,8 +607,7 @@ func TestTheOutboxIsKeptWhileDeliveriesKeepFallingDue(t *testing.T) {
 // while SQLite has one writer at a time.
 func TestADeliveryResentWhileHousekeepingDeletesItStaysResent(t *testing.T) {
 	d := testkit.Open(t, db.Postgres)
-	c := &clock{}
-	c.ms.Store(1_700_000_000_000)
+	c := newClock()
 	s := newService(t, d, c, true)
 	ctx := context.Background()
 	ep, _, err := s.CreateEndpoint(ctx, newTenant(t, d, "acme"), "http://127.0.0.1:9/", []string{EventKeyCreated})

@@ -15,8 +15,7 @@ import (
 // one, is accepted as it is.
 func TestAnEndpointURLWithAnImpossiblePortIsRefusedAsInvalid(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, false)
 		tn := newTenant(t, d, "acme")
 		ctx := context.Background()

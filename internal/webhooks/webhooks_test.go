@@ -66,6 +66,13 @@ func (r *receiver) requests() []received {
 // clock is a test clock the service reads from several goroutines.
 type clock struct{ ms atomic.Int64 }
 
+// newClock is a clock the tests start at the same moment (2023-11-14T22:13:20Z).
+func newClock() *clock {
+	c := &clock{}
+	c.ms.Store(1_700_000_000_000)
+	return c
+}
+
 func (c *clock) now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *clock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
@@ -112,8 +119,7 @@ func deliverDue(t *testing.T, s *Service) int {
 
 func TestDeliveriesAreSignedByTheStandardWebhooksConvention(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		tenant := newTenant(t, d, "acme")
 		r := newReceiver(t)
@@ -166,8 +172,7 @@ func TestDeliveriesAreSignedByTheStandardWebhooksConvention(t *testing.T) {
 // by a retry once (and only once) its backoff has passed, then one success, then nothing more.
 func TestAFailingReceiverGetsTheEventExactlyOnceMoreAfterItRecovers(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		tenant := newTenant(t, d, "acme")
 		r := newReceiver(t, 500, 503, 404)
@@ -208,8 +213,7 @@ func TestAFailingReceiverGetsTheEventExactlyOnceMoreAfterItRecovers(t *testing.T
 
 func TestADeliveryIsGivenUpAfter24HoursAndCanBeResent(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		tenant := newTenant(t, d, "acme")
 		failing := make([]int, 100)
@@ -263,8 +267,7 @@ func TestADeliveryIsGivenUpAfter24HoursAndCanBeResent(t *testing.T) {
 
 func TestPrivateReceiversAreRefusedUnlessTheOperatorAllowsThem(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, false)
 		tenant := newTenant(t, d, "acme")
 		r := newReceiver(t)
@@ -326,8 +329,7 @@ func TestTheOutboxSurvivesARestart(t *testing.T) {
 	for _, dialect := range testkit.Dialects {
 		t.Run(string(dialect), func(t *testing.T) {
 			url := testkit.URL(t, dialect)
-			c := &clock{}
-			c.ms.Store(1_700_000_000_000)
+			c := newClock()
 			first := testkit.OpenURL(t, url)
 			s := newService(t, first, c, true)
 			tenant := newTenant(t, first, "acme")
@@ -349,8 +351,7 @@ func TestTheOutboxSurvivesARestart(t *testing.T) {
 
 func TestEndpointsAreValidatedAndKeptPerTenant(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		a, b := newTenant(t, d, "a"), newTenant(t, d, "b")
 		ctx := context.Background()
@@ -420,8 +421,7 @@ func TestEndpointsAreValidatedAndKeptPerTenant(t *testing.T) {
 // not passed to the INSERT, which PostgreSQL refuses with an error (a 500).
 func TestAnEndpointURLThatIsNotTextIsRefusedAsInvalid(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		c := &clock{}
-		c.ms.Store(1_700_000_000_000)
+		c := newClock()
 		s := newService(t, d, c, true)
 		tn := newTenant(t, d, "acme")
 		for _, raw := range []string{"https://example.com/hook?q=\xff", "https://example.com/hook?q=\xc3", "https://example.com/hook?q=a\x00b",
