@@ -274,8 +274,7 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 	return e.await(ctx, j)
 }
 
-// enqueue puts j in its lane l (laneOf) for the lane's worker.
-// enqueue queues j for lane l's worker, noting when (before the worker can see it).
+// enqueue queues j for its lane l's (laneOf) worker, noting when (before the worker can see it).
 func (e *Engine) enqueue(ctx context.Context, l *lane, j *job) error {
 	j.queuedAt = time.Now()
 	select {
