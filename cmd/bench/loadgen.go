@@ -25,9 +25,14 @@ type scenario struct {
 	// connections are spread over them evenly.
 	instances int
 	keys      int     // distinct keys (1 = one hot key)
-	rate      float64 // tokens per second per key (also the capacity)
-	shards    int
-	grpc      bool // Envoy's ShouldRateLimit over gRPC (one connection per worker) instead of HTTP
+	rate      float64 // tokens per period per key (also the capacity, unless capacity is set)
+	period    int64   // the limit's period in ms (0: 1000)
+	capacity  float64 // the bucket's capacity (0: rate)
+	// stored writes a row for every key before the run, as a limit whose keys are all in use
+	// does (see storeEveryKey): the decisions update stored rows instead of inserting new ones.
+	stored bool
+	shards int
+	grpc   bool // Envoy's ShouldRateLimit over gRPC (one connection per worker) instead of HTTP
 	// fastCommit runs against an instance with SLUICE_COMMIT=fast (decisions commit without
 	// waiting for their WAL to reach the disk).
 	fastCommit bool
@@ -46,6 +51,10 @@ func scenarios() []scenario {
 		{name: "random-1-fast", conns: 1, keys: 100_000, rate: 1000, fastCommit: true},
 		{name: "random-8", conns: 8, keys: 100_000, rate: 1000},
 		{name: "random-32", conns: 32, keys: 100_000, rate: 1000},
+		// random-32 on a limit whose every key has a stored row that the run does not refill
+		// (1 token an hour, a capacity of 1,000): every decision updates a row. In random-32 the
+		// rows refill within a millisecond, so most of a short run's decisions insert.
+		{name: "random-32-stored", conns: 32, keys: 100_000, rate: 1, period: 3_600_000, capacity: 1000, stored: true},
 		{name: "random-32-fast", conns: 32, keys: 100_000, rate: 1000, fastCommit: true},
 		// random-32 with 1,000 overrides on the decision path: its throughput over random-32's
 		// is the cost of overrides (docs/performance.md).
@@ -100,7 +109,17 @@ type worker struct {
 func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (RunResult, error) {
 	s := targets[0]
 	ctx := context.Background()
-	def := fmt.Sprintf(`{"kind":"token bucket","rate":%g,"period":1000`, sc.rate)
+	period, capacity := sc.period, sc.capacity
+	if period == 0 {
+		period = 1000
+	}
+	if capacity == 0 {
+		capacity = sc.rate
+	}
+	def := fmt.Sprintf(`{"kind":"token bucket","rate":%g,"period":%d`, sc.rate, period)
+	if sc.capacity != 0 {
+		def += fmt.Sprintf(`,"capacity":%g`, capacity)
+	}
 	if sc.shards > 1 {
 		def += fmt.Sprintf(`,"shards":%d`, sc.shards)
 	}
@@ -122,6 +141,11 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	}
 	if sc.overrides > 0 {
 		if err := putOverrides(ctx, s, name, sc); err != nil {
+			return RunResult{}, err
+		}
+	}
+	if sc.stored {
+		if err := storeEveryKey(s.dbURL, name, sc.keys, capacity-1); err != nil {
 			return RunResult{}, err
 		}
 	}
@@ -295,8 +319,9 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	if total > 0 {
 		res.AppCPUus, res.PgCPUus = appUsed*1e6/float64(total), pgUsed*1e6/float64(total)
 	}
-	// Every key's admitted total must stay within capacity + rate*T (T padded for clock rounding).
-	bound := sc.rate + sc.rate*(elapsed.Seconds()+0.01)
+	// Every key's admitted total must stay within capacity + rate*T/period (T padded for clock
+	// rounding); a stored row starts a token below capacity, so the bound holds for it too.
+	bound := capacity + sc.rate*(elapsed.Seconds()+0.01)*1000/float64(period)
 	if sc.twoStep == leaseRelease {
 		bound = math.Inf(1) // what is in flight, not a rate: the engine's tests prove that bound
 	}
@@ -309,6 +334,24 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 		res.Bound = bound
 	}
 	return res, nil
+}
+
+// storeEveryKey writes the limit name's row for each of the keys k0 … k(keys-1), holding value
+// tokens as of the database's clock, straight into limit_state, as decisions on every key would
+// have left them (a decision's row: shard 0, no counters, no penalty).
+func storeEveryKey(dbURL, name string, keys int, value float64) error {
+	err := psql(dbURL, fmt.Sprintf(`INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters, penalty_until)
+		SELECT d.tenant_id, d.name, 'k' || g, 0, %g, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, '', 0
+		FROM limit_definitions d, generate_series(0, %d) g WHERE d.name = '%s'`, value, keys-1, name))
+	if err != nil {
+		return err
+	}
+	// Each on its own (psql -c runs one string as one transaction, where VACUUM cannot run): the
+	// run starts with the table's statistics current and nothing left to write back.
+	if err := psql(dbURL, "VACUUM ANALYZE limit_state"); err != nil {
+		return err
+	}
+	return psql(dbURL, "CHECKPOINT")
 }
 
 func summarize(sc scenario, runs []RunResult) Result {

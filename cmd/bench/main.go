@@ -485,6 +485,7 @@ type sluice struct {
 	base    string
 	metrics string // the metrics listener's /metrics (METRICS_ADDR)
 	grpc    string // the Envoy rate limit service's host:port (GRPC_ADDR)
+	dbURL   string // its database (DATABASE_URL; SQLite's sqlite:PATH for the SQLite scenarios)
 	key     string
 	env     []string
 }
@@ -504,7 +505,7 @@ func startSluice(bin, work, dbURL string, extraEnv ...string) (*sluice, error) {
 		return nil, err
 	}
 	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
-		grpc: fmt.Sprintf("127.0.0.1:%d", grpcPort)}
+		grpc: fmt.Sprintf("127.0.0.1:%d", grpcPort), dbURL: dbURL}
 	s.env = append(os.Environ(), "SLUICE_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
 		"SECRET_KEY=bench-secret-key-0123456789abcdef0123", fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metricsPort), "GRPC_ADDR="+s.grpc,
 		fmt.Sprintf("LISTEN_ADDR=127.0.0.1:%d", port), "SLUICE_ADMIN_EMAIL=", "SLUICE_ADMIN_PASSWORD=")
