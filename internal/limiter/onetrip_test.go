@@ -137,7 +137,7 @@ func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
 		if err := d.Gorm.Raw(`SELECT pg_get_functiondef(` + takeTokens + `::regprocedure)`).Scan(&def).Error; err != nil {
 			t.Fatal(err)
 		}
-		const decide = "ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT (e AND pen > t);"
+		const decide = "ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserves[i])) AND NOT (e AND pen > t);"
 		if !strings.Contains(def, decide) {
 			t.Fatalf("the function no longer decides with %q; update this test", decide)
 		}
@@ -184,7 +184,7 @@ func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
 	})
 }
 
-// takeTokens is the one-trip function the engine calls (migration 00016), by its signature.
+// takeTokens is the one-trip function the engine calls (migration 00016; its body since 00023), by its signature.
 const takeTokens = `'sluice_take_tokens(bigint, bigint[], text[], text[], float8[], boolean[], boolean[], bigint[])'`
 
 // TestTakeTokensReturnsDefinitionsOnce: the function returns each limit's definition once, with

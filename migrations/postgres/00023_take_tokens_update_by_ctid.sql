@@ -1,0 +1,264 @@
+-- sluice_take_tokens, third body: the same arguments, rows, checks and float8 math as migration
+-- 00016's (read that file for what the function decides and returns), and two changes in how it
+-- gets there:
+--
+-- - A limit's numbers are held in plain float8 arrays, one element per request, where the second
+--   body copied the whole 22-column definition into an array of rows, and back out, for each
+--   request.
+-- - A row that was stored is written by its physical address (the ctid its read returned): a
+--   plain UPDATE, with no conflict check and no second index search, where the second body ran
+--   INSERT … ON CONFLICT DO UPDATE for every row. Under SERIALIZABLE, updating a row version that
+--   another transaction has changed or deleted since this one read it fails with a
+--   serialization failure, which the engine retries as it retries any other, exactly as the
+--   upsert's update did. A row that was not stored is still inserted by the upsert, which a
+--   concurrent insert of the same key turns into an update or a serialization failure.
+--
+-- Measured with pgbench (one client, fsync off, the function alone, PostgreSQL's CPU per call in
+-- 6 alternating pairs; docs/performance.md, 2026-11-28, session 14): a group of 16 random
+-- stored keys 0.80 times the second body's CPU (median of the pairs), 32 requests on one key
+-- 0.95 times, 16 new keys 0.87 times.
+--
+-- The rows are still read and written one after another in primary-key order, each written
+-- before the next is read. The signature is unchanged, so instances of the previous release
+-- call this body during an upgrade and get the same rows.
+
+-- +goose Up
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION sluice_take_tokens(
+    p_now bigint, p_tenant bigint[], p_name text[], p_key text[],
+    p_count float8[], p_reserve boolean[], p_consume boolean[], p_known bigint[])
+RETURNS TABLE (ord int, now_ms bigint, ok boolean, existed boolean, pre_value float8, pre_ts bigint,
+               pre_penalty bigint, post_value float8, post_ts bigint, def_version bigint, def limit_definitions)
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    t         bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    n         int := coalesce(cardinality(p_tenant), 0);
+    perm      int[];
+    one       limit_definitions;
+    found_def record;
+    -- Per request (by its place in the arguments): the definition and its version to send back
+    -- (NULL but on a limit's first request, and then only if the caller's copy is another one),
+    -- and the definition's numbers.
+    sends     limit_definitions[];
+    versions  bigint[];
+    rates     float8[];
+    periods   float8[];
+    caps      float8[];
+    reserves  float8[];
+    capacity  float8;
+    reserve   float8;
+    i         int;
+    j         int;
+    e         boolean;
+    v         float8;
+    ts0       bigint;
+    pen       bigint;
+    stored_at tid;
+    changed   boolean := false;
+    avail     float8;
+    rest      float8;
+    new_ts    bigint;
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    -- The requests in primary-key order (bytewise, as the engine sorts its writes), arrival
+    -- order within a row: requests on different rows do not affect each other, so this decides
+    -- exactly as arrival order does, and rows are read, then written, one after another in the
+    -- order every group locks them.
+    IF n = 1 THEN
+        perm := ARRAY[1];
+    ELSE
+        SELECT array_agg(u.o::int ORDER BY u.t, u.n COLLATE "C", u.k COLLATE "C", u.o) INTO perm
+            FROM unnest(p_tenant, p_name, p_key) WITH ORDINALITY AS u(t, n, k, o);
+    END IF;
+    -- Every definition first (one lookup per limit): nothing is written unless all fit. Below a
+    -- rate of 1e-290 the refill could underflow to zero, which float8 arithmetic raises as an
+    -- error (Go rounds it to 0): the engine decides those (minOneTripRate).
+    FOR x IN 1 .. n LOOP
+        i := perm[x];
+        IF x = 1 OR p_tenant[i] <> p_tenant[j] OR p_name[i] <> p_name[j] THEN
+            SELECT d AS def, d.xmin::text::bigint AS version INTO found_def
+                FROM limit_definitions d WHERE d.tenant_id = p_tenant[i] AND d.name = p_name[i];
+            one := found_def.def;
+            IF NOT FOUND OR one.kind NOT IN ('token bucket', 'gcra') OR one.shards <> 1 OR one.parents <> ''
+                OR one.penalty <> 0 OR one.overrides_version <> 0 OR one.rate < 1e-290 THEN
+                RETURN; -- not this function's case: nothing written, nothing returned
+            END IF;
+            -- The definition goes back once per limit, and only if the caller's copy is not this one.
+            IF p_known[i] IS DISTINCT FROM found_def.version THEN
+                sends[i] := one;
+                versions[i] := found_def.version;
+            END IF;
+            -- + 0 reads a capacity of -0 as +0, as the engine's Normalized does.
+            capacity := coalesce(one.capacity, one.rate) + 0;
+            reserve := coalesce(one.max_reserved, 'Infinity'::float8);
+        END IF;
+        rates[i] := one.rate; periods[i] := one.period; caps[i] := capacity; reserves[i] := reserve;
+        j := i;
+    END LOOP;
+    now_ms := t;
+    -- One pass more than there are requests: the last only writes the last row.
+    FOR x IN 1 .. n + 1 LOOP
+        i := perm[x]; -- NULL past the end
+        IF x > n OR x = 1 OR p_tenant[i] <> p_tenant[j] OR p_name[i] <> p_name[j] OR p_key[i] <> p_key[j] THEN
+            IF changed AND stored_at IS NOT NULL THEN -- the previous row is done: write it
+                UPDATE limit_state SET value = v, ts = ts0, counters = '', penalty_until = 0 WHERE ctid = stored_at;
+            ELSIF changed THEN
+                INSERT INTO limit_state AS st (tenant_id, name, key, shard, value, ts, counters, penalty_until)
+                    VALUES (p_tenant[j], p_name[j], p_key[j], 0, v, ts0, '', 0)
+                    ON CONFLICT (tenant_id, name, key, shard) DO UPDATE
+                    SET value = excluded.value, ts = excluded.ts, counters = excluded.counters,
+                        penalty_until = excluded.penalty_until;
+            END IF;
+            EXIT WHEN x > n;
+            -- No row: every target NULL, stored_at too.
+            SELECT st.value, st.ts, st.penalty_until, st.ctid INTO v, ts0, pen, stored_at FROM limit_state st
+                WHERE st.tenant_id = p_tenant[i] AND st.name = p_name[i] AND st.key = p_key[i] AND st.shard = 0;
+            e := FOUND; changed := false;
+        END IF;
+        j := i;
+        ord := i;
+        def := sends[i];
+        def_version := versions[i];
+        existed := e;
+        IF e THEN
+            pre_value := v; pre_ts := ts0; pre_penalty := pen;
+            -- viewTokenBucket: a stored ts ahead of now counts as now; multiply before dividing.
+            new_ts := greatest(t, ts0);
+            avail := least(v + (new_ts - ts0)::float8 * rates[i] / periods[i], caps[i]);
+        ELSE
+            pre_value := NULL; pre_ts := NULL; pre_penalty := NULL;
+            new_ts := t;
+            avail := caps[i];
+        END IF;
+        rest := avail - p_count[i];
+        -- decide: admitted when the count fits, or when a reservation's deficit is allowed;
+        -- a running penalty (left by an earlier definition) refuses everything.
+        ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserves[i])) AND NOT (e AND pen > t);
+        IF ok AND p_consume[i] THEN
+            e := true; v := rest; ts0 := new_ts; pen := 0; changed := true;
+        END IF;
+        post_value := CASE WHEN e THEN v END; post_ts := CASE WHEN e THEN ts0 END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION sluice_take_tokens(
+    p_now bigint, p_tenant bigint[], p_name text[], p_key text[],
+    p_count float8[], p_reserve boolean[], p_consume boolean[], p_known bigint[])
+RETURNS TABLE (ord int, now_ms bigint, ok boolean, existed boolean, pre_value float8, pre_ts bigint,
+               pre_penalty bigint, post_value float8, post_ts bigint, def_version bigint, def limit_definitions)
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    t         bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    n         int := coalesce(cardinality(p_tenant), 0);
+    perm      int[];
+    defs      limit_definitions[];
+    one       limit_definitions;
+    found_def record;
+    versions  bigint[];
+    send_def  boolean;
+    i         int;
+    j         int;
+    s         record;
+    lim       limit_definitions;
+    new_limit boolean;
+    e         boolean;
+    v         float8;
+    ts0       bigint;
+    pen       bigint;
+    changed   boolean := false;
+    capacity  float8;
+    reserve   float8;
+    avail     float8;
+    rest      float8;
+    new_ts    bigint;
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    -- The requests in primary-key order (bytewise, as the engine sorts its writes), arrival
+    -- order within a row: requests on different rows do not affect each other, so this decides
+    -- exactly as arrival order does, and rows are read, then written, one after another in the
+    -- order every group locks them.
+    IF n = 1 THEN
+        perm := ARRAY[1];
+    ELSE
+        SELECT array_agg(u.o::int ORDER BY u.t, u.n COLLATE "C", u.k COLLATE "C", u.o) INTO perm
+            FROM unnest(p_tenant, p_name, p_key) WITH ORDINALITY AS u(t, n, k, o);
+    END IF;
+    -- Every definition first (one lookup per limit): nothing is written unless all fit. Below a
+    -- rate of 1e-290 the refill could underflow to zero, which float8 arithmetic raises as an
+    -- error (Go rounds it to 0): the engine decides those (minOneTripRate).
+    FOR x IN 1 .. n LOOP
+        i := perm[x];
+        IF x = 1 OR p_tenant[i] <> p_tenant[j] OR p_name[i] <> p_name[j] THEN
+            SELECT d AS def, d.xmin::text::bigint AS version INTO found_def
+                FROM limit_definitions d WHERE d.tenant_id = p_tenant[i] AND d.name = p_name[i];
+            one := found_def.def;
+            IF NOT FOUND OR one.kind NOT IN ('token bucket', 'gcra') OR one.shards <> 1 OR one.parents <> ''
+                OR one.penalty <> 0 OR one.overrides_version <> 0 OR one.rate < 1e-290 THEN
+                RETURN; -- not this function's case: nothing written, nothing returned
+            END IF;
+        END IF;
+        defs[i] := one;
+        versions[i] := found_def.version;
+        j := i;
+    END LOOP;
+    now_ms := t;
+    -- One pass more than there are requests: the last only writes the last row.
+    FOR x IN 1 .. n + 1 LOOP
+        i := perm[x]; -- NULL past the end
+        new_limit := x = 1 OR p_tenant[i] <> p_tenant[j] OR p_name[i] <> p_name[j];
+        IF x > n OR new_limit OR p_key[i] <> p_key[j] THEN
+            IF changed THEN -- the previous row is done: write it
+                INSERT INTO limit_state AS st (tenant_id, name, key, shard, value, ts, counters, penalty_until)
+                    VALUES (p_tenant[j], p_name[j], p_key[j], 0, v, ts0, '', 0)
+                    ON CONFLICT (tenant_id, name, key, shard) DO UPDATE
+                    SET value = excluded.value, ts = excluded.ts, counters = excluded.counters,
+                        penalty_until = excluded.penalty_until;
+            END IF;
+            EXIT WHEN x > n;
+            SELECT st.value, st.ts, st.penalty_until INTO s FROM limit_state st
+                WHERE st.tenant_id = p_tenant[i] AND st.name = p_name[i] AND st.key = p_key[i] AND st.shard = 0;
+            e := FOUND; v := s.value; ts0 := s.ts; pen := s.penalty_until; changed := false;
+        END IF;
+        j := i;
+        ord := i;
+        lim := defs[i];
+        -- The definition goes back once per limit, and only if the caller's copy is not this one.
+        send_def := new_limit AND p_known[i] IS DISTINCT FROM versions[i];
+        def := CASE WHEN send_def THEN lim END;
+        def_version := CASE WHEN send_def THEN versions[i] END;
+        -- + 0 reads a capacity of -0 as +0, as the engine's Normalized does.
+        capacity := coalesce(lim.capacity, lim.rate) + 0;
+        reserve := coalesce(lim.max_reserved, 'Infinity'::float8);
+        existed := e;
+        IF e THEN
+            pre_value := v; pre_ts := ts0; pre_penalty := pen;
+            -- viewTokenBucket: a stored ts ahead of now counts as now; multiply before dividing.
+            new_ts := greatest(t, ts0);
+            avail := least(v + (new_ts - ts0)::float8 * lim.rate / lim.period::float8, capacity);
+        ELSE
+            pre_value := NULL; pre_ts := NULL; pre_penalty := NULL;
+            new_ts := t;
+            avail := capacity;
+        END IF;
+        rest := avail - p_count[i];
+        -- decide: admitted when the count fits, or when a reservation's deficit is allowed;
+        -- a running penalty (left by an earlier definition) refuses everything.
+        ok := (rest >= 0 OR (p_reserve[i] AND -rest <= reserve)) AND NOT (e AND pen > t);
+        IF ok AND p_consume[i] THEN
+            e := true; v := rest; ts0 := new_ts; pen := 0; changed := true;
+        END IF;
+        post_value := CASE WHEN e THEN v END; post_ts := CASE WHEN e THEN ts0 END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
