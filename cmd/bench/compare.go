@@ -193,7 +193,7 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 			}
 			cp.Ratio = cp.B / cp.A
 			report.Pairs = append(report.Pairs, cp)
-			fmt.Fprintf(os.Stderr, "bench: pair %d %-12s A %8.0f/s  B %8.0f/s  B/A %.2f  p50 A %.2f B %.2f ms  app A %.0f B %.0f µs  pg A %.0f B %.0f µs  idle A %.0f%% B %.0f%% (errors %d, over %v)\n",
+			fmt.Fprintf(os.Stderr, "bench: pair %d %-19s A %8.0f/s  B %8.0f/s  B/A %.2f  p50 A %.2f B %.2f ms  app A %.0f B %.0f µs  pg A %.0f B %.0f µs  idle A %.0f%% B %.0f%% (errors %d, over %v)\n",
 				cp.Pair, sc.name, cp.A, cp.B, cp.Ratio, cp.AP50ms, cp.BP50ms, cp.AAppCPU, cp.BAppCPU, cp.APgCPU, cp.BPgCPU, 100*cp.AIdle, 100*cp.BIdle, cp.Errors, cp.Over)
 		}
 	}
@@ -207,8 +207,8 @@ func compare(duration time.Duration, outPath, only, dirB, tagsB, envB string, fs
 
 func printCompare(w io.Writer, r CompareReport) {
 	fmt.Fprintf(w, "\nSluice comparison — %s — %s — PostgreSQL fsync %v\nA: %s\nB: %s\n\n", r.Machine, r.When, r.PgFsync, r.A, r.B)
-	fmt.Fprintf(w, "| pair | scenario     | first | A decisions/s | B decisions/s |  B/A | p50 ms A / B | app µs A / B | pg µs A / B | idle %% A / B | errors |\n")
-	fmt.Fprintf(w, "|------|--------------|-------|---------------|---------------|------|--------------|--------------|-------------|--------------|--------|\n")
+	fmt.Fprintf(w, "| pair | scenario            | first | A decisions/s | B decisions/s |  B/A | p50 ms A / B | app µs A / B | pg µs A / B | idle %% A / B | errors |\n")
+	fmt.Fprintf(w, "|------|---------------------|-------|---------------|---------------|------|--------------|--------------|-------------|--------------|--------|\n")
 	for _, p := range r.Pairs {
 		first := "B"
 		if p.AFirst {
@@ -218,7 +218,7 @@ func printCompare(w io.Writer, r CompareReport) {
 		if p.Over {
 			over = " OVER"
 		}
-		fmt.Fprintf(w, "| %4d | %-12s | %-5s | %13.0f | %13.0f | %4.2f | %5.2f / %5.2f | %5.0f / %5.0f | %4.0f / %4.0f | %5.1f / %5.1f | %6d%s |\n",
+		fmt.Fprintf(w, "| %4d | %-19s | %-5s | %13.0f | %13.0f | %4.2f | %5.2f / %5.2f | %5.0f / %5.0f | %4.0f / %4.0f | %5.1f / %5.1f | %6d%s |\n",
 			p.Pair, p.Scenario, first, p.A, p.B, p.Ratio, p.AP50ms, p.BP50ms, p.AAppCPU, p.BAppCPU, p.APgCPU, p.BPgCPU, 100*p.AIdle, 100*p.BIdle, p.Errors, over)
 	}
 }

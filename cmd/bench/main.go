@@ -308,7 +308,7 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 				}
 				floors = append(floors, f)
 				triple = Triple{Scenario: sc.name, UpsertP50ms: u.P50ms, FloorP50ms: f.P50ms}
-				fmt.Fprintf(os.Stderr, "bench: %-14s run %d: upsert p50 %.3f ms, HTTP floor p50 %.3f ms (app %.0f µs)\n", sc.name, i+1, u.P50ms, f.P50ms, f.AppCPUus)
+				fmt.Fprintf(os.Stderr, "bench: %-19s run %d: upsert p50 %.3f ms, HTTP floor p50 %.3f ms (app %.0f µs)\n", sc.name, i+1, u.P50ms, f.P50ms, f.AppCPUus)
 			}
 			// A fresh limit name per run, so every run starts from full state.
 			rr, err := runScenario(targets, sc, fmt.Sprintf("%s_%d", strings.ReplaceAll(sc.name, "-", "_"), i), duration)
@@ -316,7 +316,7 @@ func bench(duration time.Duration, runs int, outPath, only string, skipPgbench, 
 				return fmt.Errorf("%s: %w", sc.name, err)
 			}
 			per = append(per, rr)
-			fmt.Fprintf(os.Stderr, "bench: %-14s run %d: %8.0f/s p50 %.2f ms p99 %.2f ms errors %d\n", sc.name, i+1, rr.PerSecond, rr.P50ms, rr.P99ms, rr.Errors)
+			fmt.Fprintf(os.Stderr, "bench: %-19s run %d: %8.0f/s p50 %.2f ms p99 %.2f ms errors %d\n", sc.name, i+1, rr.PerSecond, rr.P50ms, rr.P99ms, rr.Errors)
 			if oneConn {
 				triple.P50ms = rr.P50ms
 				report.Triples = append(report.Triples, triple)
@@ -618,8 +618,8 @@ func printTable(w io.Writer, r Report) {
 			onOff(!f.AsyncCommit), f.P50ms, f.P99ms, f.AppCPUus, f.PgCPUus)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "| %-14s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %9s | %7s | %7s | %6s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "trips/stm", "app µs", "pg µs", "idle %")
-	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 16), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 11), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 8))
+	fmt.Fprintf(w, "| %-19s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %9s | %7s | %7s | %6s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "trips/stm", "app µs", "pg µs", "idle %")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 21), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 11), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 8))
 	for _, x := range r.Results {
 		bound := "per-key ok"
 		if x.Bound > 0 {
@@ -628,7 +628,7 @@ func printTable(w io.Writer, r Report) {
 		if x.OverAdmitted {
 			bound += " OVER"
 		}
-		fmt.Fprintf(w, "| %-14s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f | %4.1f/%4.1f | %7.0f | %7.0f | %6.1f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup, x.TripsPerGroup, x.StatementsPerGroup, x.AppCPUus, x.PgCPUus, x.IdlePercent)
+		fmt.Fprintf(w, "| %-19s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f | %4.1f/%4.1f | %7.0f | %7.0f | %6.1f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup, x.TripsPerGroup, x.StatementsPerGroup, x.AppCPUus, x.PgCPUus, x.IdlePercent)
 	}
 	printRatios(w, r)
 	if len(r.Pairs) > 0 {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testkit"
@@ -247,6 +249,107 @@ func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
 	}
 	if strings.Join(firstForm, " ") != "a a" {
 		t.Errorf("the first form returned definitions %q, want one on every row", firstForm)
+	}
+}
+
+// TestTakeTokensNeverAnswersAWriteThatDidNotHappen: the function writes a stored row by the ctid
+// its read returned (migration 00023). The engine calls it under SERIALIZABLE, where a row moved
+// since the read fails the UPDATE itself; under READ COMMITTED the UPDATE would find no row at
+// that ctid and write nothing. The function must then fail with a serialization failure, never
+// return the decision as made: here a caller in READ COMMITTED waits on another transaction's
+// change of the row, which commits, and the call fails with 40001, the row as the other left it.
+func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
+	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
+	e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+	mustLimit(t, e, limiter.Request{Name: "tb", Key: "k", Count: 1}) // the stored row
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := d.Gorm.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback() }()
+	if _, err := other.ExecContext(ctx, `UPDATE limit_state SET value = 3 WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	caller, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = caller.Rollback() }()
+	var callerPID int
+	if err := caller.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&callerPID); err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan error, 1)
+	go func() {
+		var ok bool
+		err := caller.QueryRowContext(ctx, `SELECT ok FROM sluice_take_tokens(NULL, ARRAY[$1::bigint], ARRAY['tb'], ARRAY['k'],
+			ARRAY[1::float8], ARRAY[false], ARRAY[true], ARRAY[0::bigint])`, tenant).Scan(&ok)
+		if err == nil {
+			err = fmt.Errorf("the call answered ok=%v", ok)
+		}
+		called <- err
+	}()
+	for waiting := false; !waiting; {
+		if err := pool.QueryRowContext(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`,
+			callerPID).Scan(&waiting); err != nil {
+			t.Fatalf("waited a minute for the call to wait on the other transaction's row lock: %v", err)
+		}
+		runtime.Gosched()
+	}
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var pgErr *pgconn.PgError
+	if err := <-called; !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("the call whose row moved before its write: %v, want a serialization failure (40001)", err)
+	}
+	_ = caller.Rollback()
+	var value float64
+	if err := pool.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`, tenant).Scan(&value); err != nil {
+		t.Fatal(err)
+	}
+	if value != 3 {
+		t.Fatalf("the row holds %v, want the other transaction's 3", value)
+	}
+}
+
+// TestTakeTokensRefusesANullKey: a NULL tenant, name or key in the function's arguments is an
+// error before anything is read (22004). The comparisons that find where one row's requests end
+// cannot see a NULL, so such a request would otherwise be counted on its neighbour's row.
+func TestTakeTokensRefusesANullKey(t *testing.T) {
+	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
+	e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+	mustLimit(t, e, limiter.Request{Name: "tb", Key: "k", Count: 1})
+	for _, c := range []struct{ what, tenants, names, keys string }{
+		{"key", "ARRAY[?, ?]::bigint[]", "ARRAY['tb', 'tb']", "ARRAY['k', NULL]"},
+		{"name", "ARRAY[?, ?]::bigint[]", "ARRAY['tb', NULL]", "ARRAY['k', 'k']"},
+		{"tenant", "ARRAY[?, NULL]::bigint[]", "ARRAY['tb', 'tb']", "ARRAY['k', 'k']"},
+	} {
+		args := []any{tenant, tenant}
+		if c.what == "tenant" {
+			args = args[:1]
+		}
+		err := d.Gorm.Exec(`SELECT * FROM sluice_take_tokens(NULL, `+c.tenants+`, `+c.names+`, `+c.keys+`,
+			ARRAY[1, 1]::float8[], ARRAY[false, false], ARRAY[true, true], ARRAY[0, 0]::bigint[])`, args...).Error
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22004" {
+			t.Errorf("a NULL %s: %v, want 22004 (null value not allowed)", c.what, err)
+		}
+	}
+	var value float64
+	if err := d.Gorm.Raw(`SELECT value FROM limit_state WHERE tenant_id = ? AND name = 'tb' AND key = 'k'`, tenant).Scan(&value).Error; err != nil {
+		t.Fatal(err)
+	}
+	if value != 9 {
+		t.Fatalf("k's row holds %v, want 9: a refused call took from it", value)
 	}
 }
 

@@ -7,11 +7,17 @@
 --   request.
 -- - A row that was stored is written by its physical address (the ctid its read returned): a
 --   plain UPDATE, with no conflict check and no second index search, where the second body ran
---   INSERT … ON CONFLICT DO UPDATE for every row. Under SERIALIZABLE, updating a row version that
---   another transaction has changed or deleted since this one read it fails with a
---   serialization failure, which the engine retries as it retries any other, exactly as the
---   upsert's update did. A row that was not stored is still inserted by the upsert, which a
---   concurrent insert of the same key turns into an update or a serialization failure.
+--   INSERT … ON CONFLICT DO UPDATE for every row. Under SERIALIZABLE (every decision's
+--   transaction), updating a row version that another transaction has changed or deleted since
+--   this one read it fails with a serialization failure (40001), which the engine retries as it
+--   retries any other. A change is what the upsert's update failed on too; a deletion (the
+--   sweeper's, of a row that read as full) is new: the upsert inserted the row again. Should the
+--   UPDATE ever write nothing (outside SERIALIZABLE, a READ COMMITTED caller whose row moved),
+--   the function raises the same serialization failure rather than answer a decision whose write
+--   did not happen. A row that was not stored is still inserted by the upsert.
+-- - A NULL tenant, name or key is refused (22004) before anything is read: the comparisons that
+--   find where one row's requests end cannot see one, so such a request would have been counted
+--   on its neighbour's row. The engine never sends one; the second body failed on the write.
 --
 -- Measured with pgbench (one client, fsync off, the function alone, PostgreSQL's CPU per call in
 -- 6 alternating pairs; docs/performance.md, 2026-11-28, session 14): a group of 16 random
@@ -62,6 +68,10 @@ BEGIN
     IF n = 0 THEN
         RETURN;
     END IF;
+    IF array_position(p_tenant, NULL) IS NOT NULL OR array_position(p_name, NULL) IS NOT NULL
+        OR array_position(p_key, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'sluice_take_tokens: a NULL tenant, name or key' USING ERRCODE = '22004';
+    END IF;
     -- The requests in primary-key order (bytewise, as the engine sorts its writes), arrival
     -- order within a row: requests on different rows do not affect each other, so this decides
     -- exactly as arrival order does, and rows are read, then written, one after another in the
@@ -104,6 +114,10 @@ BEGIN
         IF x > n OR x = 1 OR p_tenant[i] <> p_tenant[j] OR p_name[i] <> p_name[j] OR p_key[i] <> p_key[j] THEN
             IF changed AND stored_at IS NOT NULL THEN -- the previous row is done: write it
                 UPDATE limit_state SET value = v, ts = ts0, counters = '', penalty_until = 0 WHERE ctid = stored_at;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION 'sluice_take_tokens: the row of key % moved before its write', p_key[j]
+                        USING ERRCODE = '40001';
+                END IF;
             ELSIF changed THEN
                 INSERT INTO limit_state AS st (tenant_id, name, key, shard, value, ts, counters, penalty_until)
                     VALUES (p_tenant[j], p_name[j], p_key[j], 0, v, ts0, '', 0)
