@@ -260,7 +260,8 @@ func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
 // change of the row, which commits, and the call fails with 40001, the row as the other left it.
 func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
-	e := newEngine(t, d, newClock(1_700_000_000_000).opts())
+	clock := newClock(1_700_000_000_000)
+	e := newEngine(t, d, clock.opts())
 	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
 	mustLimit(t, e, limiter.Request{Name: "tb", Key: "k", Count: 1}) // the stored row
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -289,8 +290,10 @@ func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 	called := make(chan error, 1)
 	go func() {
 		var ok bool
-		err := caller.QueryRowContext(ctx, `SELECT ok FROM sluice_take_tokens(NULL, ARRAY[$1::bigint], ARRAY['tb'], ARRAY['k'],
-			ARRAY[1::float8], ARRAY[false], ARRAY[true], ARRAY[0::bigint])`, tenant).Scan(&ok)
+		// At the engine's time, when the row (9 of 10 tokens) is not full: a full row is
+		// written by key (see TestTakeTokensInsertsAFullRowTheSweeperDeleted).
+		err := caller.QueryRowContext(ctx, `SELECT ok FROM sluice_take_tokens($2, ARRAY[$1::bigint], ARRAY['tb'], ARRAY['k'],
+			ARRAY[1::float8], ARRAY[false], ARRAY[true], ARRAY[0::bigint])`, tenant, clock.Now().UnixMilli()).Scan(&ok)
 		if err == nil {
 			err = fmt.Errorf("the call answered ok=%v", ok)
 		}
@@ -317,6 +320,72 @@ func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 	}
 	if value != 3 {
 		t.Fatalf("the row holds %v, want the other transaction's 3", value)
+	}
+}
+
+// TestTakeTokensInsertsAFullRowTheSweeperDeleted: the sweeper deletes a row that reads as full
+// (in READ COMMITTED, if it is unchanged), and may do so between a group's read of the row and
+// its write. The function writes a full row by key, as the upsert it is, so the decision inserts
+// the row again and commits: a full row and no row decide alike. A row that is not full is
+// written by its ctid, and a deletion of it (which no sweep makes, as it is not full) fails the
+// transaction with a serialization failure, which the engine would retry.
+func TestTakeTokensInsertsAFullRowTheSweeperDeleted(t *testing.T) {
+	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
+	clock := newClock(1_700_000_000_000)
+	e := newEngine(t, d, clock.opts())
+	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := d.Gorm.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what    string
+		after   int64  // ms after the row's last decision that the call decides at
+		errCode string // "": the call and its commit succeed
+	}{
+		{"full", 60_000, ""},
+		{"not full", 0, "40001"},
+	} {
+		mustLimit(t, e, limiter.Request{Name: "tb", Key: "k", Count: 1}) // a token taken: the row is stored, not full
+		decider, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before float64
+		if err := decider.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`,
+			tenant).Scan(&before); err != nil {
+			t.Fatal(err) // the transaction's snapshot, with the row in it
+		}
+		if _, err := pool.ExecContext(ctx, `DELETE FROM limit_state WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`, tenant); err != nil {
+			t.Fatal(err)
+		}
+		now := clock.Now().UnixMilli() + c.after
+		var ok bool
+		var post float64
+		err = decider.QueryRowContext(ctx, `SELECT ok, post_value FROM sluice_take_tokens($2, ARRAY[$1::bigint], ARRAY['tb'], ARRAY['k'],
+			ARRAY[1::float8], ARRAY[false], ARRAY[true], ARRAY[0::bigint])`, tenant, now).Scan(&ok, &post)
+		if err == nil {
+			err = decider.Commit()
+		}
+		_ = decider.Rollback()
+		var pgErr *pgconn.PgError
+		switch {
+		case c.errCode == "" && err != nil:
+			t.Fatalf("%s row deleted after the decision's read: %v, want the decision made and committed", c.what, err)
+		case c.errCode == "" && (!ok || post != 9):
+			t.Fatalf("%s row deleted after the decision's read: ok=%v, 9 tokens left=%v, want a token taken from a full bucket", c.what, ok, post)
+		case c.errCode != "" && (!errors.As(err, &pgErr) || pgErr.Code != c.errCode):
+			t.Fatalf("%s row deleted after the decision's read: %v, want SQLSTATE %s", c.what, err, c.errCode)
+		}
+		var rows int64
+		if err := pool.QueryRowContext(ctx, `SELECT count(*) FROM limit_state WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`, tenant).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int64{true: 1, false: 0}[c.errCode == ""]; rows != want {
+			t.Fatalf("%s row: %d rows left for the key, want %d", c.what, rows, want)
+		}
 	}
 }
 

@@ -5,16 +5,22 @@
 -- - A limit's numbers are held in plain float8 arrays, one element per request, where the second
 --   body copied the whole 22-column definition into an array of rows, and back out, for each
 --   request.
--- - A row that was stored is written by its physical address (the ctid its read returned): a
---   plain UPDATE, with no conflict check and no second index search, where the second body ran
---   INSERT … ON CONFLICT DO UPDATE for every row. Under SERIALIZABLE (every decision's
---   transaction), updating a row version that another transaction has changed or deleted since
---   this one read it fails with a serialization failure (40001), which the engine retries as it
---   retries any other. A change is what the upsert's update failed on too; a deletion (the
---   sweeper's, of a row that read as full) is new: the upsert inserted the row again. Should the
---   UPDATE ever write nothing (outside SERIALIZABLE, a READ COMMITTED caller whose row moved),
---   the function raises the same serialization failure rather than answer a decision whose write
---   did not happen. A row that was not stored is still inserted by the upsert.
+-- - A row that was stored and does not read as full is written by its physical address (the
+--   ctid its read returned): a plain UPDATE, with no conflict check and no second index search,
+--   where the second body ran INSERT … ON CONFLICT DO UPDATE for every row. Under SERIALIZABLE
+--   (every decision's transaction), updating a row version that another transaction has changed
+--   since this one read it fails with a serialization failure (40001), which the engine retries;
+--   the upsert's update failed the same way. Should the UPDATE ever write nothing (outside
+--   SERIALIZABLE, a READ COMMITTED caller whose row moved), the function raises the same
+--   serialization failure rather than answer a decision whose write did not happen.
+-- - A row that was not stored, or reads as full at the decision's time, is still written by the
+--   upsert. A full row is the sweeper's to delete (internal/limiter/sweep.go: it deletes a row
+--   that read as full a second before its scan, if the row is still unchanged, in READ
+--   COMMITTED), and the sweeper can delete it between this call's read and its write: an UPDATE
+--   of the deleted version would fail with a serialization failure, where the upsert inserts
+--   the row again, which is right, since a full row and no row decide alike. A row that is not
+--   full at the decision's time was not full a second before any sweep that could still delete
+--   it, so the sweeper leaves it alone.
 -- - A NULL tenant, name or key is refused (22004) before anything is read: the comparisons that
 --   find where one row's requests end cannot see one, so such a request would have been counted
 --   on its neighbour's row. The engine never sends one; the second body failed on the write.
@@ -112,7 +118,7 @@ BEGIN
     FOR x IN 1 .. n + 1 LOOP
         i := perm[x]; -- NULL past the end
         IF x > n OR x = 1 OR p_tenant[i] <> p_tenant[j] OR p_name[i] <> p_name[j] OR p_key[i] <> p_key[j] THEN
-            IF changed AND stored_at IS NOT NULL THEN -- the previous row is done: write it
+            IF changed AND stored_at IS NOT NULL THEN -- the previous row is done: write it (a full one by key)
                 UPDATE limit_state SET value = v, ts = ts0, counters = '', penalty_until = 0 WHERE ctid = stored_at;
                 IF NOT FOUND THEN
                     RAISE EXCEPTION 'sluice_take_tokens: the row of key % moved before its write', p_key[j]
@@ -130,6 +136,10 @@ BEGIN
             SELECT st.value, st.ts, st.penalty_until, st.ctid INTO v, ts0, pen, stored_at FROM limit_state st
                 WHERE st.tenant_id = p_tenant[i] AND st.name = p_name[i] AND st.key = p_key[i] AND st.shard = 0;
             e := FOUND; changed := false;
+            -- A full row is written by key (above); its numbers are those of the row's first request.
+            IF e AND pen <= t AND v + (greatest(t, ts0) - ts0)::float8 * rates[i] / periods[i] >= caps[i] THEN
+                stored_at := NULL;
+            END IF;
         END IF;
         j := i;
         ord := i;
