@@ -1,6 +1,6 @@
 -- sluice_take_tokens, third body: the same arguments, rows, checks and float8 math as migration
--- 00016's (read that file for what the function decides and returns), and two changes in how it
--- gets there:
+-- 00016's (read that file for what the function decides and returns), with these changes in how
+-- it gets there:
 --
 -- - A limit's numbers are held in plain float8 arrays, one element per request, where the second
 --   body copied the whole 22-column definition into an array of rows, and back out, for each
@@ -26,9 +26,9 @@
 --   on its neighbour's row. The engine never sends one; the second body failed on the write.
 --
 -- Measured with pgbench (one client, fsync off, the function alone, PostgreSQL's CPU per call in
--- 6 alternating pairs; docs/performance.md, 2026-11-28, session 14): a group of 16 random
--- stored keys 0.80 times the second body's CPU (median of the pairs), 32 requests on one key
--- 0.95 times, 16 new keys 0.87 times.
+-- alternating pairs; docs/performance.md, 2026-11-28, session 14): a group of 16 random stored
+-- keys that are not full 0.84 times the second body's CPU (median of 8 pairs, each 0.79–0.92);
+-- 32 requests on one key and 16 new keys level within the noise.
 --
 -- The rows are still read and written one after another in primary-key order, each written
 -- before the next is read. The signature is unchanged, so instances of the previous release
