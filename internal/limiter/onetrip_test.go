@@ -252,6 +252,29 @@ func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
 	}
 }
 
+// takeTokensByHand is a PostgreSQL engine on a database of its own with the limit tb (10 tokens
+// a minute) and the database's pool, for the tests that call sluice_take_tokens by hand on tb's
+// key k in transactions of their own.
+func takeTokensByHand(t *testing.T) (*fakeClock, *limiter.Engine, *sql.DB) {
+	t.Helper()
+	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
+	clock := newClock(1_700_000_000_000)
+	e := newEngine(t, d, clock.opts())
+	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+	pool, err := d.Gorm.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clock, e, pool
+}
+
+// takeATokenOfK is one request for a token of tb's key k ($1 the tenant, $2 the time).
+const takeATokenOfK = `SELECT ok, post_value FROM sluice_take_tokens($2, ARRAY[$1::bigint], ARRAY['tb'], ARRAY['k'],
+	ARRAY[1::float8], ARRAY[false], ARRAY[true], ARRAY[0::bigint])`
+
+// keyK is tb's row of key k ($1 the tenant).
+const keyK = "tenant_id = $1 AND name = 'tb' AND key = 'k'"
+
 // TestTakeTokensNeverAnswersAWriteThatDidNotHappen: the function writes a stored row by the ctid
 // its read returned (migration 00023). The engine calls it under SERIALIZABLE, where a row moved
 // since the read fails the UPDATE itself; under READ COMMITTED the UPDATE would find no row at
@@ -259,23 +282,16 @@ func TestTakeTokensReturnsDefinitionsOnce(t *testing.T) {
 // return the decision as made: here a caller in READ COMMITTED waits on another transaction's
 // change of the row, which commits, and the call fails with 40001, the row as the other left it.
 func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
-	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
-	clock := newClock(1_700_000_000_000)
-	e := newEngine(t, d, clock.opts())
-	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+	clock, e, pool := takeTokensByHand(t)
 	mustLimit(t, e, limiter.Request{Name: "tb", Key: "k", Count: 1}) // the stored row
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := d.Gorm.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
 	other, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Rollback() }()
-	if _, err := other.ExecContext(ctx, `UPDATE limit_state SET value = 3 WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`, tenant); err != nil {
+	if _, err := other.ExecContext(ctx, `UPDATE limit_state SET value = 3 WHERE `+keyK, tenant); err != nil {
 		t.Fatal(err)
 	}
 	caller, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -290,10 +306,10 @@ func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 	called := make(chan error, 1)
 	go func() {
 		var ok bool
+		var post float64
 		// At the engine's time, when the row (9 of 10 tokens) is not full: a full row is
 		// written by key (see TestTakeTokensInsertsAFullRowTheSweeperDeleted).
-		err := caller.QueryRowContext(ctx, `SELECT ok FROM sluice_take_tokens($2, ARRAY[$1::bigint], ARRAY['tb'], ARRAY['k'],
-			ARRAY[1::float8], ARRAY[false], ARRAY[true], ARRAY[0::bigint])`, tenant, clock.Now().UnixMilli()).Scan(&ok)
+		err := caller.QueryRowContext(ctx, takeATokenOfK, tenant, clock.Now().UnixMilli()).Scan(&ok, &post)
 		if err == nil {
 			err = fmt.Errorf("the call answered ok=%v", ok)
 		}
@@ -315,7 +331,7 @@ func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 	}
 	_ = caller.Rollback()
 	var value float64
-	if err := pool.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`, tenant).Scan(&value); err != nil {
+	if err := pool.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE `+keyK, tenant).Scan(&value); err != nil {
 		t.Fatal(err)
 	}
 	if value != 3 {
@@ -330,16 +346,9 @@ func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 // written by its ctid, and a deletion of it (which no sweep makes, as it is not full) fails the
 // transaction with a serialization failure, which the engine would retry.
 func TestTakeTokensInsertsAFullRowTheSweeperDeleted(t *testing.T) {
-	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
-	clock := newClock(1_700_000_000_000)
-	e := newEngine(t, d, clock.opts())
-	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+	clock, e, pool := takeTokensByHand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := d.Gorm.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		what    string
 		after   int64  // ms after the row's last decision that the call decides at
@@ -354,18 +363,16 @@ func TestTakeTokensInsertsAFullRowTheSweeperDeleted(t *testing.T) {
 			t.Fatal(err)
 		}
 		var before float64
-		if err := decider.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`,
-			tenant).Scan(&before); err != nil {
+		if err := decider.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE `+keyK, tenant).Scan(&before); err != nil {
 			t.Fatal(err) // the transaction's snapshot, with the row in it
 		}
-		if _, err := pool.ExecContext(ctx, `DELETE FROM limit_state WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`, tenant); err != nil {
+		if _, err := pool.ExecContext(ctx, `DELETE FROM limit_state WHERE `+keyK, tenant); err != nil {
 			t.Fatal(err)
 		}
 		now := clock.Now().UnixMilli() + c.after
 		var ok bool
 		var post float64
-		err = decider.QueryRowContext(ctx, `SELECT ok, post_value FROM sluice_take_tokens($2, ARRAY[$1::bigint], ARRAY['tb'], ARRAY['k'],
-			ARRAY[1::float8], ARRAY[false], ARRAY[true], ARRAY[0::bigint])`, tenant, now).Scan(&ok, &post)
+		err = decider.QueryRowContext(ctx, takeATokenOfK, tenant, now).Scan(&ok, &post)
 		if err == nil {
 			err = decider.Commit()
 		}
@@ -380,7 +387,7 @@ func TestTakeTokensInsertsAFullRowTheSweeperDeleted(t *testing.T) {
 			t.Fatalf("%s row deleted after the decision's read: %v, want SQLSTATE %s", c.what, err, c.errCode)
 		}
 		var rows int64
-		if err := pool.QueryRowContext(ctx, `SELECT count(*) FROM limit_state WHERE tenant_id = $1 AND name = 'tb' AND key = 'k'`, tenant).Scan(&rows); err != nil {
+		if err := pool.QueryRowContext(ctx, `SELECT count(*) FROM limit_state WHERE `+keyK, tenant).Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
 		if want := map[bool]int64{true: 1, false: 0}[c.errCode == ""]; rows != want {
@@ -393,28 +400,23 @@ func TestTakeTokensInsertsAFullRowTheSweeperDeleted(t *testing.T) {
 // error before anything is read (22004). The comparisons that find where one row's requests end
 // cannot see a NULL, so such a request would otherwise be counted on its neighbour's row.
 func TestTakeTokensRefusesANullKey(t *testing.T) {
-	d := testkit.OpenURL(t, testkit.URL(t, db.Postgres))
-	e := newEngine(t, d, newClock(1_700_000_000_000).opts())
-	mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 60_000})
+	clock, e, pool := takeTokensByHand(t)
 	mustLimit(t, e, limiter.Request{Name: "tb", Key: "k", Count: 1})
 	for _, c := range []struct{ what, tenants, names, keys string }{
-		{"key", "ARRAY[?, ?]::bigint[]", "ARRAY['tb', 'tb']", "ARRAY['k', NULL]"},
-		{"name", "ARRAY[?, ?]::bigint[]", "ARRAY['tb', NULL]", "ARRAY['k', 'k']"},
-		{"tenant", "ARRAY[?, NULL]::bigint[]", "ARRAY['tb', 'tb']", "ARRAY['k', 'k']"},
+		{"key", "ARRAY[$1, $1]::bigint[]", "ARRAY['tb', 'tb']", "ARRAY['k', NULL]"},
+		{"name", "ARRAY[$1, $1]::bigint[]", "ARRAY['tb', NULL]", "ARRAY['k', 'k']"},
+		{"tenant", "ARRAY[$1, NULL]::bigint[]", "ARRAY['tb', 'tb']", "ARRAY['k', 'k']"},
 	} {
-		args := []any{tenant, tenant}
-		if c.what == "tenant" {
-			args = args[:1]
-		}
-		err := d.Gorm.Exec(`SELECT * FROM sluice_take_tokens(NULL, `+c.tenants+`, `+c.names+`, `+c.keys+`,
-			ARRAY[1, 1]::float8[], ARRAY[false, false], ARRAY[true, true], ARRAY[0, 0]::bigint[])`, args...).Error
+		// At the engine's time, when k's row is not full and would be written by its ctid.
+		_, err := pool.Exec(`SELECT * FROM sluice_take_tokens($2, `+c.tenants+`, `+c.names+`, `+c.keys+`,
+			ARRAY[1, 1]::float8[], ARRAY[false, false], ARRAY[true, true], ARRAY[0, 0]::bigint[])`, tenant, clock.Now().UnixMilli())
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "22004" {
 			t.Errorf("a NULL %s: %v, want 22004 (null value not allowed)", c.what, err)
 		}
 	}
 	var value float64
-	if err := d.Gorm.Raw(`SELECT value FROM limit_state WHERE tenant_id = ? AND name = 'tb' AND key = 'k'`, tenant).Scan(&value).Error; err != nil {
+	if err := pool.QueryRow(`SELECT value FROM limit_state WHERE `+keyK, tenant).Scan(&value); err != nil {
 		t.Fatal(err)
 	}
 	if value != 9 {
