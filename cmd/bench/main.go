@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -490,6 +492,25 @@ type sluice struct {
 	env     []string
 }
 
+// instancesStarted counts startSluice's instances, which number their pprof addresses.
+var instancesStarted atomic.Int32
+
+// pprofAddrOf is the pprof address of the n-th instance (from 0) the bench starts, when
+// BENCH_PPROF_ADDR is base: base's port plus n, so that every instance serves its own profiles
+// (with one address for all, only the first bound it and the others served none, silently).
+// An empty base gives an empty address (pprof off).
+func pprofAddrOf(base string, n int) (string, error) {
+	if base == "" {
+		return "", nil
+	}
+	host, portText, err := net.SplitHostPort(base)
+	port, perr := strconv.Atoi(portText)
+	if err != nil || perr != nil || port < 1 || port+n > 65535 {
+		return "", fmt.Errorf("BENCH_PPROF_ADDR %q: want host:port, with room for a port per instance above it", base)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port+n)), nil
+}
+
 // startSluice starts one instance on dbURL, with extraEnv added to its environment.
 func startSluice(bin, work, dbURL string, extraEnv ...string) (*sluice, error) {
 	port, err := testkit.FreePort()
@@ -504,9 +525,20 @@ func startSluice(bin, work, dbURL string, extraEnv ...string) (*sluice, error) {
 	if err != nil {
 		return nil, err
 	}
+	pprofAddr, err := pprofAddrOf(os.Getenv("BENCH_PPROF_ADDR"), int(instancesStarted.Add(1))-1)
+	if err != nil {
+		return nil, err
+	}
+	if pprofAddr != "" {
+		with := ""
+		if len(extraEnv) > 0 {
+			with = " with " + strings.Join(extraEnv, " ")
+		}
+		fmt.Fprintf(os.Stderr, "bench: pprof of the instance on %s%s: http://%s/debug/pprof/\n", dbURL, with, pprofAddr)
+	}
 	s := &sluice{base: fmt.Sprintf("http://127.0.0.1:%d", port), metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
 		grpc: fmt.Sprintf("127.0.0.1:%d", grpcPort), dbURL: dbURL}
-	s.env = append(os.Environ(), "SLUICE_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"), "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
+	s.env = append(os.Environ(), "SLUICE_PPROF_ADDR="+pprofAddr, "DATABASE_URL="+dbURL, "MIGRATE=auto", "LOG_LEVEL=warn",
 		"SECRET_KEY=bench-secret-key-0123456789abcdef0123", fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metricsPort), "GRPC_ADDR="+s.grpc,
 		fmt.Sprintf("LISTEN_ADDR=127.0.0.1:%d", port), "SLUICE_ADMIN_EMAIL=", "SLUICE_ADMIN_PASSWORD=")
 	s.env = append(s.env, extraEnv...)
