@@ -13,7 +13,7 @@ import (
 
 // The one-trip path: a group whose every job is one plain request on a single-shard token
 // bucket (the common case) is decided in one round trip on PostgreSQL, by the server-side
-// function sluice_take_tokens (migrations 00015 and 00016; its body since 00023), pipelined with pgx:
+// function sluice_take_tokens (migrations 00015 and 00016; its body since 00024), pipelined with pgx:
 //
 //	BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT ... FROM sluice_take_tokens(...); COMMIT
 //

@@ -186,7 +186,7 @@ func TestOneTripFailsClosedWhenTheDatabaseDisagrees(t *testing.T) {
 	})
 }
 
-// takeTokens is the one-trip function the engine calls (migration 00016; its body since 00023), by its signature.
+// takeTokens is the one-trip function the engine calls (migration 00016; its body since 00024), by its signature.
 const takeTokens = `'sluice_take_tokens(bigint, bigint[], text[], text[], float8[], boolean[], boolean[], bigint[])'`
 
 // TestTakeTokensReturnsDefinitionsOnce: the function returns each limit's definition once, with
@@ -393,6 +393,68 @@ func TestTakeTokensInsertsAFullRowTheSweeperDeleted(t *testing.T) {
 		if want := map[bool]int64{true: 1, false: 0}[c.errCode == ""]; rows != want {
 			t.Fatalf("%s row: %d rows left for the key, want %d", c.what, rows, want)
 		}
+	}
+}
+
+// TestTakeTokensLosesAnInsertRaceRetryably: the function inserts a row its read did not find
+// with a plain INSERT (migration 00024). When another transaction inserts the same row after the
+// decision's snapshot (two instances' first decisions on one key), the call must fail with an
+// error the engine retries (internal/db retries 40001 and 23505), never answer the decision:
+// here the other transaction's insert is still open when the call reaches its own, which waits
+// for it; the other commits, the call fails, and the row is the other's.
+func TestTakeTokensLosesAnInsertRaceRetryably(t *testing.T) {
+	clock, _, pool := takeTokensByHand(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback() }()
+	if _, err := other.ExecContext(ctx, `INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters, penalty_until)
+		VALUES ($1, 'tb', 'k', 0, 3, $2, '', 0)`, tenant, clock.Now().UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	caller, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = caller.Rollback() }()
+	var callerPID int
+	if err := caller.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&callerPID); err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan error, 1)
+	go func() {
+		var ok bool
+		var post float64
+		err := caller.QueryRowContext(ctx, takeATokenOfK, tenant, clock.Now().UnixMilli()).Scan(&ok, &post)
+		if err == nil {
+			err = fmt.Errorf("the call answered ok=%v with %v tokens left", ok, post)
+		}
+		called <- err
+	}()
+	for waiting := false; !waiting; {
+		if err := pool.QueryRowContext(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`,
+			callerPID).Scan(&waiting); err != nil {
+			t.Fatalf("waited a minute for the call's insert to wait on the other transaction's: %v", err)
+		}
+		runtime.Gosched()
+	}
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var pgErr *pgconn.PgError
+	if err := <-called; !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "23505") {
+		t.Fatalf("the call that lost the insert race: %v, want a serialization failure (40001) or a unique violation (23505)", err)
+	}
+	_ = caller.Rollback()
+	var value float64
+	if err := pool.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE `+keyK, tenant).Scan(&value); err != nil {
+		t.Fatal(err)
+	}
+	if value != 3 {
+		t.Fatalf("the row holds %v, want the other transaction's 3", value)
 	}
 }
 

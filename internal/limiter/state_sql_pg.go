@@ -47,7 +47,7 @@ const (
 
 // pgTakeTokens decides a group of single-shard token bucket requests in the database
 // (group_onetrip_pg.go); its arguments and rows are described in migrations 00015 and 00016
-// (p_known, $8: the versions of the definitions the engine holds; the body is 00023's). Each row ends with the
+// (p_known, $8: the versions of the definitions the engine holds; the body is 00024's). Each row ends with the
 // definition's version and the definition, its columns in definitionColumns' order, or NULLs
 // where the function did not return it.
 var pgTakeTokens = "SELECT ord, now_ms, ok, existed, pre_value, pre_ts, pre_penalty, post_value, post_ts, def_version, (def)." +
