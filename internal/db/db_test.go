@@ -227,15 +227,33 @@ func TestAPostgresConflictIsRetriedAtOnce(t *testing.T) {
 	d := testkit.Open(t, db.SQLite) // the policy depends on the error, not on the dialect
 	d.Retry = db.RetryPolicy{MaxAttempts: 3, BaseDelay: 1000 * time.Hour, MaxDelay: 1000 * time.Hour, Budget: 30 * time.Second}
 
+	// A serialization failure, a deadlock, and a lost insert race (the decision function's plain
+	// insert of a row another instance inserted first: migration 00024) are each retried at once.
+	for _, conflict := range []*pgconn.PgError{
+		{Code: "40001", Message: "could not serialize access due to concurrent update"},
+		{Code: "40P01", Message: "deadlock detected"},
+		{Code: "23505", Message: `duplicate key value violates unique constraint "limit_state_pkey"`},
+	} {
+		attempts := 0
+		err := d.Serializable(context.Background(), func(tx *gorm.DB) error {
+			if attempts++; attempts == 1 {
+				return conflict
+			}
+			return nil
+		})
+		if err != nil || attempts != 2 {
+			t.Fatalf("after %s (%s): err %v after %d attempts; want the second attempt at once, not after a backoff of up to 1,000 hours",
+				conflict.Code, conflict.Message, err, attempts)
+		}
+	}
 	attempts := 0
 	err := d.Serializable(context.Background(), func(tx *gorm.DB) error {
-		if attempts++; attempts == 1 {
-			return &pgconn.PgError{Code: "40001", Message: "could not serialize access due to concurrent update"}
-		}
-		return nil
+		attempts++
+		return &pgconn.PgError{Code: "23503", Message: "insert or update violates foreign key constraint"}
 	})
-	if err != nil || attempts != 2 {
-		t.Fatalf("after a serialization failure: err %v after %d attempts; want the second attempt at once, not after a backoff of up to 1,000 hours", err, attempts)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23503" || attempts != 1 {
+		t.Fatalf("after a foreign key violation: err %v after %d attempts; want it returned after one attempt (retrying cannot fix it)", err, attempts)
 	}
 
 	d.Retry.Budget = 200 * time.Millisecond

@@ -316,6 +316,11 @@ func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 		called <- err
 	}()
 	for waiting := false; !waiting; {
+		select {
+		case err := <-called:
+			t.Fatalf("the call returned before waiting on the other transaction's row lock: %v", err)
+		default:
+		}
 		if err := pool.QueryRowContext(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`,
 			callerPID).Scan(&waiting); err != nil {
 			t.Fatalf("waited a minute for the call to wait on the other transaction's row lock: %v", err)
@@ -400,8 +405,10 @@ func TestTakeTokensInsertsAFullRowTheSweeperDeleted(t *testing.T) {
 // with a plain INSERT (migration 00024). When another transaction inserts the same row after the
 // decision's snapshot (two instances' first decisions on one key), the call must fail with an
 // error the engine retries (internal/db retries 40001 and 23505), never answer the decision:
-// here the other transaction's insert is still open when the call reaches its own, which waits
-// for it; the other commits, the call fails, and the row is the other's.
+// here the other transaction's insert (a blind one, so PostgreSQL reports a unique violation;
+// a winner that had read the key too is reported as a serialization failure) is still open when
+// the call reaches its own, which waits for it; the other commits, the call fails, and the row
+// is the other's.
 func TestTakeTokensLosesAnInsertRaceRetryably(t *testing.T) {
 	clock, _, pool := takeTokensByHand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -435,6 +442,11 @@ func TestTakeTokensLosesAnInsertRaceRetryably(t *testing.T) {
 		called <- err
 	}()
 	for waiting := false; !waiting; {
+		select {
+		case err := <-called:
+			t.Fatalf("the call returned before waiting on the other transaction's insert: %v", err)
+		default:
+		}
 		if err := pool.QueryRowContext(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`,
 			callerPID).Scan(&waiting); err != nil {
 			t.Fatalf("waited a minute for the call's insert to wait on the other transaction's: %v", err)

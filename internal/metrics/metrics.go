@@ -199,7 +199,7 @@ func newTxCollector(d *db.DB) *txCollector {
 	return &txCollector{
 		db: d,
 		retries: prometheus.NewDesc("sluice_db_tx_retries_total",
-			"Serializable transaction attempts repeated after a serialization failure, deadlock or busy database, by what the transaction was for.", []string{"purpose"}, nil),
+			"Serializable transaction attempts repeated after a serialization failure, deadlock, lost insert race (unique violation) or busy database, by what the transaction was for.", []string{"purpose"}, nil),
 		giveUps: prometheus.NewDesc("sluice_db_tx_giveups_total",
 			"Transactions that ran out of retries or of database and failed, by what they were for: a decision's failure is an HTTP 503 (fail closed), a sweep's or a usage flush's is run again later.", []string{"purpose"}, nil),
 	}

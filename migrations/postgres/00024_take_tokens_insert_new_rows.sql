@@ -5,10 +5,12 @@
 --   INSERT … ON CONFLICT DO UPDATE for it: the speculative insertion behind ON CONFLICT (a
 --   conflict check before the insert, and its confirmation after) is work a row that was not there
 --   does not need. Should another transaction insert the same row after this one's snapshot (two
---   instances' first decisions on one key), the insert fails with a unique violation (23505) or,
---   as PostgreSQL reports it to a serializable transaction that read the key's index page, a
---   serialization failure (40001); the upsert failed with 40001 there. The engine retries both
---   (internal/db, isRetryable), and nothing is answered from the failed call.
+--   instances' first decisions on one key), the insert fails: with a serialization failure
+--   (40001) when the other transaction had read the key too, as every decision does (PostgreSQL
+--   reports the conflict of two serializable transactions before the unique violation), and with
+--   a unique violation (23505) when it inserted without reading; the upsert failed with 40001.
+--   The engine retries both (internal/db, isRetryable), and nothing is answered from the failed
+--   call.
 -- - Stored rows are written as in 00023: by ctid when not full, by the upsert when full (the
 --   sweeper may delete a full row between the read and the write).
 --
