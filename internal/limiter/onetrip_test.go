@@ -284,17 +284,34 @@ const keyK = "tenant_id = $1 AND name = 'tb' AND key = 'k'"
 func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 	clock, e, pool := takeTokensByHand(t)
 	mustLimit(t, e, limiter.Request{Name: "tb", Key: "k", Count: 1}) // the stored row
+	// At the engine's time, when the row (9 of 10 tokens) is not full: a full row is written by
+	// key (see TestTakeTokensInsertsAFullRowTheSweeperDeleted).
+	err := takeATokenBehind(t, pool, sql.LevelReadCommitted, clock.Now().UnixMilli(),
+		`UPDATE limit_state SET value = 3 WHERE `+keyK, tenant)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("the call whose row moved before its write: %v, want a serialization failure (40001)", err)
+	}
+}
+
+// takeATokenBehind runs takeATokenOfK at the time now behind another transaction's write of k's
+// row (write with args, leaving 3 tokens in it): the write first, then the call in a
+// transaction of its own (both at isolation), which must wait on the write's lock; then the
+// write commits. It returns the call's outcome, an error or one saying what the call answered,
+// and fails t unless the row is the other transaction's afterwards.
+func takeATokenBehind(t *testing.T, pool *sql.DB, isolation sql.IsolationLevel, now int64, write string, args ...any) error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	other, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	other, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: isolation})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Rollback() }()
-	if _, err := other.ExecContext(ctx, `UPDATE limit_state SET value = 3 WHERE `+keyK, tenant); err != nil {
+	if _, err := other.ExecContext(ctx, write, args...); err != nil {
 		t.Fatal(err)
 	}
-	caller, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	caller, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: isolation})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,41 +324,37 @@ func TestTakeTokensNeverAnswersAWriteThatDidNotHappen(t *testing.T) {
 	go func() {
 		var ok bool
 		var post float64
-		// At the engine's time, when the row (9 of 10 tokens) is not full: a full row is
-		// written by key (see TestTakeTokensInsertsAFullRowTheSweeperDeleted).
-		err := caller.QueryRowContext(ctx, takeATokenOfK, tenant, clock.Now().UnixMilli()).Scan(&ok, &post)
+		err := caller.QueryRowContext(ctx, takeATokenOfK, tenant, now).Scan(&ok, &post)
 		if err == nil {
-			err = fmt.Errorf("the call answered ok=%v", ok)
+			err = fmt.Errorf("the call answered ok=%v with %v tokens left", ok, post)
 		}
 		called <- err
 	}()
 	for waiting := false; !waiting; {
 		select {
 		case err := <-called:
-			t.Fatalf("the call returned before waiting on the other transaction's row lock: %v", err)
+			t.Fatalf("the call returned before waiting on the other transaction's write: %v", err)
 		default:
 		}
 		if err := pool.QueryRowContext(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`,
 			callerPID).Scan(&waiting); err != nil {
-			t.Fatalf("waited a minute for the call to wait on the other transaction's row lock: %v", err)
+			t.Fatalf("waited a minute for the call to wait on the other transaction's write: %v", err)
 		}
 		runtime.Gosched()
 	}
 	if err := other.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var pgErr *pgconn.PgError
-	if err := <-called; !errors.As(err, &pgErr) || pgErr.Code != "40001" {
-		t.Fatalf("the call whose row moved before its write: %v, want a serialization failure (40001)", err)
-	}
+	err = <-called
 	_ = caller.Rollback()
 	var value float64
 	if err := pool.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE `+keyK, tenant).Scan(&value); err != nil {
 		t.Fatal(err)
 	}
 	if value != 3 {
-		t.Fatalf("the row holds %v, want the other transaction's 3", value)
+		t.Fatalf("the row holds %v after the call (%v), want the other transaction's 3", value, err)
 	}
+	return err
 }
 
 // TestTakeTokensInsertsAFullRowTheSweeperDeleted: the sweeper deletes a row that reads as full
@@ -411,62 +424,12 @@ func TestTakeTokensInsertsAFullRowTheSweeperDeleted(t *testing.T) {
 // is the other's.
 func TestTakeTokensLosesAnInsertRaceRetryably(t *testing.T) {
 	clock, _, pool := takeTokensByHand(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	other, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Rollback() }()
-	if _, err := other.ExecContext(ctx, `INSERT INTO limit_state (tenant_id, name, key, shard, value, ts, counters, penalty_until)
-		VALUES ($1, 'tb', 'k', 0, 3, $2, '', 0)`, tenant, clock.Now().UnixMilli()); err != nil {
-		t.Fatal(err)
-	}
-	caller, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = caller.Rollback() }()
-	var callerPID int
-	if err := caller.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&callerPID); err != nil {
-		t.Fatal(err)
-	}
-	called := make(chan error, 1)
-	go func() {
-		var ok bool
-		var post float64
-		err := caller.QueryRowContext(ctx, takeATokenOfK, tenant, clock.Now().UnixMilli()).Scan(&ok, &post)
-		if err == nil {
-			err = fmt.Errorf("the call answered ok=%v with %v tokens left", ok, post)
-		}
-		called <- err
-	}()
-	for waiting := false; !waiting; {
-		select {
-		case err := <-called:
-			t.Fatalf("the call returned before waiting on the other transaction's insert: %v", err)
-		default:
-		}
-		if err := pool.QueryRowContext(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`,
-			callerPID).Scan(&waiting); err != nil {
-			t.Fatalf("waited a minute for the call's insert to wait on the other transaction's: %v", err)
-		}
-		runtime.Gosched()
-	}
-	if err := other.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	now := clock.Now().UnixMilli()
+	err := takeATokenBehind(t, pool, sql.LevelSerializable, now, `INSERT INTO limit_state
+		(tenant_id, name, key, shard, value, ts, counters, penalty_until) VALUES ($1, 'tb', 'k', 0, 3, $2, '', 0)`, tenant, now)
 	var pgErr *pgconn.PgError
-	if err := <-called; !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "23505") {
+	if !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "23505") {
 		t.Fatalf("the call that lost the insert race: %v, want a serialization failure (40001) or a unique violation (23505)", err)
-	}
-	_ = caller.Rollback()
-	var value float64
-	if err := pool.QueryRowContext(ctx, `SELECT value FROM limit_state WHERE `+keyK, tenant).Scan(&value); err != nil {
-		t.Fatal(err)
-	}
-	if value != 3 {
-		t.Fatalf("the row holds %v, want the other transaction's 3", value)
 	}
 }
 
