@@ -96,6 +96,8 @@ type RunResult struct {
 	// Idle is the share of the machine's CPU time left idle during the run (/proc/stat, every
 	// core: the load generator and anything else on the machine included).
 	Idle float64
+	// LaneBusy is the group transactions' time over the run's wall time (/metrics).
+	LaneBusy float64
 }
 
 type worker struct {
@@ -180,6 +182,7 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	retriesBefore := counter("sluice_db_tx_retries_total")
 	groupsBefore, jobsBefore := counter("sluice_decision_group_transactions_total"), counter("sluice_decision_group_requests_total")
 	tripsBefore, statementsBefore := counter("sluice_decision_group_round_trips_total"), counter("sluice_decision_group_statements_total")
+	groupSecondsBefore := counter("sluice_decision_group_seconds_total")
 	appCPU := func() float64 { // summed over the instances
 		var sum float64
 		for _, t := range targets {
@@ -304,7 +307,8 @@ func runScenario(targets []*sluice, sc scenario, name string, d time.Duration) (
 	idleAfter, totalAfter := machineTicks()
 
 	res := RunResult{Retries: counter("sluice_db_tx_retries_total") - retriesBefore,
-		Idle: idleShare(idleBefore, totalBefore, idleAfter, totalAfter)}
+		Idle:     idleShare(idleBefore, totalBefore, idleAfter, totalAfter),
+		LaneBusy: (counter("sluice_decision_group_seconds_total") - groupSecondsBefore) / elapsed.Seconds()}
 	if groups := counter("sluice_decision_group_transactions_total") - groupsBefore; groups > 0 {
 		res.PerGroup = (counter("sluice_decision_group_requests_total") - jobsBefore) / groups
 		res.TripsPerGroup = (counter("sluice_decision_group_round_trips_total") - tripsBefore) / groups
@@ -378,17 +382,18 @@ func vacuumState(dbURL string) error {
 
 func summarize(sc scenario, runs []RunResult) Result {
 	r := Result{Scenario: sc.name, Connections: sc.conns}
-	var per, p50, p99, appCPU, pgCPU, idle []float64
+	var per, p50, p99, appCPU, pgCPU, idle, lane []float64
 	for _, x := range runs {
 		per, p50, p99 = append(per, x.PerSecond), append(p50, x.P50ms), append(p99, x.P99ms)
 		appCPU, pgCPU, idle = append(appCPU, x.AppCPUus), append(pgCPU, x.PgCPUus), append(idle, x.Idle)
+		lane = append(lane, x.LaneBusy)
 		r.Errors += x.Errors
 		r.Status5xx += x.Status5xx
 		r.OverAdmitted = r.OverAdmitted || x.Over
 		r.Runs = append(r.Runs, x.PerSecond)
 	}
 	r.PerSecond, r.P50ms, r.P99ms = median(per), median(p50), median(p99)
-	r.AppCPUus, r.PgCPUus, r.IdlePercent = median(appCPU), median(pgCPU), 100*median(idle)
+	r.AppCPUus, r.PgCPUus, r.IdlePercent, r.LanePercent = median(appCPU), median(pgCPU), 100*median(idle), 100*median(lane)
 	mid := runs[len(runs)/2]
 	r.Admitted, r.Bound, r.Retries, r.PerGroup = mid.Admitted, mid.Bound, mid.Retries, mid.PerGroup
 	r.TripsPerGroup, r.StatementsPerGroup = mid.TripsPerGroup, mid.StatementsPerGroup

@@ -137,7 +137,11 @@ type Result struct {
 	PgCPUus            float64 `json:"postgresCpuMicrosPerDecision"`
 	// IdlePercent is the share of the machine's cores left idle during the run (/proc/stat):
 	// near 0, the machine is the ceiling; well above it, something in the path is.
-	IdlePercent float64   `json:"machineIdlePercent"`
+	IdlePercent float64 `json:"machineIdlePercent"`
+	// LanePercent is the time the instances' group transactions took over the run's wall time
+	// (sluice_decision_group_seconds_total): near 100 × the lanes, every lane was always in a
+	// transaction, and the database's turn was the ceiling.
+	LanePercent float64   `json:"laneBusyPercent"`
 	Runs        []float64 `json:"runsPerSecond"`
 }
 
@@ -650,8 +654,8 @@ func printTable(w io.Writer, r Report) {
 			onOff(!f.AsyncCommit), f.P50ms, f.P99ms, f.AppCPUus, f.PgCPUus)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "| %-19s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %9s | %7s | %7s | %6s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "trips/stm", "app µs", "pg µs", "idle %")
-	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 21), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 11), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 8))
+	fmt.Fprintf(w, "| %-19s | %5s | %12s | %8s | %8s | %6s | %5s | %-24s | %8s | %8s | %6s | %9s | %7s | %7s | %6s | %6s |\n", "scenario", "conns", "decisions/s", "p50 ms", "p99 ms", "errors", "5xx", "admitted / bound", "×pgbench", "retries", "per tx", "trips/stm", "app µs", "pg µs", "idle %", "lane %")
+	fmt.Fprintf(w, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 21), strings.Repeat("-", 7), strings.Repeat("-", 14), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 7), strings.Repeat("-", 26), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 8), strings.Repeat("-", 11), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 8), strings.Repeat("-", 8))
 	for _, x := range r.Results {
 		bound := "per-key ok"
 		if x.Bound > 0 {
@@ -660,7 +664,7 @@ func printTable(w io.Writer, r Report) {
 		if x.OverAdmitted {
 			bound += " OVER"
 		}
-		fmt.Fprintf(w, "| %-19s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f | %4.1f/%4.1f | %7.0f | %7.0f | %6.1f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup, x.TripsPerGroup, x.StatementsPerGroup, x.AppCPUus, x.PgCPUus, x.IdlePercent)
+		fmt.Fprintf(w, "| %-19s | %5d | %12.0f | %8.2f | %8.2f | %6d | %5d | %-24s | %8.2f | %8.0f | %6.1f | %4.1f/%4.1f | %7.0f | %7.0f | %6.1f | %6.1f |\n", x.Scenario, x.Connections, x.PerSecond, x.P50ms, x.P99ms, x.Errors, x.Status5xx, bound, x.RatioPgbench, x.Retries, x.PerGroup, x.TripsPerGroup, x.StatementsPerGroup, x.AppCPUus, x.PgCPUus, x.IdlePercent, x.LanePercent)
 	}
 	printRatios(w, r)
 	if len(r.Pairs) > 0 {

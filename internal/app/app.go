@@ -190,7 +190,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		}, OnHoldOverage: a.Metrics.OnHoldOverage, AfterIdempotentCommit: haltAfterIdempotentCommit(cfg, a.Log)})
 	a.Metrics.WatchGroups(func() metrics.GroupCounts {
 		s := a.Engine.GroupStats()
-		return metrics.GroupCounts{Groups: s.Groups, Jobs: s.Jobs, RoundTrips: s.RoundTrips, Statements: s.Statements}
+		return metrics.GroupCounts{Groups: s.Groups, Jobs: s.Jobs, RoundTrips: s.RoundTrips, Statements: s.Statements, Seconds: s.Busy.Seconds()}
 	})
 	a.Captcha = captcha.NewStore(a.DB, o.Now, captcha.WithLogger(a.Log))
 

@@ -45,6 +45,9 @@ type Engine struct {
 	// in them (every attempt's; SQLite's groups count none).
 	trips, statements atomic.Int64
 	definitionsRead   atomic.Int64 // definitions the one-trip function returned
+	// groupNanos sums the group transactions' time in the database: from the first attempt's
+	// start to the last one's end (GroupStats.Busy).
+	groupNanos atomic.Int64
 
 	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
 	afterDecide           func() // test-only (export_test.go): runs first in beforeCommit
@@ -783,12 +786,17 @@ type GroupStats struct {
 	// DefinitionsRead counts the definitions the one-trip function returned: one per limit
 	// whose version this instance did not hold.
 	DefinitionsRead int64
+	// Busy is the group transactions' time, summed: each from its first attempt's start to its
+	// last attempt's end, retries and waits between them included. Over a span of wall time it
+	// says how busy the lanes were: near the number of lanes, every lane was always in a
+	// transaction, and the database's turn was the decisions' ceiling.
+	Busy time.Duration
 }
 
 // GroupStats reports the counts so far.
 func (e *Engine) GroupStats() GroupStats {
 	return GroupStats{Groups: e.groups.Load(), Jobs: e.jobs.Load(), RoundTrips: e.trips.Load(), Statements: e.statements.Load(),
-		DefinitionsRead: e.definitionsRead.Load()}
+		DefinitionsRead: e.definitionsRead.Load(), Busy: time.Duration(e.groupNanos.Load())}
 }
 
 // sent counts one round trip of n statements.

@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -456,6 +457,27 @@ func TestDefinitionUpdatesMoveUpdatedAtForward(t *testing.T) {
 		}
 		last = d.UpdatedAt
 	}
+}
+
+// TestGroupStatsSumTheTransactionsTime: GroupStats.Busy (the metric
+// sluice_decision_group_seconds_total) grows by each group transaction's time, and by no more
+// than the wall time its decisions took, on one lane where groups run one after another.
+func TestGroupStatsSumTheTransactionsTime(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		e := newEngine(t, d, limiter.Options{})
+		mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
+		before := e.GroupStats()
+		began := time.Now()
+		for i := range 3 {
+			mustLimit(t, e, limiter.Request{Name: "api", Key: "k" + strconv.Itoa(i), Count: 1})
+		}
+		wall := time.Since(began)
+		after := e.GroupStats()
+		if groups, busy := after.Groups-before.Groups, after.Busy-before.Busy; groups != 3 || busy <= 0 || busy > wall {
+			t.Fatalf("3 decisions one after another: %d groups took %v, want 3 groups taking more than 0 and at most the %v the decisions took",
+				groups, busy, wall)
+		}
+	})
 }
 
 // TestAPanickingGroupFailsClosedAndTheLaneGoesOn: a bug that panics inside a group (here an

@@ -333,6 +333,7 @@ func (e *Engine) runGroup(jobs []*job) {
 	e.jobs.Add(int64(len(jobs)))
 	var err error
 	ctx = db.WithPurpose(ctx, db.PurposeDecision)
+	began := time.Now()
 	if e.db.Dialect == db.Postgres && !forceGormGroups {
 		err = e.db.WithPgx(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return e.groupPgx(ctx, conn, jobs)
@@ -345,6 +346,7 @@ func (e *Engine) runGroup(jobs []*job) {
 			return e.groupGorm(tx, jobs)
 		})
 	}
+	e.groupNanos.Add(int64(time.Since(began)))
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
 	}

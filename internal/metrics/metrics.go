@@ -242,7 +242,7 @@ func newBuildInfo(version string) prometheus.Collector {
 
 // WatchGroups exports the engine's group-commit counters (read at scrape time): how many group
 // transactions ran and how many decisions they carried (their ratio is the coalescing factor),
-// and the round trips and statements they sent PostgreSQL.
+// the round trips and statements they sent PostgreSQL, and the time they took.
 func (m *Metrics) WatchGroups(stats func() GroupCounts) {
 	m.reg.MustRegister(&groupCollector{
 		stats: stats,
@@ -254,15 +254,20 @@ func (m *Metrics) WatchGroups(stats func() GroupCounts) {
 			"Round trips to PostgreSQL made by group-commit transactions (every attempt's).", nil, nil),
 		statements: prometheus.NewDesc("sluice_decision_group_statements_total",
 			"Statements sent to PostgreSQL by group-commit transactions (every attempt's).", nil, nil),
+		seconds: prometheus.NewDesc("sluice_decision_group_seconds_total",
+			"Time group-commit transactions took, summed (each from its first attempt's start to its last one's end). Its rate is how busy the decision lanes are: near SLUICE_DECISION_LANES, the database's turn is the decisions' ceiling.", nil, nil),
 	})
 }
 
 // GroupCounts are the engine's group counters, read at scrape time.
-type GroupCounts struct{ Groups, Jobs, RoundTrips, Statements int64 }
+type GroupCounts struct {
+	Groups, Jobs, RoundTrips, Statements int64
+	Seconds                              float64
+}
 
 type groupCollector struct {
-	stats                           func() GroupCounts
-	groups, jobs, trips, statements *prometheus.Desc
+	stats                                    func() GroupCounts
+	groups, jobs, trips, statements, seconds *prometheus.Desc
 }
 
 func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -270,14 +275,15 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.jobs
 	ch <- c.trips
 	ch <- c.statements
+	ch <- c.seconds
 }
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
 	for _, m := range []struct {
 		d *prometheus.Desc
-		v int64
-	}{{c.groups, s.Groups}, {c.jobs, s.Jobs}, {c.trips, s.RoundTrips}, {c.statements, s.Statements}} {
-		ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.v))
+		v float64
+	}{{c.groups, float64(s.Groups)}, {c.jobs, float64(s.Jobs)}, {c.trips, float64(s.RoundTrips)}, {c.statements, float64(s.Statements)}, {c.seconds, s.Seconds}} {
+		ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, m.v)
 	}
 }

@@ -85,6 +85,25 @@ func TestScrapeShowsDatabaseRetriesPoolStatsBuildInfoAndLatency(t *testing.T) {
 	}
 }
 
+func TestScrapeShowsTheDecisionGroups(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	m.WatchGroups(func() metrics.GroupCounts {
+		return metrics.GroupCounts{Groups: 4, Jobs: 60, RoundTrips: 5, Statements: 15, Seconds: 0.25}
+	})
+	body := scrape(t, m)
+	for _, want := range []string{
+		"sluice_decision_group_transactions_total 4",
+		"sluice_decision_group_requests_total 60",
+		"sluice_decision_group_round_trips_total 5",
+		"sluice_decision_group_statements_total 15",
+		"sluice_decision_group_seconds_total 0.25",
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+}
+
 func TestEachMetricsHasItsOwnRegistry(t *testing.T) {
 	a, b := metrics.New(metrics.Options{}), metrics.New(metrics.Options{})
 	a.OnDecision(1, "x", true)
