@@ -45,8 +45,7 @@ type Engine struct {
 	// in them (every attempt's; SQLite's groups count none).
 	trips, statements atomic.Int64
 	definitionsRead   atomic.Int64 // definitions the one-trip function returned
-	// groupNanos sums the group transactions' time in the database: from the first attempt's
-	// start to the last one's end (GroupStats.Busy).
+	// groupNanos sums the time the lanes' transactions took (GroupStats.Busy).
 	groupNanos atomic.Int64
 
 	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
@@ -786,10 +785,11 @@ type GroupStats struct {
 	// DefinitionsRead counts the definitions the one-trip function returned: one per limit
 	// whose version this instance did not hold.
 	DefinitionsRead int64
-	// Busy is the group transactions' time, summed: each from its first attempt's start to its
-	// last attempt's end, retries and waits between them included. Over a span of wall time it
-	// says how busy the lanes were: near the number of lanes, every lane was always in a
-	// transaction, and the database's turn was the decisions' ceiling.
+	// Busy is the time the lanes' transactions took, summed: for each group, its closes of holds
+	// and leases (run before its decisions, in the lane) and its decisions, from the first
+	// attempt's start to the last attempt's end, retries and waits between them included. Over a
+	// span of wall time it says how busy the lanes were: near the number of lanes, every lane was
+	// always in a transaction, and the database's turn was the decisions' ceiling.
 	Busy time.Duration
 }
 

@@ -460,8 +460,9 @@ func TestDefinitionUpdatesMoveUpdatedAtForward(t *testing.T) {
 }
 
 // TestGroupStatsSumTheTransactionsTime: GroupStats.Busy (the metric
-// sluice_decision_group_seconds_total) grows by each group transaction's time, and by no more
-// than the wall time its decisions took, on one lane where groups run one after another.
+// sluice_decision_group_seconds_total) grows by each of the lane's transactions' time, and by no
+// more than the wall time its work took, on one lane where groups run one after another: a
+// decision's group, and a hold's release, which the lane runs as a close with no decision.
 func TestGroupStatsSumTheTransactionsTime(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		e := newEngine(t, d, limiter.Options{})
@@ -476,6 +477,15 @@ func TestGroupStatsSumTheTransactionsTime(t *testing.T) {
 		if groups, busy := after.Groups-before.Groups, after.Busy-before.Busy; groups != 3 || busy <= 0 || busy > wall {
 			t.Fatalf("3 decisions one after another: %d groups took %v, want 3 groups taking more than 0 and at most the %v the decisions took",
 				groups, busy, wall)
+		}
+		h := mustHold(t, e, 60_000, limiter.HoldLimit{Name: "api", Key: "h", Count: 1})
+		before, began = e.GroupStats(), time.Now()
+		if err := e.ReleaseHold(context.Background(), tenant, h.ID); err != nil {
+			t.Fatal(err)
+		}
+		wall, after = time.Since(began), e.GroupStats()
+		if busy := after.Busy - before.Busy; busy <= 0 || busy > wall {
+			t.Fatalf("a hold's release took the lane %v, want more than 0 and at most the %v the release took", busy, wall)
 		}
 	})
 }

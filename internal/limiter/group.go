@@ -326,14 +326,15 @@ func (e *Engine) runGroup(jobs []*job) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	began := time.Now() // the lane's transactions for these jobs, closes and decisions (GroupStats.Busy)
 	if jobs = e.runCloses(ctx, jobs); len(jobs) == 0 {
+		e.groupNanos.Add(int64(time.Since(began)))
 		return
 	}
 	e.groups.Add(1)
 	e.jobs.Add(int64(len(jobs)))
 	var err error
 	ctx = db.WithPurpose(ctx, db.PurposeDecision)
-	began := time.Now()
 	if e.db.Dialect == db.Postgres && !forceGormGroups {
 		err = e.db.WithPgx(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return e.groupPgx(ctx, conn, jobs)

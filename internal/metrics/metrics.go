@@ -255,7 +255,7 @@ func (m *Metrics) WatchGroups(stats func() GroupCounts) {
 		statements: prometheus.NewDesc("sluice_decision_group_statements_total",
 			"Statements sent to PostgreSQL by group-commit transactions (every attempt's).", nil, nil),
 		seconds: prometheus.NewDesc("sluice_decision_group_seconds_total",
-			"Time group-commit transactions took, summed (each from its first attempt's start to its last one's end). Its rate is how busy the decision lanes are: near SLUICE_DECISION_LANES, the database's turn is the decisions' ceiling.", nil, nil),
+			"Time the decision lanes' transactions took, summed (each group's closes of holds and leases and its decisions, from the first attempt's start to the last one's end). Its rate is how busy the decision lanes are: near SLUICE_DECISION_LANES, the database's turn is the decisions' ceiling.", nil, nil),
 	})
 }
 
