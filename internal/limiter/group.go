@@ -940,12 +940,16 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		def := r.def
 		if req := j.reqs[r.of]; req.Refund {
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Definition: def, refund: true}
+			states := j.statesOf(x, r, stored, overlay, local)
+			origin := algo.Origin(def, r.tenantID, r.name, r.key)
 			// A key an override allows or denies counted nothing to give back, unless this is a
 			// hold's: it took its amount when it was made, whatever overrides came since (given
-			// back never above the limit's maximum, as every refund).
-			if r.ov == nil || r.ov.Action == algo.ActionNone || req.hold {
-				states := j.statesOf(x, r, stored, overlay, local)
-				origin := algo.Origin(def, r.tenantID, r.name, r.key)
+			// back never above the limit's maximum, as every refund). Either way remaining is what
+			// the key holds afterwards.
+			if r.ov != nil && r.ov.Action != algo.ActionNone && !req.hold {
+				o, _ := algo.Refund(def, states, 0, now, origin) // its writes are not kept
+				dec.Remaining = o.Remaining
+			} else {
 				var o algo.Outcome
 				var given float64
 				if t := req.giveBack; t != nil {

@@ -112,6 +112,14 @@ func TestAllowAdmitsWithoutCountingAndDenyRefusesForever(t *testing.T) {
 		if v := value(t, e, "other", "bad:1"); v != 5 {
 			t.Fatalf("a batch refused by a deny override wrote the other limit: %v", v)
 		}
+		// A refund under either override gives nothing back (nothing was counted) and answers
+		// what the key holds, as GET …/value does: 1 for vip, 2 for a denied key never decided.
+		for key, holds := range map[string]float64{"vip": 1, "bad:1": 2} {
+			r, err := e.Refund(ctx, tenant, limiter.Request{Name: "api", Key: key, Count: 1})
+			if err != nil || r.Refunded != 0 || r.Remaining != holds || value(t, e, "api", key) != holds {
+				t.Errorf("refund of %s under its override: %+v, %v; want nothing given back and remaining %v", key, r, err, holds)
+			}
+		}
 	})
 }
 
