@@ -690,7 +690,7 @@ export interface components {
             ok: boolean;
             /** @description ms; on a refusal when to retry, on a reservation when to run the reserved work; never 0, at most 1e15 (about 31,700 years) */
             retryAfter: number | null;
-            /** @description tokens left in the shard(s) the decision used; negative after a reservation. A batch refused as a whole counts nothing: each of its limits reports its balance as it stands. A check says what a decision would leave. */
+            /** @description tokens left in the shard(s) the decision used; negative after a reservation. A batch refused as a whole counts nothing: each of its limits reports its balance as it stands. A check says, for each of its limits, what that limit's count would leave were the batch admitted. */
             remaining: number;
             name: string;
             key: string | null;
