@@ -219,7 +219,7 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 // member of the tenant invited to (whom the inviter sees in its members list anyway). To a
 // tenant's admin about anyone else it is nil: the invite is made as for an address without an
 // account (its acceptance then fails), so that the invite form does not tell them which emails
-// have an account on the server.
+// have an account on the server. Accepting the link does tell whoever holds it (README, Members).
 func emailTaken(tx *gorm.DB, existing userRow, maker *int64, tenantID *int64) error {
 	e := ErrConflict.WithField("email")
 	e.Message = "a user with this email exists"
