@@ -48,6 +48,7 @@ type Authenticator interface {
 // Engine decides limits (limiter.Engine).
 type Engine interface {
 	Batch(ctx context.Context, tenantID int64, reqs []limiter.Request, consume bool) (limiter.BatchDecision, error)
+	CheckRefused(ctx context.Context, tenantID int64, reqs []limiter.Request) (limiter.BatchDecision, error)
 	GetDefinition(ctx context.Context, tenantID int64, name string) (limiter.StoredDefinition, error)
 }
 
@@ -243,7 +244,7 @@ func planResponse(out *rls.RateLimitResponse, planned *limiter.Decision) *rls.Ra
 
 // withUnknown answers a request naming at least one limit without a stored definition: the
 // unknown ones per the policy, the known ones decided (allow: counted; deny: only checked, as the
-// request is refused and so consumes nothing).
+// request is refused and so consumes nothing, each reporting its balance as it stands).
 func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limiter.Request, plan *limiter.Request) (*rls.RateLimitResponse, error) {
 	unknown := make([]bool, len(reqs))
 	seen := map[string]bool{}               // name -> unknown
@@ -277,7 +278,13 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 			p.Count = float64(len(known))
 			plan = &p
 		}
-		b, err := s.engine.Batch(ctx, tenantID, withPlan(known, plan), s.opts.AllowUnknown)
+		batch := s.engine.CheckRefused // refused as a whole: each known limit's balance as it stands
+		if s.opts.AllowUnknown {
+			batch = func(ctx context.Context, tenantID int64, reqs []limiter.Request) (limiter.BatchDecision, error) {
+				return s.engine.Batch(ctx, tenantID, reqs, true)
+			}
+		}
+		b, err := batch(ctx, tenantID, withPlan(known, plan))
 		switch {
 		case limiter.IsNotFound(err):
 			return s.missingParent(ctx, tenantID, known, defs, len(reqs), err)

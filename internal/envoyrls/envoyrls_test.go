@@ -321,6 +321,13 @@ func TestUnknownLimitsFollowThePolicy(t *testing.T) {
 			if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT || resp.Statuses[1].Code != rls.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("%v, want OVER_LIMIT for the unknown descriptor and the request", resp)
 			}
+			// Refused as a whole, it counted nothing: the known limit's balance as it stands.
+			if st := resp.Statuses[0]; st.Code != rls.RateLimitResponse_OK || st.LimitRemaining != 10 {
+				t.Fatalf("the known descriptor of a denied request: %v, want OK with 10 remaining (nothing counted)", st)
+			}
+			if hs := headers(resp); hs["ratelimit"] != `"api.user";r=10;t=0` {
+				t.Fatalf("headers %v, want the known limit's balance as it stands", hs)
+			}
 			if v := h.value(t, "api.user", "alice"); v != 10 {
 				t.Fatalf("a denied request consumed from api.user: value %v, want 10", v)
 			}

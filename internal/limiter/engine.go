@@ -325,6 +325,19 @@ func (e *Engine) Check(ctx context.Context, tenantID int64, req Request) (Decisi
 // consumption in order. Concurrent calls are grouped into shared transactions (group.go) while
 // Run runs; without it, the call fails closed with ErrUnavailable when ctx ends.
 func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, consume bool) (BatchDecision, error) {
+	return e.batch(ctx, &job{tenantID: tenantID, reqs: reqs, consume: consume})
+}
+
+// CheckRefused checks reqs as a batch its caller refuses as a whole whatever they decide (the
+// Envoy adapter's request that names an unknown limit it denies): nothing is counted, and each
+// limit reports its balance as it stands, as in a decision refused as a whole, where a check
+// says what its count would leave. OK and each result's OK say whether the limits would fit.
+func (e *Engine) CheckRefused(ctx context.Context, tenantID int64, reqs []Request) (BatchDecision, error) {
+	return e.batch(ctx, &job{tenantID: tenantID, reqs: reqs, refused: true})
+}
+
+func (e *Engine) batch(ctx context.Context, j *job) (BatchDecision, error) {
+	reqs := j.reqs
 	if len(reqs) == 0 {
 		return BatchDecision{}, invalidRequest("limits", "must name at least one limit")
 	}
@@ -333,7 +346,7 @@ func (e *Engine) Batch(ctx context.Context, tenantID int64, reqs []Request, cons
 			return BatchDecision{}, err
 		}
 	}
-	j := &job{tenantID: tenantID, reqs: reqs, consume: consume, picks: make([][]int, len(reqs)), done: make(chan struct{})}
+	j.picks, j.done = make([][]int, len(reqs)), make(chan struct{})
 	if err := e.submit(ctx, j); err != nil {
 		return BatchDecision{}, fmt.Errorf("limiter: decide: %w", err)
 	}

@@ -585,10 +585,16 @@ func TestARefusedBatchReportsTheBalanceAsItStands(t *testing.T) {
 		if v, err := e.GetValue(ctx, tenant, "a", "k"); err != nil || v.Value != 8 {
 			t.Fatalf("a's value after the refused batches = %+v, %v; want 8", v, err)
 		}
-		// A check counts nothing either way: it says what a decision would leave.
+		// A check counts nothing either way: it says what each limit's count would leave.
 		c, err := e.Batch(ctx, tenant, []limiter.Request{{Name: "a", Key: "k", Count: 3}, {Name: "spent", Key: "k", Count: 1}}, false)
 		if err != nil || c.OK || c.Results[0].Remaining != 5 {
 			t.Errorf("check: %+v, %v; want refused with a's remaining 5 (what it would leave)", c, err)
+		}
+		// A check its caller refuses as a whole anyway reports the balances as they stand, even
+		// where every limit would fit.
+		c, err = e.CheckRefused(ctx, tenant, []limiter.Request{{Name: "a", Key: "k", Count: 3}, {Name: "a", Key: "k", Count: 1}})
+		if err != nil || !c.OK || c.Results[0].Remaining != 8 || c.Results[1].Remaining != 8 || value(t, e, "a", "k") != 8 {
+			t.Errorf("CheckRefused: %+v, %v; want both fitting, each with a's 8 as it stands, nothing counted", c, err)
 		}
 	})
 }

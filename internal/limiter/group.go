@@ -36,6 +36,7 @@ type job struct {
 	tenantID int64
 	reqs     []Request
 	consume  bool
+	refused  bool       // a check its caller refuses as a whole (CheckRefused): reported as it stands
 	exp      []limitRef // the limits it decides: its requests and their ancestors (expand)
 	picks    [][]int    // shard choices of each of exp, kept across retries of the group
 	out      BatchDecision
@@ -1040,7 +1041,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			setTaken(&out.Results[r.of], r, def, states, j.picks[x], d, now, origin)
 		}
 	}
-	if j.consume && !out.OK {
+	if (j.consume && !out.OK) || j.refused {
 		j.asItStands(out.Results, stored, overlay, now)
 	}
 	for i := range out.Results {
