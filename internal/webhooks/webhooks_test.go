@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -288,8 +290,11 @@ func TestPrivateReceiversAreRefusedUnlessTheOperatorAllowsThem(t *testing.T) {
 			t.Fatalf("a loopback receiver got %d requests", len(r.requests()))
 		}
 		log, _ := s.Deliveries(context.Background(), tenant, ep.ID, 1)
-		if len(log) != 1 || !strings.Contains(log[0].LastError, "not public") {
+		if len(log) != 1 || !strings.Contains(log[0].LastError, "no public address") {
 			t.Fatalf("delivery log %+v: the refusal should be recorded", log)
+		}
+		if strings.Contains(log[0].LastError, "127.0.0.1") || strings.Contains(log[0].LastError, "::1") {
+			t.Fatalf("delivery error %q names the address localhost resolved to", log[0].LastError)
 		}
 
 		allowed := newService(t, d, c, true)
@@ -464,4 +469,29 @@ func FuzzCheckURL(f *testing.F) {
 			t.Fatalf("accepted the non-public address %q", raw)
 		}
 	})
+}
+
+// TestDeliveryErrorsMapNothingOfTheNetwork: the delivery log says the same of a receiver's name
+// that does not resolve and of one that resolves only to private addresses, and names neither
+// the address refused nor the resolver asked (a tenant could map the operator's network by them).
+func TestDeliveryErrorsMapNothingOfTheNetwork(t *testing.T) {
+	t.Parallel()
+	refused := &url.Error{Op: "Post", URL: "http://db.internal:5432/", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Err: fmt.Errorf("webhooks: dial 10.1.2.3:5432: %w", errPrivateAddress)}}
+	missing := &url.Error{Op: "Post", URL: "http://db.internal:5432/", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Err: &net.DNSError{Err: "no such host", Name: "db.internal", Server: "10.255.255.53:53", IsNotFound: true}}}
+	slow := &url.Error{Op: "Post", URL: "http://db.internal:5432/", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Err: &net.DNSError{Err: "i/o timeout", Name: "db.internal", Server: "10.255.255.53:53", IsTimeout: true}}}
+	a, b, c := deliveryError(refused), deliveryError(missing), deliveryError(slow)
+	if a != b || a != `Post "http://db.internal:5432/": `+noPublicAddress {
+		t.Errorf("a refused private address says %q and a missing name %q: want the same, without either", a, b)
+	}
+	for _, msg := range []string{a, b, c} {
+		if strings.Contains(msg, "10.") || strings.Contains(msg, ":53") {
+			t.Errorf("delivery error %q names an address or the resolver", msg)
+		}
+	}
+	if plain := errors.New("connection reset by peer"); deliveryError(plain) != plain.Error() {
+		t.Errorf("another error is rewritten: %q", deliveryError(plain))
+	}
 }
