@@ -441,7 +441,11 @@ var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "\x00", "%00")
 // value in Latin-1, read by lenientCodec) written %XX in upper-case hex. Every escape is the
 // byte's %XX, so a key decodes back to its values.
 func escapeValue(v string) string {
-	v = keyEscaper.Replace(v)
+	return escapeNonUTF8(keyEscaper.Replace(v))
+}
+
+// escapeNonUTF8 writes each byte of v that is not part of valid UTF-8 as %XX.
+func escapeNonUTF8(v string) string {
 	if utf8.ValidString(v) {
 		return v
 	}
@@ -528,7 +532,8 @@ func LimitKey(entries []*rlcommon.RateLimitDescriptor_Entry) string {
 // Attributes are a descriptor's entries as a decision's attributes, which fill the key templates
 // of the limit's parents (nested budgets): each entry whose key can name an attribute
 // ([A-Za-z0-9_]{1,64}) gives its value, a later entry winning, if the value can be one (1 to 256
-// bytes, as a key). None when there would be more than a decision may carry (a descriptor that
+// bytes, as a key), each byte that is not part of UTF-8 written %XX as in keys (a header in
+// Latin-1). None when there would be more than a decision may carry (a descriptor that
 // long needs no parents' templates). A template that names a value left out refuses the request
 // (see neverPasses), and one that names none does not mind it.
 func Attributes(entries []*rlcommon.RateLimitDescriptor_Entry) map[string]string {
@@ -537,14 +542,15 @@ func Attributes(entries []*rlcommon.RateLimitDescriptor_Entry) map[string]string
 		if !limiter.ValidAttributeName(e.GetKey()) {
 			continue
 		}
-		if !limiter.ValidKey(e.GetValue()) {
+		value := escapeNonUTF8(e.GetValue())
+		if !limiter.ValidKey(value) {
 			delete(attrs, e.GetKey()) // the later entry wins, and it is no attribute
 			continue
 		}
 		if attrs == nil {
 			attrs = map[string]string{}
 		}
-		attrs[e.GetKey()] = e.GetValue()
+		attrs[e.GetKey()] = value
 	}
 	if len(attrs) > limiter.MaxAttributes {
 		return nil

@@ -648,6 +648,12 @@ func TestAttributesOfADescriptor(t *testing.T) {
 	if got := envoyrls.Attributes(descriptor("a", "1").Entries); got["a"] != "1" {
 		t.Fatalf("attributes %v", got)
 	}
+	// A header value in Latin-1 is a value like any other, its bytes that are not UTF-8 written
+	// %XX as in keys (a parent's template naming it must not refuse every such visitor), and
+	// nothing else in it escaped.
+	if got := envoyrls.Attributes(entries("cnt", "Espa\xf1a", "path", "a/b%c")); got["cnt"] != "Espa%F1a" || got["path"] != "a/b%c" {
+		t.Fatalf("attributes %q, want cnt=Espa%%F1a and path=a/b%%c", got)
+	}
 }
 
 // TestUnknownDescriptorsSpendNothingOfThePlan: with GRPC_UNKNOWN_LIMIT=allow, a request of one
