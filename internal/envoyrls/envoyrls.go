@@ -222,23 +222,27 @@ func splitPlan(results []limiter.Decision, plan *limiter.Request) ([]limiter.Dec
 }
 
 // planResponse makes a request the plan refused over the limit as a whole (its descriptors keep
-// their own statuses; none was counted) with the plan's Retry-After.
+// their own statuses; none was counted) with the plan's Retry-After, or a descriptor's longer one.
 func planResponse(out *rls.RateLimitResponse, planned *limiter.Decision) *rls.RateLimitResponse {
 	if planned == nil || planned.OK {
 		return out
 	}
 	out.OverallCode = rls.RateLimitResponse_OVER_LIMIT
-	kept := out.ResponseHeadersToAdd[:0]
+	if planned.RetryAfter == nil {
+		return out
+	}
+	plan := limiter.HeaderSeconds(float64(*planned.RetryAfter))
 	for _, h := range out.ResponseHeadersToAdd {
-		if h.Key != "retry-after" {
-			kept = append(kept, h)
+		if h.Key == "retry-after" {
+			// A descriptor refused too: the longer wait, as every refusal's must pass.
+			if own, err := strconv.ParseInt(h.Value, 10, 64); err == nil && own < plan {
+				h.Value = strconv.FormatInt(plan, 10)
+			}
+			return out
 		}
 	}
-	out.ResponseHeadersToAdd = kept
-	if planned.RetryAfter != nil {
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &core.HeaderValue{Key: "retry-after",
-			Value: strconv.FormatInt(limiter.HeaderSeconds(float64(*planned.RetryAfter)), 10)})
-	}
+	out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &core.HeaderValue{Key: "retry-after",
+		Value: strconv.FormatInt(plan, 10)})
 	return out
 }
 

@@ -729,6 +729,32 @@ func TestAPlanOverItsRateIsOverLimitWithoutSpending(t *testing.T) {
 	})
 }
 
+// TestAPlanRefusalKeepsADescriptorsLongerWait: when the plan and a descriptor's own limit both
+// refuse, Retry-After is the longer wait (the day the limit needs, not the plan's second), as
+// the descriptor's duration_until_reset says.
+func TestAPlanRefusalKeepsADescriptorsLongerWait(t *testing.T) {
+	t.Parallel()
+	h := start(t, testkit.URL(t, "sqlite"), false)
+	perSecond := 1.0
+	if err := h.app.Tenants.SetPlan(context.Background(), h.tenantID, tenants.PlanSettings{DecisionsPerSecond: &perSecond}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.app.Engine.PutDefinition(context.Background(), h.tenantID, "api.user",
+		limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 86_400_000}, nil); err != nil {
+		t.Fatal(err)
+	}
+	req := request("api", descriptor("user", "alice"))
+	if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OK {
+		t.Fatalf("first call: %v, want OK", resp)
+	}
+	resp := h.decide(t, req) // the plan's one decision a second and the day's one token are spent
+	retry, err := strconv.ParseInt(headers(resp)["retry-after"], 10, 64)
+	if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rls.RateLimitResponse_OVER_LIMIT ||
+		err != nil || retry < 86_000 || retry > 86_400 {
+		t.Fatalf("%v: want OVER_LIMIT with the limit's Retry-After of about a day, not the plan's second", resp)
+	}
+}
+
 // TestALongWaitIsTheSameInTheStatusAndTheHeader: a refusal that waits longer than a
 // time.Duration holds (292 years) says so in duration_until_reset, as in Retry-After.
 func TestALongWaitIsTheSameInTheStatusAndTheHeader(t *testing.T) {
