@@ -72,6 +72,7 @@ func (s *Server) createWebhook(c *gin.Context) {
 	s.recordAudit(c, "webhook.create", strconv.FormatInt(ep.ID, 10), ep.URL)
 	out := endpointJSON(ep)
 	out.Secret = secret
+	c.Header("Cache-Control", "no-store") // the secret is shown once: no cache may keep it
 	c.JSON(http.StatusCreated, out)
 }
 

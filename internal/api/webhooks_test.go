@@ -84,8 +84,12 @@ func TestAuditedChangesReachTheTenantsWebhooks(t *testing.T) {
 func TestWebhookRoutesManageEndpointsAndTheDeliveryLog(t *testing.T) {
 	eachDB(t, func(t *testing.T, h *harness) {
 		a := h.newTenant(t, "acme")
-		created := requireJSON(t, h.send(t, http.MethodPost, "/v1/webhooks", a.key,
-			map[string]any{"url": "https://hooks.example.com/sluice", "events": []string{"key.created", "definition.changed"}}), http.StatusCreated)
+		answer := h.send(t, http.MethodPost, "/v1/webhooks", a.key,
+			map[string]any{"url": "https://hooks.example.com/sluice", "events": []string{"key.created", "definition.changed"}})
+		if cc := answer.header.Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("the answer that shows the signing secret has Cache-Control %q, want no-store", cc)
+		}
+		created := requireJSON(t, answer, http.StatusCreated)
 		secret, _ := created["secret"].(string)
 		if !strings.HasPrefix(secret, "whsec_") || created["url"] != "https://hooks.example.com/sluice" {
 			t.Fatalf("created %v", created)
