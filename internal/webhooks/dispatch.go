@@ -269,7 +269,7 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 		update["next_attempt_at"] = finishedNextAttempt
 	default:
 		if sendErr != nil {
-			update["last_error"] = truncate(deliveryError(sendErr))
+			update["last_error"] = truncate(deliveryError(sendErr, s.allowPrivate))
 		} else {
 			update["last_error"] = "HTTP " + strconv.Itoa(status)
 		}
@@ -324,29 +324,40 @@ func (s *Service) send(ctx context.Context, ep endpointRow, d deliveryRow) (int,
 	return resp.StatusCode, nil
 }
 
-// noPublicAddress is the delivery log's one answer for a receiver's name that does not resolve
-// and for one that resolves only to addresses that are not public (a literal one is refused
-// when the endpoint is made).
+// noPublicAddress is the delivery log's one answer, while private receivers are refused, for a
+// receiver's name that does not resolve and for one that resolves only to addresses that are not
+// public (a literal one is refused when the endpoint is made).
 const noPublicAddress = "no public address for the receiver's name (it does not resolve, or only to addresses that are not public; WEBHOOK_ALLOW_PRIVATE=true allows private receivers)"
 
 // deliveryError is what the tenant's delivery log says of a delivery that got no answer. The log
 // must not map the network Sluice runs in for a tenant, whose URLs can name anything: it never
-// names an address a name resolved to that was refused, nor the resolver asked, and it answers
-// alike for a name that does not resolve and one that resolves only to private addresses.
-func deliveryError(err error) string {
+// names Sluice's own address (a connection reset or broken after it was made names both ends),
+// an address a name resolved to that was refused, or the resolver asked; and while private
+// receivers are refused (allowPrivate false) it answers alike for a name that does not resolve
+// and one that resolves only to private addresses.
+func deliveryError(err error, allowPrivate bool) string {
 	prefix := ""
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		prefix = ue.Op + " " + strconv.Quote(ue.URL) + ": "
 	}
 	var dnsErr *net.DNSError
+	var opErr *net.OpError
 	switch {
-	case errors.Is(err, errPrivateAddress), errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+	case errors.Is(err, errPrivateAddress), !allowPrivate && errors.As(err, &dnsErr) && dnsErr.IsNotFound:
 		return prefix + noPublicAddress
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return prefix + "the receiver's name does not resolve"
 	case errors.As(err, &dnsErr) && dnsErr.IsTimeout:
 		return prefix + "the lookup of the receiver's name timed out"
 	case errors.As(err, &dnsErr):
 		return prefix + "the lookup of the receiver's name failed"
+	case errors.As(err, &opErr) && opErr.Source != nil:
+		msg := opErr.Op + " " + opErr.Net
+		if opErr.Addr != nil {
+			msg += " " + opErr.Addr.String() // the receiver's, which the tenant named
+		}
+		return prefix + msg + ": " + opErr.Err.Error()
 	}
 	return err.Error()
 }

@@ -482,16 +482,28 @@ func TestDeliveryErrorsMapNothingOfTheNetwork(t *testing.T) {
 		Err: &net.DNSError{Err: "no such host", Name: "db.internal", Server: "10.255.255.53:53", IsNotFound: true}}}
 	slow := &url.Error{Op: "Post", URL: "http://db.internal:5432/", Err: &net.OpError{Op: "dial", Net: "tcp",
 		Err: &net.DNSError{Err: "i/o timeout", Name: "db.internal", Server: "10.255.255.53:53", IsTimeout: true}}}
-	a, b, c := deliveryError(refused), deliveryError(missing), deliveryError(slow)
+	// A connection the receiver resets after accepting it names both ends: Sluice's own (behind
+	// NAT, the receiver never sees it) must not reach the log, the receiver's may.
+	reset := &url.Error{Op: "Post", URL: "https://hooks.example.com/", Err: &net.OpError{Op: "read", Net: "tcp",
+		Source: &net.TCPAddr{IP: net.IPv4(10, 9, 8, 7), Port: 40000}, Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 5), Port: 443},
+		Err: errors.New("read: connection reset by peer")}}
+	a, b, c, d := deliveryError(refused, false), deliveryError(missing, false), deliveryError(slow, false), deliveryError(reset, false)
 	if a != b || a != `Post "http://db.internal:5432/": `+noPublicAddress {
 		t.Errorf("a refused private address says %q and a missing name %q: want the same, without either", a, b)
 	}
-	for _, msg := range []string{a, b, c} {
+	if want := `Post "https://hooks.example.com/": read tcp 203.0.113.5:443: read: connection reset by peer`; d != want {
+		t.Errorf("a reset connection says %q, want %q", d, want)
+	}
+	allowed := deliveryError(missing, true) // private receivers allowed: nothing to hide, no hint to give
+	for _, msg := range []string{a, b, c, d, allowed} {
 		if strings.Contains(msg, "10.") || strings.Contains(msg, ":53") {
-			t.Errorf("delivery error %q names an address or the resolver", msg)
+			t.Errorf("delivery error %q names an address of Sluice's network or the resolver", msg)
 		}
 	}
-	if plain := errors.New("connection reset by peer"); deliveryError(plain) != plain.Error() {
-		t.Errorf("another error is rewritten: %q", deliveryError(plain))
+	if strings.Contains(allowed, "WEBHOOK_ALLOW_PRIVATE") || !strings.Contains(allowed, "does not resolve") {
+		t.Errorf("with private receivers allowed, a missing name says %q", allowed)
+	}
+	if plain := errors.New("connection reset by peer"); deliveryError(plain, false) != plain.Error() {
+		t.Errorf("another error is rewritten: %q", deliveryError(plain, false))
 	}
 }
