@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -65,7 +64,8 @@ type Options struct {
 	Clock func() time.Time
 	IntN  func(n int) int // randomness for shard choice and jitter; must be goroutine-safe
 	// OnDecision is told of every consumed decision of every limit: ok is whether it was
-	// admitted (in a batch, whether the batch was). A shadow limit's would-be refusal in an
+	// admitted (in a batch, whether the batch was; of a batch refused as a whole, only the
+	// limits that refused are told, the tenant's plan included). A shadow limit's would-be refusal in an
 	// admitted decision goes to OnShadowRefused instead, so that allowed, refused and
 	// shadow-refused count each decision once.
 	OnDecision      func(tenantID int64, name string, ok bool)
@@ -190,6 +190,9 @@ type Decision struct {
 	// Override is the match of the override that applied ("org:acme:*"), "" when none did.
 	Override string
 	denied   bool // refused by a deny override: its retryAfter is exact, never jittered
+	// refused is whether this limit itself refused its part, where OK is the whole family's
+	// (familyOutcome): in a batch refused as a whole, only the limits that refused are reported.
+	refused bool
 	// retryFrom is, when the family's RetryAfter is an ancestor's (familyOutcome), how that one
 	// jitters: the ancestor's own jitter, or none when a deny refused it.
 	retryFrom *retrySource
@@ -229,7 +232,7 @@ type ShadowOutcome struct {
 // KeyOutcome is one consumed decision of one limit and key, as Options.OnKeyOutcome hears it.
 type KeyOutcome struct {
 	Name, Key string
-	OK        bool // admitted (in a batch, whether the batch was)
+	OK        bool // admitted (in a batch, whether the batch was: a refused one reports its refusing limits only)
 	// ShadowRefused: admitted only because the limit is in shadow mode.
 	ShadowRefused bool
 	// Remaining is what the key has left after the decision; Max the most it holds (the
@@ -475,22 +478,26 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 	if !consume {
 		return
 	}
-	// Refused by the plan alone, the tenant's limits neither admitted nor refused anything: they
-	// are not reported (their refusal counts, top refused keys and limit.refusals events are of
-	// what they refused), the plan's refusal is.
-	planOnly := !out.OK && !slices.ContainsFunc(out.Results, func(r Decision) bool { return !r.OK && !r.system })
+	// In a batch refused as a whole, a limit that would have admitted its part (its sibling, an
+	// ancestor or the tenant's plan refused) neither admitted nor refused anything: it is not
+	// reported (refusal counts, top refused keys and limit.refusals events are of what each limit
+	// refused); the limits that refused are.
 	for i := range out.Results {
 		r := &out.Results[i]
-		if r.refund || (planOnly && !r.system) {
+		if r.refund {
 			continue
 		}
 		owner := tenantID
 		if r.system { // a plan's decision rate: the system tenant's limit
 			owner = SystemTenant
 		}
-		e.report(owner, r, out.OK)
+		if out.OK || r.refused {
+			e.report(owner, r, out.OK)
+		}
 		for j := range r.Parents {
-			e.report(owner, &r.Parents[j], out.OK)
+			if p := &r.Parents[j]; out.OK || p.refused {
+				e.report(owner, p, out.OK)
+			}
 		}
 	}
 }

@@ -927,6 +927,7 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 	}
 	var penalties map[rowKey]penalty
 	place := func(r limitRef, dec Decision) {
+		dec.refused = !dec.OK // before familyOutcome makes OK the family's
 		if r.ov != nil {
 			dec.Override = r.ov.Match
 		}

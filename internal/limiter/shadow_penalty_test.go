@@ -136,9 +136,11 @@ func TestShadowLimitInBatchReportsButNeverRefuses(t *testing.T) {
 		if *b.RetryAfter != *b.Results[0].RetryAfter {
 			t.Fatalf("the batch's retryAfter %d is not the enforced refusal's %d", *b.RetryAfter, *b.Results[0].RetryAfter)
 		}
-		// Counted: each shadow would-be refusal once, in admitted batches only.
-		if a, r, s := h.counts("sh"); a != 2 || s != 3 || r != 1 {
-			t.Fatalf("shadow limit counted allowed=%d refused=%d shadow_refused=%d, want 2, 1, 3", a, r, s)
+		// Counted: each shadow would-be refusal once, in admitted batches only; the batch the
+		// enforced limit refused is that limit's refusal, not the shadow limit's (which refuses
+		// nothing).
+		if a, r, s := h.counts("sh"); a != 2 || s != 3 || r != 0 {
+			t.Fatalf("shadow limit counted allowed=%d refused=%d shadow_refused=%d, want 2, 0, 3", a, r, s)
 		}
 		if a, r, s := h.counts("enf"); a != 5 || r != 1 || s != 0 {
 			t.Fatalf("enforced limit counted allowed=%d refused=%d shadow_refused=%d, want 5, 1, 0", a, r, s)
@@ -543,6 +545,29 @@ func TestARefusalByThePlanAloneIsNotTheLimits(t *testing.T) {
 		}
 		if allowed, refused, _ := h.counts("tiny"); allowed != 1 || refused != 1 {
 			t.Fatalf("tiny: %d allowed, %d refused; want 1 and 1", allowed, refused)
+		}
+		// The same for a sibling in a batch and for a member of a family: the limit that refused
+		// is reported, the one that would have admitted its part is not.
+		if b := batch(t, e2, limiter.Request{Name: "api", Key: "alice", Count: 1}, limiter.Request{Name: "tiny", Key: "bob", Count: 1}); b.OK {
+			t.Fatalf("a batch with the spent tiny: %+v, want refused", b)
+		}
+		if allowed, refused, _ := h.counts("api"); allowed != 2 || refused != 0 {
+			t.Fatalf("api beside tiny's refusal: %d allowed, %d refused; want 2 and 0", allowed, refused)
+		}
+		if _, refused, _ := h.counts("tiny"); refused != 2 {
+			t.Fatalf("tiny: %d refused, want 2", refused)
+		}
+		mustPut(t, e2, "org", limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: 3_600_000})
+		mustPut(t, e2, "member", limiter.Definition{Kind: limiter.FixedWindow, Rate: 5, Period: 3_600_000, Parents: []limiter.Parent{{Name: "org", Key: "acme"}}})
+		mustLimit(t, e2, limiter.Request{Name: "org", Key: "acme", Count: 1})
+		if got := mustLimit(t, e2, limiter.Request{Name: "member", Key: "m", Count: 1}); got.OK || got.Parents[0].OK {
+			t.Fatalf("a member of a spent org: %+v, want refused by the org", got)
+		}
+		if _, refused, _ := h.counts("member"); refused != 0 {
+			t.Fatalf("member, refused by its parent only: %d refused, want 0", refused)
+		}
+		if allowed, refused, _ := h.counts("org"); allowed != 1 || refused != 1 {
+			t.Fatalf("org: %d allowed, %d refused; want 1 and 1", allowed, refused)
 		}
 	})
 }
