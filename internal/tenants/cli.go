@@ -10,6 +10,22 @@ import (
 	"strings"
 )
 
+// parseFlags parses a subcommand's flags. What the flag package would print (the problem and the
+// usage, or the usage for -h) becomes the error, which the caller writes on standard error: a
+// script that takes the secret from stdout's first line must never read a usage line instead.
+// A word left over (an unquoted label of two words) is an error, not dropped.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var out strings.Builder
+	fs.SetOutput(&out)
+	if err := fs.Parse(args); err != nil {
+		return errors.New(strings.TrimSpace(out.String()))
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (quote a value with spaces)", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
 // ErrUnknownCommand is what Command returns for a command it does not know.
 var ErrUnknownCommand = errors.New("unknown command")
 
@@ -72,11 +88,10 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 
 	case "key create":
 		fs := flag.NewFlagSet("key create", flag.ContinueOnError)
-		fs.SetOutput(stdout)
 		tenantName := fs.String("tenant", "", "tenant name (required)")
 		label := fs.String("label", "", "a label for the key")
 		publishable := fs.Bool("publishable", false, "create a publishable (pk_live_) key for the captcha widget")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		if *tenantName == "" {
@@ -112,12 +127,11 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 
 	case "user create":
 		fs := flag.NewFlagSet("user create", flag.ContinueOnError)
-		fs.SetOutput(stdout)
 		email := fs.String("email", "", "login email (required)")
 		fromStdin := fs.Bool("password-stdin", false, "read the password from standard input (required)")
 		operator := fs.Bool("operator", false, "an operator (all tenants)")
 		tenantName := fs.String("tenant", "", "a member of this tenant")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		if *email == "" || !*fromStdin || *operator == (*tenantName != "") {
