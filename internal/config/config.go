@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -138,6 +139,8 @@ type Option struct {
 	parse   func(c *Config, v string) error
 }
 
+const defaultListenAddr = ":8080"
+
 // set is an Option's parser for a plain string field.
 func set(field func(c *Config) *string) func(c *Config, v string) error {
 	return func(c *Config, v string) error { *field(c) = v; return nil }
@@ -162,10 +165,16 @@ var options = []Option{
 			c.DatabaseURL = v
 			return nil
 		}},
-	{Name: "LISTEN_ADDR", Default: ":8080", Doc: "where the HTTP server listens",
+	{Name: "LISTEN_ADDR", Default: defaultListenAddr, Doc: "where the HTTP server listens",
 		parse: func(c *Config, v string) error {
-			if _, _, err := net.SplitHostPort(v); err != nil {
+			_, port, err := net.SplitHostPort(v)
+			if err != nil {
 				return fmt.Errorf("LISTEN_ADDR: %w", err)
+			}
+			// A service name ("localhost:http") listens, but BASE_URL's default is made from
+			// the port, and a URL's port is a number.
+			if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+				return fmt.Errorf("LISTEN_ADDR: the port %q must be a number from 0 to 65535", port)
 			}
 			c.ListenAddr = v
 			return nil
@@ -516,8 +525,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			errs = append(errs, err)
 		}
 	}
-	if c.BaseURL == "" && c.ListenAddr != "" {
-		c.BaseURL = defaultBaseURL(c.ListenAddr)
+	if c.BaseURL == "" {
+		// A LISTEN_ADDR that was refused has said so: its default stands in, so that the
+		// BASE_URL nobody set is not reported as a second problem.
+		c.BaseURL = defaultBaseURL(cmp.Or(c.ListenAddr, defaultListenAddr))
 	}
 	if errs = append(errs, c.crossErrors()...); len(errs) > 0 {
 		return c, fmt.Errorf("config: %w", errors.Join(errs...))
@@ -590,6 +601,8 @@ func (c Config) crossErrors() []error {
 		errs = append(errs, errors.New("BASE_URL must be an absolute http(s) URL"))
 	} else if u.Path != "" || u.User != nil || strings.ContainsAny(c.BaseURL, "?#") {
 		errs = append(errs, errors.New("BASE_URL must be http(s)://host[:port] without a path, query, fragment or user: Sluice is served at the root of its host"))
+	} else if n, err := strconv.Atoi(u.Port()); u.Port() != "" && (err != nil || n < 1 || n > 65535) {
+		errs = append(errs, fmt.Errorf("BASE_URL: the port %q must be a number from 1 to 65535", u.Port()))
 	}
 	if (c.AdminEmail == "") != (c.AdminPassword == "") {
 		errs = append(errs, errors.New("SLUICE_ADMIN_EMAIL and SLUICE_ADMIN_PASSWORD go together"))

@@ -100,10 +100,18 @@ func TestBaseURLIsTheRootOfAHost(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"https://example.com/sluice", "https://example.com//", "https://example.com/?x=1", "https://example.com?",
-		"https://example.com#top", "https://user:pw@example.com", "https://example.com/sluice/"} {
+		"https://example.com#top", "https://user:pw@example.com", "https://example.com/sluice/", "http://example.com:99999", "http://example.com:0"} {
 		if c, err := FromEnv(env(map[string]string{"BASE_URL": bad})); err == nil || !strings.Contains(err.Error(), "BASE_URL") {
 			t.Errorf("BASE_URL=%s accepted as %q (%v)", bad, c.BaseURL, err)
 		}
+	}
+	// A LISTEN_ADDR whose port is a service's name listens, but BASE_URL's default is made from
+	// its port: it is refused as LISTEN_ADDR's problem, not as a BASE_URL nobody set.
+	if _, err := FromEnv(env(map[string]string{"LISTEN_ADDR": "localhost:http"})); err == nil || !strings.Contains(err.Error(), "LISTEN_ADDR") || strings.Contains(err.Error(), "BASE_URL") {
+		t.Errorf("LISTEN_ADDR=localhost:http: %v, want LISTEN_ADDR's port named as the problem", err)
+	}
+	if c, err := FromEnv(env(map[string]string{"LISTEN_ADDR": "127.0.0.1:9090"})); err != nil || c.BaseURL != "http://127.0.0.1:9090" {
+		t.Errorf("LISTEN_ADDR=127.0.0.1:9090: BASE_URL %q, %v", c.BaseURL, err)
 	}
 	c := Default()
 	c.BaseURL = "http://localhost:8080/admin"
