@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -89,9 +90,9 @@ func limitTime(d time.Duration) gin.HandlerFunc {
 func metricsHandler(h http.Handler, token string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if token != "" {
-			got := c.GetHeader("Authorization")
-			want := "Bearer " + token
-			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+			// The scheme in any case, as the API takes it (RFC 9110: schemes are case-insensitive).
+			scheme, got, _ := strings.Cut(c.GetHeader("Authorization"), " ")
+			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				c.Header("WWW-Authenticate", `Bearer realm="metrics"`)
 				c.String(http.StatusUnauthorized, "unauthorized")
 				c.Abort()

@@ -121,6 +121,12 @@ func TestMetricsTokenIsRequiredWhenSet(t *testing.T) {
 	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer wrong"); rec.Code != 401 {
 		t.Fatalf("wrong token: %d", rec.Code)
 	}
+	if rec := do(h, "GET", "/metrics", nil, "Authorization", "bearer s3cret-s3cret-s3cret"); rec.Code != 200 {
+		t.Fatalf("GET /metrics with the scheme in lower case: %d, want 200 (schemes are case-insensitive)", rec.Code)
+	}
+	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Basic s3cret-s3cret-s3cret"); rec.Code != 401 {
+		t.Fatalf("GET /metrics with the token under another scheme: %d, want 401", rec.Code)
+	}
 	rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer s3cret-s3cret-s3cret")
 	if rec.Code != 200 {
 		t.Fatalf("right token: %d", rec.Code)
