@@ -38,8 +38,11 @@ type Engine struct {
 	hints    shardHints
 	// overrides holds each limit's overrides under their version (overrides.go).
 	overrides overrideCache
-	groups    atomic.Int64 // group transactions committed or failed
-	jobs      atomic.Int64 // decisions (Batch calls) they carried
+	// betweenDefinitionAndOverrides, set by tests only, runs in the sweeper's definitionCache.get
+	// between its read of a definition and its read of the overrides.
+	betweenDefinitionAndOverrides func()
+	groups                        atomic.Int64 // group transactions committed or failed
+	jobs                          atomic.Int64 // decisions (Batch calls) they carried
 	// trips and statements count what the groups sent PostgreSQL: round trips, and statements
 	// in them (every attempt's; SQLite's groups count none).
 	trips, statements atomic.Int64

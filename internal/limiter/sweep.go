@@ -79,6 +79,10 @@ type definitionLookup struct {
 // definitionCache reads each (tenant, name) definition once per pass.
 type definitionCache map[defKey]definitionLookup
 
+// get reads the definition of r's limit and its overrides in tx, which must be one transaction:
+// the overrides go into the engine's cache, which every decision reads, under the version the
+// definition read, and two statements outside a transaction could see an override change commit
+// between them and cache its overrides under the version before it.
 func (c definitionCache) get(e *Engine, tx *gorm.DB, r fullStateRow) (definitionLookup, error) {
 	k := defKey{r.TenantID, r.Name}
 	if d, seen := c[k]; seen {
@@ -87,6 +91,9 @@ func (c definitionCache) get(e *Engine, tx *gorm.DB, r fullStateRow) (definition
 	def, ok, err := loadDefinition(tx, r.TenantID, r.Name)
 	if err != nil {
 		return definitionLookup{}, err
+	}
+	if e.betweenDefinitionAndOverrides != nil {
+		e.betweenDefinitionAndOverrides()
 	}
 	ovs, err := e.overridesOf(tx, k, def.OverridesVersion)
 	if err != nil {
@@ -156,7 +163,10 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 		var definedAt []*time.Time
 		var versions []int64
 		for _, r := range rows {
-			d, err := scanDefs.get(e, e.db.Gorm.WithContext(ctx), r)
+			d, seen := scanDefs[defKey{r.TenantID, r.Name}]
+			if !seen { // read once per limit and pass, the definition and its overrides in one snapshot
+				err = e.db.ReadOnly(ctx, func(tx *gorm.DB) (err error) { d, err = scanDefs.get(e, tx, r); return err })
+			}
 			if err != nil {
 				return deleted, fmt.Errorf("limiter: sweep: definition: %w", err)
 			}
