@@ -173,7 +173,7 @@ var options = []Option{
 			}
 			// A service name ("localhost:http") listens, but BASE_URL's default is made from
 			// the port, and a URL's port is a number.
-			if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 				return fmt.Errorf("LISTEN_ADDR: the port %q must be a number from 0 to 65535", port)
 			}
 			c.ListenAddr = v
@@ -181,6 +181,13 @@ var options = []Option{
 		}},
 	{Name: "BASE_URL", Default: "(from LISTEN_ADDR)", Doc: "the public URL, `http(s)://host[:port]` without a path (Sluice is served at the root; one trailing `/` is dropped): printed links, token issuer, trusted origin",
 		parse: func(c *Config, v string) error {
+			// A port given here is printed in every link; one made from LISTEN_ADDR may be 0 (a
+			// port the system picks, which the server puts in its links once it listens).
+			if u, err := url.Parse(v); err == nil && u.Port() != "" {
+				if n, err := strconv.ParseUint(u.Port(), 10, 16); err != nil || n == 0 {
+					return fmt.Errorf("BASE_URL: the port %q must be a number from 1 to 65535", u.Port())
+				}
+			}
 			// Links are made as BASE_URL + "/path": a trailing "/" would double it, which the
 			// router answers with 404.
 			c.BaseURL = strings.TrimSuffix(v, "/")
@@ -601,8 +608,6 @@ func (c Config) crossErrors() []error {
 		errs = append(errs, errors.New("BASE_URL must be an absolute http(s) URL"))
 	} else if u.Path != "" || u.User != nil || strings.ContainsAny(c.BaseURL, "?#") {
 		errs = append(errs, errors.New("BASE_URL must be http(s)://host[:port] without a path, query, fragment or user: Sluice is served at the root of its host"))
-	} else if n, err := strconv.Atoi(u.Port()); u.Port() != "" && (err != nil || n < 1 || n > 65535) {
-		errs = append(errs, fmt.Errorf("BASE_URL: the port %q must be a number from 1 to 65535", u.Port()))
 	}
 	if (c.AdminEmail == "") != (c.AdminPassword == "") {
 		errs = append(errs, errors.New("SLUICE_ADMIN_EMAIL and SLUICE_ADMIN_PASSWORD go together"))

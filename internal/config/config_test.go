@@ -110,8 +110,14 @@ func TestBaseURLIsTheRootOfAHost(t *testing.T) {
 	if _, err := FromEnv(env(map[string]string{"LISTEN_ADDR": "localhost:http"})); err == nil || !strings.Contains(err.Error(), "LISTEN_ADDR") || strings.Contains(err.Error(), "BASE_URL") {
 		t.Errorf("LISTEN_ADDR=localhost:http: %v, want LISTEN_ADDR's port named as the problem", err)
 	}
-	if c, err := FromEnv(env(map[string]string{"LISTEN_ADDR": "127.0.0.1:9090"})); err != nil || c.BaseURL != "http://127.0.0.1:9090" {
-		t.Errorf("LISTEN_ADDR=127.0.0.1:9090: BASE_URL %q, %v", c.BaseURL, err)
+	for listen, base := range map[string]string{"127.0.0.1:9090": "http://127.0.0.1:9090", "127.0.0.1:0": "http://127.0.0.1:0", ":0": "http://localhost:0"} {
+		// Port 0: the system picks one, and the server puts it in its links once it listens.
+		if c, err := FromEnv(env(map[string]string{"LISTEN_ADDR": listen})); err != nil || c.BaseURL != base {
+			t.Errorf("LISTEN_ADDR=%s: BASE_URL %q, %v; want %q", listen, c.BaseURL, err, base)
+		}
+	}
+	if _, err := FromEnv(env(map[string]string{"LISTEN_ADDR": "localhost:+8080"})); err == nil || !strings.Contains(err.Error(), "LISTEN_ADDR") {
+		t.Errorf("LISTEN_ADDR=localhost:+8080: %v, want LISTEN_ADDR's port named as the problem", err)
 	}
 	c := Default()
 	c.BaseURL = "http://localhost:8080/admin"

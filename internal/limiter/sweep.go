@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -159,17 +160,26 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 		if err != nil {
 			return deleted, fmt.Errorf("limiter: sweep: clock: %w", err)
 		}
+		// The definitions of the batch's limits not seen yet in this pass, each with its
+		// overrides, in one snapshot (definitionCache.get).
+		if slices.ContainsFunc(rows, func(r fullStateRow) bool { _, seen := scanDefs[defKey{r.TenantID, r.Name}]; return !seen }) {
+			err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+				for _, r := range rows {
+					if _, err := scanDefs.get(e, tx, r); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return deleted, fmt.Errorf("limiter: sweep: definition: %w", err)
+			}
+		}
 		var candidates []fullStateRow
 		var definedAt []*time.Time
 		var versions []int64
 		for _, r := range rows {
-			d, seen := scanDefs[defKey{r.TenantID, r.Name}]
-			if !seen { // read once per limit and pass, the definition and its overrides in one snapshot
-				err = e.db.ReadOnly(ctx, func(tx *gorm.DB) (err error) { d, err = scanDefs.get(e, tx, r); return err })
-			}
-			if err != nil {
-				return deleted, fmt.Errorf("limiter: sweep: definition: %w", err)
-			}
+			d := scanDefs[defKey{r.TenantID, r.Name}]
 			if sweepable(d, r, now) {
 				candidates = append(candidates, r)
 				var at *time.Time
