@@ -79,6 +79,17 @@ func TestClientIPBelievesOnlyXForwardedForFromTrustedProxies(t *testing.T) {
 		{"trusted proxy passes a client's X-Real-IP", []string{"192.0.2.1"}, []string{"X-Real-IP", "203.0.113.7"}, "192.0.2.1"},
 		{"untrusted peer's X-Forwarded-For", []string{"10.0.0.0/8"}, []string{"X-Forwarded-For", "203.0.113.7"}, "192.0.2.1"},
 		{"no proxies trusted", nil, []string{"X-Forwarded-For", "203.0.113.7"}, "192.0.2.1"},
+		// Entries as some proxies write them: with brackets, a port, or IPv4-mapped. gin alone
+		// reads them as no address and answers the proxy's, one address for every client.
+		{"bracketed IPv6", []string{"192.0.2.1"}, []string{"X-Forwarded-For", "[2001:db8::1]"}, "2001:db8::1"},
+		{"IPv4 with a port", []string{"192.0.2.1"}, []string{"X-Forwarded-For", "203.0.113.7:41234"}, "203.0.113.7"},
+		{"bracketed IPv6 with a port", []string{"192.0.2.1"}, []string{"X-Forwarded-For", "[2001:db8::1]:443"}, "2001:db8::1"},
+		{"IPv4-mapped", []string{"192.0.2.1"}, []string{"X-Forwarded-For", "::ffff:203.0.113.9"}, "203.0.113.9"},
+		{"a chain through a second trusted proxy with a port", []string{"192.0.2.1", "10.0.0.0/8"}, []string{"X-Forwarded-For", "198.51.100.4:80, 10.1.2.3:8080"}, "198.51.100.4"},
+		{"garbage still falls back to the proxy", []string{"192.0.2.1"}, []string{"X-Forwarded-For", "not-an-address:80"}, "192.0.2.1"},
+		{"an untrusted peer's bracketed entry", []string{"10.0.0.0/8"}, []string{"X-Forwarded-For", "[2001:db8::1]"}, "192.0.2.1"},
+		// The same list read by gin and by HSTS's check: an IPv4-mapped entry is the IPv4 peer.
+		{"an IPv4-mapped trusted proxy", []string{"::ffff:192.0.2.1"}, []string{"X-Forwarded-For", "203.0.113.7"}, "203.0.113.7"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := httpserver.NewRouter(httpserver.Options{TrustedProxies: tc.proxies})

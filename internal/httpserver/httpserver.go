@@ -67,7 +67,16 @@ func NewRouter(o Options) (*gin.Engine, error) {
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
 	// Trust no proxy unless the operator names them: otherwise any client could choose its IP.
-	if err := r.SetTrustedProxies(o.TrustedProxies); err != nil {
+	// gin and fromProxy read the same list, parsed once (an IPv4-mapped entry as its IPv4).
+	proxies, err := parseProxies(o.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("httpserver: trusted proxies: %w", err)
+	}
+	ginProxies := make([]string, len(proxies))
+	for i, p := range proxies {
+		ginProxies[i] = p.String()
+	}
+	if err := r.SetTrustedProxies(ginProxies); err != nil {
 		return nil, fmt.Errorf("httpserver: trusted proxies: %w", err)
 	}
 	if len(o.TrustedProxies) == 0 {
@@ -76,10 +85,6 @@ func NewRouter(o Options) (*gin.Engine, error) {
 	// From a trusted proxy, only X-Forwarded-For (gin would also believe X-Real-IP, which a
 	// proxy that only appends X-Forwarded-For passes through from the client untouched).
 	r.RemoteIPHeaders = []string{"X-Forwarded-For"}
-	proxies, err := parseProxies(o.TrustedProxies)
-	if err != nil {
-		return nil, fmt.Errorf("httpserver: trusted proxies: %w", err)
-	}
 	var renderers []ErrorRenderer
 	for _, s := range o.Surfaces {
 		if er, ok := s.(ErrorRenderer); ok {
@@ -94,7 +99,7 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		}
 		return nil
 	}
-	r.Use(RequestID(), Recover(o.Logger, func(c *gin.Context) {
+	r.Use(plainForwardedFor(proxies), RequestID(), Recover(o.Logger, func(c *gin.Context) {
 		if er := owner(c); er != nil {
 			er.InternalError(c)
 			return

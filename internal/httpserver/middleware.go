@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"runtime/debug"
@@ -121,7 +122,47 @@ func fromProxy(c *gin.Context, trusted []netip.Prefix) bool {
 	return false
 }
 
-// parseProxies reads TRUSTED_PROXIES entries (addresses or CIDRs), as gin does.
+// plainForwardedFor rewrites, on a request from a trusted proxy, each X-Forwarded-For entry
+// written with brackets or a port ("[2001:db8::1]", "203.0.113.7:41234", "[2001:db8::1]:443", as
+// some proxies write them) or as an IPv4-mapped IPv6 address to the plain address gin's
+// ClientIP reads: gin reads such an entry as no address and answers the proxy's own, which would
+// make every client behind that proxy one address (one ip: key, one login throttle). Anything
+// else is left as it is (gin then falls back to the proxy, as before).
+func plainForwardedFor(trusted []netip.Prefix) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		values := c.Request.Header.Values("X-Forwarded-For")
+		if len(values) == 0 || !fromProxy(c, trusted) {
+			return
+		}
+		plain := make([]string, 0, len(values))
+		for _, v := range values {
+			entries := strings.Split(v, ",")
+			for i, e := range entries {
+				entries[i] = plainAddress(strings.TrimSpace(e))
+			}
+			plain = append(plain, strings.Join(entries, ", "))
+		}
+		c.Request.Header["X-Forwarded-For"] = plain
+	}
+}
+
+// plainAddress is the address in an X-Forwarded-For entry written "[v6]", "[v6]:port",
+// "v4:port" or as an IPv4-mapped address; e itself when it is none of them.
+func plainAddress(e string) string {
+	host := e
+	if h, _, err := net.SplitHostPort(e); err == nil {
+		host = h
+	} else if strings.HasPrefix(e, "[") && strings.HasSuffix(e, "]") {
+		host = e[1 : len(e)-1]
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Zone() == "" {
+		return a.Unmap().String()
+	}
+	return e
+}
+
+// parseProxies reads TRUSTED_PROXIES entries (addresses or CIDRs), as gin does, an IPv4-mapped
+// one as the IPv4 address or range it maps.
 func parseProxies(proxies []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(proxies))
 	for _, s := range proxies {
@@ -129,6 +170,9 @@ func parseProxies(proxies []string) ([]netip.Prefix, error) {
 			p, err := netip.ParsePrefix(s)
 			if err != nil {
 				return nil, err
+			}
+			if p.Addr().Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 			}
 			out = append(out, p.Masked())
 			continue
