@@ -261,6 +261,21 @@ func (u *UI) csrfCheck(c *gin.Context) {
 	c.Next()
 }
 
+// refuseOversizedForms reads a posted form before the handler does, so that a form over the server's body
+// limit sent without a declared length (chunked) is answered 413, as one that declares it is:
+// the handlers' PostForm drops the parse error and would handle an empty form (a login "wrong").
+func refuseOversizedForms(c *gin.Context) {
+	var tooLarge *http.MaxBytesError
+	if c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead &&
+		c.ContentType() == "application/x-www-form-urlencoded" && errors.As(c.Request.ParseForm(), &tooLarge) {
+		c.Header("Connection", "close")
+		c.String(http.StatusRequestEntityTooLarge, "request body too large")
+		c.Abort()
+		return
+	}
+	c.Next()
+}
+
 // Login rate limits: token buckets in tenant 0, which is reserved for the system (tenant IDs
 // start at 1). Every password check (a login, or the current password of a password change)
 // first spends one token of each limit, all or nothing: concurrent attempts cannot check more

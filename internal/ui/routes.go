@@ -12,7 +12,7 @@ func (u *UI) Register(r *gin.Engine) {
 	r.GET("/static/*filepath", u.static.serve)
 	r.HEAD("/static/*filepath", u.static.serve)
 
-	d := r.Group("", u.csrfCheck)
+	d := r.Group("", u.csrfCheck, refuseOversizedForms)
 	d.GET("/", u.home)
 	d.GET("/login", u.loginForm)
 	d.POST("/login", u.login)
