@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -108,4 +109,34 @@ func cliService(t *testing.T, env []string) (*tenants.Service, func()) {
 		t.Fatal(err)
 	}
 	return tenants.NewService(d, keys.Pepper, nil), func() { _ = d.Close() }
+}
+
+// TestHelpAndStrayFlagsDoNothing: help anywhere on the command line prints the usage and runs
+// nothing (`migrate --help` migrated, `tenant create --help` made a tenant called "--help"),
+// serve and migrate take no arguments, and a word starting with "-" is no name to act on.
+func TestHelpAndStrayFlagsDoNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "help.db")
+	env := appEnv("sqlite:" + path)
+	for _, args := range [][]string{{"migrate", "--help"}, {"serve", "-h"}, {"tenant", "create", "--help"}, {"key", "create", "-help"}} {
+		out, err := cliWithStdin(env, "", args...)
+		if err != nil || !strings.Contains(out, "healthcheck [--ready]") {
+			t.Fatalf("%v: %v, output %q; want the usage", args, err, out)
+		}
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("a --help created or migrated the database (stat: %v)", err)
+	}
+	if _, err := cliWithStdin(env, "", "migrate", "down"); err == nil || !strings.Contains(err.Error(), "takes no arguments") {
+		t.Fatalf("migrate down: %v, want refused", err)
+	}
+	cliInProcess(t, appEnv("sqlite:"+path, "MIGRATE=auto"), "migrate")
+	cliInProcess(t, env, "tenant", "create", "acme")
+	for _, args := range [][]string{{"tenant", "create", "--x"}, {"tenant", "rename", "acme", "--name"}, {"tenant", "suspend", "-acme"}} {
+		if _, err := cliWithStdin(env, "", args...); err == nil || !strings.Contains(err.Error(), "unexpected flag") {
+			t.Fatalf("%v: %v, want refused as a flag", args, err)
+		}
+	}
+	if list := strings.TrimSpace(cliInProcess(t, env, "tenant", "list")); strings.Count(list, "\n") != 0 || !strings.HasSuffix(list, "\tacme\tactive") {
+		t.Fatalf("tenant list after the refused commands:\n%s\nwant acme alone, active", list)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/config"
@@ -34,6 +35,15 @@ commands:
 // hands over to the composition root, internal/app.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout io.Writer) error {
 	cmd, args := command(args)
+	// Help anywhere on the line is help, and nothing else runs: `migrate --help` must not
+	// migrate, nor `tenant create --help` make a tenant called "--help".
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+		_, _ = io.WriteString(stdout, usage)
+		return nil
+	}
+	if (cmd == "serve" || cmd == "migrate") && len(args) > 0 {
+		return fmt.Errorf("%s takes no arguments (got %q)\n%s", cmd, args[0], usage)
+	}
 	cfg, err := config.FromEnv(getenv)
 	if err != nil {
 		return err

@@ -38,6 +38,15 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 	}
 	sub, args := args[0], args[1:]
 	const actor = "cli"
+	// Only key create, user create and tenant delete's --yes take flags: anywhere else a word
+	// that starts with "-" is a mistyped flag, not a name to create, rename or suspend.
+	if withFlags := group+" "+sub == "key create" || group+" "+sub == "user create"; !withFlags {
+		for _, a := range args {
+			if strings.HasPrefix(a, "-") && !(group+" "+sub == "tenant delete" && (a == "--yes" || a == "-yes")) {
+				return fmt.Errorf("%s %s: unexpected flag %q (names that start with - are refused here)", group, sub, a)
+			}
+		}
+	}
 
 	switch group + " " + sub {
 	case "tenant create":
