@@ -108,7 +108,7 @@ func (d *DB) Migrate(ctx context.Context) error {
 		if verr != nil || now <= current {
 			return fmt.Errorf("db: migrate: %w", err)
 		}
-		d.log.Info("migrating again: the schema moved on while migrating, another process is migrating too", "version", now, "error", err)
+		d.log.Info("migrating again from the version reached: the attempt failed after applying some migrations (another process may be migrating too)", "version", now, "error", err)
 		current = now
 	}
 }
@@ -118,6 +118,9 @@ func (d *DB) CheckSchema(ctx context.Context) error {
 	_, current, target, err := d.versions(ctx)
 	if err != nil {
 		return err
+	}
+	if current > target { // migrated by a newer release: this one cannot move it back
+		return fmt.Errorf("db: %w: database at version %d, newer than this binary knows (%d): run the release that migrated it, or a newer one", ErrSchemaNotCurrent, current, target)
 	}
 	if current != target {
 		return fmt.Errorf("db: %w: database at version %d, binary expects %d (run `app migrate` or set MIGRATE=auto)", ErrSchemaNotCurrent, current, target)
