@@ -79,6 +79,21 @@ func LoadSecrets(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Log
 	}
 	root := cfg.SecretKey
 	switch {
+	case root != "" && d.Dialect == db.SQLite:
+		// One root secret for every process on the file: the key file is written with
+		// SECRET_KEY when there is none, so that a command run without SECRET_KEY (key create)
+		// uses the same; a key file that holds another is refused, not silently left behind
+		// for the next process without SECRET_KEY to pick up.
+		path := SecretFile(cfg.DatabaseURL)
+		stored, err := keyFile(path, root)
+		if err != nil {
+			return Secrets{}, fmt.Errorf("secret key: %w", err)
+		}
+		if stored != root {
+			return Secrets{}, fmt.Errorf("secret key: SECRET_KEY differs from the key file %s, which a process run without SECRET_KEY "+
+				"would use: to rotate the root secret, write the new one into that file (and unset SECRET_KEY or set the same), "+
+				"or unset SECRET_KEY to keep the file's", path)
+		}
 	case root != "":
 	case d.Dialect == db.SQLite:
 		if root, err = keyFile(SecretFile(cfg.DatabaseURL), legacy); err != nil {

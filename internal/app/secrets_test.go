@@ -249,3 +249,34 @@ func TestLegacyStoredSecretIsNotDeletedForAnotherRootSecret(t *testing.T) {
 		}
 	})
 }
+
+// TestSQLiteKeepsOneRootSecretForEveryProcess: on SQLite a SECRET_KEY is written into the key
+// file when there is none, so that a command run without it (key create) derives the same keys;
+// a SECRET_KEY that differs from the file is refused and named, where it used to be taken by the
+// server while commands without it went on using the file's (their keys then 401).
+func TestSQLiteKeepsOneRootSecretForEveryProcess(t *testing.T) {
+	const root = "the-operators-root-secret-0123456789abc"
+	url := testkit.URL(t, db.SQLite)
+	d := testkit.OpenURL(t, url)
+	cfg := apptest.Config(url)
+	cfg.SecretKey = root
+	log := app.NewLogger(cfg, new(strings.Builder))
+	withKey, err := app.LoadSecrets(context.Background(), cfg, d, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(app.SecretFile(url))
+	if err != nil || strings.TrimSpace(string(b)) != root {
+		t.Fatalf("key file %q (%v), want SECRET_KEY written into it", b, err)
+	}
+	noKey := cfg
+	noKey.SecretKey = ""
+	if s, err := app.LoadSecrets(context.Background(), noKey, d, log); err != nil || !hmac.Equal(s.Pepper, withKey.Pepper) {
+		t.Fatalf("a process without SECRET_KEY derived other keys (%v)", err)
+	}
+	other := cfg
+	other.SecretKey = "another-root-secret-0123456789abcdefgh"
+	if _, err := app.LoadSecrets(context.Background(), other, d, log); err == nil || !strings.Contains(err.Error(), app.SecretFile(url)) {
+		t.Fatalf("a SECRET_KEY that differs from the key file: %v, want refused, naming the file", err)
+	}
+}

@@ -193,7 +193,7 @@ var options = []Option{
 			c.BaseURL = strings.TrimSuffix(v, "/")
 			return nil
 		}},
-	{Name: "SECRET_KEY", Default: "(required on PostgreSQL; on SQLite generated into `PATH.secret` beside the database, mode 0600)", Secret: true,
+	{Name: "SECRET_KEY", Default: "(required on PostgreSQL; on SQLite generated into `PATH.secret` beside the database, mode 0600; a given one is written there, one that differs from the file is refused)", Secret: true,
 		Doc: "the root secret (32+ characters): signs dashboard sessions, captcha challenges and session tokens, peppers API key hashes; never stored in the database; changing it invalidates every API key and session",
 		parse: func(c *Config, v string) error {
 			if v != "" && len(v) < 32 {
