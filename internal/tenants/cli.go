@@ -42,7 +42,8 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 	// that starts with "-" is a mistyped flag, not a name to create, rename or suspend.
 	if withFlags := group+" "+sub == "key create" || group+" "+sub == "user create"; !withFlags {
 		for _, a := range args {
-			if strings.HasPrefix(a, "-") && !(group+" "+sub == "tenant delete" && (a == "--yes" || a == "-yes")) {
+			confirms := group+" "+sub == "tenant delete" && (a == "--yes" || a == "-yes")
+			if strings.HasPrefix(a, "-") && !confirms {
 				return fmt.Errorf("%s %s: unexpected flag %q (names that start with - are refused here)", group, sub, a)
 			}
 		}
