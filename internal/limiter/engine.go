@@ -481,10 +481,6 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 	if !consume {
 		return
 	}
-	// In a batch refused as a whole, a limit that would have admitted its part (its sibling, an
-	// ancestor or the tenant's plan refused) neither admitted nor refused anything: it is not
-	// reported (refusal counts, top refused keys and limit.refusals events are of what each limit
-	// refused); the limits that refused are.
 	for i := range out.Results {
 		r := &out.Results[i]
 		if r.refund {
@@ -494,19 +490,22 @@ func (e *Engine) finish(tenantID int64, out *BatchDecision, consume bool) {
 		if r.system { // a plan's decision rate: the system tenant's limit
 			owner = SystemTenant
 		}
-		if out.OK || r.refused {
-			e.report(owner, r, out.OK)
-		}
+		e.report(owner, r, out.OK)
 		for j := range r.Parents {
-			if p := &r.Parents[j]; out.OK || p.refused {
-				e.report(owner, p, out.OK)
-			}
+			e.report(owner, &r.Parents[j], out.OK)
 		}
 	}
 }
 
-// report gives one limit's part in a committed decision to the hooks.
+// report gives one limit's part in a committed decision to the hooks (ok: whether the decision
+// was admitted). In a decision refused as a whole, a limit that would have admitted its part (a
+// sibling, an ancestor or the tenant's plan refused) neither admitted nor refused anything: it is
+// not reported (refusal counts, top refused keys and limit.refusals events are of what each limit
+// refused); the limits that refused are.
 func (e *Engine) report(owner int64, d *Decision, ok bool) {
+	if !ok && !d.refused {
+		return
+	}
 	if ok && d.Shadow != nil && !d.Shadow.OK {
 		if e.onShadow != nil {
 			e.onShadow(owner, d.Name)

@@ -946,27 +946,26 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			origin := algo.Origin(def, r.tenantID, r.name, r.key)
 			// A key an override allows or denies counted nothing to give back, unless this is a
 			// hold's: it took its amount when it was made, whatever overrides came since (given
-			// back never above the limit's maximum, as every refund). Either way remaining is what
-			// the key holds afterwards.
+			// back never above the limit's maximum, as every refund). A refund of 0 gives nothing
+			// and writes nothing, and its remaining is still what the key holds.
+			count := req.Count
 			if r.ov != nil && r.ov.Action != algo.ActionNone && !req.hold {
-				o, _ := algo.Refund(def, states, 0, now, origin) // its writes are not kept
-				dec.Remaining = o.Remaining
-			} else {
-				var o algo.Outcome
-				var given float64
-				if t := req.giveBack; t != nil {
-					o, dec.givenShards = t.GiveBack(def, states, req.Count, now, origin, req.givenSince)
-					for _, g := range dec.givenShards {
-						given += g
-					}
-				} else {
-					o, given = algo.Refund(def, states, req.Count, now, origin)
+				count = 0
+			}
+			var o algo.Outcome
+			var given float64
+			if t := req.giveBack; t != nil { // a hold's (never under the branch above)
+				o, dec.givenShards = t.GiveBack(def, states, req.Count, now, origin, req.givenSince)
+				for _, g := range dec.givenShards {
+					given += g
 				}
-				dec.Remaining, dec.Refunded = o.Remaining, given
-				for k, w := range o.Writes {
-					if w.Exists {
-						local[rowKey{r.tenantID, r.name, r.key, j.picks[x][k]}] = w
-					}
+			} else {
+				o, given = algo.Refund(def, states, count, now, origin)
+			}
+			dec.Remaining, dec.Refunded = o.Remaining, given
+			for k, w := range o.Writes {
+				if w.Exists {
+					local[rowKey{r.tenantID, r.name, r.key, j.picks[x][k]}] = w
 				}
 			}
 			place(r, dec)
