@@ -282,13 +282,13 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 			p.Count = float64(len(known))
 			plan = &p
 		}
-		batch := s.engine.CheckRefused // refused as a whole: each known limit's balance as it stands
+		var b limiter.BatchDecision
+		var err error
 		if s.opts.AllowUnknown {
-			batch = func(ctx context.Context, tenantID int64, reqs []limiter.Request) (limiter.BatchDecision, error) {
-				return s.engine.Batch(ctx, tenantID, reqs, true)
-			}
+			b, err = s.engine.Batch(ctx, tenantID, withPlan(known, plan), true)
+		} else { // refused as a whole: each known limit's balance as it stands
+			b, err = s.engine.CheckRefused(ctx, tenantID, withPlan(known, plan))
 		}
-		b, err := batch(ctx, tenantID, withPlan(known, plan))
 		switch {
 		case limiter.IsNotFound(err):
 			return s.missingParent(ctx, tenantID, known, defs, len(reqs), err)

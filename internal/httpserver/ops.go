@@ -56,13 +56,7 @@ func limitBody(max int64, owner func(c *gin.Context) ErrorRenderer) gin.HandlerF
 	}
 	return func(c *gin.Context) {
 		if c.Request.ContentLength > max {
-			c.Header("Connection", "close")
-			if er := owner(c); er != nil {
-				er.TooLarge(c)
-			} else {
-				c.String(http.StatusRequestEntityTooLarge, "request body too large")
-			}
-			c.Abort()
+			tooLarge(c, owner(c))
 			return
 		}
 		if c.Request.Body != nil && c.Request.Body != http.NoBody {
@@ -70,6 +64,22 @@ func limitBody(max int64, owner func(c *gin.Context) ErrorRenderer) gin.HandlerF
 		}
 		c.Next()
 	}
+}
+
+// TooLarge answers a body over the server's limit on a path no ErrorRenderer owns (the
+// dashboard's, whose forms find out while they are read): 413 in plain text.
+func TooLarge(c *gin.Context) { tooLarge(c, nil) }
+
+// tooLarge answers a body over the limit as er renders it (plain text when er is nil) and closes
+// the connection: the rest of the body is not read.
+func tooLarge(c *gin.Context, er ErrorRenderer) {
+	c.Header("Connection", "close")
+	if er != nil {
+		er.TooLarge(c)
+	} else {
+		c.String(http.StatusRequestEntityTooLarge, "request body too large")
+	}
+	c.Abort()
 }
 
 // limitTime gives every handler a deadline through its request context, so a stuck database

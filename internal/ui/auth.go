@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
@@ -268,9 +269,7 @@ func refuseOversizedForms(c *gin.Context) {
 	var tooLarge *http.MaxBytesError
 	if c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead &&
 		c.ContentType() == "application/x-www-form-urlencoded" && errors.As(c.Request.ParseForm(), &tooLarge) {
-		c.Header("Connection", "close")
-		c.String(http.StatusRequestEntityTooLarge, "request body too large")
-		c.Abort()
+		httpserver.TooLarge(c)
 		return
 	}
 	c.Next()
