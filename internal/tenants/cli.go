@@ -40,16 +40,17 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 	const actor = "cli"
 	// Only key create, user create and tenant delete's --yes take flags: anywhere else a word
 	// that starts with "-" is a mistyped flag, not a name to create, rename or suspend.
-	if withFlags := group+" "+sub == "key create" || group+" "+sub == "user create"; !withFlags {
+	command := group + " " + sub
+	if command != "key create" && command != "user create" {
 		for _, a := range args {
-			confirms := group+" "+sub == "tenant delete" && (a == "--yes" || a == "-yes")
+			confirms := command == "tenant delete" && (a == "--yes" || a == "-yes")
 			if strings.HasPrefix(a, "-") && !confirms {
 				return fmt.Errorf("%s %s: unexpected flag %q (names that start with - are refused here)", group, sub, a)
 			}
 		}
 	}
 
-	switch group + " " + sub {
+	switch command {
 	case "tenant create":
 		if len(args) != 1 {
 			return errors.New("usage: app tenant create NAME")
