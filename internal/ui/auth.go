@@ -265,15 +265,29 @@ func (u *UI) csrfCheck(c *gin.Context) {
 // refuseOversizedForms reads a posted form before the handler does, so that a form over the server's body
 // limit sent without a declared length (chunked) is answered 413, as one that declares it is:
 // the handlers' PostForm drops the parse error and would handle an empty form (a login "wrong").
+// It parses every encoding PostForm reads (URL-encoded, the type's case ignored, and
+// multipart); ParseMultipartForm alone would answer a URL-encoded body's error with
+// ErrNotMultipart, so the URL-encoded parse's error is taken first.
 func refuseOversizedForms(c *gin.Context) {
+	if c.Request.Method == http.MethodGet || c.Request.Method == http.MethodHead {
+		c.Next()
+		return
+	}
 	var tooLarge *http.MaxBytesError
-	if c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead &&
-		c.ContentType() == "application/x-www-form-urlencoded" && errors.As(c.Request.ParseForm(), &tooLarge) {
+	err := c.Request.ParseForm()
+	if err == nil {
+		err = c.Request.ParseMultipartForm(formMemory)
+	}
+	if errors.As(err, &tooLarge) {
 		httpserver.TooLarge(c)
 		return
 	}
 	c.Next()
 }
+
+// formMemory is how much of a multipart form is held in memory (gin's default): more than the
+// body limit, so a form's files never go to disk.
+const formMemory = 32 << 20
 
 // Login rate limits: token buckets in tenant 0, which is reserved for the system (tenant IDs
 // start at 1). Every password check (a login, or the current password of a password change)
