@@ -108,7 +108,9 @@ func (u *UI) renderCaptcha(c *gin.Context, status int, vm captchaVM, fromForm bo
 		pk = vm.NewSecret
 	}
 	base := strings.TrimSuffix(u.baseURL.String(), "/")
-	vm.ScriptTag = `<script type="module" src="` + base + `/static/altcha/altcha.min.js"></script>`
+	// Versioned like the dashboard's own assets: /static answers with year-long immutable
+	// caching, so tenants' pages must name the widget of this binary, not of the one they first met.
+	vm.ScriptTag = `<script type="module" src="` + base + u.static.url("altcha/altcha.min.js") + `"></script>`
 	vm.WidgetTag = `<altcha-widget challenge="` + base + `/v1/captcha/challenge?pk=` + pk + `&sid=SESSION_ID"></altcha-widget>`
 
 	vm.SessionsLimit = sessionsShown

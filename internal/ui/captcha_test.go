@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -128,16 +129,21 @@ func TestCaptchaPageShowsEmbedSnippet(t *testing.T) {
 	tn := e.tenant("acme")
 	c := e.login(opEmail, opPassword)
 	snippet := text(c.get(tpath(tn, "/captcha")).doc(t), "#embed-snippet")
-	for _, want := range []string{
-		`<script type="module" src="http://127.0.0.1/static/altcha/altcha.min.js"></script>`,
-		`<altcha-widget challenge="http://127.0.0.1/v1/captcha/challenge?pk=PUBLISHABLE_KEY&sid=SESSION_ID"></altcha-widget>`,
-	} {
-		if !strings.Contains(snippet, want) {
-			t.Fatalf("snippet %q lacks %q", snippet, want)
-		}
+	want := `<altcha-widget challenge="http://127.0.0.1/v1/captcha/challenge?pk=PUBLISHABLE_KEY&sid=SESSION_ID"></altcha-widget>`
+	if !strings.Contains(snippet, want) {
+		t.Fatalf("snippet %q lacks %q", snippet, want)
 	}
-	// The script it names is really served.
-	wantStatus(t, c.get("/static/altcha/altcha.min.js"), http.StatusOK)
+	m := regexp.MustCompile(`<script type="module" src="http://127\.0\.0\.1(/static/altcha/altcha\.min\.js\?v=([0-9a-f]+))"></script>`).FindStringSubmatch(snippet)
+	if m == nil {
+		t.Fatalf("snippet %q lacks the widget's script tag with its version (/static/altcha/altcha.min.js?v=…)", snippet)
+	}
+	// The script it names is really served, and the version in its URL is this file's: /static
+	// caches for a year, so tenants' pages must name the widget of this binary.
+	res := c.get(m[1])
+	wantStatus(t, res, http.StatusOK)
+	if etag := res.Header.Get("ETag"); etag != `"`+m[2]+`"` {
+		t.Fatalf("the snippet names version %s, the widget served is %s", m[2], etag)
+	}
 }
 
 func TestCaptchaInvalidSettingsShowInlineErrors(t *testing.T) {
