@@ -40,10 +40,13 @@ type WebhookDelivery struct {
 	LastError     string     `json:"lastError"`
 }
 
-// webhookID is the {id} path parameter; anything but a positive number names no endpoint.
+// webhookID is the {id} path parameter; anything but a positive number written as the API
+// writes it (digits, no sign, no leading zero: "+1" and "01" are not endpoint 1) names no
+// endpoint.
 func (s *Server) webhookID(c *gin.Context) (int64, bool) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
+	text := c.Param("id")
+	id, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != text {
 		writeProblem(c, s.log, webhooks.ErrEndpointNotFound)
 		return 0, false
 	}

@@ -132,7 +132,9 @@ func TestWebhookRoutesManageEndpointsAndTheDeliveryLog(t *testing.T) {
 			requireProblem(t, h.send(t, http.MethodGet, "/v1/webhooks/"+id+"/deliveries"+q, a.key, nil), http.StatusBadRequest, "invalid_request")
 		}
 		requireProblem(t, h.send(t, http.MethodPost, "/v1/webhooks/"+id+"/deliveries/msg_nope/resend", a.key, nil), http.StatusNotFound, "not_found")
-		for _, path := range []string{"/v1/webhooks/abc", "/v1/webhooks/-1", "/v1/webhooks/99999999999999999999"} {
+		// The endpoint's id as the API writes it, or nothing: "+1" and "01" are not endpoint 1.
+		for _, path := range []string{"/v1/webhooks/abc", "/v1/webhooks/-1", "/v1/webhooks/99999999999999999999",
+			"/v1/webhooks/+" + id, "/v1/webhooks/0" + id} {
 			requireProblem(t, h.send(t, http.MethodDelete, path, a.key, nil), http.StatusNotFound, "not_found")
 		}
 		if r := h.send(t, http.MethodDelete, "/v1/webhooks/"+id, a.key, nil); r.status != http.StatusNoContent {
