@@ -219,10 +219,10 @@ func (s *sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, erro
 	if origin != "" {
 		c.Header("Access-Control-Allow-Origin", origin) // an allowed origin reads every answer from here on
 	}
-	if c.Request.Method != http.MethodOptions {
-		if err := captcha.ValidateSessionID(c.Query("sid")); err != nil {
-			return tenants.Tenant{}, "", badRequest("sid", "sid must be the session ID: 16 to 128 characters of [A-Za-z0-9_-]")
-		}
+	// The preflight too: a browser sends it to the challenge's own URL, sid included, and the
+	// document requires it of both.
+	if err := captcha.ValidateSessionID(c.Query("sid")); err != nil {
+		return tenants.Tenant{}, "", badRequest("sid", "sid must be the session ID: 16 to 128 characters of [A-Za-z0-9_-]")
 	}
 	return t, origin, nil
 }

@@ -209,6 +209,13 @@ func TestCaptchaChallengeServesPublishableKeysFromAllowedOriginsOnly(t *testing.
 			!strings.Contains(r.header.Get("Access-Control-Allow-Methods"), "GET") {
 			t.Fatalf("preflight: %s %v", r, r.header)
 		}
+		// A preflight without a session ID, or with one that is not, is refused as the GET is
+		// (the document requires sid of both).
+		for _, target := range []string{"/v1/captcha/challenge?pk=" + a.pk, challengePath(a.pk, "too-short")} {
+			if bad := requireProblem(t, h.request(t, http.MethodOptions, target, pre), http.StatusBadRequest, api.CodeInvalidRequest); bad["field"] != "sid" {
+				t.Fatalf("OPTIONS %s: %v, want a problem naming sid", target, bad)
+			}
+		}
 		pre["Origin"] = "https://evil.example"
 		r = h.request(t, http.MethodOptions, path, pre)
 		requireProblem(t, r, http.StatusForbidden, api.CodeForbidden)

@@ -2072,7 +2072,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description invalid_request: no Origin */
+            /** @description invalid_request: no Origin, or sid is not a session ID */
             400: {
                 headers: {
                     [name: string]: unknown;
