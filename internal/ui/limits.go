@@ -408,7 +408,7 @@ func (u *UI) createLimit(c *gin.Context) {
 	if !limiter.ValidName(name) {
 		errs["name"] = "must be 1 to 128 letters, digits and _ . : -"
 	} else if _, err := u.engine.GetDefinition(ctx, t.ID, name); err == nil {
-		errs["name"] = "a limit with this name exists; edit it instead"
+		errs["name"] = limitNameTaken
 	} else if !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
@@ -421,9 +421,36 @@ func (u *UI) createLimit(c *gin.Context) {
 	u.saveLimit(c, vm, def)
 }
 
+// limitNameTaken is the create form's error on a name in use.
+const limitNameTaken = "a limit with this name exists; edit it instead"
+
+// errLimitMovedOn is saveLimit's answer when the limit's existence changed since the form's
+// check: a create found it created meanwhile, an edit found it deleted.
+var errLimitMovedOn = errors.New("ui: the limit was created or deleted meanwhile")
+
+// saveLimit writes the form's definition. The create form's "no limit of this name" and the
+// edit form's "this limit exists" are checked again in the writing transaction: a check before
+// it alone would let two creates of one name both succeed (the second replacing the first) or
+// an edit re-create a limit deleted meanwhile.
 func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition) {
 	t := tenantOf(c)
-	_, _, err := u.engine.PutDefinition(c.Request.Context(), t.ID, vm.Name, def, u.auditDefinition(c, ""))
+	audit := u.auditDefinition(c, "")
+	_, _, err := u.engine.PutDefinition(c.Request.Context(), t.ID, vm.Name, def, func(tx *gorm.DB, ch limiter.DefinitionChange) error {
+		if (ch.Before != nil) != vm.Editing {
+			return errLimitMovedOn
+		}
+		return audit(tx, ch)
+	})
+	if errors.Is(err, errLimitMovedOn) {
+		if vm.Editing {
+			vm.FormErr = "This limit was deleted while you edited it: nothing was saved. Create it again if you meant to."
+			u.renderLimitForm(c, http.StatusConflict, vm)
+			return
+		}
+		vm.Errors["name"] = limitNameTaken
+		u.renderLimitForm(c, http.StatusUnprocessableEntity, vm)
+		return
+	}
 	var ve *limiter.ValidationError
 	if errors.As(err, &ve) {
 		for _, fe := range ve.Fields {
