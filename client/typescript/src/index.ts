@@ -494,7 +494,8 @@ export class Sluice {
       checkKeyText(page.after, "listOverrides");
       q.set("after", page.after);
     }
-    const qs = q.size > 0 ? `?${q}` : "";
+    const text = q.toString(); // not q.size: Node 18 before 18.16 has none, and would drop the query
+    const qs = text ? `?${text}` : "";
     return (await this.#call("GET", `${limitPath(name)}/overrides${qs}`, undefined, true, opts)).data as OkJSON<"/v1/limits/{name}/overrides", "get">;
   }
 
@@ -780,10 +781,17 @@ function invalidItem(it: Item, what: string): TypeError | undefined {
   return undefined;
 }
 
-/** A TypeError when JSON cannot carry the item (a BigInt, a cycle), so that in bulk it is that item's own error. */
+/**
+ * A TypeError when JSON cannot carry the item (a BigInt, a cycle, a number that is not finite,
+ * which JSON.stringify would send as null and Sluice refuse with the whole request), so that in
+ * bulk it is that item's own error.
+ */
 function unencodable(it: Item, what: string): TypeError | undefined {
   try {
-    JSON.stringify(it);
+    JSON.stringify(it, (field: string, v: unknown) => {
+      if (typeof v === "number" && !Number.isFinite(v)) throw new TypeError(`${field || "a number"} is ${v}`);
+      return v;
+    });
     return undefined;
   } catch (e) {
     return new TypeError(`sluice: ${what} (${it.name}): JSON cannot carry it: ${asError(e).message}`);
@@ -828,7 +836,9 @@ function headerOf(h: HeadersLike, name: string): string {
  * Verifies a webhook delivery as its receiver got it, by the Standard Webhooks convention: the
  * webhook-signature header holds "v1," + base64(HMAC-SHA256(key, id + "." + timestamp + "." +
  * body)), key being the bytes of the secret after "whsec_", and the webhook-timestamp (Unix
- * seconds) must be within toleranceMs of now (default 5 minutes), which stops replays. Pass the
+ * seconds) must be within toleranceMs of now (default 5 minutes, also taken for a toleranceMs
+ * that is not a finite number above 0, as Go's VerifyWebhook takes it for 0 or less: a NaN from
+ * an unset setting must not switch the check off), which stops replays. Pass the
  * raw body, before any JSON parsing. Deduplicate on the webhook-id header: delivery is at least
  * once. Uses Web Crypto (Node 18+, browsers, edge runtimes).
  */
@@ -836,6 +846,7 @@ export async function verifyWebhook(secret: string, headers: HeadersLike, body: 
   const id = headerOf(headers, "webhook-id");
   const ts = headerOf(headers, "webhook-timestamp");
   const seconds = Number(ts);
+  if (!Number.isFinite(toleranceMs) || toleranceMs <= 0) toleranceMs = 5 * 60_000;
   if (!id || !/^[0-9]+$/.test(ts) || Math.abs(Date.now() - seconds * 1000) > toleranceMs) return false;
   let key: Uint8Array<ArrayBuffer>;
   try {

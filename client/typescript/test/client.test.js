@@ -126,6 +126,16 @@ test("overrides are put, listed a page at a time, applied to decisions and delet
   assert.equal(first.next, "org:bad:*");
   const second = await c.listOverrides(name, { limit: 1, after: first.next });
   assert.deepEqual(second.overrides.map((o) => o.match), ["vip"]);
+  // The same pages on a Node without URLSearchParams.prototype.size (18.0 to 18.15, which
+  // package.json's engines admit): the query must not be dropped.
+  const size = Object.getOwnPropertyDescriptor(URLSearchParams.prototype, "size");
+  delete URLSearchParams.prototype.size;
+  try {
+    const page = await c.listOverrides(name, { limit: 1, after: first.next });
+    assert.deepEqual(page.overrides.map((o) => o.match), ["vip"], "the second page without URLSearchParams.size");
+  } finally {
+    Object.defineProperty(URLSearchParams.prototype, "size", size);
+  }
   await c.deleteOverride(name, "vip");
   assert.deepEqual((await c.listOverrides(name)).overrides.map((o) => o.match), ["org:bad:*"]);
   assert.equal((await problemOf(c.deleteOverride(name, "vip"))).code, "not_found");
@@ -228,8 +238,9 @@ test("bulk decides each item and reports an invalid item's own error", async () 
     { name, key: "b", ip: "192.0.2.1" },
     { name, key: "c", count: -1 },
     { name: "no spaces", key: "a" },
+    { name: limitName("inline"), key: "d", config: { kind: "token bucket", rate: Infinity, period: 1000 } },
   ]);
-  assert.equal(res.length, 6);
+  assert.equal(res.length, 7);
   assert.equal(res[0].error, undefined);
   assert.equal(res[0].ok, true);
   assert.equal(res[1].ok, false);
@@ -245,6 +256,9 @@ test("bulk decides each item and reports an invalid item's own error", async () 
   // Refused by the client, not sent: the others were decided all the same.
   assert.ok(res[4].error instanceof TypeError && /decision 4 .*count/.test(res[4].error.message), `${res[4].error}`);
   assert.ok(res[5].error instanceof TypeError && /decision 5: the name "no spaces"/.test(res[5].error.message), `${res[5].error}`);
+  // A number JSON cannot carry (JSON.stringify would send null, which Sluice refuses with the
+  // whole request) is its item's own error too.
+  assert.ok(res[6].error instanceof TypeError && /decision 6 .*rate is Infinity/.test(res[6].error.message), `${res[6].error}`);
 });
 
 test("reset forgets the global key, one key, or all keys", async () => {

@@ -58,6 +58,11 @@ test("webhooks: create, receive a verified event, test, log, resend, delete", as
     const stale = { ...d.headers, "webhook-timestamp": old, "webhook-signature": `v1,${sig}` };
     assert.equal(await verifyWebhook(hook.secret, stale, d.body, 2 * 3600_000), true, "re-signed, within a 2 h tolerance");
     assert.equal(await verifyWebhook(hook.secret, stale, d.body), false, "a stale timestamp");
+    // A tolerance that is not a finite number above 0 (a NaN from an unset setting) is the
+    // default's, never "any age".
+    for (const tolerance of [Number.NaN, Number.POSITIVE_INFINITY, 0, -1]) {
+      assert.equal(await verifyWebhook(hook.secret, stale, d.body, tolerance), false, `a stale timestamp with tolerance ${tolerance}`);
+    }
 
     await c.sendTestWebhook(hook.id);
     const t = await next("the test event");
