@@ -158,7 +158,7 @@ func (c *Client) decide(ctx context.Context, name, verb string, d Decision, retr
 		}
 	}
 	var w wireDecision
-	h, err := c.doKeyed(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik)
+	h, err := c.doKeyed(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik) // checkDecision checked the name
 	if err != nil {
 		return c.fallbackOne(ctx, Item{Name: name, Decision: d}, err)
 	}
@@ -276,8 +276,12 @@ func (c *Client) Value(ctx context.Context, name, key string) (Value, error) {
 	if key != "" {
 		q = url.Values{"key": {key}}
 	}
+	path, err := limitPath(name, "/value")
+	if err != nil {
+		return Value{}, err
+	}
 	var v Value
-	_, err := c.do(ctx, http.MethodGet, "/v1/limits/"+url.PathEscape(name)+"/value", q, nil, idempotent, &v)
+	_, err = c.do(ctx, http.MethodGet, path, q, nil, idempotent, &v)
 	return v, err
 }
 
@@ -296,21 +300,33 @@ func (c *Client) reset(ctx context.Context, name string, body wireReset) error {
 	if err := checkText("key", body.Key); err != nil {
 		return err
 	}
-	_, err := c.do(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+"/reset", nil, body, idempotent, nil)
+	path, err := limitPath(name, "/reset")
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, http.MethodPost, path, nil, body, idempotent, nil)
 	return err
 }
 
 // Put creates or replaces the definition of the limit name.
 func (c *Client) Put(ctx context.Context, name string, d Definition) (StoredDefinition, error) {
+	path, err := limitPath(name, "")
+	if err != nil {
+		return StoredDefinition{}, err
+	}
 	var s StoredDefinition
-	_, err := c.do(ctx, http.MethodPut, "/v1/limits/"+url.PathEscape(name), nil, d, idempotent, &s)
+	_, err = c.do(ctx, http.MethodPut, path, nil, d, idempotent, &s)
 	return s, err
 }
 
 // Get reads the definition of the limit name (a *Error with Code limit_not_found when none).
 func (c *Client) Get(ctx context.Context, name string) (StoredDefinition, error) {
+	path, err := limitPath(name, "")
+	if err != nil {
+		return StoredDefinition{}, err
+	}
 	var s StoredDefinition
-	_, err := c.do(ctx, http.MethodGet, "/v1/limits/"+url.PathEscape(name), nil, nil, idempotent, &s)
+	_, err = c.do(ctx, http.MethodGet, path, nil, nil, idempotent, &s)
 	return s, err
 }
 
@@ -323,7 +339,11 @@ func (c *Client) List(ctx context.Context) ([]StoredDefinition, error) {
 
 // Delete deletes the definition of the limit name and its state.
 func (c *Client) Delete(ctx context.Context, name string) error {
-	_, err := c.do(ctx, http.MethodDelete, "/v1/limits/"+url.PathEscape(name), nil, nil, idempotent, nil)
+	path, err := limitPath(name, "")
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, http.MethodDelete, path, nil, nil, idempotent, nil)
 	return err
 }
 

@@ -522,6 +522,26 @@ func TestInvalidArgumentsAreRefusedBeforeSending(t *testing.T) {
 	if r, err := gone.Limit(ctx, "ok", sluice.Decision{}); err != nil || !r.Degraded {
 		t.Fatalf("a valid call to a gone server under FailOpen: %+v, %v (the policy should answer)", r, err)
 	}
+	// Every call on one limit refuses such a name, not only the decisions: "x/overrides" would
+	// otherwise reach the overrides route (url.PathEscape writes %2F, which Sluice decodes).
+	for _, name := range []string{"x/overrides", "bad name", "", ".."} {
+		calls := map[string]func() error{
+			"Value":          func() error { _, err := gone.Value(ctx, name, ""); return err },
+			"Reset":          func() error { return gone.Reset(ctx, name, "") },
+			"ResetAll":       func() error { return gone.ResetAll(ctx, name) },
+			"Put":            func() error { _, err := gone.Put(ctx, name, sluice.Definition{}); return err },
+			"Get":            func() error { _, err := gone.Get(ctx, name); return err },
+			"Delete":         func() error { return gone.Delete(ctx, name) },
+			"PutOverride":    func() error { _, err := gone.PutOverride(ctx, name, sluice.Override{Match: "m"}); return err },
+			"ListOverrides":  func() error { _, err := gone.ListOverrides(ctx, name, sluice.ListOverridesOptions{}); return err },
+			"DeleteOverride": func() error { return gone.DeleteOverride(ctx, name, "m") },
+		}
+		for call, f := range calls {
+			if err := f(); !errors.Is(err, sluice.ErrInvalidArgument) {
+				t.Errorf("%s(%q) = %v, want ErrInvalidArgument", call, name, err)
+			}
+		}
+	}
 	c := newClient(t)
 	name := limitName(t, "bulkcheck")
 	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.TokenBucket, Rate: 5, Period: 60_000}); err != nil {

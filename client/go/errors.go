@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 	"unicode/utf8"
 )
@@ -17,11 +18,29 @@ import (
 // as invalid, nor what it never saw).
 var ErrInvalidArgument = errors.New("sluice: invalid argument")
 
+// checkName refuses a limit name Sluice cannot know before anything is sent: a name with a "/"
+// would otherwise reach another route (url.PathEscape writes it %2F, which the server decodes).
+func checkName(name string) error {
+	if !validName(name) {
+		return fmt.Errorf("%w: limit name %q: names match ^[A-Za-z0-9_.:-]{1,128}$ and are not \".\" or \"..\"", ErrInvalidArgument, name)
+	}
+	return nil
+}
+
+// limitPath is the path of the limit name plus rest ("" or "/value", "/overrides", …), or
+// checkName's error.
+func limitPath(name, rest string) (string, error) {
+	if err := checkName(name); err != nil {
+		return "", err
+	}
+	return "/v1/limits/" + url.PathEscape(name) + rest, nil
+}
+
 // checkDecision refuses what Sluice would answer 400 or 404 to before sending it, and what it
 // would never see as written (text that is not UTF-8).
 func checkDecision(name string, d Decision) error {
-	if !validName(name) {
-		return fmt.Errorf("%w: limit name %q: names match ^[A-Za-z0-9_.:-]{1,128}$ and are not \".\" or \"..\"", ErrInvalidArgument, name)
+	if err := checkName(name); err != nil {
+		return err
 	}
 	if d.Count != nil && !(*d.Count >= 0 && *d.Count <= 1e15) { // NaN fails both
 		return fmt.Errorf("%w: count %v: a count is a number of tokens from 0 to 1e15", ErrInvalidArgument, *d.Count)

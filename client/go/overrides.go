@@ -58,8 +58,6 @@ type wireOverridesPage struct {
 	Next      *string          `json:"next"`
 }
 
-func overridesPath(name string) string { return "/v1/limits/" + url.PathEscape(name) + "/overrides" }
-
 // PutOverride creates or replaces the override of the limit name whose match is o.Match. The
 // limit must have a stored definition (a *Error with Code limit_not_found otherwise); an invalid
 // override is a *Error naming the field.
@@ -67,13 +65,21 @@ func (c *Client) PutOverride(ctx context.Context, name string, o Override) (Stor
 	if err := checkText("match", o.Match); err != nil {
 		return StoredOverride{}, err
 	}
+	path, err := limitPath(name, "/overrides")
+	if err != nil {
+		return StoredOverride{}, err
+	}
 	var s StoredOverride
-	_, err := c.do(ctx, http.MethodPut, overridesPath(name), nil, o, idempotent, &s)
+	_, err = c.do(ctx, http.MethodPut, path, nil, o, idempotent, &s)
 	return s, err
 }
 
 // ListOverrides reads one page of the overrides of the limit name.
 func (c *Client) ListOverrides(ctx context.Context, name string, opts ListOverridesOptions) (OverridesPage, error) {
+	path, err := limitPath(name, "/overrides")
+	if err != nil {
+		return OverridesPage{}, err
+	}
 	q := url.Values{}
 	if opts.Limit > 0 {
 		q.Set("limit", strconv.Itoa(opts.Limit))
@@ -82,7 +88,7 @@ func (c *Client) ListOverrides(ctx context.Context, name string, opts ListOverri
 		q.Set("after", opts.After)
 	}
 	var w wireOverridesPage
-	if _, err := c.do(ctx, http.MethodGet, overridesPath(name), q, nil, idempotent, &w); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, path, q, nil, idempotent, &w); err != nil {
 		return OverridesPage{}, err
 	}
 	p := OverridesPage{Overrides: w.Overrides}
@@ -98,6 +104,10 @@ func (c *Client) DeleteOverride(ctx context.Context, name, match string) error {
 	if err := checkText("match", match); err != nil {
 		return err
 	}
-	_, err := c.do(ctx, http.MethodDelete, overridesPath(name), url.Values{"match": {match}}, nil, idempotent, nil)
+	path, err := limitPath(name, "/overrides")
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, http.MethodDelete, path, url.Values{"match": {match}}, nil, idempotent, nil)
 	return err
 }
