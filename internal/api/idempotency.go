@@ -146,7 +146,9 @@ func batchAnswer(b limiter.BatchDecision, throws bool, requestID string) limiter
 // each item's answer is stored on its own (part = its index), so that a retry after a crash
 // replays the items decided and decides only the others. results holds the invalid items'
 // problems already (not stored: they are the same on every attempt). Idempotent-Replayed is set
-// when every item that reached the engine was replayed (nothing was decided again).
+// when at least one item was decided and every item decided was replayed (nothing was decided
+// again): an item's problem, whether the request's parse or the engine found it (an unknown
+// limit), is no decision either way and stored nothing to replay.
 func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, reqs []limiter.Request, at []int, plan *limiter.Request, results []BulkResult) {
 	ctx := c.Request.Context()
 	tenantID := tenantOf(c).TenantID
@@ -170,16 +172,15 @@ func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, r
 		}}
 	}
 	raw := make([]json.RawMessage, len(results))
-	replayed := len(reqs) > 0
+	decided, replayed := false, true
 	var used *limiter.Decision // the plan as the last item admitted now (not replayed) left it, as in decideBulk
 	for k, o := range s.engine.EachIdempotent(ctx, tenantID, reqs, plan, idems) {
 		if o.Err != nil {
 			results[at[k]].Error = s.itemProblem(c, o.Err)
-			replayed = false
 			continue
 		}
 		raw[at[k]] = o.Answer.Body
-		replayed = replayed && o.Replayed
+		decided, replayed = true, replayed && o.Replayed
 		if !o.Replayed && o.With != nil && o.With.OK && o.Decision.OK {
 			used = o.With
 		}
@@ -194,5 +195,5 @@ func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, r
 	}
 	writeAnswer(c, jsonAnswer(http.StatusOK, struct {
 		Results []json.RawMessage `json:"results"`
-	}{raw}, map[string]string{}), replayed)
+	}{raw}, map[string]string{}), decided && replayed)
 }

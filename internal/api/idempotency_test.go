@@ -133,6 +133,16 @@ func TestIdempotencyKeyReplaysTheFirstAnswerOnEveryDecisionRoute(t *testing.T) {
 		if v := valueOf(t, h, a.key, "/v1/limits/b/value?key=carol"); v != 1 {
 			t.Fatalf("bulk item value = %v, want 1", v)
 		}
+		// An item naming an unknown limit is no decision either (the engine's problem, not
+		// stored): its retry is replayed as a whole as well, as one with an invalid item is.
+		unknown := `{"decisions":[{"name":"api","key":"dave"},{"name":"nowhere","key":"dave"}]}`
+		requireReplay(t, sendIdem(t, h.url, "/v1/decisions", a.key, unknown, "bulk-2"), sendIdem(t, h.url, "/v1/decisions", a.key, unknown, "bulk-2"))
+		// Nothing decided, nothing replayed: no header.
+		allUnknown := `{"decisions":[{"name":"nowhere","key":"dave"}]}`
+		sendIdem(t, h.url, "/v1/decisions", a.key, allUnknown, "bulk-3")
+		if r := sendIdem(t, h.url, "/v1/decisions", a.key, allUnknown, "bulk-3"); r.header.Get(api.IdempotentReplayedHeader) != "" {
+			t.Fatalf("a retried bulk request that decided nothing is marked replayed: %s", r)
+		}
 		requireProblem(t, sendIdem(t, h.url, "/v1/decisions", a.key, `{"decisions":[{"name":"api","key":"carol"}]}`, "bulk-1"),
 			http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused)
 		if v := valueOf(t, h, a.key, "/v1/limits/api/value?key=carol"); v != 9 {
