@@ -239,9 +239,10 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 		return nil, err
 	}
 	var w wireBulk
-	if _, err := c.doKeyed(ctx, http.MethodPost, "/v1/decisions", nil, struct {
+	h, err := c.doKeyed(ctx, http.MethodPost, "/v1/decisions", nil, struct {
 		Decisions []json.RawMessage `json:"decisions"`
-	}{enc}, consuming, &w, ik); err != nil {
+	}{enc}, consuming, &w, ik)
+	if err != nil {
 		fell, ferr := c.fallbackBulk(ctx, sent, err)
 		if ferr != nil {
 			return nil, ferr
@@ -263,6 +264,8 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 			continue
 		}
 		out[i].Result = r.result()
+		// Sluice says it of the request as a whole: every item decided was replayed.
+		out[i].Result.Replayed = h.Get("Idempotent-Replayed") == "true"
 	}
 	return out, nil
 }

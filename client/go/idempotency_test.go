@@ -40,6 +40,20 @@ func TestIdempotencyKeyReplaysTheFirstAnswer(t *testing.T) {
 	if v, err := c.Value(testCtx(t), name, "b"); err != nil || !near(v.Value, 8) {
 		t.Fatalf("batch value %+v %v, want 8", v, err)
 	}
+
+	// Bulk: the retry's results say they were replayed, as Sluice's answer does.
+	bulkCtx := sluice.WithIdempotencyKey(testCtx(t), "bulk-"+name)
+	bulk := []sluice.Item{{Name: name, Decision: sluice.Decision{Key: "c", Count: sluice.Count(3)}}}
+	u1, err := c.Bulk(bulkCtx, bulk)
+	if err != nil || u1[0].Err != nil || !u1[0].OK || u1[0].Replayed {
+		t.Fatalf("bulk: %+v %v", u1, err)
+	}
+	if u2, err := c.Bulk(bulkCtx, bulk); err != nil || u2[0].Err != nil || !u2[0].Replayed || u2[0].Remaining != u1[0].Remaining {
+		t.Fatalf("bulk retry: %+v %v; want the first answer %+v replayed", u2, err, u1)
+	}
+	if v, err := c.Value(testCtx(t), name, "c"); err != nil || !near(v.Value, 7) {
+		t.Fatalf("value %+v %v, want 7 (one consumption of 3)", v, err)
+	}
 }
 
 func TestIdempotencyKeyMakesConsumingCallsRetryable(t *testing.T) {

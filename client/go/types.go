@@ -131,7 +131,9 @@ type Result struct {
 	// Degraded, and on the results of a bulk request, which carries none).
 	RateLimitPolicy, RateLimit string
 	// Replayed is true when Sluice answered with the stored answer of an earlier request with the
-	// same Idempotency-Key (WithIdempotencyKey): nothing was consumed by this call.
+	// same Idempotency-Key (WithIdempotencyKey): nothing was consumed by this call. On Bulk's
+	// results it is the request's: true when every item decided was replayed (a bulk request
+	// retried after a crash that replayed some items and decided others says false for all).
 	Replayed bool
 	// Shadow is, for a limit in shadow mode (whose OK is then always true), what enforcement
 	// would have answered; nil otherwise.

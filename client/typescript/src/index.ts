@@ -69,7 +69,8 @@ interface Extras {
   rateLimit?: string;
   /**
    * True when Sluice answered with the stored answer of an earlier request with the same
-   * idempotencyKey (the Idempotent-Replayed header): nothing was consumed by this call.
+   * idempotencyKey (the Idempotent-Replayed header): nothing was consumed by this call. On bulk
+   * results it is the request's: true when every item decided was replayed.
    */
   replayed?: boolean;
 }
@@ -366,7 +367,12 @@ export class Sluice {
     return merge(
       await Promise.all(
         results.map(async (r, j): Promise<BulkResult> => {
-          if (!("error" in r)) return result(r);
+          if (!("error" in r)) {
+            const decided = result(r);
+            // Sluice says it of the request as a whole: every item decided was replayed.
+            if (a.headers.get("Idempotent-Replayed") === "true") decided.replayed = true;
+            return decided;
+          }
           const err = new SluiceError(r.error.status ?? 0, r.error, `decision ${sent[j]?.i} (${decisions[j]?.name})`);
           // An item Sluice could not decide (a 5xx problem of its own) follows the fail policy, as it would alone.
           if (!this.#fallback || !cannotAnswer(err, opts)) return { error: err };

@@ -635,6 +635,11 @@ test("an idempotencyKey replays the first answer and makes consuming calls retry
   const b2 = await c.batch(items, { idempotencyKey: `batch-${name}` });
   assert.ok(b1.ok && !b1.replayed && b2.replayed, JSON.stringify([b1, b2]));
   assert.ok(near((await c.value(name, "b")).value, 8), "one consumption of 2");
+  const bulk = [{ name, key: "c", count: 3 }];
+  const [u1] = await c.bulk(bulk, { idempotencyKey: `bulk-${name}` });
+  const [u2] = await c.bulk(bulk, { idempotencyKey: `bulk-${name}` });
+  assert.ok(u1.ok && !u1.replayed && u2.replayed && u2.remaining === u1.remaining, JSON.stringify([u1, u2]));
+  assert.ok(near((await c.value(name, "c")).value, 7), "one consumption of 3");
 
   for (const [call, run] of [
     ["limit", (u) => u.limit("x", {}, { idempotencyKey: "k-1" })],
