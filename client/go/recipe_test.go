@@ -27,7 +27,9 @@ func llmCall(ctx context.Context, c *sluice.Client, user, call string, estimate 
 	}, 2*time.Minute)
 	var problem *sluice.Error
 	if errors.As(err, &problem) && problem.Status == http.StatusTooManyRequests {
-		return errTryLater(problem.RetryAfter) // a limit or the tenant's plan refused: nothing held
+		// A limit or the tenant's plan refused: nothing held. The refusal is this call ID's
+		// answer for 24 hours: come back after the wait as a new call (a new ID).
+		return errTryLater(problem.RetryAfter)
 	}
 	if err != nil {
 		return err // Sluice unreachable, or a mistake of ours
@@ -50,7 +52,7 @@ func llmCallWithRefunds(ctx context.Context, c *sluice.Client, user, call string
 		return err // Sluice unreachable (under FailClosed), or a mistake of ours
 	}
 	if !b.OK {
-		return errTryLater(b.RetryAfter)
+		return errTryLater(b.RetryAfter) // as in llmCall: come back as a new call (a new ID)
 	}
 	used, err := callModel(ctx) // the provider's reported total tokens
 	if err != nil {
@@ -159,6 +161,25 @@ func TestLLMRecipeWithTheGoClient(t *testing.T) {
 	if v := month(user); v != 2_000_000-1234 {
 		t.Fatalf("month after a refused call: %v, want %d (nothing held)", v, 2_000_000-1234)
 	}
+	requireRefusalKeptByItsCallID(t, c, user, func(call string) error { return llmCall(ctx, c, user, call, 90_000) })
+}
+
+// requireRefusalKeptByItsCallID: once the minute's tokens are back (a reset stands for the
+// wait), the refused call's ID still answers its stored refusal, and the same call as a new ID,
+// as the recipe says to come back, is made.
+func requireRefusalKeptByItsCallID(t *testing.T, c *sluice.Client, user string, call func(id string) error) {
+	t.Helper()
+	if err := c.Reset(testCtx(t), "llm-tpm", user); err != nil {
+		t.Fatal(err)
+	}
+	var later tryLater
+	if err := call(user + "-call-3"); !errors.As(err, &later) {
+		t.Fatalf("the refused call's ID after the wait: %v, want its stored refusal replayed", err)
+	}
+	callModel = func(context.Context) (float64, error) { return 80_000, nil }
+	if err := call(user + "-call-3-again"); err != nil {
+		t.Fatalf("the call as a new ID after the wait: %v, want it made", err)
+	}
 }
 
 // putLLMLimits stores the recipe's three limits (PUT replaces: both tests may store them).
@@ -213,4 +234,5 @@ func TestLLMRecipeWithRefundsWithTheGoClient(t *testing.T) {
 	if err := llmCallWithRefunds(ctx, c, user, user+"-call-3", 90_000); !errors.As(err, &later) || later.after <= 0 {
 		t.Fatalf("a call over the minute's tokens: %v, want errTryLater with a wait", err)
 	}
+	requireRefusalKeptByItsCallID(t, c, user, func(call string) error { return llmCallWithRefunds(ctx, c, user, call, 90_000) })
 }
