@@ -1,8 +1,11 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -68,7 +71,7 @@ func (b OverrideBody) ToOverride() (limiter.Override, error) {
 		}
 	}
 	if b.ExpiresAt != nil {
-		t, err := time.Parse(time.RFC3339Nano, *b.ExpiresAt)
+		t, err := parseDateTime(*b.ExpiresAt)
 		if err != nil {
 			return o, badRequest("expiresAt", "expiresAt must be an RFC 3339 time, such as 2030-01-02T15:04:05Z")
 		}
@@ -158,4 +161,17 @@ func (s *Server) deleteOverride(c *gin.Context) {
 	}
 	s.recordAudit(c, "override.delete", name+" override "+strconv.Quote(match), "")
 	c.Status(http.StatusNoContent)
+}
+
+// dateTime is RFC 3339's date-time (section 5.6), the document's "format": "date-time": Go's
+// time.Parse also takes a one-digit hour or a comma before the fraction, which the document
+// refuses, and refuses the lower-case "t" and "z" it allows.
+var dateTime = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$`)
+
+// parseDateTime reads an RFC 3339 date-time, as the document describes it.
+func parseDateTime(s string) (time.Time, error) {
+	if !dateTime.MatchString(s) {
+		return time.Time{}, fmt.Errorf("api: %q is not an RFC 3339 date-time", s)
+	}
+	return time.Parse(time.RFC3339Nano, strings.ToUpper(s))
 }

@@ -30,6 +30,11 @@ func TestOverridesOverHTTP(t *testing.T) {
 		if denied["action"] != "deny" || denied["expiresAt"] != until.Format(time.RFC3339Nano) {
 			t.Fatalf("deny override = %v", denied)
 		}
+		// RFC 3339 allows a lower-case "t" and "z"; the answer writes them as it always does.
+		lower := strings.ToLower(until.Format(time.RFC3339Nano))
+		if again := put(map[string]any{"match": "org:acme:bad", "action": "deny", "expiresAt": lower}); again["expiresAt"] != until.Format(time.RFC3339Nano) {
+			t.Fatalf("deny override with expiresAt %s = %v", lower, again)
+		}
 		put(map[string]any{"match": "vip", "action": "allow"})
 
 		limit := func(key string) map[string]any {
@@ -167,6 +172,10 @@ func TestOverrideBadInputIsA400NamingTheFieldOrA404(t *testing.T) {
 			{map[string]any{"match": "k", "action": "deny", "capacity": 3}, api.CodeInvalidRequest, "action"},
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "tomorrow"}, api.CodeInvalidRequest, "expiresAt"},
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2001-01-01T00:00:00Z"}, api.CodeInvalidRequest, "expiresAt"},
+			// Not RFC 3339, though Go's time.Parse takes them: a one-digit hour, a comma before
+			// the fraction.
+			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2030-01-01T5:00:00Z"}, api.CodeInvalidRequest, "expiresAt"},
+			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2030-01-01T05:00:00,5Z"}, api.CodeInvalidRequest, "expiresAt"},
 			// The year 9999 where it was written, 10000 in UTC, as it would be answered.
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "9999-12-31T23:59:59-01:00"}, api.CodeInvalidRequest, "expiresAt"},
 			{map[string]any{"match": "k", "rate": 0}, api.CodeInvalidConfig, "rate"},
