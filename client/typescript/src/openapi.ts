@@ -641,7 +641,7 @@ export interface components {
             updatedAt: string;
         };
         DecisionRequest: {
-            /** @description absent: the limit's single global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key */
+            /** @description absent: the limit's single global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key. At most 256 bytes of UTF-8: maxLength counts characters and the server counts bytes, so 200 two-byte characters are refused. */
             key?: string;
             /** @description an anonymous session authorized through the captcha; instead of key */
             session?: string;
@@ -664,6 +664,7 @@ export interface components {
         };
         BatchItem: {
             name: string;
+            /** @description At most 256 bytes of UTF-8: maxLength counts characters and the server counts bytes, so 200 two-byte characters are refused. */
             key?: string;
             session?: string;
             /** @description the visitor's IPv4 or IPv6 address, for a backend deciding on its visitors' behalf: alone it is the key (the address; an IPv6 address's /64); with "session" it is the address of the IP fallback. Not with "key". */
@@ -683,6 +684,7 @@ export interface components {
         };
         /** @description {} resets the limit's global (keyless) state, {"key": K} that key's, {"allKeys": true} every key's. Resetting one key (or the global one) is idempotent: 204 whether or not any state exists, also for an inline-config limit. */
         ResetRequest: {
+            /** @description At most 256 bytes of UTF-8: maxLength counts characters and the server counts bytes, so 200 two-byte characters are refused. */
             key?: string;
             allKeys?: boolean;
         };
@@ -867,7 +869,7 @@ export interface components {
         Parent: {
             /** @description the parent limit */
             name: string;
-            /** @description the key template: text with {attribute} placeholders (names of [A-Za-z0-9_]), filled from the decision's attributes, e.g. "org:{org}"; braces only mark placeholders. Like the keys a client names, neither the template's text nor the filled key may start with "session:" or "ip:" (reserved for anonymous sessions and their IP fallback): 400 invalid_config naming parents[i].key when stored, 400 invalid_request naming attributes when filled */
+            /** @description the key template: text with {attribute} placeholders (names of [A-Za-z0-9_]), filled from the decision's attributes, e.g. "org:{org}"; braces only mark placeholders. Like the keys a client names, neither the template's text nor the filled key may start with "session:" or "ip:" (reserved for anonymous sessions and their IP fallback): 400 invalid_config naming parents[i].key when stored, 400 invalid_request naming attributes when filled. At most 256 bytes of UTF-8: maxLength counts characters and the server counts bytes, so 200 two-byte characters are refused. */
             key: string;
         };
         ParentDecision: {
@@ -887,7 +889,7 @@ export interface components {
             override?: string;
         };
         OverrideRequest: {
-            /** @description an exact key, or a prefix followed by one `*` at the end (`org:acme:*`; `*` alone matches every key) */
+            /** @description an exact key, or a prefix followed by one `*` at the end (`org:acme:*`; `*` alone matches every key). At most 256 bytes of UTF-8: maxLength counts characters and the server counts bytes, so 200 two-byte characters are refused. */
             match: string;
             /** @description tokens per the definition's period, for the matched keys */
             rate?: number;
@@ -926,7 +928,7 @@ export interface components {
             next: string | null;
         };
         RefundRequest: {
-            /** @description absent: the limit's global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key */
+            /** @description absent: the limit's global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key. At most 256 bytes of UTF-8: maxLength counts characters and the server counts bytes, so 200 two-byte characters are refused. */
             key?: string;
             /** @description tokens to give back; more than were taken only fills the key up to its maximum */
             count: number;
@@ -954,7 +956,7 @@ export interface components {
             limits: {
                 /** @description a stored limit (not a concurrency limit) */
                 name: string;
-                /** @description absent: the limit's global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key */
+                /** @description absent: the limit's global key. Keys starting with "session:" or "ip:" are reserved for anonymous sessions and their IP fallback: 400 naming key. At most 256 bytes of UTF-8: maxLength counts characters and the server counts bytes, so 200 two-byte characters are refused. */
                 key?: string;
                 /**
                  * @description the amount to hold (the estimate)
