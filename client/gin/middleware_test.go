@@ -249,3 +249,19 @@ func ExampleMiddleware() {
 	r.GET("/things", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	_ = r.Run(":8081")
 }
+
+// TestGinReleasesTheConcurrencyLeaseOnceTheChainHasRun: on a concurrency limit of 1, requests
+// of one client one after another are all admitted (the middleware frees the request's slot
+// once the rest of the chain has run), not refused until the lease's TTL (a minute) ends.
+func TestGinReleasesTheConcurrencyLeaseOnceTheChainHasRun(t *testing.T) {
+	name := limitName(t)
+	if _, err := sluice.New(baseURL, secretKey).Put(testCtx(t), name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	a := newApp(t, nil, sluicegin.Middleware(sluice.New(baseURL, secretKey), name))
+	for i := range 3 {
+		if w := a.get("203.0.113.9:4444"); w.Code != http.StatusOK {
+			t.Fatalf("request %d: %d (Retry-After %q), want 200: the previous request's lease was not released", i+1, w.Code, w.Header().Get("Retry-After"))
+		}
+	}
+}

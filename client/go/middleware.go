@@ -85,6 +85,7 @@ var errKey = errors.New("sluice middleware: no key for the request")
 // (or WithLimitHandler's response). When Sluice cannot answer, the client's FailPolicy decides:
 // FailOpen lets the request through (without RateLimit headers), FailClosed answers 503. A
 // client WithBatching gets no headers to pass on (a bulk answer has none); Retry-After stays.
+// On a concurrency limit the lease the decision took is released when next returns.
 func Middleware(c *Client, name string, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	peer, _ := KeyByClientIP()
 	m := &middleware{client: c, name: name, key: peer, log: slog.Default()}
@@ -139,7 +140,21 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.limited.ServeHTTP(w, r)
 		return
 	}
+	if res.LeaseID != "" {
+		// A concurrency limit counts requests in flight: this one's slot is free once next has
+		// answered it (or panicked), not when the lease's TTL runs out.
+		defer m.release(r, res.LeaseID)
+	}
 	next.ServeHTTP(w, r)
+}
+
+// release ends the lease a request's decision took on a concurrency limit. The request's own
+// context may be done by now (its client gone): the release outlives it, bounded by the client's
+// timeout. A failure is logged, not the request's: the lease expires at its TTL.
+func (m *middleware) release(r *http.Request, leaseID string) {
+	if err := m.client.ReleaseLease(context.WithoutCancel(r.Context()), leaseID); err != nil {
+		m.log.WarnContext(r.Context(), "sluice: the request's concurrency lease was not released; it ends at its TTL", "limit", m.name, "err", err)
+	}
 }
 
 // refuse is the default refusal: 429 with a problem body like Sluice's own.

@@ -478,3 +478,34 @@ func TestKeyByClientIPTrustsIPv4PeersOnlyThroughIPv4Entries(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareReleasesItsConcurrencyLeaseWhenTheRequestIsAnswered: on a concurrency limit of 1
+// a request holds the key's one slot while its handler runs (a second request of the same key
+// meanwhile is refused) and frees it once answered, so requests one after another are all
+// admitted, not refused until the lease's TTL (a minute here) ends.
+func TestMiddlewareReleasesItsConcurrencyLeaseWhenTheRequestIsAnswered(t *testing.T) {
+	c, ctx := newClient(t), testCtx(t)
+	name := limitName(t, "inflight")
+	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	var inner *httptest.ResponseRecorder
+	var h http.Handler
+	h = sluice.Middleware(c, name)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if inner == nil { // the first request: another of its key arrives while it runs
+			inner = serve(h, "192.0.2.9:1234")
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	if first := serve(h, "192.0.2.9:1234"); first.Code != http.StatusOK {
+		t.Fatalf("the first request: %d %s", first.Code, first.Body)
+	}
+	if inner.Code != http.StatusTooManyRequests {
+		t.Fatalf("a request of the same key while the first ran: %d, want 429 (the one slot is the first's)", inner.Code)
+	}
+	for i := range 3 {
+		if next := serve(h, "192.0.2.9:1234"); next.Code != http.StatusOK {
+			t.Fatalf("request %d after the first was answered: %d (Retry-After %q), want 200: its lease was not released", i+2, next.Code, next.Header().Get("Retry-After"))
+		}
+	}
+}

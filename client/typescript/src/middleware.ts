@@ -8,7 +8,8 @@
  * The RateLimit-Policy and RateLimit headers Sluice answered with go on to the response; a
  * refusal is a 429 with Retry-After and a problem+json body (or what `handler` writes). When
  * Sluice cannot answer, the client's fail policy decides: 'open' lets the request through
- * (without RateLimit headers), 'closed' answers 503.
+ * (without RateLimit headers), 'closed' answers 503. On a concurrency limit the request's lease
+ * is released when its response closes.
  */
 import { Sluice, SluiceError, type Result } from "./index.js";
 
@@ -25,6 +26,12 @@ export interface ResponseLike {
   statusCode: number;
   setHeader(name: string, value: string): unknown;
   end(body?: string): unknown;
+  /**
+   * Node's ServerResponse emits "close" once the response is done (sent or abandoned): on a
+   * concurrency limit the middleware releases the request's lease then. A response without it
+   * keeps the lease until its leaseTtl.
+   */
+  once?(event: "close", listener: () => void): unknown;
 }
 
 /** Passes the request on (no argument) or to the error handlers (an error). */
@@ -124,7 +131,17 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
       req.sluice = r;
       if (r.rateLimitPolicy !== undefined) res.setHeader("RateLimit-Policy", r.rateLimitPolicy);
       if (r.rateLimit !== undefined) res.setHeader("RateLimit", r.rateLimit);
-      if (r.ok) return next();
+      if (r.ok) {
+        if (r.leaseId !== undefined && typeof res.once === "function") {
+          // A concurrency limit counts requests in flight: this one's slot is free once it is
+          // answered, not when the lease's TTL runs out. A failure only leaves it to the TTL.
+          const lease = r.leaseId;
+          res.once("close", () => {
+            client.releaseLease(lease).catch((err: unknown) => log?.(`sluice: a request's concurrency lease on limit ${name} was not released; it ends at its leaseTtl`, err));
+          });
+        }
+        return next();
+      }
       if (r.retryAfter !== null && r.retryAfter > 0) res.setHeader("Retry-After", String(Math.ceil(r.retryAfter / 1000)));
       await handler(req, res, next, r);
     } catch (err) {

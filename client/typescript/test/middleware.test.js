@@ -287,3 +287,26 @@ test("a key Sluice refuses is the visitor's 400, and an empty key is the global 
   assert.equal(empty.status, 200, empty.text);
   assert.equal(empty.json.sluice.key, null, "the global key");
 });
+
+test("a concurrency limit's lease is released once the response is done", async () => {
+  const name = `ts.mw.inflight.${++names}`;
+  await client().putLimit(name, { kind: "concurrency", rate: 1, leaseTtl: 60_000 });
+  const url = await plain(rateLimit({ client: client(), name }));
+  // The release follows the response's "close" event, so the free slot is awaited (up to 30 s)
+  // before each next request; without the release it stays taken for the lease's minute.
+  const slotFree = async (what) => {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const v = await client().value(name, "127.0.0.1");
+      if (v.value === 1) return;
+      if (Date.now() > deadline) assert.fail(`waited 30 s for the slot of ${what} to be released (value ${v.value})`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  };
+  for (let i = 1; i <= 3; i++) {
+    const r = await get(url);
+    assert.equal(r.status, 200, `request ${i}: ${r.text}`);
+    assert.ok(r.json.sluice.leaseId, `request ${i} took a lease: ${JSON.stringify(r.json.sluice)}`);
+    await slotFree(`request ${i}`);
+  }
+});
