@@ -65,15 +65,12 @@ const (
 const (
 	MaxShards     = 1024
 	MaxResolution = 60
-	MaxAmount     = 1e15 // the most a rate, capacity, maxReserved or count may be
-	// minRate is the smallest normal float64: below it a rate loses precision (a subnormal),
-	// and the times computed from it are not what the definition says.
-	minRate     = 0x1p-1022
-	maxPeriod   = 10 * 366 * 86_400_000 // ten years in ms
-	maxJitter   = 86_400_000            // one day in ms
-	MaxPenalty  = 86_400_000            // one day in ms
-	maxStart    = int64(1) << 50        // ms since the epoch, ~35,000 years
-	MaxKeyBytes = 256
+	MaxAmount     = 1e15                  // the most a rate, capacity, maxReserved or count may be
+	maxPeriod     = 10 * 366 * 86_400_000 // ten years in ms
+	maxJitter     = 86_400_000            // one day in ms
+	MaxPenalty    = 86_400_000            // one day in ms
+	maxStart      = int64(1) << 50        // ms since the epoch, ~35,000 years
+	MaxKeyBytes   = 256
 )
 
 // ValidName reports whether s is an acceptable limit name: 1 to 128 of A-Z, a-z, 0-9, '_', '.',
