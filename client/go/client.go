@@ -265,7 +265,7 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 		}
 		out[i].Result = r.result()
 		// Sluice says it of the request as a whole: every item decided was replayed.
-		out[i].Result.Replayed = h.Get("Idempotent-Replayed") == "true"
+		out[i].Replayed = h.Get("Idempotent-Replayed") == "true"
 	}
 	return out, nil
 }
