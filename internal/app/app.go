@@ -277,6 +277,9 @@ func (a *App) router() (*gin.Engine, error) {
 			if err := a.DB.Ping(ctx); err != nil {
 				return err
 			}
+			if err := a.DB.CheckWritable(ctx); err != nil {
+				return err
+			}
 			return a.DB.CheckSchema(ctx)
 		},
 	})

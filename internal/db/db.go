@@ -190,3 +190,24 @@ func (d *DB) GaveUp(p Purpose) { d.counters[p].giveUps.Add(1) }
 
 // Ping reports whether the database answers.
 func (d *DB) Ping(ctx context.Context) error { return d.SQL.PingContext(ctx) }
+
+// ErrReadOnly is CheckWritable's answer for a database that takes no writes.
+var ErrReadOnly = errors.New("db: the database takes no writes (a standby, or default_transaction_read_only is on)")
+
+// CheckWritable reports whether PostgreSQL takes writes: a standby (after a failover that
+// moved the primary elsewhere) or a server made read-only answers every decision 503, so an
+// instance on it is not ready. SQLite's read-only file fails the decisions the same way, but is
+// not asked here (one process, nothing to move traffic to).
+func (d *DB) CheckWritable(ctx context.Context) error {
+	if d.Dialect != Postgres {
+		return nil
+	}
+	var readOnly bool
+	if err := d.SQL.QueryRowContext(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&readOnly); err != nil {
+		return fmt.Errorf("db: check writable: %w", err)
+	}
+	if readOnly {
+		return ErrReadOnly
+	}
+	return nil
+}

@@ -184,6 +184,8 @@ func isRetryable(err error) bool {
 			return true
 		case "23505": // unique_violation: two first consumptions of one key raced to insert
 			return true
+		case "55P03": // lock_not_available: the server's lock_timeout ended a wait: contention
+			return true
 		}
 		return false
 	}
@@ -211,8 +213,12 @@ func isUnavailable(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		// Class 08: connection exception; 57P01-03: admin shutdown, crash shutdown, cannot connect now;
-		// 53: insufficient resources.
-		return strings.HasPrefix(pg.Code, "08") || strings.HasPrefix(pg.Code, "57P") || strings.HasPrefix(pg.Code, "53")
+		// 53: insufficient resources; 25006: the server takes no writes (a standby after a
+		// failover, default_transaction_read_only, a managed database out of disk); 57014: the
+		// server's statement_timeout cancelled the statement (a cancel of ours is the caller
+		// gone, which retry tells apart first).
+		return strings.HasPrefix(pg.Code, "08") || strings.HasPrefix(pg.Code, "57P") || strings.HasPrefix(pg.Code, "53") ||
+			pg.Code == "25006" || pg.Code == "57014"
 	}
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
 		return true
