@@ -99,16 +99,19 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		}
 		return nil
 	}
-	r.Use(plainForwardedFor(proxies), RequestID(), Recover(o.Logger, func(c *gin.Context) {
+	// The access log and the decisions' latency wrap Recover, so that a request answered 500
+	// after a panic has its line and its sample like any other.
+	r.Use(plainForwardedFor(proxies), RequestID(), AccessLog(o.Logger))
+	if o.Metrics != nil {
+		r.Use(observeDecisions(o.Metrics, o.DecisionRoutes))
+	}
+	r.Use(Recover(o.Logger, func(c *gin.Context) {
 		if er := owner(c); er != nil {
 			er.InternalError(c)
 			return
 		}
 		c.String(http.StatusInternalServerError, "internal error (request %s)", c.GetString(RequestIDKey))
-	}), AccessLog(o.Logger), SecurityHeaders(proxies), limitBody(o.MaxBodyBytes, owner), limitTime(o.RequestTimeout))
-	if o.Metrics != nil {
-		r.Use(observeDecisions(o.Metrics, o.DecisionRoutes))
-	}
+	}), SecurityHeaders(proxies), limitBody(o.MaxBodyBytes, owner), limitTime(o.RequestTimeout))
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", func(c *gin.Context) {

@@ -1,9 +1,11 @@
 package httpserver_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -165,5 +167,32 @@ func TestEveryHandlerHasADeadline(t *testing.T) {
 	rec := do(h, "GET", "/slow", nil)
 	if rec.Code != 503 || time.Since(start) > 2*time.Second {
 		t.Fatalf("slow handler: %d after %v", rec.Code, time.Since(start))
+	}
+}
+
+// panicSurface has a decision route whose handler panics.
+type panicSurface struct{}
+
+func (panicSurface) Register(r *gin.Engine) {
+	r.POST("/v1/panics", func(*gin.Context) { panic("boom") })
+}
+
+// TestAPanickedRequestIsLoggedAndTimedLikeAnyOther: a request recovered from a panic and
+// answered 500 has its access-log line (at ERROR, with its status) and, on a decision route,
+// its latency sample under 5xx: the panic must not unwind past the access log and the metrics.
+func TestAPanickedRequestIsLoggedAndTimedLikeAnyOther(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m := metrics.New(metrics.Options{})
+	h := newRouter(t, httpserver.Options{Logger: log, Metrics: m, DecisionRoutes: []string{"/v1/panics"}, Surfaces: []httpserver.Surface{panicSurface{}}})
+	if rec := do(h, "POST", "/v1/panics", strings.NewReader("{}")); rec.Code != http.StatusInternalServerError {
+		t.Fatalf("a handler that panics: %d, want 500", rec.Code)
+	}
+	if !strings.Contains(buf.String(), `level=ERROR msg=request`) || !strings.Contains(buf.String(), "status=500") {
+		t.Errorf("no access-log line with status 500 for the panicked request; the log: %s", buf.String())
+	}
+	rec := do(httpserver.MetricsHandler(m, ""), "GET", "/metrics", nil)
+	if !strings.Contains(rec.Body.String(), `sluice_decision_duration_seconds_count{route="/v1/panics",status="5xx"} 1`) {
+		t.Errorf("the panicked decision is not timed under 5xx:\n%s", rec.Body)
 	}
 }
