@@ -152,6 +152,13 @@ var options = []Option{
 			if !strings.HasPrefix(v, "sqlite:") && !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
 				return errors.New("DATABASE_URL must be postgres://… or sqlite:PATH")
 			}
+			if rest, ok := strings.CutPrefix(v[strings.Index(v, ":")+1:], "//"); ok {
+				// pgx reads the host from the first '@', so a password holding an unencoded one
+				// would be taken for part of the host name, which its connect error then prints.
+				if authority, _, _ := strings.Cut(rest, "/"); strings.Count(authority, "@") > 1 {
+					return errors.New("DATABASE_URL: percent-encode each '@' of the user name or password as %40 (postgres://user:p%40ss@host/db)")
+				}
+			}
 			if path, ok := strings.CutPrefix(v, "sqlite:"); ok {
 				if strings.TrimSpace(path) == "" {
 					return errors.New("DATABASE_URL=sqlite:PATH needs the path of a database file, e.g. sqlite:data/sluice.db")

@@ -56,7 +56,7 @@ func TestStringRedactsSecrets(t *testing.T) {
 		{"postgres://sluice:hun#ter2@db:5432/sluice", "xxxxx@db:5432/sluice"},
 		{"postgres://sluice:hun?ter2@db:5432/sluice", "xxxxx@db:5432/sluice"},
 		{"postgres://sluice:hun/ter2@db:5432/sluice", "xxxxx@db:5432/sluice"},
-		{"postgres://sluice:hun@ter2@db:5432/sluice", "xxxxx@db:5432/sluice"},
+		// An unencoded '@' in the userinfo is refused before (TestDatabaseURLRefusesAnUnencodedAtInThePassword).
 		{"postgres://sluice:h%23unter2@db:5432/sluice?password=hunter2", "xxxxx@db:5432/sluice?password=xxxxx"},
 		{"postgres://db:5432/sluice?password=hun@ter2&sslmode=require", "&sslmode=require"},
 		{"postgres://sluice:hun?x@db/sluice?password=hunter2", "xxxxx@db/sluice?password=xxxxx"},
@@ -351,6 +351,22 @@ func TestSecretsAreNotTrimmed(t *testing.T) {
 			} else if strings.Contains(err.Error(), base[name]) {
 				t.Errorf("%s=%q: the error prints the secret: %v", name, padded, err)
 			}
+		}
+	}
+}
+
+// TestDatabaseURLRefusesAnUnencodedAtInThePassword: pgx would read the host from the first '@'
+// and print the rest of the password in its connect error; the refusal prints none of it.
+func TestDatabaseURLRefusesAnUnencodedAtInThePassword(t *testing.T) {
+	for _, bad := range []string{"postgres://u:top@secret@dbhost/db", "postgresql://u@x:p@h:5432/db?sslmode=disable", "postgres://u:a?b@c@h/db"} {
+		_, err := FromEnv(env(map[string]string{"DATABASE_URL": bad}))
+		if err == nil || !strings.Contains(err.Error(), "%40") || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "@x") {
+			t.Errorf("DATABASE_URL=%q: %v, want a refusal that says to write %%40 and names nothing of the URL", bad, err)
+		}
+	}
+	for _, good := range []string{"postgres://u:top%40secret@dbhost/db", "postgres://dbhost/db?options=-c%20x@y", "postgres://u:p@h1,h2/db"} {
+		if _, err := FromEnv(env(map[string]string{"DATABASE_URL": good})); err != nil {
+			t.Errorf("DATABASE_URL=%q: %v, want it accepted", good, err)
 		}
 	}
 }
