@@ -312,7 +312,7 @@ var options = []Option{
 			}
 			return nil
 		}},
-	{Name: "SLUICE_DECISION_LANES", Default: "1", Doc: "PostgreSQL: how many group transactions of decisions one instance keeps in flight at once (1 to 64; more was slower on 2 cores shared with PostgreSQL: measure first); one key's decisions always share one. SQLite always uses one",
+	{Name: "SLUICE_DECISION_LANES", Default: "1", Doc: "PostgreSQL: how many group transactions of decisions one instance keeps in flight at once (1 to 64; more was slower on 2 cores shared with PostgreSQL: measure first); a request goes to the lane of its first row (or of its tenant's plan), so a key decided alone and inside a batch led by another key can be in two lanes, which then conflict on it and retry. SQLite always uses one",
 		parse: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 64 {
@@ -323,12 +323,12 @@ var options = []Option{
 		}},
 	{Name: "SLUICE_DEMO", Default: "false", Doc: "`true` serves `/demo`, the captcha flow in a browser, on a tenant the demo creates (named `demo`); `make run` sets it",
 		parse: boolean("SLUICE_DEMO", func(c *Config) *bool { return &c.Demo })},
-	{Name: "SLUICE_PPROF_ADDR", Default: "", Doc: "loopback `host:port` serving `net/http/pprof`",
+	{Name: "SLUICE_PPROF_ADDR", Default: "", Doc: "loopback `IP:port` (`127.0.0.1:6060`, `[::1]:6060`; not a host name) serving `net/http/pprof`",
 		parse: func(c *Config, v string) error {
 			if v != "" {
 				host, _, err := net.SplitHostPort(v)
 				if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-					return errors.New("SLUICE_PPROF_ADDR must be a loopback host:port, e.g. 127.0.0.1:6060")
+					return errors.New("SLUICE_PPROF_ADDR must be a loopback IP:port (not a host name), e.g. 127.0.0.1:6060")
 				}
 			}
 			c.PprofAddr = v

@@ -90,8 +90,9 @@ type defKey struct {
 // while Run runs) decides what queued, group after group, as one worker did before lanes. A job
 // goes to the lane of its first request's row (or of its tenant when it carries the tenant's
 // plan, whose row every decision of the tenant writes), so a hot key's decisions meet in one
-// lane and are coalesced into one group instead of conflicting, and the groups of different
-// lanes, in flight at once, touch different rows.
+// lane and are coalesced into one group instead of conflicting. Only the first row chooses: a
+// key decided alone and inside a batch led by another key can be in two lanes at once, whose
+// groups then conflict on it and retry.
 type lane struct {
 	queue chan *job
 	// token holds one token while Run runs and no group of the lane is in flight: empty before
