@@ -409,6 +409,10 @@ func (x *Demo) backend(c *gin.Context) (sessionBody, string, bool) {
 	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, 16<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
+		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+			c.JSON(http.StatusRequestEntityTooLarge, gin.H{"code": "payload_too_large", "detail": "the body is over 16 KiB"})
+			return body, "", false
+		}
 		c.JSON(http.StatusBadRequest, gin.H{"code": "invalid_request", "detail": "the body must be {\"sessionId\", \"payload\"?}"})
 		return body, "", false
 	}

@@ -241,8 +241,18 @@ func TestDemoServesItsAssetsAndRefusesBadBackendCalls(t *testing.T) {
 			t.Errorf("body %s: %d, want 400", body, res.StatusCode)
 		}
 	}
+	// A body over the demo's 16 KiB is 413, as every other surface answers one.
+	big := `{"sessionId":"` + strings.Repeat("x", 20<<10) + `"}`
+	res, err := http.Post(s.url+"/demo/api/action", "application/json", strings.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 20 KiB body: %d, want 413", res.StatusCode)
+	}
 	// The API's own refusals pass through: an impossible session ID is the API's 400.
-	res, err := http.Post(s.url+"/demo/api/action", "application/json", strings.NewReader(`{"sessionId":"x"}`))
+	res, err = http.Post(s.url+"/demo/api/action", "application/json", strings.NewReader(`{"sessionId":"x"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
