@@ -100,8 +100,10 @@ func limitTime(d time.Duration) gin.HandlerFunc {
 func metricsHandler(h http.Handler, token string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if token != "" {
-			// The scheme in any case, as the API takes it (RFC 9110: schemes are case-insensitive).
+			// The scheme in any case and the token with the spaces around it trimmed, as the API
+			// takes them (RFC 9110: schemes are case-insensitive; several spaces may follow one).
 			scheme, got, _ := strings.Cut(c.GetHeader("Authorization"), " ")
+			got = strings.TrimSpace(got)
 			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				c.Header("WWW-Authenticate", `Bearer realm="metrics"`)
 				c.String(http.StatusUnauthorized, "unauthorized")

@@ -126,6 +126,9 @@ func TestMetricsTokenIsRequiredWhenSet(t *testing.T) {
 	if rec := do(h, "GET", "/metrics", nil, "Authorization", "bearer s3cret-s3cret-s3cret"); rec.Code != 200 {
 		t.Fatalf("GET /metrics with the scheme in lower case: %d, want 200 (schemes are case-insensitive)", rec.Code)
 	}
+	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer   s3cret-s3cret-s3cret"); rec.Code != 200 {
+		t.Fatalf("GET /metrics with spaces before the token: %d, want 200 (as the API takes it)", rec.Code)
+	}
 	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Basic s3cret-s3cret-s3cret"); rec.Code != 401 {
 		t.Fatalf("GET /metrics with the token under another scheme: %d, want 401", rec.Code)
 	}
