@@ -85,6 +85,9 @@ type Service struct {
 	// missingParentWarnings keeps the warning about requests refused because a limit's parent
 	// has no stored definition to one a minute: every request on such a limit causes one.
 	missingParentWarnings throttle
+	// undecidableWarnings keeps the warning about requests refused because a stored limit
+	// cannot decide to one a minute: every request on such a limit causes one.
+	undecidableWarnings throttle
 }
 
 // throttle lets one event through per period and counts the ones it held back.
@@ -494,10 +497,23 @@ func LimitName(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) str
 // fails (unless failure_mode_deny is set): a visitor's header value must not be able to switch
 // the limit off. The attributes' case is logged, at most once a minute, since it can also be the
 // route's configuration not matching the limit's templates.
+//
+// So is a request on a stored limit that cannot decide (invalid_config from the engine: a
+// quota an earlier version stored with a time zone this binary lacks, a concurrency limit stored
+// as a parent before that was refused): the request carries no configuration of its own, so the
+// stored definition is at fault, and failing every call on it would switch the limit (and its
+// children) off. Logged at most once a minute; put the definition again to mend it.
 func (s *Service) neverPasses(ctx context.Context, err error) bool {
 	if errors.Is(err, limiter.ErrBadAttributes) {
 		if ok, heldBack := s.refusedWarnings.allow(time.Now(), time.Minute); ok {
 			s.log.WarnContext(ctx, "envoy rate limit service: request refused: its descriptors cannot fill a parent's key",
+				"err", err, "refused_since_last_warning", heldBack)
+		}
+		return true
+	}
+	if err != nil && apperr.From(err).Code == apperr.InvalidConfig {
+		if ok, heldBack := s.undecidableWarnings.allow(time.Now(), time.Minute); ok {
+			s.log.WarnContext(ctx, "envoy rate limit service: request refused: a stored limit cannot decide until its definition is put again",
 				"err", err, "refused_since_last_warning", heldBack)
 		}
 		return true
@@ -606,6 +622,9 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 	return out, nil
 }
 
+// maxDurationSeconds is the longest google.protobuf.Duration: 10,000 years of 365.25 days.
+const maxDurationSeconds = 315_576_000_000
+
 // response builds the answer: per descriptor, its code, limit, remaining and time to wait.
 func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimitResponse {
 	out := &rls.RateLimitResponse{OverallCode: code(ok), Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, len(results))}
@@ -616,8 +635,9 @@ func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimi
 			st.LimitRemaining = clampUint32(math.Floor(d.Remaining))
 			if !d.OK && d.RetryAfter != nil {
 				// From the milliseconds themselves: a time.Duration holds 292 years, and a
-				// retryAfter may be up to 10^15 ms.
-				ms := *d.RetryAfter
+				// retryAfter may be up to 10^15 ms (31,700 years), more than the 10,000 years a
+				// protobuf Duration may hold: a longer wait is that most.
+				ms := min(*d.RetryAfter, maxDurationSeconds*1000)
 				st.DurationUntilReset = &durationpb.Duration{Seconds: ms / 1000, Nanos: int32(ms%1000) * 1_000_000}
 			}
 		}

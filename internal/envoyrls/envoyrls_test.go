@@ -654,6 +654,18 @@ func TestAttributesOfADescriptor(t *testing.T) {
 	if got := envoyrls.Attributes(entries("cnt", "Espa\xf1a", "path", "a/b%c")); got["cnt"] != "Espa%F1a" || got["path"] != "a/b%c" {
 		t.Fatalf("attributes %q, want cnt=Espa%%F1a and path=a/b%%c", got)
 	}
+	// More than the 16 attributes a decision takes: none (docs/envoy.md), so a parent's template
+	// refuses the request as it refuses one missing its attribute; 16 are all kept.
+	var kv []string
+	for i := range 17 {
+		kv = append(kv, fmt.Sprintf("k%d", i), "v")
+	}
+	if got := envoyrls.Attributes(entries(kv...)); got != nil {
+		t.Fatalf("attributes of 17 entries %v, want none", got)
+	}
+	if got := envoyrls.Attributes(entries(kv[:32]...)); len(got) != 16 {
+		t.Fatalf("attributes of 16 entries %v, want all 16", got)
+	}
 }
 
 // TestUnknownDescriptorsSpendNothingOfThePlan: with GRPC_UNKNOWN_LIMIT=allow, a request of one
