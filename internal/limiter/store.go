@@ -172,6 +172,12 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			if err := after(); err != nil {
 				return err
 			}
+			// Every key of a new definition starts full: rows an inline config left under this
+			// name (24 hours at most) hold its numbers and its clock, not this definition's (a
+			// fixed window would roll at their ts instead of start, admitting twice its rate).
+			if err := deleteState(tx, tenantID, name, nil); err != nil {
+				return err
+			}
 			// A fresh tag: a hold on a limit of this name deleted before kept the old one's.
 			if err := newNumbersVersion(tx, tenantID, name); err != nil {
 				return err
