@@ -55,7 +55,9 @@ func Refund(def Definition, states []State, count float64, now, origin int64) (o
 			out.Remaining += v.avail
 		}
 	}
-	return out, refunded
+	// The shards' parts add up to count in real numbers; in floating point their sum can be an
+	// ulp over it (0.5 + … of 2.6 summing to 2.6000000000000005), which is not "at most count".
+	return out, math.Min(refunded, count)
 }
 
 // Taken is what a hold took from one limit and key when it was made, shard by shard, recorded so

@@ -293,3 +293,16 @@ func TestNumbersChangedForWhatAKeysStateIsReadWith(t *testing.T) {
 		}
 	}
 }
+
+// TestARefundSplitOverShardsReportsAtMostItsCount: a refund of 2.6 spread over four token-bucket
+// shards gives each what it lacks; the parts' floating-point sum was 2.6000000000000005, more
+// than the count asked, which Refunded is documented never to be.
+func TestARefundSplitOverShardsReportsAtMostItsCount(t *testing.T) {
+	now := int64(1_700_000_000_000)
+	def := Definition{Kind: TokenBucket, Rate: 5.6, Period: 60_000, Shards: 4}.Normalized()
+	states := []State{{Value: 0.5, TS: now, Exists: true}, {Value: 0.2, TS: now, Exists: true},
+		{Value: 0.1, TS: now, Exists: true}, {Value: 0.6, TS: now, Exists: true}}
+	if _, refunded := Refund(def, states, 2.6, now, 0); refunded > 2.6 {
+		t.Fatalf("refunded %v of a refund of 2.6", refunded)
+	}
+}
