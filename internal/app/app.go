@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"runtime/debug"
 	"time"
@@ -383,10 +382,6 @@ func (a *App) Run(ctx context.Context) error {
 	}
 
 	a.Log.Info("starting", "config", a.Config.String())
-	for _, p := range everyAddress(a.Config.TrustedProxies) {
-		a.Log.Warn("TRUSTED_PROXIES trusts every address: any client can name its own address in X-Forwarded-For, "+
-			"which the ip: keys, the captcha's IP budget and the login limits then believe; list your proxies instead", "entry", p)
-	}
 	fmt.Fprintf(a.stdout, "Sluice is listening on %s (database %s)\n", base, a.DB.Dialect)
 	if u := a.MetricsURL(); u != "" {
 		fmt.Fprintf(a.stdout, "Metrics for Prometheus are on %s\n", u)
@@ -428,17 +423,4 @@ func thresholdEvents(w *webhooks.Service) func(tx *gorm.DB, tenantID int64, limi
 		}
 		return w.ThresholdEvents(tx, tenantID, ms)
 	}
-}
-
-// everyAddress is the TRUSTED_PROXIES entries that trust every IPv4 or IPv6 address: a /0, or
-// the IPv4-mapped ::ffff:0:0/96 (every IPv4 address, as the proxies are read).
-func everyAddress(proxies []string) []string {
-	var out []string
-	for _, p := range proxies {
-		prefix, err := netip.ParsePrefix(p)
-		if err == nil && (prefix.Bits() == 0 || (prefix.Addr().Is4In6() && prefix.Bits() == 96)) {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -75,6 +75,10 @@ func NewRouter(o Options) (*gin.Engine, error) {
 	ginProxies := make([]string, len(proxies))
 	for i, p := range proxies {
 		ginProxies[i] = p.String()
+		if p.Bits() == 0 { // 0.0.0.0/0, ::/0, or the IPv4-mapped ::ffff:0:0/96 read as the first
+			o.Logger.Warn("TRUSTED_PROXIES trusts every address: any client can name its own address in X-Forwarded-For, "+
+				"which the ip: keys, the captcha's IP budget and the login limits then believe; list your proxies instead", "entry", o.TrustedProxies[i])
+		}
 	}
 	if err := r.SetTrustedProxies(ginProxies); err != nil {
 		return nil, fmt.Errorf("httpserver: trusted proxies: %w", err)
