@@ -228,10 +228,8 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 			return d
 		}
 		// A reservation leaves every shard in use at the same balance, so they refill the deficit
-		// together: the reserved work may run when they have, checked against the decision's own
-		// arithmetic as a refusal's wait is (firstFit: a fixed window's 2.1 / 0.3 is
-		// 7.000000000000001 windows, a whole window late; 0.9 / 0.3 is 3 where -0.9 + 3 × 0.3 is
-		// still below 0).
+		// together: the reserved work may run when they have. The formula's estimate, checked
+		// below once the writes are known.
 		d.RetryAfter = refillWait(p, views, use, deficit, rate, now)
 	}
 	d.OK, d.Remaining = true, after
@@ -239,6 +237,9 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 		d.Writes[i] = State{Value: after / float64(len(use)), TS: views[i].ts, Exists: true}
 	}
 	if after < 0 {
+		// The reservation's wait checked against the decision's own arithmetic, as a refusal's
+		// is (firstFit): a fixed window's 2.1 / 0.3 is 7.000000000000001 windows, a whole window
+		// late; its 0.9 / 0.3 is 3 where -0.9 + 3 × 0.3 is still below 0.
 		d.RetryAfter = firstFit(now, d.RetryAfter, func(at int64) bool {
 			for _, i := range use {
 				if viewOf(p, d.Writes[i], at, origin).avail < 0 {
@@ -294,16 +295,16 @@ func fitsAt(p shardParams, states []State, count float64, reserve bool, at, orig
 	return admits(p, availableIn(views, use), count, reserve, len(use))
 }
 
-// firstFit is a refusal's retryAfter (ms after now), or an admitted reservation's: the first whole
-// millisecond at which fits holds, found from estimate, a closed formula's wait. The formulas are exact in real numbers,
-// but the decision adds and multiplies in floating point (a fixed window's 0.1 + 3 × 0.3 is
-// 0.9999999999999999, not 1; a sliding window's wait of a billionth of a sub-interval rounds
-// away), and a formula cannot foresee every choice of shards, so a client retrying when told was
-// refused again, or told to wait longer than it had to. So the estimate is checked: it usually
-// fits and a millisecond earlier does not (two checks, made on refusals and reservations only);
-// otherwise the search moves away from it in doubling steps until the answer changes, then
-// bisects. The views
-// of every kind only fill up as time passes (to a rounding), so the answer changes once.
+// firstFit is a refusal's retryAfter (ms after now), or an admitted reservation's: the first
+// whole millisecond at which fits holds, found from estimate, a closed formula's wait. The
+// formulas are exact in real numbers, but the decision adds and multiplies in floating point (a
+// fixed window's 0.1 + 3 × 0.3 is 0.9999999999999999, not 1; a sliding window's wait of a
+// billionth of a sub-interval rounds away), and a formula cannot foresee every choice of shards,
+// so a client retrying when told was refused again, or told to wait longer than it had to. So
+// the estimate is checked: it usually fits and a millisecond earlier does not (two checks, made
+// on refusals and reservations only); otherwise the search moves away from it in doubling steps
+// until the answer changes, then bisects. The views of every kind only fill up as time passes
+// (to a rounding), so the answer changes once.
 // An estimate of MaxRetryAfter or more, or no fit before it, gives MaxRetryAfter, where
 // RetryAfterMillis clamps anyway.
 func firstFit(now int64, estimate float64, fits func(at int64) bool) float64 {
