@@ -838,6 +838,9 @@ function headerOf(h: HeadersLike, name: string): string {
   return Array.isArray(v) ? (v[0] ?? "") : (v ?? "");
 }
 
+/** verifyWebhook's default tolerance: 5 minutes. */
+const webhookToleranceMs = 5 * 60_000;
+
 /**
  * Verifies a webhook delivery as its receiver got it, by the Standard Webhooks convention: the
  * webhook-signature header holds "v1," + base64(HMAC-SHA256(key, id + "." + timestamp + "." +
@@ -848,11 +851,11 @@ function headerOf(h: HeadersLike, name: string): string {
  * raw body, before any JSON parsing. Deduplicate on the webhook-id header: delivery is at least
  * once. Uses Web Crypto (Node 18+, browsers, edge runtimes).
  */
-export async function verifyWebhook(secret: string, headers: HeadersLike, body: string | Uint8Array, toleranceMs = 5 * 60_000): Promise<boolean> {
+export async function verifyWebhook(secret: string, headers: HeadersLike, body: string | Uint8Array, toleranceMs = webhookToleranceMs): Promise<boolean> {
   const id = headerOf(headers, "webhook-id");
   const ts = headerOf(headers, "webhook-timestamp");
   const seconds = Number(ts);
-  if (!Number.isFinite(toleranceMs) || toleranceMs <= 0) toleranceMs = 5 * 60_000;
+  if (!Number.isFinite(toleranceMs) || toleranceMs <= 0) toleranceMs = webhookToleranceMs;
   if (!id || !/^[0-9]+$/.test(ts) || Math.abs(Date.now() - seconds * 1000) > toleranceMs) return false;
   let key: Uint8Array<ArrayBuffer>;
   try {
