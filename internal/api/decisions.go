@@ -182,6 +182,9 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 		return
 	}
 	req, err := s.toRequest(c, item{name: name, Decision: body.Decision}, "")
+	if err != nil && consume && s.replayStored(c, idemKey, raw) {
+		return
+	}
 	if err != nil {
 		if e := apperr.From(err); e.Code == apperr.InvalidRequest && e.Field == "name" {
 			err = limiter.ErrLimitNotFound // the name is part of the path: an impossible name is not found
@@ -201,6 +204,9 @@ func (s *Server) decideOne(c *gin.Context, consume bool) {
 // deciding transaction and a retry replays it (limiter.LimitIdempotent).
 func (s *Server) decideWithPlan(c *gin.Context, reqs []limiter.Request, consume bool, idemKey string, raw []byte, render func(limiter.BatchDecision) limiter.Answer) {
 	plan, err := s.planGuard(c, len(reqs))
+	if err != nil && consume && s.replayStored(c, idemKey, raw) {
+		return
+	}
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
@@ -272,6 +278,9 @@ func (s *Server) decideBatch(c *gin.Context, consume bool) {
 	for i, it := range body.Limits {
 		req, err := s.toRequest(c, item{name: it.Name, Decision: it.Decision},
 			fmt.Sprintf("limits[%d].", i))
+		if err != nil && consume && s.replayStored(c, idemKey, raw) {
+			return
+		}
 		if err != nil {
 			writeProblem(c, s.log, err)
 			return
@@ -323,9 +332,20 @@ func (s *Server) decideBulk(c *gin.Context) {
 	}
 	results := make([]BulkResult, len(body.Decisions))
 	var reqs []limiter.Request
-	var at []int // the item of each request
+	var at []int              // the item of each request
+	var stored map[int][]byte // items an earlier attempt decided that would now be refused before deciding
 	for i, it := range body.Decisions {
 		req, err := s.toRequest(c, item{name: it.Name, Decision: it.Decision}, fmt.Sprintf("decisions[%d].", i))
+		if err != nil && idemKey != "" {
+			a, ok, serr := s.engine.StoredAnswer(c.Request.Context(), tenantOf(c).TenantID, idemKey, i, requestHash(c, raw))
+			if serr == nil && ok {
+				if stored == nil {
+					stored = map[int][]byte{}
+				}
+				stored[i] = a.Body
+				continue
+			}
+		}
 		if err != nil {
 			results[i].Error = s.itemProblem(c, err)
 			continue
@@ -338,7 +358,7 @@ func (s *Server) decideBulk(c *gin.Context) {
 		return
 	}
 	if idemKey != "" {
-		s.decideBulkIdempotent(c, idemKey, raw, reqs, at, plan, results)
+		s.decideBulkIdempotent(c, idemKey, raw, reqs, at, plan, results, stored)
 		return
 	}
 	var used *limiter.Decision // the plan as the last admitted item left it
@@ -380,4 +400,19 @@ func (s *Server) checkBatch(c *gin.Context) { s.decideBatch(c, false) }
 func errTooMany(d limiter.Decision) error {
 	return &apperr.Error{Code: apperr.RateLimited, Message: fmt.Sprintf("limit %q refused the request", d.Name),
 		Name: d.Name, RetryAfterMs: d.RetryAfter}
+}
+
+// replayStored writes the answer stored under idemKey for this very request, if there is one,
+// and reports whether it did: a retry is replayed even where a check made before deciding (the
+// plan's burst, an anonymous session's authorization) would now refuse it.
+func (s *Server) replayStored(c *gin.Context, idemKey string, raw []byte) bool {
+	if idemKey == "" {
+		return false
+	}
+	a, ok, err := s.engine.StoredAnswer(c.Request.Context(), tenantOf(c).TenantID, idemKey, 0, requestHash(c, raw))
+	if err != nil || !ok {
+		return false
+	}
+	writeAnswer(c, a, true)
+	return true
 }

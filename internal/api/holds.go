@@ -88,6 +88,9 @@ func (s *Server) hold(c *gin.Context) {
 	// Each limit held is one decision of the tenant's plan, taken in the hold's own batch: a plan
 	// refusal holds nothing, and a refused hold spends nothing of the plan.
 	plan, err := s.planGuard(c, len(ls))
+	if err != nil && s.replayStored(c, idemKey, raw) { // the hold made by the first attempt, not a refusal
+		return
+	}
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return

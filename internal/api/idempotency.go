@@ -149,7 +149,7 @@ func batchAnswer(b limiter.BatchDecision, throws bool, requestID string) limiter
 // when at least one item was decided and every item decided was replayed (nothing was decided
 // again): an item's problem, whether the request's parse or the engine found it (an unknown
 // limit), is no decision either way and stored nothing to replay.
-func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, reqs []limiter.Request, at []int, plan *limiter.Request, results []BulkResult) {
+func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, reqs []limiter.Request, at []int, plan *limiter.Request, results []BulkResult, stored map[int][]byte) {
 	ctx := c.Request.Context()
 	tenantID := tenantOf(c).TenantID
 	hash := requestHash(c, body)
@@ -187,6 +187,9 @@ func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, r
 	}
 	if used != nil {
 		s.planUsed(c, plan, *used)
+	}
+	for i, b := range stored { // replayed as they were stored, though they would be refused now
+		raw[i], decided = b, true
 	}
 	for i := range raw {
 		if raw[i] == nil {
