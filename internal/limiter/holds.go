@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -337,6 +338,15 @@ const (
 	sqlOpenHolds = `SELECT h.id, l.key, l.count, h.created_at, h.expires_at
 		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
 		WHERE h.tenant_id = ? AND l.name = ? AND h.state = 'open' AND h.expires_at > ? ORDER BY h.created_at, h.id LIMIT ?`
+	// The open holds' rows of the other limits that charged a limit as their ancestor (a hold on
+	// "user" reserves from its parent "org" too): hold_snapshots names every limit a hold charged,
+	// and only open holds have snapshots, so this reads open holds only. direct is 1 for a hold
+	// that also holds the limit itself, which sqlHoldStats counted already.
+	sqlOpenHoldsOfChildren = `SELECT h.id, h.created_at, h.expires_at, l.count, l.charges,
+		CASE WHEN EXISTS (SELECT 1 FROM hold_limits d WHERE d.tenant_id = h.tenant_id AND d.hold_id = h.id AND d.name = ?) THEN 1 ELSE 0 END AS direct
+		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
+		WHERE h.tenant_id = ? AND h.state = 'open' AND h.expires_at > ? AND l.name <> ?
+		AND EXISTS (SELECT 1 FROM hold_snapshots s WHERE s.tenant_id = h.tenant_id AND s.hold_id = h.id AND s.name = ?)`
 )
 
 func holdInserts(tenantID int64, id string, limits []HoldLimit, took [][]charge, now, expiresAt int64) []stmt {
@@ -812,9 +822,10 @@ func (e *Engine) SweepHolds(ctx context.Context, batch int) (released int, more 
 }
 
 // HoldLimitNames returns the names of the limits a hold of the tenant reserves amounts of, each
-// once, in the hold's order, whatever its state (until SweepHolds deletes it). A hold's limits
-// never change after it is made, so the answer stays true for its release. ErrHoldNotFound when
-// the tenant has no such hold.
+// once, in the hold's order and then their ancestors' (which the hold reserved from too),
+// whatever its state (until SweepHolds deletes it). A hold's limits never change after it is
+// made, so the answer stays true for its release. ErrHoldNotFound when the tenant has no such
+// hold.
 func (e *Engine) HoldLimitNames(ctx context.Context, tenantID int64, id string) ([]string, error) {
 	if !validHandle(id, "hold_") {
 		return nil, ErrHoldNotFound
@@ -833,6 +844,14 @@ func (e *Engine) HoldLimitNames(ctx context.Context, tenantID int64, id string) 
 	for _, h := range held {
 		if !slices.Contains(names, h.Name) {
 			names = append(names, h.Name)
+		}
+	}
+	for _, h := range held { // then the ancestors it reserved from, which its release gives back to
+		cs, _ := h.charges()
+		for _, c := range cs {
+			if !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
 		}
 	}
 	return names, nil
@@ -854,7 +873,8 @@ type OpenHold struct {
 }
 
 // OpenHolds summarises the open holds on a limit that have not expired (the engine's clock) and
-// lists up to n, oldest first.
+// lists up to n, oldest first: the holds of the limit itself and those of the limits it is an
+// ancestor of, which reserve from it too (one entry for each of their limits that charged it).
 func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soonMs int64, n int) (HoldStats, []OpenHold, error) {
 	var stats HoldStats
 	var out []OpenHold
@@ -876,7 +896,46 @@ func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soo
 		if s.Oldest != nil {
 			stats.Oldest = *s.Oldest
 		}
-		return tx.Raw(sqlOpenHolds, tenantID, name, now, n).Scan(&out).Error
+		if err := tx.Raw(sqlOpenHolds, tenantID, name, now, n).Scan(&out).Error; err != nil {
+			return err
+		}
+		var children []struct {
+			ID                   string
+			CreatedAt, ExpiresAt int64
+			Count                float64
+			Charges              string
+			Direct               int
+		}
+		if err := tx.Raw(sqlOpenHoldsOfChildren, name, tenantID, now, name, name).Scan(&children).Error; err != nil {
+			return err
+		}
+		counted := map[string]bool{}
+		for _, h := range children {
+			cs, _ := holdLimitRow{Count: h.Count, Charges: h.Charges}.charges()
+			for _, c := range cs[min(1, len(cs)):] { // its ancestors', after the limit's own
+				if c.Name != name {
+					continue
+				}
+				stats.Held += h.Count
+				out = append(out, OpenHold{ID: h.ID, Key: c.Key, Count: h.Count, CreatedAt: h.CreatedAt, ExpiresAt: h.ExpiresAt})
+				if h.Direct == 1 || counted[h.ID] {
+					continue
+				}
+				counted[h.ID] = true
+				stats.Open++
+				if stats.Oldest == 0 || h.CreatedAt < stats.Oldest {
+					stats.Oldest = h.CreatedAt
+				}
+				if h.ExpiresAt <= now+soonMs {
+					stats.ExpiringSoon++
+				}
+			}
+		}
+		slices.SortStableFunc(out, func(a, b OpenHold) int {
+			return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
+		})
+		out = out[:min(len(out), n)]
+		return nil
 	})
 	if err != nil {
 		return HoldStats{}, nil, fmt.Errorf("limiter: open holds: %w", err)
