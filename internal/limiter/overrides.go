@@ -46,6 +46,8 @@ func ValidMatch(m string) bool { return algo.ValidMatch(m) }
 var (
 	// ErrOverrideNotFound: the limit has no override with this match.
 	ErrOverrideNotFound = &apperr.Error{Code: apperr.NotFound, Field: "match", Message: "this limit has no override with this match"}
+	// ErrOverrideExists: PutOverrideIf was to create an override, and one with its match exists.
+	ErrOverrideExists = &apperr.Error{Code: apperr.Conflict, Field: "match", Message: "this limit has an override with this match; edit it instead"}
 	// ErrTooManyOverrides: the limit already holds MaxOverrides overrides.
 	ErrTooManyOverrides = &apperr.Error{Code: apperr.InvalidRequest, Field: "match",
 		Message: "a limit holds at most 10000 overrides; delete some (or use a prefix match) before adding more"}
@@ -99,6 +101,18 @@ func newVersionTag() int64 {
 // have a stored definition; o is validated against it at the decision clock (expiresAt must lie
 // ahead of it).
 func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o Override) (stored StoredOverride, before *Override, err error) {
+	return e.putOverride(ctx, tenantID, name, o, nil)
+}
+
+// PutOverrideIf is PutOverride for a caller that knows whether the override exists (a form to
+// add one, or to edit one): with exists it only replaces an override (ErrOverrideNotFound when
+// there is none: deleted meanwhile), without it only creates one (ErrOverrideExists), as its
+// writing transaction reads them.
+func (e *Engine) PutOverrideIf(ctx context.Context, tenantID int64, name string, o Override, exists bool) (StoredOverride, *Override, error) {
+	return e.putOverride(ctx, tenantID, name, o, &exists)
+}
+
+func (e *Engine) putOverride(ctx context.Context, tenantID int64, name string, o Override, exists *bool) (stored StoredOverride, before *Override, err error) {
 	if !ValidName(name) {
 		return StoredOverride{}, nil, ErrLimitNotFound
 	}
@@ -124,6 +138,12 @@ func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o
 		old, err := findOverride(tx, tenantID, name, o.Match)
 		if err != nil {
 			return err
+		}
+		switch {
+		case exists != nil && *exists && old == nil:
+			return ErrOverrideNotFound
+		case exists != nil && !*exists && old != nil:
+			return ErrOverrideExists
 		}
 		before = nil // each attempt of a retried transaction reads it again
 		if old != nil {

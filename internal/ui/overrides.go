@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -51,13 +52,13 @@ func overrideEffect(o limiter.Override) string {
 	}
 	var parts []string
 	if o.Rate != nil {
-		parts = append(parts, "rate "+fmtNum(*o.Rate))
+		parts = append(parts, "rate "+fmtDef(*o.Rate))
 	}
 	if o.Capacity != nil {
-		parts = append(parts, "capacity "+fmtNum(*o.Capacity))
+		parts = append(parts, "capacity "+fmtDef(*o.Capacity))
 	}
 	if o.MaxReserved != nil {
-		parts = append(parts, "max reserved "+fmtNum(*o.MaxReserved))
+		parts = append(parts, "max reserved "+fmtDef(*o.MaxReserved))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -93,7 +94,11 @@ func overrideValues(o limiter.Override) map[string]string {
 		}
 	}
 	if o.ExpiresAt != nil {
-		v["expiresAt"] = timeMS(*o.ExpiresAt).UTC().Format(time.RFC3339)
+		layout := time.RFC3339 // with its milliseconds when it has some: saved unchanged, it stays
+		if *o.ExpiresAt%1000 != 0 {
+			layout = "2006-01-02T15:04:05.000Z07:00"
+		}
+		v["expiresAt"] = timeMS(*o.ExpiresAt).UTC().Format(layout)
 	}
 	return v
 }
@@ -190,7 +195,12 @@ func (u *UI) saveOverride(c *gin.Context) {
 	}
 	t := tenantOf(c)
 	ctx := c.Request.Context()
-	stored, before, err := u.engine.PutOverride(ctx, t.ID, d.Name, o)
+	stored, before, err := u.engine.PutOverrideIf(ctx, t.ID, d.Name, o, vm.Editing)
+	if errors.Is(err, limiter.ErrOverrideNotFound) {
+		vm.FormErr = "This override was deleted while you edited it: nothing was saved. Add it again if you meant to."
+		u.renderOverrideForm(c, http.StatusConflict, d, vm)
+		return
+	}
 	if err != nil {
 		e := apperr.From(err)
 		if e.Code == apperr.PlanQuotaReached || e.Code == apperr.Conflict {
