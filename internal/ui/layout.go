@@ -87,6 +87,16 @@ func fmtNum(v float64) string {
 	return strconv.FormatFloat(r, 'f', -1, 64)
 }
 
+// fmtDef shows a number of a definition (a rate, a capacity, a maximum) as fmtNum does, but one
+// too small for two decimals (a rate of 0.004 a second) with its own digits rather than as "0":
+// it is a valid setting, not a rounding residue of token arithmetic.
+func fmtDef(v float64) string {
+	if s := fmtNum(v); s != "0" || v == 0 {
+		return s
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
 // safeNext accepts only a local path as a post-login destination (no open redirect).
 func safeNext(next string) string {
 	if len(next) > 0 && len(next) < 2048 && next[0] == '/' && (len(next) == 1 || (next[1] != '/' && next[1] != '\\')) {

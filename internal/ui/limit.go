@@ -89,17 +89,17 @@ type shardVM struct {
 const recentKeysShown = 20
 
 func configRows(d limiter.Definition) []configRow {
-	rate := fmtNum(d.Rate) + " " + limiter.PerDuration(d.Period) + " (" + strconv.FormatInt(d.Period, 10) + " ms)"
+	rate := fmtDef(d.Rate) + " " + limiter.PerDuration(d.Period) + " (" + strconv.FormatInt(d.Period, 10) + " ms)"
 	if d.Kind == limiter.Quota {
 		rate = quotaRate(d)
 	}
 	if d.Kind == limiter.Concurrency {
-		rate = fmtNum(d.Rate) + " leases in flight, each lasting " + limiter.DurationWords(d.LeaseTTL) + " (" + strconv.FormatInt(d.LeaseTTL, 10) + " ms) unless released or extended"
+		rate = fmtDef(d.Rate) + " leases in flight, each lasting " + limiter.DurationWords(d.LeaseTTL) + " (" + strconv.FormatInt(d.LeaseTTL, 10) + " ms) unless released or extended"
 	}
 	rows := []configRow{
 		{"Kind", string(d.Kind)},
 		{"Rate", rate},
-		{"Maximum (capacity)", fmtNum(d.Max())},
+		{"Maximum (capacity)", fmtDef(d.Max())},
 		{"Shards", strconv.Itoa(max(d.Shards, 1))},
 	}
 	if d.Kind == limiter.Quota {
@@ -112,7 +112,7 @@ func configRows(d limiter.Definition) []configRow {
 		rows = append(rows, configRow{"Parent", p.Name + " under key " + p.Key})
 	}
 	if d.MaxReserved != nil {
-		rows = append(rows, configRow{"Max reserved", fmtNum(*d.MaxReserved)})
+		rows = append(rows, configRow{"Max reserved", fmtDef(*d.MaxReserved)})
 	}
 	if d.Start != nil {
 		rows = append(rows, configRow{"Window start", windowStart(*d.Start)})

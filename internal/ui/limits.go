@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
@@ -47,15 +48,15 @@ func summary(d limiter.Definition) string {
 	case limiter.Quota:
 		b.WriteString(quotaRate(d))
 	case limiter.Concurrency:
-		b.WriteString(fmtNum(d.Rate) + " in flight, leases of " + limiter.DurationWords(d.LeaseTTL))
+		b.WriteString(fmtDef(d.Rate) + " in flight, leases of " + limiter.DurationWords(d.LeaseTTL))
 	default:
-		b.WriteString(fmtNum(d.Rate) + " " + limiter.PerDuration(d.Period))
+		b.WriteString(fmtDef(d.Rate) + " " + limiter.PerDuration(d.Period))
 	}
 	if d.Capacity != nil && d.Kind != limiter.SlidingWindow {
-		b.WriteString(", capacity " + fmtNum(*d.Capacity))
+		b.WriteString(", capacity " + fmtDef(*d.Capacity))
 	}
 	if d.MaxReserved != nil {
-		b.WriteString(", reserve up to " + fmtNum(*d.MaxReserved))
+		b.WriteString(", reserve up to " + fmtDef(*d.MaxReserved))
 	}
 	if d.Shards > 1 {
 		b.WriteString(", " + strconv.Itoa(d.Shards) + " shards")
@@ -85,7 +86,7 @@ func summary(d limiter.Definition) string {
 
 // quotaRate states a quota: "1000 per month from day 31 (Europe/Berlin)".
 func quotaRate(d limiter.Definition) string {
-	s := fmtNum(d.Rate) + " per " + string(d.Calendar)
+	s := fmtDef(d.Rate) + " per " + string(d.Calendar)
 	if d.Calendar == "month" && d.AnchorDay > 1 {
 		s += " from day " + strconv.Itoa(d.AnchorDay)
 	}
@@ -93,7 +94,7 @@ func quotaRate(d limiter.Definition) string {
 }
 
 func keyValue(key string, v float64, def limiter.Definition) keyValueVM {
-	kv := keyValueVM{Key: key, Label: key, Value: fmtNum(v), Max: fmtNum(def.Max())}
+	kv := keyValueVM{Key: key, Label: key, Value: fmtNum(v), Max: fmtDef(def.Max())}
 	if key == "" {
 		kv.Label = "(default key)"
 	}
@@ -281,23 +282,46 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 }
 
 // parseParents reads the parents textarea: one parent per line, its name and its key template
-// separated by white space. A line of another shape is an error on "parents".
+// separated by white space; a template with white space in it (or that starts with a quote) is
+// written quoted, as parentLine writes it ("org \" org:{org}\""). A line of another shape is an
+// error on "parents".
 func parseParents(text string, errs map[string]string) []limiter.ParentSpec {
 	var out []limiter.ParentSpec
 	for i, line := range strings.Split(text, "\n") {
-		f := strings.Fields(line)
-		switch len(f) {
-		case 0:
+		line = strings.TrimSpace(line)
+		if line == "" {
 			continue
-		case 2:
-			out = append(out, limiter.ParentSpec{Name: f[0], Key: f[1]})
-		default:
-			if _, seen := errs["parents"]; !seen {
-				errs["parents"] = "line " + strconv.Itoa(i+1) + ": write a limit's name and a key template, such as \"org-daily org:{org}\""
+		}
+		name, key, ok := line, "", false
+		if at := strings.IndexFunc(line, unicode.IsSpace); at > 0 {
+			name, key = line[:at], strings.TrimSpace(line[at:])
+			if strings.HasPrefix(key, `"`) {
+				unquoted, err := strconv.Unquote(key)
+				key, ok = unquoted, err == nil
+			} else {
+				ok = !strings.ContainsFunc(key, unicode.IsSpace)
 			}
 		}
+		if !ok {
+			if _, seen := errs["parents"]; !seen {
+				errs["parents"] = "line " + strconv.Itoa(i+1) + ": write a limit's name and a key template, such as \"org-daily org:{org}\" (quote a template with spaces)"
+			}
+			continue
+		}
+		out = append(out, limiter.ParentSpec{Name: name, Key: key})
 	}
 	return out
+}
+
+// parentLine is a parent as the parents textarea shows it, parseParents' input: its name and its
+// key template, quoted when the template holds white space or starts with a quote, so that it
+// is read back exactly.
+func parentLine(p limiter.Parent) string {
+	key := p.Key
+	if strings.ContainsFunc(key, unicode.IsSpace) || strings.HasPrefix(key, `"`) {
+		key = strconv.Quote(key)
+	}
+	return p.Name + " " + key
 }
 
 // formField is the form field a definition problem belongs to: the parents' problems
@@ -349,7 +373,7 @@ func definitionValues(d limiter.Definition) map[string]string {
 	}
 	var parents []string
 	for _, p := range d.Parents {
-		parents = append(parents, p.Name+" "+p.Key)
+		parents = append(parents, parentLine(p))
 	}
 	v["parents"] = strings.Join(parents, "\n")
 	if d.Capacity != nil {
