@@ -55,6 +55,8 @@ func (b Spec) ToDefinition() (Definition, error) {
 		missing = append(missing, FieldError{Field: "period", Message: "is required"})
 	case b.Period != nil && quota:
 		missing = append(missing, FieldError{Field: "period", Message: "does not apply to quotas: the calendar sets the window"})
+	case b.Period != nil && concurrency:
+		missing = append(missing, FieldError{Field: "period", Message: "does not apply to concurrency limits: leaseTtl says how long a lease lasts"})
 	}
 	if b.AnchorDay != nil && *b.AnchorDay < 1 {
 		missing = append(missing, FieldError{Field: "anchorDay", Message: "must be a day of the month between 1 and 31 (clamped to each month's last day)"})
