@@ -991,15 +991,15 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 		if r.ov != nil && r.ov.Action == algo.ActionAllow {
 			// Admitted without counting: nothing is written; remaining is the key's balance as it stands.
 			d := algo.Decide(def, states, 0, false, now, origin)
-			if def.Kind == Concurrency {
+			if def.Kind == Concurrency && d.OK {
 				// A concurrency limit's decision takes a slot whatever the count, or is refused
 				// when none is free: the allowed key takes none, and its headers read the leases
 				// in flight as they stand, not the one never made nor a refusal's wait.
-				if d.OK {
-					d.Remaining++
-				}
-				d.OK, d.Writes, d.RetryAfter = false, nil, math.NaN()
+				d.Remaining++
 			}
+			// Nothing is written and nothing refused: the headers' time to full is the stored
+			// states' (a probe of 0 refused below zero, or a running penalty, has no wait to give).
+			d.OK, d.Writes, d.RetryAfter = false, nil, math.NaN()
 			dec := Decision{Name: r.name, Key: r.key, OK: true, Remaining: d.Remaining, Definition: def, Window: quotaWindow(def, d.WindowStart, d.WindowEnd, now)}
 			setUsedShards(&dec, def, states, d, now, origin)
 			place(r, dec)
