@@ -273,6 +273,13 @@ func sweepable(d definitionLookup, r fullStateRow, now int64) bool {
 		return false // a running penalty is state no missing row has
 	}
 	if !d.ok {
+		if r.TenantID == SystemTenant && r.Name == PlanLimitName && r.Value < 1 {
+			// A plan's decision rate (PlanRequest), whose numbers the row does not carry: a plan
+			// slower than a decision a day refills its burst of one in more than InlineStateTTL,
+			// so a row written below one decision is kept (until the tenant's next decision
+			// rewrites it, or its deletion deletes it: one row per tenant at most).
+			return false
+		}
 		return r.TS <= now-InlineStateTTL.Milliseconds()
 	}
 	def := d.def.Normalized()
