@@ -27,5 +27,5 @@ func TestWebhookFormRefusesAnImpossiblePort(t *testing.T) {
 	if eps, err := e.app.Webhooks.Endpoints(context.Background(), tn.ID); err != nil || len(eps) != 0 {
 		t.Fatalf("stored endpoints %+v (%v), want none", eps, err)
 	}
-	wantStatus(t, c.post(tpath(tn, "/webhooks"), url.Values{"url": {"https://93.184.216.34:8443/h"}, "events": {"key.created"}}), http.StatusCreated)
+	wantStatus(t, c.post(tpath(tn, "/webhooks"), url.Values{"url": {"https://93.184.216.34:8443/h"}, "events": {"key.created"}}), http.StatusSeeOther)
 }

@@ -26,6 +26,7 @@ type webhooksVM struct {
 	FormErr   string
 	NewSecret string
 	NewURL    string
+	newID     string // the endpoint NewSecret signs for (its URL is NewURL)
 	// Threshold is the typed refusals per minute for limit.refusals ("" for the default).
 	Threshold    string
 	ThresholdErr string
@@ -73,6 +74,9 @@ func (u *UI) renderWebhooks(c *gin.Context, status int, vm webhooksVM, chosen []
 	}
 	vm.Layout, vm.CreateURL = l, tenantPath(t.ID, "/webhooks")
 	for _, e := range eps {
+		if vm.newID == strconv.FormatInt(e.ID, 10) {
+			vm.NewURL = e.URL
+		}
 		evs := strings.Join(e.Events, ", ")
 		if slices.Contains(e.Events, webhooks.EventLimitRefusals) {
 			evs += fmt.Sprintf(" (limit.refusals at %d a minute)", e.RefusalThreshold)
@@ -86,8 +90,17 @@ func (u *UI) renderWebhooks(c *gin.Context, status int, vm webhooksVM, chosen []
 	u.render(c, status, webhooksPage(vm))
 }
 
+// webhooksPage lists the endpoints; right after the create form it shows the new endpoint's
+// signing secret, once (handed over by createWebhook through a one-time cookie, as a new API
+// key's: onetime.go).
 func (u *UI) webhooksPage(c *gin.Context) {
-	u.renderWebhooks(c, http.StatusOK, webhooksVM{}, webhooks.Events)
+	vm := webhooksVM{}
+	if id := c.Query("created"); id != "" {
+		if secret, ok := u.takeOneTime(c, tenantPath(tenantOf(c).ID, "/webhooks"), "webhook:"+id); ok {
+			vm.NewSecret, vm.newID = secret, id
+		}
+	}
+	u.renderWebhooks(c, http.StatusOK, vm, webhooks.Events)
 }
 
 func (u *UI) createWebhook(c *gin.Context) {
@@ -123,7 +136,11 @@ func (u *UI) createWebhook(c *gin.Context) {
 		return
 	}
 	u.auditRequest(c, &t.ID, actor(c), "webhook.create", strconv.FormatInt(ep.ID, 10), ep.URL)
-	u.renderWebhooks(c, http.StatusCreated, webhooksVM{NewSecret: secret, NewURL: ep.URL}, webhooks.Events)
+	// POST-redirect-GET: reloading the page that shows the secret must not create another endpoint.
+	id := strconv.FormatInt(ep.ID, 10)
+	page := tenantPath(t.ID, "/webhooks")
+	u.putOneTime(c, page, "webhook:"+id, secret)
+	redirect(c, page+"?created="+id)
 }
 
 // endpointOf finds the {id} endpoint of the tenant; ok false when it has answered 404.

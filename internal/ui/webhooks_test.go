@@ -53,7 +53,7 @@ func TestWebhooksPageAddsEndpointsShowsTheirLogAndDeletesWithConfirmation(t *tes
 		t.Fatalf("bad threshold: error %q, kept %q", text(d, "#refusalThreshold-error"), d.Find("#refusalThreshold").AttrOr("value", ""))
 	}
 	loud := c.post(tpath(tn, "/webhooks"), url.Values{"url": {rcv.URL + "/alerts"}, "events": {"limit.refusals"}, "refusalThreshold": {"7"}})
-	wantStatus(t, loud, http.StatusCreated)
+	wantStatus(t, loud, http.StatusSeeOther)
 	if rows := c.get(tpath(tn, "/webhooks")).doc(t).Find("#webhooks tbody").Text(); !strings.Contains(rows, "limit.refusals at 7 a minute") {
 		t.Fatalf("the list does not show the endpoint's threshold: %q", rows)
 	}
@@ -65,11 +65,25 @@ func TestWebhooksPageAddsEndpointsShowsTheirLogAndDeletesWithConfirmation(t *tes
 		t.Fatal(err)
 	}
 
-	created := c.post(tpath(tn, "/webhooks"), url.Values{"url": {rcv.URL + "/hook"}, "events": {"key.created", "key.revoked"}})
-	wantStatus(t, created, http.StatusCreated)
+	// POST-redirect-GET, as for API keys: the page after the redirect shows the secret once, and
+	// reloading it creates no second endpoint (the create form answered the POST itself).
+	posted := c.post(tpath(tn, "/webhooks"), url.Values{"url": {rcv.URL + "/hook"}, "events": {"key.created", "key.revoked"}})
+	wantStatus(t, posted, http.StatusSeeOther)
+	created := c.get(posted.Header.Get("Location"))
+	wantStatus(t, created, http.StatusOK)
 	secret := created.doc(t).Find("#new-secret").AttrOr("value", "")
 	if !strings.HasPrefix(secret, "whsec_") {
 		t.Fatalf("secret %q", secret)
+	}
+	if !strings.Contains(created.body, rcv.URL+"/hook") {
+		t.Fatal("the page with the secret does not name the endpoint's URL")
+	}
+	reloaded := c.get(posted.Header.Get("Location"))
+	if strings.Contains(reloaded.body, secret) {
+		t.Fatal("reloading the page shows the secret again")
+	}
+	if eps, err := e.app.Webhooks.Endpoints(context.Background(), tn.ID); err != nil || len(eps) != 1 {
+		t.Fatalf("stored endpoints %+v (%v), want the one created", eps, err)
 	}
 	list := c.get(tpath(tn, "/webhooks"))
 	if strings.Contains(list.body, secret) {
