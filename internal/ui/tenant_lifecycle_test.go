@@ -69,6 +69,14 @@ func TestOperatorRenamesSuspendsAndResumesATenant(t *testing.T) {
 	}
 	wantStatus(t, member.post(tpath(acme, "/keys"), url.Values{"label": {"x"}, "kind": {"secret"}}), http.StatusForbidden)
 	wantStatus(t, op.post(tpath(acme, "/keys"), url.Values{"label": {"ops"}, "kind": {"secret"}}), http.StatusSeeOther)
+	// The members page shows its forms to whoever may use them: an operator, not the tenant's
+	// members (it hid them from operators too, who may change a suspended tenant's members).
+	if op.get(tpath(acme, "/members")).doc(t).Find("#invite-form").Length() != 1 {
+		t.Error("the members page of a suspended tenant hides the invite form from an operator")
+	}
+	if member.get(tpath(acme, "/members")).doc(t).Find("#invite-form").Length() != 0 {
+		t.Error("the members page of a suspended tenant shows its member the invite form")
+	}
 	if _, err := e.svc.Tenant(ctx, other.ID); err != nil {
 		t.Fatal(err)
 	}
