@@ -863,6 +863,7 @@ type HoldStats struct {
 	Open, ExpiringSoon int64
 	Oldest             int64
 	Held               float64
+	More               bool // OpenHolds listed only some of the entries (a hold can have several)
 }
 
 // OpenHold is one open hold's amount on a limit, for the dashboard.
@@ -896,7 +897,7 @@ func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soo
 		if s.Oldest != nil {
 			stats.Oldest = *s.Oldest
 		}
-		if err := tx.Raw(sqlOpenHolds, tenantID, name, now, n).Scan(&out).Error; err != nil {
+		if err := tx.Raw(sqlOpenHolds, tenantID, name, now, n+1).Scan(&out).Error; err != nil {
 			return err
 		}
 		var children []struct {
@@ -934,6 +935,7 @@ func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soo
 		slices.SortStableFunc(out, func(a, b OpenHold) int {
 			return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
 		})
+		stats.More = len(out) > n
 		out = out[:min(len(out), n)]
 		return nil
 	})

@@ -233,3 +233,24 @@ func TestOpenHoldsLeaveOutExpiredOnes(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenHoldsSayWhenTheyListOnlySome: a hold that holds a limit under two keys is one open hold
+// and two entries; the dashboard's "more" came from comparing the holds with the entries listed,
+// so a list cut short by such a hold said nothing was left out.
+func TestOpenHoldsSayWhenTheyListOnlySome(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock(1_700_000_000_000)
+		e := newEngine(t, d, c.opts())
+		mustPut(t, e, "fw", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 60_000})
+		mustHold(t, e, 60_000, limiter.HoldLimit{Name: "fw", Key: "a", Count: 2}, limiter.HoldLimit{Name: "fw", Key: "b", Count: 3})
+		for n, more := range map[int]bool{1: true, 2: false, 3: false} {
+			stats, list, err := e.OpenHolds(context.Background(), tenant, "fw", 0, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stats.Open != 1 || stats.Held != 5 || len(list) != min(n, 2) || stats.More != more {
+				t.Fatalf("open holds, %d listed: %+v %+v; want 1 hold holding 5, %d entries, more %v", n, stats, list, min(n, 2), more)
+			}
+		}
+	})
+}

@@ -82,7 +82,7 @@ func (u *UI) inFlightSection(c *gin.Context, d limiter.StoredDefinition) (inFlig
 	if st.Oldest != 0 {
 		vm.Holds.Oldest = fmtTime(timeMS(st.Oldest))
 	}
-	vm.HoldsMore = st.Open > int64(len(hs))
+	vm.HoldsMore = st.More
 	for _, h := range hs {
 		vm.HoldRows = append(vm.HoldRows, inFlightRow{ID: h.ID, Key: keyLabel(h.Key), Amount: fmtNum(h.Count),
 			Created: fmtTime(timeMS(h.CreatedAt)), Expires: fmtTime(timeMS(h.ExpiresAt)),
