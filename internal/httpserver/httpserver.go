@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -116,6 +117,16 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		}
 		c.String(http.StatusInternalServerError, "internal error (request %s)", c.GetString(RequestIDKey))
 	}), SecurityHeaders(proxies), limitBody(o.MaxBodyBytes, owner), limitTime(o.RequestTimeout))
+	// gin matches an empty segment ("/v1/limits//limit") as an empty :param, so such a path
+	// reached a handler (or a 405 naming its methods); it names no route of a surface's.
+	r.Use(func(c *gin.Context) {
+		if strings.Contains(c.Request.URL.Path, "//") {
+			if er := owner(c); er != nil {
+				er.NotFound(c)
+				c.Abort()
+			}
+		}
+	})
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", func(c *gin.Context) {

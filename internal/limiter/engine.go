@@ -723,6 +723,9 @@ func (e *Engine) GetValue(ctx context.Context, tenantID int64, name, key string)
 				out.PenaltyUntil = max(out.PenaltyUntil, st.PenaltyUntil)
 			}
 		}
+		// The shards' parts add up to at most the maximum in real numbers; their floating-point
+		// sum can be over it (1e7 in 7 shards sums to 10000000.000000002).
+		out.Value = min(out.Value, def.Max())
 		if def.Kind == Quota {
 			start, end := def.WindowAt(out.TS)
 			out.WindowStart, out.ResetAt = &start, &end

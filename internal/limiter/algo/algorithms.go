@@ -119,7 +119,7 @@ func viewSlidingWindow(p shardParams, st State, now int64) shardView {
 		}
 	}
 	est := estimate(counters, f)
-	return shardView{avail: p.rate - est, ts: subIntervalStart(p, n), counters: counters, n: n, f: f}
+	return shardView{avail: balanceAfter(SlidingWindow, p.rate, est), ts: subIntervalStart(p, n), counters: counters, n: n, f: f}
 }
 
 // viewQuota reads a quota shard at now: full in a window it has not counted in yet. A stored

@@ -171,7 +171,7 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 	avail := availableIn(views, use)
 	rate := p.rate * float64(len(use))
 	d := Outcome{RetryAfter: math.NaN(), Writes: make([]State, len(states)), Used: len(use)}
-	after := avail - count
+	after := balanceAfter(p.kind, avail, count)
 	if p.kind == Quota {
 		var ts int64
 		for _, i := range use {
@@ -280,7 +280,7 @@ func availableIn(views []shardView, use []int) float64 {
 // or when a reservation's deficit is within maxReserved per shard used. (Sliding windows and
 // quotas never see a reservation: CheckCount refuses it.)
 func admits(p shardParams, avail, count float64, reserve bool, used int) bool {
-	after := avail - count
+	after := balanceAfter(p.kind, avail, count)
 	return after >= 0 || (reserve && -after <= p.maxReserved*float64(used))
 }
 
@@ -402,4 +402,17 @@ func RetryAfterMillis(ms float64) int64 {
 		return MaxRetryAfter
 	}
 	return int64(math.Ceil(math.Min(math.Max(ms, 1), float64(MaxRetryAfter))))
+}
+
+// balanceAfter is avail - count, where in a window (fixed, sliding, quota) a difference within
+// floating-point noise of zero is zero: counts of 0.1 taken from 0.3 leave 0.09999999999999998,
+// which refused the third 0.1 of a window of 0.3 until the window ended (while the API showed the
+// balance as 0.1). A token bucket refills that noise within a millisecond, and is decided the
+// same way by the one-trip SQL function (migration 00024), so it is left exact.
+func balanceAfter(kind Kind, avail, count float64) float64 {
+	after := avail - count
+	if kind != TokenBucket && after < 0 && -after <= 1e-12*math.Max(math.Abs(avail), math.Abs(count)) {
+		return 0
+	}
+	return after
 }
