@@ -593,6 +593,7 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 		return nil, status.Errorf(codes.InvalidArgument, "a request carries 1 to %d descriptors", MaxDescriptors)
 	}
 	out := make([]limiter.Request, len(ds))
+	neverFits := false // refused only once every descriptor's configuration has been checked
 	for i, d := range ds {
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d] has no entries", i)
@@ -615,9 +616,13 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 			hits = 1
 		}
 		if hits > limiter.MaxAmount {
-			return nil, errHitsNeverFit
+			neverFits = true
+			continue
 		}
 		out[i] = limiter.Request{Name: name, Key: key, Count: float64(hits), Attributes: Attributes(d.GetEntries())}
+	}
+	if neverFits {
+		return nil, errHitsNeverFit
 	}
 	return out, nil
 }
