@@ -831,7 +831,11 @@ func (t batchTotals) add(r limitRef, req Request) error {
 		}
 		return nil
 	}
-	tot.count += req.Count
+	if tot.def.Kind.Algorithm() == algo.TokenBucket {
+		tot.count += req.Count
+	} else {
+		tot.count = algo.AddCounts(tot.count, req.Count) // 0.1 + 0.2 is 0.3, as the window takes them
+	}
 	// A sharded limit is weighed whole (every shard, as if it had one): each request picks its
 	// own two shards, so requests whose total is more than two shards hold may yet fit in shards
 	// that differ, and only more than all of them hold can never fit.
@@ -845,13 +849,7 @@ func (t batchTotals) add(r limitRef, req Request) error {
 		}
 		return nil
 	}
-	// The total is a floating-point sum (0.1 + 0.2 is 0.30000000000000004): a window's is weighed
-	// less its rounding noise, as a window's decisions (algo.balanceAfter) admit it.
-	total := tot.count
-	if whole.Kind.Algorithm() != algo.TokenBucket {
-		total *= 1 - 1e-12
-	}
-	if errors.Is(whole.CheckCount(total, tot.reserve), algo.ErrCountExceedsCapacity) {
+	if errors.Is(whole.CheckCount(tot.count, tot.reserve), algo.ErrCountExceedsCapacity) {
 		return errBatchExceedsCapacity()
 	}
 	return nil

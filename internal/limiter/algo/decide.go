@@ -1,6 +1,9 @@
 package algo
 
-import "math"
+import (
+	"math"
+	"strconv"
+)
 
 // Outcome is the pure outcome of one limit for one request.
 type Outcome struct {
@@ -89,12 +92,15 @@ func FullAt(def Definition, st State, now, origin int64) int64 {
 		at = v.counters[len(v.counters)-1]
 	case Quota:
 		// A quota is whole again only when its calendar window ends.
-		if p.max-v.avail <= 0 {
+		if isFull(p, v.avail) {
 			return now
 		}
 		_, end := Window(p.calendar, p.zone, p.anchorDay, now)
 		at = float64(end)
 	case SlidingWindow:
+		if isFull(p, v.avail) { // what is left in the counters is rounding (a refund's residue)
+			return now
+		}
 		last := -1
 		for i, c := range v.counters {
 			if c != 0 {
@@ -108,7 +114,7 @@ func FullAt(def Definition, st State, now, origin int64) int64 {
 		at = float64(subIntervalStart(p, v.n-int64(p.resolution)+int64(last)+int64(p.resolution)+1))
 	case FixedWindow:
 		missing := p.max - v.avail
-		if missing <= 0 {
+		if isFull(p, v.avail) {
 			return now
 		}
 		// The windows the formula counts, checked against the decision's own arithmetic (value
@@ -117,7 +123,7 @@ func FullAt(def Definition, st State, now, origin int64) int64 {
 		windows := math.Ceil(missing / p.rate)
 		fullAfter := func(k float64) bool {
 			t := float64(v.ts) + k*float64(p.period)
-			return t >= float64(now+MaxRetryAfter) || viewOf(p, st, int64(t), origin).avail >= p.max
+			return t >= float64(now+MaxRetryAfter) || isFull(p, viewOf(p, st, int64(t), origin).avail)
 		}
 		switch {
 		case windows > 1 && fullAfter(windows-1):
@@ -205,7 +211,8 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 			}
 			left -= take
 			c := append([]float64(nil), views[i].counters...)
-			c[len(c)-1] += take
+			// Snapped as a window's balance is (balanceAfter): 10,000 counts of 0.1 add up to 1000.
+			c[len(c)-1] = -balanceAfter(SlidingWindow, -c[len(c)-1], take)
 			d.Writes[i] = State{Value: views[i].avail - take, TS: views[i].ts, Counters: c, Exists: true}
 		}
 		return d
@@ -404,15 +411,45 @@ func RetryAfterMillis(ms float64) int64 {
 	return int64(math.Ceil(math.Min(math.Max(ms, 1), float64(MaxRetryAfter))))
 }
 
+// isFull reports whether a shard holding avail is full the way a decision sees it: it admits
+// the shard's maximum (a window within balanceAfter's rounding, a token bucket exactly).
+func isFull(p shardParams, avail float64) bool { return balanceAfter(p.kind, avail, p.max) >= 0 }
+
 // balanceAfter is avail - count, where in a window (fixed, sliding, quota) a difference within
-// floating-point noise of zero is zero: counts of 0.1 taken from 0.3 leave 0.09999999999999998,
-// which refused the third 0.1 of a window of 0.3 until the window ended (while the API showed the
-// balance as 0.1). A token bucket refills that noise within a millisecond, and is decided the
-// same way by the one-trip SQL function (migration 00024), so it is left exact.
+// floating-point noise of a number of at most 9 decimals (the API's precision) is that number:
+// counts of 0.1 taken from 0.3 leave 0.09999999999999998, which refused the third 0.1 of a window
+// of 0.3 until the window ended (while the API showed the balance as 0.1), and 10,000 counts of
+// 0.1 from 1000 drift by 1.6e-10, far more than any tolerance relative to 0.1. Snapping each
+// balance the window stores keeps decimal counts from drifting at all. The snap moves a balance
+// by at most 4 ulps of the larger operand (and 2.5e-10), never a whole token (a tolerance of
+// 1e-12 forgave 1000 tokens of a window of 1e15), and a real shortfall of a decimal count is at
+// least 1e-9, which no snap crosses. A token bucket refills that noise, and is decided the same
+// way by the one-trip SQL function (migration 00024), so it is left exact.
 func balanceAfter(kind Kind, avail, count float64) float64 {
 	after := avail - count
-	if kind != TokenBucket && after < 0 && -after <= 1e-12*math.Max(math.Abs(avail), math.Abs(count)) {
-		return 0
+	if kind == TokenBucket || after == math.Trunc(after) || decimal9(count) != count {
+		// Only a count of at most 9 decimals (as the API shows numbers) is snapped: a count of
+		// 0.1 plus a few ulps gains nothing by it.
+		return after
 	}
-	return after
+	g := decimal9(after)
+	if math.Abs(g-after) > math.Min(0x1p-50*math.Max(math.Abs(avail), math.Abs(count)), 2.5e-10) {
+		return after
+	}
+	if g == 0 {
+		return 0 // not -0
+	}
+	return g
+}
+
+// AddCounts is a + b the way a window adds counts (balanceAfter): 0.1 + 0.2 is 0.3.
+func AddCounts(a, b float64) float64 { return -balanceAfter(FixedWindow, -a, b) }
+
+// decimal9 is the double nearest v rounded to 9 decimals.
+func decimal9(v float64) float64 {
+	g, err := strconv.ParseFloat(strconv.FormatFloat(v, 'f', 9, 64), 64)
+	if err != nil {
+		return v
+	}
+	return g
 }

@@ -80,12 +80,19 @@ func TestAFixedWindowIsFullAtTheWindowItsArithmeticFillsIt(t *testing.T) {
 		{"capacity 0.9, drained to 0", cap09, State{Value: 0, TS: ws, Exists: true}},
 		{"capacity 0, reserved to -2.1", zero, State{Value: -2.1, TS: ws, Exists: true}},
 	} {
+		// Full is when a decision admits the maximum: a window takes a balance within rounding
+		// of zero as zero (balanceAfter), so 0.8999999999999999 of 0.9 is full.
+		full := func(at int64) bool { return isFull(c.def.shardParams(), Peek1(c.def, c.st, at)) }
 		at := FullAt(c.def, c.st, now, 0)
-		if v, _ := Peek(c.def, c.st, at, 0); v < c.def.Max() {
+		if !full(at) {
+			v, _ := Peek(c.def, c.st, at, 0)
 			t.Errorf("%s: FullAt ws+%v days, where Peek reads %v of %v", c.name, float64(at-ws)/float64(day), v, c.def.Max())
 		}
-		if v, _ := Peek(c.def, c.st, at-day, 0); at-day > now && v >= c.def.Max() {
+		if at-day > now && full(at-day) {
 			t.Errorf("%s: FullAt ws+%v days, but Peek reads full a window earlier", c.name, float64(at-ws)/float64(day))
 		}
 	}
 }
+
+// Peek1 is Peek's value alone.
+func Peek1(def Definition, st State, at int64) float64 { v, _ := Peek(def, st, at, 0); return v }
