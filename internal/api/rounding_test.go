@@ -30,21 +30,6 @@ func TestRenderedNumbersStayWithinTheirBounds(t *testing.T) {
 	})
 }
 
-// TestAShardedWindowTakesTwoShardsWorth: three shards of a window of 0.3 hold 0.1 each in real
-// numbers; a count of 0.2 fits two of them (the README's "count must fit in the capacity of two
-// shards"), and the decision's arithmetic admits it, but it was 400 count_exceeds_capacity
-// (2 × (0.3 / 3) is 0.19999999999999998).
-func TestAShardedWindowTakesTwoShardsWorth(t *testing.T) {
-	eachDB(t, func(t *testing.T, h *harness) {
-		a := h.newTenant(t, "acme")
-		h.define(t, a.key, "x", map[string]any{"kind": "fixed window", "rate": 0.3, "period": 86400000, "shards": 3})
-		r := h.send(t, http.MethodPost, "/v1/limits/x/limit", a.key, map[string]any{"key": "k", "count": 0.2})
-		if d := requireJSON(t, r, http.StatusOK); d["ok"] != true {
-			t.Fatalf("count 0.2 on a full key of 0.3 in 3 shards: %s", r)
-		}
-	})
-}
-
 // TestASlidingWindowRefundedInFullIsFull: 0.1 and 0.2 taken and both refunded leave 2.8e-17
 // in the sub-interval's counter; the value reads 1 (the maximum) but fullAt was a minute away.
 func TestASlidingWindowRefundedInFullIsFull(t *testing.T) {

@@ -79,7 +79,8 @@ func viewFixedWindow(p shardParams, st State, now, origin int64) shardView {
 		return shardView{avail: p.max, ts: now - floorMod(now-origin, p.period)}
 	}
 	windows := floorDiv(max(now-st.TS, 0), p.period)
-	v := math.Min(st.Value+p.rate*float64(windows), p.max)
+	// On the 9-decimal grid as a window's balances are (balanceAfter): 0.1 + 3 × 0.3 is 1.
+	v := math.Min(AddCounts(st.Value, timesOnGrid(p.rate, windows)), p.max)
 	return shardView{avail: v, ts: st.TS + windows*p.period}
 }
 

@@ -422,14 +422,17 @@ func isFull(p shardParams, avail float64) bool { return balanceAfter(p.kind, ava
 // 0.1 from 1000 drift by 1.6e-10, far more than any tolerance relative to 0.1. Snapping each
 // balance the window stores keeps decimal counts from drifting at all. The snap moves a balance
 // by at most 4 ulps of the larger operand (and 2.5e-10), never a whole token (a tolerance of
-// 1e-12 forgave 1000 tokens of a window of 1e15), and a real shortfall of a decimal count is at
-// least 1e-9, which no snap crosses. A token bucket refills that noise, and is decided the same
+// 1e-12 forgave 1000 tokens of a window of 1e15), and only when both operands have at most 9
+// decimals: then the real difference has at most 9 decimals too, so a real shortfall is at least
+// 1e-9, which no snap crosses. A token bucket refills that noise, and is decided the same
 // way by the one-trip SQL function (migration 00024), so it is left exact.
 func balanceAfter(kind Kind, avail, count float64) float64 {
 	after := avail - count
-	if kind == TokenBucket || after == math.Trunc(after) || decimal9(count) != count {
-		// Only a count of at most 9 decimals (as the API shows numbers) is snapped: a count of
-		// 0.1 plus a few ulps gains nothing by it.
+	if kind == TokenBucket || after == math.Trunc(after) || decimal9(count) != count || decimal9(avail) != avail {
+		// Only a difference of two numbers of at most 9 decimals (as the API shows numbers) is
+		// snapped: its real value has at most 9 decimals too, so the snap only undoes rounding.
+		// A count of 0.1 plus a few ulps gains nothing by it, and neither does a balance a count
+		// of more decimals left (2e-10 taken from 1e6, then 1e6, would have been admitted).
 		return after
 	}
 	g := decimal9(after)
@@ -444,6 +447,20 @@ func balanceAfter(kind Kind, avail, count float64) float64 {
 
 // AddCounts is a + b the way a window adds counts (balanceAfter): 0.1 + 0.2 is 0.3.
 func AddCounts(a, b float64) float64 { return -balanceAfter(FixedWindow, -a, b) }
+
+// timesOnGrid is rate × n (n whole) the way a window adds its refills: a rate of at most 9
+// decimals times a whole number has at most 9 decimals, so a product within rounding (4 ulps,
+// at most 2.5e-10) of such a number is that number (3 × 0.3 is 0.8999999999999999, and 0.9).
+func timesOnGrid(rate float64, n int64) float64 {
+	prod := rate * float64(n)
+	if decimal9(rate) != rate || prod == math.Trunc(prod) {
+		return prod
+	}
+	if g := decimal9(prod); math.Abs(g-prod) <= math.Min(0x1p-50*math.Abs(prod), 2.5e-10) {
+		return g
+	}
+	return prod
+}
 
 // decimal9 is the double nearest v rounded to 9 decimals.
 func decimal9(v float64) float64 {

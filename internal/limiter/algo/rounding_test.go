@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"errors"
 	"math"
 	"testing"
 )
@@ -17,18 +16,6 @@ func TestAFixedWindowsFullAtAgreesWithItsDecision(t *testing.T) {
 	}
 	if full != 3000 {
 		t.Fatalf("FullAt %d, but the whole capacity (0.9) is admitted at 3000", full)
-	}
-}
-
-// Three shards of a window of 0.3 hold 0.1 each: a count of 0.2 fits two of them, and the
-// decision admits it, but CheckCount calls it count_exceeds_capacity.
-func TestAShardedWindowAdmitsACountOfTwoShards(t *testing.T) {
-	def := Definition{Kind: FixedWindow, Rate: 0.3, Period: 1000, Shards: 3, Start: ptr(int64(0))}.Normalized()
-	if !Decide(def, []State{{}, {}}, 0.2, false, 0, 0).OK {
-		t.Fatalf("decision refuses 0.2 from two full shards")
-	}
-	if err := def.CheckCount(0.2, false); errors.Is(err, ErrCountExceedsCapacity) {
-		t.Fatalf("CheckCount(0.2) on rate 0.3 in 3 shards: %v, but the decision admits it", err)
 	}
 }
 
