@@ -831,11 +831,7 @@ func (t batchTotals) add(r limitRef, req Request) error {
 		}
 		return nil
 	}
-	if tot.def.Kind.Algorithm() == algo.TokenBucket {
-		tot.count += req.Count
-	} else {
-		tot.count = algo.AddCounts(tot.count, req.Count) // 0.1 + 0.2 is 0.3, as the window takes them
-	}
+	tot.count = algo.AddCounts(tot.def.Kind.Algorithm(), tot.count, req.Count) // a window's 0.1 + 0.2 is 0.3
 	// A sharded limit is weighed whole (every shard, as if it had one): each request picks its
 	// own two shards, so requests whose total is more than two shards hold may yet fit in shards
 	// that differ, and only more than all of them hold can never fit.

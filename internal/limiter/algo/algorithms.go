@@ -80,7 +80,7 @@ func viewFixedWindow(p shardParams, st State, now, origin int64) shardView {
 	}
 	windows := floorDiv(max(now-st.TS, 0), p.period)
 	// On the 9-decimal grid as a window's balances are (balanceAfter): 0.1 + 3 × 0.3 is 1.
-	v := math.Min(AddCounts(st.Value, timesOnGrid(p.rate, windows)), p.max)
+	v := math.Min(AddCounts(p.kind, st.Value, timesOnGrid(p.rate, windows)), p.max)
 	return shardView{avail: v, ts: st.TS + windows*p.period}
 }
 

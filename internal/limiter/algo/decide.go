@@ -211,8 +211,8 @@ func decide(def Definition, states []State, count float64, reserve bool, now, or
 			}
 			left -= take
 			c := append([]float64(nil), views[i].counters...)
-			// Snapped as a window's balance is (balanceAfter): 10,000 counts of 0.1 add up to 1000.
-			c[len(c)-1] = -balanceAfter(SlidingWindow, -c[len(c)-1], take)
+			// Snapped as a window's balance is: 10,000 counts of 0.1 add up to 1000.
+			c[len(c)-1] = AddCounts(p.kind, c[len(c)-1], take)
 			d.Writes[i] = State{Value: views[i].avail - take, TS: views[i].ts, Counters: c, Exists: true}
 		}
 		return d
@@ -415,51 +415,51 @@ func RetryAfterMillis(ms float64) int64 {
 // the shard's maximum (a window within balanceAfter's rounding, a token bucket exactly).
 func isFull(p shardParams, avail float64) bool { return balanceAfter(p.kind, avail, p.max) >= 0 }
 
-// balanceAfter is avail - count, where in a window (fixed, sliding, quota) a difference within
-// floating-point noise of a number of at most 9 decimals (the API's precision) is that number:
-// counts of 0.1 taken from 0.3 leave 0.09999999999999998, which refused the third 0.1 of a window
-// of 0.3 until the window ended (while the API showed the balance as 0.1), and 10,000 counts of
-// 0.1 from 1000 drift by 1.6e-10, far more than any tolerance relative to 0.1. Snapping each
-// balance the window stores keeps decimal counts from drifting at all. The snap moves a balance
-// by at most 4 ulps of the larger operand (and 2.5e-10), never a whole token (a tolerance of
-// 1e-12 forgave 1000 tokens of a window of 1e15), and only when both operands have at most 9
-// decimals: then the real difference has at most 9 decimals too, so a real shortfall is at least
-// 1e-9, which no snap crosses. A token bucket refills that noise, and is decided the same
-// way by the one-trip SQL function (migration 00024), so it is left exact.
+// balanceAfter is avail - count, where in a window (fixed, sliding, quota) the difference of two
+// numbers of at most 9 decimals (the API's precision) is snapped to the 9-decimal number it
+// rounds (snapToGrid): counts of 0.1 taken from 0.3 leave 0.09999999999999998, which refused the
+// third 0.1 of a window of 0.3 until the window ended (while the API showed 0.1), and 10,000
+// counts of 0.1 from 1000 drift by 1.6e-10 unless each stored balance is snapped. Only such a
+// difference is snapped: its real value has at most 9 decimals too, so a real shortfall is at
+// least 1e-9, which no snap crosses; a count of 0.1 plus a few ulps gains nothing, and neither
+// does a balance a count of more decimals left (2e-10 taken from 1e6, then 1e6, would have been
+// admitted). A token bucket refills that noise, and is decided the same way by the one-trip SQL
+// function (migration 00024), so it is left exact.
 func balanceAfter(kind Kind, avail, count float64) float64 {
 	after := avail - count
 	if kind == TokenBucket || after == math.Trunc(after) || decimal9(count) != count || decimal9(avail) != avail {
-		// Only a difference of two numbers of at most 9 decimals (as the API shows numbers) is
-		// snapped: its real value has at most 9 decimals too, so the snap only undoes rounding.
-		// A count of 0.1 plus a few ulps gains nothing by it, and neither does a balance a count
-		// of more decimals left (2e-10 taken from 1e6, then 1e6, would have been admitted).
 		return after
 	}
-	g := decimal9(after)
-	if math.Abs(g-after) > math.Min(0x1p-50*math.Max(math.Abs(avail), math.Abs(count)), 2.5e-10) {
-		return after
-	}
-	if g == 0 {
-		return 0 // not -0
-	}
-	return g
+	return snapToGrid(after, math.Max(math.Abs(avail), math.Abs(count)))
 }
 
-// AddCounts is a + b the way a window adds counts (balanceAfter): 0.1 + 0.2 is 0.3.
-func AddCounts(a, b float64) float64 { return -balanceAfter(FixedWindow, -a, b) }
+// AddCounts is a + b the way a limit of kind (its Algorithm) adds counts: in a window as
+// balanceAfter subtracts them (0.1 + 0.2 is 0.3), in a token bucket exactly.
+func AddCounts(kind Kind, a, b float64) float64 { return -balanceAfter(kind, -a, b) }
 
 // timesOnGrid is rate × n (n whole) the way a window adds its refills: a rate of at most 9
-// decimals times a whole number has at most 9 decimals, so a product within rounding (4 ulps,
-// at most 2.5e-10) of such a number is that number (3 × 0.3 is 0.8999999999999999, and 0.9).
+// decimals times a whole number has at most 9 decimals, so the product is snapped to the
+// 9-decimal number it rounds (3 × 0.3 is 0.8999999999999999, and 0.9).
 func timesOnGrid(rate float64, n int64) float64 {
 	prod := rate * float64(n)
 	if decimal9(rate) != rate || prod == math.Trunc(prod) {
 		return prod
 	}
-	if g := decimal9(prod); math.Abs(g-prod) <= math.Min(0x1p-50*math.Abs(prod), 2.5e-10) {
-		return g
+	return snapToGrid(prod, math.Abs(prod))
+}
+
+// snapToGrid is the 9-decimal number nearest v when v is within rounding of it (4 ulps of
+// scale, the larger operand, and never more than 2.5e-10: never a whole token, a tolerance of
+// 1e-12 forgave 1000 tokens of a window of 1e15), and v otherwise; never -0.
+func snapToGrid(v, scale float64) float64 {
+	g := decimal9(v)
+	if math.Abs(g-v) > math.Min(0x1p-50*scale, 2.5e-10) {
+		return v
 	}
-	return prod
+	if g == 0 {
+		return 0 // not -0
+	}
+	return g
 }
 
 // decimal9 is the double nearest v rounded to 9 decimals.

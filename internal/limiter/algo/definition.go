@@ -465,8 +465,8 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 	}
 	// Exactly: a count above what full shards hold is refused by every decision (a tolerance here
 	// turned such counts into refusals for ever, with a retryAfter, instead of this 400).
-	// A window's full shards admit what is within rounding of their sum (balanceAfter: 0.3 in 3
-	// shards holds 0.09999999999999999 a shard, and a count of 0.2 fits two), and so does this.
+	// Compared as a decision does (balanceAfter): a window's 0.1 + 0.2 of 0.3 fits. (A sharded
+	// limit's shards are exact: 0.3 in 3 shards is 0.09999999999999999 each, and 0.2 fits no two.)
 	if balanceAfter(p.kind, usable, count) < 0 {
 		return ErrCountExceedsCapacity
 	}
