@@ -334,11 +334,14 @@ func (s *Server) decideBulk(c *gin.Context) {
 	var reqs []limiter.Request
 	var at []int              // the item of each request
 	var stored map[int][]byte // items an earlier attempt decided that would now be refused before deciding
+	var answers map[int]limiter.Answer
 	for i, it := range body.Decisions {
 		req, err := s.toRequest(c, item{name: it.Name, Decision: it.Decision}, fmt.Sprintf("decisions[%d].", i))
 		if err != nil && idemKey != "" {
-			a, ok, serr := s.engine.StoredAnswer(c.Request.Context(), tenantOf(c).TenantID, idemKey, i, requestHash(c, raw))
-			if serr == nil && ok {
+			if answers == nil { // read once, on the first item refused
+				answers = s.storedAnswers(c, idemKey, raw)
+			}
+			if a, ok := answers[i]; ok {
 				if stored == nil {
 					stored = map[int][]byte{}
 				}
@@ -409,10 +412,19 @@ func (s *Server) replayStored(c *gin.Context, idemKey string, raw []byte) bool {
 	if idemKey == "" {
 		return false
 	}
-	a, ok, err := s.engine.StoredAnswer(c.Request.Context(), tenantOf(c).TenantID, idemKey, 0, requestHash(c, raw))
-	if err != nil || !ok {
-		return false
+	a, ok := s.storedAnswers(c, idemKey, raw)[0]
+	if ok {
+		writeAnswer(c, a, true)
 	}
-	writeAnswer(c, a, true)
-	return true
+	return ok
+}
+
+// storedAnswers are the answers stored under idemKey for this very request, by part (never nil);
+// none when they cannot be read, so that the refusal about to be made stands.
+func (s *Server) storedAnswers(c *gin.Context, idemKey string, raw []byte) map[int]limiter.Answer {
+	answers, err := s.engine.StoredAnswers(c.Request.Context(), tenantOf(c).TenantID, idemKey, requestHash(c, raw))
+	if err != nil || answers == nil {
+		return map[int]limiter.Answer{}
+	}
+	return answers
 }

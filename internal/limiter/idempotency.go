@@ -310,8 +310,8 @@ const (
 	// sqlIdemClaim stores a bulk request's claim. A retry of that request leaves an unexpired
 	// claim as it is: the key expires 24 hours after its first decision, not after its last retry.
 	sqlIdemClaim = sqlIdemWrite + "(?,?,?,?,?,?,?,?)" + idemUpsert + " WHERE idempotency_keys.expires_at <= ?"
-	// sqlIdemStored reads one unexpired stored answer (StoredAnswer).
-	sqlIdemStored = sqlIdemRead + "tenant_id = ? AND key = ? AND part = ? AND expires_at > ?"
+	// sqlIdemStored reads a key's unexpired stored answers, not a bulk request's claim (part -1).
+	sqlIdemStored = sqlIdemRead + "tenant_id = ? AND key = ? AND part >= 0 AND expires_at > ?"
 	sqlIdemOther  = "SELECT COUNT(*) FROM idempotency_keys WHERE tenant_id = ? AND key = ? AND request_hash <> ? AND expires_at > ?"
 	pgIdemRead    = "SELECT " + idemColumns + `
 		FROM unnest($1::bigint[], $2::text[], $3::int[]) AS u(tenant_id, key, part)
@@ -469,23 +469,33 @@ func (e *Engine) SweepIdempotency(ctx context.Context, batch int) (int, error) {
 	}
 }
 
-// StoredAnswer returns the unexpired answer stored for tenantID's Idempotency-Key key (part: 0,
-// or a bulk request's item) under the request hashed to hash: ok false when none is. A caller
-// about to refuse a request before deciding it (by a check of something that may have changed
-// since the first attempt: the plan's burst, an anonymous session's authorization) asks it
-// first, so that a retry is replayed as the contract says.
-func (e *Engine) StoredAnswer(ctx context.Context, tenantID int64, key string, part int, hash []byte) (Answer, bool, error) {
+// StoredAnswers returns the unexpired answers stored for tenantID's Idempotency-Key key under
+// the request hashed to hash, by part (0, or a bulk request's items); none when the key holds
+// another request. A caller about to refuse a request before deciding it (by a check of
+// something that may have changed since the first attempt: the plan's burst, an anonymous
+// session's authorization) asks it first, so that a retry is replayed as the contract says.
+func (e *Engine) StoredAnswers(ctx context.Context, tenantID int64, key string, hash []byte) (map[int]Answer, error) {
 	var rows []idemRow
 	err := e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
 		now, err := e.nowIn(tx)
 		if err != nil {
 			return err
 		}
-		return tx.Raw(sqlIdemStored, tenantID, key, part, now).Scan(&rows).Error
+		return tx.Raw(sqlIdemStored, tenantID, key, now).Scan(&rows).Error
 	})
-	if err != nil || len(rows) == 0 || !bytes.Equal(rows[0].RequestHash, hash) {
-		return Answer{}, false, err
+	if err != nil {
+		return nil, err
 	}
-	_, rec, err := rows[0].record()
-	return rec.answer, err == nil, err
+	out := map[int]Answer{}
+	for _, r := range rows {
+		if !bytes.Equal(r.RequestHash, hash) {
+			continue
+		}
+		_, rec, err := r.record()
+		if err != nil {
+			return nil, err
+		}
+		out[r.Part] = rec.answer
+	}
+	return out, nil
 }
