@@ -1,10 +1,10 @@
 package api
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // DefinitionBody is the JSON form of a limit definition (PUT body and inline config).
@@ -207,19 +207,8 @@ func toDecisionResponse(d limiter.Decision) DecisionResponse {
 	return r
 }
 
-// roundTokens trims float noise (9.999999999999998) from token counts shown to clients: the
-// double nearest v rounded to 9 decimals, so a number of at most 9 decimals is itself
-// (math.Round(v*1e9)/1e9 made 4377141.871 4377141.871000001), and never -0.
-func roundTokens(v float64) float64 {
-	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'f', 9, 64), 64)
-	if err != nil {
-		return v
-	}
-	if r == 0 {
-		return 0 // not -0
-	}
-	return r
-}
+// roundTokens trims float noise (9.999999999999998) from token counts shown to clients.
+func roundTokens(v float64) float64 { return algo.Decimal9(v) }
 
 // ShardValueResponse is one shard of a value response.
 type ShardValueResponse struct {

@@ -427,7 +427,7 @@ func isFull(p shardParams, avail float64) bool { return balanceAfter(p.kind, ava
 // function (migration 00024), so it is left exact.
 func balanceAfter(kind Kind, avail, count float64) float64 {
 	after := avail - count
-	if kind == TokenBucket || after == math.Trunc(after) || decimal9(count) != count || decimal9(avail) != avail {
+	if kind == TokenBucket || after == math.Trunc(after) || Decimal9(count) != count || Decimal9(avail) != avail {
 		return after
 	}
 	return snapToGrid(after, math.Max(math.Abs(avail), math.Abs(count)))
@@ -442,7 +442,7 @@ func AddCounts(kind Kind, a, b float64) float64 { return -balanceAfter(kind, -a,
 // 9-decimal number it rounds (3 × 0.3 is 0.8999999999999999, and 0.9).
 func timesOnGrid(rate float64, n int64) float64 {
 	prod := rate * float64(n)
-	if decimal9(rate) != rate || prod == math.Trunc(prod) {
+	if Decimal9(rate) != rate || prod == math.Trunc(prod) {
 		return prod
 	}
 	return snapToGrid(prod, math.Abs(prod))
@@ -452,21 +452,22 @@ func timesOnGrid(rate float64, n int64) float64 {
 // scale, the larger operand, and never more than 2.5e-10: never a whole token, a tolerance of
 // 1e-12 forgave 1000 tokens of a window of 1e15), and v otherwise; never -0.
 func snapToGrid(v, scale float64) float64 {
-	g := decimal9(v)
-	if math.Abs(g-v) > math.Min(0x1p-50*scale, 2.5e-10) {
+	if g := Decimal9(v); math.Abs(g-v) <= math.Min(0x1p-50*scale, 2.5e-10) {
+		return g
+	}
+	return v
+}
+
+// Decimal9 is the double nearest v rounded to 9 decimals (the API's precision), and never -0:
+// a number of at most 9 decimals is itself (math.Round(v*1e9)/1e9 made 4377141.871
+// 4377141.871000001). The API renders token counts with it.
+func Decimal9(v float64) float64 {
+	g, err := strconv.ParseFloat(strconv.FormatFloat(v, 'f', 9, 64), 64)
+	if err != nil {
 		return v
 	}
 	if g == 0 {
 		return 0 // not -0
-	}
-	return g
-}
-
-// decimal9 is the double nearest v rounded to 9 decimals.
-func decimal9(v float64) float64 {
-	g, err := strconv.ParseFloat(strconv.FormatFloat(v, 'f', 9, 64), 64)
-	if err != nil {
-		return v
 	}
 	return g
 }
