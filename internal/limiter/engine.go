@@ -605,6 +605,29 @@ func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, s
 	return out, nil
 }
 
+// serializableBesideDecisions is Serializable for a change of several statements that reads
+// and then writes or deletes limit_state rows other instances' decisions may be writing: a
+// reset, a definition stored, changed or deleted, a hold's close. On PostgreSQL a busy key's row
+// is rewritten by some decision between such a transaction's snapshot and its write nearly every
+// time, so each attempt failed to serialize and a key under steady load could starve the change
+// until the retry budget answered 503 (a decision is one statement, which cannot be starved so).
+// A retried attempt therefore first takes the writers' lock on limit_state: its snapshot comes
+// after the lock, so no decision can write in between and the attempt cannot lose that race
+// again. Decisions of every tenant wait for that one short transaction, and only after a
+// conflict.
+func (e *Engine) serializableBesideDecisions(ctx context.Context, fn func(tx *gorm.DB) error) error {
+	attempt := 0
+	return e.db.Serializable(ctx, func(tx *gorm.DB) error {
+		attempt++
+		if attempt > 1 && e.db.Dialect == db.Postgres {
+			if err := tx.Exec(sqlLockStateWriters).Error; err != nil {
+				return err
+			}
+		}
+		return fn(tx)
+	})
+}
+
 // Reset deletes the state of one key (every shard; "" is the limit's global key) whether or not
 // any exists, or of every key of name when key is nil; the latter returns ErrLimitNotFound when
 // name has neither a definition nor any state.
@@ -615,7 +638,7 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 	if key != nil && *key != "" && !ValidKey(*key) {
 		return invalidRequest("key", KeyRule)
 	}
-	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+	err := e.serializableBesideDecisions(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
 		if key != nil {
 			// One key (or the global one): idempotent, whether or not the name has a stored
 			// definition or any state. Inline-config limits have neither until used.
