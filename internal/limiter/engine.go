@@ -611,15 +611,17 @@ func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, s
 // is rewritten by some decision between such a transaction's snapshot and its write nearly every
 // time, so each attempt failed to serialize and a key under steady load could starve the change
 // until the retry budget answered 503 (a decision is one statement, which cannot be starved so).
-// A retried attempt therefore first takes the writers' lock on limit_state: its snapshot comes
-// after the lock, so no decision can write in between and the attempt cannot lose that race
-// again. Decisions of every tenant wait for that one short transaction, and only after a
-// conflict.
+// After lockStateAfter failed attempts, an attempt therefore first takes the writers' lock on
+// limit_state: its snapshot comes after the lock, so no decision can write in between and the
+// attempt cannot lose that race again. Decisions of every tenant wait for that one short
+// transaction (and, should an autovacuum of limit_state hold the table, for PostgreSQL to cancel
+// it: deadlock_timeout, 1 s by default), so the lock waits for two plain attempts to lose first:
+// a change on a key that is merely busy gets through without it.
 func (e *Engine) serializableBesideDecisions(ctx context.Context, fn func(tx *gorm.DB) error) error {
 	attempt := 0
 	return e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		attempt++
-		if attempt > 1 && e.db.Dialect == db.Postgres {
+		if attempt > lockStateAfter && e.db.Dialect == db.Postgres {
 			if err := tx.Exec(sqlLockStateWriters).Error; err != nil {
 				return err
 			}
@@ -627,6 +629,9 @@ func (e *Engine) serializableBesideDecisions(ctx context.Context, fn func(tx *go
 		return fn(tx)
 	})
 }
+
+// lockStateAfter is how many attempts of serializableBesideDecisions go without the lock.
+const lockStateAfter = 2
 
 // Reset deletes the state of one key (every shard; "" is the limit's global key) whether or not
 // any exists, or of every key of name when key is nil; the latter returns ErrLimitNotFound when

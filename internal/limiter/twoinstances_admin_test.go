@@ -17,7 +17,7 @@ import (
 // on the key, resets the key and the whole limit, and deletes and re-creates the limit. Each of
 // those reads the key's row and then writes or deletes it in later statements; a decision
 // committed in between made every attempt a serialization failure, so a busy key could starve
-// them until the retry budget gave up (503). A retried attempt now takes the state table's
+// them until the retry budget gave up (503). The third attempt now takes the state table's
 // writers' lock first, so it cannot lose again: with three attempts allowed (the default is 40),
 // every change succeeds. (Without the lock, the first change failed in every run.)
 func TestChangesBesideAHammeredKeyAreNotStarved(t *testing.T) {
