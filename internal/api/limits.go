@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
@@ -51,6 +50,28 @@ func (s *Server) auditDefinition(c *gin.Context) limiter.OnDefinitionChange {
 	actor := s.actor(c)
 	return func(tx *gorm.DB, ch limiter.DefinitionChange) error {
 		return s.audit.AuditTx(tx, &ch.TenantID, actor, ch.Action(), ch.Name, ch.Detail())
+	}
+}
+
+// auditOverride is auditDefinition for an override's change.
+func (s *Server) auditOverride(c *gin.Context) limiter.OnOverrideChange {
+	if s.audit == nil {
+		return nil
+	}
+	actor := s.actor(c)
+	return func(tx *gorm.DB, ch limiter.OverrideEdit) error {
+		return s.audit.AuditTx(tx, &ch.TenantID, actor, ch.Action(), ch.Target(), ch.Detail())
+	}
+}
+
+// auditReset is auditDefinition for a reset of key (nil: every key) of name.
+func (s *Server) auditReset(c *gin.Context, name string, key *string) limiter.OnReset {
+	if s.audit == nil {
+		return nil
+	}
+	actor, tenantID := s.actor(c), tenantOf(c).TenantID
+	return func(tx *gorm.DB) error {
+		return s.audit.AuditTx(tx, &tenantID, actor, "limit.reset", limiter.ResetTarget(name, key), "")
 	}
 }
 
@@ -133,19 +154,10 @@ func (s *Server) reset(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	if err := s.engine.Reset(c.Request.Context(), tenantOf(c).TenantID, name, key); err != nil {
+	if err := s.engine.Reset(c.Request.Context(), tenantOf(c).TenantID, name, key, s.auditReset(c, name, key)); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	target := name + " (all keys)"
-	switch {
-	case key == nil:
-	case *key == "":
-		target = name + " (global key)"
-	default:
-		target = name + " key " + strconv.Quote(*key)
-	}
-	s.recordAudit(c, "limit.reset", target, "")
 	c.Status(http.StatusNoContent)
 }
 

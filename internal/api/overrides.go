@@ -99,16 +99,11 @@ func (s *Server) putOverride(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	stored, before, err := s.engine.PutOverride(c.Request.Context(), tenantOf(c).TenantID, name, o)
+	stored, _, err := s.engine.PutOverride(c.Request.Context(), tenantOf(c).TenantID, name, o, s.auditOverride(c))
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	action := "override.update"
-	if before == nil {
-		action = "override.create"
-	}
-	s.recordAudit(c, action, name+" override "+strconv.Quote(o.Match), limiter.OverrideChange(before, stored.Override))
 	c.JSON(http.StatusOK, toOverrideResponse(stored))
 }
 
@@ -155,11 +150,10 @@ func (s *Server) deleteOverride(c *gin.Context) {
 		writeProblem(c, s.log, badRequest("match", limiter.MatchRule))
 		return
 	}
-	if err := s.engine.DeleteOverride(c.Request.Context(), tenantOf(c).TenantID, name, match); err != nil {
+	if err := s.engine.DeleteOverride(c.Request.Context(), tenantOf(c).TenantID, name, match, s.auditOverride(c)); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
-	s.recordAudit(c, "override.delete", name+" override "+strconv.Quote(match), "")
 	c.Status(http.StatusNoContent)
 }
 

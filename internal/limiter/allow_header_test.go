@@ -23,7 +23,7 @@ func TestAnAllowedKeysRateLimitTIsItsTimeToFull(t *testing.T) {
 		if got := mustLimit(t, e, limiter.Request{Name: "fw", Key: "k", Count: 9, Reserve: true}); !got.OK || got.Remaining != -4 {
 			t.Fatalf("reservation: %+v", got)
 		}
-		if _, _, err := e.PutOverride(ctx, tenant, "fw", limiter.Override{Match: "k", Action: limiter.ActionAllow}); err != nil {
+		if _, _, err := e.PutOverride(ctx, tenant, "fw", limiter.Override{Match: "k", Action: limiter.ActionAllow}, nil); err != nil {
 			t.Fatal(err)
 		}
 		v, err := e.GetValue(ctx, tenant, "fw", "k")

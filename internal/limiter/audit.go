@@ -1,6 +1,10 @@
 package limiter
 
-import "gorm.io/gorm"
+import (
+	"strconv"
+
+	"gorm.io/gorm"
+)
 
 // AuditChange is how the audit log describes a stored definition that replaced another: the
 // one before and the one after (AuditDetail each), or only the new one when there was none.
@@ -54,4 +58,57 @@ func OverrideChange(before *Override, after Override) string {
 		return OverrideSummary(after)
 	}
 	return OverrideSummary(*before) + " → " + OverrideSummary(after)
+}
+
+// OverrideEdit is an override created, replaced or deleted, as the transaction that makes the
+// change sees it.
+type OverrideEdit struct {
+	TenantID int64
+	Name     string // the limit's
+	Match    string
+	Before   *Override // nil: the change created the override
+	After    *Override // nil: the change deleted it
+}
+
+// Action is the audit log's name of the change: override.create, override.update or
+// override.delete.
+func (ch OverrideEdit) Action() string {
+	switch {
+	case ch.After == nil:
+		return "override.delete"
+	case ch.Before == nil:
+		return "override.create"
+	default:
+		return "override.update"
+	}
+}
+
+// Target is the audit log's name of the override: its limit and its match.
+func (ch OverrideEdit) Target() string { return ch.Name + " override " + strconv.Quote(ch.Match) }
+
+// Detail is the audit log's description of the change: the override before and after
+// (OverrideChange), or "" for a deletion.
+func (ch OverrideEdit) Detail() string {
+	if ch.After == nil {
+		return ""
+	}
+	return OverrideChange(ch.Before, *ch.After)
+}
+
+// OnOverrideChange is OnDefinitionChange for PutOverride, PutOverrideIf and DeleteOverride.
+type OnOverrideChange func(tx *gorm.DB, ch OverrideEdit) error
+
+// OnReset is OnDefinitionChange for Reset: called in its transaction once the state is deleted.
+type OnReset func(tx *gorm.DB) error
+
+// ResetTarget is the audit log's name of what a reset of key (nil: every key) of name resets.
+func ResetTarget(name string, key *string) string {
+	switch {
+	case key == nil:
+		return name + " (all keys)"
+	case *key == "":
+		return name + " (global key)"
+	default:
+		return name + " key " + strconv.Quote(*key)
+	}
 }

@@ -50,7 +50,7 @@ func TestSkewedInstancesAdmitNoMoreThanTheBound(t *testing.T) {
 	for _, scenario := range []string{"new key", "after a reset"} {
 		start := time.Now()
 		if scenario == "after a reset" {
-			if err := fast.Reset(ctx, tenant, "tb", ptr("k")); err != nil {
+			if err := fast.Reset(ctx, tenant, "tb", ptr("k"), nil); err != nil {
 				t.Fatal(err)
 			}
 			start = time.Now()
@@ -64,7 +64,7 @@ func TestSkewedInstancesAdmitNoMoreThanTheBound(t *testing.T) {
 
 	// A row 5 tokens short of full is not full: the fast instance's sweeper must keep it (by its
 	// own clock, 40 s later than the slow one's, it would read as refilled).
-	if err := fast.Reset(ctx, tenant, "tb", ptr("s")); err != nil {
+	if err := fast.Reset(ctx, tenant, "tb", ptr("s"), nil); err != nil {
 		t.Fatal(err)
 	}
 	admittedOf(t, slow, "tb", "s", 5)

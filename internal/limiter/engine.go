@@ -630,13 +630,22 @@ func (e *Engine) serializableBesideDecisions(ctx context.Context, fn func(tx *go
 	})
 }
 
+// andThen is then(tx) once err, a change's own, is nil.
+func andThen(tx *gorm.DB, err error, then OnReset) error {
+	if err != nil || then == nil {
+		return err
+	}
+	return then(tx)
+}
+
 // lockStateAfter is how many attempts of serializableBesideDecisions go without the lock.
 const lockStateAfter = 2
 
 // Reset deletes the state of one key (every shard; "" is the limit's global key) whether or not
 // any exists, or of every key of name when key is nil; the latter returns ErrLimitNotFound when
-// name has neither a definition nor any state.
-func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *string) error {
+// name has neither a definition nor any state. then, when not nil, is called in the same
+// transaction once the state is deleted.
+func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *string, then OnReset) error {
 	if !ValidName(name) {
 		return ErrLimitNotFound
 	}
@@ -647,7 +656,7 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 		if key != nil {
 			// One key (or the global one): idempotent, whether or not the name has a stored
 			// definition or any state. Inline-config limits have neither until used.
-			return deleteState(tx, tenantID, name, key)
+			return andThen(tx, deleteState(tx, tenantID, name, key), then)
 		}
 		_, ok, err := loadDefinition(tx, tenantID, name)
 		if err != nil {
@@ -662,7 +671,7 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 				return ErrLimitNotFound
 			}
 		}
-		return deleteState(tx, tenantID, name, key)
+		return andThen(tx, deleteState(tx, tenantID, name, key), then)
 	})
 	if err != nil {
 		return fmt.Errorf("limiter: reset: %w", err)

@@ -239,20 +239,20 @@ func TestEngineResetOneKeyAndAllKeys(t *testing.T) {
 		if v := value(t, e, "s", "a"); v != 50 {
 			t.Fatalf("sum over shards = %v, want 50", v)
 		}
-		if err := e.Reset(ctx, tenant, "s", ptr("a")); err != nil {
+		if err := e.Reset(ctx, tenant, "s", ptr("a"), nil); err != nil {
 			t.Fatal(err)
 		}
 		if value(t, e, "s", "a") != 100 || value(t, e, "s", "b") != 50 {
 			t.Fatal("reset of a key touched the wrong key")
 		}
-		if err := e.Reset(ctx, tenant, "s", nil); err != nil {
+		if err := e.Reset(ctx, tenant, "s", nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		v, _ := e.GetValue(ctx, tenant, "s", "b")
 		if v.Value != 100 || len(v.Shards) != 4 || v.Shards[3].Value != 25 {
 			t.Fatalf("after reset all: %+v", v)
 		}
-		if err := e.Reset(ctx, tenant, "missing", nil); !errors.Is(err, limiter.ErrLimitNotFound) {
+		if err := e.Reset(ctx, tenant, "missing", nil, nil); !errors.Is(err, limiter.ErrLimitNotFound) {
 			t.Fatalf("reset of an unknown limit: %v", err)
 		}
 	})
@@ -530,7 +530,7 @@ func TestAFamilysRetryAfterJittersAsTheLimitItCameFrom(t *testing.T) {
 			t.Fatalf("refused by the parent: retryAfter %v, want 40000 (the window's end) + the parent's jitter 299", *got.RetryAfter)
 		}
 		exp := clock.Now().UnixMilli() + 90_000
-		if _, _, err := e.PutOverride(context.Background(), tenant, "org", limiter.Override{Match: "o", Action: limiter.ActionDeny, ExpiresAt: &exp}); err != nil {
+		if _, _, err := e.PutOverride(context.Background(), tenant, "org", limiter.Override{Match: "o", Action: limiter.ActionDeny, ExpiresAt: &exp}, nil); err != nil {
 			t.Fatal(err)
 		}
 		got = mustLimit(t, e, limiter.Request{Name: "api", Key: "k", Count: 1})

@@ -103,7 +103,7 @@ func TestAQuotasPolicyWindowIsTheCalendarsWhateverDecided(t *testing.T) {
 		mustPut(t, e, "q", limiter.Definition{Kind: limiter.Quota, Rate: 2, Calendar: "day", TimeZone: "UTC", Penalty: 60_000})
 		exp := c.Now().UnixMilli() + 3_600_000
 		for _, o := range []limiter.Override{{Match: "vip", Action: limiter.ActionAllow, ExpiresAt: &exp}, {Match: "bad", Action: limiter.ActionDeny, ExpiresAt: &exp}} {
-			if _, _, err := e.PutOverride(context.Background(), tenant, "q", o); err != nil {
+			if _, _, err := e.PutOverride(context.Background(), tenant, "q", o, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -35,7 +35,7 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 	reset := func(name string) step {
 		return func(t *testing.T, e *limiter.Engine, _ *fakeClock, keys []string) {
 			for _, k := range keys {
-				if err := e.Reset(context.Background(), tenant, name, &k); err != nil {
+				if err := e.Reset(context.Background(), tenant, name, &k, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -50,7 +50,7 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 			exp := c.Now().UnixMilli() + 3_600_000
 			for _, k := range keys {
 				o.Match, o.ExpiresAt = k, &exp
-				if _, _, err := e.PutOverride(context.Background(), tenant, name, o); err != nil {
+				if _, _, err := e.PutOverride(context.Background(), tenant, name, o, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -59,7 +59,7 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 	unoverride := func(name string) step {
 		return func(t *testing.T, e *limiter.Engine, _ *fakeClock, keys []string) {
 			for _, k := range keys {
-				if err := e.DeleteOverride(context.Background(), tenant, name, k); err != nil {
+				if err := e.DeleteOverride(context.Background(), tenant, name, k, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -271,7 +271,7 @@ func TestHoldsGiveBackNoMoreThanStillCounts(t *testing.T) {
 			before: []step{take("fw", 10), func(t *testing.T, e *limiter.Engine, c *fakeClock, keys []string) {
 				exp := c.Now().UnixMilli() + 60_000
 				for _, k := range keys {
-					if _, _, err := e.PutOverride(context.Background(), tenant, "fw", limiter.Override{Match: k, Action: limiter.ActionAllow, ExpiresAt: &exp}); err != nil {
+					if _, _, err := e.PutOverride(context.Background(), tenant, "fw", limiter.Override{Match: k, Action: limiter.ActionAllow, ExpiresAt: &exp}, nil); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -402,10 +402,10 @@ func TestAHoldGivesNothingBackPastAnOverridesExpiry(t *testing.T) {
 		keys := []string{"held", "twin"}
 		for _, k := range keys {
 			x1, x2 := now+5_000, now+20_000
-			if _, _, err := e.PutOverride(ctx, tenant, "ovx", limiter.Override{Match: k, Rate: ptr(1.0), Capacity: ptr(100.0), ExpiresAt: &x1}); err != nil {
+			if _, _, err := e.PutOverride(ctx, tenant, "ovx", limiter.Override{Match: k, Rate: ptr(1.0), Capacity: ptr(100.0), ExpiresAt: &x1}, nil); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := e.PutOverride(ctx, tenant, "ovx", limiter.Override{Match: k + "*", Rate: ptr(3600.0), Capacity: ptr(100.0), ExpiresAt: &x2}); err != nil {
+			if _, _, err := e.PutOverride(ctx, tenant, "ovx", limiter.Override{Match: k + "*", Rate: ptr(3600.0), Capacity: ptr(100.0), ExpiresAt: &x2}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -718,7 +718,7 @@ func TestOneTripLoneRequestFollowsEveryShapeItDoesNotDecide(t *testing.T) {
 		check  func(t *testing.T, a *limiter.Engine, got limiter.Decision)
 	}{
 		{"deny override", func(t *testing.T, b *limiter.Engine) {
-			if _, _, err := b.PutOverride(ctx, tenant, "x", limiter.Override{Match: "k", Action: limiter.ActionDeny}); err != nil {
+			if _, _, err := b.PutOverride(ctx, tenant, "x", limiter.Override{Match: "k", Action: limiter.ActionDeny}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}, func(t *testing.T, a *limiter.Engine, got limiter.Decision) {

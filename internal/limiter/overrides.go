@@ -99,20 +99,21 @@ func newVersionTag() int64 {
 // PutOverride creates or replaces the override of name whose match is o.Match. before is the
 // override it replaced, as its transaction read it, or nil when it created one. The limit must
 // have a stored definition; o is validated against it at the decision clock (expiresAt must lie
-// ahead of it).
-func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o Override) (stored StoredOverride, before *Override, err error) {
-	return e.putOverride(ctx, tenantID, name, o, nil)
+// ahead of it). then, when not nil, is called in the same transaction once the override is
+// written.
+func (e *Engine) PutOverride(ctx context.Context, tenantID int64, name string, o Override, then OnOverrideChange) (stored StoredOverride, before *Override, err error) {
+	return e.putOverride(ctx, tenantID, name, o, nil, then)
 }
 
 // PutOverrideIf is PutOverride for a caller that knows whether the override exists (a form to
 // add one, or to edit one): with exists it only replaces an override (ErrOverrideNotFound when
 // there is none: deleted meanwhile), without it only creates one (ErrOverrideExists), as its
 // writing transaction reads them.
-func (e *Engine) PutOverrideIf(ctx context.Context, tenantID int64, name string, o Override, exists bool) (StoredOverride, *Override, error) {
-	return e.putOverride(ctx, tenantID, name, o, &exists)
+func (e *Engine) PutOverrideIf(ctx context.Context, tenantID int64, name string, o Override, exists bool, then OnOverrideChange) (StoredOverride, *Override, error) {
+	return e.putOverride(ctx, tenantID, name, o, &exists, then)
 }
 
-func (e *Engine) putOverride(ctx context.Context, tenantID int64, name string, o Override, exists *bool) (stored StoredOverride, before *Override, err error) {
+func (e *Engine) putOverride(ctx context.Context, tenantID int64, name string, o Override, exists *bool, then OnOverrideChange) (stored StoredOverride, before *Override, err error) {
 	if !ValidName(name) {
 		return StoredOverride{}, nil, ErrLimitNotFound
 	}
@@ -187,7 +188,14 @@ func (e *Engine) putOverride(ctx context.Context, tenantID int64, name string, o
 				return err
 			}
 		}
-		return setOverridesVersion(tx, tenantID, name, newVersionTag())
+		if err := setOverridesVersion(tx, tenantID, name, newVersionTag()); err != nil {
+			return err
+		}
+		if then == nil {
+			return nil
+		}
+		after := stored.Override
+		return then(tx, OverrideEdit{TenantID: tenantID, Name: name, Match: o.Match, Before: before, After: &after})
 	})
 	if err != nil {
 		return StoredOverride{}, nil, fmt.Errorf("limiter: put override: %w", err)
@@ -196,8 +204,9 @@ func (e *Engine) putOverride(ctx context.Context, tenantID int64, name string, o
 }
 
 // DeleteOverride deletes the override of name whose match is match: ErrLimitNotFound without a
-// stored definition, ErrOverrideNotFound without such an override.
-func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match string) error {
+// stored definition, ErrOverrideNotFound without such an override. then, when not nil, is called
+// in the same transaction once the override is deleted.
+func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match string, then OnOverrideChange) error {
 	if !ValidName(name) {
 		return ErrLimitNotFound
 	}
@@ -236,7 +245,14 @@ func (e *Engine) DeleteOverride(ctx context.Context, tenantID int64, name, match
 		if n > 0 {
 			v = newVersionTag()
 		}
-		return setOverridesVersion(tx, tenantID, name, v)
+		if err := setOverridesVersion(tx, tenantID, name, v); err != nil {
+			return err
+		}
+		if then == nil {
+			return nil
+		}
+		before := old.override()
+		return then(tx, OverrideEdit{TenantID: tenantID, Name: name, Match: match, Before: &before})
 	})
 	if err != nil {
 		return fmt.Errorf("limiter: delete override: %w", err)

@@ -30,7 +30,7 @@ func BenchmarkOverrideReload(b *testing.B) {
 			}
 		}
 		insertOverrides(b, d, "big", limiter.MaxOverrides-1)
-		if _, _, err := e.PutOverride(ctx, tenant, "big", limiter.Override{Match: "last", Capacity: ptr(5.0)}); err != nil {
+		if _, _, err := e.PutOverride(ctx, tenant, "big", limiter.Override{Match: "last", Capacity: ptr(5.0)}, nil); err != nil {
 			b.Fatal(err)
 		}
 		for _, c := range []struct{ name, tagged string }{{"steady", "other"}, {"reload", "big"}} {
@@ -88,7 +88,7 @@ func BenchmarkDecisionsWithAndWithoutOverrides(b *testing.B) {
 		}
 		for i := range 500 {
 			for _, m := range []string{fmt.Sprintf("k%d*", 100+i), fmt.Sprintf("k%d", 600+i)} {
-				if _, _, err := e.PutOverride(ctx, tenant, "with", limiter.Override{Match: m, Rate: ptr(1000.0), Capacity: ptr(1000.0)}); err != nil {
+				if _, _, err := e.PutOverride(ctx, tenant, "with", limiter.Override{Match: m, Rate: ptr(1000.0), Capacity: ptr(1000.0)}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -180,9 +180,9 @@ func overridesChangedMidLoad(t *testing.T, url string) {
 		}
 		for attempt := 0; attempt == 0 || (errors.Is(err, limiter.ErrUnavailable) && attempt < 5); attempt++ {
 			if deleting {
-				err = e.DeleteOverride(ctx, tenant, "ov", m)
+				err = e.DeleteOverride(ctx, tenant, "ov", m, nil)
 			} else {
-				_, _, err = e.PutOverride(ctx, tenant, "ov", o)
+				_, _, err = e.PutOverride(ctx, tenant, "ov", o, nil)
 			}
 		}
 		end := time.Now()

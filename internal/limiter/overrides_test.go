@@ -17,7 +17,7 @@ import (
 
 func mustOverride(t *testing.T, e *limiter.Engine, name string, o limiter.Override) {
 	t.Helper()
-	if _, _, err := e.PutOverride(context.Background(), tenant, name, o); err != nil {
+	if _, _, err := e.PutOverride(context.Background(), tenant, name, o, nil); err != nil {
 		t.Fatalf("put override %q: %v", o.Match, err)
 	}
 }
@@ -75,7 +75,7 @@ func TestOverrideExpiresByTheDecisionClock(t *testing.T) {
 		if got = mustLimit(t, e, limiter.Request{Name: "api", Key: "k", Count: 1}); !got.OK || got.Override != "" {
 			t.Fatalf("at expiry the override no longer applies: %+v", got)
 		}
-		if _, _, err := e.PutOverride(context.Background(), tenant, "api", limiter.Override{Match: "k", Action: limiter.ActionDeny, ExpiresAt: &exp}); apperr.From(err).Field != "expiresAt" {
+		if _, _, err := e.PutOverride(context.Background(), tenant, "api", limiter.Override{Match: "k", Action: limiter.ActionDeny, ExpiresAt: &exp}, nil); apperr.From(err).Field != "expiresAt" {
 			t.Fatalf("an expiry in the past: %v", err)
 		}
 	})
@@ -145,13 +145,13 @@ func TestOverrideChangesApplyAtOnceOnEveryInstance(t *testing.T) {
 				t.Fatalf("step %d: the other instance decided %+v under %+v", step, got, o)
 			}
 		}
-		if err := a.DeleteOverride(ctx, tenant, "api", "u:*"); err != nil {
+		if err := a.DeleteOverride(ctx, tenant, "api", "u:*", nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := mustLimit(t, b, limiter.Request{Name: "api", Key: "u:2", Count: 1}); got.Override != "" || got.Remaining != 99 {
 			t.Fatalf("after the delete: %+v", got)
 		}
-		if err := a.DeleteOverride(ctx, tenant, "api", "u:*"); !errors.Is(err, limiter.ErrOverrideNotFound) {
+		if err := a.DeleteOverride(ctx, tenant, "api", "u:*", nil); !errors.Is(err, limiter.ErrOverrideNotFound) {
 			t.Fatalf("second delete: %v", err)
 		}
 	})
@@ -166,7 +166,7 @@ func TestOverridesAreCappedPerLimitAndStayFastAtTheCap(t *testing.T) {
 		// 9,999 overrides written directly, then the 10,000th through the engine.
 		insertOverrides(t, d, "api", limiter.MaxOverrides-1)
 		mustOverride(t, e, "api", limiter.Override{Match: "last", Capacity: ptr(4.0)})
-		_, _, err := e.PutOverride(ctx, tenant, "api", limiter.Override{Match: "one-more", Capacity: ptr(4.0)})
+		_, _, err := e.PutOverride(ctx, tenant, "api", limiter.Override{Match: "one-more", Capacity: ptr(4.0)}, nil)
 		if e := apperr.From(err); e.Code != apperr.InvalidRequest || e.Field != "match" || !strings.Contains(e.Message, "10000") {
 			t.Fatalf("the 10,001st override: %v", err)
 		}
@@ -198,21 +198,21 @@ func TestOverrideErrorsAndTheirDefinition(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		e := newEngine(t, d, newClock(1_700_000_000_000).opts())
 		ctx := context.Background()
-		if _, _, err := e.PutOverride(ctx, tenant, "nope", limiter.Override{Match: "k", Action: limiter.ActionAllow}); !errors.Is(err, limiter.ErrLimitNotFound) {
+		if _, _, err := e.PutOverride(ctx, tenant, "nope", limiter.Override{Match: "k", Action: limiter.ActionAllow}, nil); !errors.Is(err, limiter.ErrLimitNotFound) {
 			t.Fatalf("override of a missing limit: %v", err)
 		}
 		if _, _, err := e.ListOverrides(ctx, tenant, "nope", "", 10); !errors.Is(err, limiter.ErrLimitNotFound) {
 			t.Fatalf("list of a missing limit: %v", err)
 		}
-		if err := e.DeleteOverride(ctx, tenant, "nope", "k"); !errors.Is(err, limiter.ErrLimitNotFound) {
+		if err := e.DeleteOverride(ctx, tenant, "nope", "k", nil); !errors.Is(err, limiter.ErrLimitNotFound) {
 			t.Fatalf("delete of a missing limit: %v", err)
 		}
 		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
-		_, _, err := e.PutOverride(ctx, tenant, "tb", limiter.Override{Match: "a*b", Rate: ptr(1.0)})
+		_, _, err := e.PutOverride(ctx, tenant, "tb", limiter.Override{Match: "a*b", Rate: ptr(1.0)}, nil)
 		if ae := apperr.From(err); ae.Code != apperr.InvalidRequest || ae.Field != "match" {
 			t.Fatalf("bad match: %v", err)
 		}
-		_, _, err = e.PutOverride(ctx, tenant, "tb", limiter.Override{Match: "k", Rate: ptr(-1.0)})
+		_, _, err = e.PutOverride(ctx, tenant, "tb", limiter.Override{Match: "k", Rate: ptr(-1.0)}, nil)
 		if ae := apperr.From(err); ae.Code != apperr.InvalidConfig || ae.Field != "rate" {
 			t.Fatalf("bad rate: %v", err)
 		}
@@ -256,17 +256,17 @@ func TestDeletingAnOverrideNoMatchCanNameIsNotFound(t *testing.T) {
 		mustPut(t, e, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1000})
 		mustOverride(t, e, "tb", limiter.Override{Match: "k", Capacity: ptr(20.0)})
 		for _, m := range []string{"k\x00", "\x00", "\xff\xfe", "k\xff", strings.Repeat("k", 10_000), "a*b", ""} {
-			if err := e.DeleteOverride(ctx, tenant, "tb", m); !errors.Is(err, limiter.ErrOverrideNotFound) {
+			if err := e.DeleteOverride(ctx, tenant, "tb", m, nil); !errors.Is(err, limiter.ErrOverrideNotFound) {
 				t.Errorf("DeleteOverride(%q): %v, want ErrOverrideNotFound", m, err)
 			}
-			if err := e.DeleteOverride(ctx, tenant, "nope", m); !errors.Is(err, limiter.ErrLimitNotFound) {
+			if err := e.DeleteOverride(ctx, tenant, "nope", m, nil); !errors.Is(err, limiter.ErrLimitNotFound) {
 				t.Errorf("DeleteOverride of a missing limit, match %q: %v, want ErrLimitNotFound", m, err)
 			}
 		}
 		if list, _, err := e.ListOverrides(ctx, tenant, "tb", "", 10); err != nil || len(list) != 1 {
 			t.Fatalf("overrides after the refused deletes: %+v %v", list, err)
 		}
-		if err := e.DeleteOverride(ctx, tenant, "tb", "k"); err != nil {
+		if err := e.DeleteOverride(ctx, tenant, "tb", "k", nil); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -61,7 +61,7 @@ func TestRefundGivesBackUpToTheMaximum(t *testing.T) {
 			t.Fatalf("a refund on a child refunds its parents: %+v, org %v", got, value(t, e, "org", "acme"))
 		}
 
-		if _, _, err := e.PutOverride(ctx, tenant, "tb", limiter.Override{Match: "vip", Action: limiter.ActionAllow}); err != nil {
+		if _, _, err := e.PutOverride(ctx, tenant, "tb", limiter.Override{Match: "vip", Action: limiter.ActionAllow}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := refund(t, e, limiter.Request{Name: "tb", Key: "vip", Count: 3}); got.Refunded != 0 {

@@ -482,7 +482,7 @@ func TestOverridesApplyToAncestorsAndShadowLimits(t *testing.T) {
 		user := window(10)
 		user.Parents = []limiter.Parent{{Name: "org", Key: "org:{org}"}}
 		mustPut(t, e, "user", user)
-		if _, _, err := e.PutOverride(ctx, tenant, "org", limiter.Override{Match: "org:big*", Rate: ptr(3.0)}); err != nil {
+		if _, _, err := e.PutOverride(ctx, tenant, "org", limiter.Override{Match: "org:big*", Rate: ptr(3.0)}, nil); err != nil {
 			t.Fatal(err)
 		}
 		admitted := 0
@@ -505,7 +505,7 @@ func TestOverridesApplyToAncestorsAndShadowLimits(t *testing.T) {
 		watched := window(10)
 		watched.Mode = limiter.Shadow
 		mustPut(t, e, "watched", watched)
-		if _, _, err := e.PutOverride(ctx, tenant, "watched", limiter.Override{Match: "blocked", Action: limiter.ActionDeny}); err != nil {
+		if _, _, err := e.PutOverride(ctx, tenant, "watched", limiter.Override{Match: "blocked", Action: limiter.ActionDeny}, nil); err != nil {
 			t.Fatal(err)
 		}
 		got := mustLimit(t, e, limiter.Request{Name: "watched", Key: "blocked", Count: 1})

@@ -20,7 +20,7 @@ func TestTheSweepCachesOverridesUnderTheirOwnVersion(t *testing.T) {
 		if _, _, err := e.PutDefinition(ctx, tenantID, "api", Definition{Kind: TokenBucket, Rate: 10, Period: 60_000}, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := e.PutOverride(ctx, tenantID, "api", Override{Match: "k", Rate: ptr(1.0)}); err != nil {
+		if _, _, err := e.PutOverride(ctx, tenantID, "api", Override{Match: "k", Rate: ptr(1.0)}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.Limit(ctx, tenantID, Request{Name: "api", Key: "k", Count: 1}); err != nil {
@@ -38,7 +38,7 @@ func TestTheSweepCachesOverridesUnderTheirOwnVersion(t *testing.T) {
 		e.betweenDefinitionAndOverrides = func() {
 			if !changed {
 				changed = true
-				if _, _, err := e.PutOverride(ctx, tenantID, "api", Override{Match: "k", Rate: ptr(5.0)}); err != nil {
+				if _, _, err := e.PutOverride(ctx, tenantID, "api", Override{Match: "k", Rate: ptr(5.0)}, nil); err != nil {
 					t.Error(err)
 				}
 			}

@@ -111,7 +111,7 @@ func TestSweepDeletionOnPostgreSQLNeedsTheJudgedStateAndDefinition(t *testing.T)
 	if err := d.Gorm.Raw("SELECT overrides_version FROM limit_definitions WHERE tenant_id = ? AND name = 'tb'", tenantID).Scan(&noOverrides).Error; err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.PutOverride(ctx, tenantID, "tb", Override{Match: "overridden", Capacity: ptr(40.0)}); err != nil {
+	if _, _, err := e.PutOverride(ctx, tenantID, "tb", Override{Match: "overridden", Capacity: ptr(40.0)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := e.deleteUnchanged(ctx, []fullStateRow{judged}, []*time.Time{&before.UpdatedAt}, []int64{noOverrides}); err != nil || n != 0 {

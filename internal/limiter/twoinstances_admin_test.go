@@ -103,11 +103,11 @@ func TestChangesBesideAHammeredKeyAreNotStarved(t *testing.T) {
 			t.Fatalf("round %d: releasing a hold: %v", round, err)
 		}
 		waitForDecisions("a reset of the key")
-		if err := admin.Reset(ctx, tenant, "hot", &key); err != nil {
+		if err := admin.Reset(ctx, tenant, "hot", &key, nil); err != nil {
 			t.Fatalf("round %d: resetting the key: %v", round, err)
 		}
 		waitForDecisions("a reset of the limit")
-		if err := admin.Reset(ctx, tenant, "hot", nil); err != nil {
+		if err := admin.Reset(ctx, tenant, "hot", nil, nil); err != nil {
 			t.Fatalf("round %d: resetting the limit: %v", round, err)
 		}
 		waitForDecisions("deleting the limit")

@@ -45,7 +45,7 @@ func TestAResetRacingAHoldsCloseLeavesTheKeyExact(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						k := key
-						if err := b.Reset(ctx, tenant, "c", &k); err != nil {
+						if err := b.Reset(ctx, tenant, "c", &k, nil); err != nil {
 							t.Error(err)
 						}
 						if d, err := b.Limit(ctx, tenant, limiter.Request{Name: "c", Key: key, Count: 5}); err != nil || !d.OK {

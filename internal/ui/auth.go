@@ -411,7 +411,7 @@ func (u *UI) passwordWrong(c *gin.Context, a passwordAttempt) error {
 // passwordRight resets the per-account-and-address limit of an attempt whose password was right:
 // the user's own successes and earlier typos never lock them out where they log in.
 func (u *UI) passwordRight(c *gin.Context, a passwordAttempt) error {
-	return u.engine.Reset(c.Request.Context(), systemTenant, loginLimitNames[0], &a.accountAddr)
+	return u.engine.Reset(c.Request.Context(), systemTenant, loginLimitNames[0], &a.accountAddr, nil)
 }
 
 // tooManyAttempts is what a refused password check says.

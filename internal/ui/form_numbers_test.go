@@ -56,7 +56,7 @@ func TestEditFormsSaveExtremeNumbersUnchanged(t *testing.T) {
 
 		// An override of the limit with the same numbers.
 		o := limiter.Override{Match: "k:*", Rate: &v, Capacity: &v, MaxReserved: &v}
-		if _, _, err := e.engine.PutOverride(ctx, tn.ID, name, o); err != nil {
+		if _, _, err := e.engine.PutOverride(ctx, tn.ID, name, o, nil); err != nil {
 			t.Fatalf("%g: override: %v", v, err)
 		}
 		obefore, err := e.engine.GetOverride(ctx, tn.ID, name, "k:*")

@@ -266,23 +266,88 @@ func TestReleaseSaysWhenItsAuditEntryIsLost(t *testing.T) {
 	}
 }
 
-// TestResetLogsItsLostAuditEntry: the other dashboard changes that audit after committing (key
-// resets here; overrides, webhooks, sessions, tenants and logouts go through the same helper)
-// keep their change when the audit entry cannot be written, and log the loss as an error
-// naming the entry instead of dropping it silently.
-func TestResetLogsItsLostAuditEntry(t *testing.T) {
-	e, out, tn := auditLossEnv(t, "api")
+// TestResetsAndOverridesCommitWithTheirAuditEntry: a key reset, a reset of every key and an
+// override's creation, edit and deletion from the dashboard write their audit entry in their own
+// transaction, as definition changes do. While the entry cannot be written (the audit log's
+// table away) each fails whole: an error page, and the key, the limit and its overrides are as
+// they were; once the log is back, each commits with its entry. (They used to commit first and
+// audit after, so a lost entry left a change nobody could find in the log.)
+func TestResetsAndOverridesCommitWithTheirAuditEntry(t *testing.T) {
+	e, _, tn := auditLossEnv(t, "api")
 	ctx := context.Background()
 	e.consume(tn, "api", "alice", 4)
-	c := e.login(opEmail, opPassword)
-
-	res := postWithoutAuditLog(t, e, c, tpath(tn, "/limits/api/reset"), url.Values{"key": {"alice"}})
-	wantStatus(t, res, http.StatusSeeOther)
-	if v, err := e.engine.GetValue(ctx, tn.ID, "api", "alice"); err != nil || v.Value < 9.999 {
-		t.Fatalf("the reset did not stand: %+v %v", v, err)
+	e.consume(tn, "api", "bob", 4)
+	rate := 1000.0
+	if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "gold", Rate: &rate}, nil); err != nil {
+		t.Fatal(err)
 	}
-	if log := out.String(); !strings.Contains(log, `level=ERROR msg="audit log write failed"`) || !strings.Contains(log, "action=limit.reset") ||
-		!strings.Contains(log, `target="api key \"alice\""`) {
-		t.Fatalf("no error logged naming the lost audit entry:\n%s", log)
+	c := e.login(opEmail, opPassword)
+	left := func(key string) float64 {
+		t.Helper()
+		v, err := e.engine.GetValue(ctx, tn.ID, "api", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Value
+	}
+	overrideRate := func(match string) (float64, bool) {
+		t.Helper()
+		o, err := e.engine.GetOverride(ctx, tn.ID, "api", match)
+		if errors.Is(err, limiter.ErrOverrideNotFound) {
+			return 0, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *o.Override.Rate, true
+	}
+	changes := []struct {
+		what string
+		path string
+		form url.Values
+	}{
+		{"a key reset", "/limits/api/reset", url.Values{"key": {"alice"}}},
+		{"a reset of every key", "/limits/api/reset-all", url.Values{"confirm": {"yes"}}},
+		{"a new override", "/limits/api/overrides", url.Values{"match": {"vip"}, "rate": {"500"}}},
+		{"an override's edit", "/limits/api/overrides", url.Values{"editing": {"yes"}, "match": {"gold"}, "rate": {"2000"}}},
+		{"an override's deletion", "/limits/api/overrides/delete", url.Values{"match": {"gold"}}},
+	}
+	for _, ch := range changes {
+		if res := postWithoutAuditLog(t, e, c, tpath(tn, ch.path), ch.form); res.StatusCode < 500 {
+			t.Errorf("%s without its audit entry: status %d, want an error page", ch.what, res.StatusCode)
+		}
+	}
+	_, vip := overrideRate("vip")
+	gold, _ := overrideRate("gold")
+	if left("alice") > 6.001 || left("bob") > 6.001 || vip || gold != 1000 {
+		t.Fatalf("changes whose audit entry was lost stood: alice %v, bob %v left (want 6), vip override %v, gold rate %v (want 1000)",
+			left("alice"), left("bob"), vip, gold)
+	}
+	entries, err := e.svc.AuditLog(ctx, tn.ID, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(entries)
+
+	for _, ch := range changes {
+		wantStatus(t, c.post(tpath(tn, ch.path), ch.form), http.StatusSeeOther)
+	}
+	_, vip = overrideRate("vip")
+	_, gold2 := overrideRate("gold")
+	if left("alice") < 9.999 || left("bob") < 9.999 || !vip || gold2 {
+		t.Fatalf("the changes with the log back: alice %v, bob %v left (want 10), vip override %v (want it), gold override %v (want it deleted)",
+			left("alice"), left("bob"), vip, gold2)
+	}
+	if entries, err = e.svc.AuditLog(ctx, tn.ID, 100); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, en := range entries[:len(entries)-before] {
+		got = append(got, en.Action+" "+en.Target)
+	}
+	want := []string{`override.delete api override "gold"`, `override.update api override "gold"`,
+		`override.create api override "vip"`, "limit.reset api (all keys)", `limit.reset api key "alice"`}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("audit entries, newest first:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

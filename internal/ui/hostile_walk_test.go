@@ -180,7 +180,7 @@ func (e *env) walkObjects(t *testing.T, tn tenants.Tenant, route string, n int) 
 			t.Fatal(err)
 		}
 		rate := 20.0
-		if _, _, err := e.engine.PutOverride(ctx, tn.ID, api, limiter.Override{Match: "alice", Rate: &rate}); err != nil {
+		if _, _, err := e.engine.PutOverride(ctx, tn.ID, api, limiter.Override{Match: "alice", Rate: &rate}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.engine.Limit(ctx, tn.ID, limiter.Request{Name: api, Key: "alice", Count: 1}); err != nil {
@@ -453,7 +453,7 @@ func (w *hostileWalk) beforeRequest(t *testing.T, ri gin.RouteInfo) {
 		return
 	}
 	for _, name := range []string{"dashboard.login.account_ip", "dashboard.login.ip", "dashboard.login.account"} {
-		if err := w.e.engine.Reset(context.Background(), 0, name, nil); err != nil && !errors.Is(err, limiter.ErrLimitNotFound) {
+		if err := w.e.engine.Reset(context.Background(), 0, name, nil, nil); err != nil && !errors.Is(err, limiter.ErrLimitNotFound) {
 			t.Fatal(err)
 		}
 	}

@@ -281,11 +281,10 @@ func (u *UI) resetKey(c *gin.Context) {
 	}
 	t := tenantOf(c)
 	ctx := c.Request.Context()
-	if err := u.engine.Reset(ctx, t.ID, d.Name, &key); err != nil && !limiter.IsNotFound(err) {
+	if err := u.engine.Reset(ctx, t.ID, d.Name, &key, u.auditReset(c, d.Name, &key)); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
 	}
-	u.auditRequest(c, &t.ID, actor(c), "limit.reset", d.Name+" key "+strconv.Quote(key), "")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=key-reset&key="+url.QueryEscape(key)))
 }
 
@@ -353,11 +352,10 @@ func (u *UI) resetAll(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if err := u.engine.Reset(ctx, t.ID, d.Name, nil); err != nil && !limiter.IsNotFound(err) {
+	if err := u.engine.Reset(ctx, t.ID, d.Name, nil, u.auditReset(c, d.Name, nil)); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
 	}
-	u.auditRequest(c, &t.ID, actor(c), "limit.reset", d.Name+" (all keys)", "")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=all-reset"))
 }
 

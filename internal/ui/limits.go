@@ -506,6 +506,22 @@ func (u *UI) auditDefinition(c *gin.Context, note string) limiter.OnDefinitionCh
 	}
 }
 
+// auditOverride is auditDefinition for an override's change.
+func (u *UI) auditOverride(c *gin.Context) limiter.OnOverrideChange {
+	who := actor(c)
+	return func(tx *gorm.DB, ch limiter.OverrideEdit) error {
+		return u.tenants.AuditTx(tx, &ch.TenantID, who, ch.Action(), ch.Target(), ch.Detail())
+	}
+}
+
+// auditReset is auditDefinition for a reset of key (nil: every key) of name.
+func (u *UI) auditReset(c *gin.Context, name string, key *string) limiter.OnReset {
+	who, tenantID := actor(c), tenantOf(c).ID
+	return func(tx *gorm.DB) error {
+		return u.tenants.AuditTx(tx, &tenantID, who, "limit.reset", limiter.ResetTarget(name, key), "")
+	}
+}
+
 // limitName reads :name; an invalid name cannot exist, so it is a 404.
 func (u *UI) storedLimit(c *gin.Context) (limiter.StoredDefinition, bool) {
 	name := c.Param("name")

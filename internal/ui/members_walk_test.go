@@ -53,7 +53,7 @@ func (e *env) walkTenant(t *testing.T, name string) walkTenant {
 		t.Fatal(err)
 	}
 	rate := 20.0
-	if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "alice", Rate: &rate}); err != nil {
+	if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "alice", Rate: &rate}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.engine.Limit(ctx, tn.ID, limiter.Request{Name: "api", Key: "alice", Count: 1}); err != nil {

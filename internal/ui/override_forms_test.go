@@ -26,7 +26,7 @@ func TestOverrideFormsNeitherReplaceNorRecreate(t *testing.T) {
 			t.Fatal(err)
 		}
 		rate := 1000.0
-		if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "vip", Rate: &rate}); err != nil {
+		if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "vip", Rate: &rate}, nil); err != nil {
 			t.Fatal(err)
 		}
 		// Another admin opens "Add override" and types the same match: the form has no "editing".
@@ -41,7 +41,7 @@ func TestOverrideFormsNeitherReplaceNorRecreate(t *testing.T) {
 		}
 
 		// An edit form opened on "gold", which is deleted before it is saved.
-		if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "gold", Rate: &rate}); err != nil {
+		if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "gold", Rate: &rate}, nil); err != nil {
 			t.Fatal(err)
 		}
 		edit := c.get(tpath(tn, "/limits/api/overrides/edit?match=gold")).doc(t)
@@ -73,7 +73,7 @@ func TestSavingAnOverridesEditFormUnchangedKeepsItsExpiry(t *testing.T) {
 	}
 	rate := 100.0
 	exp := time.Now().Add(time.Hour).Truncate(time.Second).UnixMilli() + 750
-	if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "vip", Rate: &rate, ExpiresAt: &exp}); err != nil {
+	if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: "vip", Rate: &rate, ExpiresAt: &exp}, nil); err != nil {
 		t.Fatal(err)
 	}
 	d := c.get(tpath(tn, "/limits/api/overrides/edit?match=vip")).doc(t)

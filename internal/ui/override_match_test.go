@@ -62,7 +62,7 @@ func TestOverrideWithSpacesInItsMatchIsEditedAndDeletedAsItIs(t *testing.T) {
 	}
 	one := 1.0
 	for _, m := range []string{"vip ", " vip ", "vip"} {
-		if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: m, Rate: &one}); err != nil {
+		if _, _, err := e.engine.PutOverride(ctx, tn.ID, "api", limiter.Override{Match: m, Rate: &one}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

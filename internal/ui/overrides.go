@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -195,7 +194,7 @@ func (u *UI) saveOverride(c *gin.Context) {
 	}
 	t := tenantOf(c)
 	ctx := c.Request.Context()
-	stored, before, err := u.engine.PutOverrideIf(ctx, t.ID, d.Name, o, vm.Editing)
+	_, _, err := u.engine.PutOverrideIf(ctx, t.ID, d.Name, o, vm.Editing, u.auditOverride(c))
 	if errors.Is(err, limiter.ErrOverrideNotFound) {
 		vm.FormErr = "This override was deleted while you edited it: nothing was saved. Add it again if you meant to."
 		u.renderOverrideForm(c, http.StatusConflict, d, vm)
@@ -225,11 +224,6 @@ func (u *UI) saveOverride(c *gin.Context) {
 		u.renderOverrideForm(c, http.StatusUnprocessableEntity, d, vm)
 		return
 	}
-	action := "override.update"
-	if before == nil {
-		action = "override.create"
-	}
-	u.auditRequest(c, &t.ID, actor(c), action, d.Name+" override "+strconv.Quote(o.Match), limiter.OverrideChange(before, stored.Override))
 	redirect(c, limitPath(t.ID, d.Name, "?msg=override-saved#overrides"))
 }
 
@@ -241,7 +235,7 @@ func (u *UI) deleteOverride(c *gin.Context) {
 	t := tenantOf(c)
 	ctx := c.Request.Context()
 	match := c.PostForm("match")
-	err := u.engine.DeleteOverride(ctx, t.ID, d.Name, match)
+	err := u.engine.DeleteOverride(ctx, t.ID, d.Name, match, u.auditOverride(c))
 	switch {
 	case err != nil && apperr.From(err).Code == apperr.NotFound:
 		u.renderLimit(c, http.StatusNotFound, d, "That override no longer exists.")
@@ -250,6 +244,5 @@ func (u *UI) deleteOverride(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	u.auditRequest(c, &t.ID, actor(c), "override.delete", d.Name+" override "+strconv.Quote(match), "")
 	redirect(c, limitPath(t.ID, d.Name, "?msg=override-deleted#overrides"))
 }

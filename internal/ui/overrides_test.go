@@ -117,7 +117,7 @@ func TestOverrideFormsRefuseOtherTenantsAndOtherOrigins(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := e.engine.PutOverride(ctx, b.ID, "api", limiter.Override{Match: "vip", Action: limiter.ActionAllow}); err != nil {
+	if _, _, err := e.engine.PutOverride(ctx, b.ID, "api", limiter.Override{Match: "vip", Action: limiter.ActionAllow}, nil); err != nil {
 		t.Fatal(err)
 	}
 	c := e.login("member@a.example", "member-password-1")

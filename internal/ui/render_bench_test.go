@@ -156,7 +156,7 @@ func (f *renderFixture) seedExtras(tb testing.TB, a *app.App, hookURL string, s 
 			tb.Fatal(err)
 		}
 	}
-	if _, _, err := a.Engine.PutOverride(ctx, f.tenant, f.limit, limiter.Override{Match: f.override, Action: limiter.ActionAllow}); err != nil {
+	if _, _, err := a.Engine.PutOverride(ctx, f.tenant, f.limit, limiter.Override{Match: f.override, Action: limiter.ActionAllow}, nil); err != nil {
 		tb.Fatal(err)
 	}
 	h, err := a.Engine.Hold(ctx, f.tenant, []limiter.HoldLimit{{Name: f.limit, Key: "user:2", Count: 1}}, 3_600_000)
