@@ -226,19 +226,31 @@ func (c *Client) limitBatched(ctx context.Context, name string, d Decision) (Res
 // item's "decisions[i]." prefix (and an unknown limit's without "name"), and the request's ID
 // (an item's problem carries none).
 func unprefixed(e *Error, i int, requestID string) *Error {
-	prefix := fmt.Sprintf("decisions[%d].", i)
-	out := *e
+	out := reprefixed(e, i, "")
 	if out.RequestID == "" {
 		out.RequestID = requestID
 	}
-	out.Field = strings.TrimPrefix(e.Field, prefix)
 	if out.Code == CodeLimitNotFound && out.Field == "name" {
 		out.Field = "" // the single call names its limit in the path, and its 404 no field
 	}
+	return out
+}
+
+// reprefixed is a bulk item's problem with its fields' "decisions[i]." prefix replaced by to.
+func reprefixed(e *Error, i int, to string) *Error {
+	prefix := fmt.Sprintf("decisions[%d].", i)
+	swap := func(field string) string {
+		if rest, ok := strings.CutPrefix(field, prefix); ok {
+			return to + rest
+		}
+		return field
+	}
+	out := *e
+	out.Field = swap(e.Field)
 	if e.Errors != nil {
 		out.Errors = make([]FieldError, len(e.Errors))
 		for k, fe := range e.Errors {
-			out.Errors[k] = FieldError{Field: strings.TrimPrefix(fe.Field, prefix), Detail: fe.Detail}
+			out.Errors[k] = FieldError{Field: swap(fe.Field), Detail: fe.Detail}
 		}
 	}
 	return &out

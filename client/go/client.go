@@ -260,7 +260,9 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 		if r.Error != nil {
 			// An item Sluice could not decide (a 5xx problem of its own) follows the FailPolicy,
 			// as it would alone; fallbackOne returns any other problem as the item's error.
-			out[i].Result, out[i].Err = c.fallbackOne(ctx, items[i], fmt.Errorf("sluice: decision %d (%s): %w", i, items[i].Name, r.Error))
+			// Its fields name it by its place among the items sent; the caller's is i.
+			p := reprefixed(r.Error, k, fmt.Sprintf("decisions[%d].", i))
+			out[i].Result, out[i].Err = c.fallbackOne(ctx, items[i], fmt.Errorf("sluice: decision %d (%s): %w", i, items[i].Name, p))
 			continue
 		}
 		out[i].Result = r.result()

@@ -122,7 +122,22 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		d.Count = &n
 	}
-	res, err := m.client.Limit(r.Context(), m.name, d)
+	// The decision outlives a visitor who hangs up while Sluice decides (bounded by the request's
+	// deadline, if it has one, and the client's timeout): Sluice may have taken a lease for it,
+	// which only its answer names, so the answer is waited for and the lease released at once.
+	ctx := context.WithoutCancel(r.Context())
+	if deadline, ok := r.Context().Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	res, err := m.client.Limit(ctx, m.name, d)
+	if r.Context().Err() != nil { // the visitor is gone: nobody to answer
+		if err == nil && res.LeaseID != "" {
+			m.release(r, res.LeaseID)
+		}
+		return
+	}
 	if err != nil {
 		m.onError(w, r, err)
 		return
@@ -150,9 +165,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 
 // release ends the lease a request's decision took on a concurrency limit. The request's own
 // context may be done by now (its client gone): the release outlives it, bounded by the client's
-// timeout. A failure is logged, not the request's: the lease expires at its TTL.
+// timeout. It is not sent under an Idempotency-Key the request's context carries for its
+// decision (WithIdempotencyKey): that key names the decision, and Sluice refuses it on another
+// request (422). A failure is logged, not the request's: the lease expires at its TTL.
 func (m *middleware) release(r *http.Request, leaseID string) {
-	if err := m.client.ReleaseLease(context.WithoutCancel(r.Context()), leaseID); err != nil {
+	ctx := context.WithValue(context.WithoutCancel(r.Context()), idempotencyKey{}, nil)
+	if err := m.client.ReleaseLease(ctx, leaseID); err != nil {
 		m.log.WarnContext(r.Context(), "sluice: the request's concurrency lease was not released; it ends at its TTL", "limit", m.name, "err", err)
 	}
 }

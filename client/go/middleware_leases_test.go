@@ -1,0 +1,132 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	sluice "github.com/sluice-dev/sluice/client/go"
+)
+
+// heldAnswers is a network that delivers Sluice's answer to a decision only when the test lets
+// it: it tells answered once Sluice has answered, then waits for release (or for its request's
+// context). Other calls (a lease's release) go straight through.
+type heldAnswers struct {
+	answered chan struct{}
+	release  chan struct{}
+}
+
+func (h heldAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || !strings.HasSuffix(r.URL.Path, "/limit") {
+		return resp, err
+	}
+	h.answered <- struct{}{}
+	select {
+	case <-h.release:
+		return resp, nil
+	case <-r.Context().Done():
+		_ = resp.Body.Close()
+		return nil, r.Context().Err()
+	}
+}
+
+// TestTheMiddlewareReleasesTheLeaseOfAVisitorWhoLeftMidDecision: a visitor hangs up after Sluice
+// has taken a concurrency lease for the request but before its answer reached the middleware.
+// The middleware still waits for the answer and releases the lease (it used to drop the answer
+// with the visitor's cancelled context, so each such visitor held a slot for the lease's TTL: two
+// of them locked the key out for a minute), and it does not run the handler for nobody.
+func TestTheMiddlewareReleasesTheLeaseOfAVisitorWhoLeftMidDecision(t *testing.T) {
+	ctx := testCtx(t)
+	admin := newClient(t)
+	name := limitName(t, "conc")
+	if _, err := admin.Put(ctx, name, sluice.Definition{Kind: sluice.Concurrency, Rate: 2, LeaseTTL: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	net := heldAnswers{answered: make(chan struct{}), release: make(chan struct{})}
+	c := sluice.New(baseURL, secretKey, sluice.WithHTTPClient(&http.Client{Transport: net}))
+	handled := 0
+	h := sluice.Middleware(c, name, sluice.WithKeyFunc(sluice.KeyByHeader("X-User")))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		handled++
+		_, _ = w.Write([]byte("ok"))
+	}))
+	for range 2 {
+		visitor, leave := context.WithCancel(ctx)
+		req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(visitor)
+		req.Header.Set("X-User", "alice")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}()
+		<-net.answered // Sluice took the lease
+		leave()
+		select {
+		case net.release <- struct{}{}: // the answer goes on to the middleware
+		case <-done: // the middleware gave up on it with the visitor
+		}
+		<-done
+	}
+	if handled != 0 {
+		t.Errorf("the handler ran %d times for visitors who had left", handled)
+	}
+	r, err := admin.Check(ctx, name, sluice.Decision{Key: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK {
+		t.Fatalf("no request of alice is in flight, yet her concurrency limit refuses for %v: the leases of the visitors who left are held", r.RetryAfter)
+	}
+}
+
+// TestTheMiddlewareReleasesALeaseOutsideTheRequestsIdempotencyKey: a service that makes its
+// decisions idempotent per request of its own (WithIdempotencyKey on the request's context)
+// gets its leases released: the release is not sent under the decision's key, which Sluice
+// refuses on another request (422), leaving the slot held for the lease's TTL.
+func TestTheMiddlewareReleasesALeaseOutsideTheRequestsIdempotencyKey(t *testing.T) {
+	ctx := testCtx(t)
+	c := newClient(t)
+	name := limitName(t, "conc")
+	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	limited := sluice.Middleware(c, name, sluice.WithKeyFunc(sluice.KeyByHeader("X-User")))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	}))
+	for _, order := range []string{"order-1", "order-2", "order-3"} {
+		req := httptest.NewRequest(http.MethodPost, "/", nil).WithContext(sluice.WithIdempotencyKey(ctx, order+"-"+name))
+		req.Header.Set("X-User", "alice")
+		w := httptest.NewRecorder()
+		limited.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Fatalf("%s after the requests before it were answered: %d %s (a lease still held)", order, w.Code, w.Body)
+		}
+	}
+}
+
+// TestABulkItemsErrorNamesItsOwnIndex: items the client refuses before sending are not sent, so
+// Sluice numbers the others among those it got; an item's error names its place among the
+// caller's items, not another's.
+func TestABulkItemsErrorNamesItsOwnIndex(t *testing.T) {
+	ctx := testCtx(t)
+	c := newClient(t)
+	n := limitName(t, "b")
+	putLimit(t, c, n, 3)
+	out, err := c.Bulk(ctx, []sluice.Item{
+		{Name: "bad/name", Decision: sluice.Decision{Key: "a"}},
+		{Name: n, Decision: sluice.Decision{Key: "ip:x"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *sluice.Error
+	if out[0].Err == nil || !errors.As(out[1].Err, &e) {
+		t.Fatalf("items' errors: %v; %v", out[0].Err, out[1].Err)
+	}
+	if e.Field != "decisions[1].key" {
+		t.Fatalf("item 1's error names field %q, want decisions[1].key", e.Field)
+	}
+}
