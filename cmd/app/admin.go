@@ -14,15 +14,11 @@ import (
 // adminCmd runs the tenant, key and user subcommands (tenants.Service.Command) against the
 // configured database.
 func adminCmd(ctx context.Context, cfg config.Config, group string, args []string, stdin io.Reader, stdout io.Writer) error {
-	d, err := app.Open(ctx, cfg, app.NewLogger(cfg, io.Discard), false)
+	d, keys, err := app.OpenWithSecrets(ctx, cfg, app.NewLogger(cfg, io.Discard))
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	keys, err := app.LoadSecrets(ctx, cfg, d, app.NewLogger(cfg, io.Discard))
-	if err != nil {
-		return err
-	}
 	svc, err := app.CommandTenants(cfg, d, keys) // the CLI's keys count against the plan too
 	if err != nil {
 		return err

@@ -100,20 +100,37 @@ type App struct {
 // Open opens the configured database and makes sure its schema is the one this binary knows:
 // SQLite (or MIGRATE=auto, or migrate) migrates, PostgreSQL otherwise requires `app migrate`.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) (*db.DB, error) {
+	d, _, err := open(ctx, cfg, log, migrate, false)
+	return d, err
+}
+
+// OpenWithSecrets is Open for the server and the commands that need the server keys: it loads
+// them (LoadSecrets) before it migrates, so that a start refused for its secret (none on
+// PostgreSQL, or another than an earlier version stored) leaves the schema where the running
+// instances of the release before expect it, instead of making them all not ready.
+func OpenWithSecrets(ctx context.Context, cfg config.Config, log *slog.Logger) (*db.DB, Secrets, error) {
+	return open(ctx, cfg, log, false, true)
+}
+
+func open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate, secrets bool) (*db.DB, Secrets, error) {
 	d, err := db.Open(ctx, cfg.DatabaseURL, db.Options{Logger: log})
 	if err != nil {
-		return nil, err
+		return nil, Secrets{}, err
 	}
-	if migrate || d.Dialect == db.SQLite || cfg.MigrateAuto {
+	var keys Secrets
+	if secrets {
+		keys, err = LoadSecrets(ctx, cfg, d, log)
+	}
+	if err == nil && (migrate || d.Dialect == db.SQLite || cfg.MigrateAuto) {
 		err = d.Migrate(ctx)
-	} else {
+	} else if err == nil {
 		err = d.CheckSchema(ctx)
 	}
 	if err != nil {
 		_ = d.Close()
-		return nil, err
+		return nil, Secrets{}, err
 	}
-	return d, nil
+	return d, keys, nil
 }
 
 // DefaultPlan is the tenants' option of the configured default plan (PLAN_*), for the server and
@@ -159,7 +176,8 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		a.idemSweep = o.IdempotencySweepInterval
 	}
 	a.Log = NewLogger(cfg, o.Stdout)
-	a.DB, err = Open(ctx, cfg, a.Log, false)
+	var keys Secrets
+	a.DB, keys, err = OpenWithSecrets(ctx, cfg, a.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -168,10 +186,6 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 			_ = a.DB.Close()
 		}
 	}()
-	keys, err := LoadSecrets(ctx, cfg, a.DB, a.Log)
-	if err != nil {
-		return nil, err
-	}
 
 	a.Metrics = metrics.New(metrics.Options{DB: a.DB, Version: Version})
 	a.Webhooks, err = newWebhooks(cfg, a.DB, keys, a.Log)

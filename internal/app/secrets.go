@@ -71,13 +71,27 @@ func SecretFile(databaseURL string) string {
 // deleted once SECRET_KEY holds the same value. While the root secret in use is another, it is
 // the only copy of the old one: LoadSecrets refuses (ErrLegacySecretDiffers) unless
 // SLUICE_DISCARD_LEGACY_SECRET says to delete it.
+//
+// It runs before the schema is migrated (OpenWithSecrets), so that a start it refuses leaves a
+// shared database as the running release expects it: a database without the settings table
+// (new) holds no stored secret.
 func LoadSecrets(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger) (Secrets, error) {
 	settings := tenants.NewService(d, nil, nil)
-	legacy, err := settings.Setting(ctx, legacySecretSetting)
-	if err != nil && !errors.Is(err, tenants.ErrNotFound) {
-		return Secrets{}, fmt.Errorf("secret key: %w", err)
+	var legacy string
+	if d.Gorm.WithContext(ctx).Migrator().HasTable("settings") {
+		var err error
+		legacy, err = settings.Setting(ctx, legacySecretSetting)
+		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
+			return Secrets{}, fmt.Errorf("secret key: %w", err)
+		}
 	}
 	root := cfg.SecretKey
+	// Refused before anything is written: a key file written with a SECRET_KEY refused here
+	// would refuse the stored value the refusal tells the operator to set.
+	if legacy != "" && root != "" && legacy != root && !cfg.DiscardLegacySecret {
+		return Secrets{}, ErrLegacySecretDiffers
+	}
+	var err error
 	switch {
 	case root != "" && d.Dialect == db.SQLite:
 		// One root secret for every process on the file: the key file is written with

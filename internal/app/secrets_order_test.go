@@ -1,0 +1,87 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/tenants"
+	"github.com/sluice-dev/sluice/internal/testkit"
+	"github.com/sluice-dev/sluice/migrations"
+)
+
+// TestAStartRefusedForItsSecretDoesNotMigrate: with MIGRATE=auto, a new release started on a
+// shared PostgreSQL without SECRET_KEY is refused, and the database stays at the version of the
+// release still serving. It used to migrate first and refuse after, so every running instance
+// of the release before answered /readyz 503 while the new one did not start either.
+func TestAStartRefusedForItsSecretDoesNotMigrate(t *testing.T) {
+	url := testkit.URL(t, db.Postgres)
+	ctx := context.Background()
+	d, err := db.Open(ctx, url, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	sub, err := fs.Sub(migrations.FS, "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, d.SQL, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 14); err != nil { // an earlier release's schema, its instances serving
+		t.Fatal(err)
+	}
+	cfg := apptest.Config(url)
+	cfg.MigrateAuto = true
+	cfg.SecretKey = ""
+	if _, err := app.New(ctx, cfg, app.Options{Stdout: new(strings.Builder)}); !errors.Is(err, app.ErrSecretKeyRequired) {
+		t.Fatalf("a start without SECRET_KEY: %v, want ErrSecretKeyRequired", err)
+	}
+	if v, err := p.GetDBVersion(ctx); err != nil || v != 14 {
+		t.Fatalf("the refused start moved the schema from 14 to %d (%v): the running release's instances are not ready", v, err)
+	}
+}
+
+// TestARefusedSecretLeavesNoKeyFileBehind: on SQLite, a start refused because SECRET_KEY differs
+// from the root secret an earlier version stored in the database writes no key file, so the
+// fix the refusal names (SECRET_KEY set to the stored value) then works. The refused start used
+// to write its SECRET_KEY into the key file first, which then refused the stored value.
+func TestARefusedSecretLeavesNoKeyFileBehind(t *testing.T) {
+	const stored = "legacy-generated-root-secret-0123456789"
+	url := testkit.URL(t, db.SQLite)
+	ctx := context.Background()
+	d, err := db.Open(ctx, url, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenants.NewService(d, nil, nil).SetSettingIfAbsent(ctx, "secret_key", stored); err != nil {
+		t.Fatal(err)
+	}
+	cfg := apptest.Config(url)
+	cfg.SecretKey = "another-root-secret-0123456789abcdefgh"
+	log := app.NewLogger(cfg, new(strings.Builder))
+	if _, err := app.LoadSecrets(ctx, cfg, d, log); !errors.Is(err, app.ErrLegacySecretDiffers) {
+		t.Fatalf("another SECRET_KEY: %v, want ErrLegacySecretDiffers", err)
+	}
+	if _, err := os.Stat(app.SecretFile(url)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused start left a key file behind (%v)", err)
+	}
+	cfg.SecretKey = stored // what the refusal tells the operator to do
+	if _, err := app.LoadSecrets(ctx, cfg, d, log); err != nil {
+		t.Fatalf("SECRET_KEY set to the stored value, as the refusal says: %v", err)
+	}
+}
