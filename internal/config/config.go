@@ -174,14 +174,10 @@ var options = []Option{
 		}},
 	{Name: "LISTEN_ADDR", Default: defaultListenAddr, Doc: "where the HTTP server listens",
 		parse: func(c *Config, v string) error {
-			_, port, err := net.SplitHostPort(v)
-			if err != nil {
-				return fmt.Errorf("LISTEN_ADDR: %w", err)
-			}
 			// A service name ("localhost:http") listens, but BASE_URL's default is made from
 			// the port, and a URL's port is a number.
-			if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-				return fmt.Errorf("LISTEN_ADDR: the port %q must be a number from 0 to 65535", port)
+			if err := listenAddr("LISTEN_ADDR", v); err != nil {
+				return err
 			}
 			c.ListenAddr = v
 			return nil
@@ -255,8 +251,8 @@ var options = []Option{
 				c.MetricsAddr = ""
 				return nil
 			}
-			if _, _, err := net.SplitHostPort(v); err != nil {
-				return fmt.Errorf("METRICS_ADDR: %w", err)
+			if err := listenAddr("METRICS_ADDR", v); err != nil {
+				return err
 			}
 			c.MetricsAddr = v
 			return nil
@@ -367,8 +363,8 @@ var options = []Option{
 				c.GRPCAddr = ""
 				return nil
 			}
-			if _, _, err := net.SplitHostPort(v); err != nil {
-				return fmt.Errorf("GRPC_ADDR: %w", err)
+			if err := listenAddr("GRPC_ADDR", v); err != nil {
+				return err
 			}
 			c.GRPCAddr = v
 			return nil
@@ -548,6 +544,20 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, fmt.Errorf("config: %w", errors.Join(errs...))
 	}
 	return c, nil
+}
+
+// listenAddr checks the listener address of the variable name: host:port with a numeric port,
+// refused at start with the variable's name rather than when the listener fails to open (after
+// the database was migrated).
+func listenAddr(name, v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%s: the port %q must be a number from 0 to 65535", name, port)
+	}
+	return nil
 }
 
 func defaultBaseURL(listen string) string {

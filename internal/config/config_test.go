@@ -408,3 +408,19 @@ func TestDatabaseURLRefusesAnInMemorySQLite(t *testing.T) {
 		}
 	}
 }
+
+// TestListenersHaveNumericPorts: every listener's address is host:port with a port number, refused
+// at start naming its variable; a port no listener can open (":abc", ":99999") used to pass the
+// configuration and fail only when the server opened it, after migrating the database.
+func TestListenersHaveNumericPorts(t *testing.T) {
+	for _, name := range []string{"LISTEN_ADDR", "METRICS_ADDR", "GRPC_ADDR"} {
+		for _, bad := range []string{":abc", "127.0.0.1:99999", "localhost"} {
+			if _, err := FromEnv(env(map[string]string{name: bad})); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want a refusal naming %s", name, bad, err, name)
+			}
+		}
+		if _, err := FromEnv(env(map[string]string{name: "127.0.0.1:0"})); err != nil {
+			t.Errorf("%s=127.0.0.1:0: %v", name, err)
+		}
+	}
+}
