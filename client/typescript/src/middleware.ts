@@ -9,7 +9,9 @@
  * refusal is a 429 with Retry-After and a problem+json body (or what `handler` writes). When
  * Sluice cannot answer, the client's fail policy decides: 'open' lets the request through
  * (without RateLimit headers), 'closed' answers 503. On a concurrency limit the request's lease
- * is released when its response closes.
+ * is released when its response closes. A visitor who hangs up while Sluice decides (its
+ * response closes first) gets nothing: the decision is awaited, a lease it took is released at
+ * once, and neither the next handlers nor `handler` nor `onError` run.
  */
 import { Sluice, SluiceError, type Result } from "./index.js";
 
@@ -28,7 +30,8 @@ export interface ResponseLike {
   end(body?: string): unknown;
   /**
    * Node's ServerResponse emits "close" once the response is done (sent or abandoned): on a
-   * concurrency limit the middleware releases the request's lease then. A response without it
+   * concurrency limit the middleware releases the request's lease then, and a response closed
+   * before the decision's answer (the visitor hung up) is not passed on. A response without it
    * keeps the lease until its leaseTtl.
    */
   once?(event: "close", listener: () => void): unknown;
@@ -122,24 +125,39 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
       } catch (err) {
         return await onError(new KeyError(`sluice: the request cannot be limited: ${(err as Error)?.message ?? String(err)}`, err), req, res, next);
       }
+      // A concurrency limit counts requests in flight: a request's slot is free once it is
+      // answered (its response closes), not when the lease's TTL runs out. The listener goes on
+      // before deciding: a visitor who hangs up while Sluice decides closes the response first,
+      // and a listener added after the decision would never hear it.
+      let closed = false;
+      let lease: string | undefined;
+      const release = (id: string) => {
+        // Never under an Idempotency-Key: the decision is sent without one, and the release
+        // without any per-call option. A failure only leaves the slot to the lease's TTL.
+        client.releaseLease(id).catch((err: unknown) => log?.(`sluice: a request's concurrency lease on limit ${name} was not released; it ends at its leaseTtl`, err));
+      };
+      res.once?.("close", () => {
+        closed = true;
+        if (lease !== undefined) release(lease);
+      });
       let r: Result;
       try {
         r = await client.limit(name, { ...(k === undefined ? {} : { key: k }), ...(n === undefined ? {} : { count: n }) });
       } catch (err) {
+        if (closed) return; // the visitor is gone: nobody to answer
         return await onError(err, req, res, next);
+      }
+      if (closed) {
+        // The visitor hung up while Sluice decided: a lease taken for it is released at once,
+        // and neither the next handlers nor a refusal's handler run for nobody.
+        if (r.ok && r.leaseId !== undefined) release(r.leaseId);
+        return;
       }
       req.sluice = r;
       if (r.rateLimitPolicy !== undefined) res.setHeader("RateLimit-Policy", r.rateLimitPolicy);
       if (r.rateLimit !== undefined) res.setHeader("RateLimit", r.rateLimit);
       if (r.ok) {
-        if (r.leaseId !== undefined && typeof res.once === "function") {
-          // A concurrency limit counts requests in flight: this one's slot is free once it is
-          // answered, not when the lease's TTL runs out. A failure only leaves it to the TTL.
-          const lease = r.leaseId;
-          res.once("close", () => {
-            client.releaseLease(lease).catch((err: unknown) => log?.(`sluice: a request's concurrency lease on limit ${name} was not released; it ends at its leaseTtl`, err));
-          });
-        }
+        lease = r.leaseId; // released by the listener above when the response closes
         return next();
       }
       if (r.retryAfter !== null && r.retryAfter > 0) res.setHeader("Retry-After", String(Math.ceil(r.retryAfter / 1000)));

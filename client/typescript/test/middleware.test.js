@@ -2,6 +2,7 @@
 // (see server.js), called over HTTP with fetch.
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
+import { connect } from "node:net";
 import { after, before, test } from "node:test";
 
 import express from "express";
@@ -309,4 +310,59 @@ test("a concurrency limit's lease is released once the response is done", async 
     assert.ok(r.json.sluice.leaseId, `request ${i} took a lease: ${JSON.stringify(r.json.sluice)}`);
     await slotFree(`request ${i}`);
   }
+});
+
+test("a visitor who hangs up while Sluice decides frees its concurrency slot at once and is not handled", async () => {
+  const name = `ts.mw.hangup.${++names}`;
+  await client().putLimit(name, { kind: "concurrency", rate: 1, leaseTtl: 3_600_000 });
+  // Explicit hand-offs through the client's fetch: the decision is held until the visitor has
+  // gone (its response closed), and the release's request is recorded.
+  let decisionSent;
+  const decisionInFlight = new Promise((resolve) => (decisionSent = resolve));
+  let letDecide;
+  const decide = new Promise((resolve) => (letDecide = resolve));
+  const releases = [];
+  const f = async (input, init) => {
+    const url = String(input);
+    if (url.endsWith("/limit")) {
+      decisionSent();
+      await decide;
+    }
+    const answer = fetch(input, init);
+    if (url.endsWith("/release")) releases.push({ url, headers: init?.headers ?? {}, answer });
+    return answer;
+  };
+  const mw = rateLimit({ client: client({ fetch: f }), name, key: keyByHeader("X-User") });
+  let handled = 0;
+  let responseClosed;
+  const closedEvent = new Promise((resolve) => (responseClosed = resolve));
+  let middlewareDone;
+  const done = new Promise((resolve) => (middlewareDone = resolve));
+  const url = await serve((req, res) => {
+    res.once("close", responseClosed);
+    mw(req, res, () => {
+      handled++;
+      res.end("handled");
+    }).then(middlewareDone, middlewareDone);
+  });
+  const { port } = new URL(url);
+  const visitor = connect(Number(port), "127.0.0.1");
+  visitor.on("error", () => {}); // its own hang-up
+  visitor.write("GET / HTTP/1.1\r\nHost: x\r\nX-User: alice\r\n\r\n");
+  await decisionInFlight;
+  visitor.destroy(); // the visitor hangs up while Sluice decides
+  await closedEvent; // the server saw it: the response closed before the decision's answer
+  letDecide();
+  await done;
+
+  assert.equal(releases.length, 1, `the lease the decision took was not released when the middleware returned (releases sent: ${releases.length})`);
+  assert.equal(handled, 0, "the next handler ran for a visitor who had hung up");
+  assert.equal(releases[0].headers["Idempotency-Key"], undefined, "the release carries no Idempotency-Key");
+  const released = await releases[0].answer;
+  assert.equal(released.status, 204, `the release was answered ${released.status}`);
+  const v = await client().value(name, "alice");
+  assert.equal(v.value, 1, `alice's slot is still taken after the release (value ${v.value})`);
+  const next = await client().limit(name, { key: "alice" });
+  assert.ok(next.ok, `alice's next request is refused: ${JSON.stringify(next)}`);
+  await client().releaseLease(next.leaseId);
 });
