@@ -154,6 +154,11 @@ export class SluiceError extends Error {
    */
   readonly retryAfter: number | null;
   readonly requestId: string | undefined;
+  /**
+   * True when Sluice did not answer and the fail policy's refusal was thrown for a call with
+   * `throws: true` (its cause is why Sluice did not answer); absent otherwise.
+   */
+  declare readonly degraded?: true;
 
   constructor(status: number, p: Problem, route: string) {
     const code = p.code ?? "";
@@ -578,8 +583,11 @@ export class Sluice {
       a = await this.#call("POST", limitPath(name) + verb, body, retry, opts, verb === "/limit");
     } catch (err) {
       this.#mustFallBack(err, opts);
-      const { throws: _, ...decision } = d;
-      return this.#fallBack({ ...decision, name }, err);
+      const { throws, ...decision } = d;
+      const r = await this.#fallBack({ ...decision, name }, err);
+      // throws: true asks for a refusal thrown, whoever refused: the fallback's too.
+      if (throws && !r.ok) throw degradedRefusal(r, `POST ${limitPath(name)}${verb}`, err);
+      return r;
     }
     return withHeaders(result(a.data as OkJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post">), a.headers);
   }
@@ -601,6 +609,11 @@ export class Sluice {
       const ok = results.every((r) => r.ok);
       // A refused batch waits for its refusals, an admitted one for its reservations.
       const waits = results.filter((r) => r.ok === ok && r.retryAfter !== null).map((r) => r.retryAfter as number);
+      if (opts?.throws && !ok) {
+        // As Sluice's own: the refusal of the longest wait (the first of equals) is thrown.
+        const worst = results.reduce((w, r) => (!r.ok && (w.ok || (r.retryAfter ?? -1) > (w.retryAfter ?? -1)) ? r : w));
+        throw degradedRefusal(worst, `POST ${path}`, err);
+      }
       return { ok, retryAfter: waits.length ? Math.max(...waits) : null, results, degraded: true };
     }
     const w = a.data as OkJSON<"/v1/limit" | "/v1/check", "post">;
@@ -904,6 +917,27 @@ function result(w: WireDecision): Result {
     r.expiresAt = w.expiresAt;
   }
   return r;
+}
+
+/**
+ * The SluiceError a refusal of the fail policy is thrown as for `throws: true` (route: the call):
+ * the 429 rate_limited problem Sluice answers a refusal with, marked degraded, caused by err
+ * (why Sluice did not answer).
+ */
+function degradedRefusal(r: Result, route: string, err: unknown): SluiceError {
+  const p: Problem = {
+    type: "about:blank",
+    title: "Rate limited",
+    status: 429,
+    code: "rate_limited",
+    detail: `limit ${JSON.stringify(r.name)} refused the request (the fail policy decided: Sluice did not answer)`,
+    name: r.name,
+    ...(r.retryAfter === null ? {} : { retryAfter: r.retryAfter }),
+  };
+  const e = new SluiceError(429, p, route);
+  Object.defineProperty(e, "degraded", { value: true, enumerable: true });
+  e.cause = err;
+  return e;
 }
 
 function withHeaders<T extends { rateLimitPolicy?: string; rateLimit?: string; replayed?: boolean }>(r: T, h: Headers): T {

@@ -529,6 +529,44 @@ test("a fallback function decides, and its error is the call's", async () => {
   assert.equal(bulk[1].error?.message, "no fallback for bad");
 });
 
+test("throws: true throws a fallback's refusal as Sluice's own 429, marked degraded", async () => {
+  const { c } = await unreachable({
+    retries: 0,
+    failPolicy: (name, d) => ({ ok: d.key === "friend", retryAfter: d.key === "slow" ? 9_000 : 5_000 }),
+  });
+  const refusal = async (what, call, name, retryAfter) => {
+    let err;
+    const r = await call().catch((e) => void (err = e));
+    assert.ok(err !== undefined, `${what}: the fallback refused, yet throws: true resolved with ${JSON.stringify(r)}`);
+    assert.ok(err instanceof SluiceError, `${what}: threw ${err}, not a SluiceError`);
+    assert.equal(err.status, 429, what);
+    assert.equal(err.code, "rate_limited", what);
+    assert.equal(err.retryAfter, retryAfter, what);
+    assert.equal(err.limitName, name, what);
+    assert.equal(err.degraded, true, what);
+    assert.ok(err.cause instanceof NoAnswerError, `${what}: the cause is ${err.cause}`);
+  };
+  await refusal("limit", () => c.limit("x", { key: "k", throws: true }), "x", 5_000);
+  await refusal("check", () => c.check("x", { key: "k", throws: true }), "x", 5_000);
+  const items = [
+    { name: "a", key: "friend" },
+    { name: "b", key: "k" },
+    { name: "c", key: "slow" },
+  ];
+  // As Sluice does, the batch throws the refusal of the longest wait.
+  await refusal("batch", () => c.batch(items, { throws: true }), "c", 9_000);
+  await refusal("checkBatch", () => c.checkBatch(items, { throws: true }), "c", 9_000);
+  // What the fallback admits is returned, and without throws a refusal is a result.
+  const admitted = await c.limit("x", { key: "friend", throws: true });
+  assert.ok(admitted.ok && admitted.degraded, JSON.stringify(admitted));
+  const batch = await c.batch([items[0]], { throws: true });
+  assert.ok(batch.ok && batch.degraded, JSON.stringify(batch));
+  const refused = await c.limit("x", { key: "k" });
+  assert.ok(!refused.ok && refused.degraded, JSON.stringify(refused));
+  // A SluiceError Sluice answered is not degraded.
+  assert.equal(new SluiceError(429, { code: "rate_limited" }, "x").degraded, undefined);
+});
+
 test("the timeout counts as Sluice not answering", async (t) => {
   // A listener that accepts connections and never answers.
   const sockets = new Set();
