@@ -378,7 +378,9 @@ export class Sluice {
             if (a.headers.get("Idempotent-Replayed") === "true") decided.replayed = true;
             return decided;
           }
-          const err = new SluiceError(r.error.status ?? 0, r.error, `decision ${sent[j]?.i} (${decisions[j]?.name})`);
+          // Sluice counts only the items sent: its fields name the caller's index instead.
+          const i = sent[j]?.i ?? j;
+          const err = new SluiceError(r.error.status ?? 0, reindexed(r.error, j, i), `decision ${i} (${decisions[j]?.name})`);
           // An item Sluice could not decide (a 5xx problem of its own) follows the fail policy, as it would alone.
           if (!this.#fallback || !cannotAnswer(err, opts)) return { error: err };
           return this.#fallBack(decisions[j] as Item, err).then(
@@ -917,6 +919,20 @@ function result(w: WireDecision): Result {
     r.expiresAt = w.expiresAt;
   }
   return r;
+}
+
+/**
+ * A bulk item's problem with the "decisions[j]." prefix of its field and of its errors' fields
+ * (j: its index among the items sent) naming the caller's index i instead.
+ */
+function reindexed(p: Problem, j: number, i: number): Problem {
+  if (i === j) return p;
+  const from = `decisions[${j}].`;
+  const swap = (field: string) => (field.startsWith(from) ? `decisions[${i}].${field.slice(from.length)}` : field);
+  const out: Problem = { ...p };
+  if (typeof p.field === "string") out.field = swap(p.field);
+  if (Array.isArray(p.errors)) out.errors = p.errors.map((e) => (typeof e?.field === "string" ? { ...e, field: swap(e.field) } : e));
+  return out;
 }
 
 /**

@@ -261,6 +261,47 @@ test("bulk decides each item and reports an invalid item's own error", async () 
   assert.ok(res[6].error instanceof TypeError && /decision 6 .*rate is Infinity/.test(res[6].error.message), `${res[6].error}`);
 });
 
+test("a bulk item's error names the caller's index, though the items refused before sending were left out", async () => {
+  const c = client();
+  const name = limitName("bulkfield");
+  await putBucket(c, name, 5);
+  // Items 0 and 2 are refused by the client and not sent: Sluice sees item 3 as its decisions[1].
+  const res = await c.bulk([{ name: "no spaces" }, { name, key: "a" }, { name, count: -1 }, { name, key: "b", ip: "192.0.2.1" }]);
+  assert.ok(res[0].error instanceof TypeError && res[2].error instanceof TypeError, JSON.stringify(res));
+  assert.ok(res[1].ok, JSON.stringify(res[1]));
+  assert.ok(res[3].error instanceof SluiceError, `item 3: ${JSON.stringify(res[3])}`);
+  assert.equal(res[3].error.field, "decisions[3].ip", "item 3's field");
+  assert.match(res[3].error.message, /^sluice: decision 3 \(.*\(field decisions\[3\]\.ip\)$/);
+
+  // Every field of errors[] too (a fake answer: the real Sluice names one field per item), and
+  // only its own prefix.
+  const answer = {
+    results: [
+      {
+        error: {
+          type: "about:blank", title: "Bad Request", status: 400, code: "invalid_request", detail: "no",
+          field: "decisions[0].key",
+          errors: [
+            { field: "decisions[0].key", detail: "too long" },
+            { field: "decisions[0].attributes.org", detail: "not text" },
+            { field: "decisions[10].key", detail: "another item's" },
+            { field: "limits", detail: "not an item's" },
+          ],
+        },
+      },
+    ],
+  };
+  const fake = async () => new Response(JSON.stringify(answer), { status: 200, headers: { "Content-Type": "application/json" } });
+  const [, faked] = await new Sluice({ baseUrl: "http://sluice.invalid", secretKey: "sk", fetch: fake }).bulk([{ name: "" }, { name: "x", key: "k" }]);
+  assert.ok(faked.error instanceof SluiceError, JSON.stringify(faked));
+  assert.equal(faked.error.field, "decisions[1].key");
+  assert.deepEqual(
+    faked.error.errors.map((e) => e.field),
+    ["decisions[1].key", "decisions[1].attributes.org", "decisions[10].key", "limits"],
+    "the fields of errors[]",
+  );
+});
+
 test("reset forgets the global key, one key, or all keys", async () => {
   const c = client();
   const name = limitName("reset");
