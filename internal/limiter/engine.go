@@ -605,31 +605,6 @@ func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, s
 	return out, nil
 }
 
-// serializableBesideDecisions is Serializable for a change of several statements that reads
-// and then writes or deletes limit_state rows other instances' decisions may be writing: a
-// reset, a definition stored, changed or deleted, a hold's close. On PostgreSQL a busy key's row
-// is rewritten by some decision between such a transaction's snapshot and its write nearly every
-// time, so each attempt failed to serialize and a key under steady load could starve the change
-// until the retry budget answered 503 (a decision is one statement, which cannot be starved so).
-// After lockStateAfter failed attempts, an attempt therefore first takes the writers' lock on
-// limit_state: its snapshot comes after the lock, so no decision can write in between and the
-// attempt cannot lose that race again. Decisions of every tenant wait for that one short
-// transaction (and, should an autovacuum of limit_state hold the table, for PostgreSQL to cancel
-// it: deadlock_timeout, 1 s by default), so the lock waits for two plain attempts to lose first:
-// a change on a key that is merely busy gets through without it.
-func (e *Engine) serializableBesideDecisions(ctx context.Context, fn func(tx *gorm.DB) error) error {
-	attempt := 0
-	return e.db.Serializable(ctx, func(tx *gorm.DB) error {
-		attempt++
-		if attempt > lockStateAfter && e.db.Dialect == db.Postgres {
-			if err := tx.Exec(sqlLockStateWriters).Error; err != nil {
-				return err
-			}
-		}
-		return fn(tx)
-	})
-}
-
 // andThen is then(tx) once err, a change's own, is nil.
 func andThen(tx *gorm.DB, err error, then OnReset) error {
 	if err != nil || then == nil {
@@ -637,9 +612,6 @@ func andThen(tx *gorm.DB, err error, then OnReset) error {
 	}
 	return then(tx)
 }
-
-// lockStateAfter is how many attempts of serializableBesideDecisions go without the lock.
-const lockStateAfter = 2
 
 // Reset deletes the state of one key (every shard; "" is the limit's global key) whether or not
 // any exists, or of every key of name when key is nil; the latter returns ErrLimitNotFound when
@@ -652,7 +624,7 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 	if key != nil && *key != "" && !ValidKey(*key) {
 		return invalidRequest("key", KeyRule)
 	}
-	err := e.serializableBesideDecisions(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
 		if key != nil {
 			// One key (or the global one): idempotent, whether or not the name has a stored
 			// definition or any state. Inline-config limits have neither until used.

@@ -208,7 +208,7 @@ func (e *Engine) runCloses(ctx context.Context, jobs []*job) []*job {
 	if slices.ContainsFunc(closes, func(j *job) bool { return !j.sweep }) {
 		purpose = db.PurposeDecision
 	}
-	err := e.serializableBesideDecisions(db.WithPurpose(ctx, purpose), func(tx *gorm.DB) error {
+	err := e.db.Serializable(db.WithPurpose(ctx, purpose), func(tx *gorm.DB) error {
 		for _, j := range closes { // this attempt's only: an earlier one rolled back
 			j.overage, j.extras = nil, nil
 		}

@@ -50,9 +50,6 @@ const (
 	sqlDeleteNameState   = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ?"
 	sqlDeleteKeyState    = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ? AND key = ?"
 	sqlCountNameState    = "SELECT COUNT(*) FROM limit_state WHERE tenant_id = ? AND name = ?"
-	// sqlLockStateWriters makes every writer of limit_state wait (SHARE ROW EXCLUSIVE conflicts
-	// with ROW EXCLUSIVE and with itself) while readers go on: serializableBesideDecisions.
-	sqlLockStateWriters = "LOCK TABLE limit_state IN SHARE ROW EXCLUSIVE MODE"
 	// The newest rows first: a top-N sort of the limit's rows (a key's first row is its newest),
 	// cheaper than grouping every key first. No index on ts serves it: one slowed every decision
 	// write far more than it sped this up (docs/performance.md).

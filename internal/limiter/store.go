@@ -127,7 +127,7 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	}
 	var out StoredDefinition
 	var created bool
-	err = e.serializableBesideDecisions(ctx, func(tx *gorm.DB) error {
+	err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		now := e.wallClock().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
 		old, found, err := loadDefinition(tx, tenantID, name)
 		if err != nil {
@@ -316,7 +316,7 @@ func (e *Engine) ListDefinitions(ctx context.Context, tenantID int64) ([]StoredD
 // DeleteDefinition removes a definition with its overrides and all of its state, or returns
 // ErrLimitNotFound. then, when not nil, is called in the same transaction once it is removed.
 func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string, then OnDefinitionChange) error {
-	err := e.serializableBesideDecisions(ctx, func(tx *gorm.DB) error {
+	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		old, found, err := loadDefinition(tx, tenantID, name)
 		if err != nil {
 			return err
