@@ -104,10 +104,11 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool
 	return d, err
 }
 
-// OpenWithSecrets is Open for the server and the commands that need the server keys: it loads
-// them (LoadSecrets) before it migrates, so that a start refused for its secret (none on
-// PostgreSQL, or another than an earlier version stored) leaves the schema where the running
-// instances of the release before expect it, instead of making them all not ready.
+// OpenWithSecrets is Open for the server and the commands that need the server keys
+// (LoadSecrets): it reads them before it migrates, so that a start refused for its secret (none
+// on PostgreSQL, or another than an earlier version stored) leaves the schema where the running
+// instances of the release before expect it, instead of making them all not ready; and it
+// deletes an earlier version's stored copy only once the schema is right.
 func OpenWithSecrets(ctx context.Context, cfg config.Config, log *slog.Logger) (*db.DB, Secrets, error) {
 	return open(ctx, cfg, log, false, true)
 }
@@ -118,13 +119,17 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate, sec
 		return nil, Secrets{}, err
 	}
 	var keys Secrets
+	var legacy string
 	if secrets {
-		keys, err = LoadSecrets(ctx, cfg, d, log)
+		keys, legacy, err = readSecrets(ctx, cfg, d)
 	}
 	if err == nil && (migrate || d.Dialect == db.SQLite || cfg.MigrateAuto) {
 		err = d.Migrate(ctx)
 	} else if err == nil {
 		err = d.CheckSchema(ctx)
+	}
+	if err == nil {
+		err = dropLegacySecret(ctx, d, log, keys, legacy)
 	}
 	if err != nil {
 		_ = d.Close()

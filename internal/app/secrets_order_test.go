@@ -85,3 +85,53 @@ func TestARefusedSecretLeavesNoKeyFileBehind(t *testing.T) {
 		t.Fatalf("SECRET_KEY set to the stored value, as the refusal says: %v", err)
 	}
 }
+
+// TestAStartRefusedForItsSchemaKeepsTheStoredSecret: a release started with SECRET_KEY set to the
+// root secret an earlier version stored, on a shared PostgreSQL it may not migrate (no
+// MIGRATE=auto), is refused for its schema, and deletes nothing: the instances of that earlier
+// release, still serving, read the stored row. (Reading the secret before the schema check
+// deleted it.)
+func TestAStartRefusedForItsSchemaKeepsTheStoredSecret(t *testing.T) {
+	const stored = "legacy-generated-root-secret-0123456789"
+	url := testkit.URL(t, db.Postgres)
+	ctx := context.Background()
+	d, err := db.Open(ctx, url, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	sub, err := fs.Sub(migrations.FS, "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, d.SQL, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	settings := tenants.NewService(d, nil, nil)
+	if _, err := settings.SetSettingIfAbsent(ctx, "secret_key", stored); err != nil {
+		t.Fatal(err)
+	}
+	cfg := apptest.Config(url)
+	cfg.MigrateAuto = false
+	cfg.SecretKey = stored
+	if _, err := app.New(ctx, cfg, app.Options{Stdout: new(strings.Builder)}); !errors.Is(err, db.ErrSchemaNotCurrent) {
+		t.Fatalf("a start on an older schema without MIGRATE=auto: %v, want ErrSchemaNotCurrent", err)
+	}
+	if v, err := settings.Setting(ctx, "secret_key"); err != nil || v != stored {
+		t.Fatalf("the start refused for its schema deleted the stored secret the running release reads (%q, %v)", v, err)
+	}
+	// Migrated, the same start deletes it, as before.
+	cfg.MigrateAuto = true
+	a, err := app.New(ctx, cfg, app.Options{Stdout: new(strings.Builder)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.DB.Close() }() // built, never run: its database is all it holds open
+	if _, err := settings.Setting(ctx, "secret_key"); !errors.Is(err, tenants.ErrNotFound) {
+		t.Fatalf("after a start on the migrated schema, the stored secret: %v, want it deleted", err)
+	}
+}
