@@ -122,17 +122,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		d.Count = &n
 	}
-	// The decision outlives a visitor who hangs up while Sluice decides (bounded by the request's
-	// deadline, if it has one, and the client's timeout): Sluice may have taken a lease for it,
-	// which only its answer names, so the answer is waited for and the lease released at once.
-	ctx := context.WithoutCancel(r.Context())
-	if deadline, ok := r.Context().Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	ctx, cancel := m.decisionContext(r.Context())
+	defer cancel()
 	res, err := m.client.Limit(ctx, m.name, d)
-	if r.Context().Err() != nil { // the visitor is gone: nobody to answer
+	if errors.Is(r.Context().Err(), context.Canceled) { // the visitor is gone: nobody to answer
 		if err == nil && res.LeaseID != "" {
 			m.release(r, res.LeaseID)
 		}
@@ -161,6 +154,22 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		defer m.release(r, res.LeaseID)
 	}
 	next.ServeHTTP(w, r)
+}
+
+// decisionContext is the context of the decision on the request whose context is req. With a
+// client timeout (the default), the decision outlives a visitor who hangs up while Sluice
+// decides, within that timeout and the request's deadline: Sluice may have taken a lease for it,
+// which only its answer names, so the answer is waited for and the lease released at once.
+// Without one (WithTimeout(0): no bound beyond the context's), it is the request's own.
+func (m *middleware) decisionContext(req context.Context) (context.Context, context.CancelFunc) {
+	if m.client.timeout <= 0 {
+		return req, func() {}
+	}
+	deadline, ok := req.Deadline()
+	if !ok {
+		return context.WithoutCancel(req), func() {}
+	}
+	return context.WithDeadline(context.WithoutCancel(req), deadline)
 }
 
 // release ends the lease a request's decision took on a concurrency limit. The request's own

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	sluice "github.com/sluice-dev/sluice/client/go"
 )
@@ -128,5 +129,63 @@ func TestABulkItemsErrorNamesItsOwnIndex(t *testing.T) {
 	}
 	if e.Field != "decisions[1].key" {
 		t.Fatalf("item 1's error names field %q, want decisions[1].key", e.Field)
+	}
+}
+
+// hungSluice is a network on which Sluice never answers: it tells asked when a call is sent, and
+// the call ends only with its context.
+type hungSluice struct{ asked chan struct{} }
+
+func (h hungSluice) RoundTrip(r *http.Request) (*http.Response, error) {
+	select {
+	case h.asked <- struct{}{}:
+	default:
+	}
+	<-r.Context().Done()
+	return nil, r.Context().Err()
+}
+
+// TestADeadlinePassedMidDecisionIsAnswered: a request whose own deadline passes while Sluice
+// decides still has its visitor, who gets the error handler's answer (503 by default), whichever
+// of the request's deadline and the decision's copy of it fires first. (The middleware took a
+// passed deadline for a visitor gone, about half the time, and wrote nothing: an empty 200.)
+func TestADeadlinePassedMidDecisionIsAnswered(t *testing.T) {
+	c := sluice.New(baseURL, secretKey, sluice.WithHTTPClient(&http.Client{Transport: hungSluice{asked: make(chan struct{}, 1)}}))
+	h := sluice.Middleware(c, "api")(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("the handler ran for a request Sluice never decided")
+	}))
+	for range 20 { // the two timers race: each order, many times
+		ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Millisecond)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+		cancel()
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("the request's deadline passed while Sluice decided: answered %d %q, want the fail-closed 503", w.Code, w.Body)
+		}
+	}
+}
+
+// TestWithoutATimeoutADecisionEndsWithItsVisitor: WithTimeout(0) bounds a call by its context
+// alone, so the middleware's decision ends when its visitor hangs up (no lease can be released
+// for an answer never read), instead of waiting on a Sluice that does not answer.
+func TestWithoutATimeoutADecisionEndsWithItsVisitor(t *testing.T) {
+	net := hungSluice{asked: make(chan struct{}, 1)}
+	c := sluice.New(baseURL, secretKey, sluice.WithTimeout(0), sluice.WithHTTPClient(&http.Client{Transport: net}))
+	h := sluice.Middleware(c, "api")(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("the handler ran for a visitor who left")
+	}))
+	visitor, leave := context.WithCancel(context.Background()) // no deadline: the visitor's leaving is all that can end it
+	defer leave()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil).WithContext(visitor))
+	}()
+	<-net.asked
+	leave()
+	select {
+	case <-done:
+	case <-testCtx(t).Done():
+		t.Fatal("waited for the middleware to give up the decision of a visitor who left, with no client timeout")
 	}
 }
