@@ -125,10 +125,17 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	ctx, cancel := m.decisionContext(r.Context())
 	defer cancel()
 	res, err := m.client.Limit(ctx, m.name, d)
-	if errors.Is(r.Context().Err(), context.Canceled) { // the visitor is gone: nobody to answer
-		if err == nil && res.LeaseID != "" {
-			m.release(r, res.LeaseID)
+	if cause := r.Context().Err(); errors.Is(cause, context.Canceled) {
+		// The request ended while Sluice decided: its visitor hung up, or the server is shutting
+		// down with the visitor still there. A lease the decision took is released at once, the
+		// handler does not run, and the error handler answers (unread if the visitor left).
+		if err == nil {
+			if res.LeaseID != "" {
+				m.release(r, res.LeaseID)
+			}
+			err = fmt.Errorf("sluice: the request ended while Sluice decided: %w", cause)
 		}
+		m.onError(w, r, err)
 		return
 	}
 	if err != nil {

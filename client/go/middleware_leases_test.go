@@ -3,6 +3,8 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"io"
+	stdnet "net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -187,5 +189,40 @@ func TestWithoutATimeoutADecisionEndsWithItsVisitor(t *testing.T) {
 	case <-done:
 	case <-testCtx(t).Done():
 		t.Fatal("waited for the middleware to give up the decision of a visitor who left, with no client timeout")
+	}
+}
+
+// TestARequestCancelledWithItsVisitorStillThereIsAnswered: a request context cancelled while
+// Sluice decides is not always a visitor gone; a server shutting down (its BaseContext cancelled)
+// cancels every request while their visitors wait for an answer. They get the error handler's
+// answer (503), not an empty 200 with neither the handler nor the error handler run.
+func TestARequestCancelledWithItsVisitorStillThereIsAnswered(t *testing.T) {
+	net := hungSluice{asked: make(chan struct{}, 1)}
+	c := sluice.New(baseURL, secretKey, sluice.WithTimeout(300*time.Millisecond), sluice.WithHTTPClient(&http.Client{Transport: net}))
+	h := sluice.Middleware(c, "api")(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("the handler ran for a request Sluice never decided")
+	}))
+	base, shutDown := context.WithCancel(context.Background())
+	defer shutDown()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.BaseContext = func(stdnet.Listener) context.Context { return base }
+	srv.Start()
+	defer srv.Close()
+	go func() {
+		<-net.asked
+		shutDown()
+	}()
+	req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a request cancelled by the server's shutdown while Sluice decided: %d %q, want the fail-closed 503", resp.StatusCode, body)
 	}
 }
