@@ -91,7 +91,7 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 	case it.Key != nil && it.Session != nil:
 		return req, badRequest(field+"session", `give "key" or "session", not both`)
 	case it.Key != nil && it.IP != nil:
-		return req, badRequest(field+"ip", `"ip" goes with "session" (the address of its IP fallback) or alone (the address is the key), not with "key"`)
+		return req, badRequest(field+"ip", `"ip" goes with "session" (the address of its IP fallback) or alone (the address decides under a key of its own), not with "key"`)
 	case it.Key != nil:
 		k := *it.Key
 		if !limiter.ValidKey(k) {

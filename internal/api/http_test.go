@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"net/http"
@@ -669,6 +671,47 @@ func TestResetAsTheContractSays(t *testing.T) {
 		// Explicit values that reset nothing are still mistakes.
 		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/x/reset", a.key, `{"key":null}`), http.StatusBadRequest, api.CodeInvalidRequest)
 		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/x/reset", a.key, `{"allKeys":false}`), http.StatusBadRequest, api.CodeInvalidRequest)
+	})
+}
+
+// TestAVisitorsAddressKeyIsTheDocumentedHash: a decision on an address alone answers the key the
+// README says how to compute (ip: and the first 16 bytes of SHA-256("address " + prefix), the
+// /64 of an IPv6 address), and an operator who computes it reaches that visitor: a reset frees
+// it, a deny override on it refuses that address and no other. (The documents said the address
+// itself was the key, so a reset or an override given the address reached nobody.)
+func TestAVisitorsAddressKeyIsTheDocumentedHash(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "ipl", map[string]any{"kind": "fixed window", "rate": 1, "period": 86_400_000})
+		keyOf := func(prefix string) string {
+			sum := sha256.Sum256([]byte("address " + prefix))
+			return "ip:" + hex.EncodeToString(sum[:16])
+		}
+		decide := func(ip string) map[string]any {
+			t.Helper()
+			return requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/ipl/limit", a.key, map[string]any{"ip": ip}), http.StatusOK)
+		}
+		for ip, prefix := range map[string]string{"203.0.113.7": "203.0.113.7/32", "2001:db8:1:2::1": "2001:db8:1:2::/64"} {
+			if d := decide(ip); d["ok"] != true || d["key"] != keyOf(prefix) {
+				t.Fatalf("%s: %v, want admitted under %s", ip, d, keyOf(prefix))
+			}
+			if d := decide(ip); d["ok"] != false {
+				t.Fatalf("%s again: %v, want refused", ip, d)
+			}
+			if r := h.send(t, http.MethodPost, "/v1/limits/ipl/reset", a.key, map[string]any{"key": keyOf(prefix)}); r.status != http.StatusNoContent {
+				t.Fatalf("reset of %s's key: %v", ip, r)
+			}
+			if d := decide(ip); d["ok"] != true {
+				t.Fatalf("%s after a reset of its computed key: %v, want admitted", ip, d)
+			}
+		}
+		requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/ipl/overrides", a.key, map[string]any{"match": keyOf("203.0.113.8/32"), "action": "deny"}), http.StatusOK)
+		if d := decide("203.0.113.8"); d["ok"] != false || d["override"] != keyOf("203.0.113.8/32") {
+			t.Fatalf("203.0.113.8 under a deny override of its computed key: %v", d)
+		}
+		if d := decide("203.0.113.9"); d["ok"] != true {
+			t.Fatalf("another address under that override: %v", d)
+		}
 	})
 }
 

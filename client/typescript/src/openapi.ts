@@ -645,7 +645,7 @@ export interface components {
             key?: string;
             /** @description an anonymous session authorized through the captcha; instead of key */
             session?: string;
-            /** @description the visitor's IPv4 or IPv6 address, for a backend deciding on its visitors' behalf: alone it is the key (the address; an IPv6 address's /64); with "session" it is the address of the IP fallback. Not with "key". */
+            /** @description the visitor's IPv4 or IPv6 address, for a backend deciding on its visitors' behalf: alone it decides under a key of its own, which the answer names: "ip:" and a hash of the address (an IPv6 address's /64; README: how to compute it for an override or a reset); with "session" it is the address of the IP fallback. Not with "key". */
             ip?: string;
             /** @default 1 */
             count?: number;
@@ -667,7 +667,7 @@ export interface components {
             /** @description At most 256 bytes of UTF-8: maxLength counts characters and the server counts bytes, so 200 two-byte characters are refused. */
             key?: string;
             session?: string;
-            /** @description the visitor's IPv4 or IPv6 address, for a backend deciding on its visitors' behalf: alone it is the key (the address; an IPv6 address's /64); with "session" it is the address of the IP fallback. Not with "key". */
+            /** @description the visitor's IPv4 or IPv6 address, for a backend deciding on its visitors' behalf: alone it decides under a key of its own, which the answer names: "ip:" and a hash of the address (an IPv6 address's /64; README: how to compute it for an override or a reset); with "session" it is the address of the IP fallback. Not with "key". */
             ip?: string;
             /** @default 1 */
             count?: number;
