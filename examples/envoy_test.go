@@ -79,6 +79,9 @@ type rateLimitSetup struct {
 	descriptors [][]string
 	// actions are the routes' rate limit actions, in that order.
 	actions []*routev3.RateLimit_Action
+	// trustsForwardedFor names the listeners whose HTTP connection manager takes the client's
+	// address from X-Forwarded-For (use_remote_address unset), which the client writes.
+	trustsForwardedFor []string
 }
 
 // descriptorKey is the key Envoy gives the descriptor entry of a rate limit action.
@@ -124,6 +127,9 @@ func inspect(b *bootstrapv3.Bootstrap) (*rateLimitSetup, error) {
 					default:
 						return nil, fmt.Errorf("an HTTP filter this test does not know: %s", hf.GetName())
 					}
+				}
+				if !hcm.GetUseRemoteAddress().GetValue() && hcm.GetXffNumTrustedHops() == 0 && len(hcm.GetOriginalIpDetectionExtensions()) == 0 {
+					s.trustsForwardedFor = append(s.trustsForwardedFor, l.GetName())
 				}
 				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
 					for _, r := range vh.GetRoutes() {
@@ -207,6 +213,12 @@ func checkAsDocumented(t *testing.T, s *rateLimitSetup) {
 	// Sluice uses the address Envoy sends as it is: the mask is what groups an IPv6 client by
 	// its /64, as the JSON API's ip does.
 	for _, a := range s.actions {
+		if (a.GetRemoteAddress() != nil || a.GetMaskedRemoteAddress() != nil) && len(s.trustsForwardedFor) > 0 {
+			// Without use_remote_address, Envoy takes the client's address from the last
+			// X-Forwarded-For entry, which the client writes: a new one each request, a new key.
+			t.Errorf("listeners %v limit by the client's address but take it from X-Forwarded-For: set use_remote_address: true (an edge proxy), or xff_num_trusted_hops behind trusted ones", s.trustsForwardedFor)
+			s.trustsForwardedFor = nil
+		}
 		switch {
 		case a.GetRemoteAddress() != nil:
 			t.Error("a remote_address action counts each IPv6 address (/128) apart: use masked_remote_address with v6_prefix_mask_len: 64")
