@@ -142,6 +142,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.onError(w, r, err)
 		return
 	}
+	if res.OK && res.Replayed && res.LeaseID != "" {
+		// A decision replayed under the request's Idempotency-Key carries the lease of the
+		// attempt that made it, still running or ended: no slot of this request's. It is refused,
+		// not run beside that attempt (or after it, on no slot at all), and nothing is released.
+		res.OK, res.LeaseID = false, ""
+	}
 	h := w.Header()
 	if res.RateLimitPolicy != "" {
 		h.Set("RateLimit-Policy", res.RateLimitPolicy)

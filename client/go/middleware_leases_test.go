@@ -226,3 +226,69 @@ func TestARequestCancelledWithItsVisitorStillThereIsAnswered(t *testing.T) {
 		t.Fatalf("a request cancelled by the server's shutdown while Sluice decided: %d %q, want the fail-closed 503", resp.StatusCode, body)
 	}
 }
+
+// TestAReplayedLeaseRunsNothing: a service makes its decisions idempotent per request of its own
+// (WithIdempotencyKey on the request's context) and puts the middleware on a concurrency limit of
+// 1. A retry of a request (the same key) is answered by Sluice with the first attempt's stored
+// admission and lease; the middleware refuses it (429) instead of running the handler beside the
+// first attempt, or after it on a slot another request now holds. (It ran them: six requests at
+// once under a limit of 1.)
+func TestAReplayedLeaseRunsNothing(t *testing.T) {
+	ctx := testCtx(t)
+	c := newClient(t)
+	name := limitName(t, "conc")
+	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan string, 4)
+	leave := make(chan struct{})
+	limited := sluice.Middleware(c, name, sluice.WithKeyFunc(func(*http.Request) (string, error) { return "shared", nil }))(
+		http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			entered <- r.Header.Get("Idempotency-Key")
+			<-leave
+		}))
+	serve := func(order string) chan int {
+		code := make(chan int, 1)
+		go func() {
+			req := httptest.NewRequest(http.MethodPost, "/", nil).WithContext(sluice.WithIdempotencyKey(ctx, order+"-"+name))
+			req.Header.Set("Idempotency-Key", order)
+			w := httptest.NewRecorder()
+			limited.ServeHTTP(w, req)
+			code <- w.Code
+		}()
+		return code
+	}
+	wait := func(what string, ch chan int) int {
+		t.Helper()
+		select {
+		case c := <-ch:
+			return c
+		case <-ctx.Done():
+			t.Fatalf("waited for the answer to %s", what)
+			return 0
+		}
+	}
+	first := serve("order-1")
+	select {
+	case <-entered: // order-1 holds the only slot
+	case <-ctx.Done():
+		t.Fatal("waited for order-1's handler")
+	}
+	if got := wait("order-1's retry while it runs", serve("order-1")); got != http.StatusTooManyRequests {
+		t.Fatalf("order-1's retry while order-1 runs: %d, want 429 (its slot is the first attempt's)", got)
+	}
+	close(leave)
+	if got := wait("order-1", first); got != http.StatusOK {
+		t.Fatalf("order-1: %d", got)
+	}
+	<-leave // closed: handlers from now on return at once
+	if got := wait("order-2", serve("order-2")); got != http.StatusOK {
+		t.Fatalf("order-2 after order-1 ended: %d, want 200", got)
+	}
+	if got := wait("order-1's retry after it ended", serve("order-1")); got != http.StatusTooManyRequests {
+		t.Fatalf("order-1's retry after it ended: %d, want 429", got)
+	}
+	if n := len(entered); n != 1 { // order-2's
+		t.Fatalf("handlers run after order-1: %d, want 1 (order-2's)", n)
+	}
+}
