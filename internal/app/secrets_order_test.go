@@ -25,22 +25,7 @@ import (
 func TestAStartRefusedForItsSecretDoesNotMigrate(t *testing.T) {
 	url := testkit.URL(t, db.Postgres)
 	ctx := context.Background()
-	d, err := db.Open(ctx, url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	sub, err := fs.Sub(migrations.FS, "postgres")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, d.SQL, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 14); err != nil { // an earlier release's schema, its instances serving
-		t.Fatal(err)
-	}
+	_, p := earlierSchema(t, url) // an earlier release's schema, its instances serving
 	cfg := apptest.Config(url)
 	cfg.MigrateAuto = true
 	cfg.SecretKey = ""
@@ -95,22 +80,7 @@ func TestAStartRefusedForItsSchemaKeepsTheStoredSecret(t *testing.T) {
 	const stored = "legacy-generated-root-secret-0123456789"
 	url := testkit.URL(t, db.Postgres)
 	ctx := context.Background()
-	d, err := db.Open(ctx, url, db.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	sub, err := fs.Sub(migrations.FS, "postgres")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, d.SQL, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 14); err != nil {
-		t.Fatal(err)
-	}
+	d, _ := earlierSchema(t, url)
 	settings := tenants.NewService(d, nil, nil)
 	if _, err := settings.SetSettingIfAbsent(ctx, "secret_key", stored); err != nil {
 		t.Fatal(err)
@@ -134,4 +104,27 @@ func TestAStartRefusedForItsSchemaKeepsTheStoredSecret(t *testing.T) {
 	if _, err := settings.Setting(ctx, "secret_key"); !errors.Is(err, tenants.ErrNotFound) {
 		t.Fatalf("after a start on the migrated schema, the stored secret: %v, want it deleted", err)
 	}
+}
+
+// earlierSchema opens the PostgreSQL database at url migrated to version 14 only, the schema of
+// an earlier release, and the migrations' provider, which reads its version.
+func earlierSchema(t *testing.T, url string) (*db.DB, *goose.Provider) {
+	t.Helper()
+	d, err := db.Open(context.Background(), url, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	sub, err := fs.Sub(migrations.FS, "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, d.SQL, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(context.Background(), 14); err != nil {
+		t.Fatal(err)
+	}
+	return d, p
 }
