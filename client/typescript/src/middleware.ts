@@ -19,6 +19,8 @@ import { Sluice, SluiceError, type Result } from "./index.js";
 export interface RequestLike {
   headers: Record<string, string | string[] | undefined>;
   socket?: { remoteAddress?: string | undefined } | null;
+  /** Node's headers with every value a list (Node 18.3 and later): keyByHeader reads the first. */
+  headersDistinct?: Record<string, string[] | undefined>;
   /** Set by the middleware: the decision made for this request (absent when none was). */
   sluice?: Result;
 }
@@ -35,6 +37,10 @@ export interface ResponseLike {
    * keeps the lease until its leaseTtl.
    */
   once?(event: "close", listener: () => void): unknown;
+  /** Node's ServerResponse: true once the response is closed (a visitor who hung up before). */
+  closed?: boolean;
+  /** Node's ServerResponse: true once its stream is destroyed. */
+  destroyed?: boolean;
 }
 
 /** Passes the request on (no argument) or to the error handlers (an error). */
@@ -109,6 +115,22 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
   return async (req, res, next) => {
     try {
       if (skip?.(req)) return next();
+      // A concurrency limit counts requests in flight: a request's slot is free once it is
+      // answered (its response closes), not when the lease's TTL runs out. The listener goes on
+      // first: a visitor who hangs up while the key or count functions or Sluice decide closes
+      // the response then, and a listener added later would never hear it (one who hung up
+      // before this middleware ran is seen by res.closed / res.destroyed).
+      let closed = res.closed === true || res.destroyed === true;
+      let lease: string | undefined;
+      const release = (id: string) => {
+        // Never under an Idempotency-Key: the decision is sent without one, and the release
+        // without any per-call option. A failure only leaves the slot to the lease's TTL.
+        client.releaseLease(id).catch((err: unknown) => log?.(`sluice: a request's concurrency lease on limit ${name} was not released; it ends at its leaseTtl`, err));
+      };
+      res.once?.("close", () => {
+        closed = true;
+        if (lease !== undefined) release(lease);
+      });
       let k: string | undefined;
       let n: number | undefined;
       try {
@@ -123,23 +145,10 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
           if (typeof n !== "number" || !(n >= 0 && n <= 1e15)) throw new TypeError(`the count ${String(n)} is not a number of tokens from 0 to 1e15`);
         }
       } catch (err) {
+        if (closed) return; // the visitor is gone: nobody to answer
         return await onError(new KeyError(`sluice: the request cannot be limited: ${(err as Error)?.message ?? String(err)}`, err), req, res, next);
       }
-      // A concurrency limit counts requests in flight: a request's slot is free once it is
-      // answered (its response closes), not when the lease's TTL runs out. The listener goes on
-      // before deciding: a visitor who hangs up while Sluice decides closes the response first,
-      // and a listener added after the decision would never hear it.
-      let closed = false;
-      let lease: string | undefined;
-      const release = (id: string) => {
-        // Never under an Idempotency-Key: the decision is sent without one, and the release
-        // without any per-call option. A failure only leaves the slot to the lease's TTL.
-        client.releaseLease(id).catch((err: unknown) => log?.(`sluice: a request's concurrency lease on limit ${name} was not released; it ends at its leaseTtl`, err));
-      };
-      res.once?.("close", () => {
-        closed = true;
-        if (lease !== undefined) release(lease);
-      });
+      if (closed) return; // the visitor hung up before the decision: nothing to decide for nobody
       let r: Result;
       try {
         r = await client.limit(name, { ...(k === undefined ? {} : { key: k }), ...(n === undefined ? {} : { count: n }) });
@@ -228,7 +237,8 @@ function writeProblem(res: ResponseLike, status: number, p: Record<string, unkno
 export function keyByHeader(name: string): KeyFunction {
   const h = name.toLowerCase();
   return (req) => {
-    const v = req.headers[h];
+    // Node joins a repeated custom header into one "a, b" in headers; headersDistinct keeps each.
+    const v = req.headersDistinct?.[h] ?? req.headers[h];
     const s = Array.isArray(v) ? v[0] : v;
     if (!s) throw new Error(`no ${name} header`);
     return s;

@@ -312,6 +312,73 @@ test("a concurrency limit's lease is released once the response is done", async 
   }
 });
 
+test("a visitor who hangs up while the key function runs is neither decided for nor handled", async () => {
+  const name = `ts.mw.hangupkey.${++names}`;
+  await client().putLimit(name, { kind: "concurrency", rate: 1, leaseTtl: 3_600_000 });
+  let decisions = 0;
+  const f = async (input, init) => {
+    if (String(input).endsWith("/limit")) decisions++;
+    return fetch(input, init);
+  };
+  // The key function waits for the test: the visitor hangs up meanwhile (as it could during an
+  // authentication step or a slow key lookup).
+  let keyAsked;
+  const keyInFlight = new Promise((resolve) => (keyAsked = resolve));
+  let giveKey;
+  const keyGiven = new Promise((resolve) => (giveKey = resolve));
+  const mw = rateLimit({ client: client({ fetch: f }), name, key: async () => {
+    keyAsked();
+    await keyGiven;
+    return "alice";
+  } });
+  let handled = 0;
+  let responseClosed;
+  const closedEvent = new Promise((resolve) => (responseClosed = resolve));
+  let middlewareDone;
+  const done = new Promise((resolve) => (middlewareDone = resolve));
+  const url = await serve((req, res) => {
+    res.once("close", responseClosed);
+    mw(req, res, () => {
+      handled++;
+      res.end("handled");
+    }).then(middlewareDone, middlewareDone);
+  });
+  const { port } = new URL(url);
+  const visitor = connect(Number(port), "127.0.0.1");
+  visitor.on("error", () => {});
+  visitor.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  await keyInFlight;
+  visitor.destroy(); // the visitor hangs up while its key is worked out
+  await closedEvent;
+  giveKey();
+  await done;
+
+  assert.equal(handled, 0, "the next handler ran for a visitor who had hung up");
+  assert.equal(decisions, 0, `a decision was made for a visitor who had hung up before it (${decisions})`);
+  const v = await client().value(name, "alice");
+  assert.equal(v.value, 1, `alice's slot is taken by a visitor who left (value ${v.value})`);
+});
+
+test("keyByHeader keys a header sent twice by its first value, as the Go middleware does", async () => {
+  let got;
+  const url = await serve((req, res) => {
+    try {
+      got = keyByHeader("X-Api-Key")(req);
+    } catch (err) {
+      got = err;
+    }
+    res.end();
+  });
+  const { port } = new URL(url);
+  const visitor = connect(Number(port), "127.0.0.1");
+  const answered = new Promise((resolve) => visitor.on("data", resolve));
+  visitor.on("error", () => {});
+  visitor.write("GET / HTTP/1.1\r\nHost: x\r\nX-Api-Key: alice\r\nX-Api-Key: bob\r\nConnection: close\r\n\r\n");
+  await answered;
+  visitor.destroy();
+  assert.equal(got, "alice", `the key of a header sent twice: ${got}`);
+});
+
 test("a visitor who hangs up while Sluice decides frees its concurrency slot at once and is not handled", async () => {
   const name = `ts.mw.hangup.${++names}`;
   await client().putLimit(name, { kind: "concurrency", rate: 1, leaseTtl: 3_600_000 });
