@@ -118,24 +118,33 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate, sec
 	if err != nil {
 		return nil, Secrets{}, err
 	}
-	var keys Secrets
-	var legacy string
-	if secrets {
-		keys, legacy, err = readSecrets(ctx, cfg, d)
-	}
-	if err == nil && (migrate || d.Dialect == db.SQLite || cfg.MigrateAuto) {
-		err = d.Migrate(ctx)
-	} else if err == nil {
-		err = d.CheckSchema(ctx)
-	}
-	if err == nil {
-		err = dropLegacySecret(ctx, d, log, keys, legacy)
-	}
+	keys, err := prepare(ctx, cfg, d, log, migrate, secrets)
 	if err != nil {
 		_ = d.Close()
 		return nil, Secrets{}, err
 	}
 	return d, keys, nil
+}
+
+// prepare is open's work on the opened database: the keys read (when secrets), the schema
+// migrated or checked, then an earlier version's stored secret deleted.
+func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, migrate, secrets bool) (Secrets, error) {
+	var keys Secrets
+	var legacy string
+	if secrets {
+		var err error
+		if keys, legacy, err = readSecrets(ctx, cfg, d); err != nil {
+			return Secrets{}, err
+		}
+	}
+	schema := d.CheckSchema
+	if migrate || d.Dialect == db.SQLite || cfg.MigrateAuto {
+		schema = d.Migrate
+	}
+	if err := schema(ctx); err != nil {
+		return Secrets{}, err
+	}
+	return keys, dropLegacySecret(ctx, d, log, keys, legacy)
 }
 
 // DefaultPlan is the tenants' option of the configured default plan (PLAN_*), for the server and

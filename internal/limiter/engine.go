@@ -605,14 +605,6 @@ func loadStates(tx *gorm.DB, tenantID int64, def Definition, name, key string, s
 	return out, nil
 }
 
-// andThen is then(tx) once err, a change's own, is nil.
-func andThen(tx *gorm.DB, err error, then OnReset) error {
-	if err != nil || then == nil {
-		return err
-	}
-	return then(tx)
-}
-
 // Reset deletes the state of one key (every shard; "" is the limit's global key) whether or not
 // any exists, or of every key of name when key is nil; the latter returns ErrLimitNotFound when
 // name has neither a definition nor any state. then, when not nil, is called in the same
@@ -625,30 +617,37 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 		return invalidRequest("key", KeyRule)
 	}
 	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
-		if key != nil {
-			// One key (or the global one): idempotent, whether or not the name has a stored
-			// definition or any state. Inline-config limits have neither until used.
-			return andThen(tx, deleteState(tx, tenantID, name, key), then)
-		}
-		_, ok, err := loadDefinition(tx, tenantID, name)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			n, err := countState(tx, tenantID, name)
-			if err != nil {
+		// One key (or the global one) is reset whether or not the name has a stored definition
+		// or any state (idempotent: inline-config limits have neither until used); every key
+		// of a name that has neither is not found.
+		if key == nil {
+			if err := requireDefinitionOrState(tx, tenantID, name); err != nil {
 				return err
 			}
-			if n == 0 {
-				return ErrLimitNotFound
-			}
 		}
-		return andThen(tx, deleteState(tx, tenantID, name, key), then)
+		if err := deleteState(tx, tenantID, name, key); err != nil || then == nil {
+			return err
+		}
+		return then(tx)
 	})
 	if err != nil {
 		return fmt.Errorf("limiter: reset: %w", err)
 	}
 	return nil
+}
+
+// requireDefinitionOrState returns ErrLimitNotFound when name has neither a stored definition
+// nor any state.
+func requireDefinitionOrState(tx *gorm.DB, tenantID int64, name string) error {
+	_, ok, err := loadDefinition(tx, tenantID, name)
+	if err != nil || ok {
+		return err
+	}
+	n, err := countState(tx, tenantID, name)
+	if err == nil && n == 0 {
+		err = ErrLimitNotFound
+	}
+	return err
 }
 
 // ShardValue is one shard's value computed to now.
