@@ -312,6 +312,28 @@ test("a concurrency limit's lease is released once the response is done", async 
   }
 });
 
+// serveOneVisitor serves mw (its next handler answers "handled") on a server of its own and
+// connects one visitor that sends request (raw HTTP): how many times the handler ran, when the
+// response closed, when the middleware returned, and the visitor's socket, to hang up.
+async function serveOneVisitor(mw, request) {
+  const seen = { handled: 0 };
+  let responseClosed;
+  const closedEvent = new Promise((resolve) => (responseClosed = resolve));
+  let middlewareDone;
+  const done = new Promise((resolve) => (middlewareDone = resolve));
+  const url = await serve((req, res) => {
+    res.once("close", responseClosed);
+    mw(req, res, () => {
+      seen.handled++;
+      res.end("handled");
+    }).then(middlewareDone, middlewareDone);
+  });
+  const visitor = connect(Number(new URL(url).port), "127.0.0.1");
+  visitor.on("error", () => {}); // its own hang-up
+  visitor.write(request);
+  return { seen, closedEvent, done, visitor };
+}
+
 test("a visitor who hangs up while the key function runs is neither decided for nor handled", async () => {
   const name = `ts.mw.hangupkey.${++names}`;
   await client().putLimit(name, { kind: "concurrency", rate: 1, leaseTtl: 3_600_000 });
@@ -331,29 +353,14 @@ test("a visitor who hangs up while the key function runs is neither decided for 
     await keyGiven;
     return "alice";
   } });
-  let handled = 0;
-  let responseClosed;
-  const closedEvent = new Promise((resolve) => (responseClosed = resolve));
-  let middlewareDone;
-  const done = new Promise((resolve) => (middlewareDone = resolve));
-  const url = await serve((req, res) => {
-    res.once("close", responseClosed);
-    mw(req, res, () => {
-      handled++;
-      res.end("handled");
-    }).then(middlewareDone, middlewareDone);
-  });
-  const { port } = new URL(url);
-  const visitor = connect(Number(port), "127.0.0.1");
-  visitor.on("error", () => {});
-  visitor.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  const { seen, closedEvent, done, visitor } = await serveOneVisitor(mw, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
   await keyInFlight;
   visitor.destroy(); // the visitor hangs up while its key is worked out
   await closedEvent;
   giveKey();
   await done;
 
-  assert.equal(handled, 0, "the next handler ran for a visitor who had hung up");
+  assert.equal(seen.handled, 0, "the next handler ran for a visitor who had hung up");
   assert.equal(decisions, 0, `a decision was made for a visitor who had hung up before it (${decisions})`);
   const v = await client().value(name, "alice");
   assert.equal(v.value, 1, `alice's slot is taken by a visitor who left (value ${v.value})`);
@@ -400,22 +407,7 @@ test("a visitor who hangs up while Sluice decides frees its concurrency slot at 
     return answer;
   };
   const mw = rateLimit({ client: client({ fetch: f }), name, key: keyByHeader("X-User") });
-  let handled = 0;
-  let responseClosed;
-  const closedEvent = new Promise((resolve) => (responseClosed = resolve));
-  let middlewareDone;
-  const done = new Promise((resolve) => (middlewareDone = resolve));
-  const url = await serve((req, res) => {
-    res.once("close", responseClosed);
-    mw(req, res, () => {
-      handled++;
-      res.end("handled");
-    }).then(middlewareDone, middlewareDone);
-  });
-  const { port } = new URL(url);
-  const visitor = connect(Number(port), "127.0.0.1");
-  visitor.on("error", () => {}); // its own hang-up
-  visitor.write("GET / HTTP/1.1\r\nHost: x\r\nX-User: alice\r\n\r\n");
+  const { seen, closedEvent, done, visitor } = await serveOneVisitor(mw, "GET / HTTP/1.1\r\nHost: x\r\nX-User: alice\r\n\r\n");
   await decisionInFlight;
   visitor.destroy(); // the visitor hangs up while Sluice decides
   await closedEvent; // the server saw it: the response closed before the decision's answer
@@ -423,7 +415,7 @@ test("a visitor who hangs up while Sluice decides frees its concurrency slot at 
   await done;
 
   assert.equal(releases.length, 1, `the lease the decision took was not released when the middleware returned (releases sent: ${releases.length})`);
-  assert.equal(handled, 0, "the next handler ran for a visitor who had hung up");
+  assert.equal(seen.handled, 0, "the next handler ran for a visitor who had hung up");
   assert.equal(releases[0].headers["Idempotency-Key"], undefined, "the release carries no Idempotency-Key");
   const released = await releases[0].answer;
   assert.equal(released.status, 204, `the release was answered ${released.status}`);
