@@ -30,48 +30,40 @@ func TestRefundsRacingDecisionsKeepShardsAndParentsExact(t *testing.T) {
 		var ledgerC, ledgerP float64
 		var admitted, refusedN atomic.Int64
 		var errs sync.Map
-		var wg sync.WaitGroup
-		for g := range 10 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				e := engines[g%2]
-				r := rand.New(rand.NewPCG(uint64(g), 3))
-				for range 40 {
-					if r.IntN(3) == 0 {
-						n := float64(1 + r.IntN(3))
-						d, err := e.Refund(ctx, tenant, limiter.Request{Name: "c", Key: "k", Count: n, Attributes: attrs})
-						if err != nil {
-							errs.Store(err.Error(), true)
-							continue
-						}
-						mu.Lock()
-						ledgerC -= d.Refunded
-						if len(d.Parents) == 1 {
-							ledgerP -= d.Parents[0].Refunded
-						}
-						mu.Unlock()
-						continue
-					}
-					n := float64(1 + r.IntN(2))
-					d, err := e.Limit(ctx, tenant, limiter.Request{Name: "c", Key: "k", Count: n, Attributes: attrs})
+		eachCaller(engines, 10, 3, func(e *limiter.Engine, r *rand.Rand) {
+			for range 40 {
+				if r.IntN(3) == 0 {
+					n := float64(1 + r.IntN(3))
+					d, err := e.Refund(ctx, tenant, limiter.Request{Name: "c", Key: "k", Count: n, Attributes: attrs})
 					if err != nil {
 						errs.Store(err.Error(), true)
 						continue
 					}
-					if !d.OK {
-						refusedN.Add(1)
-						continue
-					}
-					admitted.Add(1)
 					mu.Lock()
-					ledgerC += n
-					ledgerP += n
+					ledgerC -= d.Refunded
+					if len(d.Parents) == 1 {
+						ledgerP -= d.Parents[0].Refunded
+					}
 					mu.Unlock()
+					continue
 				}
-			}()
-		}
-		wg.Wait()
+				n := float64(1 + r.IntN(2))
+				d, err := e.Limit(ctx, tenant, limiter.Request{Name: "c", Key: "k", Count: n, Attributes: attrs})
+				if err != nil {
+					errs.Store(err.Error(), true)
+					continue
+				}
+				if !d.OK {
+					refusedN.Add(1)
+					continue
+				}
+				admitted.Add(1)
+				mu.Lock()
+				ledgerC += n
+				ledgerP += n
+				mu.Unlock()
+			}
+		})
 		errs.Range(func(k, _ any) bool { t.Errorf("error: %v", k); return true })
 		vc, err := engines[0].GetValue(ctx, tenant, "c", "k")
 		if err != nil {
@@ -107,29 +99,21 @@ func TestReservationsRacingPlainDecisionsStayWithinMaxReserved(t *testing.T) {
 				mustPut(t, engines[0], "r", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e-9, Period: forever, Capacity: ptr(10.0), MaxReserved: ptr(5.0), Shards: shards})
 				var admitted atomic.Int64
 				var errs sync.Map
-				var wg sync.WaitGroup
-				for g := range 10 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						e := engines[g%2]
-						r := rand.New(rand.NewPCG(uint64(g), 5))
-						for range 20 {
-							n := 1 + r.IntN(2)
-							d, err := e.Limit(ctx, tenant, limiter.Request{Name: "r", Key: "k", Count: float64(n), Reserve: r.IntN(2) == 0})
-							if err != nil {
-								if !errors.Is(err, limiter.ErrCountExceedsCapacity) {
-									errs.Store(err.Error(), true)
-								}
-								continue
+				eachCaller(engines, 10, 5, func(e *limiter.Engine, r *rand.Rand) {
+					for range 20 {
+						n := 1 + r.IntN(2)
+						d, err := e.Limit(ctx, tenant, limiter.Request{Name: "r", Key: "k", Count: float64(n), Reserve: r.IntN(2) == 0})
+						if err != nil {
+							if !errors.Is(err, limiter.ErrCountExceedsCapacity) {
+								errs.Store(err.Error(), true)
 							}
-							if d.OK {
-								admitted.Add(int64(n))
-							}
+							continue
 						}
-					}()
-				}
-				wg.Wait()
+						if d.OK {
+							admitted.Add(int64(n))
+						}
+					}
+				})
 				errs.Range(func(k, _ any) bool { t.Errorf("error: %v", k); return true })
 				v := value(t, engines[0], "r", "k")
 				t.Logf("admitted %d, value %v", admitted.Load(), v)
@@ -160,51 +144,43 @@ func TestBatchesAndBulkMixingKeysAndLimitsStayWithinBudgets(t *testing.T) {
 		var mu sync.Mutex
 		taken := map[lk]float64{}
 		var errs sync.Map
-		var wg sync.WaitGroup
-		for g := range 10 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				e := engines[g%2]
-				r := rand.New(rand.NewPCG(uint64(g), 11))
-				for range 25 {
-					var reqs []limiter.Request
-					for range 1 + r.IntN(4) {
-						reqs = append(reqs, limiter.Request{Name: []string{"a", "b", "s"}[r.IntN(3)], Key: fmt.Sprintf("k%d", r.IntN(2)), Count: float64(1 + r.IntN(2))})
-					}
-					if r.IntN(2) == 0 {
-						b, err := e.Batch(ctx, tenant, reqs, true)
-						if err != nil {
-							if !errors.Is(err, limiter.ErrCountExceedsCapacity) {
-								errs.Store(err.Error(), true)
-							}
-							continue
-						}
-						if b.OK {
-							mu.Lock()
-							for _, q := range reqs {
-								taken[lk{q.Name, q.Key}] += q.Count
-							}
-							mu.Unlock()
+		eachCaller(engines, 10, 11, func(e *limiter.Engine, r *rand.Rand) {
+			for range 25 {
+				var reqs []limiter.Request
+				for range 1 + r.IntN(4) {
+					reqs = append(reqs, limiter.Request{Name: []string{"a", "b", "s"}[r.IntN(3)], Key: fmt.Sprintf("k%d", r.IntN(2)), Count: float64(1 + r.IntN(2))})
+				}
+				if r.IntN(2) == 0 {
+					b, err := e.Batch(ctx, tenant, reqs, true)
+					if err != nil {
+						if !errors.Is(err, limiter.ErrCountExceedsCapacity) {
+							errs.Store(err.Error(), true)
 						}
 						continue
 					}
-					outs := e.Each(ctx, tenant, reqs, true)
-					mu.Lock()
-					for i, o := range outs {
-						if o.Err != nil {
-							errs.Store(o.Err.Error(), true)
-							continue
+					if b.OK {
+						mu.Lock()
+						for _, q := range reqs {
+							taken[lk{q.Name, q.Key}] += q.Count
 						}
-						if o.Decision.OK {
-							taken[lk{reqs[i].Name, reqs[i].Key}] += reqs[i].Count
-						}
+						mu.Unlock()
 					}
-					mu.Unlock()
+					continue
 				}
-			}()
-		}
-		wg.Wait()
+				outs := e.Each(ctx, tenant, reqs, true)
+				mu.Lock()
+				for i, o := range outs {
+					if o.Err != nil {
+						errs.Store(o.Err.Error(), true)
+						continue
+					}
+					if o.Decision.OK {
+						taken[lk{reqs[i].Name, reqs[i].Key}] += reqs[i].Count
+					}
+				}
+				mu.Unlock()
+			}
+		})
 		errs.Range(func(k, _ any) bool { t.Errorf("error: %v", k); return true })
 		max := map[string]float64{"a": 15, "b": 10, "s": 12}
 		for _, n := range []string{"a", "b", "s"} {
@@ -276,4 +252,14 @@ func TestALeaseReleasedTwiceOrReleasedAndExtendedFreesOneSlot(t *testing.T) {
 			t.Fatalf("%v slots free, want 3", v)
 		}
 	})
+}
+
+// eachCaller runs callers goroutines at once, caller g on engines[g%2] with a random source of its
+// own (seeded by g and seed), and waits for them all.
+func eachCaller(engines []*limiter.Engine, callers int, seed uint64, call func(e *limiter.Engine, r *rand.Rand)) {
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() { call(engines[g%2], rand.New(rand.NewPCG(uint64(g), seed))) })
+	}
+	wg.Wait()
 }
