@@ -99,6 +99,7 @@ func (d *DB) WithPgx(ctx context.Context, attempt func(ctx context.Context, conn
 // the time budget or the database run out (ErrUnavailable).
 func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
 	count := &d.counters[PurposeOf(ctx)]
+	beforeWaiting, _ := ctx.Value(beforeWaitingKey{}).(func())
 	ctx, cancel := context.WithTimeout(ctx, d.Retry.Budget)
 	defer cancel()
 	var last error
@@ -124,7 +125,12 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: after %d attempts: %v", n, last))
 		}
 		count.retries.Add(1)
-		if !sleep(ctx, d.Retry.delay(n, err)) {
+		wait := d.Retry.delay(n, err)
+		if wait > 0 && beforeWaiting != nil {
+			beforeWaiting()
+			beforeWaiting = nil
+		}
+		if !sleep(ctx, wait) {
 			if parentGone(ctx) {
 				return fmt.Errorf("db: transaction: %w", context.Cause(ctx))
 			}
@@ -132,6 +138,16 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: retry budget spent: %v", last))
 		}
 	}
+}
+
+type beforeWaitingKey struct{}
+
+// BeforeWaiting returns ctx whose transaction (Serializable, WithPgx) calls f once, just before
+// it first waits between two attempts (an immediate retry is no wait). The limiter's lanes give
+// their turn away then, so that a group that keeps losing a contended row does not hold back the
+// lane's other decisions while it backs off.
+func BeforeWaiting(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, beforeWaitingKey{}, f)
 }
 
 // sleep waits for d, or less if ctx ends first, and reports whether ctx is still live.

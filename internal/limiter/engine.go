@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +36,10 @@ type Engine struct {
 	started  atomic.Bool   // Run has been called
 	stopping atomic.Bool   // Run's context has ended: nobody starts another group
 	stopped  chan struct{} // closed when Run has refused what was queued
-	hints    shardHints
+	// workers are the lanes' workers, with any that gave its turn away and still runs its group;
+	// givenAway the groups that gave their lane's turn away and are still running (group.go).
+	workers, givenAway sync.WaitGroup
+	hints              shardHints
 	// overrides holds each limit's overrides under their version (overrides.go).
 	overrides overrideCache
 	// betweenDefinitionAndOverrides, set by tests only, runs in the sweeper's definitionCache.get
@@ -131,7 +135,7 @@ func NewEngine(d *db.DB, opts Options) *Engine {
 	}
 	e.maxGroup, e.laneSeed, e.takeOne = maxGroup, maphash.MakeSeed(), pgTakeOne
 	for range lanes {
-		e.lanes = append(e.lanes, &lane{queue: make(chan *job, 4*maxGroup), token: make(chan struct{}, 1)})
+		e.lanes = append(e.lanes, &lane{queue: make(chan *job, 4*maxGroup), token: make(chan struct{}, 1), wake: make(chan struct{}, 1)})
 	}
 	return e
 }

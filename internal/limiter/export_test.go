@@ -1,7 +1,7 @@
 package limiter
 
 // Queued is how many decisions wait in the engine's lanes, with the one a lane's worker holds
-// while it waits for its turn (tests fill one group with it).
+// while it waits for its turn (tests fill one group with it) and those an away group holds back.
 func (e *Engine) Queued() int {
 	n := 0
 	for _, l := range e.lanes {
@@ -9,6 +9,9 @@ func (e *Engine) Queued() int {
 		if l.waiting.Load() {
 			n++
 		}
+		l.mu.Lock()
+		n += len(l.held) + len(l.ready)
+		l.mu.Unlock()
 	}
 	return n
 }

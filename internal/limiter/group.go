@@ -101,6 +101,151 @@ type lane struct {
 	// waiting is whether the lane's worker holds a job it took from the queue while it waits for
 	// the token (tests count it as queued).
 	waiting atomic.Bool
+	// wake tells the lane's worker that jobs are ready (ready) with nothing queued to wake it.
+	wake chan struct{}
+
+	// Groups given away (turn.giveAway) are still retrying. Until one ends, the lane's later jobs
+	// that would write what it writes (awayKeys) wait in held instead of joining a group that
+	// would fight it for the row: one instance keeps one group in flight per contended key, as
+	// when the lane waited for it, while other keys' and tenants' decisions go on. When it ends,
+	// the jobs it held go to ready, and the lane's next group takes them first. mu guards away,
+	// held and ready; awayN and readyN let the common path (nothing away) skip the lock.
+	mu     sync.Mutex
+	away   map[awayKey]int // how many away groups hold each key
+	held   []*job
+	ready  []*job
+	awayN  atomic.Int32 // groups given away and not ended
+	readyN atomic.Int32 // len(ready)
+}
+
+// awayKey is what a job of an away group holds back: a request's row (its tenant's, or the
+// system tenant's for a System request, with its name and key), the tenant (any job: the
+// tenant's closes read rows unknown until they run), or the tenant's closes (close: decisions
+// of the tenant wait for them).
+type awayKey struct {
+	tenantID  int64
+	close     bool
+	name, key string
+}
+
+// awayKeys are the keys j holds back while its group is away.
+func (j *job) awayKeys() []awayKey {
+	keys := []awayKey{{tenantID: j.tenantID}}
+	if j.close != nil {
+		return append(keys, awayKey{tenantID: j.tenantID, close: true})
+	}
+	for _, r := range j.reqs {
+		owner := j.tenantID
+		if r.System {
+			owner = SystemTenant
+		}
+		keys = append(keys, awayKey{tenantID: owner, name: r.Name, key: r.Key})
+	}
+	return keys
+}
+
+// heldBack reports whether an away group holds j back: a close while its tenant has a job away,
+// a decision while its tenant has a close away or one of its requests' rows is away. Called
+// with l.mu held.
+func (l *lane) heldBack(j *job) bool {
+	if j.close != nil {
+		return l.away[awayKey{tenantID: j.tenantID}] > 0
+	}
+	if l.away[awayKey{tenantID: j.tenantID, close: true}] > 0 {
+		return true
+	}
+	for _, k := range j.awayKeys()[1:] {
+		if l.away[k] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// hold keeps j out of the group being formed when an away group holds it back, and reports
+// whether it did: j waits in held, still queued (its caller may give up on it), until that group
+// ends.
+func (l *lane) hold(j *job) bool {
+	if l.awayN.Load() == 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.heldBack(j) {
+		return false
+	}
+	l.held = append(l.held, j)
+	return true
+}
+
+// goAway registers group's keys as away (turn.giveAway).
+func (l *lane) goAway(group []*job) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.away == nil {
+		l.away = map[awayKey]int{}
+	}
+	for _, j := range group {
+		for _, k := range j.awayKeys() {
+			l.away[k]++
+		}
+	}
+	l.awayN.Add(1)
+}
+
+// comeBack unregisters an away group's keys once it ended, moves the jobs no longer held back
+// to ready and wakes the lane's worker for them.
+func (l *lane) comeBack(group []*job) {
+	l.mu.Lock()
+	for _, j := range group {
+		for _, k := range j.awayKeys() {
+			if l.away[k]--; l.away[k] <= 0 {
+				delete(l.away, k)
+			}
+		}
+	}
+	l.awayN.Add(-1)
+	kept := l.held[:0]
+	for _, j := range l.held {
+		if l.heldBack(j) {
+			kept = append(kept, j)
+		} else {
+			l.ready = append(l.ready, j)
+		}
+	}
+	clear(l.held[len(kept):])
+	l.held = kept
+	l.readyN.Store(int32(len(l.ready)))
+	l.mu.Unlock()
+	l.wakeWorker()
+}
+
+// wakeWorker makes the lane's worker run a turn even if nothing is queued (ready jobs).
+func (l *lane) wakeWorker() {
+	select {
+	case l.wake <- struct{}{}:
+	default: // a wake is pending already
+	}
+}
+
+// takeReady adds the ready jobs to group, up to max, and returns it.
+func (l *lane) takeReady(group []*job, max int) []*job {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, j := range l.ready {
+		if len(group) >= max {
+			break
+		}
+		n++
+		if j.state.CompareAndSwap(jobQueued, jobTaken) {
+			group = append(group, j)
+		}
+	}
+	clear(l.ready[:n])
+	l.ready = l.ready[n:]
+	l.readyN.Store(int32(len(l.ready)))
+	return group
 }
 
 // Job states: queued until its group takes it (or its caller gives up on it first).
@@ -118,17 +263,17 @@ func (e *Engine) Run(ctx context.Context) error {
 	if !e.started.CompareAndSwap(false, true) {
 		return errors.New("limiter: Run called twice on one engine")
 	}
-	var workers sync.WaitGroup
 	for _, l := range e.lanes {
 		l.token <- struct{}{}
-		workers.Go(func() { e.work(ctx, l) })
+		e.workers.Go(func() { e.work(ctx, l) })
 	}
 	<-ctx.Done()
 	e.stopping.Store(true)
-	workers.Wait()
+	e.workers.Wait() // with any that gave its turn away (turn.giveAway) and finished its group
 	for _, l := range e.lanes {
 		<-l.token // a group its caller decides finishes first
 	}
+	e.givenAway.Wait() // and so do the groups that gave their turn away
 	e.refuseQueued()
 	return nil
 }
@@ -137,43 +282,100 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) work(ctx context.Context, l *lane) {
 	group := make([]*job, 0, e.maxGroup)
 	for {
-		var first *job
+		var first *job // nil when woken for ready jobs
 		select {
 		case <-ctx.Done():
 			return
 		case first = <-l.queue:
+		case <-l.wake:
 		}
-		l.waiting.Store(true)
-		turn := false
+		l.waiting.Store(first != nil)
+		gotToken := false
 		select {
 		case <-ctx.Done():
 		case <-l.token:
-			turn = true
+			gotToken = true
 		}
 		l.waiting.Store(false)
 		if ctx.Err() != nil { // Run is stopping: refused, not decided (a busy lane must not delay the stop)
-			if turn {
+			if gotToken {
 				l.token <- struct{}{}
 			}
-			refuse(first)
+			if first != nil {
+				refuse(first)
+			}
 			return
 		}
 		group = group[:0]
-		if first.state.CompareAndSwap(jobQueued, jobTaken) {
+		if first != nil && !l.hold(first) && first.state.CompareAndSwap(jobQueued, jobTaken) {
 			group = append(group, first)
 		}
-		e.runLane(l, group)
-		l.token <- struct{}{}
+		t := turn{e: e, l: l, replace: func() { e.workers.Go(func() { e.work(ctx, l) }) }}
+		e.runLane(&t, group)
+		if t.end() {
+			return // another worker took this one's place when the group gave its turn away
+		}
 	}
 }
 
-// runLane is called holding l's token: it adds l's queued jobs to group (up to maxGroup) and
-// decides them.
-func (e *Engine) runLane(l *lane, group []*job) {
+// turn is a lane's token held for one group, by the lane's worker or by a caller deciding at
+// once.
+type turn struct {
+	e *Engine
+	l *lane
+	// replace, for the lane's worker, starts another worker for the lane (giveAway): this one
+	// is busy with its group's retries and ends with it.
+	replace func()
+	group   []*job // the group it decides (runLane)
+	given   bool   // giveAway gave the token back before the group ended
+}
+
+// giveAway gives the lane's token back while the group still has attempts to make: its
+// transaction lost a row to another (another instance's, usually, on a contended key) and is
+// about to back off before trying again. Other jobs of the lane, other tenants' as much as this
+// key's, are decided meanwhile instead of waiting behind the backoff (docs/performance.md,
+// "retries off the lane"). The group carries on on this goroutine; a later group that meets it
+// on a row conflicts and retries as groups of two lanes do, so strictness is the transactions'
+// as ever. Called by the database's retry loop (db.BeforeWaiting), on the turn's goroutine.
+func (t *turn) giveAway() {
+	if t.given {
+		return
+	}
+	t.given = true
+	t.e.givenAway.Add(1) // before the token goes back: Run waits for it once it holds every token
+	t.l.goAway(t.group)
+	t.l.token <- struct{}{}
+	if t.replace != nil {
+		t.replace()
+	}
+}
+
+// end ends the turn once its group is decided, giving the token back unless giveAway did, and
+// reports whether it had.
+func (t *turn) end() bool {
+	if t.given {
+		t.l.comeBack(t.group)
+		t.e.givenAway.Done()
+		return true
+	}
+	if t.l.readyN.Load() > 0 { // more than one group could take
+		t.l.wakeWorker()
+	}
+	t.l.token <- struct{}{}
+	return false
+}
+
+// runLane is called holding t's token: it adds t's lane's queued jobs to group (up to maxGroup)
+// and decides them.
+func (e *Engine) runLane(t *turn, group []*job) {
+	l := t.l
+	if l.readyN.Load() > 0 { // jobs an away group held back go first
+		group = l.takeReady(group, e.maxGroup)
+	}
 	for len(group) < e.maxGroup {
 		select {
 		case j := <-l.queue:
-			if j.state.CompareAndSwap(jobQueued, jobTaken) {
+			if !l.hold(j) && j.state.CompareAndSwap(jobQueued, jobTaken) {
 				group = append(group, j)
 			}
 			continue
@@ -181,15 +383,16 @@ func (e *Engine) runLane(l *lane, group []*job) {
 		}
 		break
 	}
+	t.group = group
 	if len(group) > 0 {
-		e.runGroupContained(group)
+		e.runGroupContained(t, group)
 	}
 }
 
 // runGroupContained runs group, containing a panic in it (a bug): every job of the group not yet
 // answered fails closed, and the lane's holder gives its token back as usual, so that one bad
 // group cannot stop every later decision of the lane (or, on a worker, the process).
-func (e *Engine) runGroupContained(group []*job) {
+func (e *Engine) runGroupContained(t *turn, group []*job) {
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("limiter: decide: a group panicked: %v", r)
@@ -206,7 +409,7 @@ func (e *Engine) runGroupContained(group []*job) {
 			}
 		}
 	}()
-	e.runGroup(group)
+	e.runGroup(t, group)
 }
 
 // refuseQueued marks the engine stopped and fails every queued decision closed.
@@ -222,6 +425,13 @@ func (e *Engine) refuseQueued() {
 				break drain
 			}
 		}
+		l.mu.Lock() // every away group has ended (Run waited for them): nothing is held
+		for _, j := range append(l.held, l.ready...) {
+			refuse(j)
+		}
+		l.held, l.ready = nil, nil
+		l.readyN.Store(0)
+		l.mu.Unlock()
 	}
 }
 
@@ -257,13 +467,14 @@ func (e *Engine) laneOf(j *job) *lane {
 // before the decision is made (Run not running, or too slow).
 func (e *Engine) submit(ctx context.Context, j *job) error {
 	l := e.laneOf(j)
-	if len(l.queue) == 0 {
+	if len(l.queue) == 0 && l.awayN.Load() == 0 { // (the worker sees whether an away group holds j back)
 		select {
 		case <-l.token:
 			if !e.stopping.Load() {
 				j.state.Store(jobTaken)
-				e.runLane(l, []*job{j})
-				l.token <- struct{}{}
+				t := turn{e: e, l: l}
+				e.runLane(&t, []*job{j})
+				t.end()
 				return nil
 			}
 			l.token <- struct{}{}
@@ -313,8 +524,9 @@ func (e *Engine) await(ctx context.Context, j *job) error {
 	return ErrUnavailable
 }
 
-// runGroup decides jobs in one serializable transaction and completes each job.
-func (e *Engine) runGroup(jobs []*job) {
+// runGroup decides jobs in one serializable transaction and completes each job. t is the lane's
+// turn it runs in (nil: none, in tests): its transactions give it away before backing off.
+func (e *Engine) runGroup(t *turn, jobs []*job) {
 	// The retry budget counts from when each decision was queued, not from when its group
 	// began: one queued behind a group stalled for the whole budget would otherwise wait twice
 	// as long for its 503 (expireQueued).
@@ -327,6 +539,9 @@ func (e *Engine) runGroup(jobs []*job) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
+	}
+	if t != nil {
+		ctx = db.BeforeWaiting(ctx, t.giveAway)
 	}
 	began := time.Now() // the lane's transactions for these jobs, closes and decisions (GroupStats.Busy)
 	if jobs = e.runCloses(ctx, jobs); len(jobs) == 0 {

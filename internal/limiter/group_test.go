@@ -65,7 +65,7 @@ func TestGroupDecidesJobsInArrivalOrderEachAllOrNothing(t *testing.T) {
 			newJob(1, true, Request{Name: "a", Key: "k", Count: 1}), // nothing left
 			newJob(2, true, Request{Name: "a", Key: "k", Count: 1}), // another tenant: no such limit
 		}
-		e.runGroup(jobs)
+		e.runGroup(nil, jobs)
 		want := []struct {
 			ok        bool
 			remaining float64
