@@ -8,7 +8,7 @@ REPORT   := $(GO) run ./internal/testkit/testreport
 SHELL    := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: bench-client bench-ui print-go-modules run build test test-go test-ts lint-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
+.PHONY: bench-client bench-contended bench-ui print-go-modules run build test test-go test-ts lint-ts test-short bench fuzz generate generate-check lint fmt vendor-htmx vendor-altcha
 
 run:
 	SLUICE_DEMO=$${SLUICE_DEMO:-true} $(GO) run ./cmd/app serve
@@ -54,6 +54,7 @@ test-short:
 bench:
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory bench-client
+	@$(MAKE) --no-print-directory bench-contended
 
 # The Go client's batching off and on at 32 and 256 concurrent callers (client/go's
 # BenchmarkLimitBatching: decisions/s, p50/p99 per call, HTTP requests per decision) against a
@@ -62,6 +63,12 @@ CLIENT_BENCHTIME ?= 5s
 bench-client:
 	cd client/go && env -u TEST_DATABASE_URL $(GO) test -count=1 -run '^$$' -bench LimitBatching -benchtime $(CLIENT_BENCHTIME) .
 	$(GO) run ./internal/testkit/withpg -- sh -c 'cd client/go && $(GO) test -count=1 -run "^$$" -bench LimitBatching -benchtime $(CLIENT_BENCHTIME) .'
+
+# What one tenant's key, contended by two instances, costs another tenant of the same instance
+# (internal/limiter's BenchmarkANeighbourOfAContendedKey: the neighbour's latencies, the contended
+# key's decisions/s, give-ups), three runs on the throwaway PostgreSQL of make test (fsync off).
+bench-contended:
+	$(GO) run ./internal/testkit/withpg -- $(GO) test -count=3 -run '^$$' -bench NeighbourOfAContendedKey -benchtime 1x ./internal/limiter/
 
 # The dashboard's server-side render of every page through the real router, on the throwaway
 # PostgreSQL seeded with 100 tenants, 1,000 limits and 1,000,000 state rows (docs/performance.md).

@@ -281,6 +281,7 @@ func (e *Engine) Run(ctx context.Context) error {
 // work decides l's queued jobs, a group at a time, until ctx ends.
 func (e *Engine) work(ctx context.Context, l *lane) {
 	group := make([]*job, 0, e.maxGroup)
+	replace := func() { e.workers.Go(func() { e.work(ctx, l) }) }
 	for {
 		var first *job // nil when woken for ready jobs
 		select {
@@ -310,7 +311,7 @@ func (e *Engine) work(ctx context.Context, l *lane) {
 		if first != nil && !l.hold(first) && first.state.CompareAndSwap(jobQueued, jobTaken) {
 			group = append(group, first)
 		}
-		t := turn{e: e, l: l, replace: func() { e.workers.Go(func() { e.work(ctx, l) }) }}
+		t := turn{e: e, l: l, replace: replace}
 		e.runLane(&t, group)
 		if t.end() {
 			return // another worker took this one's place when the group gave its turn away

@@ -1,0 +1,153 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// BenchmarkANeighbourOfAContendedKey measures what one tenant's contended key costs another
+// tenant of the same instance. Two instances (engines with their own pools) share one
+// PostgreSQL; 8 callers of tenant 1, alternating between them, decide on one key as fast as
+// they can ("leases": acquire a concurrency lease of 4 and release it, two transactions that
+// lose the row to the other instance often; "token-bucket": one decision each), while 2
+// callers of tenant 2 make 1,500 token-bucket decisions each on keys of their own through the
+// first instance. Each iteration is one such run; it reports the neighbour's latencies, the
+// contended key's decisions per second, and the errors and give-ups of both. Run with
+// make bench-contended (docs/performance.md, "2026-11-29").
+func BenchmarkANeighbourOfAContendedKey(b *testing.B) {
+	for _, contended := range []string{"leases", "token-bucket"} {
+		b.Run(contended, func(b *testing.B) {
+			var neighbour []time.Duration
+			var decided, neighbourErrs, contendedErrs, giveUps int64
+			var secs float64
+			for i := range b.N {
+				r := runContended(b, contended, fmt.Sprint("run", i))
+				neighbour = append(neighbour, r.neighbour...)
+				decided += r.decided
+				secs += r.secs
+				neighbourErrs += r.neighbourErrs
+				contendedErrs += r.contendedErrs
+				giveUps += r.giveUps
+			}
+			slices.Sort(neighbour)
+			at := func(q float64) float64 {
+				return float64(neighbour[int(q*float64(len(neighbour)-1))].Microseconds()) / 1000
+			}
+			b.ReportMetric(at(0.5), "neighbour-p50-ms")
+			b.ReportMetric(at(0.99), "neighbour-p99-ms")
+			b.ReportMetric(at(0.999), "neighbour-p99.9-ms")
+			b.ReportMetric(at(1), "neighbour-max-ms")
+			b.ReportMetric(float64(neighbourErrs), "neighbour-errors")
+			b.ReportMetric(float64(decided)/secs, "contended-decisions/s")
+			b.ReportMetric(float64(contendedErrs), "contended-errors")
+			b.ReportMetric(float64(giveUps), "give-ups")
+			b.ReportMetric(0, "ns/op") // an iteration is a whole run: its time says nothing
+		})
+	}
+}
+
+type contendedRun struct {
+	neighbour                    []time.Duration
+	decided                      int64 // the contended key's decisions (admitted or refused)
+	secs                         float64
+	neighbourErrs, contendedErrs int64
+	giveUps                      int64 // both instances' decision transactions that gave up
+}
+
+func runContended(b *testing.B, contended, run string) contendedRun {
+	ctx := context.Background()
+	url := testkit.URL(b, db.Postgres)
+	var engines []*limiter.Engine
+	var pools []*db.DB
+	for range 2 {
+		d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 16})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = d.Close() })
+		if err := d.Migrate(ctx); err != nil {
+			b.Fatal(err)
+		}
+		pools = append(pools, d)
+		engines = append(engines, newEngine(b, d, limiter.Options{}))
+	}
+	name, other := "conc_"+run, "tb_"+run
+	def := limiter.Definition{Kind: limiter.Concurrency, Rate: 4, LeaseTTL: 60_000}
+	if contended == "token-bucket" {
+		def = limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 1000}
+	}
+	for _, put := range []struct {
+		tenantID int64
+		name     string
+		def      limiter.Definition
+	}{{tenant, name, def}, {2, other, limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e9, Period: 1000}}} {
+		if _, _, err := engines[0].PutDefinition(ctx, put.tenantID, put.name, put.def, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var out contendedRun
+	var mu sync.Mutex
+	var decided, contendedErrs atomic.Int64
+	stop := make(chan struct{})
+	var callers sync.WaitGroup
+	for i := range 8 {
+		e := engines[i%2]
+		callers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d, err := e.Limit(ctx, tenant, limiter.Request{Name: name, Key: "k", Count: 1})
+				if err != nil {
+					contendedErrs.Add(1)
+					continue
+				}
+				decided.Add(1)
+				if d.LeaseID != "" {
+					if err := e.ReleaseLease(ctx, tenant, d.LeaseID); err != nil {
+						contendedErrs.Add(1)
+					}
+				}
+			}
+		})
+	}
+	began := time.Now()
+	var neighbours sync.WaitGroup
+	for c := range 2 {
+		neighbours.Go(func() {
+			for i := range 1500 {
+				t0 := time.Now()
+				_, err := engines[0].Limit(ctx, 2, limiter.Request{Name: other, Key: fmt.Sprint(c, "-", i%50), Count: 1})
+				took := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					out.neighbourErrs++
+				} else {
+					out.neighbour = append(out.neighbour, took)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	neighbours.Wait()
+	out.secs = time.Since(began).Seconds()
+	out.decided = decided.Load() // while the neighbours ran (the callers are still going)
+	close(stop)
+	callers.Wait()
+	out.contendedErrs = contendedErrs.Load()
+	for _, d := range pools {
+		out.giveUps += d.GiveUpsFor(db.PurposeDecision)
+	}
+	return out
+}
