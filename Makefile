@@ -66,9 +66,11 @@ bench-client:
 
 # What one tenant's key, contended by two instances, costs another tenant of the same instance
 # (internal/limiter's BenchmarkANeighbourOfAContendedKey: the neighbour's latencies, the contended
-# key's decisions/s, give-ups), three runs on the throwaway PostgreSQL of make test (fsync off).
+# key's decisions/s, give-ups), and how long holds on such a key take to reserve and settle
+# (BenchmarkHoldsOnAKeyTwoInstancesHammer), three runs each on the throwaway PostgreSQL of
+# make test (fsync off).
 bench-contended:
-	$(GO) run ./internal/testkit/withpg -- $(GO) test -count=3 -run '^$$' -bench NeighbourOfAContendedKey -benchtime 1x ./internal/limiter/
+	$(GO) run ./internal/testkit/withpg -- $(GO) test -count=3 -run '^$$' -bench 'NeighbourOfAContendedKey|HoldsOnAKeyTwoInstancesHammer' -benchtime 1x ./internal/limiter/
 
 # The dashboard's server-side render of every page through the real router, on the throwaway
 # PostgreSQL seeded with 100 tenants, 1,000 limits and 1,000,000 state rows (docs/performance.md).

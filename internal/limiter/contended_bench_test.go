@@ -151,3 +151,76 @@ func runContended(b *testing.B, contended, run string) contendedRun {
 	}
 	return out
 }
+
+// BenchmarkHoldsOnAKeyTwoInstancesHammer measures holds reserved and settled on a key that two
+// instances decide on as fast as they can (16 callers of plain token-bucket decisions, 8 per
+// instance): a settle reads the key's row and writes it a round trip later, so a decision of the
+// other instance committed in between makes it retry. Each iteration is 30 holds, each reserved
+// and then settled for less, alternating between the instances, one after the other; it reports
+// their latencies (reserve + settle) and the give-ups. Run with make bench-contended.
+func BenchmarkHoldsOnAKeyTwoInstancesHammer(b *testing.B) {
+	var took []time.Duration
+	var errs, giveUps int64
+	for range b.N {
+		ctx := context.Background()
+		url := testkit.URL(b, db.Postgres)
+		var engines []*limiter.Engine
+		var pools []*db.DB
+		for range 2 {
+			d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 16})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = d.Close() })
+			if err := d.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			pools = append(pools, d)
+			engines = append(engines, newEngine(b, d, limiter.Options{}))
+		}
+		if _, _, err := engines[0].PutDefinition(ctx, tenant, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e9, Period: 1000}, nil); err != nil {
+			b.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var callers sync.WaitGroup
+		for i := range 16 {
+			e := engines[i%2]
+			callers.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, _ = e.Limit(ctx, tenant, limiter.Request{Name: "tb", Key: "k", Count: 1})
+				}
+			})
+		}
+		for i := range 30 {
+			e := engines[i%2]
+			t0 := time.Now()
+			h, err := e.Hold(ctx, tenant, []limiter.HoldLimit{{Name: "tb", Key: "k", Count: 2}}, 60_000)
+			if err == nil {
+				_, err = e.SettleHold(ctx, tenant, h.ID, []float64{1})
+			}
+			if err != nil {
+				errs++
+				continue
+			}
+			took = append(took, time.Since(t0))
+		}
+		close(stop)
+		callers.Wait()
+		for _, d := range pools {
+			giveUps += d.GiveUpsFor(db.PurposeDecision)
+		}
+	}
+	slices.Sort(took)
+	at := func(q float64) float64 { return float64(took[int(q*float64(len(took)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(at(0.5), "hold+settle-p50-ms")
+	b.ReportMetric(at(0.9), "hold+settle-p90-ms")
+	b.ReportMetric(at(1), "hold+settle-max-ms")
+	b.ReportMetric(float64(errs), "errors")
+	b.ReportMetric(float64(giveUps), "give-ups")
+	b.ReportMetric(0, "ns/op") // an iteration is a whole run: its time says nothing
+}
