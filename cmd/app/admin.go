@@ -12,9 +12,10 @@ import (
 )
 
 // adminCmd runs the tenant, key and user subcommands (tenants.Service.Command) against the
-// configured database.
-func adminCmd(ctx context.Context, cfg config.Config, group string, args []string, stdin io.Reader, stdout io.Writer) error {
-	d, keys, err := app.OpenWithSecrets(ctx, cfg, app.NewLogger(cfg, io.Discard))
+// configured database. What opening it logs (a root secret an earlier version stored, removed
+// or discarded) goes to stderr.
+func adminCmd(ctx context.Context, cfg config.Config, group string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	d, keys, err := app.OpenWithSecrets(ctx, cfg, app.NewLogger(cfg, stderr))
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func startTestServer(t *testing.T, env map[string]string, wantSetup bool) testSe
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, []string{"serve"}, func(k string) string { return full[k] }, strings.NewReader(""), pw)
+		err := run(ctx, []string{"serve"}, func(k string) string { return full[k] }, strings.NewReader(""), pw, io.Discard)
 		_ = pw.Close()
 		done <- err
 	}()

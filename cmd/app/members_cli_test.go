@@ -17,7 +17,7 @@ import (
 // cliWithStdin runs one command through run with stdin, returning its output and error.
 func cliWithStdin(env []string, stdin string, args ...string) (string, error) {
 	var out bytes.Buffer
-	err := run(context.Background(), args, envFunc(env), strings.NewReader(stdin), &out)
+	err := run(context.Background(), args, envFunc(env), strings.NewReader(stdin), &out, io.Discard)
 	return out.String(), err
 }
 

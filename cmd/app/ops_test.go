@@ -641,7 +641,7 @@ func serveInProcess(t *testing.T, env []string) (base string, out *logBuffer, ca
 	ctx, cancelCtx := context.WithCancel(context.Background())
 	out = newLogBuffer()
 	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, []string{"serve"}, envFunc(env), strings.NewReader(""), out) }()
+	go func() { errc <- run(ctx, []string{"serve"}, envFunc(env), strings.NewReader(""), out, io.Discard) }()
 	var once sync.Once
 	var err error
 	wait = func() error {
@@ -667,7 +667,7 @@ func serveInProcess(t *testing.T, env []string) (base string, out *logBuffer, ca
 func cliInProcess(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	var out bytes.Buffer
-	if err := run(context.Background(), args, envFunc(env), strings.NewReader(""), &out); err != nil {
+	if err := run(context.Background(), args, envFunc(env), strings.NewReader(""), &out, io.Discard); err != nil {
 		t.Fatalf("app %s: %v\n%s", strings.Join(args, " "), err, out.String())
 	}
 	return out.String()
@@ -894,7 +894,7 @@ func TestHealthcheckCommandProbesTheServer(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(context.Background(), []string{"healthcheck"}, envFunc(probeEnv), strings.NewReader(""), io.Discard); err == nil {
+	if err := run(context.Background(), []string{"healthcheck"}, envFunc(probeEnv), strings.NewReader(""), io.Discard, io.Discard); err == nil {
 		t.Fatal("healthcheck succeeded with the server stopped")
 	}
 }
@@ -939,7 +939,7 @@ func TestTenantAndKeyCommands(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"tenant", "rename", "acme-corp"}, {"tenant", "suspend"}, {"tenant", "suspend", "nope"}, {"key", "list"}} {
 		var out bytes.Buffer
-		if err := run(context.Background(), bad, envFunc(env), strings.NewReader(""), &out); err == nil {
+		if err := run(context.Background(), bad, envFunc(env), strings.NewReader(""), &out, io.Discard); err == nil {
 			t.Errorf("app %s succeeded", strings.Join(bad, " "))
 		}
 	}

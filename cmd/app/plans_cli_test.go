@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ func TestTheCommandLineKeepsToTheDefaultPlan(t *testing.T) {
 	cliInProcess(t, env, "tenant", "create", "acme")
 	cliInProcess(t, env, "key", "create", "--tenant", "acme")
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"key", "create", "--tenant", "acme"}, envFunc(env), strings.NewReader(""), &out)
+	err := run(context.Background(), []string{"key", "create", "--tenant", "acme"}, envFunc(env), strings.NewReader(""), &out, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "at most 1 API keys") {
 		t.Fatalf("a second key past PLAN_MAX_KEYS=1: %v\n%s", err, out.String())
 	}

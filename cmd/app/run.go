@@ -32,8 +32,9 @@ commands:
 `
 
 // run is the whole program: the command line. main and the end-to-end tests call it; `serve`
-// hands over to the composition root, internal/app.
-func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout io.Writer) error {
+// hands over to the composition root, internal/app. The server and migrate log to stdout; the
+// tenant, key and user commands, whose stdout scripts read (a new key's secret), log to stderr.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cmd, args := command(args)
 	// Help anywhere on the line is help, and nothing else runs: `migrate --help` must not
 	// migrate, nor `tenant create --help` make a tenant called "--help".
@@ -54,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "migrate":
 		return migrateCmd(ctx, cfg, stdout)
 	case "tenant", "key", "user":
-		return adminCmd(ctx, cfg, cmd, args, stdin, stdout)
+		return adminCmd(ctx, cfg, cmd, args, stdin, stdout, stderr)
 	case "healthcheck":
 		return healthcheckCmd(ctx, cfg, args, stdout)
 	case "help", "-h", "--help":
