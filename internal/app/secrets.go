@@ -97,10 +97,12 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 			return Secrets{}, "", fmt.Errorf("secret key: %w", err)
 		}
 	}
+	// differs refuses a root secret other than the stored one, unless SLUICE_DISCARD_LEGACY_SECRET.
+	differs := func(root string) bool { return legacy != "" && legacy != root && !cfg.DiscardLegacySecret }
 	root := cfg.SecretKey
 	// Refused before anything is written: a key file written with a SECRET_KEY refused here
 	// would refuse the stored value the refusal tells the operator to set.
-	if legacy != "" && root != "" && legacy != root && !cfg.DiscardLegacySecret {
+	if root != "" && differs(root) {
 		return Secrets{}, "", ErrLegacySecretDiffers
 	}
 	var err error
@@ -132,7 +134,7 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 	default:
 		return Secrets{}, "", ErrSecretKeyRequired
 	}
-	if legacy != "" && legacy != root && !cfg.DiscardLegacySecret {
+	if differs(root) { // the key file's
 		return Secrets{}, "", ErrLegacySecretDiffers
 	}
 	return NewSecrets(root), legacy, nil
