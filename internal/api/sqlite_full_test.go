@@ -108,7 +108,7 @@ func TestInMemorySQLiteIsRefusedAtStartUp(t *testing.T) {
 		cfg.SecretKey = "" // the SQLite default: a key file beside the database
 		a, err := app.New(context.Background(), cfg, app.Options{Stdout: io.Discard})
 		if err == nil {
-			_ = a.DB.Close()
+			_ = a.Close()
 			t.Errorf("%s: started", url)
 			continue
 		}

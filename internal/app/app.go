@@ -91,10 +91,63 @@ type App struct {
 	stdout      io.Writer
 	setupPath   string        // one-time first-operator link, printed once listening
 	idemSweep   time.Duration // time between sweeps of expired idempotent answers
-	started     chan struct{} // closed once Run listens
-	addr        string        // the listener's address, once started
-	metricsAddr string        // the metrics listener's address, once started ("" when off)
-	grpcAddr    string        // the Envoy rate limit service's address, once started ("" when off)
+	started     chan struct{} // closed once Run serves
+	listeners   listeners     // bound by New, served by Run
+	addr        string        // the listener's address
+	metricsAddr string        // the metrics listener's address ("" when off)
+	grpcAddr    string        // the Envoy rate limit service's address ("" when off)
+}
+
+// listeners are the service's sockets, bound before the database is opened.
+type listeners struct {
+	http, metrics, grpc net.Listener // metrics and grpc nil when off
+}
+
+// listen binds LISTEN_ADDR, METRICS_ADDR (when set) and GRPC_ADDR (when set).
+func listen(cfg config.Config) (listeners, error) {
+	var ls listeners
+	var err error
+	if ls.http, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+		return ls, fmt.Errorf("listen: %w", err)
+	}
+	if cfg.MetricsAddr != "" {
+		if ls.metrics, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			ls.close()
+			return ls, fmt.Errorf("listen for metrics (METRICS_ADDR): %w", err)
+		}
+	}
+	if cfg.GRPCAddr != "" {
+		if ls.grpc, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			ls.close()
+			return ls, fmt.Errorf("listen for the Envoy rate limit service (GRPC_ADDR): %w", err)
+		}
+	}
+	return ls, nil
+}
+
+// addrs are the bound addresses ("" for a listener that is off).
+func (ls listeners) addrs() (http, metrics, grpc string) {
+	name := func(l net.Listener) string {
+		if l == nil {
+			return ""
+		}
+		return l.Addr().String()
+	}
+	return name(ls.http), name(ls.metrics), name(ls.grpc)
+}
+
+func (ls listeners) close() {
+	for _, l := range []net.Listener{ls.http, ls.metrics, ls.grpc} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+// Close releases what New holds for an App that will not Run: its listeners and its database.
+func (a *App) Close() error {
+	a.listeners.close()
+	return a.DB.Close()
 }
 
 // Open opens the configured database and makes sure its schema is the one this binary knows:
@@ -190,6 +243,17 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		a.idemSweep = o.IdempotencySweepInterval
 	}
 	a.Log = NewLogger(cfg, o.Stdout)
+	// The addresses first: a start that cannot listen (a port in use) is refused before it
+	// migrates a shared database under the release still serving it.
+	if a.listeners, err = listen(cfg); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			a.listeners.close()
+		}
+	}()
+	a.addr, a.metricsAddr, a.grpcAddr = a.listeners.addrs()
 	var keys Secrets
 	a.DB, keys, err = OpenWithSecrets(ctx, cfg, a.Log)
 	if err != nil {
@@ -342,37 +406,14 @@ func (a *App) BaseURL() string {
 // shutdownGrace is how long in-flight requests may take to finish once Run's context ends.
 const shutdownGrace = 20 * time.Second
 
-// Run listens, starts the background work and serves until ctx ends; then it stops accepting,
+// Run starts the background work and serves on New's listeners until ctx ends; then it stops accepting,
 // lets in-flight requests finish, stops the background work in the reverse order of its start
 // and closes the database. It returns nil on a clean stop.
 func (a *App) Run(ctx context.Context) error {
 	defer a.DB.Close() // last: everything below has stopped using it
 	tuneGC(a.Config)
-	l, err := net.Listen("tcp", a.Config.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	a.addr = l.Addr().String()
+	l, metricsListener, grpcListener := a.listeners.http, a.listeners.metrics, a.listeners.grpc
 	base := a.BaseURL()
-	var metricsListener net.Listener
-	if a.Config.MetricsAddr != "" {
-		if metricsListener, err = net.Listen("tcp", a.Config.MetricsAddr); err != nil {
-			_ = l.Close()
-			return fmt.Errorf("listen for metrics (METRICS_ADDR): %w", err)
-		}
-		a.metricsAddr = metricsListener.Addr().String()
-	}
-	var grpcListener net.Listener
-	if a.Envoy != nil {
-		if grpcListener, err = net.Listen("tcp", a.Config.GRPCAddr); err != nil {
-			_ = l.Close()
-			if metricsListener != nil {
-				_ = metricsListener.Close()
-			}
-			return fmt.Errorf("listen for the Envoy rate limit service (GRPC_ADDR): %w", err)
-		}
-		a.grpcAddr = grpcListener.Addr().String()
-	}
 	if a.Demo != nil {
 		a.Demo.AddOrigin(base) // the demo's tenant must allow the origin the page is really served from
 	}
@@ -424,7 +465,7 @@ func (a *App) Run(ctx context.Context) error {
 		fmt.Fprintf(a.stdout, "No users yet. Set up the first operator (this link works once): %s%s\n", base, a.setupPath)
 	}
 	close(a.started)
-	err = httpserver.Serve(ctx, l, a.Router, shutdownGrace)
+	err := httpserver.Serve(ctx, l, a.Router, shutdownGrace)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
@@ -34,6 +36,37 @@ func TestAStartRefusedForItsSecretDoesNotMigrate(t *testing.T) {
 	}
 	if v, err := p.GetDBVersion(ctx); err != nil || v != 14 {
 		t.Fatalf("the refused start moved the schema from 14 to %d (%v): the running release's instances are not ready", v, err)
+	}
+}
+
+// TestAStartThatCannotListenDoesNotMigrate: with MIGRATE=auto, a new release started on a
+// shared PostgreSQL where one of its addresses is taken (the main one, the metrics' or the gRPC
+// one) is refused before it migrates, and the database stays at the version of the release still
+// serving. It used to migrate first and fail to listen after.
+func TestAStartThatCannotListenDoesNotMigrate(t *testing.T) {
+	url := testkit.URL(t, db.Postgres)
+	ctx := context.Background()
+	_, p := earlierSchema(t, url)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, addr := range []func(*config.Config){
+		func(c *config.Config) { c.ListenAddr = taken.Addr().String() },
+		func(c *config.Config) { c.MetricsAddr = taken.Addr().String() },
+		func(c *config.Config) { c.GRPCAddr = taken.Addr().String() },
+	} {
+		cfg := apptest.Config(url)
+		cfg.MigrateAuto = true
+		addr(&cfg)
+		_, err := app.New(ctx, cfg, app.Options{Stdout: new(strings.Builder)})
+		if err == nil || !strings.Contains(err.Error(), "listen") {
+			t.Fatalf("a start on a taken address: %v, want a listen error", err)
+		}
+		if v, err := p.GetDBVersion(ctx); err != nil || v != 14 {
+			t.Fatalf("the start that could not listen moved the schema from 14 to %d (%v)", v, err)
+		}
 	}
 }
 
@@ -100,7 +133,7 @@ func TestAStartRefusedForItsSchemaKeepsTheStoredSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = a.DB.Close() }() // built, never run: its database is all it holds open
+	defer func() { _ = a.Close() }() // built, never run
 	if _, err := settings.Setting(ctx, "secret_key"); !errors.Is(err, tenants.ErrNotFound) {
 		t.Fatalf("after a start on the migrated schema, the stored secret: %v, want it deleted", err)
 	}
