@@ -55,6 +55,38 @@ func BenchmarkANeighbourOfAContendedKey(b *testing.B) {
 	}
 }
 
+// contendedInstances runs an engine on each of two pools of 16 (two app processes) on a fresh
+// PostgreSQL database until b ends.
+func contendedInstances(b *testing.B) ([]*db.DB, []*limiter.Engine) {
+	pools := instancePools(b, testkit.URL(b, db.Postgres), 16)
+	var engines []*limiter.Engine
+	for _, d := range pools {
+		engines = append(engines, newEngine(b, d, limiter.Options{}))
+	}
+	return pools, engines
+}
+
+// hammer starts n callers, alternating between the engines, each calling call again and again
+// until stop is called, which waits for them.
+func hammer(engines []*limiter.Engine, n int, call func(e *limiter.Engine)) (stop func()) {
+	done := make(chan struct{})
+	var callers sync.WaitGroup
+	for i := range n {
+		e := engines[i%len(engines)]
+		callers.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				call(e)
+			}
+		})
+	}
+	return func() { close(done); callers.Wait() }
+}
+
 type contendedRun struct {
 	neighbour                    []time.Duration
 	decided                      int64 // the contended key's decisions (admitted or refused)
@@ -65,21 +97,7 @@ type contendedRun struct {
 
 func runContended(b *testing.B, contended, run string) contendedRun {
 	ctx := context.Background()
-	url := testkit.URL(b, db.Postgres)
-	var engines []*limiter.Engine
-	var pools []*db.DB
-	for range 2 {
-		d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 16})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = d.Close() })
-		if err := d.Migrate(ctx); err != nil {
-			b.Fatal(err)
-		}
-		pools = append(pools, d)
-		engines = append(engines, newEngine(b, d, limiter.Options{}))
-	}
+	pools, engines := contendedInstances(b)
 	name, other := "conc_"+run, "tb_"+run
 	def := limiter.Definition{Kind: limiter.Concurrency, Rate: 4, LeaseTTL: 60_000}
 	if contended == "token-bucket" {
@@ -97,31 +115,19 @@ func runContended(b *testing.B, contended, run string) contendedRun {
 	var out contendedRun
 	var mu sync.Mutex
 	var decided, contendedErrs atomic.Int64
-	stop := make(chan struct{})
-	var callers sync.WaitGroup
-	for i := range 8 {
-		e := engines[i%2]
-		callers.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				d, err := e.Limit(ctx, tenant, limiter.Request{Name: name, Key: "k", Count: 1})
-				if err != nil {
-					contendedErrs.Add(1)
-					continue
-				}
-				decided.Add(1)
-				if d.LeaseID != "" {
-					if err := e.ReleaseLease(ctx, tenant, d.LeaseID); err != nil {
-						contendedErrs.Add(1)
-					}
-				}
+	stop := hammer(engines, 8, func(e *limiter.Engine) {
+		d, err := e.Limit(ctx, tenant, limiter.Request{Name: name, Key: "k", Count: 1})
+		if err != nil {
+			contendedErrs.Add(1)
+			return
+		}
+		decided.Add(1)
+		if d.LeaseID != "" {
+			if err := e.ReleaseLease(ctx, tenant, d.LeaseID); err != nil {
+				contendedErrs.Add(1)
 			}
-		})
-	}
+		}
+	})
 	began := time.Now()
 	var neighbours sync.WaitGroup
 	for c := range 2 {
@@ -143,8 +149,7 @@ func runContended(b *testing.B, contended, run string) contendedRun {
 	neighbours.Wait()
 	out.secs = time.Since(began).Seconds()
 	out.decided = decided.Load() // while the neighbours ran (the callers are still going)
-	close(stop)
-	callers.Wait()
+	stop()
 	out.contendedErrs = contendedErrs.Load()
 	for _, d := range pools {
 		out.giveUps += d.GiveUpsFor(db.PurposeDecision)
@@ -163,39 +168,13 @@ func BenchmarkHoldsOnAKeyTwoInstancesHammer(b *testing.B) {
 	var errs, giveUps int64
 	for range b.N {
 		ctx := context.Background()
-		url := testkit.URL(b, db.Postgres)
-		var engines []*limiter.Engine
-		var pools []*db.DB
-		for range 2 {
-			d, err := db.Open(ctx, url, db.Options{MaxOpenConns: 16})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = d.Close() })
-			if err := d.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
-			pools = append(pools, d)
-			engines = append(engines, newEngine(b, d, limiter.Options{}))
-		}
+		pools, engines := contendedInstances(b)
 		if _, _, err := engines[0].PutDefinition(ctx, tenant, "tb", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e9, Period: 1000}, nil); err != nil {
 			b.Fatal(err)
 		}
-		stop := make(chan struct{})
-		var callers sync.WaitGroup
-		for i := range 16 {
-			e := engines[i%2]
-			callers.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					_, _ = e.Limit(ctx, tenant, limiter.Request{Name: "tb", Key: "k", Count: 1})
-				}
-			})
-		}
+		stop := hammer(engines, 16, func(e *limiter.Engine) {
+			_, _ = e.Limit(ctx, tenant, limiter.Request{Name: "tb", Key: "k", Count: 1})
+		})
 		for i := range 30 {
 			e := engines[i%2]
 			t0 := time.Now()
@@ -209,8 +188,7 @@ func BenchmarkHoldsOnAKeyTwoInstancesHammer(b *testing.B) {
 			}
 			took = append(took, time.Since(t0))
 		}
-		close(stop)
-		callers.Wait()
+		stop()
 		for _, d := range pools {
 			giveUps += d.GiveUpsFor(db.PurposeDecision)
 		}

@@ -39,7 +39,7 @@ const tenant = int64(1)
 
 // instancePools opens url twice, as two app processes would (each pool of at most maxConns
 // connections), migrates it once, and closes both when the test ends.
-func instancePools(t *testing.T, url string, maxConns int) []*db.DB {
+func instancePools(t testing.TB, url string, maxConns int) []*db.DB {
 	t.Helper()
 	var dbs []*db.DB
 	for range 2 {

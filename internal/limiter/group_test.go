@@ -28,13 +28,7 @@ func newEngine(t testing.TB, d *db.DB, opts Options) *Engine {
 // await fails t unless ch is closed (or receives) within 30 s.
 func await[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("waited 30 s for %s", what)
-		panic("unreachable")
-	}
+	return testkit.Await(t, ch, what)
 }
 
 func ptr[T any](v T) *T { return &v }

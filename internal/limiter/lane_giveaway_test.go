@@ -94,23 +94,23 @@ func TestAGroupBackingOffLetsTheLaneDecideOthers(t *testing.T) {
 			var first <-chan answer
 			if byWorker {
 				first = decide(tenant, "warm")
-				await(t, entered, "the first group to hold the lane")
+				testkit.Await(t, entered, "the first group to hold the lane")
 			}
 			contended := decide(tenant, "contended")
 			if byWorker {
 				waitUntil(t, "the contended decision to queue behind the first group", func() bool { return e.Queued() == 1 })
 				close(release)
-				if a := await(t, first, "the first group's decision"); a.err != nil || !a.d.OK {
+				if a := testkit.Await(t, first, "the first group's decision"); a.err != nil || !a.d.OK {
 					t.Fatalf("the first group's decision: %+v, %v", a.d, a.err)
 				}
 			}
 			// Its immediate retry and one after a backoff: the group has given its turn away.
 			waitUntil(t, "the contended group to retry twice", func() bool { return d.RetriesFor(db.PurposeDecision) >= 2 })
-			other := await(t, decide(otherTenant, "free"), "another tenant's decision while the contended group backs off")
+			other := testkit.Await(t, decide(otherTenant, "free"), "another tenant's decision while the contended group backs off")
 			if other.err != nil || !other.d.OK || other.d.Remaining != 9 {
 				t.Fatalf("another tenant's decision: %+v, %v; want admitted, 9 remaining", other.d, other.err)
 			}
-			sameTenant := await(t, decide(tenant, "elsewhere"), "the same tenant's decision on another key")
+			sameTenant := testkit.Await(t, decide(tenant, "elsewhere"), "the same tenant's decision on another key")
 			if sameTenant.err != nil || !sameTenant.d.OK || sameTenant.d.Remaining != 9 {
 				t.Fatalf("the same tenant's decision on another key: %+v, %v; want admitted, 9 remaining", sameTenant.d, sameTenant.err)
 			}
@@ -123,8 +123,8 @@ func TestAGroupBackingOffLetsTheLaneDecideOthers(t *testing.T) {
 			default:
 			}
 			open()
-			a := await(t, contended, "the contended decision once its row is free")
-			b := await(t, again, "the held-back decision once the contended group ended")
+			a := testkit.Await(t, contended, "the contended decision once its row is free")
+			b := testkit.Await(t, again, "the held-back decision once the contended group ended")
 			if a.err != nil || b.err != nil || !a.d.OK || !b.d.OK || a.d.Remaining != 9 || b.d.Remaining < 8 || b.d.Remaining > 8.01 {
 				t.Fatalf("the contended decisions: %+v, %v and %+v, %v; want both admitted, 9 and 8 remaining (and the refill of the test's seconds)", a.d, a.err, b.d, b.err)
 			}
@@ -132,17 +132,5 @@ func TestAGroupBackingOffLetsTheLaneDecideOthers(t *testing.T) {
 				t.Fatalf("the contended key holds %+v (%v), want 8 (taken twice)", v, err)
 			}
 		})
-	}
-}
-
-// await waits for ch, naming what it waited for when it waits too long.
-func await[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("waited 30 s for %s", what)
-		panic("unreachable")
 	}
 }

@@ -35,3 +35,16 @@ func Run(t testing.TB, run func(ctx context.Context) error) (stop func() error) 
 	t.Cleanup(func() { _ = stop() })
 	return stop
 }
+
+// Await returns what ch receives, failing t, named by what it waited for, unless that comes
+// within 30 s (generous, for a busy machine: it bounds a test that went wrong, not a speed).
+func Await[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30 s for %s", what)
+		panic("unreachable")
+	}
+}
