@@ -824,7 +824,8 @@ type GroupStats struct {
 	DefinitionsRead int64
 	// Busy is the time the lanes' transactions took, summed: for each group, its closes of holds
 	// and leases (run before its decisions, in the lane) and its decisions, from the first
-	// attempt's start to the last attempt's end, retries and waits between them included. Over a
+	// attempt's start to the last attempt's end, retries and waits between them included, unless
+	// the group gave its lane's turn away before backing off (then up to that moment). Over a
 	// span of wall time it says how busy the lanes were: near the number of lanes, every lane was
 	// always in a transaction, and the database's turn was the decisions' ceiling.
 	Busy time.Duration

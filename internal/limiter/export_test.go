@@ -33,3 +33,6 @@ var TakeTokens = pgTakeTokens
 
 // ErrOneTripDiffers fails a one-trip group whose database decisions differ from the Go math's.
 var ErrOneTripDiffers = errOneTripDiffers
+
+// Stopping reports whether e's Run has begun to stop (its context ended).
+func Stopping(e *Engine) bool { return e.stopping.Load() }

@@ -105,56 +105,82 @@ type lane struct {
 	wake chan struct{}
 
 	// Groups given away (turn.giveAway) are still retrying. Until one ends, the lane's later jobs
-	// that would write what it writes (awayKeys) wait in held instead of joining a group that
-	// would fight it for the row: one instance keeps one group in flight per contended key, as
+	// that would write what it writes (its awayKeys) wait in held instead of joining a group that
+	// would fight it for the row: one instance keeps one group in flight per contended row, as
 	// when the lane waited for it, while other keys' and tenants' decisions go on. When it ends,
 	// the jobs it held go to ready, and the lane's next group takes them first. mu guards away,
 	// held and ready; awayN and readyN let the common path (nothing away) skip the lock.
 	mu     sync.Mutex
-	away   map[awayKey]int // how many away groups hold each key
+	away   map[awayKey]int // how many away groups hold each key back
 	held   []*job
 	ready  []*job
 	awayN  atomic.Int32 // groups given away and not ended
 	readyN atomic.Int32 // len(ready)
 }
 
-// awayKey is what a job of an away group holds back: a request's row (its tenant's, or the
-// system tenant's for a System request, with its name and key), the tenant (any job: the
-// tenant's closes read rows unknown until they run), or the tenant's closes (close: decisions
-// of the tenant wait for them).
+// awayKey is something an away group writes, which the lane's later jobs that would write it too
+// wait for (lane.heldBack).
 type awayKey struct {
 	tenantID  int64
-	close     bool
-	name, key string
+	kind      awayKind
+	name, key string // awayRow's
 }
 
-// awayKeys are the keys j holds back while its group is away.
+type awayKind uint8
+
+const (
+	// awayRow: a request's row: its tenant's (the system tenant's for a System request, such as
+	// the plan's), its name and key. Decisions with a request on it wait.
+	awayRow awayKind = iota
+	// awayTenant: any job of the tenant. Its closes wait: the rows a close writes are unknown until
+	// it runs.
+	awayTenant
+	// awayCloses: a close of the tenant. Its decisions wait, for the same reason.
+	awayCloses
+	// awayParents: a decision of the tenant that writes a parent's row. Its decisions wait: a
+	// parent is shared by many keys, and which a waiting decision writes is unknown until its
+	// definitions are read.
+	awayParents
+)
+
+// awayKeys are what j's group holds back while it is away, read when it gives its turn away
+// (after an attempt, so that a decision's parents are known).
 func (j *job) awayKeys() []awayKey {
-	keys := []awayKey{{tenantID: j.tenantID}}
+	keys := []awayKey{{tenantID: j.tenantID, kind: awayTenant}}
 	if j.close != nil {
-		return append(keys, awayKey{tenantID: j.tenantID, close: true})
+		return append(keys, awayKey{tenantID: j.tenantID, kind: awayCloses})
 	}
+	if slices.ContainsFunc(j.exp, func(r limitRef) bool { return r.parent }) {
+		keys = append(keys, awayKey{tenantID: j.tenantID, kind: awayParents})
+	}
+	return append(keys, j.rowKeys()...)
+}
+
+// rowKeys are the awayRow keys of j's requests.
+func (j *job) rowKeys() []awayKey {
+	keys := make([]awayKey, 0, len(j.reqs))
 	for _, r := range j.reqs {
 		owner := j.tenantID
 		if r.System {
 			owner = SystemTenant
 		}
-		keys = append(keys, awayKey{tenantID: owner, name: r.Name, key: r.Key})
+		keys = append(keys, awayKey{tenantID: owner, kind: awayRow, name: r.Name, key: r.Key})
 	}
 	return keys
 }
 
-// heldBack reports whether an away group holds j back: a close while its tenant has a job away,
-// a decision while its tenant has a close away or one of its requests' rows is away. Called
-// with l.mu held.
+// heldBack reports whether an away group holds j back: a close while its tenant has a job away;
+// a decision while its tenant has a close or a decision on a parent away, or one of its
+// requests' rows is away. (The sweepers' closes, every tenant's, run as the system tenant's:
+// they hold back nothing but the sweepers' own.) Called with l.mu held.
 func (l *lane) heldBack(j *job) bool {
 	if j.close != nil {
-		return l.away[awayKey{tenantID: j.tenantID}] > 0
+		return l.away[awayKey{tenantID: j.tenantID, kind: awayTenant}] > 0
 	}
-	if l.away[awayKey{tenantID: j.tenantID, close: true}] > 0 {
+	if l.away[awayKey{tenantID: j.tenantID, kind: awayCloses}] > 0 || l.away[awayKey{tenantID: j.tenantID, kind: awayParents}] > 0 {
 		return true
 	}
-	for _, k := range j.awayKeys()[1:] {
+	for _, k := range j.rowKeys() {
 		if l.away[k] > 0 {
 			return true
 		}
@@ -178,30 +204,26 @@ func (l *lane) hold(j *job) bool {
 	return true
 }
 
-// goAway registers group's keys as away (turn.giveAway).
-func (l *lane) goAway(group []*job) {
+// goAway registers an away group's keys (turn.giveAway).
+func (l *lane) goAway(keys []awayKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.away == nil {
 		l.away = map[awayKey]int{}
 	}
-	for _, j := range group {
-		for _, k := range j.awayKeys() {
-			l.away[k]++
-		}
+	for _, k := range keys {
+		l.away[k]++
 	}
 	l.awayN.Add(1)
 }
 
-// comeBack unregisters an away group's keys once it ended, moves the jobs no longer held back
-// to ready and wakes the lane's worker for them.
-func (l *lane) comeBack(group []*job) {
+// comeBack unregisters the keys goAway registered once their group ended, moves the jobs no
+// longer held back to ready and wakes the lane's worker for them.
+func (l *lane) comeBack(keys []awayKey) {
 	l.mu.Lock()
-	for _, j := range group {
-		for _, k := range j.awayKeys() {
-			if l.away[k]--; l.away[k] <= 0 {
-				delete(l.away, k)
-			}
+	for _, k := range keys {
+		if l.away[k]--; l.away[k] <= 0 {
+			delete(l.away, k)
 		}
 	}
 	l.awayN.Add(-1)
@@ -228,17 +250,22 @@ func (l *lane) wakeWorker() {
 	}
 }
 
-// takeReady adds the ready jobs to group, up to max, and returns it.
-func (l *lane) takeReady(group []*job, max int) []*job {
+// takeReady takes up to max ready jobs, in the order they were held, for the group being formed.
+// One that another away group holds back meanwhile goes back to held.
+func (l *lane) takeReady(max int) []*job {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var group []*job
 	n := 0
 	for _, j := range l.ready {
 		if len(group) >= max {
 			break
 		}
 		n++
-		if j.state.CompareAndSwap(jobQueued, jobTaken) {
+		switch {
+		case l.heldBack(j):
+			l.held = append(l.held, j)
+		case j.state.CompareAndSwap(jobQueued, jobTaken):
 			group = append(group, j)
 		}
 	}
@@ -329,6 +356,9 @@ type turn struct {
 	replace func()
 	group   []*job // the group it decides (runLane)
 	given   bool   // giveAway gave the token back before the group ended
+	// away are the keys giveAway registered (comeBack unregisters exactly those); awayAt is when.
+	away   []awayKey
+	awayAt time.Time
 }
 
 // giveAway gives the lane's token back while the group still has attempts to make: its
@@ -342,20 +372,33 @@ func (t *turn) giveAway() {
 	if t.given {
 		return
 	}
-	t.given = true
+	t.given, t.awayAt = true, time.Now()
 	t.e.givenAway.Add(1) // before the token goes back: Run waits for it once it holds every token
-	t.l.goAway(t.group)
+	for _, j := range t.group {
+		t.away = append(t.away, j.awayKeys()...)
+	}
+	t.l.goAway(t.away)
 	t.l.token <- struct{}{}
 	if t.replace != nil {
 		t.replace()
 	}
 }
 
+// busyUntil is when the lane stopped being busy with the turn's group: now, or when the group
+// gave its turn away (the lane's busy time, GroupStats.Busy, does not count an away group's
+// retries: the lane decides other groups meanwhile). t may be nil (tests).
+func (t *turn) busyUntil(now time.Time) time.Time {
+	if t != nil && t.given {
+		return t.awayAt
+	}
+	return now
+}
+
 // end ends the turn once its group is decided, giving the token back unless giveAway did, and
 // reports whether it had.
 func (t *turn) end() bool {
 	if t.given {
-		t.l.comeBack(t.group)
+		t.l.comeBack(t.away)
 		t.e.givenAway.Done()
 		return true
 	}
@@ -370,8 +413,8 @@ func (t *turn) end() bool {
 // and decides them.
 func (e *Engine) runLane(t *turn, group []*job) {
 	l := t.l
-	if l.readyN.Load() > 0 { // jobs an away group held back go first
-		group = l.takeReady(group, e.maxGroup)
+	if l.readyN.Load() > 0 { // jobs an away group held back go first, before any taken since
+		group = append(l.takeReady(e.maxGroup-len(group)), group...)
 	}
 	for len(group) < e.maxGroup {
 		select {
@@ -471,7 +514,8 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 	if len(l.queue) == 0 && l.awayN.Load() == 0 { // (the worker sees whether an away group holds j back)
 		select {
 		case <-l.token:
-			if !e.stopping.Load() {
+			// A group may have given the token away since: then the worker decides j after it.
+			if !e.stopping.Load() && l.awayN.Load() == 0 {
 				j.state.Store(jobTaken)
 				t := turn{e: e, l: l}
 				e.runLane(&t, []*job{j})
@@ -546,7 +590,7 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 	}
 	began := time.Now() // the lane's transactions for these jobs, closes and decisions (GroupStats.Busy)
 	if jobs = e.runCloses(ctx, jobs); len(jobs) == 0 {
-		e.groupNanos.Add(int64(time.Since(began)))
+		e.groupNanos.Add(int64(t.busyUntil(time.Now()).Sub(began)))
 		return
 	}
 	e.groups.Add(1)
@@ -565,7 +609,7 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 			return e.groupGorm(tx, jobs)
 		})
 	}
-	e.groupNanos.Add(int64(time.Since(began)))
+	e.groupNanos.Add(int64(t.busyUntil(time.Now()).Sub(began)))
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
 	}
