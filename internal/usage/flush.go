@@ -270,13 +270,17 @@ func liveTenants(tx *gorm.DB, units []*unit) (map[int64]bool, error) {
 }
 
 // tellMinutes calls onMinute once per live tenant of units whose minutes in them have refusals
-// or near-limit keys, in tenant, name and minute order.
+// or near-limit keys, in tenant, name and minute order. The catch-all (OtherName) is not told:
+// its refusals are several limits' together, and no limit refused that many.
 func (a *Aggregator) tellMinutes(tx *gorm.DB, units []*unit, live map[int64]bool, refused map[counterKey]int64) error {
 	for i := 0; i < len(units); {
 		tenantID := units[i].key.tenantID
 		var limits []LimitMinute
 		for ; i < len(units) && units[i].key.tenantID == tenantID; i++ {
 			u := units[i]
+			if u.key.name == OtherName { // many limits' sums, not a limit: it refused nothing itself
+				continue
+			}
 			m := LimitMinute{Name: u.key.name, Minute: time.UnixMilli(u.key.bucket).UTC()}
 			if u.counts.refused > 0 {
 				m.Refused = refused[u.key]

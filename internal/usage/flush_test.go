@@ -326,3 +326,32 @@ func TestFlushWritesNothingForATenantThatNoLongerExists(t *testing.T) {
 		}
 	})
 }
+
+// TestOnMinuteIsNotToldOfTheCatchAll: a tenant past its share of counters has its further limits
+// counted under the catch-all (OtherName); their refusals together are not one limit's, so the
+// hook behind the limit.refusals webhook is not told of them as if a limit named "(other)" had
+// refused 200 times in a minute. The limits within the share still are.
+func TestOnMinuteIsNotToldOfTheCatchAll(t *testing.T) {
+	d := testkit.Open(t, db.SQLite)
+	tenants(t, d, 7)
+	heard := map[string]int64{}
+	hook := func(_ *gorm.DB, _ int64, limits []usage.LimitMinute) error {
+		for _, l := range limits {
+			heard[l.Name] += l.Refused
+		}
+		return nil
+	}
+	a := usage.New(d, usage.Options{Interval: time.Hour, Now: newClock().Now, OnMinute: hook})
+	for i := range 10_000 { // the tenant's share of counters, the first refusing once
+		a.Record(7, fmt.Sprint("n", i), i != 0)
+	}
+	for i := range 200 { // 200 more limits, each refusing once, counted under the catch-all
+		a.Record(7, fmt.Sprint("x", i), false)
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if heard["n0"] != 1 || len(heard) != 1 {
+		t.Fatalf("OnMinute heard %v, want only n0's one refusal", heard)
+	}
+}
