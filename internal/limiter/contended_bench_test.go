@@ -18,13 +18,14 @@ import (
 // tenant of the same instance. Two instances (engines with their own pools) share one
 // PostgreSQL; 8 callers of tenant 1, alternating between them, decide on one key as fast as
 // they can ("leases": acquire a concurrency lease of 4 and release it, two transactions that
-// lose the row to the other instance often; "token-bucket": one decision each), while 2
+// lose the row to the other instance often; "token-bucket": one decision each; "parent": each
+// decision on one of 64 keys under one parent, whose row they all write), while 2
 // callers of tenant 2 make 1,500 token-bucket decisions each on keys of their own through the
 // first instance. Each iteration is one such run; it reports the neighbour's latencies, the
 // contended key's decisions per second, and the errors and give-ups of both. Run with
 // make bench-contended (docs/performance.md, "2026-11-29").
 func BenchmarkANeighbourOfAContendedKey(b *testing.B) {
-	for _, contended := range []string{"leases", "token-bucket"} {
+	for _, contended := range []string{"leases", "token-bucket", "parent"} {
 		b.Run(contended, func(b *testing.B) {
 			var neighbour []time.Duration
 			var decided, neighbourErrs, contendedErrs, giveUps int64
@@ -100,14 +101,22 @@ func runContended(b *testing.B, contended, run string) contendedRun {
 	pools, engines := contendedInstances(b)
 	name, other := "conc_"+run, "tb_"+run
 	def := limiter.Definition{Kind: limiter.Concurrency, Rate: 4, LeaseTTL: 60_000}
-	if contended == "token-bucket" {
-		def = limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 1000}
-	}
-	for _, put := range []struct {
+	unbounded := limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e9, Period: 1000}
+	type definition struct {
 		tenantID int64
 		name     string
 		def      limiter.Definition
-	}{{tenant, name, def}, {2, other, limiter.Definition{Kind: limiter.TokenBucket, Rate: 1e9, Period: 1000}}} {
+	}
+	puts := []definition{{2, other, unbounded}}
+	switch contended {
+	case "token-bucket":
+		def = limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 1000}
+	case "parent":
+		def = unbounded
+		def.Parents = []limiter.Parent{{Name: "org_" + run, Key: "o"}}
+		puts = append(puts, definition{tenant, "org_" + run, unbounded})
+	}
+	for _, put := range append(puts, definition{tenant, name, def}) {
 		if _, _, err := engines[0].PutDefinition(ctx, put.tenantID, put.name, put.def, nil); err != nil {
 			b.Fatal(err)
 		}
@@ -115,8 +124,13 @@ func runContended(b *testing.B, contended, run string) contendedRun {
 	var out contendedRun
 	var mu sync.Mutex
 	var decided, contendedErrs atomic.Int64
+	var calls atomic.Int64
 	stop := hammer(engines, 8, func(e *limiter.Engine) {
-		d, err := e.Limit(ctx, tenant, limiter.Request{Name: name, Key: "k", Count: 1})
+		key := "k"
+		if contended == "parent" { // keys of their own, under one parent
+			key = fmt.Sprint("u", calls.Add(1)%64)
+		}
+		d, err := e.Limit(ctx, tenant, limiter.Request{Name: name, Key: key, Count: 1})
 		if err != nil {
 			contendedErrs.Add(1)
 			return
