@@ -6,6 +6,7 @@ package usage
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"maps"
 	"slices"
@@ -53,10 +54,13 @@ func (u *unit) rows() int {
 
 // Flush writes the counts and top keys recorded so far, with the threshold events OnMinute
 // derives from them, in chunks of at most chunkRows rows, each its own transaction, in (tenant,
-// name, minute) order. A chunk that fails ends the flush: it and the chunks after it are held
-// again for the next one (within the shares: what finds no room is dropped and logged), while
-// the chunks before it stay written, so nothing is counted twice or lost while the process
-// lives. Nothing is written for a tenant that no longer exists.
+// name, minute) order. A chunk that fails ends the flush. The chunks before it stay written; the
+// chunks after it are held again for the next one (within the shares: what finds no room is
+// dropped and logged). The chunk that failed may have committed all the same (its COMMIT sent,
+// the answer lost), so it is held as it is, under the ID its transaction recorded
+// (usage_flushes), and the next flush writes it first, under that ID, unless it finds the ID
+// stored: nothing is counted twice or lost while the process lives. Nothing is written for a
+// tenant that no longer exists.
 func (a *Aggregator) Flush(ctx context.Context) error {
 	a.flushMu.Lock()
 	defer a.flushMu.Unlock()
@@ -76,9 +80,18 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	}
 	ctx = db.WithPurpose(ctx, db.PurposeUsage)
 	chunks := chunksOf(batch, sketches)
+	if a.unsure != nil { // the last flush's failed chunk first, under its ID
+		if err := a.writeOnce(ctx, a.unsure); err != nil {
+			a.keep(chunks)
+			return fmt.Errorf("usage: flush: the chunk an earlier flush could not confirm: %w", err)
+		}
+		a.unsure = nil
+	}
 	for i, units := range chunks {
-		if err := a.db.Serializable(ctx, func(tx *gorm.DB) error { return a.writeChunk(tx, units) }); err != nil {
-			a.keep(chunks[i:])
+		c := &chunk{id: newChunkID(), units: units}
+		if err := a.writeOnce(ctx, c); err != nil {
+			a.unsure = c
+			a.keep(chunks[i+1:])
 			return fmt.Errorf("usage: flush: chunk %d of %d: %w", i+1, len(chunks), err)
 		}
 	}
@@ -94,6 +107,61 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		a.lastPrune = now
 	}
 	return nil
+}
+
+// chunk is the units one flush transaction writes, and the ID it records (usage_flushes).
+type chunk struct {
+	id    string
+	units []*unit
+}
+
+func newChunkID() string { return rand.Text() }
+
+// The statements on usage_flushes: a chunk's ID, recorded unless it is there already (the
+// chunk then committed before), and whether it is (the readers'); prune removes old IDs.
+const (
+	sqlRecordChunk   = "INSERT INTO usage_flushes (id, flushed_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
+	sqlChunkRecorded = "SELECT COUNT(*) FROM usage_flushes WHERE id = ?"
+	// chunkIDsKeptFor is far longer than a chunk is held: the next flush writes it.
+	chunkIDsKeptFor = 24 * time.Hour
+)
+
+// writeOnce writes c in a transaction of its own, which first records c's ID: a chunk whose ID
+// is recorded already committed before (a flush that took its error for a failure), and is not
+// written again.
+func (a *Aggregator) writeOnce(ctx context.Context, c *chunk) error {
+	err := a.db.Serializable(ctx, func(tx *gorm.DB) error {
+		res := tx.Exec(sqlRecordChunk, c.id, a.now().UnixMilli())
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return nil
+		}
+		return a.writeChunk(tx, c.units)
+	})
+	if err == nil && a.afterChunk != nil {
+		err = a.afterChunk()
+	}
+	return err
+}
+
+// unsureUnits are the units of the chunk the last flush could not confirm (Aggregator.unsure)
+// when tx does not find its ID stored: then its counts are in neither table nor memory, and a
+// reader adds them as it adds memory's. nil when there is no such chunk or it committed. The
+// caller holds flushMu.
+func (a *Aggregator) unsureUnits(tx *gorm.DB) ([]*unit, error) {
+	if a.unsure == nil {
+		return nil, nil
+	}
+	var n int64
+	if err := tx.Raw(sqlChunkRecorded, a.unsure.id).Scan(&n).Error; err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		return nil, nil
+	}
+	return a.unsure.units, nil
 }
 
 // chunksOf orders a flush's counters and sketches by (tenant, name, minute), so that concurrent
@@ -402,11 +470,13 @@ const (
 	pruneBatches = 25
 )
 
-// The prune statements: up to pruneRows rows of a table whose bucket began before a cut.
+// The prune statements: up to pruneRows rows of a table whose bucket began before a cut (of
+// usage_flushes, IDs recorded before it).
 const (
 	sqlPruneStats         = "DELETE FROM usage_stats WHERE (tenant_id, name, bucket_start) IN (SELECT tenant_id, name, bucket_start FROM usage_stats WHERE bucket_start < ? LIMIT ?)"
 	sqlPruneStatsHourly   = "DELETE FROM usage_stats_hourly WHERE (tenant_id, name, bucket_start) IN (SELECT tenant_id, name, bucket_start FROM usage_stats_hourly WHERE bucket_start < ? LIMIT ?)"
 	sqlPruneTopKeys       = "DELETE FROM usage_top_keys WHERE (tenant_id, name, kind, bucket_start, limit_key) IN (SELECT tenant_id, name, kind, bucket_start, limit_key FROM usage_top_keys WHERE bucket_start < ? LIMIT ?)"
+	sqlPruneChunkIDs      = "DELETE FROM usage_flushes WHERE id IN (SELECT id FROM usage_flushes WHERE flushed_at < ? LIMIT ?)"
 	sqlPruneTopKeysHourly = "DELETE FROM usage_top_keys_hourly WHERE (tenant_id, name, kind, bucket_start, limit_key) IN (SELECT tenant_id, name, kind, bucket_start, limit_key FROM usage_top_keys_hourly WHERE bucket_start < ? LIMIT ?)"
 )
 
@@ -422,6 +492,7 @@ func (a *Aggregator) prune(ctx context.Context, now time.Time) (done bool, err e
 		{sqlPruneTopKeysHourly, cut},
 		{sqlPruneStatsHourly, cut},
 		{sqlPruneStats, cut},
+		{sqlPruneChunkIDs, now.Add(-chunkIDsKeptFor).UnixMilli()},
 	}
 	batches := 0
 	for _, t := range tables {

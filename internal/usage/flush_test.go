@@ -143,8 +143,10 @@ func TestOneTenantCannotCrowdOutTheOthers(t *testing.T) {
 
 // TestAFailedFlushKeepsWithinTheShares: a flush fails while the flooding tenant decides on
 // 100,000 more names; what the failed flush carried is held again within the tenant's share
-// (its names past it counted under usage.OtherName), so the next flush writes every decision,
-// once, in at most 10,000 named rows of the tenant's, and another tenant's under its name.
+// (its names past it counted under usage.OtherName), except the chunk that failed, which is held
+// as it was (it may have committed: Flush), so the next flush writes every decision, once, in at
+// most 10,000 named rows of the tenant's and the failed chunk's (at most chunkRows / 2 = 500),
+// and another tenant's under its name.
 func TestAFailedFlushKeepsWithinTheShares(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		tenants(t, d, 7, 8)
@@ -190,8 +192,8 @@ func TestAFailedFlushKeepsWithinTheShares(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := storedOf(t, d, "usage_stats", 7)
-		if s.Allowed+s.Refused != 110_000 || s.Rows > 10_001 {
-			t.Fatalf("the flooding tenant stored %d decisions in %d rows; want 110,000 in at most 10,001 (10,000 names and %s)", s.Allowed+s.Refused, s.Rows, usage.OtherName)
+		if s.Allowed+s.Refused != 110_000 || s.Rows > 10_001+500 {
+			t.Fatalf("the flooding tenant stored %d decisions in %d rows; want 110,000 in at most 10,501 (10,000 names, %s and the failed chunk's 500)", s.Allowed+s.Refused, s.Rows, usage.OtherName)
 		}
 		if s := storedOf(t, d, "usage_stats", 8); s.Names["other-tenant"] != 1 {
 			t.Fatalf("tenant 8's usage: %+v, want other-tenant's one decision", s)
@@ -354,4 +356,57 @@ func TestOnMinuteIsNotToldOfTheCatchAll(t *testing.T) {
 	if heard["n0"] != 1 || len(heard) != 1 {
 		t.Fatalf("OnMinute heard %v, want only n0's one refusal", heard)
 	}
+}
+
+// TestAChunkThatCommittedThoughItsFlushFailedIsNotCountedAgain: a chunk's transaction commits
+// but its flush takes it for failed (its COMMIT's answer lost: a connection cut, a synchronous
+// standby that kept it waiting past the retry budget). The next flush writes that chunk again
+// under its ID, finds the ID stored and writes nothing: every decision is stored once, minute,
+// hour and top keys alike, and the series and top keys count each once in between. A chunk that
+// failed for real (its transaction rolled back) is written by the next flush:
+// TestAFailedChunkIsWrittenOnceAndTheChunksBeforeItStay.
+func TestAChunkThatCommittedThoughItsFlushFailedIsNotCountedAgain(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		tenants(t, d, 1)
+		a := usage.New(d, usage.Options{Interval: time.Hour, Now: newClock().Now})
+		var lost atomic.Bool
+		lost.Store(true)
+		usage.SetAfterChunk(a, func() error {
+			if lost.CompareAndSwap(true, false) {
+				return errors.New("the COMMIT's answer was lost")
+			}
+			return nil
+		})
+		ctx := context.Background()
+		observe := func(n int) {
+			for range n {
+				a.Observe(1, usage.Observation{Name: "api", Key: "k", Remaining: 0, Max: 10}) // refused
+			}
+		}
+		check := func(when string, want int64) {
+			t.Helper()
+			for _, table := range []string{"usage_stats", "usage_stats_hourly"} {
+				if s := storedOf(t, d, table, 1); s.Allowed+s.Refused != want {
+					t.Fatalf("%s: %s holds %d decisions, want %d", when, table, s.Allowed+s.Refused, want)
+				}
+			}
+			if n := seriesTotal(t, a, 1); n != want {
+				t.Fatalf("%s: the series counts %d decisions, want %d", when, n, want)
+			}
+			top, err := a.TopKeys(ctx, 1, "api", usage.KindRefused, time.Hour, 5)
+			if err != nil || len(top) != 1 || top[0].Hits != want {
+				t.Fatalf("%s: top keys %+v (%v), want k with %d", when, top, err, want)
+			}
+		}
+		observe(3)
+		if err := a.Flush(ctx); err == nil {
+			t.Fatal("the flush whose COMMIT's answer was lost succeeded")
+		}
+		check("after the flush that took its committed chunk for failed", 3)
+		observe(1)
+		if err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check("after the next flush", 4)
+	})
 }

@@ -13,7 +13,7 @@ import (
 // a million rows; past a few million, PostgreSQL's JIT threshold) until migration 00022.
 func TestThePrunesLooksReadThroughAnIndex(t *testing.T) {
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
-		for _, q := range []string{sqlPruneStats, sqlPruneStatsHourly, sqlPruneTopKeys, sqlPruneTopKeysHourly} {
+		for _, q := range []string{sqlPruneStats, sqlPruneStatsHourly, sqlPruneTopKeys, sqlPruneTopKeysHourly, sqlPruneChunkIDs} {
 			if whole := testkit.WholeTableReads(t, d, testkit.Look{SQL: q, Args: []any{int64(1_700_000_000_000), pruneRows}}); len(whole) > 0 {
 				t.Errorf("%s\nreads a whole table:\n%s", q, strings.Join(whole, "\n"))
 			}

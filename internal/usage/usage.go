@@ -176,6 +176,13 @@ type Aggregator struct {
 
 	flushMu   sync.RWMutex // one flush at a time, so a failed flush's counts merge back in order; readers share it
 	lastPrune time.Time
+	// unsure is the chunk whose transaction the last flush saw fail, which may have committed all
+	// the same (Flush); nil when none. Guarded by flushMu: readers count it unless its ID is
+	// stored (unsureStored).
+	unsure *chunk
+	// afterChunk, set by tests only, runs after each chunk's transaction committed; its error is
+	// taken for the transaction's (as a COMMIT whose answer was lost would be).
+	afterChunk func() error
 }
 
 // finalFlushTimeout bounds the flush Run makes on the way out, after its context has ended.
@@ -412,7 +419,12 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 		ShadowRefused int64
 	}
 	var rows []row
+	var unsure []*unit
 	err := a.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		var err error
+		if unsure, err = a.unsureUnits(tx); err != nil {
+			return err
+		}
 		// Summed per step in the database: a week per minute of ten limits is 100,800 rows,
 		// which the page needs as 56 (docs/performance.md); per hour it is 1,680.
 		table := "usage_stats"
@@ -433,6 +445,11 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 	}
 	for _, r := range rows {
 		add(r.BucketStart, counts{r.Allowed, r.Refused, r.ShadowRefused})
+	}
+	for _, u := range unsure {
+		if u.key.tenantID == tenantID && (name == "" || u.key.name == name) {
+			add(u.key.bucket, u.counts)
+		}
 	}
 	a.mu.Lock()
 	for k, c := range a.pending {
@@ -466,7 +483,12 @@ func (a *Aggregator) TopKeys(ctx context.Context, tenantID int64, name string, k
 		from -= width // the current hour is partial: the span's whole hours come before it
 	}
 	var rows []KeyCount
+	var unsure []*unit
 	err := a.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		var err error
+		if unsure, err = a.unsureUnits(tx); err != nil {
+			return err
+		}
 		q := `SELECT name, limit_key AS key, SUM(hits) AS hits, SUM(overcount) AS overcount FROM ` + table + `
 			WHERE tenant_id = ? AND kind = ? AND bucket_start >= ?`
 		args := []any{tenantID, string(kind), from}
@@ -486,10 +508,9 @@ func (a *Aggregator) TopKeys(ctx context.Context, tenantID int64, name string, k
 	for i, r := range rows {
 		byKey[nk{r.Name, r.Key}] = i
 	}
-	a.mu.Lock()
-	for sk, t := range a.sketches {
+	merge := func(sk sketchKey, t *topN) {
 		if sk.tenantID != tenantID || sk.kind != kind || sk.bucket < from || (name != "" && sk.name != name) {
-			continue
+			return
 		}
 		for key, e := range t.m {
 			if i, ok := byKey[nk{sk.name, key}]; ok {
@@ -500,6 +521,15 @@ func (a *Aggregator) TopKeys(ctx context.Context, tenantID int64, name string, k
 			byKey[nk{sk.name, key}] = len(rows)
 			rows = append(rows, KeyCount{Name: sk.name, Key: key, Hits: e.hits, Overcount: e.overcount})
 		}
+	}
+	for _, u := range unsure {
+		for _, s := range u.sketches {
+			merge(sketchKey{counterKey: u.key, kind: s.kind}, s.t)
+		}
+	}
+	a.mu.Lock()
+	for sk, t := range a.sketches {
+		merge(sk, t)
 	}
 	a.mu.Unlock()
 	sortKeyCounts(rows)
