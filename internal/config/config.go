@@ -222,14 +222,14 @@ var options = []Option{
 			}
 			return errors.Join(errs...)
 		}},
-	{Name: "LOG_LEVEL", Default: "info", Doc: "`debug`, `info`, `warn`, `error`",
+	{Name: "LOG_LEVEL", Default: "info", Doc: "`debug`, `info`, `warn`, `error`. The server and `migrate` log to stdout; the `tenant`, `key` and `user` commands log to stderr, keeping stdout for their output (a new key's secret)",
 		parse: func(c *Config, v string) error {
 			if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 				return fmt.Errorf("LOG_LEVEL: %w", err)
 			}
 			return nil
 		}},
-	{Name: "MIGRATE", Default: "", Doc: "`auto` migrates PostgreSQL at start-up (SQLite always migrates); unset, it does not; any other value is refused",
+	{Name: "MIGRATE", Default: "", Doc: "`auto` migrates PostgreSQL at start-up (SQLite always migrates); unset, it does not; any other value is refused. The server binds `LISTEN_ADDR`, `METRICS_ADDR` and `GRPC_ADDR` first: a start that cannot listen is refused before it migrates (connections made meanwhile wait until it serves)",
 		parse: func(c *Config, v string) error {
 			switch v {
 			case "":
