@@ -242,6 +242,14 @@ func (l *lane) comeBack(keys []awayKey) {
 	l.wakeWorker()
 }
 
+// makeReady puts j behind the ready jobs (which came before it).
+func (l *lane) makeReady(j *job) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ready = append(l.ready, j)
+	l.readyN.Store(int32(len(l.ready)))
+}
+
 // wakeWorker makes the lane's worker run a turn even if nothing is queued (ready jobs).
 func (l *lane) wakeWorker() {
 	select {
@@ -251,12 +259,13 @@ func (l *lane) wakeWorker() {
 }
 
 // takeReady takes up to max ready jobs, in the order they were held, for the group being formed.
-// One that another away group holds back meanwhile goes back to held.
+// One that another away group holds back meanwhile goes back to held, in its place by arrival
+// (before the jobs held since).
 func (l *lane) takeReady(max int) []*job {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var group []*job
-	n := 0
+	n, reheld := 0, false
 	for _, j := range l.ready {
 		if len(group) >= max {
 			break
@@ -264,10 +273,13 @@ func (l *lane) takeReady(max int) []*job {
 		n++
 		switch {
 		case l.heldBack(j):
-			l.held = append(l.held, j)
+			l.held, reheld = append(l.held, j), true
 		case j.state.CompareAndSwap(jobQueued, jobTaken):
 			group = append(group, j)
 		}
+	}
+	if reheld {
+		slices.SortStableFunc(l.held, func(x, y *job) int { return x.queuedAt.Compare(y.queuedAt) })
 	}
 	clear(l.ready[:n])
 	l.ready = l.ready[n:]
@@ -335,6 +347,10 @@ func (e *Engine) work(ctx context.Context, l *lane) {
 			return
 		}
 		group = group[:0]
+		if first != nil && l.readyN.Load() > 0 { // it came after the ready jobs: it waits behind them
+			l.makeReady(first)
+			first = nil
+		}
 		if first != nil && !l.hold(first) && first.state.CompareAndSwap(jobQueued, jobTaken) {
 			group = append(group, first)
 		}
@@ -511,11 +527,13 @@ func (e *Engine) laneOf(j *job) *lane {
 // before the decision is made (Run not running, or too slow).
 func (e *Engine) submit(ctx context.Context, j *job) error {
 	l := e.laneOf(j)
-	if len(l.queue) == 0 && l.awayN.Load() == 0 { // (the worker sees whether an away group holds j back)
+	// Decided at once only when nothing waits before it: no queued, held or ready job (the worker
+	// decides j behind them, or holds it back behind an away group).
+	if len(l.queue) == 0 && l.awayN.Load() == 0 && l.readyN.Load() == 0 {
 		select {
 		case <-l.token:
 			// A group may have given the token away since: then the worker decides j after it.
-			if !e.stopping.Load() && l.awayN.Load() == 0 {
+			if !e.stopping.Load() && l.awayN.Load() == 0 && l.readyN.Load() == 0 {
 				j.state.Store(jobTaken)
 				t := turn{e: e, l: l}
 				e.runLane(&t, []*job{j})

@@ -59,7 +59,7 @@ func TestAGroupBackingOffLetsTheLaneDecideOthers(t *testing.T) {
 			name = "decided by the lane's worker"
 		}
 		t.Run(name, func(t *testing.T) {
-			e, d, open, _ := contendedEngine(t, "contended")
+			e, d, open, _ := contendedEngine(t, "contended", limiter.Options{})
 			ctx := context.Background()
 			def := limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000}
 			mustPut(t, e, "api", def)
@@ -152,10 +152,10 @@ type decided struct {
 // contendedEngine is an engine with one lane (every decision meets in it) on a fresh PostgreSQL
 // database whose retries last as long as the test (only the test ends the contention), and open,
 // which ends the refusal of key's rows (refuseKeyUntilOpened).
-func contendedEngine(t *testing.T, key string) (e *limiter.Engine, d *db.DB, open func(), stop func() error) {
+func contendedEngine(t *testing.T, key string, opts limiter.Options) (e *limiter.Engine, d *db.DB, open func(), stop func() error) {
 	d = testkit.Open(t, db.Postgres)
 	d.Retry = db.RetryPolicy{MaxAttempts: 1 << 30, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Budget: 5 * time.Minute}
-	e = limiter.NewEngine(d, limiter.Options{})
+	e = limiter.NewEngine(d, opts)
 	stop = testkit.Run(t, e.Run)
 	return e, d, refuseKeyUntilOpened(t, d, key), stop
 }
@@ -165,7 +165,7 @@ func contendedEngine(t *testing.T, key string) (e *limiter.Engine, d *db.DB, ope
 // that parent waits for it instead of fighting it for the parent's row; both are decided, the
 // parent charged twice, once the row is free.
 func TestAGroupAwayOnAParentHoldsBackItsTenantsDecisions(t *testing.T) {
-	e, d, open, _ := contendedEngine(t, "o")
+	e, d, open, _ := contendedEngine(t, "o", limiter.Options{})
 	mustPut(t, e, "org", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 3_600_000})
 	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000, Parents: []limiter.Parent{{Name: "org", Key: "{org}"}}})
 	attrs := map[string]string{"org": "o"}
@@ -184,12 +184,24 @@ func TestAGroupAwayOnAParentHoldsBackItsTenantsDecisions(t *testing.T) {
 	}
 }
 
-// TestHeldDecisionsGoFirst: a decision held back behind an away group is decided before a
-// decision on the same key that came after it, even when both end up in one group: with one
-// token left, the earlier one gets it. (It used to depend on which of the two the lane's worker
-// saw first.) Eight rounds, since a wrong order showed in about half of them.
+// TestHeldDecisionsGoFirst: decisions held back behind an away group are decided before a
+// decision on the same key that came after them, whether they all fit in one group or not (the
+// second case with groups of 2 and three held): with as many tokens left as held decisions, the
+// later one is refused. (It used to depend on which of them the lane's worker saw first.) Eight
+// rounds each, since a wrong order showed in about half of them, and in 7 of 8 with more held
+// than one group takes.
 func TestHeldDecisionsGoFirst(t *testing.T) {
-	e, d, _, _ := contendedEngine(t, "contended")
+	for _, c := range []struct {
+		name     string
+		maxGroup int
+		held     int
+	}{{"in one group", 0, 1}, {"beyond one group", 2, 3}} {
+		t.Run(c.name, func(t *testing.T) { heldGoFirst(t, c.maxGroup, c.held) })
+	}
+}
+
+func heldGoFirst(t *testing.T, maxGroup, heldN int) {
+	e, d, _, _ := contendedEngine(t, "contended", limiter.Options{MaxGroup: maxGroup})
 	var armed atomic.Bool
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	limiter.SetAfterDecide(e, func() {
@@ -200,15 +212,18 @@ func TestHeldDecisionsGoFirst(t *testing.T) {
 	})
 	for round := range 8 {
 		name := fmt.Sprint("b", round)
-		mustPut(t, e, name, limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 3_600_000})
+		mustPut(t, e, name, limiter.Definition{Kind: limiter.TokenBucket, Rate: float64(1 + heldN), Period: 3_600_000})
 		if err := d.Gorm.Exec("UPDATE test_gate SET open = false").Error; err != nil {
 			t.Fatal(err)
 		}
 		retries := d.RetriesFor(db.PurposeDecision)
 		away := decideAsync(e, tenant, name, "contended", nil)
 		waitUntil(t, "the first decision's group to retry twice", func() bool { return d.RetriesFor(db.PurposeDecision) >= retries+2 })
-		held := decideAsync(e, tenant, name, "contended", nil)
-		waitUntil(t, "the second decision to be held back", func() bool { return e.Queued() == 1 })
+		var held []<-chan decided
+		for i := range heldN {
+			held = append(held, decideAsync(e, tenant, name, "contended", nil))
+			waitUntil(t, "a decision to be held back", func() bool { return e.Queued() == i+1 })
+		}
 		armed.Store(true)
 		busy := decideAsync(e, tenant, name, "other", nil) // holds the lane's worker in its group
 		testkit.Await(t, entered, "another key's group to hold the lane's worker")
@@ -219,12 +234,16 @@ func TestHeldDecisionsGoFirst(t *testing.T) {
 			t.Fatalf("round %d: the away decision: %+v, %v", round, a.d, a.err)
 		}
 		later := decideAsync(e, tenant, name, "contended", nil)
-		waitUntil(t, "the later decision to queue beside the ready one", func() bool { return e.Queued() == 2 })
+		waitUntil(t, "the later decision to queue beside the ready ones", func() bool { return e.Queued() == heldN+1 })
 		release <- struct{}{}
 		testkit.Await(t, busy, "the other key's decision")
-		h, l := testkit.Await(t, held, "the held decision"), testkit.Await(t, later, "the later decision")
-		if h.err != nil || l.err != nil || !h.d.OK || l.d.OK {
-			t.Fatalf("round %d: with one token left, the held decision got ok=%v (%v) and the later one ok=%v (%v); want the held one admitted", round, h.d.OK, h.err, l.d.OK, l.err)
+		for i, ch := range held {
+			if h := testkit.Await(t, ch, "a held decision"); h.err != nil || !h.d.OK {
+				t.Fatalf("round %d: held decision %d got ok=%v (%v); want it admitted before the later one", round, i+1, h.d.OK, h.err)
+			}
+		}
+		if l := testkit.Await(t, later, "the later decision"); l.err != nil || l.d.OK {
+			t.Fatalf("round %d: the later decision got ok=%v (%v); want it refused, the tokens taken by the held ones", round, l.d.OK, l.err)
 		}
 	}
 }
@@ -232,7 +251,7 @@ func TestHeldDecisionsGoFirst(t *testing.T) {
 // TestRunStoppingWaitsForAnAwayGroup: Run, stopped while a group is away, waits for that group,
 // whose decision is made; a decision it held back is refused (ErrUnavailable), as queued ones are.
 func TestRunStoppingWaitsForAnAwayGroup(t *testing.T) {
-	e, d, open, stop := contendedEngine(t, "contended")
+	e, d, open, stop := contendedEngine(t, "contended", limiter.Options{})
 	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000})
 	away := decideAsync(e, tenant, "api", "contended", nil)
 	waitUntil(t, "the group to retry twice", func() bool { return d.RetriesFor(db.PurposeDecision) >= 2 })

@@ -145,3 +145,21 @@ func TestLanesKeepAKeyAndATenantsPlanTogether(t *testing.T) {
 		t.Fatalf("SQLite engine has %d lanes, want 1 (one writer)", got)
 	}
 }
+
+// TestAJobHeldBackAgainKeepsItsPlace: a ready job that another away group holds back before a
+// group takes it goes back among the held jobs in its place by arrival, before one held since,
+// so that it is still decided first when that group ends.
+func TestAJobHeldBackAgainKeepsItsPlace(t *testing.T) {
+	var l lane
+	early, later := newJob(1, true, Request{Name: "q", Key: "k"}), newJob(1, true, Request{Name: "q", Key: "k"})
+	early.queuedAt, later.queuedAt = time.UnixMilli(1_000), time.UnixMilli(2_000)
+	l.goAway(later.rowKeys()) // another group on k went away after early was made ready
+	l.held, l.ready = []*job{later}, []*job{early}
+	l.readyN.Store(1)
+	if got := l.takeReady(64); len(got) != 0 {
+		t.Fatalf("took %d jobs held back by an away group", len(got))
+	}
+	if len(l.held) != 2 || l.held[0] != early || l.held[1] != later || l.readyN.Load() != 0 {
+		t.Fatalf("held %v (ready %d), want the earlier job first", l.held, l.readyN.Load())
+	}
+}
