@@ -122,8 +122,10 @@ func newChunkID() string { return rand.Text() }
 const (
 	sqlRecordChunk   = "INSERT INTO usage_flushes (id, flushed_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
 	sqlChunkRecorded = "SELECT COUNT(*) FROM usage_flushes WHERE id = ?"
-	// chunkIDsKeptFor is far longer than a chunk is held: the next flush writes it.
-	chunkIDsKeptFor = 24 * time.Hour
+	// chunkIDsKeptFor is as long as the rows an ID protects are kept: a chunk held by an
+	// instance that cannot write for longer (its ID pruned meanwhile by another's flush) could
+	// be written twice, but only into buckets past their retention, which the next prune removes.
+	chunkIDsKeptFor = Retention
 )
 
 // writeOnce writes c in a transaction of its own, which first records c's ID: a chunk whose ID

@@ -410,3 +410,41 @@ func TestAChunkThatCommittedThoughItsFlushFailedIsNotCountedAgain(t *testing.T) 
 		check("after the next flush", 4)
 	})
 }
+
+// TestAnUnconfirmedChunkOutlivesADay: a chunk whose flush took it for failed, though it committed,
+// is still recognised days later (an instance that could not write meanwhile), after another
+// flush pruned: its ID is kept as long as the rows it protects, so it is not counted twice. It
+// used to be pruned after a day.
+func TestAnUnconfirmedChunkOutlivesADay(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		tenants(t, d, 1)
+		c := newClock()
+		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
+		var lost atomic.Bool
+		lost.Store(true)
+		usage.SetAfterChunk(a, func() error {
+			if lost.CompareAndSwap(true, false) {
+				return errors.New("the COMMIT's answer was lost")
+			}
+			return nil
+		})
+		for range 3 {
+			a.Record(1, "api", true)
+		}
+		if err := a.Flush(context.Background()); err == nil {
+			t.Fatal("the flush whose COMMIT's answer was lost succeeded")
+		}
+		c.Advance(5 * 24 * time.Hour)
+		other := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now}) // another instance's flush prunes
+		other.Record(1, "elsewhere", true)
+		if err := other.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if s := storedOf(t, d, "usage_stats", 1); s.Names["api"] != 3 {
+			t.Fatalf("five days later api's stored decisions: %d, want 3", s.Names["api"])
+		}
+	})
+}

@@ -2,7 +2,7 @@
 -- transaction. A chunk whose transaction ended in an error may have committed all the same (its
 -- COMMIT sent, the answer lost: a connection cut, a synchronous standby that kept it waiting past
 -- the retry budget); the next flush writes it again under the same ID, and finds the ID here if
--- the first one did commit, so a chunk is never counted twice. Pruned after a day.
+-- the first one did commit, so a chunk is never counted twice. Kept as long as the usage rows.
 
 -- +goose Up
 CREATE TABLE usage_flushes (
