@@ -226,7 +226,6 @@ func (l *lane) comeBack(keys []awayKey) {
 			delete(l.away, k)
 		}
 	}
-	l.awayN.Add(-1)
 	kept := l.held[:0]
 	for _, j := range l.held {
 		if l.heldBack(j) {
@@ -238,6 +237,9 @@ func (l *lane) comeBack(keys []awayKey) {
 	clear(l.held[len(kept):])
 	l.held = kept
 	l.readyN.Store(int32(len(l.ready)))
+	// Only now: whoever reads no group away (the fast path, hold) then also reads the jobs
+	// made ready, and does not pass them.
+	l.awayN.Add(-1)
 	l.mu.Unlock()
 	l.wakeWorker()
 }
@@ -394,6 +396,9 @@ func (t *turn) giveAway() {
 		t.away = append(t.away, j.awayKeys()...)
 	}
 	t.l.goAway(t.away)
+	if t.l.readyN.Load() > 0 { // ready jobs the group had no room for: decided meanwhile
+		t.l.wakeWorker()
+	}
 	t.l.token <- struct{}{}
 	if t.replace != nil {
 		t.replace()

@@ -163,3 +163,20 @@ func TestAJobHeldBackAgainKeepsItsPlace(t *testing.T) {
 		t.Fatalf("held %v (ready %d), want the earlier job first", l.held, l.readyN.Load())
 	}
 }
+
+// TestAGroupGivingItsTurnAwayWakesTheWorkerForReadyJobs: ready jobs a group had no room for
+// (more than one group takes) are decided while it is away: giving the turn away wakes the lane's
+// worker for them, which nothing else would until the group ends.
+func TestAGroupGivingItsTurnAwayWakesTheWorkerForReadyJobs(t *testing.T) {
+	l := &lane{token: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	l.makeReady(newJob(1, true, Request{Name: "q", Key: "side"}))
+	tn := turn{e: &Engine{}, l: l}
+	tn.giveAway()
+	select {
+	case <-l.wake:
+	default:
+		t.Fatal("the turn was given away with a job ready and no wake for the worker")
+	}
+	<-l.token
+	tn.end()
+}
