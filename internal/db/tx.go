@@ -25,6 +25,10 @@ import (
 // Serializable returns are copies of it (errors.Is holds) whose cause says what happened.
 var ErrUnavailable = apperr.New(apperr.Unavailable, apperr.UnavailableMessage)
 
+// ErrAttemptsSpent is the cause (errors.Is) of an ErrUnavailable that means every attempt lost to
+// another transaction: contention, not the database failing, with time left in the budget.
+var ErrAttemptsSpent = errors.New("db: every attempt lost to another transaction")
+
 // RetryPolicy bounds how long a transaction keeps retrying.
 type RetryPolicy struct {
 	MaxAttempts int           // attempts in all, including the first
@@ -122,7 +126,7 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 		}
 		if n >= d.Retry.MaxAttempts {
 			count.giveUps.Add(1)
-			return ErrUnavailable.Wrap(fmt.Errorf("db: after %d attempts: %v", n, last))
+			return ErrUnavailable.Wrap(fmt.Errorf("%w: after %d attempts: %v", ErrAttemptsSpent, n, last))
 		}
 		count.retries.Add(1)
 		wait := d.Retry.delay(n, err)

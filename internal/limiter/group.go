@@ -608,7 +608,9 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	if t != nil {
+	// On PostgreSQL only: SQLite has one writer, so a second group in flight beside one that
+	// backs off would only wait for the same lock, and make every other writer wait longer.
+	if t != nil && e.db.Dialect == db.Postgres {
 		ctx = db.BeforeWaiting(ctx, t.giveAway)
 	}
 	began := time.Now() // the lane's transactions for these jobs, closes and decisions (GroupStats.Busy)
@@ -635,6 +637,16 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 	e.groupNanos.Add(int64(t.busyUntil(time.Now()).Sub(began)))
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
+	}
+	if len(jobs) > 1 && e.db.Dialect == db.Postgres && errors.Is(err, db.ErrAttemptsSpent) {
+		// Every attempt lost a row to another transaction, most likely one job's contended key;
+		// the group's other jobs, another tenant's too, need not answer 503 for it. Each is
+		// tried once more alone, within its own budget (expireQueued). (SQLite's attempts lose
+		// the one write lock, not a row: alone, they would lose it as well.)
+		for _, j := range jobs {
+			e.runGroup(t, []*job{j})
+		}
+		return
 	}
 	for _, j := range jobs {
 		if err != nil {

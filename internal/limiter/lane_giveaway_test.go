@@ -274,3 +274,37 @@ func TestRunStoppingWaitsForAnAwayGroup(t *testing.T) {
 		t.Fatalf("the held decision: %+v, %v; want ErrUnavailable", h.d, h.err)
 	}
 }
+
+// TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone: a group whose every attempt lost a
+// contended row gives up, but only the contended decision answers 503: another tenant's decision
+// that was in the group is tried once more alone and admitted. It used to fail with the group.
+func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
+	e, d, _, _ := contendedEngine(t, "contended", limiter.Options{})
+	d.Retry.MaxAttempts = 4
+	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000})
+	if _, _, err := e.PutDefinition(context.Background(), otherTenant, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	limiter.SetAfterDecide(e, func() {
+		if armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+	})
+	armed.Store(true)
+	busy := decideAsync(e, tenant, "api", "busy", nil) // holds the lane while the other two queue
+	testkit.Await(t, entered, "a group to hold the lane")
+	contended := decideAsync(e, tenant, "api", "contended", nil)
+	innocent := decideAsync(e, otherTenant, "api", "innocent", nil)
+	waitUntil(t, "both decisions to queue", func() bool { return e.Queued() == 2 })
+	close(release)
+	testkit.Await(t, busy, "the first group's decision")
+	if c := testkit.Await(t, contended, "the contended decision"); !errors.Is(c.err, db.ErrUnavailable) {
+		t.Fatalf("the contended decision: %+v, %v; want ErrUnavailable once its attempts are spent", c.d, c.err)
+	}
+	if i := testkit.Await(t, innocent, "the other tenant's decision"); i.err != nil || !i.d.OK || i.d.Remaining != 9 {
+		t.Fatalf("the other tenant's decision, grouped with the contended one: %+v, %v; want admitted", i.d, i.err)
+	}
+}
