@@ -638,15 +638,20 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
 	}
-	if len(jobs) > 1 && e.db.Dialect == db.Postgres && errors.Is(err, db.ErrAttemptsSpent) {
-		// Every attempt lost a row to another transaction, most likely one job's contended key;
-		// the group's other jobs, another tenant's too, need not answer 503 for it. Each is
-		// tried once more alone, within its own budget (expireQueued). (SQLite's attempts lose
-		// the one write lock, not a row: alone, they would lose it as well.)
-		for _, j := range jobs {
-			e.runGroup(t, []*job{j})
+	if e.db.Dialect == db.Postgres && errors.Is(err, db.ErrAttemptsSpent) {
+		// Every attempt lost a row to another transaction, most likely on one key that another
+		// instance decides on as fast as it can; the group's jobs on other keys, another
+		// tenant's too, need not answer 503 for it. When the group held more than one key, the
+		// jobs of each key are tried once more as a group of their own, within their budgets
+		// (expireQueued). Jobs of one key stay together: split, they would fight each other for
+		// the row. (SQLite's attempts lose the one write lock, not a row: split, they would lose
+		// it as well.)
+		if byKey := splitByKey(jobs); len(byKey) > 1 {
+			for _, part := range byKey {
+				e.runGroup(t, part)
+			}
+			return
 		}
-		return
 	}
 	for _, j := range jobs {
 		if err != nil {
@@ -657,6 +662,27 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 		}
 		close(j.done)
 	}
+}
+
+// splitByKey parts jobs by the row of their first request (awayRow's key, what places a job in
+// its lane), in order of first appearance, each part in arrival order.
+func splitByKey(jobs []*job) [][]*job {
+	index := map[awayKey]int{}
+	var parts [][]*job
+	for _, j := range jobs {
+		var k awayKey
+		if rows := j.rowKeys(); len(rows) > 0 {
+			k = rows[0]
+		}
+		i, ok := index[k]
+		if !ok {
+			i = len(parts)
+			index[k] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], j)
+	}
+	return parts
 }
 
 // expireQueued fails closed, at its group's start, every job queued for longer than the retry

@@ -180,3 +180,14 @@ func TestAGroupGivingItsTurnAwayWakesTheWorkerForReadyJobs(t *testing.T) {
 	<-l.token
 	tn.end()
 }
+
+// TestSplitByKeyKeepsEachKeysJobsTogether: a group that spent its attempts is tried again in
+// parts, one per key of its jobs' first requests, each part in arrival order: jobs of one key
+// stay together, since apart they would fight each other for its row.
+func TestSplitByKeyKeepsEachKeysJobsTogether(t *testing.T) {
+	a1, b, a2 := newJob(1, true, Request{Name: "q", Key: "a"}), newJob(2, true, Request{Name: "q", Key: "b"}), newJob(1, true, Request{Name: "q", Key: "a"})
+	parts := splitByKey([]*job{a1, b, a2})
+	if len(parts) != 2 || len(parts[0]) != 2 || parts[0][0] != a1 || parts[0][1] != a2 || len(parts[1]) != 1 || parts[1][0] != b {
+		t.Fatalf("parts %v, want [a1 a2] [b]", parts)
+	}
+}
