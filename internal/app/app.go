@@ -88,14 +88,11 @@ type App struct {
 	Envoy    *envoyrls.Service // nil unless GRPC_ADDR is set
 	Router   *gin.Engine
 
-	stdout      io.Writer
-	setupPath   string        // one-time first-operator link, printed once listening
-	idemSweep   time.Duration // time between sweeps of expired idempotent answers
-	started     chan struct{} // closed once Run serves
-	listeners   listeners     // bound by New, served by Run
-	addr        string        // the listener's address
-	metricsAddr string        // the metrics listener's address ("" when off)
-	grpcAddr    string        // the Envoy rate limit service's address ("" when off)
+	stdout    io.Writer
+	setupPath string        // one-time first-operator link, printed once listening
+	idemSweep time.Duration // time between sweeps of expired idempotent answers
+	started   chan struct{} // closed once Run serves
+	listeners listeners     // bound by New, served by Run
 }
 
 // listeners are the service's sockets, bound before the database is opened.
@@ -125,15 +122,12 @@ func listen(cfg config.Config) (listeners, error) {
 	return ls, nil
 }
 
-// addrs are the bound addresses ("" for a listener that is off).
-func (ls listeners) addrs() (http, metrics, grpc string) {
-	name := func(l net.Listener) string {
-		if l == nil {
-			return ""
-		}
-		return l.Addr().String()
+// addrOf is l's bound address ("" for a listener that is off).
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
 	}
-	return name(ls.http), name(ls.metrics), name(ls.grpc)
+	return l.Addr().String()
 }
 
 func (ls listeners) close() {
@@ -253,7 +247,6 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 			a.listeners.close()
 		}
 	}()
-	a.addr, a.metricsAddr, a.grpcAddr = a.listeners.addrs()
 	var keys Secrets
 	a.DB, keys, err = OpenWithSecrets(ctx, cfg, a.Log)
 	if err != nil {
@@ -377,28 +370,29 @@ func (a *App) router() (*gin.Engine, error) {
 	})
 }
 
-// Started is closed once Run listens; Addr is then the listener's address.
+// Started is closed once Run serves.
 func (a *App) Started() <-chan struct{} { return a.started }
 
-// Addr is the address Run listens on (LISTEN_ADDR, with the real port when it was 0).
-func (a *App) Addr() string { return a.addr }
+// Addr is the address New bound and Run serves (LISTEN_ADDR, with the real port when it was 0).
+func (a *App) Addr() string { return addrOf(a.listeners.http) }
 
-// MetricsURL is where the metrics listener serves /metrics once started ("" when it is off).
+// MetricsURL is where the metrics listener serves /metrics once Run serves ("" when it is off).
 func (a *App) MetricsURL() string {
-	if a.metricsAddr == "" {
+	addr := addrOf(a.listeners.metrics)
+	if addr == "" {
 		return ""
 	}
-	return "http://" + a.metricsAddr + "/metrics"
+	return "http://" + addr + "/metrics"
 }
 
-// GRPCAddr is where the Envoy rate limit service listens once started ("" when it is off).
-func (a *App) GRPCAddr() string { return a.grpcAddr }
+// GRPCAddr is where the Envoy rate limit service listens once Run serves ("" when it is off).
+func (a *App) GRPCAddr() string { return addrOf(a.listeners.grpc) }
 
 // BaseURL is where the server answers: BASE_URL, or the real address when LISTEN_ADDR's port is
 // 0 (tests).
 func (a *App) BaseURL() string {
-	if _, port, _ := net.SplitHostPort(a.Config.ListenAddr); port == "0" && a.addr != "" {
-		return "http://" + a.addr
+	if _, port, _ := net.SplitHostPort(a.Config.ListenAddr); port == "0" && a.Addr() != "" {
+		return "http://" + a.Addr()
 	}
 	return a.Config.BaseURL
 }
@@ -455,8 +449,8 @@ func (a *App) Run(ctx context.Context) error {
 	if u := a.MetricsURL(); u != "" {
 		fmt.Fprintf(a.stdout, "Metrics for Prometheus are on %s\n", u)
 	}
-	if a.grpcAddr != "" {
-		fmt.Fprintf(a.stdout, "Envoy rate limit service on %s\n", a.grpcAddr)
+	if addr := a.GRPCAddr(); addr != "" {
+		fmt.Fprintf(a.stdout, "Envoy rate limit service on %s\n", addr)
 	}
 	if a.Demo != nil {
 		fmt.Fprintf(a.stdout, "The captcha demo is on %s/demo\n", base)
