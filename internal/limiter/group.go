@@ -252,6 +252,17 @@ func (l *lane) makeReady(j *job) {
 	l.readyN.Store(int32(len(l.ready)))
 }
 
+// nothingHeld reports whether no group of the lane is away and no job is ready: then a decision
+// that finds nothing queued either may be decided at once, ahead of none.
+func (l *lane) nothingHeld() bool { return l.awayN.Load() == 0 && l.readyN.Load() == 0 }
+
+// wakeForReady wakes the lane's worker when jobs are ready that no group is about to take.
+func (l *lane) wakeForReady() {
+	if l.readyN.Load() > 0 {
+		l.wakeWorker()
+	}
+}
+
 // wakeWorker makes the lane's worker run a turn even if nothing is queued (ready jobs).
 func (l *lane) wakeWorker() {
 	select {
@@ -396,9 +407,7 @@ func (t *turn) giveAway() {
 		t.away = append(t.away, j.awayKeys()...)
 	}
 	t.l.goAway(t.away)
-	if t.l.readyN.Load() > 0 { // ready jobs the group had no room for: decided meanwhile
-		t.l.wakeWorker()
-	}
+	t.l.wakeForReady() // ready jobs the group had no room for: decided meanwhile
 	t.l.token <- struct{}{}
 	if t.replace != nil {
 		t.replace()
@@ -423,9 +432,7 @@ func (t *turn) end() bool {
 		t.e.givenAway.Done()
 		return true
 	}
-	if t.l.readyN.Load() > 0 { // more than one group could take
-		t.l.wakeWorker()
-	}
+	t.l.wakeForReady() // more than one group could take
 	t.l.token <- struct{}{}
 	return false
 }
@@ -534,11 +541,11 @@ func (e *Engine) submit(ctx context.Context, j *job) error {
 	l := e.laneOf(j)
 	// Decided at once only when nothing waits before it: no queued, held or ready job (the worker
 	// decides j behind them, or holds it back behind an away group).
-	if len(l.queue) == 0 && l.awayN.Load() == 0 && l.readyN.Load() == 0 {
+	if len(l.queue) == 0 && l.nothingHeld() {
 		select {
 		case <-l.token:
 			// A group may have given the token away since: then the worker decides j after it.
-			if !e.stopping.Load() && l.awayN.Load() == 0 && l.readyN.Load() == 0 {
+			if !e.stopping.Load() && l.nothingHeld() {
 				j.state.Store(jobTaken)
 				t := turn{e: e, l: l}
 				e.runLane(&t, []*job{j})
@@ -664,8 +671,8 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 	}
 }
 
-// splitByKey parts jobs by the row of their first request (awayRow's key, what places a job in
-// its lane), in order of first appearance, each part in arrival order.
+// splitByKey parts jobs by the row of their first request (its awayRow key), in order of first
+// appearance, each part in arrival order.
 func splitByKey(jobs []*job) [][]*job {
 	index := map[awayKey]int{}
 	var parts [][]*job
