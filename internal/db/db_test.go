@@ -144,13 +144,7 @@ func TestListenDeliversNotificationsAndReturnsWhenCtxEnds(t *testing.T) {
 	}()
 	next := func(what string) string {
 		t.Helper()
-		select {
-		case p := <-got:
-			return p
-		case <-time.After(30 * time.Second):
-			t.Fatalf("waited 30 s for %s", what)
-			return ""
-		}
+		return testkit.Await(t, got, what)
 	}
 	if p := next("the LISTEN connection to come up"); p != "" {
 		t.Fatalf("first call %q, want \"\" (connected: drop caches)", p)

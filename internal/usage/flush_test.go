@@ -369,14 +369,7 @@ func TestAChunkThatCommittedThoughItsFlushFailedIsNotCountedAgain(t *testing.T) 
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
 		tenants(t, d, 1)
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: newClock().Now})
-		var lost atomic.Bool
-		lost.Store(true)
-		usage.SetAfterChunk(a, func() error {
-			if lost.CompareAndSwap(true, false) {
-				return errors.New("the COMMIT's answer was lost")
-			}
-			return nil
-		})
+		loseFirstCommitsAnswer(a)
 		ctx := context.Background()
 		observe := func(n int) {
 			for range n {
@@ -420,14 +413,7 @@ func TestAnUnconfirmedChunkOutlivesADay(t *testing.T) {
 		tenants(t, d, 1)
 		c := newClock()
 		a := usage.New(d, usage.Options{Interval: time.Hour, Now: c.Now})
-		var lost atomic.Bool
-		lost.Store(true)
-		usage.SetAfterChunk(a, func() error {
-			if lost.CompareAndSwap(true, false) {
-				return errors.New("the COMMIT's answer was lost")
-			}
-			return nil
-		})
+		loseFirstCommitsAnswer(a)
 		for range 3 {
 			a.Record(1, "api", true)
 		}
@@ -446,5 +432,18 @@ func TestAnUnconfirmedChunkOutlivesADay(t *testing.T) {
 		if s := storedOf(t, d, "usage_stats", 1); s.Names["api"] != 3 {
 			t.Fatalf("five days later api's stored decisions: %d, want 3", s.Names["api"])
 		}
+	})
+}
+
+// loseFirstCommitsAnswer makes a's first chunk that commits report an error, as a COMMIT whose
+// answer was lost would; later chunks report their own outcome.
+func loseFirstCommitsAnswer(a *usage.Aggregator) {
+	var lost atomic.Bool
+	lost.Store(true)
+	usage.SetAfterChunk(a, func() error {
+		if lost.CompareAndSwap(true, false) {
+			return errors.New("the COMMIT's answer was lost")
+		}
+		return nil
 	})
 }

@@ -178,7 +178,7 @@ type Aggregator struct {
 	lastPrune time.Time
 	// unsure is the chunk whose transaction the last flush saw fail, which may have committed all
 	// the same (Flush); nil when none. Guarded by flushMu: readers count it unless its ID is
-	// stored (unsureStored).
+	// stored (unsureUnits).
 	unsure *chunk
 	// afterChunk, set by tests only, runs after each chunk's transaction committed; its error is
 	// taken for the transaction's (as a COMMIT whose answer was lost would be).
@@ -446,16 +446,17 @@ func (a *Aggregator) Series(ctx context.Context, tenantID int64, name string, sp
 	for _, r := range rows {
 		add(r.BucketStart, counts{r.Allowed, r.Refused, r.ShadowRefused})
 	}
-	for _, u := range unsure {
-		if u.key.tenantID == tenantID && (name == "" || u.key.name == name) {
-			add(u.key.bucket, u.counts)
-		}
-	}
-	a.mu.Lock()
-	for k, c := range a.pending {
+	addAsked := func(k counterKey, c counts) { // of the tenant and limit asked for
 		if k.tenantID == tenantID && (name == "" || k.name == name) {
 			add(k.bucket, c)
 		}
+	}
+	for _, u := range unsure {
+		addAsked(u.key, u.counts)
+	}
+	a.mu.Lock()
+	for k, c := range a.pending {
+		addAsked(k, c)
 	}
 	a.mu.Unlock()
 	return out, nil
