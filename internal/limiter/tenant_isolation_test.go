@@ -17,9 +17,7 @@ import (
 // Two tenants with the same limit name and key: a group decided by the one-trip function
 // (sluice_take_tokens) reads and writes only its own tenant's definition and state.
 func TestOneTripGroupsKeepTenantsApart(t *testing.T) {
-	pgURL := testkit.URL(t, db.Postgres)
-	clock := newClock(1_700_000_000_000)
-	e := newEngine(t, testkit.OpenURL(t, pgURL), limiter.Options{Now: clock.Now})
+	e := newEngine(t, testkit.Open(t, db.Postgres), newClock(1_700_000_000_000).opts())
 	ctx := context.Background()
 	const other = tenant + 1
 	// Same name in both tenants: tenant's allows 1 per hour, other's 100.
@@ -52,9 +50,7 @@ func TestOneTripGroupsKeepTenantsApart(t *testing.T) {
 
 // The same for lone requests, which the one-statement form (pgTakeOne) decides.
 func TestOneTripLoneRequestsKeepTenantsApart(t *testing.T) {
-	pgURL := testkit.URL(t, db.Postgres)
-	clock := newClock(1_700_000_000_000)
-	e := newEngine(t, testkit.OpenURL(t, pgURL), limiter.Options{Now: clock.Now})
+	e := newEngine(t, testkit.Open(t, db.Postgres), newClock(1_700_000_000_000).opts())
 	ctx := context.Background()
 	const other = tenant + 1
 	for _, tid := range []int64{tenant, other} {
