@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
@@ -86,9 +87,11 @@ var (
 	// ErrCountExceedsCapacity: the count is more than the limit can ever admit at once.
 	ErrCountExceedsCapacity = &apperr.Error{Code: apperr.CountExceedsCapacity, Field: "count",
 		Message: "count is more than this limit can ever admit at once"}
-	// ErrUnavailable: the decision was not made because the engine is not running (Run) or
-	// stopped before reaching it; the caller must fail closed.
-	ErrUnavailable = &apperr.Error{Code: apperr.Unavailable, Message: apperr.UnavailableMessage}
+	// ErrUnavailable: the decision was not made, because the engine is not running (Run) or
+	// stopped before reaching it, or the database could not decide it safely (db's sentinel,
+	// the same error, so that one errors.Is finds every way a decision fails closed); the
+	// caller must fail closed.
+	ErrUnavailable = db.ErrUnavailable
 )
 
 // IsNotFound reports whether err means the limit does not exist for this tenant.
