@@ -346,7 +346,8 @@ const (
 		CASE WHEN EXISTS (SELECT 1 FROM hold_limits d WHERE d.tenant_id = h.tenant_id AND d.hold_id = h.id AND d.name = ?) THEN 1 ELSE 0 END AS direct
 		FROM holds h JOIN hold_limits l ON l.tenant_id = h.tenant_id AND l.hold_id = h.id
 		WHERE h.tenant_id = ? AND h.state = 'open' AND h.expires_at > ? AND l.name <> ?
-		AND EXISTS (SELECT 1 FROM hold_snapshots s WHERE s.tenant_id = h.tenant_id AND s.hold_id = h.id AND s.name = ?)`
+		AND EXISTS (SELECT 1 FROM hold_snapshots s WHERE s.tenant_id = h.tenant_id AND s.hold_id = h.id AND s.name = ?)
+		ORDER BY h.id` // a hold's rows one after the other, so that counting holds needs only the last id
 )
 
 func holdInserts(tenantID int64, id string, limits []HoldLimit, took [][]charge, now, expiresAt int64) []stmt {
@@ -900,18 +901,26 @@ func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soo
 		if err := tx.Raw(sqlOpenHolds, tenantID, name, now, n+1).Scan(&out).Error; err != nil {
 			return err
 		}
-		var children []struct {
-			ID                   string
-			CreatedAt, ExpiresAt int64
-			Count                float64
-			Charges              string
-			Direct               int
-		}
-		if err := tx.Raw(sqlOpenHoldsOfChildren, name, tenantID, now, name, name).Scan(&children).Error; err != nil {
+		// The children's rows are read one at a time and only the n+1 oldest entries are kept,
+		// so a limit with a great many open holds below it costs the read's time, not its size
+		// in memory.
+		rows, err := tx.Raw(sqlOpenHoldsOfChildren, name, tenantID, now, name, name).Rows()
+		if err != nil {
 			return err
 		}
-		counted := map[string]bool{}
-		for _, h := range children {
+		defer rows.Close()
+		last := "" // the hold counted last: its rows come together (ORDER BY h.id)
+		for rows.Next() {
+			var h struct {
+				ID                   string
+				CreatedAt, ExpiresAt int64
+				Count                float64
+				Charges              string
+				Direct               int
+			}
+			if err := tx.ScanRows(rows, &h); err != nil {
+				return err
+			}
 			cs, _ := holdLimitRow{Count: h.Count, Charges: h.Charges}.charges()
 			for _, c := range cs[min(1, len(cs)):] { // its ancestors', after the limit's own
 				if c.Name != name {
@@ -919,10 +928,13 @@ func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soo
 				}
 				stats.Held += h.Count
 				out = append(out, OpenHold{ID: h.ID, Key: c.Key, Count: h.Count, CreatedAt: h.CreatedAt, ExpiresAt: h.ExpiresAt})
-				if h.Direct == 1 || counted[h.ID] {
+				if len(out) > 2*(n+1) {
+					out = oldestHolds(out, n+1)
+				}
+				if h.Direct == 1 || last == h.ID {
 					continue
 				}
-				counted[h.ID] = true
+				last = h.ID
 				stats.Open++
 				if stats.Oldest == 0 || h.CreatedAt < stats.Oldest {
 					stats.Oldest = h.CreatedAt
@@ -932,15 +944,23 @@ func (e *Engine) OpenHolds(ctx context.Context, tenantID int64, name string, soo
 				}
 			}
 		}
-		slices.SortStableFunc(out, func(a, b OpenHold) int {
-			return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
-		})
+		if err := rows.Err(); err != nil {
+			return err
+		}
 		stats.More = len(out) > n
-		out = out[:min(len(out), n)]
+		out = oldestHolds(out, n)
 		return nil
 	})
 	if err != nil {
 		return HoldStats{}, nil, fmt.Errorf("limiter: open holds: %w", err)
 	}
 	return stats, out, nil
+}
+
+// oldestHolds sorts hs oldest first (by creation, then id) and keeps the first n.
+func oldestHolds(hs []OpenHold, n int) []OpenHold {
+	slices.SortStableFunc(hs, func(a, b OpenHold) int {
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	return hs[:min(len(hs), n)]
 }

@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -251,6 +252,54 @@ func TestOpenHoldsSayWhenTheyListOnlySome(t *testing.T) {
 			if stats.Open != 1 || stats.Held != 5 || len(list) != min(n, 2) || stats.More != more {
 				t.Fatalf("open holds, %d listed: %+v %+v; want 1 hold holding 5, %d entries, more %v", n, stats, list, min(n, 2), more)
 			}
+		}
+	})
+}
+
+// TestOpenHoldsOnAParentCountEveryHoldBelowItAndListTheOldest: a parent's summary counts the
+// open holds of its children (read row by row, keeping only the oldest entries, so that a parent
+// with many holds below it does not cost their size in memory): every hold is counted once,
+// every amount is summed, and the entries listed are the oldest, whatever order the rows come in.
+func TestOpenHoldsOnAParentCountEveryHoldBelowItAndListTheOldest(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock(1_700_000_000_000)
+		e := newEngine(t, d, c.opts())
+		mustPut(t, e, "org", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1000, Period: 86_400_000})
+		mustPut(t, e, "user", limiter.Definition{Kind: limiter.TokenBucket, Rate: 100, Period: 86_400_000,
+			Parents: []limiter.Parent{{Name: "org", Key: "org:{org}"}}})
+		acme := map[string]string{"org": "acme"}
+		var ids []string
+		held := 0.0
+		for i := range 9 {
+			c.Advance(1)
+			ls := []limiter.HoldLimit{{Name: "user", Key: fmt.Sprintf("u%d", i), Count: float64(i + 1), Attributes: acme}}
+			held += float64(i + 1)
+			if i == 4 { // one hold with two rows below the parent: one hold, two entries
+				ls = append(ls, limiter.HoldLimit{Name: "user", Key: "second", Count: 10, Attributes: acme})
+				held += 10
+			}
+			h := mustHold(t, e, 60_000, ls...)
+			if !h.Decision.OK {
+				t.Fatalf("hold %d refused: %+v", i, h)
+			}
+			ids = append(ids, h.ID)
+		}
+		stats, list, err := e.OpenHolds(context.Background(), tenant, "org", 0, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stats.Open != 9 || stats.Held != held || !stats.More || stats.Oldest != 1_700_000_000_001 {
+			t.Fatalf("the parent's summary: %+v; want 9 open holds holding %v, more listed, the oldest at …001", stats, held)
+		}
+		if len(list) != 2 || list[0].ID != ids[0] || list[1].ID != ids[1] || list[0].Key != "org:acme" {
+			t.Fatalf("the parent's two listed entries: %+v; want the holds %s and %s on org:acme", list, ids[0], ids[1])
+		}
+		_, all, err := e.OpenHolds(context.Background(), tenant, "org", 0, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != 10 {
+			t.Fatalf("the parent's entries, 20 asked: %d; want 10 (nine holds, one of them with two rows)", len(all))
 		}
 	})
 }
