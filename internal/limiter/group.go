@@ -219,7 +219,11 @@ func (l *lane) goAway(keys []awayKey) {
 
 // comeBack unregisters the keys goAway registered once their group ended, moves the jobs no
 // longer held back to ready and wakes the lane's worker for them.
-func (l *lane) comeBack(keys []awayKey) {
+func (l *lane) comeBack(keys []awayKey) { l.release(keys, true) }
+
+// release unregisters keys goAway registered and moves the jobs no longer held back to ready;
+// ended says the away group ended (comeBack), and not only a part of it (turn.partEnded).
+func (l *lane) release(keys []awayKey, ended bool) {
 	l.mu.Lock()
 	for _, k := range keys {
 		if l.away[k]--; l.away[k] <= 0 {
@@ -239,7 +243,9 @@ func (l *lane) comeBack(keys []awayKey) {
 	l.readyN.Store(int32(len(l.ready)))
 	// Only now: whoever reads no group away (the fast path, hold) then also reads the jobs
 	// made ready, and does not pass them.
-	l.awayN.Add(-1)
+	if ended {
+		l.awayN.Add(-1)
+	}
 	l.mu.Unlock()
 	l.wakeWorker()
 }
@@ -385,8 +391,10 @@ type turn struct {
 	replace func()
 	group   []*job // the group it decides (runLane)
 	given   bool   // giveAway gave the token back before the group ended
-	// away are the keys giveAway registered (comeBack unregisters exactly those); awayAt is when.
-	away   []awayKey
+	// away are the keys giveAway registered, by job (comeBack and partEnded unregister exactly
+	// those); awayAt is when. mu guards away once the group is split (runParts).
+	mu     sync.Mutex
+	away   map[*job][]awayKey
 	awayAt time.Time
 }
 
@@ -403,10 +411,13 @@ func (t *turn) giveAway() {
 	}
 	t.given, t.awayAt = true, time.Now()
 	t.e.givenAway.Add(1) // before the token goes back: Run waits for it once it holds every token
+	t.away = make(map[*job][]awayKey, len(t.group))
+	var all []awayKey
 	for _, j := range t.group {
-		t.away = append(t.away, j.awayKeys()...)
+		t.away[j] = j.awayKeys()
+		all = append(all, t.away[j]...)
 	}
-	t.l.goAway(t.away)
+	t.l.goAway(all)
 	t.l.wakeForReady() // ready jobs the group had no room for: decided meanwhile
 	t.l.token <- struct{}{}
 	if t.replace != nil {
@@ -416,7 +427,8 @@ func (t *turn) giveAway() {
 
 // busyUntil is when the lane stopped being busy with the turn's group: now, or when the group
 // gave its turn away (the lane's busy time, GroupStats.Busy, does not count an away group's
-// retries: the lane decides other groups meanwhile). t may be nil (tests).
+// retries, nor its parts' (runParts): the lane decides other groups meanwhile; a part that began
+// after that counts nothing). t may be nil (tests).
 func (t *turn) busyUntil(now time.Time) time.Time {
 	if t != nil && t.given {
 		return t.awayAt
@@ -428,13 +440,40 @@ func (t *turn) busyUntil(now time.Time) time.Time {
 // reports whether it had.
 func (t *turn) end() bool {
 	if t.given {
-		t.l.comeBack(t.away)
+		t.l.comeBack(t.takeAway(nil))
 		t.e.givenAway.Done()
 		return true
 	}
 	t.l.wakeForReady() // more than one group could take
 	t.l.token <- struct{}{}
 	return false
+}
+
+// takeAway removes from t.away the keys of jobs (of every job when jobs is nil) and returns them.
+func (t *turn) takeAway(jobs []*job) []awayKey {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var keys []awayKey
+	if jobs == nil {
+		for _, ks := range t.away {
+			keys = append(keys, ks...)
+		}
+		clear(t.away)
+		return keys
+	}
+	for _, j := range jobs {
+		keys = append(keys, t.away[j]...)
+		delete(t.away, j)
+	}
+	return keys
+}
+
+// partEnded unregisters the keys of a part of t's away group that ended (runParts), so that the
+// jobs they held back are decided without waiting for the other parts.
+func (t *turn) partEnded(jobs []*job) {
+	if t != nil && t.given {
+		t.l.release(t.takeAway(jobs), false)
+	}
 }
 
 // runLane is called holding t's token: it adds t's lane's queued jobs to group (up to maxGroup)
@@ -465,6 +504,12 @@ func (e *Engine) runLane(t *turn, group []*job) {
 // answered fails closed, and the lane's holder gives its token back as usual, so that one bad
 // group cannot stop every later decision of the lane (or, on a worker, the process).
 func (e *Engine) runGroupContained(t *turn, group []*job) {
+	e.containing(group, func() { e.runGroup(t, group) })
+}
+
+// containing runs run, which decides group, failing closed every job of group not yet answered
+// if it panics.
+func (e *Engine) containing(group []*job, run func()) {
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("limiter: decide: a group panicked: %v", r)
@@ -481,7 +526,7 @@ func (e *Engine) runGroupContained(t *turn, group []*job) {
 			}
 		}
 	}()
-	e.runGroup(t, group)
+	run()
 }
 
 // refuseQueued marks the engine stopped and fails every queued decision closed.
@@ -601,12 +646,17 @@ func (e *Engine) await(ctx context.Context, j *job) error {
 
 // runGroup decides jobs in one serializable transaction and completes each job. t is the lane's
 // turn it runs in (nil: none, in tests): its transactions give it away before backing off.
-func (e *Engine) runGroup(t *turn, jobs []*job) {
+func (e *Engine) runGroup(t *turn, jobs []*job) { e.runGroupOrPart(t, jobs, false) }
+
+// runGroupOrPart is runGroup; part says jobs are a part of a group that spent its attempts
+// (runParts), whose jobs GroupStats counted already.
+func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	// The retry budget counts from when each decision was queued, not from when its group
 	// began: one queued behind a group stalled for the whole budget would otherwise wait twice
 	// as long for its 503 (expireQueued).
 	ctx := context.Background()
-	jobs, deadline := e.expireQueued(jobs, time.Now())
+	start := time.Now()
+	jobs, deadline := e.expireQueued(jobs, start)
 	if len(jobs) == 0 {
 		return
 	}
@@ -622,11 +672,13 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 	}
 	began := time.Now() // the lane's transactions for these jobs, closes and decisions (GroupStats.Busy)
 	if jobs = e.runCloses(ctx, jobs); len(jobs) == 0 {
-		e.groupNanos.Add(int64(t.busyUntil(time.Now()).Sub(began)))
+		e.groupNanos.Add(int64(max(0, t.busyUntil(time.Now()).Sub(began))))
 		return
 	}
-	e.groups.Add(1)
-	e.jobs.Add(int64(len(jobs)))
+	if !part {
+		e.groups.Add(1)
+		e.jobs.Add(int64(len(jobs)))
+	}
 	var err error
 	ctx = db.WithPurpose(ctx, db.PurposeDecision)
 	if e.db.Dialect == db.Postgres && !forceGormGroups {
@@ -641,22 +693,17 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 			return e.groupGorm(tx, jobs)
 		})
 	}
-	e.groupNanos.Add(int64(t.busyUntil(time.Now()).Sub(began)))
+	e.groupNanos.Add(int64(max(0, t.busyUntil(time.Now()).Sub(began))))
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
 	}
 	if e.db.Dialect == db.Postgres && errors.Is(err, db.ErrAttemptsSpent) {
 		// Every attempt lost a row to another transaction, most likely on one key that another
-		// instance decides on as fast as it can; the group's jobs on other keys, another
-		// tenant's too, need not answer 503 for it. When the group held more than one key, the
-		// jobs of each key are tried once more as a group of their own, within their budgets
-		// (expireQueued). Jobs of one key stay together: split, they would fight each other for
-		// the row. (SQLite's attempts lose the one write lock, not a row: split, they would lose
-		// it as well.)
-		if byKey := splitByKey(jobs); len(byKey) > 1 {
-			for _, part := range byKey {
-				e.runGroup(t, part)
-			}
+		// instance decides on as fast as it can; the group's jobs on other rows, another
+		// tenant's too, need not answer 503 for it. (SQLite's attempts lose the one write lock,
+		// not a row: split, they would lose it as well.)
+		if parts := splitByRows(jobs); len(parts) > 1 {
+			e.runParts(t, parts, start)
 			return
 		}
 	}
@@ -671,23 +718,86 @@ func (e *Engine) runGroup(t *turn, jobs []*job) {
 	}
 }
 
-// splitByKey parts jobs by the row of their first request (its awayRow key), in order of first
-// appearance, each part in arrival order.
-func splitByKey(jobs []*job) [][]*job {
-	index := map[awayKey]int{}
-	var parts [][]*job
-	for _, j := range jobs {
-		var k awayKey
-		if rows := j.rowKeys(); len(rows) > 0 {
-			k = rows[0]
+// maxParallelParts is how many parts of a group that spent its attempts are decided at once
+// (runParts): each holds a pooled connection for as long as it retries.
+const maxParallelParts = 4
+
+// runParts decides the parts of a group that spent its attempts (splitByRows), each as a group
+// of its own, up to maxParallelParts at once in their order: they share no row, so they cannot
+// lose one to each other, and a part on a contended row cannot take the time of those behind
+// it. Each part's jobs keep their budgets: one its caller decided at once (not queued) counts
+// from began, its group's start, not again from the part's. A part's rows stop holding back the
+// lane's later jobs as soon as it ends.
+func (e *Engine) runParts(t *turn, parts [][]*job, began time.Time) {
+	if t != nil {
+		t.giveAway() // if no backoff has yet (a policy without waits): the parts take a while
+	}
+	next := make(chan []*job, len(parts))
+	for _, part := range parts {
+		for _, j := range part {
+			if j.queuedAt.IsZero() {
+				j.queuedAt = began
+			}
 		}
-		i, ok := index[k]
+		next <- part
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(len(parts), maxParallelParts) {
+		wg.Go(func() {
+			for part := range next {
+				e.containing(part, func() { e.runGroupOrPart(t, part, true) })
+				t.partEnded(part)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// splitByRows parts jobs into the fewest groups that share no state row: two jobs are in one
+// part when any limit they decide (their requests' and their ancestors', by tenant, name and
+// key; a plan's row is the system tenant's) is the same, so jobs on one key, or under one
+// contended parent, stay together and never fight each other for it. Parts are in order of
+// their first job, each in arrival order.
+func splitByRows(jobs []*job) [][]*job {
+	parent := make([]int, len(jobs)) // union-find over the jobs' indexes
+	for i := range parent {
+		parent[i] = i
+	}
+	root := func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	owner := map[awayKey]int{} // a row's first job
+	for i, j := range jobs {
+		rows := j.rowKeys()
+		for _, r := range j.exp {
+			rows = append(rows, awayKey{tenantID: r.tenantID, kind: awayRow, name: r.name, key: r.key})
+		}
+		for _, k := range rows {
+			if o, ok := owner[k]; ok {
+				if a, b := root(o), root(i); a != b {
+					parent[max(a, b)] = min(a, b) // the earlier job leads: parts keep arrival order
+				}
+			} else {
+				owner[k] = i
+			}
+		}
+	}
+	index := map[int]int{}
+	var parts [][]*job
+	for i, j := range jobs {
+		r := root(i)
+		p, ok := index[r]
 		if !ok {
-			i = len(parts)
-			index[k] = i
+			p = len(parts)
+			index[r] = p
 			parts = append(parts, nil)
 		}
-		parts[i] = append(parts[i], j)
+		parts[p] = append(parts[p], j)
 	}
 	return parts
 }

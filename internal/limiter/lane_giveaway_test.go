@@ -15,37 +15,6 @@ import (
 
 const otherTenant = int64(2)
 
-// refuseKeyUntilOpened makes every write of key's limit_state rows fail as a serialization
-// failure (SQLSTATE 40001, what a transaction that lost the row to another gets) until the
-// returned function is called: a group deciding key retries, backing off, for as long as the
-// test wants, with nothing else contended (the test's end calls it too).
-func refuseKeyUntilOpened(t *testing.T, d *db.DB, key string) (open func()) {
-	t.Helper()
-	for _, stmt := range []string{
-		"CREATE TABLE test_gate (open boolean NOT NULL)",
-		"INSERT INTO test_gate VALUES (false)",
-		`CREATE FUNCTION test_refuse_key() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.key = '` + key + `' AND NOT (SELECT open FROM test_gate) THEN
-				RAISE EXCEPTION 'test: the row is contended' USING ERRCODE = '40001';
-			END IF;
-			RETURN NEW;
-		END $$`,
-		"CREATE TRIGGER test_refuse_key BEFORE INSERT OR UPDATE ON limit_state FOR EACH ROW EXECUTE FUNCTION test_refuse_key()",
-	} {
-		if err := d.Gorm.Exec(stmt).Error; err != nil {
-			t.Fatal(err)
-		}
-	}
-	open = func() {
-		if err := d.Gorm.Exec("UPDATE test_gate SET open = true").Error; err != nil {
-			t.Error(err)
-		}
-	}
-	t.Cleanup(open) // a test that failed half-way lets the engine's Run end at once
-	return open
-}
-
 // TestAGroupBackingOffLetsTheLaneDecideOthers: a group whose transaction keeps losing a row (a
 // key two instances fight over) backs off between attempts without holding its lane: another
 // tenant's decision, and the same tenant's on another key, are decided while the group still
@@ -151,13 +120,13 @@ type decided struct {
 
 // contendedEngine is an engine with one lane (every decision meets in it) on a fresh PostgreSQL
 // database whose retries last as long as the test (only the test ends the contention), and open,
-// which ends the refusal of key's rows (refuseKeyUntilOpened).
+// which ends the refusal of key's rows (RefuseKeysUntilOpened).
 func contendedEngine(t *testing.T, key string, opts limiter.Options) (e *limiter.Engine, d *db.DB, open func(), stop func() error) {
 	d = testkit.Open(t, db.Postgres)
 	d.Retry = db.RetryPolicy{MaxAttempts: 1 << 30, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Budget: 5 * time.Minute}
 	e = limiter.NewEngine(d, opts)
 	stop = testkit.Run(t, e.Run)
-	return e, d, refuseKeyUntilOpened(t, d, key), stop
+	return e, d, limiter.RefuseKeysUntilOpened(t, d, key, 0), stop
 }
 
 // TestAGroupAwayOnAParentHoldsBackItsTenantsDecisions: while a group that writes a parent's row
@@ -277,10 +246,16 @@ func TestRunStoppingWaitsForAnAwayGroup(t *testing.T) {
 
 // TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone: a group whose every attempt lost a
 // contended row gives up, but only the contended decision answers 503: another tenant's decision
-// that was in the group is tried once more alone and admitted. It used to fail with the group.
+// that was in the group is tried once more in a part of its own and admitted (it used to fail
+// with the group), and as soon as that part ends its key is free: a later decision on it is
+// decided while the contended part still retries, not held back until every part has ended.
 func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
-	e, d, _, _ := contendedEngine(t, "contended", limiter.Options{})
-	d.Retry.MaxAttempts = 4
+	d := testkit.Open(t, db.Postgres)
+	// Four attempts of 200 ms: the group spends them, and then so does the contended part.
+	d.Retry = db.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Budget: 5 * time.Minute}
+	e := limiter.NewEngine(d, limiter.Options{})
+	testkit.Run(t, e.Run)
+	limiter.RefuseKeysUntilOpened(t, d, "contended", 200*time.Millisecond)
 	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000})
 	if _, _, err := e.PutDefinition(context.Background(), otherTenant, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000}, nil); err != nil {
 		t.Fatal(err)
@@ -301,10 +276,19 @@ func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
 	waitUntil(t, "both decisions to queue", func() bool { return e.Queued() == 2 })
 	close(release)
 	testkit.Await(t, busy, "the first group's decision")
-	if c := testkit.Await(t, contended, "the contended decision"); !errors.Is(c.err, db.ErrUnavailable) {
-		t.Fatalf("the contended decision: %+v, %v; want ErrUnavailable once its attempts are spent", c.d, c.err)
-	}
 	if i := testkit.Await(t, innocent, "the other tenant's decision"); i.err != nil || !i.d.OK || i.d.Remaining != 9 {
 		t.Fatalf("the other tenant's decision, grouped with the contended one: %+v, %v; want admitted", i.d, i.err)
+	}
+	again := testkit.Await(t, decideAsync(e, otherTenant, "api", "innocent", nil), "a later decision on the other tenant's key")
+	if again.err != nil || !again.d.OK || again.d.Remaining < 8 || again.d.Remaining >= 9 {
+		t.Fatalf("the later decision on the other tenant's key: %+v, %v; want admitted, 8 remaining (and what an hour's rate refilled since)", again.d, again.err)
+	}
+	select {
+	case c := <-contended:
+		t.Fatalf("the contended part ended (%+v, %v) before a later decision on a key of another part was decided: that key was held back until every part ended", c.d, c.err)
+	default:
+	}
+	if c := testkit.Await(t, contended, "the contended decision"); !errors.Is(c.err, db.ErrUnavailable) {
+		t.Fatalf("the contended decision: %+v, %v; want ErrUnavailable once its attempts are spent", c.d, c.err)
 	}
 }

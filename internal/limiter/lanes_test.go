@@ -181,13 +181,39 @@ func TestAGroupGivingItsTurnAwayWakesTheWorkerForReadyJobs(t *testing.T) {
 	tn.end()
 }
 
-// TestSplitByKeyKeepsEachKeysJobsTogether: a group that spent its attempts is tried again in
-// parts, one per key of its jobs' first requests, each part in arrival order: jobs of one key
-// stay together, since apart they would fight each other for its row.
-func TestSplitByKeyKeepsEachKeysJobsTogether(t *testing.T) {
-	a1, b, a2 := newJob(1, true, Request{Name: "q", Key: "a"}), newJob(2, true, Request{Name: "q", Key: "b"}), newJob(1, true, Request{Name: "q", Key: "a"})
-	parts := splitByKey([]*job{a1, b, a2})
-	if len(parts) != 2 || len(parts[0]) != 2 || parts[0][0] != a1 || parts[0][1] != a2 || len(parts[1]) != 1 || parts[1][0] != b {
-		t.Fatalf("parts %v, want [a1 a2] [b]", parts)
+// TestSplitByRowsKeepsJobsThatShareARowTogether: a group that spent its attempts is tried again
+// in parts that share no state row, run at once (runParts): jobs of one key stay together, and so
+// do jobs under one parent, jobs on one plan's row and the keys of one batch, which apart would
+// fight each other for the row; two keys of one tenant are apart. Parts are in order of their
+// first job, each in arrival order.
+func TestSplitByRowsKeepsJobsThatShareARowTogether(t *testing.T) {
+	q := func(tenantID int64, reqs ...Request) *job { return newJob(tenantID, true, reqs...) }
+	a1, b, a2, c := q(1, Request{Name: "q", Key: "a"}), q(2, Request{Name: "q", Key: "b"}), q(1, Request{Name: "q", Key: "a"}), q(1, Request{Name: "q", Key: "c"})
+	wantParts(t, "one key's jobs", splitByRows([]*job{a1, b, a2, c}), [][]*job{{a1, a2}, {b}, {c}})
+
+	u0, u1, other := q(1, Request{Name: "user", Key: "u0"}), q(1, Request{Name: "user", Key: "u1"}), q(1, Request{Name: "user", Key: "u2"})
+	for _, j := range []*job{u0, u1} { // their plans (expand): each request, then the parent o
+		j.exp = []limitRef{{tenantID: 1, name: "user", key: j.reqs[0].Key}, {tenantID: 1, name: "org", key: "o", parent: true}}
+	}
+	wantParts(t, "keys under one parent", splitByRows([]*job{u0, other, u1}), [][]*job{{u0, u1}, {other}})
+
+	p1, p2 := q(1, Request{Name: "q", Key: "x"}, Request{Name: "plan", Key: "p", System: true}), q(2, Request{Name: "q", Key: "y"}, Request{Name: "plan", Key: "p", System: true})
+	wantParts(t, "one plan's row", splitByRows([]*job{p1, b, p2}), [][]*job{{p1, p2}, {b}})
+
+	batch := q(1, Request{Name: "q", Key: "c"}, Request{Name: "q", Key: "a"})
+	wantParts(t, "a batch of two keys", splitByRows([]*job{a1, b, c, batch}), [][]*job{{a1, c, batch}, {b}})
+}
+
+func wantParts(t *testing.T, what string, got, want [][]*job) {
+	t.Helper()
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = len(got[i]) == len(want[i])
+		for k := 0; ok && k < len(want[i]); k++ {
+			ok = got[i][k] == want[i][k]
+		}
+	}
+	if !ok {
+		t.Fatalf("%s: parts %v, want %v", what, got, want)
 	}
 }
