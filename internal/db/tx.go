@@ -60,7 +60,7 @@ func (d *DB) serializable(ctx context.Context, readOnly bool, fn func(tx *gorm.D
 	if d.Dialect == Postgres {
 		opts.Isolation = sql.LevelSerializable
 	} // SQLite transactions are serializable by construction (one writer, snapshot readers).
-	return d.retry(ctx, func(ctx context.Context) error {
+	return d.retry(ctx, !readOnly, func(ctx context.Context) error {
 		return d.Gorm.WithContext(ctx).Transaction(fn, opts)
 	})
 }
@@ -73,7 +73,7 @@ func (d *DB) WithPgx(ctx context.Context, attempt func(ctx context.Context, conn
 	if d.Dialect != Postgres {
 		return errors.New("db: WithPgx needs PostgreSQL")
 	}
-	return d.retry(ctx, func(ctx context.Context) error {
+	return d.retry(ctx, true, func(ctx context.Context) error {
 		c, err := d.SQL.Conn(ctx)
 		if err != nil {
 			return err
@@ -100,15 +100,21 @@ func (d *DB) WithPgx(ctx context.Context, attempt func(ctx context.Context, conn
 }
 
 // retry runs attempt until it succeeds, fails for a reason retrying cannot fix, or the attempts,
-// the time budget or the database run out (ErrUnavailable).
-func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
+// the time budget or the database run out (ErrUnavailable). With numbered (read-write
+// transactions: a read-only one may not lock rows), each attempt's ctx carries its number
+// (Attempt).
+func (d *DB) retry(ctx context.Context, numbered bool, attempt func(ctx context.Context) error) error {
 	count := &d.counters[PurposeOf(ctx)]
 	beforeWaiting, _ := ctx.Value(beforeWaitingKey{}).(func())
 	ctx, cancel := context.WithTimeout(ctx, d.Retry.Budget)
 	defer cancel()
 	var last error
 	for n := 1; ; n++ {
-		err := attempt(ctx)
+		actx := ctx
+		if numbered && n > 1 {
+			actx = context.WithValue(ctx, attemptKey{}, n)
+		}
+		err := attempt(actx)
 		if err == nil {
 			return nil
 		}
@@ -142,6 +148,18 @@ func (d *DB) retry(ctx context.Context, attempt func(ctx context.Context) error)
 			return ErrUnavailable.Wrap(fmt.Errorf("db: retry budget spent: %v", last))
 		}
 	}
+}
+
+type attemptKey struct{}
+
+// Attempt is the number of the attempt (1 for the first) of the read-write transaction that ctx
+// was given to (Serializable, WithPgx; always 1 for ReadOnly's): a transaction that lost its
+// rows twice can lock them as it reads them, so that it cannot lose them the same way again.
+func Attempt(ctx context.Context) int {
+	if n, ok := ctx.Value(attemptKey{}).(int); ok {
+		return n
+	}
+	return 1
 }
 
 type beforeWaitingKey struct{}

@@ -127,7 +127,8 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	guess = sortedUnique(guess)
 
 	b := &pgx.Batch{}
-	queueGroupReads(b, keys, guess, e.fastCommit)
+	lock := lockRows(ctx)
+	queueGroupReads(b, keys, guess, e.fastCommit, lock)
 	pending := idemKeys(jobs)
 	if len(pending) > 0 {
 		queueIdemRead(b, pending)
@@ -183,7 +184,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	}
 	if len(missing) > 0 { // a shard count changed since the hint: fetch what it missed
 		e.sent(1)
-		if err := selectRowsPg(ctx, conn, missing, stored); err != nil {
+		if err := selectRowsPg(ctx, conn, missing, stored, lock); err != nil {
 			return err
 		}
 	}

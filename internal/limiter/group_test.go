@@ -278,7 +278,7 @@ func TestRunFinishesTheGroupInProgressAndRefusesWhatIsQueued(t *testing.T) {
 func TestFastCommitIsAskedForInTheGroupsFirstRoundTrip(t *testing.T) {
 	for _, fast := range []bool{false, true} {
 		b := &pgx.Batch{}
-		queueGroupReads(b, []defKey{{1, "x"}}, []rowKey{{1, "x", "k", 0}}, fast)
+		queueGroupReads(b, []defKey{{1, "x"}}, []rowKey{{1, "x", "k", 0}}, fast, false)
 		var sent []string
 		for _, q := range b.QueuedQueries {
 			sent = append(sent, q.SQL)

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
+
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
@@ -110,4 +113,101 @@ func TestThePartsOfASpentGroupKeepItsBudget(t *testing.T) {
 			t.Fatalf("another tenant's decision: %+v, %v; want admitted", innocent.out, innocent.err)
 		}
 	})
+}
+
+// TestARetryLocksTheRowsItReadsFromItsThirdAttempt: a decision that reads its state row and
+// writes it a round trip later (a fixed window's, on PostgreSQL) and lost the row twice reads it
+// FOR UPDATE from its third attempt, so that another instance's decisions cannot change it before
+// the write (they wait and retry instead; docs/performance.md, session 21); its first two attempts
+// lock nothing, as the common path never does. Another connection probes the row with NOWAIT
+// while each attempt is between its read and its write.
+func TestARetryLocksTheRowsItReadsFromItsThirdAttempt(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	d.Retry = db.RetryPolicy{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Budget: time.Minute}
+	e := NewEngine(d, Options{})
+	ctx := context.Background()
+	if _, _, err := e.PutDefinition(ctx, 1, "fw", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000}, nil); err != nil {
+		t.Fatal(err)
+	}
+	decide := func() *job {
+		j := newJob(1, true, Request{Name: "fw", Key: "k", Count: 1})
+		e.runGroup(nil, []*job{j})
+		return j
+	}
+	if j := decide(); j.err != nil || !j.out.OK { // the row exists: there is something to lock
+		t.Fatalf("the first decision: %+v, %v", j.out, j.err)
+	}
+	open := RefuseKeysUntilOpened(t, d, "k", 0)
+	var locked []bool
+	e.afterDecide = func() {
+		locked = append(locked, rowLocked(t, d))
+		if len(locked) == 2 {
+			open() // the third attempt (its snapshot taken after this) writes
+		}
+	}
+	if j := decide(); j.err != nil || !j.out.OK {
+		t.Fatalf("the retried decision: %+v, %v", j.out, j.err)
+	}
+	if fmt.Sprint(locked) != "[false false true]" {
+		t.Fatalf("the row locked at each attempt: %v; want [false false true] (locked from the third attempt only)", locked)
+	}
+}
+
+// TestLoadRowsLocksFromTheThirdAttempt: the GORM path's read of state rows (closes of holds and
+// leases, the sweeper) locks them as groupPgx's does, from the third attempt of a read-write
+// transaction, on PostgreSQL; never in a read-only one.
+func TestLoadRowsLocksFromTheThirdAttempt(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	d.Retry = db.RetryPolicy{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Budget: time.Minute}
+	e := NewEngine(d, Options{})
+	ctx := context.Background()
+	if _, _, err := e.PutDefinition(ctx, 1, "fw", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000}, nil); err != nil {
+		t.Fatal(err)
+	}
+	j := newJob(1, true, Request{Name: "fw", Key: "k", Count: 1})
+	if e.runGroup(nil, []*job{j}); j.err != nil {
+		t.Fatal(j.err)
+	}
+	row := []rowKey{{1, "fw", "k", 0}}
+	for _, readOnly := range []bool{false, true} {
+		var locked []bool
+		run := d.Serializable
+		if readOnly {
+			run = d.ReadOnly
+		}
+		err := run(ctx, func(tx *gorm.DB) error {
+			if _, err := loadRows(tx, row); err != nil {
+				return err
+			}
+			locked = append(locked, rowLocked(t, d))
+			if len(locked) < 3 {
+				return &pgconn.PgError{Code: "40001", Message: "test: lost the row"}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "[false false true]"
+		if readOnly {
+			want = "[false false false]"
+		}
+		if fmt.Sprint(locked) != want {
+			t.Fatalf("read-only %v: the row locked at each attempt: %v; want %s", readOnly, locked, want)
+		}
+	}
+}
+
+// rowLocked reports whether another transaction holds a lock on the state row of limit fw, key
+// k (tenant 1): a probe with NOWAIT from another connection.
+func rowLocked(t *testing.T, d *db.DB) bool {
+	t.Helper()
+	err := d.Gorm.Transaction(func(tx *gorm.DB) error {
+		return tx.Exec("SELECT 1 FROM limit_state WHERE tenant_id = 1 AND name = 'fw' AND key = 'k' FOR UPDATE NOWAIT").Error
+	})
+	var pgErr *pgconn.PgError
+	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "55P03") {
+		t.Fatalf("probing the row's lock: %v", err)
+	}
+	return err != nil
 }

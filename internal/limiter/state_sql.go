@@ -1,11 +1,13 @@
 package limiter
 
 import (
+	"context"
 	"sort"
 	"strings"
 
 	"gorm.io/gorm"
 
+	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
@@ -222,15 +224,31 @@ func loadDefinition(tx *gorm.DB, tenantID int64, name string) (def StoredDefinit
 	return rows[0].toDomain(), true, nil
 }
 
-// loadRows reads the wanted state rows by primary key. Missing rows stay absent (full).
+// lockFromAttempt is the attempt from which a transaction that reads state rows and writes them
+// a round trip later locks them as it reads them (PostgreSQL): it lost them to other
+// transactions committed in between on every attempt before, as under two instances deciding on
+// one key as fast as they can, where such a transaction (a fixed window's decision, a hold's
+// reserve or settle, a lease's release) would otherwise lose on nearly every attempt and give
+// up. Locked, the rows cannot change before it writes them; the writers wait and retry instead.
+const lockFromAttempt = 3
+
+// lockRows reports whether the transaction of ctx reads its state rows FOR UPDATE.
+func lockRows(ctx context.Context) bool { return db.Attempt(ctx) >= lockFromAttempt }
+
+// loadRows reads the wanted state rows by primary key. Missing rows stay absent (full). On
+// PostgreSQL, from lockFromAttempt on, it locks them.
 func loadRows(tx *gorm.DB, wanted []rowKey) (map[rowKey]fullStateRow, error) {
 	out := make(map[rowKey]fullStateRow, len(wanted))
 	keys := sortedUnique(append([]rowKey(nil), wanted...))
+	lock := ""
+	if tx.Name() == "postgres" && lockRows(tx.Statement.Context) {
+		lock = " FOR UPDATE"
+	}
 	for start := 0; start < len(keys); start += maxKeysPerStatement {
 		part := keys[start:min(start+maxKeysPerStatement, len(keys))]
 		where, args := pkMatch(part)
 		var rows []fullStateRow
-		if err := tx.Raw(sqlSelectState+where, args...).Scan(&rows).Error; err != nil {
+		if err := tx.Raw(sqlSelectState+where+lock, args...).Scan(&rows).Error; err != nil {
 			return nil, err
 		}
 		for _, r := range rows {

@@ -40,8 +40,10 @@ const (
 	pgSelectRows = "SELECT " + stateColumns + `
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(` + statePrimaryKey + `)
 		JOIN limit_state USING (` + statePrimaryKey + `)`
-	pgSelectOverrides = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = $1 AND name = $2"
-	pgUpsertRows      = "INSERT INTO limit_state (" + stateColumns + `)
+	// pgSelectRowsLocked is pgSelectRows for a transaction that lost its rows before (lockRows).
+	pgSelectRowsLocked = pgSelectRows + " FOR UPDATE OF limit_state"
+	pgSelectOverrides  = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = $1 AND name = $2"
+	pgUpsertRows       = "INSERT INTO limit_state (" + stateColumns + `)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
 )
 
@@ -128,7 +130,7 @@ func deleteUnchangedPg(ctx context.Context, conn *pgx.Conn, rows []fullStateRow,
 
 // queueGroupReads queues the first round trip of a group: the transaction, the database's clock
 // (the time of every decision of the group), the definitions of keys and the state rows guessed.
-func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit bool) {
+func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit, lock bool) {
 	b.Queue(pgBegin)
 	b.Queue(pgNoSeqScan)
 	if fastCommit {
@@ -140,7 +142,7 @@ func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit boo
 		tenantIDs[i], names[i] = k.tenantID, k.name
 	}
 	b.Queue(pgSelectDefinitions, tenantIDs, names)
-	b.Queue(pgSelectRows, rowArgs(guess)...)
+	b.Queue(selectRowsSQL(lock), rowArgs(guess)...)
 }
 
 // readGroupReads reads the results of queueGroupReads: the database's time (ms), definitions,
@@ -228,12 +230,19 @@ func selectDefinitionsPg(ctx context.Context, conn *pgx.Conn, keys []defKey, ver
 }
 
 // selectRowsPg reads more state rows within the group's transaction.
-func selectRowsPg(ctx context.Context, conn *pgx.Conn, keys []rowKey, into map[rowKey]fullStateRow) error {
-	rows, err := conn.Query(ctx, pgSelectRows, rowArgs(keys)...)
+func selectRowsPg(ctx context.Context, conn *pgx.Conn, keys []rowKey, into map[rowKey]fullStateRow, lock bool) error {
+	rows, err := conn.Query(ctx, selectRowsSQL(lock), rowArgs(keys)...)
 	if err != nil {
 		return err
 	}
 	return scanRows(rows, into)
+}
+
+func selectRowsSQL(lock bool) string {
+	if lock {
+		return pgSelectRowsLocked
+	}
+	return pgSelectRows
 }
 
 // queueGroupWrites queues the changed rows and the jobs' own writes in the second round trip of
