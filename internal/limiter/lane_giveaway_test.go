@@ -251,11 +251,11 @@ func TestRunStoppingWaitsForAnAwayGroup(t *testing.T) {
 // decided while the contended part still retries, not held back until every part has ended.
 func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
 	d := testkit.Open(t, db.Postgres)
-	// Four attempts of 200 ms: the group spends them, and then so does the contended part.
+	// Four attempts of 300 ms: the group spends them, and then so does the contended part.
 	d.Retry = db.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Budget: 5 * time.Minute}
 	e := limiter.NewEngine(d, limiter.Options{})
 	testkit.Run(t, e.Run)
-	limiter.RefuseKeysUntilOpened(t, d, "contended", 200*time.Millisecond)
+	limiter.RefuseKeysUntilOpened(t, d, "contended", 300*time.Millisecond)
 	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000})
 	if _, _, err := e.PutDefinition(context.Background(), otherTenant, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000}, nil); err != nil {
 		t.Fatal(err)
