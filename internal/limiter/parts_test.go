@@ -123,21 +123,7 @@ func TestThePartsOfASpentGroupKeepItsBudget(t *testing.T) {
 // lock nothing, as the common path never does. Another connection probes the row with NOWAIT
 // while each attempt is between its read and its write.
 func TestARetryLocksTheRowsItReadsFromItsThirdAttempt(t *testing.T) {
-	d := testkit.Open(t, db.Postgres)
-	d.Retry = db.RetryPolicy{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Budget: time.Minute}
-	e := NewEngine(d, Options{})
-	ctx := context.Background()
-	if _, _, err := e.PutDefinition(ctx, 1, "fw", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000}, nil); err != nil {
-		t.Fatal(err)
-	}
-	decide := func() *job {
-		j := newJob(1, true, Request{Name: "fw", Key: "k", Count: 1})
-		e.runGroup(nil, []*job{j})
-		return j
-	}
-	if j := decide(); j.err != nil || !j.out.OK { // the row exists: there is something to lock
-		t.Fatalf("the first decision: %+v, %v", j.out, j.err)
-	}
+	e, d := aFixedWindowRow(t)
 	open := RefuseKeysUntilOpened(t, d, "k", 0)
 	var locked []bool
 	e.afterDecide = func() {
@@ -146,7 +132,7 @@ func TestARetryLocksTheRowsItReadsFromItsThirdAttempt(t *testing.T) {
 			open() // the third attempt (its snapshot taken after this) writes
 		}
 	}
-	if j := decide(); j.err != nil || !j.out.OK {
+	if j := decideFixedWindow(e); j.err != nil || !j.out.OK {
 		t.Fatalf("the retried decision: %+v, %v", j.out, j.err)
 	}
 	if fmt.Sprint(locked) != "[false false true]" {
@@ -158,17 +144,8 @@ func TestARetryLocksTheRowsItReadsFromItsThirdAttempt(t *testing.T) {
 // leases, the sweeper) locks them as groupPgx's does, from the third attempt of a read-write
 // transaction, on PostgreSQL; never in a read-only one.
 func TestLoadRowsLocksFromTheThirdAttempt(t *testing.T) {
-	d := testkit.Open(t, db.Postgres)
-	d.Retry = db.RetryPolicy{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Budget: time.Minute}
-	e := NewEngine(d, Options{})
+	_, d := aFixedWindowRow(t)
 	ctx := context.Background()
-	if _, _, err := e.PutDefinition(ctx, 1, "fw", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000}, nil); err != nil {
-		t.Fatal(err)
-	}
-	j := newJob(1, true, Request{Name: "fw", Key: "k", Count: 1})
-	if e.runGroup(nil, []*job{j}); j.err != nil {
-		t.Fatal(j.err)
-	}
 	row := []rowKey{{1, "fw", "k", 0}}
 	for _, readOnly := range []bool{false, true} {
 		var locked []bool
@@ -197,6 +174,29 @@ func TestLoadRowsLocksFromTheThirdAttempt(t *testing.T) {
 			t.Fatalf("read-only %v: the row locked at each attempt: %v; want %s", readOnly, locked, want)
 		}
 	}
+}
+
+// aFixedWindowRow opens an engine on PostgreSQL (ten attempts, a minute's budget) with a fixed
+// window fw of tenant 1 whose key k has a state row, so that there is a row to lock.
+func aFixedWindowRow(t *testing.T) (*Engine, *db.DB) {
+	t.Helper()
+	d := testkit.Open(t, db.Postgres)
+	d.Retry = db.RetryPolicy{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Budget: time.Minute}
+	e := NewEngine(d, Options{})
+	if _, _, err := e.PutDefinition(context.Background(), 1, "fw", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if j := decideFixedWindow(e); j.err != nil || !j.out.OK {
+		t.Fatalf("the first decision: %+v, %v", j.out, j.err)
+	}
+	return e, d
+}
+
+// decideFixedWindow decides one unit of fw for key k in a group of its own.
+func decideFixedWindow(e *Engine) *job {
+	j := newJob(1, true, Request{Name: "fw", Key: "k", Count: 1})
+	e.runGroup(nil, []*job{j})
+	return j
 }
 
 // rowLocked reports whether another transaction holds a lock on the state row of limit fw, key
