@@ -39,7 +39,10 @@ type Engine struct {
 	// workers are the lanes' workers, with any that gave its turn away and still runs its group;
 	// givenAway the groups that gave their lane's turn away and are still running (group.go).
 	workers, givenAway sync.WaitGroup
-	hints              shardHints
+	// partSlots bounds the parts of spent groups in flight at once, the engine's together
+	// (runParts): each attempt of a part holds a pooled connection.
+	partSlots chan struct{}
+	hints     shardHints
 	// overrides holds each limit's overrides under their version (overrides.go).
 	overrides overrideCache
 	// betweenDefinitionAndOverrides, set by tests only, runs in the sweeper's definitionCache.get
@@ -114,7 +117,7 @@ type Quotas interface {
 
 // NewEngine returns an engine on d. It starts nothing: decisions are made while Run runs.
 func NewEngine(d *db.DB, opts Options) *Engine {
-	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, onKey: opts.OnKeyOutcome, quotas: opts.Quotas, stopped: make(chan struct{}),
+	e := &Engine{db: d, testNow: opts.Now, clock: opts.Clock, fastCommit: opts.FastCommit, intN: opts.IntN, onDecision: opts.OnDecision, onShadow: opts.OnShadowRefused, onOverage: opts.OnHoldOverage, onKey: opts.OnKeyOutcome, quotas: opts.Quotas, stopped: make(chan struct{}), partSlots: make(chan struct{}, maxParallelParts),
 		afterIdempotentCommit: opts.AfterIdempotentCommit}
 	if e.clock == nil {
 		e.clock = time.Now

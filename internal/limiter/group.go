@@ -655,7 +655,7 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	// began: one queued behind a group stalled for the whole budget would otherwise wait twice
 	// as long for its 503 (expireQueued).
 	ctx := context.Background()
-	start := time.Now()
+	start, in := time.Now(), jobs
 	jobs, deadline := e.expireQueued(jobs, start)
 	if len(jobs) == 0 {
 		return
@@ -697,12 +697,16 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
 	}
-	if e.db.Dialect == db.Postgres && errors.Is(err, db.ErrAttemptsSpent) {
+	if e.db.Dialect == db.Postgres && !part && errors.Is(err, db.ErrAttemptsSpent) {
 		// Every attempt lost a row to another transaction, most likely on one key that another
 		// instance decides on as fast as it can; the group's jobs on other rows, another
 		// tenant's too, need not answer 503 for it. (SQLite's attempts lose the one write lock,
-		// not a row: split, they would lose it as well.)
+		// not a row: split, they would lose it as well. A part is not split again.)
 		if parts := splitByRows(jobs); len(parts) > 1 {
+			if t != nil {
+				t.giveAway() // if no backoff came yet (a policy without waits): the parts take a while
+				t.partEnded(answered(in, jobs))
+			}
 			e.runParts(t, parts, start)
 			return
 		}
@@ -718,37 +722,48 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	}
 }
 
-// maxParallelParts is how many parts of a group that spent its attempts are decided at once
-// (runParts): each holds a pooled connection for as long as it retries.
+// answered lists the jobs of in that are not in left: those its group answered before it
+// decided the others (closes, and jobs queued for longer than the budget).
+func answered(in, left []*job) []*job {
+	if len(in) == len(left) {
+		return nil
+	}
+	still := make(map[*job]bool, len(left))
+	for _, j := range left {
+		still[j] = true
+	}
+	var out []*job
+	for _, j := range in {
+		if !still[j] {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// maxParallelParts is how many parts of groups that spent their attempts the engine decides at
+// once (runParts, Engine.partSlots): each of a part's attempts holds a pooled connection.
 const maxParallelParts = 4
 
 // runParts decides the parts of a group that spent its attempts (splitByRows), each as a group
-// of its own, up to maxParallelParts at once in their order: they share no row, so they cannot
-// lose one to each other, and a part on a contended row cannot take the time of those behind
-// it. Each part's jobs keep their budgets: one its caller decided at once (not queued) counts
-// from began, its group's start, not again from the part's. A part's rows stop holding back the
-// lane's later jobs as soon as it ends.
+// of its own, started in their order as slots free up (at most maxParallelParts of the engine's
+// at once): they share no row, so they cannot lose one to each other, and a part on a contended
+// row cannot take the time of those behind it. Each part's jobs keep their budgets: one its
+// caller decided at once (not queued) counts from began, its group's start, not again from the
+// part's. A part's rows stop holding back the lane's later jobs as soon as it ends.
 func (e *Engine) runParts(t *turn, parts [][]*job, began time.Time) {
-	if t != nil {
-		t.giveAway() // if no backoff has yet (a policy without waits): the parts take a while
-	}
-	next := make(chan []*job, len(parts))
+	var wg sync.WaitGroup
 	for _, part := range parts {
 		for _, j := range part {
 			if j.queuedAt.IsZero() {
 				j.queuedAt = began
 			}
 		}
-		next <- part
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for range min(len(parts), maxParallelParts) {
+		e.partSlots <- struct{}{}
 		wg.Go(func() {
-			for part := range next {
-				e.containing(part, func() { e.runGroupOrPart(t, part, true) })
-				t.partEnded(part)
-			}
+			defer func() { <-e.partSlots }()
+			e.containing(part, func() { e.runGroupOrPart(t, part, true) })
+			t.partEnded(part)
 		})
 	}
 	wg.Wait()

@@ -248,7 +248,9 @@ func TestRunStoppingWaitsForAnAwayGroup(t *testing.T) {
 // contended row gives up, but only the contended decision answers 503: another tenant's decision
 // that was in the group is tried once more in a part of its own and admitted (it used to fail
 // with the group), and as soon as that part ends its key is free: a later decision on it is
-// decided while the contended part still retries, not held back until every part has ended.
+// decided while the contended part still retries, not held back until every part has ended. So
+// is a decision of a tenant whose close (a lease's release) was in the group and was answered
+// before its decisions were tried: a close holds back its tenant's decisions while away.
 func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
 	d := testkit.Open(t, db.Postgres)
 	// Four attempts of 300 ms: the group spends them, and then so does the contended part.
@@ -272,14 +274,20 @@ func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
 	busy := decideAsync(e, tenant, "api", "busy", nil) // holds the lane while the other two queue
 	testkit.Await(t, entered, "a group to hold the lane")
 	contended := decideAsync(e, tenant, "api", "contended", nil)
+	closed := make(chan error, 1)
+	go func() { closed <- e.ReleaseLease(context.Background(), otherTenant, "lease_aaaaaaaaaaaaaaaaaaaaaaaaaa") }()
+	waitUntil(t, "the decision and the close to queue", func() bool { return e.Queued() == 2 })
 	innocent := decideAsync(e, otherTenant, "api", "innocent", nil)
-	waitUntil(t, "both decisions to queue", func() bool { return e.Queued() == 2 })
+	waitUntil(t, "the three to queue", func() bool { return e.Queued() == 3 })
 	close(release)
 	testkit.Await(t, busy, "the first group's decision")
+	if err := testkit.Await(t, closed, "the other tenant's close"); !errors.Is(err, limiter.ErrLeaseNotFound) {
+		t.Fatalf("the other tenant's release of a lease it does not have: %v; want ErrLeaseNotFound", err)
+	}
 	if i := testkit.Await(t, innocent, "the other tenant's decision"); i.err != nil || !i.d.OK || i.d.Remaining != 9 {
 		t.Fatalf("the other tenant's decision, grouped with the contended one: %+v, %v; want admitted", i.d, i.err)
 	}
-	again := testkit.Await(t, decideAsync(e, otherTenant, "api", "innocent", nil), "a later decision on the other tenant's key")
+	again := testkit.Await(t, decideAsync(e, otherTenant, "api", "innocent", nil), "a later decision of the other tenant, on the key of its part")
 	if again.err != nil || !again.d.OK || again.d.Remaining < 8 || again.d.Remaining >= 9 {
 		t.Fatalf("the later decision on the other tenant's key: %+v, %v; want admitted, 8 remaining (and what an hour's rate refilled since)", again.d, again.err)
 	}

@@ -232,6 +232,12 @@ func loadDefinition(tx *gorm.DB, tenantID int64, name string) (def StoredDefinit
 // up. Locked, the rows cannot change before it writes them; the writers wait and retry instead.
 const lockFromAttempt = 3
 
+// lockOrder is the order a locking read of state rows takes their locks in: byte order, the
+// order sortedUnique and the decision function (migrations/postgres/00024) write them in,
+// whatever the database's collation, so that two transactions locking rows they share take them
+// in the same order rather than deadlock.
+const lockOrder = ` ORDER BY tenant_id, name COLLATE "C", key COLLATE "C", shard`
+
 // lockRows reports whether the transaction of ctx reads its state rows FOR UPDATE.
 func lockRows(ctx context.Context) bool { return db.Attempt(ctx) >= lockFromAttempt }
 
@@ -242,7 +248,7 @@ func loadRows(tx *gorm.DB, wanted []rowKey) (map[rowKey]fullStateRow, error) {
 	keys := sortedUnique(append([]rowKey(nil), wanted...))
 	lock := ""
 	if tx.Name() == "postgres" && lockRows(tx.Statement.Context) {
-		lock = " FOR UPDATE"
+		lock = lockOrder + " FOR UPDATE"
 	}
 	for start := 0; start < len(keys); start += maxKeysPerStatement {
 		part := keys[start:min(start+maxKeysPerStatement, len(keys))]

@@ -40,8 +40,9 @@ const (
 	pgSelectRows = "SELECT " + stateColumns + `
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[]) AS u(` + statePrimaryKey + `)
 		JOIN limit_state USING (` + statePrimaryKey + `)`
-	// pgSelectRowsLocked is pgSelectRows for a transaction that lost its rows before (lockRows).
-	pgSelectRowsLocked = pgSelectRows + " FOR UPDATE OF limit_state"
+	// pgSelectRowsLocked is pgSelectRows for a transaction that lost its rows before (lockRows),
+	// locking in lockOrder.
+	pgSelectRowsLocked = pgSelectRows + lockOrder + " FOR UPDATE OF limit_state"
 	pgSelectOverrides  = "SELECT " + overrideColumns + " FROM limit_overrides WHERE tenant_id = $1 AND name = $2"
 	pgUpsertRows       = "INSERT INTO limit_state (" + stateColumns + `)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
