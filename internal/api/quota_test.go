@@ -161,7 +161,7 @@ func TestQuotaAndParentInputProblemsNameTheField(t *testing.T) {
 		{"bad quota inline", "POST", "/v1/limits/adhoc/limit", `{"config":{"kind":"quota","rate":5,"calendar":"day","timeZone":"Nowhere/Else"}}`, 400, api.CodeInvalidConfig, "config.timeZone"},
 		{"parents not a list", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":"org"}`, 400, api.CodeInvalidRequest, "parents"},
 		{"parent without a name", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"key":"k"}]}`, 400, api.CodeInvalidConfig, "parents[0].name"},
-		{"parent with an unknown member", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":"k","weight":2}]}`, 400, api.CodeInvalidRequest, "weight"},
+		{"parent with an unknown member", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":"k","weight":2}]}`, 400, api.CodeInvalidRequest, "parents[0].weight"},
 		{"parent key template unclosed", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":"org:{org"}]}`, 400, api.CodeInvalidConfig, "parents[0].key"},
 		{"parent key template reserved", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":"session:{org}"}]}`, 400, api.CodeInvalidConfig, "parents[0].key"},
 		{"parent key empty", "PUT", "/v1/limits/c", `{"kind":"token bucket","rate":5,"period":1000,"parents":[{"name":"p","key":""}]}`, 400, api.CodeInvalidConfig, "parents[0].key"},

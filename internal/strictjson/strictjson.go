@@ -38,8 +38,9 @@ const maxNesting = 10000
 // {"key": "alice", "KEY": "bob"} decides bob, and a proxy or audit log reading the first sees
 // another request than the one charged), and a null array item where the item cannot be null
 // (encoding/json decodes it as the zero value). The problem names the member's path ("count",
-// "limits[1].key"). Malformed JSON, unknown members and JSON nested deeper than maxNesting are
-// left for the decoder to describe.
+// "limits[1].key"), as it names a member the type does not have (the decoder, with
+// DisallowUnknownFields, refuses it too, but without its path). Malformed JSON and JSON nested
+// deeper than maxNesting are left for the decoder to describe.
 //
 // The path is kept as a stack of steps and spelled out only for a problem: building every
 // member's full path as it went made a deeply nested body cost time and memory quadratic in its
@@ -157,6 +158,10 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 								return false
 							}
 						}
+						// The decoder refuses it too (DisallowUnknownFields), but names it
+						// without its path ("foo" for "decisions[1].foo").
+						problem = &Problem{Path: path(), Message: fmt.Sprintf("unknown field %q", path())}
+						return false
 					}
 				}
 				if !walk(elem, false, nullOK, depth+1) {

@@ -3,6 +3,7 @@ package strictjson
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -29,16 +30,16 @@ func TestCheckFindsWhatEncodingJSONWouldTakeSilently(t *testing.T) {
 	bodyType := reflect.TypeFor[*body]()
 	for _, tc := range []struct{ body, path string }{
 		{`{"count":1,"count":5}`, "count"},
-		{`{"key":"alice","KEY":"bob"}`, "KEY"},       // a promoted field of an embedded struct
-		{`{"Count":1}`, "Count"},                     // alone, too
-		{"{\"config\":{\"\u0280ate\":1}}", ""},       // no fold of ʀ to r: an unknown member, the decoder's to refuse
-		{"{\"config\":{\"RATE\":1}}", "config.RATE"}, // nested
-		{"{\"\u212aey\":\"k\"}", "\u212aey"},         // the Kelvin sign folds to k
-		{`{"counts":[1,null]}`, "counts[1]"},         // a null item where a float64 cannot be null
-		{`{"maybe":[1,null]}`, ""},                   // a pointer item can
-		{`{"attributes":{"Org":"a","org":"b"}}`, ""}, // map keys are the client's, in any case
-		{`{"raw":{"A":1,"a":2}}`, ""},                // a RawMessage's content is not typed
-		{`{"raw":{"a":1,"a":2}}`, "raw.a"},           // but a member named twice is still one
+		{`{"key":"alice","KEY":"bob"}`, "KEY"},                 // a promoted field of an embedded struct
+		{`{"Count":1}`, "Count"},                               // alone, too
+		{"{\"config\":{\"\u0280ate\":1}}", "config.\u0280ate"}, // no fold of ʀ to r: an unknown member, named by its path
+		{"{\"config\":{\"RATE\":1}}", "config.RATE"},           // nested
+		{"{\"\u212aey\":\"k\"}", "\u212aey"},                   // the Kelvin sign folds to k
+		{`{"counts":[1,null]}`, "counts[1]"},                   // a null item where a float64 cannot be null
+		{`{"maybe":[1,null]}`, ""},                             // a pointer item can
+		{`{"attributes":{"Org":"a","org":"b"}}`, ""},           // map keys are the client's, in any case
+		{`{"raw":{"A":1,"a":2}}`, ""},                          // a RawMessage's content is not typed
+		{`{"raw":{"a":1,"a":2}}`, "raw.a"},                     // but a member named twice is still one
 		{`{"count":1,"counts":[1,2],"config":{"rate":3},"key":"k"}`, ""},
 		{`{"count":`, ""}, // malformed: the decoder's to describe
 	} {
@@ -74,11 +75,11 @@ func TestCheckNullsRefusesANullMemberUnlessItIsNullable(t *testing.T) {
 		{`{"items":[null]}`, "items[0]", "items[0] must be an object, not null"},
 		{`{"attributes":null}`, "attributes", "attributes must be an object, not null"},
 		{`{"attributes":{"org":null}}`, "attributes.org", "attributes.org must be a string, not null"},
-		{`{"expiresAt":null}`, "", ""},             // nullable
-		{`{"items":[{"maybe":[null]}]}`, "", ""},   // an array item of a pointer type may be null, as for Check
-		{`{"raw":null,"any":null}`, "", ""},        // they read the null themselves
-		{`{"nope":null}`, "", ""},                  // an unknown member: the decoder's to refuse
-		{`{"items":[{"expiresAt":null}]}`, "", ""}, // an unknown member of body, not withNullable's expiresAt
+		{`{"expiresAt":null}`, "", ""},                                                                 // nullable
+		{`{"items":[{"maybe":[null]}]}`, "", ""},                                                       // an array item of a pointer type may be null, as for Check
+		{`{"raw":null,"any":null}`, "", ""},                                                            // they read the null themselves
+		{`{"nope":null}`, "nope", `unknown field "nope"`},                                              // an unknown member, named as such
+		{`{"items":[{"expiresAt":null}]}`, "items[0].expiresAt", `unknown field "items[0].expiresAt"`}, // of body, not withNullable's expiresAt
 		{`{"key":"a","items":[{"count":1}]}`, "", ""},
 	} {
 		p := CheckNulls([]byte(tc.body), dst, nullable)
@@ -88,7 +89,7 @@ func TestCheckNullsRefusesANullMemberUnlessItIsNullable(t *testing.T) {
 		case tc.path != "" && (p == nil || p.Path != tc.path || p.Message != tc.message):
 			t.Errorf("%s: %+v, want %q at %s", tc.body, p, tc.message, tc.path)
 		}
-		if p := Check([]byte(tc.body), dst); p != nil && tc.body != `{"items":[null]}` {
+		if p := Check([]byte(tc.body), dst); p != nil && tc.body != `{"items":[null]}` && !strings.HasPrefix(p.Message, "unknown field") {
 			t.Errorf("Check %s: %v; only CheckNulls refuses a null member", tc.body, p)
 		}
 	}
