@@ -346,6 +346,7 @@ func TestInputErrorsAreProblemsWithTheirCode(t *testing.T) {
 		{"malformed session", "POST", "/v1/limits/x/limit", `{"session":"short"}`, 400, api.CodeInvalidRequest, "session"},
 		{"payload too large", "POST", "/v1/limits/x/limit", `{"key":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}`, 413, api.CodePayloadTooLarge, ""},
 		{"payload too large on PUT", "PUT", "/v1/limits/x", strings.Repeat(" ", api.MaxBodyBytes+1) + `{}`, 413, api.CodePayloadTooLarge, ""},
+		{"payload too large on the JWK set", "GET", "/.well-known/jwks.json", strings.Repeat(" ", 1<<20+1), 413, api.CodePayloadTooLarge, ""},
 	}
 	eachDB(t, func(t *testing.T, h *harness) {
 		a := h.newTenant(t, "acme")
@@ -625,6 +626,7 @@ func TestKnownPathWithAnotherMethodIs405WithAllow(t *testing.T) {
 			{http.MethodPost, "/v1/limits", "GET"},
 			{http.MethodPatch, "/v1/limits/x", "GET, PUT, DELETE"},
 			{http.MethodGet, "/v1/limits/x/limit", "POST"},
+			{http.MethodPost, "/.well-known/jwks.json", "GET"}, // the API's, outside /v1
 		} {
 			r := h.send(t, tc.method, tc.path, a.key, nil)
 			requireProblem(t, r, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)

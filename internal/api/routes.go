@@ -50,7 +50,7 @@ func (s *Server) Register(r *gin.Engine) {
 	authed.POST("/webhooks/:id/deliveries/:deliveryId/resend", s.resendWebhookDelivery)
 
 	// Public, outside /v1 where JWK sets are looked for: verifies session tokens offline.
-	r.GET("/.well-known/jwks.json", s.anon.jwks)
+	r.GET(jwksPath, s.anon.jwks)
 	// Public: the OpenAPI document as a readable page.
 	r.GET("/docs", s.docs)
 }
@@ -61,11 +61,15 @@ func DecisionRoutes() []string {
 	return []string{"/v1/limits/:name/limit", "/v1/limits/:name/check", "/v1/limit", "/v1/check", "/v1/decisions"}
 }
 
+// jwksPath is where the session tokens' public keys are served (RFC 8615's well-known place).
+const jwksPath = "/.well-known/jwks.json"
+
 // IsAPIPath reports whether path belongs to the API.
 func IsAPIPath(path string) bool { return path == "/v1" || strings.HasPrefix(path, "/v1/") }
 
-// Owns reports whether path belongs to the API, whose errors are problems (httpserver.ErrorRenderer).
-func (s *Server) Owns(path string) bool { return IsAPIPath(path) }
+// Owns reports whether path belongs to the API, whose errors are problems (httpserver.ErrorRenderer):
+// /v1 and the JWK set beside it, which the OpenAPI document describes too.
+func (s *Server) Owns(path string) bool { return IsAPIPath(path) || path == jwksPath }
 
 // NotFound renders an unknown /v1 path as a problem.
 func (s *Server) NotFound(c *gin.Context) {
