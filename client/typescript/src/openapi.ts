@@ -1351,7 +1351,7 @@ export interface operations {
                 headers: {
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -1433,7 +1433,7 @@ export interface operations {
                     "Retry-After": number;
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -1476,7 +1476,7 @@ export interface operations {
                 headers: {
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -1547,7 +1547,7 @@ export interface operations {
                     "Retry-After": number;
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -1753,7 +1753,7 @@ export interface operations {
                 headers: {
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -1835,7 +1835,7 @@ export interface operations {
                     "Retry-After": number;
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -1876,7 +1876,7 @@ export interface operations {
                 headers: {
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -1947,7 +1947,7 @@ export interface operations {
                     "Retry-After": number;
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -3278,7 +3278,7 @@ export interface operations {
                 headers: {
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
@@ -3351,7 +3351,7 @@ export interface operations {
                     "Retry-After": number;
                     /** @description e.g. "sendMessage";q=10;w=60; absent when every decision of the answer is a shadow one */
                     "RateLimit-Policy"?: string;
-                    /** @description e.g. "sendMessage";r=3;t=18; absent when every decision of the answer is a shadow one */
+                    /** @description e.g. "sendMessage";r=3;t=42 (a bucket of 10 a minute, 7 tokens short); absent when every decision of the answer is a shadow one */
                     RateLimit?: string;
                     /** @description present on a replayed answer: the answer stored for the first request with this Idempotency-Key; nothing was decided again */
                     "Idempotent-Replayed"?: "true";
