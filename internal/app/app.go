@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"time"
@@ -247,6 +248,15 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 			a.listeners.close()
 		}
 	}()
+	// A base URL derived from LISTEN_ADDR's port 0 takes the port really listened on, for the
+	// start's log, the session tokens' issuer, the dashboard's links and the demo's origin alike.
+	if u, perr := url.Parse(cfg.BaseURL); perr == nil && u.Port() == "0" {
+		if _, port, _ := net.SplitHostPort(a.Addr()); port != "" {
+			u.Host = net.JoinHostPort(u.Hostname(), port)
+			a.Config.BaseURL = u.String()
+			cfg = a.Config
+		}
+	}
 	var keys Secrets
 	a.DB, keys, err = OpenWithSecrets(ctx, cfg, a.Log)
 	if err != nil {
