@@ -21,7 +21,7 @@ func healthcheckCmd(ctx context.Context, cfg config.Config, args []string, stdou
 		case "--ready", "-ready":
 			path = "/readyz"
 		default:
-			return fmt.Errorf("usage: app healthcheck [--ready]")
+			return fmt.Errorf("usage: sluice healthcheck [--ready]")
 		}
 	}
 	host, port, err := net.SplitHostPort(cfg.ListenAddr)

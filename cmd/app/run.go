@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/config"
 )
 
-const usage = `usage: app [command]
+const usage = `usage: sluice [command]
 
 commands:
   serve                                  run the service (default)

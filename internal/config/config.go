@@ -225,7 +225,7 @@ var options = []Option{
 	{Name: "LOG_LEVEL", Default: "info", Doc: "`debug`, `info`, `warn`, `error`. The server and `migrate` log to stdout; the `tenant`, `key` and `user` commands log to stderr, keeping stdout for their output (a new key's secret)",
 		parse: func(c *Config, v string) error {
 			if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
-				return fmt.Errorf("LOG_LEVEL: %w", err)
+				return fmt.Errorf("LOG_LEVEL must be debug, info, warn or error, not %q", v)
 			}
 			return nil
 		}},

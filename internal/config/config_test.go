@@ -134,8 +134,8 @@ func TestTrustedProxiesAndLogLevelParse(t *testing.T) {
 	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1] != "192.168.0.0/16" || c.LogLevel.String() != "WARN" || !c.MigrateAuto {
 		t.Fatalf("parsed: %+v", c)
 	}
-	if _, err := FromEnv(env(map[string]string{"LOG_LEVEL": "loud"})); err == nil {
-		t.Fatal("bad LOG_LEVEL accepted")
+	if _, err := FromEnv(env(map[string]string{"LOG_LEVEL": "loud"})); err == nil || !strings.Contains(err.Error(), `LOG_LEVEL must be debug, info, warn or error, not "loud"`) {
+		t.Fatalf("bad LOG_LEVEL: %v; want it refused, naming the values it takes", err)
 	}
 }
 

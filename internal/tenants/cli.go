@@ -26,6 +26,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// tenantNamed is TenantByName for a command line: a name that names no tenant says so plainly.
+func (s *Service) tenantNamed(ctx context.Context, name string) (Tenant, error) {
+	t, err := s.TenantByName(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return Tenant{}, fmt.Errorf("no tenant named %q", name)
+	}
+	if err != nil {
+		return Tenant{}, fmt.Errorf("tenant %q: %w", name, err)
+	}
+	return t, nil
+}
+
 // ErrUnknownCommand is what Command returns for a command it does not know.
 var ErrUnknownCommand = errors.New("unknown command")
 
@@ -53,9 +65,12 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 	switch command {
 	case "tenant create":
 		if len(args) != 1 {
-			return errors.New("usage: app tenant create NAME")
+			return errors.New("usage: sluice tenant create NAME")
 		}
 		t, err := s.CreateTenantBy(ctx, args[0], actor) // audited in its log and the security log
+		if errors.Is(err, ErrConflict) {
+			return fmt.Errorf("a tenant named %q already exists", args[0])
+		}
 		if err != nil {
 			return err
 		}
@@ -70,26 +85,36 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 		return err
 	case "tenant rename", "tenant suspend", "tenant resume":
 		if (sub == "rename") != (len(args) == 2) || len(args) == 0 || len(args) > 2 {
-			return errors.New("usage: app tenant rename NAME NEW-NAME | app tenant suspend NAME | app tenant resume NAME")
+			return errors.New("usage: sluice tenant rename NAME NEW-NAME | sluice tenant suspend NAME | sluice tenant resume NAME")
 		}
-		t, err := s.TenantByName(ctx, args[0])
+		t, err := s.tenantNamed(ctx, args[0])
 		if err != nil {
-			return fmt.Errorf("tenant %q: %w", args[0], err)
+			return err
 		}
 		if sub == "rename" {
-			err = s.RenameTenant(ctx, t.ID, args[1], actor)
+			if err = s.RenameTenant(ctx, t.ID, args[1], actor); errors.Is(err, ErrConflict) {
+				return fmt.Errorf("a tenant named %q already exists", args[1])
+			}
 		} else {
 			err = s.SetSuspended(ctx, t.ID, sub == "suspend", actor)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		if sub == "rename" {
+			fmt.Fprintf(stdout, "tenant %q renamed to %q\n", t.Name, args[1])
+		} else {
+			fmt.Fprintf(stdout, "tenant %q %s\n", t.Name, map[string]string{"suspend": "suspended", "resume": "resumed"}[sub])
+		}
+		return nil
 
 	case "key list":
 		if len(args) != 1 {
-			return errors.New("usage: app key list TENANT")
+			return errors.New("usage: sluice key list TENANT")
 		}
-		t, err := s.TenantByName(ctx, args[0])
+		t, err := s.tenantNamed(ctx, args[0])
 		if err != nil {
-			return fmt.Errorf("tenant %q: %w", args[0], err)
+			return err
 		}
 		ks, err := s.ListKeys(ctx, t.ID)
 		for _, k := range ks {
@@ -106,11 +131,11 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			return err
 		}
 		if *tenantName == "" {
-			return errors.New("usage: app key create --tenant NAME [--label L] [--publishable]")
+			return errors.New("usage: sluice key create --tenant NAME [--label L] [--publishable]")
 		}
-		t, err := s.TenantByName(ctx, *tenantName)
+		t, err := s.tenantNamed(ctx, *tenantName)
 		if err != nil {
-			return fmt.Errorf("tenant %q: %w", *tenantName, err)
+			return err
 		}
 		kind := KindSecret
 		if *publishable {
@@ -127,7 +152,7 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 
 	case "key revoke":
 		if len(args) != 1 {
-			return errors.New("usage: app key revoke KEY (the secret or the key ID)")
+			return errors.New("usage: sluice key revoke KEY (the secret or the key ID)")
 		}
 		k, err := s.RevokeKeyAnyTenant(ctx, args[0], actor)
 		if err != nil {
@@ -146,7 +171,7 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			return err
 		}
 		if *email == "" || !*fromStdin || *operator == (*tenantName != "") {
-			return errors.New("usage: app user create --email E --password-stdin [--operator | --tenant NAME]")
+			return errors.New("usage: sluice user create --email E --password-stdin [--operator | --tenant NAME]")
 		}
 		password, err := readLine(stdin)
 		if err != nil {
@@ -154,9 +179,9 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 		}
 		var tenantID *int64
 		if *tenantName != "" {
-			t, err := s.TenantByName(ctx, *tenantName)
+			t, err := s.tenantNamed(ctx, *tenantName)
 			if err != nil {
-				return fmt.Errorf("tenant %q: %w", *tenantName, err)
+				return err
 			}
 			tenantID = &t.ID
 		}
@@ -179,11 +204,11 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			}
 		}
 		if name == "" || strings.Contains(name, "\x00") || !yes {
-			return errors.New("usage: app tenant delete NAME --yes (every row of the tenant is deleted; --yes confirms)")
+			return errors.New("usage: sluice tenant delete NAME --yes (every row of the tenant is deleted; --yes confirms)")
 		}
-		t, err := s.TenantByName(ctx, name)
+		t, err := s.tenantNamed(ctx, name)
 		if err != nil {
-			return fmt.Errorf("tenant %q: %w", name, err)
+			return err
 		}
 		if err := s.DeleteTenant(ctx, t.ID, actor); err != nil {
 			return err
@@ -193,13 +218,13 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 
 	case "user list":
 		if len(args) != 0 {
-			return errors.New("usage: app user list")
+			return errors.New("usage: sluice user list")
 		}
 		return s.listUsersCommand(ctx, stdout)
 
 	case "user remove", "user passwd":
 		if len(args) != 1 {
-			return errors.New("usage: app user remove EMAIL | app user passwd EMAIL (the new password on stdin)")
+			return errors.New("usage: sluice user remove EMAIL | sluice user passwd EMAIL (the new password on stdin)")
 		}
 		u, err := s.UserByEmail(ctx, args[0])
 		if err != nil {

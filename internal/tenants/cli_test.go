@@ -43,3 +43,48 @@ func mustTenant(t *testing.T, e *env, name string) int64 {
 	}
 	return tn.ID
 }
+
+// TestCommandProblemsSayWhatIsWrongPlainly: a name already taken or naming no tenant is said in
+// a sentence, not as the error codes of the layers below ("conflict: conflict", "not_found: not
+// found"), and the commands that change a tenant say what they did.
+func TestCommandProblemsSayWhatIsWrongPlainly(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		run := func(args ...string) (string, error) {
+			var stdout strings.Builder
+			err := e.svc.Command(e.ctx, args[0], args[1:], strings.NewReader(""), &stdout)
+			return stdout.String(), err
+		}
+		for _, name := range []string{"acme", "beta"} {
+			if _, err := run("tenant", "create", name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"tenant", "create", "acme"}, `a tenant named "acme" already exists`},
+			{[]string{"tenant", "rename", "acme", "beta"}, `a tenant named "beta" already exists`},
+			{[]string{"key", "list", "nope"}, `no tenant named "nope"`},
+			{[]string{"key", "create", "--tenant", "nope"}, `no tenant named "nope"`},
+			{[]string{"tenant", "suspend", "nope"}, `no tenant named "nope"`},
+			{[]string{"tenant", "delete", "nope", "--yes"}, `no tenant named "nope"`},
+		} {
+			if _, err := run(c.args...); err == nil || err.Error() != c.want {
+				t.Errorf("%v: %v; want %q", c.args, err, c.want)
+			}
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"tenant", "rename", "beta", "gamma"}, "tenant \"beta\" renamed to \"gamma\"\n"},
+			{[]string{"tenant", "suspend", "gamma"}, "tenant \"gamma\" suspended\n"},
+			{[]string{"tenant", "resume", "gamma"}, "tenant \"gamma\" resumed\n"},
+		} {
+			if out, err := run(c.args...); err != nil || out != c.want {
+				t.Errorf("%v: %q, %v; want %q", c.args, out, err, c.want)
+			}
+		}
+	})
+}
