@@ -17,7 +17,7 @@ func TestTheCommandLineKeepsToTheDefaultPlan(t *testing.T) {
 	cliInProcess(t, env, "key", "create", "--tenant", "acme")
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"key", "create", "--tenant", "acme"}, envFunc(env), strings.NewReader(""), &out, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "at most 1 API keys") {
+	if err == nil || !strings.Contains(err.Error(), "at most 1 API key;") {
 		t.Fatalf("a second key past PLAN_MAX_KEYS=1: %v\n%s", err, out.String())
 	}
 }

@@ -514,7 +514,12 @@ func TestExtremeFixedWindowRefusalSaysRetryMuchLater(t *testing.T) {
 	eachDB(t, func(t *testing.T, h *harness) {
 		a := h.newTenant(t, "acme")
 		h.define(t, a.key, "rare", map[string]any{"kind": "fixed window", "rate": 1e-12, "period": 86_400_000, "capacity": 1})
-		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/rare/limit", a.key, map[string]any{}), http.StatusOK)
+		admitted := h.send(t, http.MethodPost, "/v1/limits/rare/limit", a.key, map[string]any{})
+		requireJSON(t, admitted, http.StatusOK)
+		// t stops where retryAfter does (10^15 ms), admitted or refused.
+		if got := admitted.header.Get("RateLimit"); got != `"rare";r=0;t=1000000000000` {
+			t.Fatalf("the admitted decision's RateLimit: %q, want t capped at 10^12 s", got)
+		}
 		refused := requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/rare/limit", a.key, map[string]any{}), http.StatusOK)
 		if refused["ok"] != false || number(t, refused, "retryAfter") != 1e15 {
 			t.Fatalf("second decision = %v, want refused with retryAfter 1e15", refused)

@@ -117,13 +117,13 @@ func TestPlanCountQuotasAre409OverHTTP(t *testing.T) {
 		requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/two/overrides", a.key, map[string]any{"match": "vip", "rate": 50}), http.StatusOK)
 		requireJSON(t, h.send(t, http.MethodPut, "/v1/limits/two/overrides", a.key, map[string]any{"match": "vip", "rate": 60}), http.StatusOK)
 		p = requireProblem(t, h.send(t, http.MethodPut, "/v1/limits/three/overrides", a.key, map[string]any{"match": "vip", "rate": 50}), http.StatusConflict, "plan_quota_reached")
-		if !strings.Contains(p["detail"].(string), "at most 1 overrides") {
+		if !strings.Contains(p["detail"].(string), "at most 1 override;") {
 			t.Fatalf("problem %v should name the quota", p)
 		}
 		// Keys have no API route; the quota holds for every way of creating one.
 		setPlan(t, h, a.id, tenants.PlanSettings{MaxKeys: ptr(int64(1))}) // the tenant holds one already
 		_, _, err := h.tenants.CreateKey(context.Background(), a.id, tenants.KindSecret, "second", "test")
-		if !strings.Contains(err.Error(), "at most 1 API keys") {
+		if !strings.Contains(err.Error(), "at most 1 API key;") {
 			t.Fatalf("a key past the plan: %v", err)
 		}
 		entries, err := h.tenants.AuditLog(context.Background(), a.id, 50)

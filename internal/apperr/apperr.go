@@ -215,5 +215,8 @@ func (e *Error) Sentence() string {
 // QuotaReached is plan_quota_reached (409) for a creation past the tenant's plan: the plan allows
 // at most max of what ("limits", "API keys", "overrides").
 func QuotaReached(what string, max int64) *Error {
+	if max == 1 {
+		what = strings.TrimSuffix(what, "s") // "1 override", "1 API key"
+	}
 	return &Error{Code: PlanQuotaReached, Message: fmt.Sprintf("the tenant's plan allows at most %d %s; delete one, or ask an operator for a larger plan", max, what)}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -96,5 +97,23 @@ func TestAtPutsAProblemsFieldsUnderTheItemsPath(t *testing.T) {
 	}
 	if At("limits[0].", notFound) != error(notFound) || At("", base) != error(base) {
 		t.Fatal("At changed a problem without a field, or with no prefix")
+	}
+}
+
+// TestQuotaReachedCountsInGoodEnglish: "at most 1 override", not "1 overrides".
+func TestQuotaReachedCountsInGoodEnglish(t *testing.T) {
+	for _, c := range []struct {
+		what string
+		max  int64
+		want string
+	}{
+		{"overrides", 1, "at most 1 override;"},
+		{"API keys", 1, "at most 1 API key;"},
+		{"limits", 2, "at most 2 limits;"},
+		{"limits", 0, "at most 0 limits;"},
+	} {
+		if got := QuotaReached(c.what, c.max).Message; !strings.Contains(got, c.want) {
+			t.Errorf("QuotaReached(%q, %d): %q, want it to say %q", c.what, c.max, got, c.want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package limiter
 import (
 	"math"
 	"strconv"
+
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // RateLimitHeaders are the values of the IETF draft headers (draft-ietf-httpapi-ratelimit-headers)
@@ -66,17 +68,19 @@ func RateLimitHeaders(ds []Decision) (policy, limit string) {
 }
 
 // maxHeaderSeconds caps header times: a valid but extreme definition (a tiny rate over a long
-// period) can need longer than int64 can count, and the conversion must not wrap negative.
-const maxHeaderSeconds = 1e15
+// period) can need longer than int64 can count, and the conversion must not wrap negative. It
+// is retryAfter's own cap (algo.MaxRetryAfter, 10^15 ms), so that an admitted decision's t and a
+// refusal's t and Retry-After stop at the same 10^12 s.
+const maxHeaderSeconds = algo.MaxRetryAfter / 1000
 
 // HeaderSeconds converts ms to whole seconds for a header, rounded up and clamped to
-// [0, 1e15].
+// [0, 10^12].
 func HeaderSeconds(ms float64) int64 {
 	sec := math.Ceil(ms / 1000)
 	switch {
 	case math.IsNaN(sec) || sec < 0:
 		return 0
-	case sec > maxHeaderSeconds:
+	case sec > float64(maxHeaderSeconds):
 		return maxHeaderSeconds
 	}
 	return int64(sec)

@@ -46,7 +46,7 @@ func TestOperatorSetsAPlanAndCountQuotasAreInlineInTheDashboard(t *testing.T) {
 		wantStatus(t, member.post(tpath(acme, "/limits"), limitForm("first", "10")), http.StatusSeeOther)
 		r := member.post(tpath(acme, "/limits"), limitForm("second", "10"))
 		wantStatus(t, r, http.StatusConflict)
-		if d := r.doc(t); !strings.Contains(text(d, "#form-error"), "at most 1 limits") || d.Find("#name").AttrOr("value", "") != "second" {
+		if d := r.doc(t); !strings.Contains(text(d, "#form-error"), "at most 1 limit;") || d.Find("#name").AttrOr("value", "") != "second" {
 			t.Fatalf("a limit past the plan: form error %q, name kept %q", text(d, "#form-error"), d.Find("#name").AttrOr("value", ""))
 		}
 		for _, label := range []string{"one", "two"} {
@@ -66,7 +66,7 @@ func TestOperatorSetsAPlanAndCountQuotasAreInlineInTheDashboard(t *testing.T) {
 		wantStatus(t, member.post(overrides, url.Values{"match": {"vip"}, "rate": {"20"}}), http.StatusSeeOther)
 		r = member.post(overrides, url.Values{"match": {"other"}, "rate": {"20"}})
 		wantStatus(t, r, http.StatusConflict)
-		if !strings.Contains(text(r.doc(t), "#form-error"), "at most 1 overrides") {
+		if !strings.Contains(text(r.doc(t), "#form-error"), "at most 1 override;") {
 			t.Fatalf("an override past the plan: form error %q", text(r.doc(t), "#form-error"))
 		}
 
