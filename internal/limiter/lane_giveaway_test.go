@@ -275,7 +275,9 @@ func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
 	testkit.Await(t, entered, "a group to hold the lane")
 	contended := decideAsync(e, tenant, "api", "contended", nil)
 	closed := make(chan error, 1)
-	go func() { closed <- e.ReleaseLease(context.Background(), otherTenant, "lease_aaaaaaaaaaaaaaaaaaaaaaaaaa") }()
+	go func() {
+		closed <- e.ReleaseLease(context.Background(), otherTenant, "lease_aaaaaaaaaaaaaaaaaaaaaaaaaa")
+	}()
 	waitUntil(t, "the decision and the close to queue", func() bool { return e.Queued() == 2 })
 	innocent := decideAsync(e, otherTenant, "api", "innocent", nil)
 	waitUntil(t, "the three to queue", func() bool { return e.Queued() == 3 })
