@@ -207,14 +207,58 @@ func decideFixedWindow(e *Engine) *job {
 
 // rowLocked reports whether another transaction holds a lock on the state row of limit fw, key
 // k (tenant 1): a probe with NOWAIT from another connection.
-func rowLocked(t *testing.T, d *db.DB) bool {
+func rowLocked(t *testing.T, d *db.DB) bool { return rowOfLocked(t, d, "fw", "k") }
+
+// rowOfLocked is rowLocked for the row of limit name, key key (tenant 1).
+func rowOfLocked(t *testing.T, d *db.DB, name, key string) bool {
 	t.Helper()
 	err := d.Gorm.Transaction(func(tx *gorm.DB) error {
-		return tx.Exec("SELECT 1 FROM limit_state WHERE tenant_id = 1 AND name = 'fw' AND key = 'k' FOR UPDATE NOWAIT").Error
+		return tx.Exec("SELECT 1 FROM limit_state WHERE tenant_id = 1 AND name = ? AND key = ? FOR UPDATE NOWAIT", name, key).Error
 	})
 	var pgErr *pgconn.PgError
 	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "55P03") {
 		t.Fatalf("probing the row's lock: %v", err)
 	}
 	return err != nil
+}
+
+// TestARetryLocksTheRowsItReadsLateToo: the rows a group reads after its first round trip (those
+// its hints did not foresee: a parent's, here, once the hints are gone) are locked as well from
+// the third attempt.
+func TestARetryLocksTheRowsItReadsLateToo(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	d.Retry = db.RetryPolicy{MaxAttempts: 10, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, Budget: time.Minute}
+	e := NewEngine(d, Options{})
+	ctx := context.Background()
+	for _, l := range []struct { // the parent first
+		name string
+		def  Definition
+	}{
+		{"org", Definition{Kind: FixedWindow, Rate: 100, Period: 3_600_000}},
+		{"fw", Definition{Kind: FixedWindow, Rate: 10, Period: 3_600_000, Parents: []Parent{{Name: "org", Key: "o"}}}},
+	} {
+		if _, _, err := e.PutDefinition(ctx, 1, l.name, l.def, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j := decideFixedWindow(e); j.err != nil || !j.out.OK { // both rows exist: there is something to lock
+		t.Fatalf("the first decision: %+v, %v", j.out, j.err)
+	}
+	open := RefuseKeysUntilOpened(t, d, "k", 0)
+	var parentLocked []bool
+	e.afterDecide = func() {
+		parentLocked = append(parentLocked, rowOfLocked(t, d, "org", "o"))
+		if len(parentLocked) == 2 {
+			e.hints.mu.Lock()
+			e.hints.m = nil // the third attempt foresees no parent: it reads the parent's row late
+			e.hints.mu.Unlock()
+			open()
+		}
+	}
+	if j := decideFixedWindow(e); j.err != nil || !j.out.OK {
+		t.Fatalf("the retried decision: %+v, %v", j.out, j.err)
+	}
+	if fmt.Sprint(parentLocked) != "[false false true]" {
+		t.Fatalf("the parent's row, read late, locked at each attempt: %v; want [false false true]", parentLocked)
+	}
 }
