@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -56,10 +55,7 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 		return req, badRequest(field+"name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$ and are not \".\" or \"..\"")
 	}
 	if it.Count != nil {
-		if *it.Count < 0 || math.IsNaN(*it.Count) || math.IsInf(*it.Count, 0) {
-			return req, badRequest(field+"count", "count must be a number >= 0")
-		}
-		req.Count = *it.Count
+		req.Count = *it.Count // the engine checks it, as every count (limiter.validateRequest)
 	}
 	if it.Config != nil {
 		def, err := it.Config.ToDefinition()

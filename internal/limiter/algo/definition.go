@@ -210,6 +210,14 @@ func InvalidRequest(field, msg string) *ValidationError {
 	return &ValidationError{Code: CodeInvalidRequest, Fields: []FieldError{{field, msg}}}
 }
 
+// CheckCountRange refuses a count no limit takes: below 0, above MaxAmount, or not a number.
+func CheckCountRange(count float64) error {
+	if !finiteIn(count, 0, MaxAmount) {
+		return InvalidRequest("count", fmt.Sprintf("must be a number >= 0 and <= %g", float64(MaxAmount)))
+	}
+	return nil
+}
+
 func finiteIn(v, lo, hi float64) bool { return !math.IsNaN(v) && v >= lo && v <= hi }
 
 // Validate checks a definition and reports every problem, each tied to its JSON field name.
@@ -437,8 +445,8 @@ func (d Definition) CheckCount(count float64, reserve bool) error {
 	if err := d.zoneProblem(); err != nil {
 		return err
 	}
-	if !finiteIn(count, 0, MaxAmount) {
-		return InvalidRequest("count", fmt.Sprintf("must be a number >= 0 and <= %g", float64(MaxAmount)))
+	if err := CheckCountRange(count); err != nil {
+		return err
 	}
 	if reserve && d.Kind == SlidingWindow {
 		return InvalidRequest("reserve", "sliding windows cannot reserve")
