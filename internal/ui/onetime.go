@@ -18,9 +18,11 @@ import (
 // A secret the dashboard shows once (a new API key's) survives the redirect after the form that
 // created it (POST-redirect-GET, so that reloading the page cannot create a second key) in a
 // cookie of its own: encrypted and authenticated with a key derived from the session key, bound
-// to what it is for and to a deadline a minute away, readable only by the next page of that path
-// (HttpOnly, SameSite=Strict), and cleared by the page that shows it. Nothing of it is stored on
-// the server.
+// to what it is for, to the dashboard session that made it (another user's session, or the
+// same user's after a logout, cannot open it: a shared browser's next user sees nothing) and to
+// a deadline a minute away, readable only by the next page of that path (HttpOnly,
+// SameSite=Strict), and cleared by the page that shows it. Nothing of it is stored on the
+// server.
 
 // oneTimeTTL is how long the page after the redirect has to show the secret.
 const oneTimeTTL = time.Minute
@@ -43,13 +45,18 @@ func (u *UI) oneTimeAEAD() cipher.AEAD {
 	return aead
 }
 
+// oneTimeAAD binds a hand-over to its purpose and to the request's dashboard session.
+func oneTimeAAD(c *gin.Context, purpose string) []byte {
+	return []byte(purpose + "\n" + principalOf(c).sessionID)
+}
+
 // putOneTime hands secret, for purpose (e.g. "key:<id>"), to the next page under path.
 func (u *UI) putOneTime(c *gin.Context, path, purpose, secret string) {
 	aead := u.oneTimeAEAD()
 	nonce := make([]byte, aead.NonceSize())
 	_, _ = rand.Read(nonce)
 	deadline := strconv.FormatInt(u.now().Add(oneTimeTTL).Unix(), 10)
-	sealed := aead.Seal(nonce, nonce, []byte(deadline+"\n"+secret), []byte(purpose))
+	sealed := aead.Seal(nonce, nonce, []byte(deadline+"\n"+secret), oneTimeAAD(c, purpose))
 	http.SetCookie(c.Writer, &http.Cookie{Name: u.oneTimeCookie(), Value: base64.RawURLEncoding.EncodeToString(sealed),
 		Path: path, MaxAge: int(oneTimeTTL.Seconds()), Secure: !u.insecure, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 }
@@ -67,7 +74,7 @@ func (u *UI) takeOneTime(c *gin.Context, path, purpose string) (string, bool) {
 	if err != nil || len(raw) < aead.NonceSize() {
 		return "", false
 	}
-	plain, err := aead.Open(nil, raw[:aead.NonceSize()], raw[aead.NonceSize():], []byte(purpose))
+	plain, err := aead.Open(nil, raw[:aead.NonceSize()], raw[aead.NonceSize():], oneTimeAAD(c, purpose))
 	if err != nil {
 		return "", false
 	}

@@ -1,0 +1,44 @@
+package ui_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// TestAOneTimeSecretOpensOnlyInTheSessionThatMadeIt: the cookie that carries a new key's secret
+// across the redirect is bound to the session that created the key: another session (another
+// user's on a shared browser, or the same user's after logging out and in) that presents it sees
+// nothing, while the session that made it still does. It used to open for any session within
+// its minute.
+func TestAOneTimeSecretOpensOnlyInTheSessionThatMadeIt(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	tn := e.tenant("acme")
+	maker := e.login(opEmail, opPassword)
+	posted := maker.post(tpath(tn, "/keys"), url.Values{"label": {"shared"}, "kind": {"secret"}})
+	wantStatus(t, posted, http.StatusSeeOther)
+	page := posted.Header.Get("Location")
+
+	other := e.login(opEmail, opPassword) // a session of its own
+	keys, _ := url.Parse(e.url + tpath(tn, "/keys"))
+	handed := 0
+	for _, ck := range maker.c.Jar.Cookies(keys) {
+		if strings.HasSuffix(ck.Name, "_once") {
+			other.c.Jar.SetCookies(keys, []*http.Cookie{ck})
+			handed++
+		}
+	}
+	if handed != 1 {
+		t.Fatalf("%d hand-over cookies after creating a key, want 1", handed)
+	}
+	seen := other.get(page)
+	secret, _ := maker.get(page).doc(t).Find("#new-secret").Attr("value")
+	if !strings.HasPrefix(secret, "sk_live_") {
+		t.Fatalf("the session that made the key was shown %q, not its secret", secret)
+	}
+	if seen.doc(t).Find("#new-secret").Length() != 0 || strings.Contains(seen.body, secret) {
+		t.Fatal("another session opened the one-time secret with the maker's cookie")
+	}
+}
