@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,13 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
 				return nil, fmt.Errorf("db: sqlite: create directory: %w", err)
 			}
+		}
+		// A new database file is readable by its owner only: it holds password hashes, key
+		// hashes and sealed secrets (SQLite gives its -wal and -shm files the file's mode).
+		if f, cerr := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); cerr == nil {
+			_ = f.Close()
+		} else if !errors.Is(cerr, fs.ErrExist) {
+			return nil, fmt.Errorf("db: sqlite: create %s: %w", path, cerr)
 		}
 		d.Gorm, err = gorm.Open(sqlite.Open(sqliteDSN(path)), cfg)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):

@@ -111,3 +111,27 @@ func TestSQLiteRefusesADirectoryOrMemory(t *testing.T) {
 		t.Error("a file named :memory: was created")
 	}
 }
+
+// TestANewSQLiteDatabaseIsReadableByItsOwnerOnly: the file, its write-ahead log and shared
+// memory index hold password hashes, key hashes and sealed secrets: mode 0600, whatever the
+// umask lets a plain create have (0644 under the usual 022).
+func TestANewSQLiteDatabaseIsReadableByItsOwnerOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data", "sluice.db")
+	d, err := db.Open(context.Background(), "sqlite:"+path, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(context.Background()); err != nil { // writes: the -wal and -shm files exist
+		t.Fatal(err)
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		info, err := os.Stat(f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if mode := info.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s has mode %o, want 600", filepath.Base(f), mode)
+		}
+	}
+}
