@@ -58,4 +58,11 @@ func planRefusal(plan *limiter.Request, d limiter.Decision) error {
 		Message: fmt.Sprintf("this tenant is over its plan's decision rate (%s per second); no limit of the tenant was consumed; retry later", perSecondText(plan.Config.Rate))}
 }
 
-func perSecondText(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+// perSecondText writes a rate as a person reads it: plainly ("2.5", "100000"), or in exponent
+// form when that would take more than a dozen digits (1e-300 is not 300 zeros).
+func perSecondText(v float64) string {
+	if s := strconv.FormatFloat(v, 'f', -1, 64); len(s) <= 12 {
+		return s
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
