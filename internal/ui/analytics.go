@@ -95,10 +95,35 @@ type ratioVM struct {
 type ratioBarVM struct{ X, Y, W, H, Tip string }
 
 // analyticsQuery reads ?range= and ?limit=; bad values fall back to the last hour and every
-// limit, with a message.
+// limit, with a message for the panel, which shows the fallback.
 func analyticsQuery(c *gin.Context) (analyticsRange, string, string) {
-	var msg string
-	r := analyticsRanges[0]
+	r, name, bad := analyticsParams(c)
+	switch bad {
+	case "range":
+		return r, name, "Unknown time range; showing the last hour. The ranges are hour, day and week."
+	case "limit":
+		return r, name, "Limit names are 1 to 128 letters, digits and _ . : -; showing every limit."
+	}
+	return r, name, ""
+}
+
+// analyticsCSVQuery is analyticsQuery for a CSV export, which falls back to nothing (a file of
+// another range than asked would be read as the one asked): the message says what to ask.
+func analyticsCSVQuery(c *gin.Context) (analyticsRange, string, string) {
+	r, name, bad := analyticsParams(c)
+	switch bad {
+	case "range":
+		return r, name, "unknown range: use hour, day or week"
+	case "limit":
+		return r, name, "limit names are 1 to 128 letters, digits and _ . : -"
+	}
+	return r, name, ""
+}
+
+// analyticsParams reads ?range= and ?limit=, naming the one that is bad (the range first), with
+// the last hour and every limit in its place.
+func analyticsParams(c *gin.Context) (r analyticsRange, name, bad string) {
+	r = analyticsRanges[0]
 	if id := c.Query("range"); id != "" {
 		found := false
 		for _, ar := range analyticsRanges {
@@ -107,14 +132,17 @@ func analyticsQuery(c *gin.Context) (analyticsRange, string, string) {
 			}
 		}
 		if !found {
-			msg = "Unknown time range; showing the last hour. The ranges are hour, day and week."
+			bad = "range"
 		}
 	}
-	name := c.Query("limit")
+	name = c.Query("limit")
 	if name != "" && !limiter.ValidName(name) {
-		msg, name = "Limit names are 1 to 128 letters, digits and _ . : -; showing every limit.", ""
+		name = ""
+		if bad == "" {
+			bad = "limit"
+		}
 	}
-	return r, name, msg
+	return r, name, bad
 }
 
 func analyticsQS(r analyticsRange, name string) string {
@@ -278,7 +306,7 @@ func ratioChart(points []usage.Point, title string) ratioVM {
 // analyticsKeysCSV exports the three top-keys tables of the range as CSV.
 func (u *UI) analyticsKeysCSV(c *gin.Context) {
 	t := tenantOf(c)
-	r, name, msg := analyticsQuery(c)
+	r, name, msg := analyticsCSVQuery(c)
 	if msg != "" {
 		c.String(http.StatusBadRequest, msg+"\n")
 		return
@@ -302,7 +330,7 @@ func (u *UI) analyticsKeysCSV(c *gin.Context) {
 // analyticsRatioCSV exports the decisions and refusal ratio per bucket of the range as CSV.
 func (u *UI) analyticsRatioCSV(c *gin.Context) {
 	t := tenantOf(c)
-	r, name, msg := analyticsQuery(c)
+	r, name, msg := analyticsCSVQuery(c)
 	if msg != "" {
 		c.String(http.StatusBadRequest, msg+"\n")
 		return

@@ -137,5 +137,13 @@ func TestAnalyticsShowTopRefusedNearAndShadowKeysAndExportCSV(t *testing.T) {
 			t.Fatal("an unknown range shows no message")
 		}
 		wantStatus(t, c.get(tpath(acme, "/analytics/keys.csv?limit=%20bad")), http.StatusBadRequest)
+		// A CSV shows no fallback: its refusal says what to ask, not what it would show.
+		for _, csv := range []string{"keys.csv", "ratio.csv"} {
+			r := c.get(tpath(acme, "/analytics/"+csv+"?range=1h"))
+			wantStatus(t, r, http.StatusBadRequest)
+			if strings.Contains(r.body, "showing") || !strings.Contains(r.body, "use hour, day or week") {
+				t.Errorf("%s with an unknown range: %q; want it to say the ranges, not what it shows", csv, r.body)
+			}
+		}
 	})
 }
