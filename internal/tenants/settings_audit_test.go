@@ -143,5 +143,16 @@ func TestServerAuditLogHoldsLoginsFailuresAndLockouts(t *testing.T) {
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("server audit log, newest first:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
+
+		// A member's lockout is in its tenant's log too, beside the failures that led to it.
+		must(t, e.svc.AuditLockout(e.ctx, "Dev@acme.io", "198.51.100.3", "dashboard.login.account_ip", "too many"))
+		tenantLog, err := e.svc.AuditLog(e.ctx, tn.ID, 1)
+		must(t, err)
+		if len(tenantLog) != 1 || tenantLog[0].Actor+" "+tenantLog[0].Action+" | "+tenantLog[0].Detail != "dev@acme.io login.locked | client 198.51.100.3; too many" {
+			t.Fatalf("the tenant's newest audit entry after its member's lockout: %+v", tenantLog)
+		}
+		if server, err := e.svc.ServerAuditLog(e.ctx, 1); err != nil || len(server) != 1 || server[0].Action != "login.locked" {
+			t.Fatalf("the server's newest audit entry after a member's lockout: %+v, %v; want it there too", server, err)
+		}
 	})
 }

@@ -253,11 +253,30 @@ func passwordMatches(hash, password string) bool {
 }
 
 // AuditLockout records that a login limit now refuses attempts for email from clientAddr
-// ("login.locked", server-wide: lockouts are for operators to see). limit names the limit that
-// ran out and reason says what it counts. The account is named as Login names it, so a password
-// typed into the email field never lands in the log.
+// ("login.locked"): server-wide, for operators, and, when email is a tenant member's, in that
+// tenant's log too, beside the failures that led to it. limit names the limit that ran out and
+// reason says what it counts. The account is named as Login names it, so a password typed into
+// the email field never lands in the log.
 func (s *Service) AuditLockout(ctx context.Context, email, clientAddr, limit, reason string) error {
-	return s.Audit(ctx, nil, loginActor(email), "login.locked", limit, "client "+clientAddr+"; "+reason)
+	detail := "client " + clientAddr + "; " + reason
+	if err := s.Audit(ctx, nil, loginActor(email), "login.locked", limit, detail); err != nil {
+		return err
+	}
+	normalized, err := normalizeEmail(email)
+	if err != nil {
+		return nil // not an address: nobody's
+	}
+	var row userRow
+	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "email = ?", normalized) })
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil
+	case err != nil:
+		return wrap("audit lockout", err)
+	case row.TenantID == nil:
+		return nil // an operator's: the server's log has it
+	}
+	return s.Audit(ctx, row.TenantID, row.Email, "login.locked", limit, detail)
 }
 
 // loginActor is how the audit log names the account of a login attempt: the normalized address,
