@@ -101,8 +101,8 @@ func (s *Service) ServerAuditLog(ctx context.Context, limit int) ([]AuditEntry, 
 	return s.auditLog(ctx, "server audit log", AuditQuery{Limit: min(limit, maxAuditLimit)}, func(tx *gorm.DB) *gorm.DB { return tx.Where("tenant_id IS NULL") })
 }
 
-// AuditQuery narrows and pages an audit log: entries of one actor and one action (exact; "" for
-// any), created in [Since, Until) (zero for open ends), older than the entry Before (0: from the
+// AuditQuery narrows and pages an audit log: entries of one actor (exact, a user under either
+// of its spellings: actorSpellings) and one action (exact; "" for any), created in [Since, Until) (zero for open ends), older than the entry Before (0: from the
 // newest), at most Limit of them (<= 0: 50; capped at 1000).
 type AuditQuery struct {
 	Actor, Action string
@@ -133,6 +133,19 @@ func (s *Service) AuditPage(ctx context.Context, tenantID *int64, q AuditQuery) 
 	return entries, entries[limit-1].ID, nil
 }
 
+// actorSpellings are the ways the log names actor: a user is "user:EMAIL" for what it does in
+// the dashboard and "EMAIL" for its own logins, failures, lockouts and password changes (the
+// account as typed at the login form), so that filtering by either finds both.
+func actorSpellings(actor string) []string {
+	if email, ok := strings.CutPrefix(actor, "user:"); ok && strings.Contains(email, "@") {
+		return []string{actor, email}
+	}
+	if strings.Contains(actor, "@") && !strings.Contains(actor, ":") {
+		return []string{actor, "user:" + actor}
+	}
+	return []string{actor}
+}
+
 func (s *Service) auditLog(ctx context.Context, op string, q AuditQuery, scope func(*gorm.DB) *gorm.DB) ([]AuditEntry, error) {
 	if !db.ComparableText(q.Actor) || !db.ComparableText(q.Action) {
 		return nil, nil // no entry holds a NUL or invalid UTF-8 (truncate), and PostgreSQL refuses to compare them
@@ -146,7 +159,7 @@ func (s *Service) auditLog(ctx context.Context, op string, q AuditQuery, scope f
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
 		tx = scope(tx)
 		if q.Actor != "" {
-			tx = tx.Where("actor = ?", q.Actor)
+			tx = tx.Where("actor IN ?", actorSpellings(q.Actor))
 		}
 		if q.Action != "" {
 			tx = tx.Where("action = ?", q.Action)

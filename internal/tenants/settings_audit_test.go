@@ -156,3 +156,32 @@ func TestServerAuditLogHoldsLoginsFailuresAndLockouts(t *testing.T) {
 		}
 	})
 }
+
+// TestFilteringTheAuditLogByAUserFindsBothItsSpellings: the log names a user "user:EMAIL" for its
+// dashboard actions and "EMAIL" for its own logins and failures; a filter by either spelling
+// finds both, and nobody else's.
+func TestFilteringTheAuditLogByAUserFindsBothItsSpellings(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		tn := e.tenant(t, "acme")
+		must(t, e.svc.Audit(e.ctx, &tn.ID, "dev@acme.io", "login", "user:1", "client 203.0.113.8"))
+		must(t, e.svc.Audit(e.ctx, &tn.ID, "user:dev@acme.io", "limit.put", "api", ""))
+		must(t, e.svc.Audit(e.ctx, &tn.ID, "user:ops@acme.io", "limit.put", "api", ""))
+		must(t, e.svc.Audit(e.ctx, &tn.ID, "key:abc", "limit.put", "api", ""))
+		for actor, want := range map[string]string{
+			"user:dev@acme.io": "user:dev@acme.io limit.put, dev@acme.io login",
+			"dev@acme.io":      "user:dev@acme.io limit.put, dev@acme.io login",
+			"user:ops@acme.io": "user:ops@acme.io limit.put",
+			"key:abc":          "key:abc limit.put",
+		} {
+			entries, _, err := e.svc.AuditPage(e.ctx, &tn.ID, AuditQuery{Actor: actor})
+			must(t, err)
+			var got []string
+			for _, a := range entries {
+				got = append(got, a.Actor+" "+a.Action)
+			}
+			if strings.Join(got, ", ") != want {
+				t.Errorf("filtered by %q: %q, want %q", actor, strings.Join(got, ", "), want)
+			}
+		}
+	})
+}
