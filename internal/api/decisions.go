@@ -55,7 +55,11 @@ func (s *Server) toRequest(c *gin.Context, it item, field string) (limiter.Reque
 		return req, badRequest(field+"name", "limit names match ^[A-Za-z0-9_.:-]{1,128}$ and are not \".\" or \"..\"")
 	}
 	if it.Count != nil {
-		req.Count = *it.Count // the engine checks it, as every count (limiter.validateRequest)
+		// Before the plan's rate is spent, or even read: a bad count is a 400 whatever the plan.
+		if err := limiter.CheckCount(*it.Count); err != nil {
+			return req, apperr.At(field, err)
+		}
+		req.Count = *it.Count
 	}
 	if it.Config != nil {
 		def, err := it.Config.ToDefinition()

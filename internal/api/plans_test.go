@@ -32,6 +32,22 @@ func setPlan(t *testing.T, h *harness, tenantID int64, p tenants.PlanSettings) {
 // item), whatever throws says, and none of its own limits is consumed by a refused decision;
 // another tenant on the same instance decides on, unaffected. Setting the plan back applies at
 // once. The plan is one decision per 1,000 s, so no refill can happen while the test runs.
+// TestABadCountIsA400WhateverThePlan: a count no limit takes is refused (400, naming the item)
+// before the plan's rate is spent or read: a tenant past its plan's burst learns what is wrong
+// with its request, not that it should wait.
+func TestABadCountIsA400WhateverThePlan(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "x", bucket10PerMinute)
+		setPlan(t, h, a.id, tenants.PlanSettings{DecisionsPerSecond: ptr(1.0)}) // a burst of 1
+		body := map[string]any{"limits": []map[string]any{{"name": "x", "key": "a", "count": -1}, {"name": "x", "key": "b"}}}
+		p := requireProblem(t, h.send(t, http.MethodPost, "/v1/limit", a.key, body), http.StatusBadRequest, "invalid_request")
+		if p["field"] != "limits[0].count" || !strings.Contains(p["detail"].(string), "must be a number >= 0 and <= 1e+15") {
+			t.Fatalf("a negative count in a batch past the plan's burst: %v", p)
+		}
+	})
+}
+
 func TestNoisyTenantGets429WhileAnotherIsUnaffected(t *testing.T) {
 	eachDB(t, func(t *testing.T, h *harness) {
 		noisy, quiet := h.newTenant(t, "noisy"), h.newTenant(t, "quiet")

@@ -565,6 +565,10 @@ func (e *Engine) pickShards(n int) []int {
 // r.Field.
 func validateRequest(r *Request) error { return apperr.At(r.Field, checkRequest(r)) }
 
+// CheckCount refuses a count no limit takes (below 0, above MaxAmount), as every request's is
+// checked (validateRequest): the API checks it first, before a plan's rate is spent on it.
+func CheckCount(count float64) error { return fromAlgo(algo.CheckCountRange(count)) }
+
 func checkRequest(r *Request) error {
 	if !ValidName(r.Name) {
 		return invalidRequest("name", "must match ^[A-Za-z0-9_.:-]{1,128}$")
