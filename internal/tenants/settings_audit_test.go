@@ -117,8 +117,8 @@ func TestServerAuditLogHoldsLoginsFailuresAndLockouts(t *testing.T) {
 		}
 		_, err = e.svc.Login(e.ctx, "secret password typed as email", "x", "198.51.100.1")
 		wantErr(t, err, ErrUnauthorized)
-		must(t, e.svc.AuditLockout(e.ctx, " OPS@example.com", "198.51.100.2", "dashboard.login.account_ip", "too many"))
-		must(t, e.svc.AuditLockout(e.ctx, "secret password typed as email", "198.51.100.1", "dashboard.login.ip", "too many"))
+		must(t, e.svc.AuditLockout(e.ctx, " OPS@example.com", "198.51.100.2", "dashboard.login.account_ip", "too many", true))
+		must(t, e.svc.AuditLockout(e.ctx, "secret password typed as email", "198.51.100.1", "dashboard.login.ip", "too many", false))
 
 		log, err := e.svc.ServerAuditLog(e.ctx, 0)
 		must(t, err)
@@ -144,8 +144,13 @@ func TestServerAuditLogHoldsLoginsFailuresAndLockouts(t *testing.T) {
 			t.Fatalf("server audit log, newest first:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 
-		// A member's lockout is in its tenant's log too, beside the failures that led to it.
-		must(t, e.svc.AuditLockout(e.ctx, "Dev@acme.io", "198.51.100.3", "dashboard.login.account_ip", "too many"))
+		// A member's lockout is in its tenant's log too, beside the failures that led to it; an
+		// address's lockout is not the account's that was typed last.
+		must(t, e.svc.AuditLockout(e.ctx, "Dev@acme.io", "198.51.100.4", "dashboard.login.ip", "too many", false))
+		if tenantLog, err := e.svc.AuditLog(e.ctx, tn.ID, 1); err != nil || len(tenantLog) != 1 || tenantLog[0].Action == "login.locked" {
+			t.Fatalf("the tenant's newest audit entry after an address's lockout: %+v, %v; want no lockout there", tenantLog, err)
+		}
+		must(t, e.svc.AuditLockout(e.ctx, "Dev@acme.io", "198.51.100.3", "dashboard.login.account_ip", "too many", true))
 		tenantLog, err := e.svc.AuditLog(e.ctx, tn.ID, 1)
 		must(t, err)
 		if len(tenantLog) != 1 || tenantLog[0].Actor+" "+tenantLog[0].Action+" | "+tenantLog[0].Detail != "dev@acme.io login.locked | client 198.51.100.3; too many" {

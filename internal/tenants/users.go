@@ -253,30 +253,27 @@ func passwordMatches(hash, password string) bool {
 }
 
 // AuditLockout records that a login limit now refuses attempts for email from clientAddr
-// ("login.locked"): server-wide, for operators, and, when email is a tenant member's, in that
-// tenant's log too, beside the failures that led to it. limit names the limit that ran out and
-// reason says what it counts. The account is named as Login names it, so a password typed into
-// the email field never lands in the log.
-func (s *Service) AuditLockout(ctx context.Context, email, clientAddr, limit, reason string) error {
+// ("login.locked"), server-wide, for operators. A limit that counts this account's attempts
+// (account) is recorded in the tenant's log too when email is a tenant member's, beside the
+// failures that led to it, as Login records those: best effort, since the server's entry stands
+// and a wrong password must stay a 401 on a slow database. A limit of the address alone is not:
+// it names whichever account was typed last, not the one attacked. limit names the limit that
+// ran out and reason says what it counts. The account is named as Login names it, so a password
+// typed into the email field never lands in the log.
+func (s *Service) AuditLockout(ctx context.Context, email, clientAddr, limit, reason string, account bool) error {
 	detail := "client " + clientAddr + "; " + reason
 	if err := s.Audit(ctx, nil, loginActor(email), "login.locked", limit, detail); err != nil {
 		return err
 	}
 	normalized, err := normalizeEmail(email)
-	if err != nil {
-		return nil // not an address: nobody's
+	if !account || err != nil {
+		return nil // not an account's limit, or not an address: nobody's
 	}
 	var row userRow
-	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "email = ?", normalized) })
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return nil
-	case err != nil:
-		return wrap("audit lockout", err)
-	case row.TenantID == nil:
-		return nil // an operator's: the server's log has it
+	if s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "email = ?", normalized) }) == nil && row.TenantID != nil {
+		_ = s.Audit(ctx, row.TenantID, row.Email, "login.locked", limit, detail)
 	}
-	return s.Audit(ctx, row.TenantID, row.Email, "login.locked", limit, detail)
+	return nil
 }
 
 // loginActor is how the audit log names the account of a login attempt: the normalized address,

@@ -327,6 +327,9 @@ var (
 		"too many login attempts from this address",
 		"too many login attempts for this account from all addresses",
 	}
+	// loginLimitOfAccount says which limits count one account's attempts: their lockouts are
+	// that account's (its tenant's log has them too); the address's alone is the address's.
+	loginLimitOfAccount = [...]bool{true, false, true}
 )
 
 // clientAddress is the address the audit log and the login limits know a client by: gin's
@@ -401,7 +404,7 @@ func (u *UI) passwordWrong(c *gin.Context, a passwordAttempt) error {
 		if r.Remaining >= 1 {
 			continue
 		}
-		if err := u.tenants.AuditLockout(c.Request.Context(), a.email, a.addr, r.Name, loginLimitReasons[i]); err != nil {
+		if err := u.tenants.AuditLockout(c.Request.Context(), a.email, a.addr, r.Name, loginLimitReasons[i], loginLimitOfAccount[i]); err != nil {
 			return err
 		}
 	}
