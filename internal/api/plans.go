@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -58,11 +57,5 @@ func planRefusal(plan *limiter.Request, d limiter.Decision) error {
 		Message: fmt.Sprintf("this tenant is over its plan's decision rate (%s per second); no limit of the tenant was consumed; retry later", perSecondText(plan.Config.Rate))}
 }
 
-// perSecondText writes a rate as a person reads it: plainly ("2.5", "100000"), or in exponent
-// form when that would take more than a dozen digits (1e-300 is not 300 zeros).
-func perSecondText(v float64) string {
-	if s := strconv.FormatFloat(v, 'f', -1, 64); len(s) <= 12 {
-		return s
-	}
-	return strconv.FormatFloat(v, 'g', 6, 64)
-}
+// perSecondText is a plan's rate as every surface writes it (tenants.RateText).
+func perSecondText(v float64) string { return tenants.RateText(v) }

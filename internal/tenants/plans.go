@@ -380,3 +380,13 @@ func (s *Service) KeyCount(ctx context.Context, tenantID int64) (int64, error) {
 	})
 	return n, wrap("key count", err)
 }
+
+// RateText writes a plan's decision rate per second as a person reads it, the surfaces alike:
+// plainly ("2.5", "123456789.123"), or in exponent form when that would take more than twenty
+// characters (1e-300, which plainly is about 300 zeros), never rounded.
+func RateText(v float64) string {
+	if s := strconv.FormatFloat(v, 'f', -1, 64); len(s) <= 20 {
+		return s
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}

@@ -54,7 +54,7 @@ func rateText(v float64) string {
 	if v <= 0 {
 		return "no limit"
 	}
-	return strconv.FormatFloat(v, 'f', -1, 64) + " per second"
+	return tenants.RateText(v) + " per second"
 }
 
 // planView reads a tenant's plan and its use of it.
