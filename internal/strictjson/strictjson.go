@@ -330,9 +330,13 @@ func membersOf(t reflect.Type) map[string]reflect.Type {
 	}
 	m := map[string]reflect.Type{}
 	for f := range t.Fields() {
-		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		tag := f.Tag.Get("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		// As encoding/json reads fields: `json:"-"` is none ("-," names a member "-"); an
+		// embedded struct is promoted unless a tag names it, exported or not.
+		embeddedStruct := f.Anonymous && decodedAs(f.Type) != nil && decodedAs(f.Type).Kind() == reflect.Struct
 		switch {
-		case name == "-":
+		case tag == "-":
 			continue
 		case f.Anonymous && name == "":
 			if inner := membersOf(decodedAs(f.Type)); inner != nil {
@@ -343,7 +347,7 @@ func membersOf(t reflect.Type) map[string]reflect.Type {
 				}
 				continue
 			}
-		case !f.IsExported():
+		case !f.IsExported() && !embeddedStruct:
 			continue
 		}
 		if name == "" {

@@ -106,3 +106,27 @@ func FuzzCheck(f *testing.F) {
 		_ = CheckNulls(b, reflect.TypeFor[*withNullable](), Nullable{reflect.TypeFor[withNullable](): {"expiresAt"}})
 	})
 }
+
+type oddTags struct {
+	Dash  int         `json:"-,"` //nolint:staticcheck // on purpose: a member named "-", as encoding/json reads "-,"
+	inner `json:"in"` // an unexported embedded struct, named by its tag
+	Gone  int         `json:"-"`
+}
+
+// TestMembersAreReadAsEncodingJSONReadsThem: the members Check knows are encoding/json's, odd
+// tags included: "-," names a member "-", a tagged embedded struct is a member even unexported,
+// and "-" alone is no member (so it is unknown).
+func TestMembersAreReadAsEncodingJSONReadsThem(t *testing.T) {
+	dst := reflect.TypeFor[*oddTags]()
+	for body, known := range map[string]bool{`{"-":1}`: true, `{"in":{"rate":1}}`: true, `{"Gone":1}`: false} {
+		dec := json.NewDecoder(strings.NewReader(body))
+		dec.DisallowUnknownFields()
+		var v oddTags
+		if takes := dec.Decode(&v) == nil; takes != known {
+			t.Fatalf("%s: encoding/json takes it: %v; the case is wrong", body, takes)
+		}
+		if p := Check([]byte(body), dst); (p == nil) != known {
+			t.Errorf("%s: Check says %v; encoding/json takes it: %v", body, p, known)
+		}
+	}
+}
