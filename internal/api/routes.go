@@ -12,7 +12,7 @@ import (
 // Register mounts every route of the API. This is the complete list; the OpenAPI document is
 // checked against it by a test.
 func (s *Server) Register(r *gin.Engine) {
-	v1 := r.Group("/v1")
+	v1 := r.Group("/v1", s.checkQuery)
 	v1.GET("/openapi.json", s.openAPI) // public: the contract holds no tenant data
 	// Public, authenticated by a publishable key in the query; CORS for the tenant's origins.
 	v1.GET("/captcha/challenge", s.anon.challenge)

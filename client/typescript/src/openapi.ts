@@ -35,6 +35,15 @@ export interface paths {
                         };
                     };
                 };
+                /** @description invalid_request: a query parameter the operation does not take, or one given more than once */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
                 /** @description payload_too_large */
                 413: {
                     headers: {
@@ -2238,6 +2247,15 @@ export interface operations {
                     "application/json": components["schemas"]["Session"];
                 };
             };
+            /** @description invalid_request: a query parameter the operation does not take, or one given more than once */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized */
             401: {
                 headers: {
@@ -2306,6 +2324,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid_request: a query parameter the operation does not take, or one given more than once */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
             /** @description unauthorized */
             401: {
@@ -2494,6 +2521,15 @@ export interface operations {
                     };
                 };
             };
+            /** @description invalid_request: a query parameter the operation does not take, or one given more than once */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized */
             401: {
                 headers: {
@@ -2637,6 +2673,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description invalid_request: a query parameter the operation does not take, or one given more than once */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized */
             401: {
                 headers: {
@@ -2706,6 +2751,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid_request: a query parameter the operation does not take, or one given more than once */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
             /** @description unauthorized */
             401: {
@@ -2862,6 +2916,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid_request: a query parameter the operation does not take, or one given more than once */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
             /** @description unauthorized */
             401: {

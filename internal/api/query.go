@@ -1,0 +1,93 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+)
+
+// queryParams are the query parameters the OpenAPI document gives each operation, by "METHOD
+// route" in gin's spelling ("GET /v1/limits/:name/value"): the document is their one list.
+var queryParams = documentQueryParams(OpenAPIDocument)
+
+// documentQueryParams reads the query parameters of every operation of an OpenAPI document, its
+// path's and its own, through #/components/parameters references.
+func documentQueryParams(doc []byte) map[string][]string {
+	type param struct {
+		Ref  string `json:"$ref"`
+		Name string `json:"name"`
+		In   string `json:"in"`
+	}
+	var d struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Parameters map[string]param `json:"parameters"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		panic(fmt.Sprintf("api: the OpenAPI document: %v", err)) // embedded, and tested
+	}
+	queries := func(raw json.RawMessage) []string {
+		var ps []param
+		_ = json.Unmarshal(raw, &ps)
+		var out []string
+		for _, p := range ps {
+			if ref, ok := strings.CutPrefix(p.Ref, "#/components/parameters/"); ok {
+				p = d.Components.Parameters[ref]
+			}
+			if p.In == "query" {
+				out = append(out, p.Name)
+			}
+		}
+		return out
+	}
+	out := map[string][]string{}
+	for path, item := range d.Paths {
+		route := path
+		for strings.Contains(route, "{") { // {name} → :name
+			i, j := strings.Index(route, "{"), strings.Index(route, "}")
+			route = route[:i] + ":" + route[i+1:j] + route[j+1:]
+		}
+		shared := queries(item["parameters"])
+		for method, op := range item {
+			if method == "parameters" {
+				continue
+			}
+			var o struct {
+				Parameters json.RawMessage `json:"parameters"`
+			}
+			_ = json.Unmarshal(op, &o)
+			out[strings.ToUpper(method)+" "+route] = append(slices.Clone(shared), queries(o.Parameters)...)
+		}
+	}
+	return out
+}
+
+// checkQuery refuses a query parameter the operation does not take, or one given more than once
+// (?key=a&key=b would decide one of them silently), as a body's unknown or repeated member is:
+// 400 naming the parameter.
+func (s *Server) checkQuery(c *gin.Context) {
+	known, ok := queryParams[c.Request.Method+" "+c.FullPath()]
+	if !ok { // no route (404, 405): the router answers
+		c.Next()
+		return
+	}
+	for name, values := range c.Request.URL.Query() {
+		switch {
+		case !slices.Contains(known, name):
+			takes := "no query parameters"
+			if len(known) > 0 {
+				takes = "only " + strings.Join(known, ", ")
+			}
+			writeProblem(c, s.log, fieldf(name, "unknown query parameter %q: this operation takes %s", name, takes))
+			return
+		case len(values) > 1:
+			writeProblem(c, s.log, fieldf(name, "query parameter %q is given more than once; give it once", name))
+			return
+		}
+	}
+	c.Next()
+}
