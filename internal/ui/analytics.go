@@ -103,6 +103,8 @@ func analyticsQuery(c *gin.Context) (analyticsRange, string, string) {
 		return r, name, "Unknown time range; showing the last hour. The ranges are hour, day and week."
 	case "limit":
 		return r, name, "Limit names are 1 to 128 letters, digits and _ . : -; showing every limit."
+	case "range and limit":
+		return r, name, "Unknown time range and limit name; showing the last hour of every limit. The ranges are hour, day and week."
 	}
 	return r, name, ""
 }
@@ -116,12 +118,14 @@ func analyticsCSVQuery(c *gin.Context) (analyticsRange, string, string) {
 		return r, name, "unknown range: use hour, day or week"
 	case "limit":
 		return r, name, "limit names are 1 to 128 letters, digits and _ . : -"
+	case "range and limit":
+		return r, name, "unknown range (use hour, day or week) and limit name (1 to 128 letters, digits and _ . : -)"
 	}
 	return r, name, ""
 }
 
-// analyticsParams reads ?range= and ?limit=, naming the one that is bad (the range first), with
-// the last hour and every limit in its place.
+// analyticsParams reads ?range= and ?limit=, naming what is bad ("range", "limit" or "range and
+// limit"), with the last hour and every limit in its place.
 func analyticsParams(c *gin.Context) (r analyticsRange, name, bad string) {
 	r = analyticsRanges[0]
 	if id := c.Query("range"); id != "" {
@@ -140,6 +144,8 @@ func analyticsParams(c *gin.Context) (r analyticsRange, name, bad string) {
 		name = ""
 		if bad == "" {
 			bad = "limit"
+		} else {
+			bad += " and limit"
 		}
 	}
 	return r, name, bad

@@ -136,6 +136,11 @@ func TestAnalyticsShowTopRefusedNearAndShadowKeysAndExportCSV(t *testing.T) {
 		if bad.doc(t).Find("#analytics-error").Length() != 1 {
 			t.Fatal("an unknown range shows no message")
 		}
+		both := c.get(tpath(acme, "/analytics?range=year&limit=%20bad"))
+		wantStatus(t, both, http.StatusBadRequest)
+		if msg := text(both.doc(t), "#analytics-error"); !strings.Contains(msg, "range") || !strings.Contains(msg, "limit") {
+			t.Fatalf("a bad range and a bad limit: %q; want both named", msg)
+		}
 		wantStatus(t, c.get(tpath(acme, "/analytics/keys.csv?limit=%20bad")), http.StatusBadRequest)
 		// A CSV shows no fallback: its refusal says what to ask, not what it would show.
 		for _, csv := range []string{"keys.csv", "ratio.csv"} {
