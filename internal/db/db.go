@@ -81,6 +81,10 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 			_ = f.Close()
 		} else if !errors.Is(cerr, fs.ErrExist) {
 			return nil, fmt.Errorf("db: sqlite: create %s: %w", path, cerr)
+		} else if info, serr := os.Stat(path); serr == nil && info.Mode().Perm()&0o077 != 0 {
+			// An existing file keeps its mode (an operator may have chosen it), but is told of.
+			opts.Logger.Warn("the SQLite database file is readable by other users; it holds password and key hashes "+
+				"and sealed secrets: chmod 600 it (and its -wal and -shm files)", "path", path, "mode", fmt.Sprintf("%04o", info.Mode().Perm()))
 		}
 		d.Gorm, err = gorm.Open(sqlite.Open(sqliteDSN(path)), cfg)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):

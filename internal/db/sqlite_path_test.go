@@ -2,6 +2,8 @@ package db_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,6 +134,37 @@ func TestANewSQLiteDatabaseIsReadableByItsOwnerOnly(t *testing.T) {
 		}
 		if mode := info.Mode().Perm(); mode != 0o600 {
 			t.Errorf("%s has mode %o, want 600", filepath.Base(f), mode)
+		}
+	}
+}
+
+// TestAnExistingSQLiteFileReadableByOthersIsWarnedOf: a database file made before Sluice created
+// them 0600 keeps its mode, but the start warns that others can read it, naming the file.
+func TestAnExistingSQLiteFileReadableByOthersIsWarnedOf(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o644, true}, {0o600, false}} {
+		path := filepath.Join(dir, fmt.Sprintf("old-%o.db", c.mode))
+		if err := os.WriteFile(path, nil, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, c.mode); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+		var log strings.Builder
+		d, err := db.Open(context.Background(), "sqlite:"+path, db.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+		warned := strings.Contains(log.String(), "level=WARN") && strings.Contains(log.String(), "chmod 600") && strings.Contains(log.String(), path)
+		if warned != c.warn {
+			t.Errorf("a file of mode %o: warned %v, want %v; the log:\n%s", c.mode, warned, c.warn, log.String())
+		}
+		if info, err := os.Stat(path); err != nil || info.Mode().Perm() != c.mode {
+			t.Errorf("a file of mode %o was changed: %v, %v", c.mode, info.Mode().Perm(), err)
 		}
 	}
 }
