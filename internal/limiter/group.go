@@ -222,7 +222,7 @@ func (l *lane) goAway(keys []awayKey) {
 func (l *lane) comeBack(keys []awayKey) { l.release(keys, true) }
 
 // release unregisters keys goAway registered and moves the jobs no longer held back to ready;
-// ended says the away group ended (comeBack), and not only a part of it (turn.partEnded).
+// ended says the away group ended (comeBack), and not only some of its jobs (turn.releaseSome).
 func (l *lane) release(keys []awayKey, ended bool) {
 	l.mu.Lock()
 	for _, k := range keys {
@@ -391,7 +391,7 @@ type turn struct {
 	replace func()
 	group   []*job // the group it decides (runLane)
 	given   bool   // giveAway gave the token back before the group ended
-	// away are the keys giveAway registered, by job (comeBack and partEnded unregister exactly
+	// away are the keys giveAway registered, by job (comeBack and releaseSome unregister exactly
 	// those); awayAt is when. mu guards away once the group is split (runParts).
 	mu     sync.Mutex
 	away   map[*job][]awayKey
@@ -440,7 +440,7 @@ func (t *turn) busyUntil(now time.Time) time.Time {
 // reports whether it had.
 func (t *turn) end() bool {
 	if t.given {
-		t.l.comeBack(t.takeAway(nil))
+		t.l.comeBack(t.takeAway(func(*job) bool { return true }))
 		t.e.givenAway.Done()
 		return true
 	}
@@ -449,31 +449,35 @@ func (t *turn) end() bool {
 	return false
 }
 
-// takeAway removes from t.away the keys of jobs (of every job when jobs is nil) and returns them.
-func (t *turn) takeAway(jobs []*job) []awayKey {
+// takeAway removes from t.away the keys of the jobs which picks and returns them.
+func (t *turn) takeAway(which func(*job) bool) []awayKey {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var keys []awayKey
-	if jobs == nil {
-		for _, ks := range t.away {
+	for j, ks := range t.away {
+		if which(j) {
 			keys = append(keys, ks...)
+			delete(t.away, j)
 		}
-		clear(t.away)
-		return keys
-	}
-	for _, j := range jobs {
-		keys = append(keys, t.away[j]...)
-		delete(t.away, j)
 	}
 	return keys
 }
 
-// partEnded unregisters the keys of a part of t's away group that ended (runParts), so that the
-// jobs they held back are decided without waiting for the other parts.
-func (t *turn) partEnded(jobs []*job) {
+// releaseSome unregisters the keys of the jobs of t's away group which picks, while its other
+// jobs are still being decided (runParts): the jobs those keys held back are decided meanwhile.
+func (t *turn) releaseSome(which func(*job) bool) {
 	if t != nil && t.given {
-		t.l.release(t.takeAway(jobs), false)
+		t.l.release(t.takeAway(which), false)
 	}
+}
+
+// among picks the jobs of jobs.
+func among(jobs []*job) func(*job) bool {
+	set := make(map[*job]bool, len(jobs))
+	for _, j := range jobs {
+		set[j] = true
+	}
+	return func(j *job) bool { return set[j] }
 }
 
 // runLane is called holding t's token: it adds t's lane's queued jobs to group (up to maxGroup)
@@ -655,7 +659,7 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	// began: one queued behind a group stalled for the whole budget would otherwise wait twice
 	// as long for its 503 (expireQueued).
 	ctx := context.Background()
-	start, in := time.Now(), jobs
+	start := time.Now()
 	jobs, deadline := e.expireQueued(jobs, start)
 	if len(jobs) == 0 {
 		return
@@ -705,7 +709,9 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 		if parts := splitByRows(jobs); len(parts) > 1 {
 			if t != nil {
 				t.giveAway() // if no backoff came yet (a policy without waits): the parts take a while
-				t.partEnded(answered(in, jobs))
+				// The group's jobs in no part (closes, jobs queued past the budget) are answered.
+				inParts := among(jobs)
+				t.releaseSome(func(j *job) bool { return !inParts(j) })
 			}
 			e.runParts(t, parts, start)
 			return
@@ -720,25 +726,6 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 		}
 		close(j.done)
 	}
-}
-
-// answered lists the jobs of in that are not in left: those its group answered before it
-// decided the others (closes, and jobs queued for longer than the budget).
-func answered(in, left []*job) []*job {
-	if len(in) == len(left) {
-		return nil
-	}
-	still := make(map[*job]bool, len(left))
-	for _, j := range left {
-		still[j] = true
-	}
-	var out []*job
-	for _, j := range in {
-		if !still[j] {
-			out = append(out, j)
-		}
-	}
-	return out
 }
 
 // maxParallelParts is how many parts of groups that spent their attempts the engine decides at
@@ -763,7 +750,7 @@ func (e *Engine) runParts(t *turn, parts [][]*job, began time.Time) {
 		wg.Go(func() {
 			defer func() { <-e.partSlots }()
 			e.containing(part, func() { e.runGroupOrPart(t, part, true) })
-			t.partEnded(part)
+			t.releaseSome(among(part))
 		})
 	}
 	wg.Wait()

@@ -217,3 +217,33 @@ func wantParts(t *testing.T, what string, got, want [][]*job) {
 		t.Fatalf("%s: parts %v, want %v", what, got, want)
 	}
 }
+
+// TestReleasingSomeOfAnAwayGroupKeepsTheRest: a spent group's parts release their keys one part
+// at a time; releasing the jobs in no part (none, here) releases nothing, and a part releases
+// only its own. The first version took "no jobs" for "every job", so a group split with nothing
+// answered before its parts let later decisions on the contended key past the hold.
+func TestReleasingSomeOfAnAwayGroupKeepsTheRest(t *testing.T) {
+	l := &lane{token: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	a, b := newJob(1, true, Request{Name: "q", Key: "a"}), newJob(2, true, Request{Name: "q", Key: "b"})
+	tn := turn{e: &Engine{}, l: l, group: []*job{a, b}}
+	tn.giveAway()
+	<-l.token
+	away := func(j *job) bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.away[j.rowKeys()[0]] > 0
+	}
+	inParts := among([]*job{a, b})
+	tn.releaseSome(func(j *job) bool { return !inParts(j) }) // nothing was answered before the parts
+	if !away(a) || !away(b) {
+		t.Fatalf("after releasing the jobs in no part (none): a held %v, b held %v; want both", away(a), away(b))
+	}
+	tn.releaseSome(among([]*job{b}))
+	if !away(a) || away(b) {
+		t.Fatalf("after b's part ended: a held %v, b held %v; want a only", away(a), away(b))
+	}
+	tn.end()
+	if away(a) || l.awayN.Load() != 0 {
+		t.Fatalf("after the group ended: a held %v, %d groups away; want none", away(a), l.awayN.Load())
+	}
+}
