@@ -265,13 +265,11 @@ func (s *Service) AuditLockout(ctx context.Context, email, clientAddr, limit, re
 	if err := s.Audit(ctx, nil, loginActor(email), "login.locked", limit, detail); err != nil {
 		return err
 	}
-	normalized, err := normalizeEmail(email)
-	if !account || err != nil {
-		return nil // not an account's limit, or not an address: nobody's
+	if !account {
+		return nil // the address's limit: nobody's account
 	}
-	var row userRow
-	if s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "email = ?", normalized) }) == nil && row.TenantID != nil {
-		_ = s.Audit(ctx, row.TenantID, row.Email, "login.locked", limit, detail)
+	if u, err := s.UserByEmail(ctx, email); err == nil && u.TenantID != nil {
+		_ = s.Audit(ctx, u.TenantID, u.Email, "login.locked", limit, detail)
 	}
 	return nil
 }
