@@ -94,34 +94,29 @@ type ratioVM struct {
 
 type ratioBarVM struct{ X, Y, W, H, Tip string }
 
-// analyticsQuery reads ?range= and ?limit=; bad values fall back to the last hour and every
-// limit, with a message for the panel, which shows the fallback.
-func analyticsQuery(c *gin.Context) (analyticsRange, string, string) {
-	r, name, bad := analyticsParams(c)
-	switch bad {
-	case "range":
-		return r, name, "Unknown time range; showing the last hour. The ranges are hour, day and week."
-	case "limit":
-		return r, name, "Limit names are 1 to 128 letters, digits and _ . : -; showing every limit."
-	case "range and limit":
-		return r, name, "Unknown time range and limit name; showing the last hour of every limit. The ranges are hour, day and week."
-	}
-	return r, name, ""
+// analyticsMessages say what analyticsParams found bad: for the panel, which shows the
+// fallback, and for a CSV export, which falls back to nothing (a file of another range than asked
+// would be read as the one asked) and says what to ask.
+var analyticsMessages = map[string]struct{ panel, csv string }{
+	"range": {"Unknown time range; showing the last hour. The ranges are hour, day and week.",
+		"unknown range: use hour, day or week"},
+	"limit": {"Limit names are 1 to 128 letters, digits and _ . : -; showing every limit.",
+		"limit names are 1 to 128 letters, digits and _ . : -"},
+	"range and limit": {"Unknown time range and limit name; showing the last hour of every limit. The ranges are hour, day and week.",
+		"unknown range (use hour, day or week) and limit name (1 to 128 letters, digits and _ . : -)"},
 }
 
-// analyticsCSVQuery is analyticsQuery for a CSV export, which falls back to nothing (a file of
-// another range than asked would be read as the one asked): the message says what to ask.
+// analyticsQuery reads ?range= and ?limit=; bad values fall back to the last hour and every
+// limit, with the panel's message.
+func analyticsQuery(c *gin.Context) (analyticsRange, string, string) {
+	r, name, bad := analyticsParams(c)
+	return r, name, analyticsMessages[bad].panel
+}
+
+// analyticsCSVQuery is analyticsQuery for a CSV export, with the export's message.
 func analyticsCSVQuery(c *gin.Context) (analyticsRange, string, string) {
 	r, name, bad := analyticsParams(c)
-	switch bad {
-	case "range":
-		return r, name, "unknown range: use hour, day or week"
-	case "limit":
-		return r, name, "limit names are 1 to 128 letters, digits and _ . : -"
-	case "range and limit":
-		return r, name, "unknown range (use hour, day or week) and limit name (1 to 128 letters, digits and _ . : -)"
-	}
-	return r, name, ""
+	return r, name, analyticsMessages[bad].csv
 }
 
 // analyticsParams reads ?range= and ?limit=, naming what is bad ("range", "limit" or "range and
