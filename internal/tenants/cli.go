@@ -38,6 +38,15 @@ func (s *Service) tenantNamed(ctx context.Context, name string) (Tenant, error) 
 	return t, nil
 }
 
+// nameTaken says plainly that a tenant name is taken when err is ErrConflict; any other err is
+// returned as it is.
+func nameTaken(err error, name string) error {
+	if errors.Is(err, ErrConflict) {
+		return fmt.Errorf("a tenant named %q already exists", name)
+	}
+	return err
+}
+
 // ErrUnknownCommand is what Command returns for a command it does not know.
 var ErrUnknownCommand = errors.New("unknown command")
 
@@ -68,11 +77,8 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			return errors.New("usage: sluice tenant create NAME")
 		}
 		t, err := s.CreateTenantBy(ctx, args[0], actor) // audited in its log and the security log
-		if errors.Is(err, ErrConflict) {
-			return fmt.Errorf("a tenant named %q already exists", args[0])
-		}
 		if err != nil {
-			return err
+			return nameTaken(err, args[0])
 		}
 		fmt.Fprintf(stdout, "tenant %q created (id %d)\n", t.Name, t.ID)
 		return nil
@@ -92,9 +98,7 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			return err
 		}
 		if sub == "rename" {
-			if err = s.RenameTenant(ctx, t.ID, args[1], actor); errors.Is(err, ErrConflict) {
-				return fmt.Errorf("a tenant named %q already exists", args[1])
-			}
+			err = nameTaken(s.RenameTenant(ctx, t.ID, args[1], actor), args[1])
 		} else {
 			err = s.SetSuspended(ctx, t.ID, sub == "suspend", actor)
 		}
