@@ -576,8 +576,8 @@ func checkRequest(r *Request) error {
 	if r.Key != "" && !ValidKey(r.Key) {
 		return invalidRequest("key", KeyRule)
 	}
-	if err := algo.CheckCountRange(r.Count); err != nil {
-		return fromAlgo(err)
+	if err := CheckCount(r.Count); err != nil {
+		return err
 	}
 	if err := algo.CheckAttributes(r.Attributes); err != nil {
 		return fromAlgo(err)
