@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -89,7 +92,10 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		d.Gorm, err = gorm.Open(sqlite.Open(sqliteDSN(path)), cfg)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		d.Dialect = Postgres
-		d.Gorm, err = gorm.Open(postgres.Open(url), cfg)
+		var pool *sql.DB
+		if pool, err = openPostgres(url); err == nil {
+			d.Gorm, err = gorm.Open(postgres.New(postgres.Config{Conn: pool}), cfg)
+		}
 	default:
 		return nil, errors.New("db: DATABASE_URL must be postgres://… or sqlite:PATH")
 	}
@@ -120,6 +126,33 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("db: ping %s: %w", d.Dialect, err)
 	}
 	return d, nil
+}
+
+// idleInTransactionTimeout is the idle_in_transaction_session_timeout of Sluice's connections
+// when the server, the role or DATABASE_URL sets none: PostgreSQL ends a session that sits inside
+// a transaction waiting for its client for longer. Sluice's transactions never wait for the app
+// for long (each retried within a budget of seconds), so only a stalled instance (paused, cut off
+// from the database mid-transaction) reaches it, and the row locks it holds are then released,
+// instead of keeping other instances' decisions on those keys failing until TCP gives up on the
+// connection, which can take hours.
+const idleInTransactionTimeout = "30s"
+
+// sqlIdleInTransactionTimeout sets idleInTransactionTimeout for the session unless something
+// else set a timeout (0 is "none").
+const sqlIdleInTransactionTimeout = "SELECT set_config('idle_in_transaction_session_timeout', '" + idleInTransactionTimeout + "', false) " +
+	"WHERE current_setting('idle_in_transaction_session_timeout') = '0'"
+
+// openPostgres is the pool of connections to url, each of which sets its
+// idle_in_transaction_session_timeout as it opens (sqlIdleInTransactionTimeout).
+func openPostgres(url string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(url) // its errors hide the password
+	if err != nil {
+		return nil, err
+	}
+	cfg.AfterConnect = func(ctx context.Context, conn *pgconn.PgConn) error {
+		return conn.Exec(ctx, sqlIdleInTransactionTimeout).Close()
+	}
+	return stdlib.OpenDB(*cfg), nil
 }
 
 // checkSQLitePath refuses a sqlite:PATH that is no database file: an empty path or ":memory:"

@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -258,5 +259,32 @@ func TestAPostgresConflictIsRetriedAtOnce(t *testing.T) {
 	})
 	if !errors.Is(err, db.ErrUnavailable) || attempts != 1 {
 		t.Fatalf("after SQLite's busy lock: err %v after %d attempts; want one attempt, then the budget spent in the backoff", err, attempts)
+	}
+}
+
+// TestPostgresSessionsEndTransactionsLeftIdle: every pooled PostgreSQL connection ends a
+// transaction its client leaves idle for 30 s (a stalled instance's row locks are released),
+// unless DATABASE_URL (or the server, or the role) sets a timeout of its own, which is kept.
+func TestPostgresSessionsEndTransactionsLeftIdle(t *testing.T) {
+	timeout := func(d *db.DB) string {
+		t.Helper()
+		var got string
+		if err := d.Serializable(context.Background(), func(tx *gorm.DB) error {
+			return tx.Raw("SHOW idle_in_transaction_session_timeout").Scan(&got).Error
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := timeout(testkit.Open(t, db.Postgres)); got != "30s" {
+		t.Fatalf("idle_in_transaction_session_timeout %q; want 30s", got)
+	}
+	url := testkit.URL(t, db.Postgres)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	if got := timeout(testkit.OpenURL(t, url+sep+"idle_in_transaction_session_timeout=7s")); got != "7s" {
+		t.Fatalf("with DATABASE_URL's own timeout: %q; want 7s, the URL's", got)
 	}
 }

@@ -9,12 +9,14 @@ import (
 )
 
 // TestRetryDelays pins the schedule: a PostgreSQL conflict's first retry goes at once and its
-// later ones back off as SQLite's busy errors do from the first, one step later; every wait is
+// later ones back off as SQLite's busy errors do from the first, one step later; a lock wait
+// that lock_timeout ended backs off from the first, as a busy error does; every wait is
 // full-jittered below its cap and at least a microsecond.
 func TestRetryDelays(t *testing.T) {
 	p := RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 8 * time.Millisecond}
 	conflict := &pgconn.PgError{Code: "40001"}
 	busy := errors.New("SQLITE_BUSY: database is locked")
+	lockTimeout := &pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"}
 	for _, tc := range []struct {
 		name string
 		n    int
@@ -28,6 +30,8 @@ func TestRetryDelays(t *testing.T) {
 		{"busy, first retry", 1, busy, time.Millisecond},
 		{"busy, second retry", 2, busy, 2 * time.Millisecond},
 		{"busy, capped", 30, busy, 8 * time.Millisecond},
+		{"lock timeout, first retry", 1, lockTimeout, time.Millisecond},
+		{"lock timeout, second retry", 2, lockTimeout, 2 * time.Millisecond},
 	} {
 		longest := time.Duration(0)
 		for range 2000 {

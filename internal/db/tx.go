@@ -200,10 +200,12 @@ func parentGone(ctx context.Context) bool {
 // has committed, too. A deadlock's victim may find the survivor still holding its locks and wait
 // behind it; at worst its immediate retry costs one attempt. From the second retry on, and for
 // SQLite's busy lock, which is still held when reported, the wait is full-jittered and doubles
-// each time, up to MaxDelay: PostgreSQL's schedule is SQLite's, one step later.
+// each time, up to MaxDelay: PostgreSQL's schedule is SQLite's, one step later. lock_timeout's
+// 55P03 is like SQLite's busy lock, not a conflict: the lock's holder had not finished when the
+// wait ended, so its retry backs off (and a decision's lane is given to others) at once.
 func (p RetryPolicy) delay(n int, err error) time.Duration {
 	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
+	if errors.As(err, &pg) && pg.Code != lockNotAvailable {
 		if n == 1 {
 			return 0
 		}
@@ -212,6 +214,9 @@ func (p RetryPolicy) delay(n int, err error) time.Duration {
 	backoff := min(p.MaxDelay, p.BaseDelay<<min(n-1, 20))
 	return rand.N(backoff) + time.Microsecond
 }
+
+// lockNotAvailable is PostgreSQL's lock_not_available: lock_timeout ended a wait for a lock.
+const lockNotAvailable = "55P03"
 
 // isRetryable reports errors that mean "another transaction got there first; try again".
 func isRetryable(err error) bool {
@@ -222,7 +227,7 @@ func isRetryable(err error) bool {
 			return true
 		case "23505": // unique_violation: two first consumptions of one key raced to insert
 			return true
-		case "55P03": // lock_not_available: the server's lock_timeout ended a wait: contention
+		case lockNotAvailable: // the server's lock_timeout ended a wait: contention
 			return true
 		}
 		return false

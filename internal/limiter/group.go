@@ -849,20 +849,14 @@ func (e *Engine) expireQueued(jobs []*job, now time.Time) ([]*job, time.Time) {
 }
 
 // decisionSettings starts a decision transaction through GORM on PostgreSQL as groupPgx starts
-// its own: index lookups from the first statement (a sequential scan's predicate lock on a whole
-// table would conflict with every write to it) and, under SLUICE_COMMIT=fast, an asynchronous
-// commit. Nothing on SQLite.
+// its own (pgSettingsFor): index lookups from the first statement (a sequential scan's predicate
+// lock on a whole table would conflict with every write to it), a bounded wait for row locks
+// and, under SLUICE_COMMIT=fast, an asynchronous commit. Nothing on SQLite.
 func (e *Engine) decisionSettings(tx *gorm.DB) error {
 	if e.db.Dialect != db.Postgres {
 		return nil
 	}
-	if err := tx.Exec(pgNoSeqScan).Error; err != nil {
-		return err
-	}
-	if e.fastCommit {
-		return tx.Exec(pgFastCommit).Error
-	}
-	return nil
+	return tx.Exec(pgSettingsFor(e.fastCommit)).Error
 }
 
 // groupGorm is one attempt of a group through GORM (SQLite), in a transaction that

@@ -15,9 +15,10 @@ import (
 // bucket (the common case) is decided in one round trip on PostgreSQL, by the server-side
 // function sluice_take_tokens (migrations 00015 and 00016; its body since 00024), pipelined with pgx:
 //
-//	BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT ... FROM sluice_take_tokens(...); COMMIT
+//	BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT set_config(...); SELECT ... FROM sluice_take_tokens(...); COMMIT
 //
-// (with SET LOCAL synchronous_commit = off before the SELECT under SLUICE_COMMIT=fast). The
+// (the settings, pgSettingsFor: a lock timeout, and an asynchronous commit under
+// SLUICE_COMMIT=fast). The
 // function reads the definitions, the rows and the database's clock, applies the token bucket's
 // math in float8, writes, and returns what it saw, all inside the one serializable transaction;
 // the group is retried on serialization failure like any other. The engine then replays the
@@ -97,12 +98,9 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job, 
 	}
 	b := &pgx.Batch{}
 	b.Queue(pgBegin)
-	if e.fastCommit {
-		b.Queue(pgFastCommit)
-	}
+	b.Queue(pgSettingsFor(e.fastCommit))
 	if n == 1 {
 		j, r := jobs[0], jobs[0].reqs[0]
-		b.Queue(pgNoSeqScan) // the function sets it itself
 		b.Queue(e.takeOne, frozen, j.tenantID, r.Name, r.Key, r.Count, r.Reserve, j.consume, held[defKey{j.tenantID, r.Name}].version)
 	} else {
 		tenants, names, keys := make([]int64, n), make([]string, n), make([]string, n)
@@ -120,7 +118,7 @@ func (e *Engine) groupOneTrip(ctx context.Context, conn *pgx.Conn, jobs []*job, 
 	e.sent(b.Len())
 	br := conn.SendBatch(ctx, b)
 	var rows []takeRow
-	for range b.Len() - 2 { // BEGIN (and the settings)
+	for range b.Len() - 2 { // BEGIN and the settings
 		if _, err = br.Exec(); err != nil {
 			break
 		}

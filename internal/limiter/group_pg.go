@@ -13,7 +13,7 @@ import (
 // The PostgreSQL hot path: a group transaction in two round trips, pipelined with pgx (a group
 // of plain single-shard token bucket decisions takes one instead: group_onetrip_pg.go).
 //
-//	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL enable_seqscan; SELECT definitions (with
+//	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT set_config(...) (pgSettingsFor); SELECT definitions (with
 //	     the version of their overrides); SELECT state rows
 //	RT2: INSERT ... ON CONFLICT DO UPDATE (every changed row); COMMIT
 //
@@ -135,7 +135,7 @@ func (e *Engine) groupPgx(ctx context.Context, conn *pgx.Conn, jobs []*job) erro
 	}
 	e.sent(b.Len())
 	br := conn.SendBatch(ctx, b)
-	now, defs, versions, stored, err := readGroupReads(br, e.fastCommit)
+	now, defs, versions, stored, err := readGroupReads(br)
 	var answers map[idemKey]idemRecord
 	if err == nil && len(pending) > 0 {
 		answers, err = readIdemPg(br)

@@ -102,6 +102,76 @@ func TestAGroupBackingOffLetsTheLaneDecideOthers(t *testing.T) {
 	}
 }
 
+// TestADecisionWaitingForALockedRowLetsTheLaneDecideOthers: a decision whose row another
+// transaction holds locked and does not finish (a stalled instance's) waits for the lock only
+// for the decision lock timeout, then backs off, giving its lane's turn away: another tenant's
+// decision is made while the lock is still held. The waiting decision is made, once, when the
+// lock is released.
+func TestADecisionWaitingForALockedRowLetsTheLaneDecideOthers(t *testing.T) {
+	for _, group := range []int{1, 2} { // a lone request (one statement) and the function
+		t.Run(fmt.Sprintf("a group of %d", group), func(t *testing.T) {
+			d := testkit.Open(t, db.Postgres)
+			d.Retry = db.RetryPolicy{MaxAttempts: 1 << 30, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Budget: 5 * time.Minute}
+			e := limiter.NewEngine(d, limiter.Options{})
+			testkit.Run(t, e.Run)
+			ctx := context.Background()
+			def := limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000}
+			mustPut(t, e, "api", def)
+			if _, _, err := e.PutDefinition(ctx, otherTenant, "api", def, nil); err != nil {
+				t.Fatal(err)
+			}
+			reqs := []limiter.Request{{Name: "api", Key: "locked", Count: 1}, {Name: "api", Key: "beside", Count: 1}}[:group]
+			decideAll := func() error { // each request a job of its own: one group of len(reqs)
+				for _, o := range e.Each(ctx, tenant, reqs, true) {
+					if o.Err != nil || !o.Decision.OK {
+						return fmt.Errorf("%+v, %v; want admitted", o.Decision, o.Err)
+					}
+				}
+				return nil
+			}
+			if err := decideAll(); err != nil { // the rows exist: there is one to lock
+				t.Fatal(err)
+			}
+			conn, err := d.SQL.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			holder, err := conn.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = holder.Rollback() }()
+			if _, err := holder.ExecContext(ctx, `SELECT 1 FROM limit_state WHERE tenant_id = $1 AND name = 'api' AND key = 'locked' FOR UPDATE`, tenant); err != nil {
+				t.Fatal(err)
+			}
+			waiting := make(chan error, 1)
+			go func() { waiting <- decideAll() }()
+			waitUntil(t, "the decision on the locked row to end its wait (lock_timeout) and retry", func() bool {
+				return d.RetriesFor(db.PurposeDecision) >= 1
+			})
+			other := testkit.Await(t, decideAsync(e, otherTenant, "api", "free", nil), "another tenant's decision while the row is still locked")
+			if other.err != nil || !other.d.OK {
+				t.Fatalf("another tenant's decision: %+v, %v; want admitted", other.d, other.err)
+			}
+			select {
+			case err := <-waiting:
+				t.Fatalf("the decision on the locked row ended while the row was still locked: %v", err)
+			default:
+			}
+			if err := holder.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if err := testkit.Await(t, waiting, "the decision on the locked row once the lock is released"); err != nil {
+				t.Fatalf("the decision on the locked row: %v", err)
+			}
+			if v, err := e.GetValue(ctx, tenant, "api", "locked"); err != nil || v.Value < 8 || v.Value > 8.01 {
+				t.Fatalf("the locked key holds %+v (%v), want 8 (taken twice, once each decision)", v, err)
+			}
+		})
+	}
+}
+
 // decideAsync decides count on key of name for tenantID in the background; the channel gets the
 // outcome.
 func decideAsync(e *limiter.Engine, tenantID int64, name, key string, attrs map[string]string) <-chan decided {

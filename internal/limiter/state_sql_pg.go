@@ -22,17 +22,28 @@ import (
 // the largest part of a group's time in PostgreSQL.
 const (
 	pgBegin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
-	// pgNoSeqScan: pgx prepares statements once per connection, and PostgreSQL may then settle on
-	// a generic plan chosen while limit_state was small: a sequential scan, kept while the table
-	// grows to millions of rows (measured: throughput fell several-fold until an autoanalyze
-	// happened to replan), and a whole-table SIREAD lock besides. Every lookup here is by primary
-	// key, so the index is always right: forbid sequential scans for the transaction. (Forcing
-	// custom plans also works but re-plans three statements per group: about 7% slower.)
-	pgNoSeqScan = "SET LOCAL enable_seqscan = off"
-	// pgFastCommit is SLUICE_COMMIT=fast: the decision's COMMIT returns before its WAL reaches
-	// the disk. A database crash may lose the last decisions acknowledged within the WAL
-	// writer's delay (they can be admitted again); state is never corrupted.
-	pgFastCommit        = "SET LOCAL synchronous_commit = off"
+	// pgSettings follows pgBegin in every decision transaction, one statement for its settings:
+	//   - enable_seqscan off: pgx prepares statements once per connection, and PostgreSQL may then
+	//     settle on a generic plan chosen while limit_state was small: a sequential scan, kept
+	//     while the table grows to millions of rows (measured: throughput fell several-fold until
+	//     an autoanalyze happened to replan), and a whole-table SIREAD lock besides. Every lookup
+	//     here is by primary key, so the index is always right: forbid sequential scans for the
+	//     transaction. (Forcing custom plans also works but re-plans three statements per group:
+	//     about 7% slower.)
+	//   - lock_timeout (decisionLockTimeout): a decision waits for a row lock only while its holder
+	//     is plausibly committing. A holder that stalls (an instance paused or cut off in the middle
+	//     of a transaction that locked its rows) would otherwise keep the waiting decision, and
+	//     every decision queued behind it in its lane, waiting for the whole retry budget. Ended,
+	//     the wait is a retryable error (55P03): the group backs off, giving its lane's turn away.
+	pgSettings = "SELECT set_config('enable_seqscan', 'off', true), set_config('lock_timeout', '" + decisionLockTimeout + "', true)"
+	// pgSettingsFast is pgSettings under SLUICE_COMMIT=fast: the decision's COMMIT returns before
+	// its WAL reaches the disk. A database crash may lose the last decisions acknowledged within
+	// the WAL writer's delay (they can be admitted again); state is never corrupted.
+	pgSettingsFast = pgSettings + ", set_config('synchronous_commit', 'off', true)"
+	// decisionLockTimeout is how long a decision's statement waits for a row lock: far longer
+	// than a holder that is committing takes (a round trip and a WAL flush), far shorter than the
+	// retry budget.
+	decisionLockTimeout = "1s"
 	pgCommit            = "COMMIT"
 	pgSelectDefinitions = "SELECT " + definitionColumns + `
 		FROM unnest($1::bigint[], $2::text[]) AS u(tenant_id, name)
@@ -48,6 +59,14 @@ const (
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::float8[], $6::bigint[], $7::text[], $8::bigint[])` + stateUpsert
 )
 
+// pgSettingsFor is the settings statement of a decision transaction under the commit mode.
+func pgSettingsFor(fastCommit bool) string {
+	if fastCommit {
+		return pgSettingsFast
+	}
+	return pgSettings
+}
+
 // pgTakeTokens decides a group of single-shard token bucket requests in the database
 // (group_onetrip_pg.go); its arguments and rows are described in migrations 00015 and 00016
 // (p_known, $8: the versions of the definitions the engine holds; the body is 00024's). Each row ends with the
@@ -62,7 +81,7 @@ var pgTakeTokens = "SELECT ord, now_ms, ok, existed, pre_value, pre_ts, pre_pena
 // does not fit, and nothing written), the same float8 math in the same order, and the same row.
 // PostgreSQL runs it with a quarter less CPU than the plpgsql function (docs/performance.md,
 // session 5), which pays for each of its statements; a lone request is the whole transaction
-// at low load, where this is its latency. Sent after pgNoSeqScan, which the function sets
+// at low load, where this is its latency. Sent after pgSettings, whose enable_seqscan the function sets
 // itself. The engine replays it as it replays the function (replayOneTrip).
 var pgTakeOne = `WITH d AS (
 	SELECT d AS def, d.xmin::text::bigint AS version, d.rate, d.period,
@@ -133,10 +152,7 @@ func deleteUnchangedPg(ctx context.Context, conn *pgx.Conn, rows []fullStateRow,
 // (the time of every decision of the group), the definitions of keys and the state rows guessed.
 func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit, lock bool) {
 	b.Queue(pgBegin)
-	b.Queue(pgNoSeqScan)
-	if fastCommit {
-		b.Queue(pgFastCommit)
-	}
+	b.Queue(pgSettingsFor(fastCommit))
 	b.Queue(db.SQLNow)
 	tenantIDs, names := make([]int64, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
@@ -148,12 +164,8 @@ func queueGroupReads(b *pgx.Batch, keys []defKey, guess []rowKey, fastCommit, lo
 
 // readGroupReads reads the results of queueGroupReads: the database's time (ms), definitions,
 // the versions of their overrides and rows.
-func readGroupReads(br pgx.BatchResults, fastCommit bool) (int64, map[defKey]Definition, map[defKey]int64, map[rowKey]fullStateRow, error) {
-	settings := 2 // BEGIN, SET LOCAL
-	if fastCommit {
-		settings++
-	}
-	for range settings {
+func readGroupReads(br pgx.BatchResults) (int64, map[defKey]Definition, map[defKey]int64, map[rowKey]fullStateRow, error) {
+	for range 2 { // BEGIN and the settings
 		if _, err := br.Exec(); err != nil {
 			return 0, nil, nil, nil, err
 		}
