@@ -229,8 +229,9 @@ func (d *DB) RetriesFor(p Purpose) int64 { return d.counters[p].retries.Load() }
 // GiveUpsFor is GiveUps of the transactions of one purpose.
 func (d *DB) GiveUpsFor(p Purpose) int64 { return d.counters[p].giveUps.Load() }
 
-// GaveUp counts a give-up of p's made before its transaction began: work that waited out the
-// retry budget in a queue fails closed as one that spent it retrying does.
+// GaveUp counts a give-up of p's that no transaction counted: work that waited out the retry
+// budget in a queue fails closed as one that spent it retrying does, and so does a transaction
+// of CountSpentLater's that its caller could not retry another way.
 func (d *DB) GaveUp(p Purpose) { d.counters[p].giveUps.Add(1) }
 
 // Ping reports whether the database answers.

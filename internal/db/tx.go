@@ -131,7 +131,9 @@ func (d *DB) retry(ctx context.Context, numbered bool, attempt func(ctx context.
 			return err // a real error of fn's, or a bug: not ours to retry
 		}
 		if n >= d.Retry.MaxAttempts {
-			count.giveUps.Add(1)
+			if counted, _ := ctx.Value(spentCountedLaterKey{}).(bool); !counted {
+				count.giveUps.Add(1)
+			}
 			return ErrUnavailable.Wrap(fmt.Errorf("%w: after %d attempts: %v", ErrAttemptsSpent, n, last))
 		}
 		count.retries.Add(1)
@@ -148,6 +150,16 @@ func (d *DB) retry(ctx context.Context, numbered bool, attempt func(ctx context.
 			return ErrUnavailable.Wrap(fmt.Errorf("db: retry budget spent: %v", last))
 		}
 	}
+}
+
+type spentCountedLaterKey struct{}
+
+// CountSpentLater returns ctx whose transaction (Serializable, WithPgx), should every attempt
+// lose to another transaction (ErrAttemptsSpent), leaves counting that give-up to its caller
+// (GaveUp): the limiter decides such a group again in parts that share no row, and only what
+// then fails closed answers 503.
+func CountSpentLater(ctx context.Context) context.Context {
+	return context.WithValue(ctx, spentCountedLaterKey{}, true)
 }
 
 type attemptKey struct{}

@@ -685,6 +685,10 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	}
 	var err error
 	ctx = db.WithPurpose(ctx, db.PurposeDecision)
+	splits := e.db.Dialect == db.Postgres && !part // a group that spends its attempts (below)
+	if splits {
+		ctx = db.CountSpentLater(ctx)
+	}
 	if e.db.Dialect == db.Postgres && !forceGormGroups {
 		err = e.db.WithPgx(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return e.groupPgx(ctx, conn, jobs)
@@ -701,11 +705,13 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
 	}
-	if e.db.Dialect == db.Postgres && !part && errors.Is(err, db.ErrAttemptsSpent) {
+	if splits && errors.Is(err, db.ErrAttemptsSpent) {
 		// Every attempt lost a row to another transaction, most likely on one key that another
 		// instance decides on as fast as it can; the group's jobs on other rows, another
 		// tenant's too, need not answer 503 for it. (SQLite's attempts lose the one write lock,
-		// not a row: split, they would lose it as well. A part is not split again.)
+		// not a row: split, they would lose it as well. A part is not split again.) The give-up
+		// is counted only where decisions fail closed: here for a group that makes one part,
+		// by each part's own transaction otherwise.
 		if parts := splitByRows(jobs); len(parts) > 1 {
 			if t != nil {
 				t.giveAway() // if no backoff came yet (a policy without waits): the parts take a while
@@ -716,6 +722,7 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 			e.runParts(t, parts, start)
 			return
 		}
+		e.db.GaveUp(db.PurposeDecision)
 	}
 	for _, j := range jobs {
 		if err != nil {

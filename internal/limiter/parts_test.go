@@ -54,7 +54,9 @@ func RefuseKeysUntilOpened(t *testing.T, d *db.DB, pattern string, slow time.Dur
 //     expired (503) unread;
 //   - a decision its caller made at once (not queued) keeps the group's budget: its 503 comes
 //     within the budget of the group's start, where it used to get a whole budget more;
-//   - the parts' requests are counted once, with their group (GroupStats).
+//   - the parts' requests are counted once, with their group (GroupStats);
+//   - a give-up is counted where decisions fail closed: for each part that spends its attempts,
+//     not for the group decided again in parts, and for a spent group that makes one part.
 func TestThePartsOfASpentGroupKeepItsBudget(t *testing.T) {
 	d := testkit.Open(t, db.Postgres)
 	// Ten attempts of 250 ms each spend the attempts in about 2.5 s, before the budget, and a
@@ -89,15 +91,30 @@ func TestThePartsOfASpentGroupKeepItsBudget(t *testing.T) {
 		for _, j := range []*job{c1, c2, innocent} {
 			j.queuedAt = time.Now()
 		}
-		groups, jobs := e.groups.Load(), e.jobs.Load()
+		groups, jobs, giveUps := e.groups.Load(), e.jobs.Load(), d.GiveUpsFor(db.PurposeDecision)
 		e.runGroup(nil, []*job{c1, c2, innocent})
 		if g, n := e.groups.Load()-groups, e.jobs.Load()-jobs; g != 1 || n != 3 {
 			t.Errorf("GroupStats counted %d groups of %d requests; want 1 of 3 (a part's requests were counted with its group)", g, n)
+		}
+		if n := d.GiveUpsFor(db.PurposeDecision) - giveUps; n != 2 {
+			t.Errorf("give-ups counted: %d; want 2, the two contended parts' (the group decided again in parts is none)", n)
 		}
 		wantRefused(c1)
 		wantRefused(c2)
 		if innocent.err != nil || !innocent.out.OK {
 			t.Fatalf("another tenant's decision behind two contended parts: %+v, %v; want admitted", innocent.out, innocent.err)
+		}
+	})
+
+	t.Run("a group of one part", func(t *testing.T) {
+		policy(6 * time.Second)
+		c := newJob(1, true, Request{Name: "api", Key: "contended-4", Count: 1})
+		c.queuedAt = time.Now()
+		giveUps := d.GiveUpsFor(db.PurposeDecision)
+		e.runGroup(nil, []*job{c})
+		wantRefused(c)
+		if n := d.GiveUpsFor(db.PurposeDecision) - giveUps; n != 1 {
+			t.Errorf("give-ups counted: %d; want 1 (a spent group that makes one part is a give-up)", n)
 		}
 	})
 
