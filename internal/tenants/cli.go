@@ -42,7 +42,7 @@ func (s *Service) tenantNamed(ctx context.Context, name string) (Tenant, error) 
 // returned as it is.
 func nameTaken(err error, name string) error {
 	if errors.Is(err, ErrConflict) {
-		return fmt.Errorf("a tenant named %q already exists", name)
+		return fmt.Errorf("a tenant named %q already exists (names are compared ignoring case)", name)
 	}
 	return err
 }

@@ -63,8 +63,9 @@ func TestCommandProblemsSayWhatIsWrongPlainly(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"tenant", "create", "acme"}, `a tenant named "acme" already exists`},
-			{[]string{"tenant", "rename", "acme", "beta"}, `a tenant named "beta" already exists`},
+			{[]string{"tenant", "create", "acme"}, `a tenant named "acme" already exists (names are compared ignoring case)`},
+			{[]string{"tenant", "create", "ACME"}, `a tenant named "ACME" already exists (names are compared ignoring case)`},
+			{[]string{"tenant", "rename", "acme", "beta"}, `a tenant named "beta" already exists (names are compared ignoring case)`},
 			{[]string{"key", "list", "nope"}, `no tenant named "nope"`},
 			{[]string{"key", "create", "--tenant", "nope"}, `no tenant named "nope"`},
 			{[]string{"tenant", "suspend", "nope"}, `no tenant named "nope"`},

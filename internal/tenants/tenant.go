@@ -56,7 +56,7 @@ func tenantFromRow(r tenantRow) Tenant {
 }
 
 // CreateTenant creates a tenant with the default captcha settings. The name must match
-// ^[A-Za-z0-9_.:-]{1,128}$ (ErrInvalid); a taken name is ErrConflict.
+// ^[A-Za-z0-9_.:-]{1,128}$ (ErrInvalid); a taken name, in any case, is ErrConflict.
 func (s *Service) CreateTenant(ctx context.Context, name string) (Tenant, error) {
 	return s.createTenant(ctx, name, "")
 }
@@ -76,13 +76,10 @@ func (s *Service) createTenant(ctx context.Context, name, actor string) (Tenant,
 	var row tenantRow
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		// Check first so that the common duplicate case is a clean ErrConflict on both dialects;
-		// a concurrent insert that slips past is a unique violation, which db retries into this check.
-		var n int64
-		if err := tx.Model(&tenantRow{}).Where("name = ?", name).Count(&n).Error; err != nil {
+		// a concurrent insert that slips past is a unique violation, which db retries into this
+		// check, or (a name in another case) a serialization failure, likewise.
+		if err := checkNameFree(tx, name, 0); err != nil {
 			return err
-		}
-		if n > 0 {
-			return ErrConflict
 		}
 		row = tenantRow{Name: name, CaptchaDifficulty: 50000, CreatedAt: s.clock()}
 		if err := tx.Create(&row).Error; err != nil || actor == "" {
@@ -94,6 +91,20 @@ func (s *Service) createTenant(ctx context.Context, name, actor string) (Tenant,
 		return Tenant{}, wrap("create tenant", err)
 	}
 	return tenantFromRow(row), nil
+}
+
+// checkNameFree returns ErrConflict when a tenant other than except has name in any case:
+// "Acme" beside "acme" would be two tenants an operator cannot tell apart in a list, a log or an
+// audit entry. (The names are ASCII, which lower folds alike on both dialects.)
+func checkNameFree(tx *gorm.DB, name string, except int64) error {
+	var n int64
+	if err := tx.Model(&tenantRow{}).Where("lower(name) = lower(?) AND id <> ?", name, except).Count(&n).Error; err != nil {
+		return err
+	}
+	if n > 0 {
+		return ErrConflict
+	}
+	return nil
 }
 
 // Tenant returns the tenant with the given ID, or ErrNotFound.
@@ -129,8 +140,8 @@ func (s *Service) ListTenants(ctx context.Context) ([]Tenant, error) {
 	return fromRows(rows, tenantFromRow), nil
 }
 
-// RenameTenant gives a tenant a new name (the rule of CreateTenant; a taken name is
-// ErrConflict, an unknown tenant ErrNotFound), audited in the tenant's log and the server's.
+// RenameTenant gives a tenant a new name (the rule of CreateTenant; another tenant's name, in
+// any case, is ErrConflict, an unknown tenant ErrNotFound), audited in the tenant's log and the server's.
 func (s *Service) RenameTenant(ctx context.Context, id int64, name, actor string) error {
 	if !namePattern.MatchString(name) {
 		return wrap("rename tenant", invalid("name", "name must match %s", namePattern))
@@ -143,12 +154,8 @@ func (s *Service) RenameTenant(ctx context.Context, id int64, name, actor string
 		if old.Name == name {
 			return nil
 		}
-		var n int64
-		if err := tx.Model(&tenantRow{}).Where("name = ?", name).Count(&n).Error; err != nil {
+		if err := checkNameFree(tx, name, id); err != nil {
 			return err
-		}
-		if n > 0 {
-			return ErrConflict
 		}
 		if err := tx.Model(&tenantRow{}).Where("id = ?", id).Update("name", name).Error; err != nil {
 			return err

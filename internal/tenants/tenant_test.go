@@ -17,8 +17,10 @@ func TestCreateTenantValidatesNamesAndRejectsDuplicates(t *testing.T) {
 			_, err := e.svc.CreateTenant(e.ctx, bad)
 			wantErr(t, err, ErrInvalid)
 		}
-		_, err := e.svc.CreateTenant(e.ctx, "Acme_1.prod:eu-west")
-		wantErr(t, err, ErrConflict)
+		for _, taken := range []string{"Acme_1.prod:eu-west", "acme_1.PROD:EU-west"} { // in any case
+			_, err := e.svc.CreateTenant(e.ctx, taken)
+			wantErr(t, err, ErrConflict)
+		}
 
 		got, err := e.svc.Tenant(e.ctx, tn.ID)
 		must(t, err)
@@ -37,7 +39,12 @@ func TestCreateTenantValidatesNamesAndRejectsDuplicates(t *testing.T) {
 		_, err = e.svc.TenantByName(e.ctx, "bad\x00name")
 		wantErr(t, err, ErrNotFound)
 
-		e.tenant(t, "0-first")
+		first := e.tenant(t, "0-first")
+		// A rename to another tenant's name in another case is refused; to one's own in another
+		// case is not.
+		wantErr(t, e.svc.RenameTenant(e.ctx, first.ID, "ACME_1.prod:eu-west", "test"), ErrConflict)
+		must(t, e.svc.RenameTenant(e.ctx, tn.ID, "ACME_1.prod:eu-west", "test"))
+		must(t, e.svc.RenameTenant(e.ctx, tn.ID, tn.Name, "test"))
 		all, err := e.svc.ListTenants(e.ctx)
 		must(t, err)
 		if len(all) != 2 || all[0].Name != "0-first" || all[1].Name != tn.Name {

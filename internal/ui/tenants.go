@@ -75,7 +75,7 @@ func (u *UI) createTenant(c *gin.Context) {
 		u.renderTenants(c, http.StatusUnprocessableEntity, name, "Names are 1 to 128 letters, digits and _ . : -")
 		return
 	case errors.Is(err, tenants.ErrConflict):
-		u.renderTenants(c, http.StatusUnprocessableEntity, name, "A tenant with this name exists.")
+		u.renderTenants(c, http.StatusUnprocessableEntity, name, "A tenant with this name exists (names are compared ignoring case).")
 		return
 	case err != nil:
 		u.internalError(c, err)
@@ -154,7 +154,7 @@ func (u *UI) renameTenant(c *gin.Context) {
 		u.renderManageTenant(c, http.StatusUnprocessableEntity, t, tenantVM{NewName: name, NameErr: "Names are 1 to 128 letters, digits and _ . : -"})
 		return
 	case errors.Is(err, tenants.ErrConflict):
-		u.renderManageTenant(c, http.StatusUnprocessableEntity, t, tenantVM{NewName: name, NameErr: "A tenant with this name exists."})
+		u.renderManageTenant(c, http.StatusUnprocessableEntity, t, tenantVM{NewName: name, NameErr: "A tenant with this name exists (names are compared ignoring case)."})
 		return
 	case err != nil:
 		u.fail(c, err)
