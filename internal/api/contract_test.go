@@ -237,6 +237,12 @@ func (c *contract) check(req request, r response) error {
 	if !c.covers(u.Path) {
 		return nil
 	}
+	if method == http.MethodHead { // the document's rule: GET's answer without its body
+		if len(r.body) > 0 {
+			return fmt.Errorf("HEAD answered a body of %d bytes", len(r.body))
+		}
+		return nil // TestHeadIsTheGetWithoutItsBody holds it to its GET
+	}
 	if r.status == http.StatusInternalServerError {
 		if !req.serverError {
 			return fmt.Errorf("500 internal is a bug (%s); a test that provokes one on purpose says so in serverErrorTests", truncate(string(r.body), 200))
@@ -276,6 +282,9 @@ func (c *contract) check(req request, r response) error {
 	for _, route := range known {
 		for m := range route.ops {
 			want = append(want, m)
+			if m == http.MethodGet { // the document's rule: HEAD is answered wherever GET is
+				want = append(want, http.MethodHead)
+			}
 		}
 	}
 	slices.Sort(want)
@@ -626,7 +635,9 @@ func TestContractCheckRejectsWhatTheDocumentDoesNotAllow(t *testing.T) {
 		{"a list of definitions", "GET", "/v1/limits", response{200, jsonCT, []byte(`{"limits":[{"kind":"fixed window","start":0,` + stored + `}]}`)}, ""},
 		{"a documented problem", "GET", "/v1/limits/x?key=a", response{404, problemCT, problem(404, "limit_not_found")}, ""},
 		{"a bodiless 204", "DELETE", "/v1/limits/x", response{204, http.Header{}, nil}, ""},
-		{"405 naming the documented methods", "POST", "/v1/limits/x", response{405, with405("GET, PUT, DELETE"), problem(405, "method_not_allowed")}, ""},
+		{"405 naming the documented methods", "POST", "/v1/limits/x", response{405, with405("GET, PUT, DELETE, HEAD"), problem(405, "method_not_allowed")}, ""},
+		{"405 without HEAD beside GET", "POST", "/v1/limits/x", response{405, with405("GET, PUT, DELETE"), problem(405, "method_not_allowed")}, "want the documented methods"},
+		{"a HEAD with a body", "HEAD", "/v1/limits", response{200, jsonCT, []byte(`{"limits":[]}`)}, "HEAD answered a body"},
 		{"404 for an undocumented path", "GET", "/v1/nothing/here", response{404, problemCT, problem(404, "not_found")}, ""},
 		{"413 before routing", "PUT", "/v1/nothing/here", response{413, problemCT, problem(413, "payload_too_large")}, ""},
 		{"the dashboard, which the document does not describe", "GET", "/dashboard", response{200, http.Header{"Content-Type": {"text/html"}}, []byte("<html>")}, ""},

@@ -631,18 +631,61 @@ func TestKnownPathWithAnotherMethodIs405WithAllow(t *testing.T) {
 		a := h.newTenant(t, "acme")
 		for _, tc := range []struct{ method, path, allow string }{
 			{http.MethodDelete, "/v1/limit", "POST"},
-			{http.MethodPost, "/v1/limits", "GET"},
-			{http.MethodPatch, "/v1/limits/x", "GET, PUT, DELETE"},
+			{http.MethodPost, "/v1/limits", "GET, HEAD"},
+			{http.MethodPatch, "/v1/limits/x", "GET, PUT, DELETE, HEAD"},
 			{http.MethodGet, "/v1/limits/x/limit", "POST"},
-			{http.MethodPost, "/.well-known/jwks.json", "GET"}, // the API's, outside /v1
+			{http.MethodHead, "/v1/limits/x/limit", "POST"},
+			{http.MethodPost, "/.well-known/jwks.json", "GET, HEAD"}, // the API's, outside /v1
 		} {
 			r := h.send(t, tc.method, tc.path, a.key, nil)
-			requireProblem(t, r, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
+			if tc.method == http.MethodHead { // no body to read the problem from
+				if r.status != http.StatusMethodNotAllowed {
+					t.Errorf("%s %s: %d, want 405", tc.method, tc.path, r.status)
+				}
+			} else {
+				requireProblem(t, r, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed)
+			}
 			if got := r.header.Get("Allow"); got != tc.allow {
 				t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
 			}
 		}
 	})
+}
+
+// TestHeadIsTheGetWithoutItsBody: through the real server, HEAD on any path answers what GET
+// answers (status, content type, Allow, WWW-Authenticate, and the length of GET's body) with no
+// body, authenticated or not.
+func TestHeadIsTheGetWithoutItsBody(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, sqliteURL(t))
+	a := h.newTenant(t, "acme")
+	h.define(t, a.key, "x", bucket10PerMinute)
+	for _, tc := range []struct{ path, key string }{
+		{"/v1/limits", a.key},
+		{"/v1/limits/x", a.key},
+		{"/v1/limits/x/value?key=a", a.key},
+		{"/v1/limits", ""},                    // 401
+		{"/v1/limits/nope", a.key},            // 404
+		{"/v1/limits/x/value?bogus=1", a.key}, // 400
+		{"/v1/limits/x/limit", a.key},         // 405: no GET
+		{"/v1/openapi.json", ""},
+		{"/.well-known/jwks.json", ""},
+		{"/healthz", ""},
+	} {
+		get := h.send(t, http.MethodGet, tc.path, tc.key, nil)
+		head := h.send(t, http.MethodHead, tc.path, tc.key, nil)
+		if head.status != get.status || len(head.body) != 0 {
+			t.Errorf("HEAD %s: %d with %d bytes of body; want GET's %d and no body", tc.path, head.status, len(head.body), get.status)
+		}
+		for _, name := range []string{"Content-Type", "Allow", "WWW-Authenticate", "RateLimit-Policy"} {
+			if head.header.Get(name) != get.header.Get(name) {
+				t.Errorf("HEAD %s: %s %q; want GET's %q", tc.path, name, head.header.Get(name), get.header.Get(name))
+			}
+		}
+		if cl := head.header.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(get.body)) {
+			t.Errorf("HEAD %s: Content-Length %s; want the length of GET's body, %d", tc.path, cl, len(get.body))
+		}
+	}
 }
 
 // TestResetAsTheContractSays: {} resets the limit's global (keyless) state; a key's reset is

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -148,6 +149,9 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		s.Register(r)
 	}
 	r.NoMethod(func(c *gin.Context) {
+		if allow := c.Writer.Header().Get("Allow"); slices.Contains(strings.Split(allow, ", "), http.MethodGet) {
+			c.Header("Allow", allow+", "+http.MethodHead) // headAsGet answers HEAD wherever GET is
+		}
 		if er := owner(c); er != nil {
 			er.MethodNotAllowed(c)
 			return
@@ -177,10 +181,10 @@ func MetricsHandler(m Metrics, token string) http.Handler {
 
 // Serve runs h on l until ctx ends, then shuts down gracefully: it stops accepting, lets
 // in-flight requests finish (up to grace) and only then returns, so callers may close the
-// database afterwards.
+// database afterwards. HEAD is answered wherever GET is (headAsGet).
 func Serve(ctx context.Context, l net.Listener, h http.Handler, grace time.Duration) error {
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           headAsGet(h),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,

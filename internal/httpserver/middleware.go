@@ -51,7 +51,7 @@ func AccessLog(log *slog.Logger) gin.HandlerFunc {
 		}
 		log.LogAttrs(c.Request.Context(), level, "request",
 			slog.String("request_id", c.GetString(RequestIDKey)),
-			slog.String("method", c.Request.Method),
+			slog.String("method", method(c.Request)),
 			slog.String("route", c.FullPath()),
 			slog.Int("status", status),
 			slog.Duration("duration", time.Since(start)),
