@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -66,13 +67,17 @@ func documentQueryParams(doc []byte) map[string][]string {
 	return out
 }
 
-// checkQuery refuses a query parameter the operation does not take, or one given more than once
-// (?key=a&key=b would decide one of them silently), as a body's unknown or repeated member is:
-// 400 naming the parameter.
+// checkQuery refuses a query parameter the operation does not take, one given more than once
+// (?key=a&key=b would decide one of them silently), as a body's unknown or repeated member is,
+// and a query that is not well-formed (malformedQuery): 400 naming the parameter.
 func (s *Server) checkQuery(c *gin.Context) {
 	known, ok := queryParams[c.Request.Method+" "+c.FullPath()]
 	if !ok { // no route (404, 405): the router answers
 		c.Next()
+		return
+	}
+	if field, detail, bad := malformedQuery(c.Request.URL.RawQuery); bad {
+		writeProblem(c, s.log, badRequest(field, detail))
 		return
 	}
 	for name, values := range c.Request.URL.Query() {
@@ -90,4 +95,35 @@ func (s *Server) checkQuery(c *gin.Context) {
 		}
 	}
 	c.Next()
+}
+
+// malformedQuery reports a raw query that url.ParseQuery (and so every handler's c.Query)
+// would read in part without a word, with the parameter to blame (decoded where it can be, as
+// sent where it cannot; "" when none is) and what to do: ?key=50%off would otherwise be read as
+// no key at all, the limit's global key, and ?key=a;b likewise.
+func malformedQuery(raw string) (field, detail string, bad bool) {
+	_, err := url.ParseQuery(raw)
+	if err == nil {
+		return "", "", false
+	}
+	for pair := range strings.SplitSeq(raw, "&") {
+		key, value, _ := strings.Cut(pair, "=")
+		name := key
+		if k, err := url.QueryUnescape(key); err == nil {
+			name = k
+		}
+		switch {
+		case strings.Contains(pair, ";"):
+			return name, fmt.Sprintf(`query parameter %q is not well-formed: it contains ";"; separate parameters with "&", and percent-encode a ";" in a value as %%3B`, name), true
+		case !validEscapes(key) || !validEscapes(value):
+			return name, fmt.Sprintf(`query parameter %q is not well-formed: a "%%" must begin an escape of two hex digits; percent-encode a "%%" itself as %%25`, name), true
+		}
+	}
+	return "", "the query is not well-formed: " + err.Error(), true // too many parameters
+}
+
+// validEscapes reports whether every "%" in s begins a %XX escape.
+func validEscapes(s string) bool {
+	_, err := url.QueryUnescape(s)
+	return err == nil
 }

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -31,4 +33,45 @@ func TestEveryQueryParameterAHandlerReadsIsTheDocuments(t *testing.T) {
 	if got := queryParams["POST /v1/limits/:name/limit"]; len(got) != 0 {
 		t.Errorf("POST /v1/limits/:name/limit takes query parameters %v, want none (Idempotency-Key is a header)", got)
 	}
+}
+
+// TestMalformedQueriesNameTheirParameter: a query url.ParseQuery would read in part is refused,
+// naming the parameter to blame; a well-formed one is not.
+func TestMalformedQueriesNameTheirParameter(t *testing.T) {
+	for _, tc := range []struct {
+		raw, field string
+		bad        bool
+	}{
+		{"", "", false},
+		{"key=50%25off", "", false},
+		{"key=a&limit=5", "", false},
+		{"key=a+b&&", "", false},
+		{"key=50%off", "key", true},
+		{"key=a;b", "key", true},
+		{"limit=1&key=a;b", "key", true},
+		{"key=a&key=%zz", "key", true},
+		{"%zz=1", "%zz", true},
+		{"k%65y=%", "key", true},
+		{strings.Repeat("a&", 20_000), "", true}, // more parameters than net/url reads
+	} {
+		field, detail, bad := malformedQuery(tc.raw)
+		if bad != tc.bad || field != tc.field {
+			t.Errorf("%.40q: bad %v, field %q (%s); want bad %v, field %q", tc.raw, bad, field, detail, tc.bad, tc.field)
+		}
+	}
+}
+
+// FuzzMalformedQuery: malformedQuery refuses exactly the queries url.ParseQuery reports, and
+// says why.
+func FuzzMalformedQuery(f *testing.F) {
+	for _, seed := range []string{"", "key=a", "key=50%off", "key=a;b", "%zz", "a=%2", "a=%%", "&&=", "k%65y=v"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		_, err := url.ParseQuery(raw)
+		_, detail, bad := malformedQuery(raw)
+		if bad != (err != nil) || bad && detail == "" {
+			t.Fatalf("%q: bad %v (%q); url.ParseQuery: %v", raw, bad, detail, err)
+		}
+	})
 }
