@@ -19,9 +19,10 @@
 // two keys and the database holds only their hashes. Every change it makes is audited as "demo"
 // (the creation of its tenant in the tenant's log and in the server's security log, as the CLI
 // and the dashboard audit theirs). Revoking either key from the dashboard switches the demo off
-// until it is re-enabled with a new root secret. Deleting the demo tenant does not: the next
-// request (in this process or after a restart) finds it gone, creates a new one, records that
-// one as the demo's, and sets it up as on first use.
+// until its tenant is deleted (or the root secret replaced). Deleting the demo tenant does not
+// switch it off: the next request (in this process or after a restart) finds it gone, creates a
+// new one, records that one as the demo's, and sets it up as on first use, with new keys (the
+// tenant's ID is part of their derivation), so a revoked key never comes back.
 package demo
 
 import (
@@ -254,8 +255,8 @@ func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
 		x.tenantID, x.pk, x.sk, x.synced = t.ID, "", "", false
 	}
 	if x.sk == "" {
-		pk := tenants.DeriveKey(tenants.KindPublishable, x.seed("publishable"))
-		sk := tenants.DeriveKey(tenants.KindSecret, x.seed("secret"))
+		pk := tenants.DeriveKey(tenants.KindPublishable, x.seed("publishable", t.ID))
+		sk := tenants.DeriveKey(tenants.KindSecret, x.seed("secret", t.ID))
 		if _, err := x.deps.Tenants.EnsureKey(ctx, t.ID, tenants.KindPublishable, "demo page", pk, actor); err != nil {
 			return "", "", fmt.Errorf("demo: publishable key: %w", err)
 		}
@@ -349,10 +350,13 @@ func (x *Demo) recordOwner(ctx context.Context, id string) error {
 	return err
 }
 
-// seed is the secret that determines one of the demo's keys.
-func (x *Demo) seed(purpose string) []byte {
+// seed is the secret that determines one of the demo's keys for its tenant tenantID. The tenant
+// is part of it so that a tenant created after the deletion of the last one (tenant IDs are never
+// reused) has keys of its own: a key the operator revoked, and deleted with its tenant, never
+// comes back.
+func (x *Demo) seed(purpose string, tenantID int64) []byte {
 	m := hmac.New(sha256.New, x.deps.KeySeed)
-	m.Write([]byte(purpose))
+	m.Write([]byte(purpose + " of tenant " + strconv.FormatInt(tenantID, 10)))
 	return m.Sum(nil)
 }
 

@@ -314,10 +314,40 @@ func TestDemoRecoversFromTheDeletionOfItsTenant(t *testing.T) {
 
 	s, stop := startStack(t, cfg)
 	first := page(s, "first use")
+	// An operator revokes the demo's secret key (it leaked, say): the demo is off, and stays
+	// off, until its tenant is deleted.
+	firstKeys, err := s.tenants.ListKeys(ctx, first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range firstKeys {
+		if k.Kind == tenants.KindSecret {
+			if err := s.tenants.RevokeKey(ctx, first.ID, k.ID, "operator"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stop()
+	s, stop = startStack(t, cfg)
+	if res, body := s.get(t, "/demo"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("GET /demo with the demo's secret key revoked: %d, want 503\n%s", res.StatusCode, body)
+	}
 	deleteTenant(s, first)
 	second := page(s, "after the deletion, same process")
 	if second.ID == first.ID {
 		t.Fatal("the deleted tenant is still served")
+	}
+	// The new tenant's keys are new: the revoked one did not come back with it.
+	secondKeys, err := s.tenants.ListKeys(ctx, second.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range secondKeys {
+		for _, old := range firstKeys {
+			if k.Hint == old.Hint {
+				t.Fatalf("the new demo tenant has the %s key %s of the deleted one", k.Kind, k.Hint)
+			}
+		}
 	}
 	// The backend's calls use the new tenant's keys too: the API answers, not 401.
 	res, err := http.Post(s.url+"/demo/api/action", "application/json", strings.NewReader(`{"sessionId":"x"}`))
