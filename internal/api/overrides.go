@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -112,14 +111,9 @@ func (s *Server) listOverrides(c *gin.Context) {
 	if !ok {
 		return
 	}
-	limit := DefaultOverridesPage
-	if v, present := c.GetQuery("limit"); present {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > limiter.MaxOverridesPage {
-			writeProblem(c, s.log, fieldf("limit", "limit must be a whole number from 1 to %d", limiter.MaxOverridesPage))
-			return
-		}
-		limit = n
+	limit, ok := s.pageSize(c, DefaultOverridesPage, limiter.MaxOverridesPage)
+	if !ok {
+		return
 	}
 	list, next, err := s.engine.ListOverrides(c.Request.Context(), tenantOf(c).TenantID, name, c.Query("after"), limit)
 	if err != nil {

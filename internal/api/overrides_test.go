@@ -210,7 +210,7 @@ func TestOverrideBadInputIsA400NamingTheFieldOrA404(t *testing.T) {
 				t.Errorf("delete %q: %v", q, p)
 			}
 		}
-		for _, q := range []string{"?limit=0", "?limit=1001", "?limit=x"} {
+		for _, q := range []string{"?limit=0", "?limit=1001", "?limit=x", "?limit=", "?limit=%2B5"} {
 			p := requireProblem(t, h.send(t, http.MethodGet, path+q, a.key, nil), http.StatusBadRequest, api.CodeInvalidRequest)
 			if p["field"] != "limit" {
 				t.Errorf("list %q: %v", q, p)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -95,6 +96,21 @@ func (s *Server) checkQuery(c *gin.Context) {
 		}
 	}
 	c.Next()
+}
+
+// pageSize reads a list's ?limit=: def when it is absent; when given (empty included), a whole
+// number from 1 to most, or a 400 naming it (and false).
+func (s *Server) pageSize(c *gin.Context, def, most int) (int, bool) {
+	v, given := c.GetQuery("limit")
+	if !given {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most || v[0] == '+' {
+		writeProblem(c, s.log, fieldf("limit", "limit must be a whole number from 1 to %d", most))
+		return 0, false
+	}
+	return n, true
 }
 
 // malformedQuery reports a raw query that url.ParseQuery (and so every handler's c.Query)

@@ -122,14 +122,9 @@ func (s *Server) webhookDeliveries(c *gin.Context) {
 	if !ok {
 		return
 	}
-	limit := 50
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			writeProblem(c, s.log, badRequest("limit", "must be a whole number from 1 to 500"))
-			return
-		}
-		limit = n
+	limit, ok := s.pageSize(c, 50, 500)
+	if !ok {
+		return
 	}
 	tenantID := tenantOf(c).TenantID
 	if _, err := s.webhooks.Endpoint(c.Request.Context(), tenantID, id); err != nil {

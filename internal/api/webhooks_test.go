@@ -128,7 +128,7 @@ func TestWebhookRoutesManageEndpointsAndTheDeliveryLog(t *testing.T) {
 		if r := h.send(t, http.MethodPost, "/v1/webhooks/"+id+"/deliveries/"+deliveryID+"/resend", a.key, nil); r.status != http.StatusAccepted {
 			t.Fatalf("resend: %v", r)
 		}
-		for _, q := range []string{"?limit=0", "?limit=501", "?limit=ten"} {
+		for _, q := range []string{"?limit=0", "?limit=501", "?limit=ten", "?limit=", "?limit=%2B5"} {
 			requireProblem(t, h.send(t, http.MethodGet, "/v1/webhooks/"+id+"/deliveries"+q, a.key, nil), http.StatusBadRequest, "invalid_request")
 		}
 		requireProblem(t, h.send(t, http.MethodPost, "/v1/webhooks/"+id+"/deliveries/msg_nope/resend", a.key, nil), http.StatusNotFound, "not_found")
