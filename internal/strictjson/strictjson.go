@@ -154,13 +154,13 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 					if elem, exact = fields[key]; !exact {
 						for name := range fields {
 							if strings.EqualFold(name, key) {
-								problem = &Problem{Path: path(), Message: fmt.Sprintf("unknown field %q: member names are case-sensitive (%q)", key, name)}
+								problem = &Problem{Path: path(), Message: fmt.Sprintf("unknown field %+q: member names are case-sensitive (%q)", key, name)}
 								return false
 							}
 						}
 						// The decoder refuses it too (DisallowUnknownFields), but names it
 						// without its path ("foo" for "decisions[1].foo").
-						problem = &Problem{Path: path(), Message: fmt.Sprintf("unknown field %q", path())}
+						problem = &Problem{Path: path(), Message: fmt.Sprintf("unknown field %+q", path())}
 						return false
 					}
 				}

@@ -51,6 +51,13 @@ func TestCheckFindsWhatEncodingJSONWouldTakeSilently(t *testing.T) {
 			t.Errorf("%s: %+v, want a problem at %s", tc.body, p, tc.path)
 		}
 	}
+	// A member name that only looks like a known one is shown escaped: "Key" with a Kelvin sign
+	// would read as the "Key" the client may believe it sent.
+	for _, body := range []string{"{\"\u212aey\":\"k\"}", "{\"config\":{\"\u0280ate\":1}}"} {
+		if p := Check([]byte(body), bodyType); p == nil || !strings.Contains(p.Message, `\u`) {
+			t.Errorf("%s: %+v, want the member's name escaped in the message", body, p)
+		}
+	}
 }
 
 type withNullable struct {
