@@ -57,7 +57,12 @@ func TestHeadIsAnsweredWhereverGetIs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- httpserver.Serve(ctx, l, r, 10*time.Second) }()
-	t.Cleanup(func() { cancel(); <-served })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("the server ended with %v", err)
+		}
+	})
 
 	// What the server writes, byte for byte: a client's HEAD would not read a body if one came.
 	raw := func(method, path string) string {
