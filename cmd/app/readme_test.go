@@ -139,24 +139,6 @@ func freeAddr(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // runWalkthrough builds the binary, starts `app serve` on a fresh SQLite file, runs block with
 // bash against it (the CLI sharing the same database) and checks it ends with an allowed decision.
 func runWalkthrough(t *testing.T, block string) {
@@ -180,7 +162,7 @@ func runWalkthrough(t *testing.T, block string) {
 	defer cancel()
 	server := exec.CommandContext(ctx, filepath.Join(binDir, "app"), "serve")
 	server.Dir, server.Env = work, env
-	var serverErr syncBuffer
+	var serverErr testkit.SyncBuffer
 	server.Stderr = &serverErr
 	stdout, err := server.StdoutPipe()
 	if err != nil {
@@ -189,7 +171,7 @@ func runWalkthrough(t *testing.T, block string) {
 	if err := server.Start(); err != nil {
 		t.Fatalf("start app serve: %v", err)
 	}
-	var serverOut syncBuffer
+	var serverOut testkit.SyncBuffer
 	listening := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
+
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // TestPortZeroIsTheRealPortEverywhere: with LISTEN_ADDR's port 0 and no BASE_URL, the base URL
@@ -17,7 +19,7 @@ func TestPortZeroIsTheRealPortEverywhere(t *testing.T) {
 	cfg := apptest.Config("sqlite:" + t.TempDir() + "/sluice.db")
 	cfg.BaseURL = "http://127.0.0.1:0" // as config derives it from LISTEN_ADDR 127.0.0.1:0
 	cfg.LogLevel = slog.LevelInfo
-	out := new(lockedBuffer)
+	out := new(testkit.SyncBuffer)
 	a := apptest.Start(t, cfg, app.Options{Stdout: out})
 	want := "http://" + a.Addr()
 	if a.Config.BaseURL != want || a.BaseURL() != want {

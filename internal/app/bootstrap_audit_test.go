@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/app"
@@ -40,7 +38,7 @@ func adminFromEnvironment(t *testing.T, dbURL string) {
 // setupLink: the first operator comes through the printed setup link.
 func setupLink(t *testing.T, dbURL string) {
 	ctx := context.Background()
-	out := new(lockedBuffer)
+	out := new(testkit.SyncBuffer)
 	a := apptest.Start(t, apptest.Config(dbURL), app.Options{Stdout: out})
 	link := regexp.MustCompile(`/setup\?token=(\S+)`).FindStringSubmatch(out.String())
 	if link == nil {
@@ -62,24 +60,6 @@ func setupLink(t *testing.T, dbURL string) {
 	}
 	wantCreatedOnce(t, a, "user:first@example.com user.create user:"+strconv.FormatInt(first.ID, 10)+
 		" first@example.com (operator); first operator, through the setup link")
-}
-
-// lockedBuffer is the application's standard output, read by the test while the server writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // wantCreatedOnce checks that the security log holds entry and no other user.create.

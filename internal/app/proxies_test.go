@@ -6,6 +6,8 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
+
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // TestTrustingEveryAddressAsAProxyIsWarnedOf: a TRUSTED_PROXIES entry that covers every address
@@ -14,7 +16,7 @@ import (
 func TestTrustingEveryAddressAsAProxyIsWarnedOf(t *testing.T) {
 	cfg := apptest.Config("sqlite:" + t.TempDir() + "/sluice.db")
 	cfg.TrustedProxies = []string{"10.0.0.0/8", "0.0.0.0/0", "::/0", "::ffff:0.0.0.0/96", "192.0.2.1"}
-	out := new(lockedBuffer)
+	out := new(testkit.SyncBuffer)
 	apptest.Start(t, cfg, app.Options{Stdout: out})
 	var warned []string
 	for _, line := range strings.Split(out.String(), "\n") {

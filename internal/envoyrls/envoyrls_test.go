@@ -1,7 +1,6 @@
 package envoyrls_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -266,30 +265,12 @@ func TestKeysAreCheckedFromTheConfiguredHeader(t *testing.T) {
 	})
 }
 
-// lockedBuffer is the application's stdout, written by Run while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestTheKeyHeaderIsConfigurableAndTheAddressPrinted(t *testing.T) {
 	t.Parallel()
 	cfg := apptest.Config("sqlite:" + t.TempDir() + "/sluice.db")
 	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.GRPCKeyHeader = "x-sluice-key"
-	var out lockedBuffer
+	var out testkit.SyncBuffer
 	h := startWith(t, cfg, app.Options{Stdout: &out})
 	if want := "Envoy rate limit service on " + h.app.GRPCAddr() + "\n"; !strings.Contains(out.String(), want) {
 		t.Fatalf("stdout %q does not say %q", out.String(), want)
@@ -587,7 +568,7 @@ func TestAMissingParentIsOverLimitAndLogged(t *testing.T) {
 				cfg := apptest.Config(url)
 				cfg.GRPCAddr = "127.0.0.1:0"
 				cfg.GRPCAllowUnknown = allowUnknown
-				var out lockedBuffer
+				var out testkit.SyncBuffer
 				h := startWith(t, cfg, app.Options{Stdout: &out})
 				child := limiter.Definition{Kind: limiter.FixedWindow, Rate: 2, Period: 3_600_000,
 					Parents: []limiter.Parent{{Name: "api.org", Key: "{org}"}}}

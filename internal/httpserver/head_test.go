@@ -1,46 +1,28 @@
 package httpserver_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/httpserver"
+
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
-
-// syncBuffer is a bytes.Buffer the server's goroutines may log into while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestHeadIsAnsweredWhereverGetIs: through the real server, HEAD on a GET route is the GET's
 // status and headers (Content-Length included) with no body on the wire, and is logged as HEAD;
 // a path without GET answers HEAD as GET (405 naming its methods, 404); and a 405's Allow names
 // HEAD beside GET.
 func TestHeadIsAnsweredWhereverGetIs(t *testing.T) {
-	var logged syncBuffer
+	var logged testkit.SyncBuffer
 	r, err := httpserver.NewRouter(httpserver.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
 		t.Fatal(err)

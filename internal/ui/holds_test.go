@@ -1,13 +1,11 @@
 package ui_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/PuerkitoBio/goquery"
@@ -16,6 +14,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
+
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // TestLimitPageShowsAndReleasesHoldsAndLeases: a limit's page counts its open holds (and a
@@ -195,29 +195,11 @@ func TestReleaseGoesOnlyThroughALimitItInvolves(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer that tests read while the application writes its log to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // auditLossEnv is a dashboard whose log goes to out, with an operator, tenant acme and one
 // daily bucket limit called name: the set-up of the tests of a lost audit entry.
-func auditLossEnv(t *testing.T, name string) (*env, *syncBuffer, tenants.Tenant) {
+func auditLossEnv(t *testing.T, name string) (*env, *testkit.SyncBuffer, tenants.Tenant) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testkit.SyncBuffer{}
 	e := newEnv(t, func(_ *config.Config, o *app.Options) { o.Stdout = out })
 	e.operator()
 	tn := e.tenant("acme")

@@ -471,7 +471,7 @@ func (w *hostileWalk) beforeRequest(t *testing.T, ri gin.RouteInfo) {
 // the setup form gets the same bodies with its live token.
 func TestHostileFormsNeverCauseAServerError(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, dbURL string) {
-		log := &syncBuffer{}
+		log := &testkit.SyncBuffer{}
 		e := newEnv(t, onDatabase(dbURL), func(c *config.Config, o *app.Options) {
 			c.WebhookAllowPrivate = true
 			o.Stdout = log
