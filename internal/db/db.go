@@ -137,17 +137,22 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 // connection, which can take hours.
 const idleInTransactionTimeout = "30s"
 
-// sqlIdleInTransactionTimeout sets idleInTransactionTimeout for the session unless something
-// else set a timeout (0 is "none").
+// sqlIdleInTransactionTimeout sets idleInTransactionTimeout for the session unless the server or
+// the role set a timeout (0 is also "none set" there).
 const sqlIdleInTransactionTimeout = "SELECT set_config('idle_in_transaction_session_timeout', '" + idleInTransactionTimeout + "', false) " +
 	"WHERE current_setting('idle_in_transaction_session_timeout') = '0'"
 
 // openPostgres is the pool of connections to url, each of which sets its
-// idle_in_transaction_session_timeout as it opens (sqlIdleInTransactionTimeout).
+// idle_in_transaction_session_timeout as it opens (sqlIdleInTransactionTimeout), unless url sets
+// one itself (0, none, included).
 func openPostgres(url string) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(url) // its errors hide the password
 	if err != nil {
 		return nil, err
+	}
+	const param = "idle_in_transaction_session_timeout"
+	if _, set := cfg.RuntimeParams[param]; set || strings.Contains(cfg.RuntimeParams["options"], param) {
+		return stdlib.OpenDB(*cfg), nil
 	}
 	cfg.AfterConnect = func(ctx context.Context, conn *pgconn.PgConn) error {
 		return conn.Exec(ctx, sqlIdleInTransactionTimeout).Close()

@@ -264,7 +264,8 @@ func TestAPostgresConflictIsRetriedAtOnce(t *testing.T) {
 
 // TestPostgresSessionsEndTransactionsLeftIdle: every pooled PostgreSQL connection ends a
 // transaction its client leaves idle for 30 s (a stalled instance's row locks are released),
-// unless DATABASE_URL (or the server, or the role) sets a timeout of its own, which is kept.
+// unless DATABASE_URL (0, none, included), the server or the role sets a timeout of its own,
+// which is kept.
 func TestPostgresSessionsEndTransactionsLeftIdle(t *testing.T) {
 	timeout := func(d *db.DB) string {
 		t.Helper()
@@ -284,7 +285,9 @@ func TestPostgresSessionsEndTransactionsLeftIdle(t *testing.T) {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	if got := timeout(testkit.OpenURL(t, url+sep+"idle_in_transaction_session_timeout=7s")); got != "7s" {
-		t.Fatalf("with DATABASE_URL's own timeout: %q; want 7s, the URL's", got)
+	for _, own := range []string{"7s", "0"} { // 0: the URL asks for none
+		if got := timeout(testkit.OpenURL(t, testkit.URL(t, db.Postgres)+sep+"idle_in_transaction_session_timeout="+own)); got != own {
+			t.Fatalf("with DATABASE_URL's own timeout %s: %q; want the URL's", own, got)
+		}
 	}
 }

@@ -217,7 +217,7 @@ func parentGone(ctx context.Context) bool {
 // wait ended, so its retry backs off (and a decision's lane is given to others) at once.
 func (p RetryPolicy) delay(n int, err error) time.Duration {
 	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code != lockNotAvailable {
+	if errors.As(err, &pg) && !IsLockTimeout(err) {
 		if n == 1 {
 			return 0
 		}
@@ -229,6 +229,13 @@ func (p RetryPolicy) delay(n int, err error) time.Duration {
 
 // lockNotAvailable is PostgreSQL's lock_not_available: lock_timeout ended a wait for a lock.
 const lockNotAvailable = "55P03"
+
+// IsLockTimeout reports whether err is PostgreSQL's lock_timeout ending a wait for a lock: the
+// holder had not finished within it.
+func IsLockTimeout(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == lockNotAvailable
+}
 
 // isRetryable reports errors that mean "another transaction got there first; try again".
 func isRetryable(err error) bool {

@@ -691,7 +691,15 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	}
 	if e.db.Dialect == db.Postgres && !forceGormGroups {
 		err = e.db.WithPgx(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			return e.groupPgx(ctx, conn, jobs)
+			err := e.groupPgx(ctx, conn, jobs)
+			if splits && db.IsLockTimeout(err) && len(splitByRows(jobs)) > 1 {
+				// A row of the group stayed locked for decisionLockTimeout: its holder may have
+				// stalled. Retrying the whole group would keep every other job waiting for that
+				// row as long as the budget lasts; its parts are decided now instead (not
+				// retried here: errRowLockedLong is no database error).
+				return fmt.Errorf("%w: %v", errRowLockedLong, err)
+			}
+			return err
 		})
 	} else {
 		err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
@@ -705,10 +713,10 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	if err == nil && e.afterIdempotentCommit != nil && anyIdempotent(jobs) {
 		e.afterIdempotentCommit()
 	}
-	if splits && errors.Is(err, db.ErrAttemptsSpent) {
+	if splits && (errors.Is(err, db.ErrAttemptsSpent) || errors.Is(err, errRowLockedLong)) {
 		// Every attempt lost a row to another transaction, most likely on one key that another
-		// instance decides on as fast as it can; the group's jobs on other rows, another
-		// tenant's too, need not answer 503 for it. (SQLite's attempts lose the one write lock,
+		// instance decides on as fast as it can, or a row stayed locked past the lock timeout;
+		// the group's jobs on other rows, another tenant's too, need not answer 503 for it. (SQLite's attempts lose the one write lock,
 		// not a row: split, they would lose it as well. A part is not split again.) The give-up
 		// is counted only where decisions fail closed: here for a group that makes one part,
 		// by each part's own transaction otherwise.
@@ -734,6 +742,10 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 		close(j.done)
 	}
 }
+
+// errRowLockedLong ends a group's transaction whose wait for a row lock outlasted the lock
+// timeout, for its jobs to be decided in parts (runGroupOrPart).
+var errRowLockedLong = errors.New("limiter: a row stayed locked past the lock timeout")
 
 // maxParallelParts is how many parts of groups that spent their attempts the engine decides at
 // once (runParts, Engine.partSlots): each of a part's attempts holds a pooled connection.

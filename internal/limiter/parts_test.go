@@ -279,3 +279,59 @@ func TestARetryLocksTheRowsItReadsLateToo(t *testing.T) {
 		t.Fatalf("the parent's row, read late, locked at each attempt: %v; want [false false true]", parentLocked)
 	}
 }
+
+// TestAGroupWithARowLockedLongDecidesItsOtherJobsAlone: when a group's transaction waits for a
+// row lock past the lock timeout (its holder stalled), the group's jobs on other rows, another
+// tenant's, are decided at once in parts of their own, not held for that row until the budget
+// ends; the job on the locked row is decided, once, when the lock is released.
+func TestAGroupWithARowLockedLongDecidesItsOtherJobsAlone(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	d.Retry = db.RetryPolicy{MaxAttempts: 1 << 30, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Budget: 5 * time.Minute}
+	e := NewEngine(d, Options{})
+	ctx := context.Background()
+	for _, tenantID := range []int64{1, 2} {
+		if _, _, err := e.PutDefinition(ctx, tenantID, "api", Definition{Kind: TokenBucket, Rate: 10, Period: 3_600_000}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := newJob(1, true, Request{Name: "api", Key: "locked", Count: 1})
+	e.runGroup(nil, []*job{first}) // the row exists: there is one to lock
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	conn, err := d.SQL.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	holder, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback() }()
+	if _, err := holder.ExecContext(ctx, `SELECT 1 FROM limit_state WHERE tenant_id = 1 AND name = 'api' AND key = 'locked' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	locked, other := newJob(1, true, Request{Name: "api", Key: "locked", Count: 1}), newJob(2, true, Request{Name: "api", Key: "free", Count: 1})
+	for _, j := range []*job{locked, other} {
+		j.queuedAt = time.Now()
+	}
+	ended := make(chan struct{})
+	go func() { e.runGroup(nil, []*job{locked, other}); close(ended) }()
+	testkit.Await(t, other.done, "the other tenant's decision, grouped with one on a row locked past the lock timeout")
+	if other.err != nil || !other.out.OK {
+		t.Fatalf("the other tenant's decision: %+v, %v; want admitted", other.out, other.err)
+	}
+	select {
+	case <-locked.done:
+		t.Fatalf("the decision on the locked row ended while the row was still locked: %+v, %v", locked.out, locked.err)
+	default:
+	}
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Await(t, ended, "the group once the lock is released")
+	if locked.err != nil || !locked.out.OK || locked.out.Results[0].Remaining < 8 || locked.out.Results[0].Remaining > 8.01 {
+		t.Fatalf("the decision on the locked row: %+v, %v; want admitted, 8 remaining", locked.out, locked.err)
+	}
+}
