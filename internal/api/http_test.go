@@ -656,8 +656,9 @@ func TestKnownPathWithAnotherMethodIs405WithAllow(t *testing.T) {
 }
 
 // TestHeadIsTheGetWithoutItsBody: through the real server, HEAD on any path answers what GET
-// answers (status, content type, Allow, WWW-Authenticate, and the length of GET's body) with no
-// body, authenticated or not.
+// answers (status, content type, Allow, WWW-Authenticate, and the length of GET's body),
+// authenticated or not. (That no body follows on the wire is httpserver's
+// TestHeadIsAnsweredWhereverGetIs: Go's client reads none after a HEAD.)
 func TestHeadIsTheGetWithoutItsBody(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, sqliteURL(t))
@@ -677,8 +678,8 @@ func TestHeadIsTheGetWithoutItsBody(t *testing.T) {
 	} {
 		get := h.send(t, http.MethodGet, tc.path, tc.key, nil)
 		head := h.send(t, http.MethodHead, tc.path, tc.key, nil)
-		if head.status != get.status || len(head.body) != 0 {
-			t.Errorf("HEAD %s: %d with %d bytes of body; want GET's %d and no body", tc.path, head.status, len(head.body), get.status)
+		if head.status != get.status {
+			t.Errorf("HEAD %s: %d; want GET's %d", tc.path, head.status, get.status)
 		}
 		for _, name := range []string{"Content-Type", "Allow", "WWW-Authenticate", "RateLimit-Policy"} {
 			if head.header.Get(name) != get.header.Get(name) {

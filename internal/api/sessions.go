@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/captcha"
+	"github.com/sluice-dev/sluice/internal/httpserver"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
@@ -142,6 +143,10 @@ func (s *sessions) challenge(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	if httpserver.AskedHead(c.Request) { // safe: no challenge issued, no key limit spent
+		c.Status(http.StatusOK)
+		return
+	}
 	pk := c.Query("pk")
 	if ok := s.spend(c, ChallengeKeyLimitName, s.keyLimit, "key:"+hashHex(pk), nil); !ok {
 		return
@@ -192,7 +197,7 @@ func (s *sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, erro
 		return tenants.Tenant{}, "", errNoPublishableKey
 	}
 	origin := c.GetHeader("Origin")
-	if !s.spend(c, ChallengeIPLimitName, s.ipLimit, limiter.IPKeyPrefix+hashHex(clientIPKey(c.ClientIP())), func() {
+	if !httpserver.AskedHead(c.Request) && !s.spend(c, ChallengeIPLimitName, s.ipLimit, limiter.IPKeyPrefix+hashHex(clientIPKey(c.ClientIP())), func() {
 		if origin != "" {
 			c.Header("Access-Control-Allow-Origin", origin)
 		}

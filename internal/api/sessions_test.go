@@ -279,6 +279,14 @@ func TestCaptchaChallengeIsRateLimitedPerKeyAndPerClientIP(t *testing.T) {
 		get := func(pk string) response {
 			return h.request(t, http.MethodGet, challengePath(pk, newSessionID(t)), map[string]string{"Origin": h.origin})
 		}
+		// HEAD is safe: more HEADs than either limit takes spend neither (a link checker or a
+		// monitor does not starve the widget).
+		for range 10 {
+			r := h.request(t, http.MethodHead, challengePath(a.pk, newSessionID(t)), map[string]string{"Origin": h.origin})
+			if r.status != http.StatusOK || r.header.Get("Access-Control-Allow-Origin") != h.origin {
+				t.Fatalf("HEAD of a challenge: %d %v; want 200 for the allowed origin", r.status, r.header)
+			}
+		}
 		for range 5 {
 			requireJSON(t, get(a.pk), http.StatusOK)
 		}

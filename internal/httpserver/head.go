@@ -10,7 +10,9 @@ import (
 // it). gin routes each method on its own, so HEAD would otherwise be a 405 everywhere. The GET
 // handler runs unchanged on a copy of the request: net/http writes the response to the original
 // HEAD request, whose body it drops (it still counts it for Content-Length). A path without a
-// GET answers HEAD as it answers GET: 405 with its Allow header, or 404.
+// GET answers HEAD as it answers GET: 405 with its Allow header, or 404. HEAD is a safe method:
+// a GET handler that changes something (spends a limit, consumes a one-time value) asks
+// AskedHead and leaves that out.
 func headAsGet(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
@@ -23,9 +25,15 @@ func headAsGet(h http.Handler) http.Handler {
 
 type askedHeadKey struct{}
 
-// method is the method the client sent: HEAD for a request headAsGet routed as GET.
+// AskedHead reports whether the client sent r as HEAD (headAsGet routes it as GET).
+func AskedHead(r *http.Request) bool {
+	head, _ := r.Context().Value(askedHeadKey{}).(bool)
+	return head
+}
+
+// method is the method the client sent.
 func method(r *http.Request) string {
-	if head, _ := r.Context().Value(askedHeadKey{}).(bool); head {
+	if AskedHead(r) {
 		return http.MethodHead
 	}
 	return r.Method

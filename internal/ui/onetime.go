@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/httpserver"
 )
 
 // A secret the dashboard shows once (a new API key's) survives the redirect after the form that
@@ -61,10 +63,11 @@ func (u *UI) putOneTime(c *gin.Context, path, purpose, secret string) {
 		Path: path, MaxAge: int(oneTimeTTL.Seconds()), Secure: !u.insecure, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 }
 
-// takeOneTime returns the secret handed over for purpose, if a live one is there, and clears it.
+// takeOneTime returns the secret handed over for purpose, if a live one is there, and clears it
+// (not for HEAD, which shows no page to show it on).
 func (u *UI) takeOneTime(c *gin.Context, path, purpose string) (string, bool) {
 	ck, err := c.Request.Cookie(u.oneTimeCookie())
-	if err != nil {
+	if err != nil || httpserver.AskedHead(c.Request) { // HEAD shows nothing, so it takes nothing
 		return "", false
 	}
 	http.SetCookie(c.Writer, &http.Cookie{Name: u.oneTimeCookie(), Value: "", Path: path, MaxAge: -1,

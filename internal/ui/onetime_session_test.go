@@ -42,3 +42,27 @@ func TestAOneTimeSecretOpensOnlyInTheSessionThatMadeIt(t *testing.T) {
 		t.Fatal("another session opened the one-time secret with the maker's cookie")
 	}
 }
+
+// TestAHeadOfThePageLeavesTheOneTimeSecretForItsGet: HEAD is safe: a HEAD of the page a new key's
+// secret is shown on (a link preview, a monitor) shows nothing, so it takes nothing; the GET that
+// follows still shows the secret.
+func TestAHeadOfThePageLeavesTheOneTimeSecretForItsGet(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	tn := e.tenant("acme")
+	maker := e.login(opEmail, opPassword)
+	posted := maker.post(tpath(tn, "/keys"), url.Values{"label": {"previewed"}, "kind": {"secret"}})
+	wantStatus(t, posted, http.StatusSeeOther)
+	page := posted.Header.Get("Location")
+	res, err := maker.c.Head(e.url + page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD %s: %d, want 200", page, res.StatusCode)
+	}
+	if secret, _ := maker.get(page).doc(t).Find("#new-secret").Attr("value"); !strings.HasPrefix(secret, "sk_live_") {
+		t.Fatalf("after a HEAD of the page, its GET showed %q, not the new key's secret", secret)
+	}
+}
