@@ -69,6 +69,7 @@ type Tenants interface {
 	Tenant(ctx context.Context, id int64) (tenants.Tenant, error)
 	CreateTenant(ctx context.Context, name string) (tenants.Tenant, error)
 	EnsureKey(ctx context.Context, tenantID int64, kind tenants.KeyKind, label, secret, actor string) (tenants.APIKey, error)
+	HasKey(ctx context.Context, tenantID int64, secret string) (bool, error)
 	UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int, actor string) error
 	Setting(ctx context.Context, key string) (string, error)
 	SetSettingIfAbsent(ctx context.Context, key, value string) (string, error)
@@ -255,8 +256,10 @@ func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
 		x.tenantID, x.pk, x.sk, x.synced = t.ID, "", "", false
 	}
 	if x.sk == "" {
-		pk := tenants.DeriveKey(tenants.KindPublishable, x.seed("publishable", t.ID))
-		sk := tenants.DeriveKey(tenants.KindSecret, x.seed("secret", t.ID))
+		pk, sk, err := x.keys(ctx, t.ID)
+		if err != nil {
+			return "", "", err
+		}
 		if _, err := x.deps.Tenants.EnsureKey(ctx, t.ID, tenants.KindPublishable, "demo page", pk, actor); err != nil {
 			return "", "", fmt.Errorf("demo: publishable key: %w", err)
 		}
@@ -350,13 +353,29 @@ func (x *Demo) recordOwner(ctx context.Context, id string) error {
 	return err
 }
 
-// seed is the secret that determines one of the demo's keys for its tenant tenantID. The tenant
-// is part of it so that a tenant created after the deletion of the last one (tenant IDs are never
-// reused) has keys of its own: a key the operator revoked, and deleted with its tenant, never
-// comes back.
-func (x *Demo) seed(purpose string, tenantID int64) []byte {
+// keys are the demo's publishable and secret keys for its tenant tenantID. They derive from the
+// root secret and the tenant's ID, so that a tenant created after the deletion of the last one
+// (tenant IDs are never reused) has keys of its own: a key the operator revoked, and deleted
+// with its tenant, never comes back. A tenant that has the keys of the builds before (derived
+// from the root secret alone) keeps them, revoked or not: the revocation that switched its demo
+// off still does.
+func (x *Demo) keys(ctx context.Context, tenantID int64) (pk, sk string, err error) {
+	legacy := tenants.DeriveKey(tenants.KindSecret, x.seed("secret"))
+	switch had, err := x.deps.Tenants.HasKey(ctx, tenantID, legacy); {
+	case err != nil:
+		return "", "", fmt.Errorf("demo: keys: %w", err)
+	case had:
+		return tenants.DeriveKey(tenants.KindPublishable, x.seed("publishable")), legacy, nil
+	}
+	of := " of tenant " + strconv.FormatInt(tenantID, 10)
+	return tenants.DeriveKey(tenants.KindPublishable, x.seed("publishable"+of)),
+		tenants.DeriveKey(tenants.KindSecret, x.seed("secret"+of)), nil
+}
+
+// seed is the secret that determines one of the demo's keys.
+func (x *Demo) seed(purpose string) []byte {
 	m := hmac.New(sha256.New, x.deps.KeySeed)
-	m.Write([]byte(purpose + " of tenant " + strconv.FormatInt(tenantID, 10)))
+	m.Write([]byte(purpose))
 	return m.Sum(nil)
 }
 

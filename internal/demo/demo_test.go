@@ -400,3 +400,65 @@ func TestDemoRecoversFromTheDeletionOfItsTenant(t *testing.T) {
 		t.Fatalf("the demo tenant's log holds %d tenant.create entries by the demo, want 1", n)
 	}
 }
+
+// TestDemoKeepsTheKeysOfEarlierBuilds: a demo tenant that has the keys earlier builds derived
+// (from the root secret alone) keeps using them after an upgrade, so that revoking them still
+// switches its demo off, rather than getting two new keys that switch it back on.
+func TestDemoKeepsTheKeysOfEarlierBuilds(t *testing.T) {
+	cfg := demoConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "demo.db"))
+	ctx := context.Background()
+	s, stop := startStack(t, cfg)
+	if res, body := s.get(t, "/demo"); res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /demo: %d\n%s", res.StatusCode, body)
+	}
+	tn, err := s.tenants.TenantByName(ctx, demo.TenantName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tenant as an earlier build left it: its keys are the legacy ones.
+	legacyPK, legacySK := demo.LegacyKeys(s.demo)
+	keys, err := s.tenants.ListKeys(ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := s.tenants.RevokeKey(ctx, tn.ID, k.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for kind, secret := range map[tenants.KeyKind]string{tenants.KindPublishable: legacyPK, tenants.KindSecret: legacySK} {
+		if _, err := s.tenants.EnsureKey(ctx, tn.ID, kind, "demo "+string(kind), secret, "earlier build"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	s, stop = startStack(t, cfg) // the upgrade
+	res, page := s.get(t, "/demo")
+	if m := pkRE.FindStringSubmatch(page); res.StatusCode != http.StatusOK || m == nil || m[1] != legacyPK {
+		t.Fatalf("GET /demo after the upgrade: %d, want 200 with the earlier builds' publishable key\n%s", res.StatusCode, page)
+	}
+	for _, k := range mustKeys(t, s, tn.ID) {
+		if k.Kind == tenants.KindSecret && k.RevokedAt == nil {
+			if err := s.tenants.RevokeKey(ctx, tn.ID, k.ID, "operator"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stop()
+	s, _ = startStack(t, cfg)
+	if res, body := s.get(t, "/demo"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("GET /demo with the earlier builds' secret key revoked: %d, want 503 (switched off)\n%s", res.StatusCode, body)
+	}
+	if n := len(mustKeys(t, s, tn.ID)); n != 4 {
+		t.Fatalf("the demo tenant has %d keys, want 4 (two revoked new ones, the two earlier ones): no new keys were made", n)
+	}
+}
+
+func mustKeys(t *testing.T, s *stack, tenantID int64) []tenants.APIKey {
+	t.Helper()
+	keys, err := s.tenants.ListKeys(context.Background(), tenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}

@@ -325,6 +325,18 @@ func (s *Service) CreateKey(ctx context.Context, tenantID int64, kind KeyKind, l
 	return keyFromRow(row), secret, nil
 }
 
+// HasKey reports whether the tenant has the key secret, revoked or not.
+func (s *Service) HasKey(ctx context.Context, tenantID int64, secret string) (bool, error) {
+	var n int64
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Model(&apiKeyRow{}).Where("tenant_id = ? AND hash = ?", tenantID, s.hashKey(secret)).Count(&n).Error
+	})
+	if err != nil {
+		return false, wrap("has key", err)
+	}
+	return n > 0, nil
+}
+
 // ListKeys returns a tenant's keys, revoked ones included, oldest first.
 func (s *Service) ListKeys(ctx context.Context, tenantID int64) ([]APIKey, error) {
 	var rows []apiKeyRow
