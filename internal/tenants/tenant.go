@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -117,13 +118,29 @@ func (s *Service) Tenant(ctx context.Context, id int64) (Tenant, error) {
 	return tenantFromRow(row), nil
 }
 
-// TenantByName returns the tenant with the given name, or ErrNotFound.
+// TenantByName returns the tenant with the given name or, when none has it exactly, the one
+// tenant whose name is it in another case (names are compared ignoring case: checkNameFree);
+// ErrNotFound when there is none, or several look-alikes made before that rule.
 func (s *Service) TenantByName(ctx context.Context, name string) (Tenant, error) {
 	if !namePattern.MatchString(name) {
 		return Tenant{}, wrap("tenant by name", ErrNotFound) // cannot exist; and keeps odd bytes away from SQL
 	}
 	var row tenantRow
-	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error { return first(tx, &row, "name = ?", name) })
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		err := first(tx, &row, "name = ?", name)
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		var rows []tenantRow
+		if err := tx.Where("lower(name) = lower(?)", name).Limit(2).Find(&rows).Error; err != nil {
+			return err
+		}
+		if len(rows) != 1 {
+			return ErrNotFound
+		}
+		row = rows[0]
+		return nil
+	})
 	if err != nil {
 		return Tenant{}, wrap("tenant by name", err)
 	}

@@ -32,6 +32,11 @@ func TestCreateTenantValidatesNamesAndRejectsDuplicates(t *testing.T) {
 		if got.ID != tn.ID {
 			t.Fatalf("TenantByName = %+v", got)
 		}
+		got, err = e.svc.TenantByName(e.ctx, "ACME_1.PROD:EU-WEST") // names are compared ignoring case
+		must(t, err)
+		if got.ID != tn.ID {
+			t.Fatalf("TenantByName in another case = %+v", got)
+		}
 		_, err = e.svc.Tenant(e.ctx, tn.ID+1)
 		wantErr(t, err, ErrNotFound)
 		_, err = e.svc.TenantByName(e.ctx, "nope")
