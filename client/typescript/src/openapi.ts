@@ -999,7 +999,7 @@ export interface components {
                 key: string | null;
                 /** @description the amount the hold reserved */
                 held: number;
-                /** @description what the limit now counts for this hold: the actual count, or held when the extra did not fit (overage) */
+                /** @description what the hold is charged: the actual count, or held when the extra did not fit (overage). What the limit itself counts for it can be less: nothing for a key an `allow` override admits, nothing after a reset of the key or for a limit deleted since */
                 charged: number;
                 /** @description given back of held - actual: less when the limit could not take it all back without exceeding its maximum, or when less of what the hold took still counts (a key that may have refilled meanwhile: README, Holds) */
                 refunded: number;
