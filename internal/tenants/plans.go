@@ -264,7 +264,7 @@ func DescribePlan(p Plan) string {
 	}
 	rate := "no limit"
 	if p.DecisionsPerSecond > 0 {
-		rate = strconv.FormatFloat(p.DecisionsPerSecond, 'f', -1, 64) + "/s"
+		rate = RateText(p.DecisionsPerSecond) + "/s"
 	}
 	return fmt.Sprintf("decisions %s, limits %s, keys %s, overrides %s", rate, n(p.MaxLimits), n(p.MaxKeys), n(p.MaxOverrides))
 }

@@ -99,7 +99,7 @@ func (u *UI) planView(ctx context.Context, tenantID int64) (planVM, error) {
 		"maxKeys": countText(d.MaxKeys), "maxOverrides": countText(d.MaxOverrides)}
 	vm.Values = map[string]string{}
 	if v := tp.Own.DecisionsPerSecond; v != nil {
-		vm.Values["decisionsPerSecond"] = strconv.FormatFloat(*v, 'f', -1, 64)
+		vm.Values["decisionsPerSecond"] = tenants.RateText(*v)
 	}
 	for name, v := range map[string]*int64{"maxLimits": tp.Own.MaxLimits, "maxKeys": tp.Own.MaxKeys, "maxOverrides": tp.Own.MaxOverrides} {
 		if v != nil {

@@ -88,3 +88,20 @@ func TestOperatorSetsAPlanAndCountQuotasAreInlineInTheDashboard(t *testing.T) {
 		}
 	})
 }
+
+// TestATinyPlanRateIsWrittenShort: a plan's decision rate is written as the Plan page writes it,
+// in the operator's form and the audit log too: 5e-324, not 324 digits.
+func TestATinyPlanRateIsWrittenShort(t *testing.T) {
+	e := newEnv(t)
+	e.operator()
+	acme := e.tenant("acme")
+	op := e.login(opEmail, opPassword)
+	manage := "/tenants/" + strconv.FormatInt(acme.ID, 10) + "/manage"
+	wantStatus(t, op.post(manage+"/plan", url.Values{"decisionsPerSecond": {"4.9e-324"}, "maxLimits": {""}, "maxKeys": {""}, "maxOverrides": {""}}), http.StatusSeeOther)
+	if v := op.get(manage).doc(t).Find("#plan-decisionsPerSecond").AttrOr("value", ""); v != "5e-324" {
+		t.Errorf("the plan form shows the rate as %.40q…; want 5e-324", v)
+	}
+	if body := op.get("/audit").body; !strings.Contains(body, "decisions 5e-324/s") {
+		t.Error("the audit log does not write the plan's rate as 5e-324/s")
+	}
+}
