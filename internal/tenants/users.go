@@ -94,6 +94,9 @@ func credentialOf(passwordHash string) string {
 // normalizeEmail lower-cases and checks an address. Lower-casing makes the UNIQUE column
 // case-insensitive in practice: "Ann@x.io" and "ann@x.io" are one user.
 func normalizeEmail(email string) (string, error) {
+	if !utf8.ValidString(email) { // ToLower would turn the bad bytes into U+FFFD: another address
+		return "", invalid("email", "email is not valid UTF-8")
+	}
 	e := strings.ToLower(strings.TrimSpace(email))
 	if e == "" || len(e) > maxEmailLen {
 		return "", invalid("email", "email must be 1 to %d characters", maxEmailLen)

@@ -191,6 +191,10 @@ func TestInvalidInputCarriesItsFieldAndAClientSafeMessage(t *testing.T) {
 			_, err := (&Service{}).CreateUser(context.Background(), "Ann <ann@b.io>", "0123456789", true, nil, "test", "")
 			return err
 		}, "email", `email "ann <ann@b.io>" is not a plain address like name@example.com`},
+		{func() error {
+			_, err := (&Service{}).CreateUser(context.Background(), "\xff@b.io", "0123456789", true, nil, "test", "")
+			return err
+		}, "email", "email is not valid UTF-8"},
 		{func() error { _, err := NormalizeOrigins([]string{"ftp://x.io"}); return err }, "origins", ""},
 	} {
 		err := tc.err()
