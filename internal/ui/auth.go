@@ -253,13 +253,30 @@ func tenantOf(c *gin.Context) tenants.Tenant {
 }
 
 // csrfCheck refuses cross-origin state-changing requests (http.CrossOriginProtection: the
-// Sec-Fetch-Site header, or Origin against Host). Safe methods pass.
+// Sec-Fetch-Site header, or Origin against Host). Safe methods pass. Where a browser sends no
+// Sec-Fetch-Site, CrossOriginProtection compares only Origin's host with Host, so a page served
+// over the other scheme of the same host would pass: Origin's scheme must be BASE_URL's too.
 func (u *UI) csrfCheck(c *gin.Context) {
-	if err := u.csrf.Check(c.Request); err != nil {
+	if err := u.csrf.Check(c.Request); err != nil || !u.originSchemeOK(c.Request) {
 		u.forbidden(c, "Cross-origin request refused. If you submitted a form, reload the page and try again.")
 		return
 	}
 	c.Next()
+}
+
+// originSchemeOK reports whether r's Origin, if a browser without Fetch Metadata sent one with a
+// state-changing request, has BASE_URL's scheme.
+func (u *UI) originSchemeOK(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	if origin == "" || r.Header.Get("Sec-Fetch-Site") != "" {
+		return true
+	}
+	o, err := url.Parse(origin)
+	return err == nil && strings.EqualFold(o.Scheme, u.baseURL.Scheme)
 }
 
 // refuseOversizedForms reads a posted form before the handler does, so that a form over the server's body

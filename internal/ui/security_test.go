@@ -39,6 +39,9 @@ func TestCrossOriginPostIsRefused(t *testing.T) {
 		{"Sec-Fetch-Site", "cross-site"},
 		{"Sec-Fetch-Site", "same-site"}, // a sibling subdomain is another origin too
 		{"Origin", "https://evil.example"},
+		// Our host over the other scheme, from a browser without Fetch Metadata: a page there is
+		// another origin (CrossOriginProtection alone compares only the host).
+		{"Origin", strings.Replace(e.url, "http://", "https://", 1)},
 	} {
 		res := c.post(tpath(tn, "/keys"), form, h...)
 		wantStatus(t, res, http.StatusForbidden)
@@ -51,6 +54,7 @@ func TestCrossOriginPostIsRefused(t *testing.T) {
 	wantStatus(t, c.post("/logout", nil, "Origin", "https://evil.example"), http.StatusForbidden)
 	// The same request from our own origin works: the check is what refused the others.
 	wantStatus(t, c.post(tpath(tn, "/keys"), form, "Sec-Fetch-Site", "same-origin", "Origin", e.url), http.StatusSeeOther)
+	wantStatus(t, c.post(tpath(tn, "/keys"), form, "Origin", e.url), http.StatusSeeOther) // no Fetch Metadata: Origin alone
 	// Reading across origins (a link from elsewhere) is fine.
 	wantStatus(t, c.get(tpath(tn, "/limits")), http.StatusOK)
 }
