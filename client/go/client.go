@@ -262,6 +262,9 @@ func (c *Client) Bulk(ctx context.Context, items []Item) ([]BulkResult, error) {
 			// as it would alone; fallbackOne returns any other problem as the item's error.
 			// Its fields name it by its place among the items sent; the caller's is i.
 			p := reprefixed(r.Error, k, fmt.Sprintf("decisions[%d].", i))
+			if p.RequestID == "" { // an item's problem carries none: the request's is the one Sluice logs it under
+				p.RequestID = h.Get("X-Request-ID")
+			}
 			out[i].Result, out[i].Err = c.fallbackOne(ctx, items[i], fmt.Errorf("sluice: decision %d (%s): %w", i, items[i].Name, p))
 			continue
 		}

@@ -204,8 +204,8 @@ func TestBulkDecidesEachItemAndReportsItsOwnError(t *testing.T) {
 	if res[0].Err != nil || !res[0].OK || res[1].Err != nil || res[1].OK || res[1].RetryAfter <= 0 {
 		t.Fatalf("decided items: %+v, %+v", res[0], res[1])
 	}
-	if e := asError(t, res[2].Err); e.Code != sluice.CodeLimitNotFound || e.Status != http.StatusNotFound {
-		t.Fatalf("unknown limit: %+v", e)
+	if e := asError(t, res[2].Err); e.Code != sluice.CodeLimitNotFound || e.Status != http.StatusNotFound || e.RequestID == "" {
+		t.Fatalf("unknown limit: %+v; want 404 limit_not_found with the request's ID (Sluice logs the item under it)", e)
 	}
 	if e := asError(t, res[3].Err); e.Code != sluice.CodeInvalidRequest || e.Status != http.StatusBadRequest || !strings.HasSuffix(e.Field, "ip") {
 		t.Fatalf("an invalid address: %+v", e)

@@ -46,7 +46,7 @@ type Settled struct {
 // hold.
 func (c *Client) Hold(ctx context.Context, items []HoldItem, ttl time.Duration) (Hold, error) {
 	for i, it := range items {
-		if err := checkKeys(it.Key, it.Attributes); err != nil {
+		if err := checkDecision(it.Name, Decision{Key: it.Key, Count: &it.Count, Attributes: it.Attributes}); err != nil {
 			return Hold{}, fmt.Errorf("items[%d]: %w", i, err)
 		}
 	}
@@ -79,6 +79,11 @@ func (c *Client) Hold(ctx context.Context, items []HoldItem, ttl time.Duration) 
 // (except a retry under the first one's Idempotency-Key, which gets the first answer again).
 // Like the other calls on holds and leases it is retried only under WithIdempotencyKey.
 func (c *Client) SettleHold(ctx context.Context, id string, counts []float64) ([]Settled, error) {
+	for i, n := range counts {
+		if !(n >= 0 && n <= 1e15) { // NaN fails both
+			return nil, fmt.Errorf("counts[%d]: %w: count %v: a count is a number of tokens from 0 to 1e15", i, ErrInvalidArgument, n)
+		}
+	}
 	ik, err := idempotencyKeyOf(ctx)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package sluice_test
 
 import (
 	"errors"
+	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -50,5 +52,27 @@ func TestHoldsAndLeasesThroughTheClient(t *testing.T) {
 	}
 	if again, err := c.Limit(ctx, jobs, sluice.Decision{Key: "w"}); err != nil || !again.OK {
 		t.Fatalf("after the release = %+v, %v", again, err)
+	}
+}
+
+// TestHoldItemsSluiceWouldRefuseAreRefusedBeforeSending: a hold's name or count Sluice would
+// answer 400 to, and a settle's count that is no number of tokens, are ErrInvalidArgument, and
+// nothing is sent (as for Limit, Batch and Bulk).
+func TestHoldItemsSluiceWouldRefuseAreRefusedBeforeSending(t *testing.T) {
+	ctx := testCtx(t)
+	ct := &countingTransport{}
+	c := sluice.New(baseURL, secretKey, sluice.WithHTTPClient(&http.Client{Transport: ct}))
+	for _, it := range []sluice.HoldItem{{Name: "bad name", Key: "u", Count: 1}, {Name: "ok", Key: "u", Count: -1}, {Name: "ok", Key: "u", Count: math.NaN()}} {
+		if _, err := c.Hold(ctx, []sluice.HoldItem{it}, time.Minute); !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("Hold(%+v): %v; want ErrInvalidArgument", it, err)
+		}
+	}
+	for _, n := range []float64{-1, math.NaN(), math.Inf(1), 2e15} {
+		if _, err := c.SettleHold(ctx, "hold_x", []float64{n}); !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("SettleHold(%v): %v; want ErrInvalidArgument", n, err)
+		}
+	}
+	if n := ct.n.Load(); n != 0 {
+		t.Fatalf("%d requests sent; want none", n)
 	}
 }

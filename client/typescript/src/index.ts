@@ -380,7 +380,9 @@ export class Sluice {
           }
           // Sluice counts only the items sent: its fields name the caller's index instead.
           const i = sent[j]?.i ?? j;
-          const err = new SluiceError(r.error.status ?? 0, reindexed(r.error, j, i), `decision ${i} (${decisions[j]?.name})`);
+          // An item's problem carries no requestId: the request's is the one Sluice logs it under.
+          const p = reindexed(r.error, j, i);
+          const err = new SluiceError(r.error.status ?? 0, { ...p, requestId: p.requestId ?? a.headers.get("X-Request-ID") ?? undefined }, `decision ${i} (${decisions[j]?.name})`);
           // An item Sluice could not decide (a 5xx problem of its own) follows the fail policy, as it would alone.
           if (!this.#fallback || !cannotAnswer(err, opts)) return { error: err };
           return this.#fallBack(decisions[j] as Item, err).then(
@@ -878,6 +880,7 @@ export async function verifyWebhook(secret: string, headers: HeadersLike, body: 
   } catch {
     return false;
   }
+  if (key.length === 0) return false; // no secret (an unset variable): nothing can be signed with it
   const enc = new TextEncoder();
   const raw = typeof body === "string" ? enc.encode(body) : body;
   const prefix = enc.encode(`${id}.${ts}.`);

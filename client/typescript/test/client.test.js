@@ -248,6 +248,8 @@ test("bulk decides each item and reports an invalid item's own error", async () 
   assert.ok(res[2].error instanceof SluiceError);
   assert.equal(res[2].error.status, 404);
   assert.equal(res[2].error.code, "limit_not_found");
+  // The request's ID, under which Sluice logs the item's failure (an item's problem has none).
+  assert.ok(res[2].error.requestId, `requestId ${res[2].error.requestId}`);
   assert.ok(res[3].error instanceof SluiceError);
   assert.equal(res[3].error.status, 400);
   assert.equal(res[3].error.code, "invalid_request");

@@ -51,6 +51,10 @@ test("webhooks: create, receive a verified event, test, log, resend, delete", as
     assert.equal(await verifyWebhook(hook.secret, d.headers, d.body), true, "a real delivery verifies");
     assert.equal(JSON.parse(d.body.toString()).type, "definition.changed");
     assert.equal(await verifyWebhook(hook.secret, d.headers, Buffer.concat([d.body, Buffer.from(" ")])), false, "a tampered body");
+    // No secret (an unset variable) verifies nothing, and says so rather than throwing.
+    for (const empty of ["", "whsec_"]) {
+      assert.equal(await verifyWebhook(empty, d.headers, d.body), false, `the secret ${JSON.stringify(empty)}`);
+    }
     // Correctly signed, but an hour old: refused for its age alone.
     const old = String(Math.floor(Date.now() / 1000) - 3600);
     const key = Buffer.from(hook.secret.slice("whsec_".length), "base64");
