@@ -343,10 +343,16 @@ function isV4(a: Uint8Array): boolean {
   return v4Prefix.every((b, i) => a[i] === b);
 }
 
-/** Parses an IPv4 or IPv6 address (a zone is dropped); undefined when s is not one. */
+/**
+ * Parses an IPv4 or IPv6 address (an IPv6 address's zone is dropped; an IPv4 address has none,
+ * as Go's netip reads them); undefined when s is not one.
+ */
 export function parseAddr(s: string): Uint8Array | undefined {
   const zone = s.indexOf("%");
-  if (zone >= 0) s = s.slice(0, zone);
+  if (zone >= 0) {
+    s = s.slice(0, zone);
+    if (!s.includes(":")) return undefined;
+  }
   if (s.startsWith("[") && s.endsWith("]")) s = s.slice(1, -1);
   const out = new Uint8Array(16);
   if (!s.includes(":")) {

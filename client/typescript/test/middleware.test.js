@@ -155,6 +155,9 @@ test("the client's address: X-Forwarded-For only from trusted proxies", async ()
   assert.equal(from("2001:db8:0:0:1::5"), "2001:db8::/64");
   assert.equal(from("10.1.2.3", "bogus, 192.0.2.7"), "192.0.2.7");
   assert.equal(from("10.1.2.3", "192.0.2.7, bogus"), "10.1.2.3", "a broken hop: the last address a trusted hop vouched for");
+  // An IPv4 address has no zone (Go's netip refuses one): a broken hop too, as in the Go middleware.
+  assert.equal(from("10.1.2.3", "5.6.7.8%eth0"), "10.1.2.3", "an IPv4 entry with a zone");
+  assert.equal(from("10.1.2.3", "::ffff:5.6.7.8%eth0"), "5.6.7.8", "an IPv6 entry's zone is dropped");
   assert.equal(from("fd00::1", "10.9.9.9"), "10.9.9.9", "every hop trusted: the left-most");
   assert.throws(() => from(undefined), /not an IP address/);
 });
