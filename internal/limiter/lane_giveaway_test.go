@@ -132,19 +132,7 @@ func TestADecisionWaitingForALockedRowLetsTheLaneDecideOthers(t *testing.T) {
 			if err := decideAll(); err != nil { // the rows exist: there is one to lock
 				t.Fatal(err)
 			}
-			conn, err := d.SQL.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = conn.Close() }()
-			holder, err := conn.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = holder.Rollback() }()
-			if _, err := holder.ExecContext(ctx, `SELECT 1 FROM limit_state WHERE tenant_id = $1 AND name = 'api' AND key = 'locked' FOR UPDATE`, tenant); err != nil {
-				t.Fatal(err)
-			}
+			release := limiter.LockRowUntilReleased(t, d, tenant, "api", "locked")
 			waiting := make(chan error, 1)
 			go func() { waiting <- decideAll() }()
 			waitUntil(t, "the decision on the locked row to end its wait (lock_timeout) and retry", func() bool {
@@ -159,9 +147,7 @@ func TestADecisionWaitingForALockedRowLetsTheLaneDecideOthers(t *testing.T) {
 				t.Fatalf("the decision on the locked row ended while the row was still locked: %v", err)
 			default:
 			}
-			if err := holder.Commit(); err != nil {
-				t.Fatal(err)
-			}
+			release()
 			if err := testkit.Await(t, waiting, "the decision on the locked row once the lock is released"); err != nil {
 				t.Fatalf("the decision on the locked row: %v", err)
 			}

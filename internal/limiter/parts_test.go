@@ -299,19 +299,7 @@ func TestAGroupWithARowLockedLongDecidesItsOtherJobsAlone(t *testing.T) {
 	if first.err != nil {
 		t.Fatal(first.err)
 	}
-	conn, err := d.SQL.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	holder, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback() }()
-	if _, err := holder.ExecContext(ctx, `SELECT 1 FROM limit_state WHERE tenant_id = 1 AND name = 'api' AND key = 'locked' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := LockRowUntilReleased(t, d, 1, "api", "locked")
 	locked, other := newJob(1, true, Request{Name: "api", Key: "locked", Count: 1}), newJob(2, true, Request{Name: "api", Key: "free", Count: 1})
 	for _, j := range []*job{locked, other} {
 		j.queuedAt = time.Now()
@@ -327,11 +315,37 @@ func TestAGroupWithARowLockedLongDecidesItsOtherJobsAlone(t *testing.T) {
 		t.Fatalf("the decision on the locked row ended while the row was still locked: %+v, %v", locked.out, locked.err)
 	default:
 	}
-	if err := holder.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	testkit.Await(t, ended, "the group once the lock is released")
 	if locked.err != nil || !locked.out.OK || locked.out.Results[0].Remaining < 8 || locked.out.Results[0].Remaining > 8.01 {
 		t.Fatalf("the decision on the locked row: %+v, %v; want admitted, 8 remaining", locked.out, locked.err)
+	}
+}
+
+// LockRowUntilReleased holds the state row of tenantID's limit name for key (shard 0) locked
+// FOR UPDATE from another connection's transaction, as a stalled instance's would, until
+// release commits it (or the test ends).
+func LockRowUntilReleased(t *testing.T, d *db.DB, tenantID int64, name, key string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := d.SQL.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	holder, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback() })
+	var n int
+	if err := holder.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM limit_state
+		WHERE tenant_id = $1 AND name = $2 AND key = $3 AND shard = 0 FOR UPDATE) AS locked`, tenantID, name, key).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("locking the row of %s, key %s: %d rows, %v; want the one", name, key, n, err)
+	}
+	return func() {
+		if err := holder.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
