@@ -143,12 +143,13 @@ func (s *sessions) challenge(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if httpserver.AskedHead(c.Request) { // safe: no challenge issued, no key limit spent
-		c.Status(http.StatusOK)
-		return
-	}
 	pk := c.Query("pk")
 	if ok := s.spend(c, ChallengeKeyLimitName, s.keyLimit, "key:"+hashHex(pk), nil); !ok {
+		return
+	}
+	if httpserver.AskedHead(c.Request) { // what GET would answer, without issuing a challenge
+		c.Header("Content-Type", "application/json; charset=utf-8")
+		c.Status(http.StatusOK)
 		return
 	}
 	ch, err := s.d.Issuer.Create(t.ID, c.Query("sid"), clampDifficulty(t.CaptchaDifficulty), s.d.ChallengeTTL)
@@ -197,7 +198,7 @@ func (s *sessions) challengeTenant(c *gin.Context) (tenants.Tenant, string, erro
 		return tenants.Tenant{}, "", errNoPublishableKey
 	}
 	origin := c.GetHeader("Origin")
-	if !httpserver.AskedHead(c.Request) && !s.spend(c, ChallengeIPLimitName, s.ipLimit, limiter.IPKeyPrefix+hashHex(clientIPKey(c.ClientIP())), func() {
+	if !s.spend(c, ChallengeIPLimitName, s.ipLimit, limiter.IPKeyPrefix+hashHex(clientIPKey(c.ClientIP())), func() {
 		if origin != "" {
 			c.Header("Access-Control-Allow-Origin", origin)
 		}
@@ -243,7 +244,11 @@ func (s *sessions) spend(c *gin.Context, name string, def limiter.Definition, ke
 	if refused == nil {
 		refused = func() {}
 	}
-	d, err := s.d.Engine.Limit(c.Request.Context(), SystemTenantID, limiter.Request{Name: name, Key: key, Count: 1, Config: &def})
+	decide := s.d.Engine.Limit
+	if httpserver.AskedHead(c.Request) { // HEAD is safe: it asks what GET would be told, and spends nothing
+		decide = s.d.Engine.Check
+	}
+	d, err := decide(c.Request.Context(), SystemTenantID, limiter.Request{Name: name, Key: key, Count: 1, Config: &def})
 	if err != nil {
 		refused()
 		s.fail(c, err)

@@ -279,12 +279,16 @@ func TestCaptchaChallengeIsRateLimitedPerKeyAndPerClientIP(t *testing.T) {
 		get := func(pk string) response {
 			return h.request(t, http.MethodGet, challengePath(pk, newSessionID(t)), map[string]string{"Origin": h.origin})
 		}
+		head := func(pk string) response {
+			return h.request(t, http.MethodHead, challengePath(pk, newSessionID(t)), map[string]string{"Origin": h.origin})
+		}
 		// HEAD is safe: more HEADs than either limit takes spend neither (a link checker or a
-		// monitor does not starve the widget).
+		// monitor does not starve the widget), and each answers what GET would.
 		for range 10 {
-			r := h.request(t, http.MethodHead, challengePath(a.pk, newSessionID(t)), map[string]string{"Origin": h.origin})
-			if r.status != http.StatusOK || r.header.Get("Access-Control-Allow-Origin") != h.origin {
-				t.Fatalf("HEAD of a challenge: %d %v; want 200 for the allowed origin", r.status, r.header)
+			r := head(a.pk)
+			if r.status != http.StatusOK || r.header.Get("Access-Control-Allow-Origin") != h.origin ||
+				!strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+				t.Fatalf("HEAD of a challenge: %d %v; want GET's 200, its JSON type, for the allowed origin", r.status, r.header)
 			}
 		}
 		for range 5 {
@@ -292,6 +296,9 @@ func TestCaptchaChallengeIsRateLimitedPerKeyAndPerClientIP(t *testing.T) {
 		}
 		r := get(a.pk) // the key's sixth: refused by the per-key limit (the IP has spent 6 of 8)
 		p := requireProblem(t, r, http.StatusTooManyRequests, api.CodeRateLimited)
+		if hr := head(a.pk); hr.status != http.StatusTooManyRequests || hr.header.Get("Retry-After") == "" {
+			t.Fatalf("HEAD with the key's limit spent: %d %v; want GET's 429 with Retry-After", hr.status, hr.header)
+		}
 		if p["name"] != api.ChallengeKeyLimitName || number(t, p, "retryAfter") <= 0 {
 			t.Fatalf("per-key refusal = %v", p)
 		}

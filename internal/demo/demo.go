@@ -195,6 +195,15 @@ type pageData struct {
 }
 
 func (x *Demo) index(c *gin.Context) {
+	if httpserver.AskedHead(c.Request) && !x.prepared(c.Request.Context()) {
+		// HEAD changes nothing: it does not set the demo up (a link checker or a probe would
+		// create its tenant, or create it again after an operator deleted it). What GET would
+		// answer then is not known without doing so; the page's headers are.
+		c.Header("Cache-Control", "no-store")
+		c.Header("Content-Type", "text/html; charset=utf-8")
+		c.Status(http.StatusOK)
+		return
+	}
 	pk, _, err := x.ensure(c.Request.Context())
 	if err != nil {
 		x.unavailable(c, err)
@@ -223,6 +232,18 @@ func (x *Demo) static(c *gin.Context) {
 func (x *Demo) unavailable(c *gin.Context, err error) {
 	x.deps.Logger.ErrorContext(c.Request.Context(), "demo unavailable", "request_id", c.GetString(httpserver.RequestIDKey), "err", err)
 	c.String(http.StatusServiceUnavailable, "the demo is unavailable right now; see the server log")
+}
+
+// prepared reports whether ensure would change nothing: the demo's tenant is set up and exists.
+func (x *Demo) prepared(ctx context.Context) bool {
+	x.mu.Lock()
+	id, ready := x.tenantID, x.sk != "" && x.synced
+	x.mu.Unlock()
+	if !ready {
+		return false
+	}
+	_, err := x.deps.Tenants.Tenant(ctx, id)
+	return err == nil
 }
 
 // ensure prepares the demo tenant (see the package documentation) and returns the keys.

@@ -203,10 +203,22 @@ func TestDemoKeepsItsKeysAndWhatTheOperatorSetAcrossRestarts(t *testing.T) {
 
 func TestDemoCreatesItsTenantAndLimitOnFirstUse(t *testing.T) {
 	s := newStack(t)
+	ctx := context.Background()
+	// A HEAD (a link checker, a probe) sets nothing up: HEAD changes nothing.
+	res, err := http.Head(s.url + "/demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("HEAD /demo: %d %v; want 200 with the page's type", res.StatusCode, res.Header)
+	}
+	if _, err := s.tenants.TenantByName(ctx, demo.TenantName); !errors.Is(err, tenants.ErrNotFound) {
+		t.Fatalf("after a HEAD of /demo, the demo tenant: %v; want none (not set up)", err)
+	}
 	if res, _ := s.get(t, "/demo"); res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /demo: %d", res.StatusCode)
 	}
-	ctx := context.Background()
 	tn, err := s.tenants.TenantByName(ctx, demo.TenantName)
 	if err != nil {
 		t.Fatal(err)

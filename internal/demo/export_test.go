@@ -1,9 +1,20 @@
 package demo
 
-import "github.com/sluice-dev/sluice/internal/tenants"
+import (
+	"crypto/hmac"
+	"crypto/sha256"
 
-// LegacyKeys are the keys the builds before session 22 derived for the demo from the root secret
-// alone, whatever its tenant.
+	"github.com/sluice-dev/sluice/internal/tenants"
+)
+
+// LegacyKeys are the keys the builds before session 22 derived for the demo: from the root
+// secret's key seed alone, whatever its tenant. Written out here, not through seed, so that a
+// change to seed cannot move them with it.
 func LegacyKeys(x *Demo) (pk, sk string) {
-	return tenants.DeriveKey(tenants.KindPublishable, x.seed("publishable")), tenants.DeriveKey(tenants.KindSecret, x.seed("secret"))
+	derive := func(purpose string) []byte {
+		m := hmac.New(sha256.New, x.deps.KeySeed)
+		m.Write([]byte(purpose))
+		return m.Sum(nil)
+	}
+	return tenants.DeriveKey(tenants.KindPublishable, derive("publishable")), tenants.DeriveKey(tenants.KindSecret, derive("secret"))
 }
