@@ -91,9 +91,16 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 		}
 		return b.String()
 	}
+	// shown is path for a message: escaped as Go writes it in ASCII, so that a member name that
+	// only looks like another (a Kelvin sign for K) or holds control characters reads as sent.
+	// Problem.Path stays the name itself.
+	shown := func() string {
+		q := strconv.QuoteToASCII(path())
+		return q[1 : len(q)-1]
+	}
 	var problem *Problem
 	refuseNull := func(t reflect.Type) bool {
-		problem = &Problem{Path: path(), Message: path() + " must be " + describe(t) + ", not null"}
+		problem = &Problem{Path: path(), Message: shown() + " must be " + describe(t) + ", not null"}
 		return false
 	}
 	// walk reads one value, whose Go type is t (nil: not known, such as a json.RawMessage's
@@ -123,7 +130,7 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 			if says, number := misfit(tok, t); says != "" {
 				// encoding/json would refuse it too, but name the member without its array
 				// indices ("limits.key"), which tells a client nothing about which item.
-				problem = &Problem{Path: path(), Message: path() + says, Number: number}
+				problem = &Problem{Path: path(), Message: shown() + says, Number: number}
 				return false
 			}
 		}
@@ -139,7 +146,7 @@ func check(body []byte, dst reflect.Type, nulls bool, nullable Nullable) *Proble
 				key, _ := keyTok.(string)
 				steps = append(steps, step{key: key, index: -1})
 				if seen[key] {
-					problem = &Problem{Path: path(), Message: path() + " is given more than once; give each member once"}
+					problem = &Problem{Path: path(), Message: shown() + " is given more than once; give each member once"}
 					return false
 				}
 				seen[key] = true

@@ -53,7 +53,9 @@ func TestCheckFindsWhatEncodingJSONWouldTakeSilently(t *testing.T) {
 	}
 	// A member name that only looks like a known one is shown escaped: "Key" with a Kelvin sign
 	// would read as the "Key" the client may believe it sent.
-	for _, body := range []string{"{\"\u212aey\":\"k\"}", "{\"config\":{\"\u0280ate\":1}}"} {
+	for _, body := range []string{"{\"\u212aey\":\"k\"}", "{\"config\":{\"\u0280ate\":1}}",
+		"{\"attributes\":{\"\u212aey\":\"a\",\"\u212aey\":\"b\"}}", // a map key given twice
+		"{\"counts\":[1],\"attributes\":{\"\u212aey\":1}}"} {       // a map value of the wrong type
 		if p := Check([]byte(body), bodyType); p == nil || !strings.Contains(p.Message, `\u`) {
 			t.Errorf("%s: %+v, want the member's name escaped in the message", body, p)
 		}
