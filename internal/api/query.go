@@ -70,18 +70,19 @@ func documentQueryParams(doc []byte) map[string][]string {
 
 // checkQuery refuses a query parameter the operation does not take, one given more than once
 // (?key=a&key=b would decide one of them silently), as a body's unknown or repeated member is,
-// and a query that is not well-formed (malformedQuery): 400 naming the parameter.
+// and a query that is not well-formed (parseQuery): 400 naming the parameter.
 func (s *Server) checkQuery(c *gin.Context) {
 	known, ok := queryParams[c.Request.Method+" "+c.FullPath()]
 	if !ok { // no route (404, 405): the router answers
 		c.Next()
 		return
 	}
-	if field, detail, bad := malformedQuery(c.Request.URL.RawQuery); bad {
+	query, field, detail, ok := parseQuery(c.Request.URL.RawQuery)
+	if !ok {
 		writeProblem(c, s.log, badRequest(field, detail))
 		return
 	}
-	for name, values := range c.Request.URL.Query() {
+	for name, values := range query {
 		switch {
 		case !slices.Contains(known, name):
 			takes := "no query parameters"
@@ -113,14 +114,14 @@ func (s *Server) pageSize(c *gin.Context, def, most int) (int, bool) {
 	return n, true
 }
 
-// malformedQuery reports a raw query that url.ParseQuery (and so every handler's c.Query)
-// would read in part without a word, with the parameter to blame (decoded where it can be, as
-// sent where it cannot; "" when none is) and what to do: ?key=50%off would otherwise be read as
-// no key at all, the limit's global key, and ?key=a;b likewise.
-func malformedQuery(raw string) (field, detail string, bad bool) {
-	_, err := url.ParseQuery(raw)
+// parseQuery is url.ParseQuery, refusing (ok false) a raw query it (and so every handler's
+// c.Query) would read in part without a word, with the parameter to blame (decoded where it can
+// be, as sent where it cannot; "" when none is) and what to do: ?key=50%off would otherwise be
+// read as no key at all, the limit's global key, and ?key=a;b likewise.
+func parseQuery(raw string) (query url.Values, field, detail string, ok bool) {
+	query, err := url.ParseQuery(raw)
 	if err == nil {
-		return "", "", false
+		return query, "", "", true
 	}
 	for pair := range strings.SplitSeq(raw, "&") {
 		key, value, _ := strings.Cut(pair, "=")
@@ -130,12 +131,12 @@ func malformedQuery(raw string) (field, detail string, bad bool) {
 		}
 		switch {
 		case strings.Contains(pair, ";"):
-			return name, fmt.Sprintf(`query parameter %q is not well-formed: it contains ";"; separate parameters with "&", and percent-encode a ";" in a value as %%3B`, name), true
+			return nil, name, fmt.Sprintf(`query parameter %q is not well-formed: it contains ";"; separate parameters with "&", and percent-encode a ";" in a value as %%3B`, name), false
 		case !validEscapes(key) || !validEscapes(value):
-			return name, fmt.Sprintf(`query parameter %q is not well-formed: a "%%" must begin an escape of two hex digits; percent-encode a "%%" itself as %%25`, name), true
+			return nil, name, fmt.Sprintf(`query parameter %q is not well-formed: a "%%" must begin an escape of two hex digits; percent-encode a "%%" itself as %%25`, name), false
 		}
 	}
-	return "", "the query is not well-formed: " + err.Error(), true // too many parameters
+	return nil, "", "the query is not well-formed: " + err.Error(), false // too many parameters
 }
 
 // validEscapes reports whether every "%" in s begins a %XX escape.

@@ -54,14 +54,15 @@ func TestMalformedQueriesNameTheirParameter(t *testing.T) {
 		{"k%65y=%", "key", true},
 		{strings.Repeat("a&", 20_000), "", true}, // more parameters than net/url reads
 	} {
-		field, detail, bad := malformedQuery(tc.raw)
+		_, field, detail, ok := parseQuery(tc.raw)
+		bad := !ok
 		if bad != tc.bad || field != tc.field {
 			t.Errorf("%.40q: bad %v, field %q (%s); want bad %v, field %q", tc.raw, bad, field, detail, tc.bad, tc.field)
 		}
 	}
 }
 
-// FuzzMalformedQuery: malformedQuery refuses exactly the queries url.ParseQuery reports, says
+// FuzzMalformedQuery: parseQuery refuses exactly the queries url.ParseQuery reports, says
 // why, and blames a parameter the query has (decoded, or as sent when it cannot be; "" is a
 // name too), one that ParseQuery itself drops; only a query of more parameters than net/url
 // reads blames none.
@@ -71,7 +72,8 @@ func FuzzMalformedQuery(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		parsed, err := url.ParseQuery(raw)
-		field, detail, bad := malformedQuery(raw)
+		_, field, detail, ok := parseQuery(raw)
+		bad := !ok
 		if bad != (err != nil) || bad && detail == "" {
 			t.Fatalf("%q: bad %v (%q); url.ParseQuery: %v", raw, bad, detail, err)
 		}
