@@ -151,11 +151,10 @@ func openPostgres(url string) (*sql.DB, error) {
 		return nil, err
 	}
 	const param = "idle_in_transaction_session_timeout"
-	if _, set := cfg.RuntimeParams[param]; set || strings.Contains(cfg.RuntimeParams["options"], param) {
-		return stdlib.OpenDB(*cfg), nil
-	}
-	cfg.AfterConnect = func(ctx context.Context, conn *pgconn.PgConn) error {
-		return conn.Exec(ctx, sqlIdleInTransactionTimeout).Close()
+	if _, set := cfg.RuntimeParams[param]; !set && !strings.Contains(cfg.RuntimeParams["options"], param) {
+		cfg.AfterConnect = func(ctx context.Context, conn *pgconn.PgConn) error {
+			return conn.Exec(ctx, sqlIdleInTransactionTimeout).Close()
+		}
 	}
 	return stdlib.OpenDB(*cfg), nil
 }
