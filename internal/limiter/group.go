@@ -716,10 +716,10 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 	if splits && (errors.Is(err, db.ErrAttemptsSpent) || errors.Is(err, errRowLockedLong)) {
 		// Every attempt lost a row to another transaction, most likely on one key that another
 		// instance decides on as fast as it can, or a row stayed locked past the lock timeout;
-		// the group's jobs on other rows, another tenant's too, need not answer 503 for it. (SQLite's attempts lose the one write lock,
-		// not a row: split, they would lose it as well. A part is not split again.) The give-up
-		// is counted only where decisions fail closed: here for a group that makes one part,
-		// by each part's own transaction otherwise.
+		// the group's jobs on other rows, another tenant's too, need not answer 503 for it.
+		// (SQLite's attempts lose the one write lock, not a row: split, they would lose it as
+		// well. A part is not split again.) The give-up is counted only where decisions fail
+		// closed: here for a group that makes one part, by each part's own transaction otherwise.
 		if parts := splitByRows(jobs); len(parts) > 1 {
 			if t != nil {
 				t.giveAway() // if no backoff came yet (a policy without waits): the parts take a while

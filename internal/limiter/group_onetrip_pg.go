@@ -15,19 +15,19 @@ import (
 // bucket (the common case) is decided in one round trip on PostgreSQL, by the server-side
 // function sluice_take_tokens (migrations 00015 and 00016; its body since 00024), pipelined with pgx:
 //
-//	BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT set_config(...); SELECT ... FROM sluice_take_tokens(...); COMMIT
+//	BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT set_config(...);
+//	SELECT ... FROM sluice_take_tokens(...); COMMIT
 //
 // (the settings, pgSettingsFor: a lock timeout, and an asynchronous commit under
-// SLUICE_COMMIT=fast). The
-// function reads the definitions, the rows and the database's clock, applies the token bucket's
-// math in float8, writes, and returns what it saw, all inside the one serializable transaction;
-// the group is retried on serialization failure like any other. The engine then replays the
-// group in Go (plan and decideGroup, as on the two-trip path) from the states the function
-// returned and the definitions it found (returned only where the engine's hint is not that
-// very version), and builds the answers from that: the function only saves the round trip
-// that carried the Go math's writes. If the function's admissions or writes ever differ from the
-// Go math's, the group fails closed (503): nothing is answered as admitted that the Go math did
-// not admit, and the group's limits lose their hints, so that the next groups on them read
+// SLUICE_COMMIT=fast). The function reads the definitions, the rows and the database's clock,
+// applies the token bucket's math in float8, writes, and returns what it saw, all inside the one
+// serializable transaction; the group is retried on serialization failure like any other. The
+// engine then replays the group in Go (plan and decideGroup, as on the two-trip path) from the
+// states the function returned and the definitions it found (returned only where the engine's hint
+// is not that very version), and builds the answers from that: the function only saves the round
+// trip that carried the Go math's writes. If the function's admissions or writes ever differ from
+// the Go math's, the group fails closed (503): nothing is answered as admitted that the Go math
+// did not admit, and the group's limits lose their hints, so that the next groups on them read
 // their definitions the general way.
 //
 // Which groups take it is chosen from the hints (the definitions last read); the function checks

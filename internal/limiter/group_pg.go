@@ -13,8 +13,8 @@ import (
 // The PostgreSQL hot path: a group transaction in two round trips, pipelined with pgx (a group
 // of plain single-shard token bucket decisions takes one instead: group_onetrip_pg.go).
 //
-//	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT set_config(...) (pgSettingsFor); SELECT definitions (with
-//	     the version of their overrides); SELECT state rows
+//	RT1: BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT set_config(...) (pgSettingsFor);
+//	     SELECT definitions (with the version of their overrides); SELECT state rows
 //	RT2: INSERT ... ON CONFLICT DO UPDATE (every changed row); COMMIT
 //
 // A limit's overrides come from memory (overrides.go); only when RT1 shows that their version

@@ -102,8 +102,9 @@ func (s *Service) ServerAuditLog(ctx context.Context, limit int) ([]AuditEntry, 
 }
 
 // AuditQuery narrows and pages an audit log: entries of one actor (exact, a user under either
-// of its spellings: actorSpellings) and one action (exact; "" for any), created in [Since, Until) (zero for open ends), older than the entry Before (0: from the
-// newest), at most Limit of them (<= 0: 50; capped at 1000).
+// of its spellings: actorSpellings) and one action (exact; "" for any), created in
+// [Since, Until) (zero for open ends), older than the entry Before (0: from the newest), at most
+// Limit of them (<= 0: 50; capped at 1000).
 type AuditQuery struct {
 	Actor, Action string
 	Since, Until  time.Time

@@ -158,7 +158,8 @@ func (s *Service) ListTenants(ctx context.Context) ([]Tenant, error) {
 }
 
 // RenameTenant gives a tenant a new name (the rule of CreateTenant; another tenant's name, in
-// any case, is ErrConflict, an unknown tenant ErrNotFound), audited in the tenant's log and the server's.
+// any case, is ErrConflict, an unknown tenant ErrNotFound), audited in the tenant's log and the
+// server's.
 func (s *Service) RenameTenant(ctx context.Context, id int64, name, actor string) error {
 	if !namePattern.MatchString(name) {
 		return wrap("rename tenant", invalid("name", "name must match %s", namePattern))
