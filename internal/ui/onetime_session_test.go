@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/tenants"
 )
 
 // TestAOneTimeSecretOpensOnlyInTheSessionThatMadeIt: the cookie that carries a new key's secret
@@ -13,14 +15,7 @@ import (
 // nothing, while the session that made it still does. It used to open for any session within
 // its minute.
 func TestAOneTimeSecretOpensOnlyInTheSessionThatMadeIt(t *testing.T) {
-	e := newEnv(t)
-	e.operator()
-	tn := e.tenant("acme")
-	maker := e.login(opEmail, opPassword)
-	posted := maker.post(tpath(tn, "/keys"), url.Values{"label": {"shared"}, "kind": {"secret"}})
-	wantStatus(t, posted, http.StatusSeeOther)
-	page := posted.Header.Get("Location")
-
+	e, tn, maker, page := aNewSecretKey(t, "shared")
 	other := e.login(opEmail, opPassword) // a session of its own
 	keys, _ := url.Parse(e.url + tpath(tn, "/keys"))
 	handed := 0
@@ -47,13 +42,7 @@ func TestAOneTimeSecretOpensOnlyInTheSessionThatMadeIt(t *testing.T) {
 // secret is shown on (a link preview, a monitor) shows nothing, so it takes nothing; the GET that
 // follows still shows the secret.
 func TestAHeadOfThePageLeavesTheOneTimeSecretForItsGet(t *testing.T) {
-	e := newEnv(t)
-	e.operator()
-	tn := e.tenant("acme")
-	maker := e.login(opEmail, opPassword)
-	posted := maker.post(tpath(tn, "/keys"), url.Values{"label": {"previewed"}, "kind": {"secret"}})
-	wantStatus(t, posted, http.StatusSeeOther)
-	page := posted.Header.Get("Location")
+	e, _, maker, page := aNewSecretKey(t, "previewed")
 	res, err := maker.c.Head(e.url + page)
 	if err != nil {
 		t.Fatal(err)
@@ -65,4 +54,18 @@ func TestAHeadOfThePageLeavesTheOneTimeSecretForItsGet(t *testing.T) {
 	if secret, _ := maker.get(page).doc(t).Find("#new-secret").Attr("value"); !strings.HasPrefix(secret, "sk_live_") {
 		t.Fatalf("after a HEAD of the page, its GET showed %q, not the new key's secret", secret)
 	}
+}
+
+// aNewSecretKey has the operator create a secret key labelled label in tenant acme through the
+// dashboard, and returns the session that did (maker) and the page the redirect leads to, where
+// the key's secret is shown once.
+func aNewSecretKey(t *testing.T, label string) (e *env, tn tenants.Tenant, maker *client, page string) {
+	t.Helper()
+	e = newEnv(t)
+	e.operator()
+	tn = e.tenant("acme")
+	maker = e.login(opEmail, opPassword)
+	posted := maker.post(tpath(tn, "/keys"), url.Values{"label": {label}, "kind": {"secret"}})
+	wantStatus(t, posted, http.StatusSeeOther)
+	return e, tn, maker, posted.Header.Get("Location")
 }
