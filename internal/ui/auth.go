@@ -335,19 +335,18 @@ var (
 
 const systemTenant = 0
 
-// loginLimitNames name the login limits for the engine and for the audit log's lockout entries,
-// in the order of loginRequests; loginLimitReasons say in the log what each counts.
-var (
-	loginLimitNames   = [...]string{"dashboard.login.account_ip", "dashboard.login.ip", "dashboard.login.account"}
-	loginLimitReasons = [...]string{
-		"too many failed logins for this account from this address",
-		"too many login attempts from this address",
-		"too many login attempts for this account from all addresses",
-	}
-	// loginLimitOfAccount says which limits count one account's attempts: their lockouts are
-	// that account's (its tenant's log has them too); the address's alone is the address's.
-	loginLimitOfAccount = [...]bool{true, false, true}
-)
+// loginLimits are the login limits, in the order of loginRequests: name for the engine and the
+// audit log's lockout entries, reason to say in the log what each counts, and ofAccount for the
+// limits that count one account's attempts: their lockouts are that account's (its tenant's log
+// has them too), where the address's alone is the address's.
+var loginLimits = [...]struct {
+	name, reason string
+	ofAccount    bool
+}{
+	{"dashboard.login.account_ip", "too many failed logins for this account from this address", true},
+	{"dashboard.login.ip", "too many login attempts from this address", false},
+	{"dashboard.login.account", "too many login attempts for this account from all addresses", true},
+}
 
 // clientAddress is the address the audit log and the login limits know a client by: gin's
 // ClientIP (X-Forwarded-For only from TRUSTED_PROXIES).
@@ -382,9 +381,9 @@ func (u *UI) loginRequests(email, addr string) []limiter.Request {
 	accountIP := sha256.Sum256([]byte(norm + "\x00" + addr))
 	perAccountIP, perIP, perAccount := u.loginAccountIP, u.loginIP, u.loginAccount
 	return []limiter.Request{
-		{Name: loginLimitNames[0], Key: hex.EncodeToString(accountIP[:16]), Count: 1, Config: &perAccountIP},
-		{Name: loginLimitNames[1], Key: addr, Count: 1, Config: &perIP},
-		{Name: loginLimitNames[2], Key: hex.EncodeToString(account[:16]), Count: 1, Config: &perAccount},
+		{Name: loginLimits[0].name, Key: hex.EncodeToString(accountIP[:16]), Count: 1, Config: &perAccountIP},
+		{Name: loginLimits[1].name, Key: addr, Count: 1, Config: &perIP},
+		{Name: loginLimits[2].name, Key: hex.EncodeToString(account[:16]), Count: 1, Config: &perAccount},
 	}
 }
 
@@ -421,7 +420,7 @@ func (u *UI) passwordWrong(c *gin.Context, a passwordAttempt) error {
 		if r.Remaining >= 1 {
 			continue
 		}
-		if err := u.tenants.AuditLockout(c.Request.Context(), a.email, a.addr, r.Name, loginLimitReasons[i], loginLimitOfAccount[i]); err != nil {
+		if err := u.tenants.AuditLockout(c.Request.Context(), a.email, a.addr, r.Name, loginLimits[i].reason, loginLimits[i].ofAccount); err != nil {
 			return err
 		}
 	}
@@ -431,7 +430,7 @@ func (u *UI) passwordWrong(c *gin.Context, a passwordAttempt) error {
 // passwordRight resets the per-account-and-address limit of an attempt whose password was right:
 // the user's own successes and earlier typos never lock them out where they log in.
 func (u *UI) passwordRight(c *gin.Context, a passwordAttempt) error {
-	return u.engine.Reset(c.Request.Context(), systemTenant, loginLimitNames[0], &a.accountAddr, nil)
+	return u.engine.Reset(c.Request.Context(), systemTenant, loginLimits[0].name, &a.accountAddr, nil)
 }
 
 // tooManyAttempts is what a refused password check says.
