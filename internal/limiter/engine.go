@@ -631,6 +631,9 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 		return invalidRequest("key", KeyRule)
 	}
 	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
+		if err := e.durableDecisionSettings(tx); err != nil {
+			return err
+		}
 		// One key (or the global one) is reset whether or not the name has a stored definition
 		// or any state (idempotent: inline-config limits have neither until used); every key
 		// of a name that has neither is not found.

@@ -878,6 +878,18 @@ func (e *Engine) decisionSettings(tx *gorm.DB) error {
 	return tx.Exec(pgSettingsFor(e.fastCommit)).Error
 }
 
+// durableDecisionSettings starts a transaction outside the lanes that writes decision state (a
+// reset, an idempotency key's claim) as decisionSettings starts a decision's, but always with a
+// durable commit: a reset's audit record commits with it. Without the lock timeout, a reset
+// waiting behind a stalled holder's row lock kept the rows it had already deleted locked, and
+// every decision on them waiting, for the whole retry budget.
+func (e *Engine) durableDecisionSettings(tx *gorm.DB) error {
+	if e.db.Dialect != db.Postgres {
+		return nil
+	}
+	return tx.Exec(pgSettingsFor(false)).Error
+}
+
 // groupGorm is one attempt of a group through GORM (SQLite), in a transaction that
 // decisionSettings began: definitions, rows, decisions, writes.
 func (e *Engine) groupGorm(tx *gorm.DB, jobs []*job) error {

@@ -358,3 +358,72 @@ func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
 		t.Fatalf("the contended decision: %+v, %v; want ErrUnavailable once its attempts are spent", c.d, c.err)
 	}
 }
+
+// TestAResetWaitingForALockedRowFreesTheRowsItDeleted: a reset of every key of a limit that
+// reaches a row a stalled holder keeps locked ends its wait at the lock timeout and backs off,
+// so the decisions on the keys it had deleted before that row are decided while the row is
+// still locked, and the reset is done once it is released.
+func TestAResetWaitingForALockedRowFreesTheRowsItDeleted(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	d.Retry = db.RetryPolicy{MaxAttempts: 1 << 30, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Budget: 5 * time.Minute}
+	e := limiter.NewEngine(d, limiter.Options{})
+	testkit.Run(t, e.Run)
+	ctx := context.Background()
+	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000})
+	for _, key := range []string{"beside", "locked"} { // deleted in this order: "beside" first
+		if o := testkit.Await(t, decideAsync(e, tenant, "api", key, nil), "the first decision on "+key); o.err != nil || !o.d.OK {
+			t.Fatalf("the first decision on %s: %+v, %v", key, o.d, o.err)
+		}
+	}
+	release := limiter.LockRowUntilReleased(t, d, tenant, "api", "locked")
+	reset := make(chan error, 1)
+	go func() { reset <- e.Reset(ctx, tenant, "api", nil, nil) }()
+	waitUntil(t, "the reset on the locked row to end its wait (lock_timeout) and retry", func() bool {
+		return d.RetriesFor(db.PurposeDecision) >= 1
+	})
+	beside := testkit.Await(t, decideAsync(e, tenant, "api", "beside", nil), "a decision on a key the reset deleted before the locked row, while that row is still locked")
+	if beside.err != nil || !beside.d.OK {
+		t.Fatalf("the decision beside: %+v, %v; want admitted", beside.d, beside.err)
+	}
+	select {
+	case err := <-reset:
+		t.Fatalf("the reset ended while the row was still locked: %v", err)
+	default:
+	}
+	release()
+	if err := testkit.Await(t, reset, "the reset once the lock is released"); err != nil {
+		t.Fatalf("the reset: %v", err)
+	}
+	for _, key := range []string{"beside", "locked"} {
+		if v, err := e.GetValue(ctx, tenant, "api", key); err != nil || v.Value != 10 {
+			t.Fatalf("%s after the reset holds %+v (%v), want 10 (full)", key, v, err)
+		}
+	}
+}
+
+// TestAnIdempotencyClaimWaitingForALockedClaimRetries: a bulk request's claim of an idempotency
+// key whose claim row a stalled holder keeps locked ends its wait at the lock timeout and retries
+// with a backoff (as decisions do) rather than waiting out its whole budget in one statement, and
+// is stored once the row is released.
+func TestAnIdempotencyClaimWaitingForALockedClaimRetries(t *testing.T) {
+	d := testkit.Open(t, db.Postgres)
+	d.Retry = db.RetryPolicy{MaxAttempts: 1 << 30, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Budget: 5 * time.Minute}
+	e := limiter.NewEngine(d, limiter.Options{})
+	testkit.Run(t, e.Run)
+	ctx := context.Background()
+	it := idem("K", "a bulk request")
+	if err := e.ClaimIdempotencyKey(ctx, tenant, "K", it.Hash); err != nil {
+		t.Fatal(err)
+	}
+	release := limiter.LockUntilReleased(t, d, "the claim of K",
+		"SELECT 1 FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 AND part = -1 FOR UPDATE", tenant, "K")
+	claim := make(chan error, 1)
+	go func() { claim <- e.ClaimIdempotencyKey(ctx, tenant, "K", it.Hash) }()
+	waitUntil(t, "the claim on the locked row to end its wait (lock_timeout) and retry", func() bool {
+		return d.RetriesFor(db.PurposeDecision) >= 1
+	})
+	release()
+	if err := testkit.Await(t, claim, "the claim once the lock is released"); err != nil {
+		t.Fatalf("the claim: %v", err)
+	}
+}

@@ -327,6 +327,15 @@ func TestAGroupWithARowLockedLongDecidesItsOtherJobsAlone(t *testing.T) {
 // release commits it (or the test ends).
 func LockRowUntilReleased(t *testing.T, d *db.DB, tenantID int64, name, key string) (release func()) {
 	t.Helper()
+	return LockUntilReleased(t, d, "the row of "+name+", key "+key, `SELECT 1 FROM limit_state
+		WHERE tenant_id = $1 AND name = $2 AND key = $3 AND shard = 0 FOR UPDATE`, tenantID, name, key)
+}
+
+// LockUntilReleased holds the one row that query (a SELECT … FOR UPDATE) returns locked from
+// another connection's transaction, as a stalled instance's would, until release commits it (or
+// the test ends); what names the row in a failure.
+func LockUntilReleased(t *testing.T, d *db.DB, what, query string, args ...any) (release func()) {
+	t.Helper()
 	ctx := context.Background()
 	conn, err := d.SQL.Conn(ctx)
 	if err != nil {
@@ -339,9 +348,8 @@ func LockRowUntilReleased(t *testing.T, d *db.DB, tenantID int64, name, key stri
 	}
 	t.Cleanup(func() { _ = holder.Rollback() })
 	var n int
-	if err := holder.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM limit_state
-		WHERE tenant_id = $1 AND name = $2 AND key = $3 AND shard = 0 FOR UPDATE) AS locked`, tenantID, name, key).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("locking the row of %s, key %s: %d rows, %v; want the one", name, key, n, err)
+	if err := holder.QueryRowContext(ctx, "SELECT count(*) FROM ("+query+") AS locked", args...).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("locking %s: %d rows, %v; want the one", what, n, err)
 	}
 	return func() {
 		if err := holder.Commit(); err != nil {
