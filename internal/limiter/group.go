@@ -878,12 +878,13 @@ func (e *Engine) decisionSettings(tx *gorm.DB) error {
 	return tx.Exec(pgSettingsFor(e.fastCommit)).Error
 }
 
-// durableDecisionSettings starts a transaction outside the lanes that writes decision state (a
-// reset, an idempotency key's claim) as decisionSettings starts a decision's, but always with a
-// durable commit: a reset's audit record commits with it. Without the lock timeout, a reset
-// waiting behind a stalled holder's row lock kept the rows it had already deleted locked, and
-// every decision on them waiting, for the whole retry budget.
-func (e *Engine) durableDecisionSettings(tx *gorm.DB) error {
+// stateWriterSettings starts a transaction outside the lanes that writes limit state (a reset, a
+// definition's change or deletion, which delete its keys' state, an idempotency key's claim) as
+// decisionSettings starts a decision's, but always with a durable commit: definitions and audit
+// records commit with them. Without the lock timeout, such a transaction waiting behind a
+// stalled holder's row lock kept the rows it had already deleted locked, and every decision on
+// them waiting, for its whole retry budget.
+func (e *Engine) stateWriterSettings(tx *gorm.DB) error {
 	if e.db.Dialect != db.Postgres {
 		return nil
 	}

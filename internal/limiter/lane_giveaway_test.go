@@ -359,45 +359,64 @@ func TestAGroupThatSpentItsAttemptsDecidesItsOtherJobsAlone(t *testing.T) {
 	}
 }
 
-// TestAResetWaitingForALockedRowFreesTheRowsItDeleted: a reset of every key of a limit that
-// reaches a row a stalled holder keeps locked ends its wait at the lock timeout and backs off,
-// so the decisions on the keys it had deleted before that row are decided while the row is
-// still locked, and the reset is done once it is released.
-func TestAResetWaitingForALockedRowFreesTheRowsItDeleted(t *testing.T) {
-	d := testkit.Open(t, db.Postgres)
-	d.Retry = db.RetryPolicy{MaxAttempts: 1 << 30, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Budget: 5 * time.Minute}
-	e := limiter.NewEngine(d, limiter.Options{})
-	testkit.Run(t, e.Run)
-	ctx := context.Background()
-	mustPut(t, e, "api", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000})
-	for _, key := range []string{"beside", "locked"} { // deleted in this order: "beside" first
-		if o := testkit.Await(t, decideAsync(e, tenant, "api", key, nil), "the first decision on "+key); o.err != nil || !o.d.OK {
-			t.Fatalf("the first decision on %s: %+v, %v", key, o.d, o.err)
-		}
-	}
-	release := limiter.LockRowUntilReleased(t, d, tenant, "api", "locked")
-	reset := make(chan error, 1)
-	go func() { reset <- e.Reset(ctx, tenant, "api", nil, nil) }()
-	waitUntil(t, "the reset on the locked row to end its wait (lock_timeout) and retry", func() bool {
-		return d.RetriesFor(db.PurposeDecision) >= 1
-	})
-	beside := testkit.Await(t, decideAsync(e, tenant, "api", "beside", nil), "a decision on a key the reset deleted before the locked row, while that row is still locked")
-	if beside.err != nil || !beside.d.OK {
-		t.Fatalf("the decision beside: %+v, %v; want admitted", beside.d, beside.err)
-	}
-	select {
-	case err := <-reset:
-		t.Fatalf("the reset ended while the row was still locked: %v", err)
-	default:
-	}
-	release()
-	if err := testkit.Await(t, reset, "the reset once the lock is released"); err != nil {
-		t.Fatalf("the reset: %v", err)
-	}
-	for _, key := range []string{"beside", "locked"} {
-		if v, err := e.GetValue(ctx, tenant, "api", key); err != nil || v.Value != 10 {
-			t.Fatalf("%s after the reset holds %+v (%v), want 10 (full)", key, v, err)
-		}
+// TestAStateWriterWaitingForALockedRowFreesTheRowsItDeleted: a transaction that deletes every
+// key's state of a limit (a reset of every key, the definition's deletion, a change of its kind)
+// and reaches a row a stalled holder keeps locked ends its wait at the lock timeout and backs
+// off, so the decisions on the keys it had deleted before that row are decided while the row is
+// still locked, and the change is made once it is released.
+func TestAStateWriterWaitingForALockedRowFreesTheRowsItDeleted(t *testing.T) {
+	def := limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 3_600_000}
+	for _, c := range []struct {
+		name    string
+		purpose db.Purpose
+		change  func(e *limiter.Engine) error
+	}{
+		{"a reset of every key", db.PurposeDecision, func(e *limiter.Engine) error {
+			return e.Reset(context.Background(), tenant, "api", nil, nil)
+		}},
+		{"the definition's deletion", db.PurposeOther, func(e *limiter.Engine) error {
+			return e.DeleteDefinition(context.Background(), tenant, "api", nil)
+		}},
+		{"a change of the definition's kind", db.PurposeOther, func(e *limiter.Engine) error {
+			_, _, err := e.PutDefinition(context.Background(), tenant, "api", limiter.Definition{Kind: limiter.FixedWindow, Rate: 10, Period: 3_600_000}, nil)
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := testkit.Open(t, db.Postgres)
+			d.Retry = db.RetryPolicy{MaxAttempts: 1 << 30, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, Budget: 5 * time.Minute}
+			e := limiter.NewEngine(d, limiter.Options{})
+			testkit.Run(t, e.Run)
+			mustPut(t, e, "api", def)
+			for _, key := range []string{"beside", "locked"} { // deleted in this order: "beside" first
+				if o := testkit.Await(t, decideAsync(e, tenant, "api", key, nil), "the first decision on "+key); o.err != nil || !o.d.OK {
+					t.Fatalf("the first decision on %s: %+v, %v", key, o.d, o.err)
+				}
+			}
+			release := limiter.LockRowUntilReleased(t, d, tenant, "api", "locked")
+			changed := make(chan error, 1)
+			go func() { changed <- c.change(e) }()
+			waitUntil(t, c.name+" on the locked row to end its wait (lock_timeout) and retry", func() bool {
+				return d.RetriesFor(c.purpose) >= 1
+			})
+			beside := testkit.Await(t, decideAsync(e, tenant, "api", "beside", nil), "a decision on a key deleted before the locked row, while that row is still locked")
+			if beside.err != nil || !beside.d.OK {
+				t.Fatalf("the decision beside: %+v, %v; want admitted", beside.d, beside.err)
+			}
+			select {
+			case err := <-changed:
+				t.Fatalf("%s ended while the row was still locked: %v", c.name, err)
+			default:
+			}
+			release()
+			if err := testkit.Await(t, changed, c.name+" once the lock is released"); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			var rows int64
+			if err := d.Gorm.Raw("SELECT count(*) FROM limit_state WHERE tenant_id = ? AND name = 'api'", tenant).Scan(&rows).Error; err != nil || rows != 0 {
+				t.Fatalf("after %s: %d state rows (%v), want none", c.name, rows, err)
+			}
+		})
 	}
 }
 
