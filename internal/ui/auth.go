@@ -229,20 +229,47 @@ func (u *UI) requireTenant(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
-	// A suspended tenant's dashboard is read-only for its members, and a viewer's always is;
-	// operators still act on it. Every state change below /tenants/:tid is a POST, so this one
-	// check covers every route of the group.
-	if writes := c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead; writes && !user.IsOperator {
-		switch {
-		case t.SuspendedAt != nil:
-			u.forbidden(c, "This tenant is suspended: its dashboard is read-only until an operator resumes it.")
-			return
-		case !user.CanChange(id):
-			u.forbidden(c, "You are a viewer of this tenant: you can read everything but change nothing. Ask an admin for the admin role.")
+	// Every state change below /tenants/:tid is a POST, so this one check covers every route of
+	// the group; the pages that only lead to one (forChangers) are refused alike.
+	if writes := c.Request.Method != http.MethodGet && c.Request.Method != http.MethodHead; writes {
+		if why := readOnlyReason(user, t); why != "" {
+			u.forbidden(c, why)
 			return
 		}
 	}
 	c.Set(tenantKey, t)
+	c.Next()
+}
+
+// readOnlyReason says why user may not change tenant t, or "" when they may: a suspended tenant's
+// dashboard is read-only for its members, and a viewer's always is; operators still act on it.
+// The pages leave out the forms and links of a user it refuses (layoutVM.ReadOnly).
+func readOnlyReason(user tenants.User, t tenants.Tenant) string {
+	switch {
+	case user.IsOperator:
+		return ""
+	case t.SuspendedAt != nil:
+		return "This tenant is suspended: its dashboard is read-only until an operator resumes it."
+	case !user.CanChange(t.ID):
+		return "You are a viewer of this tenant: you can read everything but change nothing. Ask an admin for the admin role."
+	}
+	return ""
+}
+
+// mayChange reports whether the logged-in user may change the tenant of the request: the pages
+// show the forms and links of changes only to one who may (the URLs of the others are left
+// empty).
+func mayChange(c *gin.Context) bool {
+	return readOnlyReason(principalOf(c).user, tenantOf(c)) == ""
+}
+
+// forChangers guards a page whose only use is a change (a form to fill in, a confirmation): a
+// user who may not change the tenant gets requireTenant's 403 for it, not a form that would.
+func (u *UI) forChangers(c *gin.Context) {
+	if why := readOnlyReason(principalOf(c).user, tenantOf(c)); why != "" {
+		u.forbidden(c, why)
+		return
+	}
 	c.Next()
 }
 

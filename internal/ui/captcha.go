@@ -78,7 +78,10 @@ func (u *UI) renderCaptcha(c *gin.Context, status int, vm captchaVM, fromForm bo
 		return
 	}
 	vm.Layout = l
-	vm.SettingsURL, vm.KeyURL, vm.KeysURL = tenantPath(t.ID, "/captcha/settings"), tenantPath(t.ID, "/captcha/keys"), tenantPath(t.ID, "/keys")
+	vm.KeysURL = tenantPath(t.ID, "/keys")
+	if !l.ReadOnly {
+		vm.SettingsURL, vm.KeyURL = tenantPath(t.ID, "/captcha/settings"), tenantPath(t.ID, "/captcha/keys")
+	}
 	vm.MinDiff, vm.MaxDiff = tenants.MinCaptchaDifficulty, tenants.MaxCaptchaDifficulty
 	if !fromForm {
 		vm.Origins = strings.Join(t.AllowedOrigins, "\n")
@@ -120,11 +123,14 @@ func (u *UI) renderCaptcha(c *gin.Context, status int, vm captchaVM, fromForm bo
 		return
 	}
 	for _, s := range sessions {
-		vm.Sessions = append(vm.Sessions, sessionRowVM{
+		row := sessionRowVM{
 			Hash: s.SessionHash, HashPrefix: s.SessionHash[:min(sessionHashShown, len(s.SessionHash))] + "…",
 			Authorized: fmtTime(s.AuthorizedAt), Expires: fmtTime(s.ExpiresAt),
-			RevokeURL: tenantPath(t.ID, "/captcha/sessions/"+s.SessionHash+"/revoke"),
-		})
+		}
+		if !l.ReadOnly {
+			row.RevokeURL = tenantPath(t.ID, "/captcha/sessions/"+s.SessionHash+"/revoke")
+		}
+		vm.Sessions = append(vm.Sessions, row)
 	}
 	u.render(c, status, captchaPage(vm))
 }

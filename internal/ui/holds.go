@@ -49,6 +49,13 @@ func (u *UI) inFlightSection(c *gin.Context, d limiter.StoredDefinition) (inFlig
 	t := tenantOf(c)
 	ctx := c.Request.Context()
 	vm := inFlightVM{ExpiringSoonSeconds: expiringSoonMs / 1000}
+	changes := mayChange(c)
+	releaseURL := func(rest string) string {
+		if !changes {
+			return ""
+		}
+		return limitPath(t.ID, d.Name, rest)
+	}
 	keyLabel := func(k string) string {
 		if k == "" {
 			return "(default key)"
@@ -69,7 +76,7 @@ func (u *UI) inFlightSection(c *gin.Context, d limiter.StoredDefinition) (inFlig
 		for _, l := range ls {
 			vm.LeaseRows = append(vm.LeaseRows, inFlightRow{ID: l.ID, Key: keyLabel(l.Key), Amount: "1",
 				Created: fmtTime(timeMS(l.CreatedAt)), Expires: fmtTime(timeMS(l.ExpiresAt)),
-				ReleaseURL: limitPath(t.ID, d.Name, "/leases/"+url.PathEscape(l.ID)+"/release")})
+				ReleaseURL: releaseURL("/leases/" + url.PathEscape(l.ID) + "/release")})
 		}
 		return vm, nil
 	}
@@ -86,7 +93,7 @@ func (u *UI) inFlightSection(c *gin.Context, d limiter.StoredDefinition) (inFlig
 	for _, h := range hs {
 		vm.HoldRows = append(vm.HoldRows, inFlightRow{ID: h.ID, Key: keyLabel(h.Key), Amount: fmtNum(h.Count),
 			Created: fmtTime(timeMS(h.CreatedAt)), Expires: fmtTime(timeMS(h.ExpiresAt)),
-			ReleaseURL: limitPath(t.ID, d.Name, "/holds/"+url.PathEscape(h.ID)+"/release")})
+			ReleaseURL: releaseURL("/holds/" + url.PathEscape(h.ID) + "/release")})
 	}
 	return vm, nil
 }

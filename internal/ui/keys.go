@@ -49,10 +49,16 @@ func (u *UI) renderKeys(c *gin.Context, status int, vm keysVM) {
 		u.internalError(c, err)
 		return
 	}
-	vm.Layout, vm.CreateURL = l, tenantPath(t.ID, "/keys")
+	vm.Layout = l
+	if !l.ReadOnly {
+		vm.CreateURL = tenantPath(t.ID, "/keys")
+	}
 	for _, k := range keys {
 		r := keyRow{ID: k.ID, Kind: string(k.Kind), Label: k.Label, Hint: k.Hint, Created: fmtTime(k.CreatedAt),
-			LastUsed: fmtTimePtr(k.LastUsedAt, "never"), RevokeURL: tenantPath(t.ID, "/keys/"+k.ID+"/revoke")}
+			LastUsed: fmtTimePtr(k.LastUsedAt, "never")}
+		if !l.ReadOnly {
+			r.RevokeURL = tenantPath(t.ID, "/keys/"+k.ID+"/revoke")
+		}
 		if k.RevokedAt != nil {
 			r.Revoked = fmtTime(*k.RevokedAt)
 		}

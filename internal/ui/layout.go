@@ -21,7 +21,8 @@ type layoutVM struct {
 	Tenant     *tenantRef // the tenant whose pages are shown, if any
 	Tenants    []tenantRef
 	Nav        string // "limits", "keys", "audit", "tenants", "server-audit"
-	Viewer     bool   // the user may read the tenant shown but not change it
+	Viewer     bool   // the user is a viewer of the tenant shown
+	ReadOnly   bool   // the user may not change the tenant shown (readOnlyReason): no forms
 	Flash      string
 }
 
@@ -45,7 +46,7 @@ func (u *UI) layout(c *gin.Context, title, nav string) (layoutVM, error) {
 	l.LoggedIn, l.Email, l.IsOperator, l.Nav = true, p.user.Email, p.user.IsOperator, nav
 	if t := tenantOf(c); t.ID != 0 {
 		l.Tenant = &tenantRef{ID: t.ID, Name: t.Name, Suspended: t.SuspendedAt != nil}
-		l.Viewer = !p.user.CanChange(t.ID)
+		l.Viewer, l.ReadOnly = !p.user.CanChange(t.ID), readOnlyReason(p.user, t) != ""
 	}
 	if p.user.IsOperator {
 		ts, err := u.tenants.ListTenants(c.Request.Context())

@@ -185,6 +185,9 @@ func (u *UI) renderLimit(c *gin.Context, status int, d limiter.StoredDefinition,
 		SelfURL:   limitPath(t.ID, d.Name, ""),
 		Shadow:    d.Definition.IsShadow(), EnforceURL: limitPath(t.ID, d.Name, "/enforce"),
 	}
+	if l.ReadOnly {
+		vm.EditURL, vm.ResetURL, vm.ResetAllURL, vm.DeleteURL, vm.EnforceURL = "", "", "", "", ""
+	}
 	if vm.Keys, err = u.recentKeys(c, d); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
@@ -266,7 +269,11 @@ func (u *UI) limitKeys(c *gin.Context) {
 		return
 	}
 	t := tenantOf(c)
-	u.render(c, http.StatusOK, recentKeysBody(keys, limitPath(t.ID, d.Name, "/keys"), limitPath(t.ID, d.Name, "/reset")))
+	resetURL := limitPath(t.ID, d.Name, "/reset")
+	if !mayChange(c) {
+		resetURL = ""
+	}
+	u.render(c, http.StatusOK, recentKeysBody(keys, limitPath(t.ID, d.Name, "/keys"), resetURL))
 }
 
 func (u *UI) resetKey(c *gin.Context) {

@@ -141,7 +141,10 @@ func (u *UI) limitsPage(c *gin.Context) {
 		return
 	}
 	t := tenantOf(c)
-	vm := limitsVM{Layout: l, TenantID: t.ID, Rows: rows, ValuesURL: tenantPath(t.ID, "/limit-values"), NewURL: tenantPath(t.ID, "/new-limit")}
+	vm := limitsVM{Layout: l, TenantID: t.ID, Rows: rows, ValuesURL: tenantPath(t.ID, "/limit-values")}
+	if !l.ReadOnly {
+		vm.NewURL = tenantPath(t.ID, "/new-limit")
+	}
 	if vm.Chart, err = u.chart(c, t.ID, "", "All limits, last hour", chartHour); err != nil {
 		u.internalError(c, err)
 		return

@@ -77,7 +77,7 @@ func (u *UI) renderMembers(c *gin.Context, status int, vm membersVM) {
 	}
 	base := tenantPath(t.ID, "/members")
 	// A suspended tenant's members change nothing (requireTenant); operators still do.
-	vm.Layout, vm.CanChange, vm.InviteURL = l, p.user.CanChange(t.ID) && (t.SuspendedAt == nil || p.user.IsOperator), base+"/invite"
+	vm.Layout, vm.CanChange, vm.InviteURL = l, !l.ReadOnly, base+"/invite"
 	for _, m := range users {
 		id := strconv.FormatInt(m.ID, 10)
 		vm.Members = append(vm.Members, memberRow{ID: m.ID, Email: m.Email, Role: string(m.Role), Created: fmtTime(m.CreatedAt),

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/PuerkitoBio/goquery"
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/api"
@@ -195,10 +196,15 @@ func TestViewerChangesNothingOnAnyDashboardRoute(t *testing.T) {
 					if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != tpath(a.Tenant, "/limits") {
 						t.Errorf("viewer GET %s: status %d to %q, want 303 to its limits", path, res.StatusCode, res.Header.Get("Location"))
 					}
+				case changeOnlyPages[ri.Path]:
+					if res.StatusCode != http.StatusForbidden {
+						t.Errorf("viewer GET %s: status %d, want 403 (the page only leads to a change)", path, res.StatusCode)
+					}
 				case strings.HasPrefix(ri.Path, "/tenants/:tid/"):
 					if res.StatusCode != http.StatusOK {
 						t.Errorf("viewer GET %s: status %d, want 200", path, res.StatusCode)
 					}
+					offersNoChange(t, viewer, path, res)
 				case res.StatusCode >= 500:
 					t.Errorf("GET %s: status %d", path, res.StatusCode)
 				}
@@ -237,6 +243,86 @@ func TestViewerChangesNothingOnAnyDashboardRoute(t *testing.T) {
 			t.Fatal("an admin is told they are a viewer")
 		}
 	})
+}
+
+// changeOnlyPages are the dashboard's GET routes whose only use is a change (a form to fill in, a
+// confirmation): a user who may not change the tenant gets 403 for them.
+var changeOnlyPages = map[string]bool{
+	"/tenants/:tid/new-limit":                        true,
+	"/tenants/:tid/limits/:name/edit":                true,
+	"/tenants/:tid/limits/:name/reset-all":           true,
+	"/tenants/:tid/limits/:name/delete":              true,
+	"/tenants/:tid/limits/:name/enforce":             true,
+	"/tenants/:tid/limits/:name/overrides/new":       true,
+	"/tenants/:tid/limits/:name/overrides/edit":      true,
+	"/tenants/:tid/limits/:name/holds/:hid/release":  true,
+	"/tenants/:tid/limits/:name/leases/:lid/release": true,
+}
+
+// offersNoChange fails the test when the page res (GET path as reader, who may not change the
+// tenant) offers a change anyway: a form that posts anywhere but /logout, an htmx post, or a link
+// below /tenants/ that answers reader 403.
+func offersNoChange(t *testing.T, reader *client, path string, res response) {
+	t.Helper()
+	if !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
+		return
+	}
+	doc := res.doc(t)
+	doc.Find("form").Each(func(_ int, f *goquery.Selection) {
+		method, _ := f.Attr("method")
+		if action, _ := f.Attr("action"); strings.EqualFold(method, http.MethodPost) && action != "/logout" {
+			t.Errorf("GET %s offers a user who may change nothing the form that posts to %s", path, action)
+		}
+	})
+	doc.Find("[hx-post], [hx-put], [hx-delete], [hx-patch]").Each(func(_ int, el *goquery.Selection) {
+		t.Errorf("GET %s offers a user who may change nothing an htmx change: %s", path, goquery.NodeName(el))
+	})
+	doc.Find("a[href^='/tenants/']").Each(func(_ int, a *goquery.Selection) {
+		href, _ := a.Attr("href")
+		if r := reader.get(href); r.StatusCode == http.StatusForbidden {
+			t.Errorf("GET %s links a user who may change nothing to %s, which refuses them", path, href)
+		}
+	})
+}
+
+// TestASuspendedTenantsMembersAreOfferedNoChange: a suspended tenant's admin reads every page of
+// it (the pages that only lead to a change are 403) and is offered no change on any, while an
+// operator still is. On SQLite.
+func TestASuspendedTenantsMembersAreOfferedNoChange(t *testing.T) {
+	e := newEnv(t, func(c *config.Config, _ *app.Options) { c.WebhookAllowPrivate = true })
+	e.operator()
+	a := e.walkTenant(t, "acme")
+	if err := e.svc.SetSuspended(context.Background(), a.ID, true, "test"); err != nil {
+		t.Fatal(err)
+	}
+	admin := e.login("admin@acme.example", "admin-password-1")
+	pages := 0
+	for _, ri := range dashboardRoutes(t, e) {
+		if ri.Method != http.MethodGet || !strings.HasPrefix(ri.Path, "/tenants/:tid/") || strings.HasPrefix(ri.Path, "/tenants/:tid/manage") {
+			continue
+		}
+		path := walkPath(ri.Path, a.ids)
+		res := admin.get(path)
+		want := http.StatusOK
+		if changeOnlyPages[ri.Path] {
+			want = http.StatusForbidden
+		}
+		if res.StatusCode != want {
+			t.Errorf("the suspended tenant's admin GET %s: status %d, want %d", path, res.StatusCode, want)
+			continue
+		}
+		if want == http.StatusOK {
+			pages++
+			offersNoChange(t, admin, path, res)
+		}
+	}
+	if pages < 10 {
+		t.Fatalf("only %d pages read", pages)
+	}
+	page := e.login(opEmail, opPassword).get(walkPath("/tenants/:tid/limits/:name", a.ids)).doc(t)
+	if page.Find("#edit-limit").Length() != 1 || page.Find("form[method=post]").Length() < 2 {
+		t.Fatal("an operator is offered no change on a suspended tenant's limit page")
+	}
 }
 
 // TestMemberOfOneTenantReachesNothingOfAnother walks every dashboard route under /tenants/:tid

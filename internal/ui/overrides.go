@@ -69,11 +69,17 @@ func (u *UI) overridesSection(c *gin.Context, d limiter.StoredDefinition, after 
 	if err != nil {
 		return overridesVM{}, err
 	}
-	vm := overridesVM{AddURL: limitPath(t.ID, d.Name, "/overrides/new"), DeleteURL: limitPath(t.ID, d.Name, "/overrides/delete")}
+	var vm overridesVM
+	changes := mayChange(c)
+	if changes {
+		vm.AddURL, vm.DeleteURL = limitPath(t.ID, d.Name, "/overrides/new"), limitPath(t.ID, d.Name, "/overrides/delete")
+	}
 	for _, s := range list {
 		o := s.Override
-		row := overrideVM{Match: o.Match, Effect: overrideEffect(o), Expires: "never",
-			EditURL: limitPath(t.ID, d.Name, "/overrides/edit?match="+url.QueryEscape(o.Match))}
+		row := overrideVM{Match: o.Match, Effect: overrideEffect(o), Expires: "never"}
+		if changes {
+			row.EditURL = limitPath(t.ID, d.Name, "/overrides/edit?match="+url.QueryEscape(o.Match))
+		}
 		if o.ExpiresAt != nil {
 			row.Expires = fmtTime(timeMS(*o.ExpiresAt))
 		}

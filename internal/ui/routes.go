@@ -52,26 +52,26 @@ func (u *UI) Register(r *gin.Engine) {
 	t.GET("/limits", u.limitsPage)
 	// Not below /limits/: "new" and "values" are valid limit names.
 	t.GET("/limit-values", u.limitsValues) // htmx fragment: the live values table body
-	t.GET("/new-limit", u.newLimitForm)
+	t.GET("/new-limit", u.forChangers, u.newLimitForm)
 	t.POST("/limits", u.createLimit)
 	t.GET("/limits/:name", u.limitPage)
 	t.GET("/limits/:name/keys", u.limitKeys) // htmx fragment: recent keys with values
-	t.GET("/limits/:name/edit", u.editLimitForm)
+	t.GET("/limits/:name/edit", u.forChangers, u.editLimitForm)
 	t.POST("/limits/:name", u.updateLimit)
 	t.POST("/limits/:name/reset", u.resetKey)
-	t.GET("/limits/:name/reset-all", u.resetAllConfirm)
+	t.GET("/limits/:name/reset-all", u.forChangers, u.resetAllConfirm)
 	t.POST("/limits/:name/reset-all", u.resetAll)
-	t.GET("/limits/:name/delete", u.deleteLimitConfirm)
+	t.GET("/limits/:name/delete", u.forChangers, u.deleteLimitConfirm)
 	t.POST("/limits/:name/delete", u.deleteLimit)
-	t.GET("/limits/:name/enforce", u.enforceConfirm) // shadow -> enforce: the confirmation
+	t.GET("/limits/:name/enforce", u.forChangers, u.enforceConfirm) // shadow -> enforce: the confirmation
 	t.POST("/limits/:name/enforce", u.enforce)
-	t.GET("/limits/:name/overrides/new", u.newOverrideForm)
-	t.GET("/limits/:name/overrides/edit", u.editOverrideForm) // ?match=…
+	t.GET("/limits/:name/overrides/new", u.forChangers, u.newOverrideForm)
+	t.GET("/limits/:name/overrides/edit", u.forChangers, u.editOverrideForm) // ?match=…
 	t.POST("/limits/:name/overrides", u.saveOverride)
 	t.POST("/limits/:name/overrides/delete", u.deleteOverride)
-	t.GET("/limits/:name/holds/:hid/release", u.releaseHoldConfirm)
+	t.GET("/limits/:name/holds/:hid/release", u.forChangers, u.releaseHoldConfirm)
 	t.POST("/limits/:name/holds/:hid/release", u.releaseHold)
-	t.GET("/limits/:name/leases/:lid/release", u.releaseLeaseConfirm)
+	t.GET("/limits/:name/leases/:lid/release", u.forChangers, u.releaseLeaseConfirm)
 	t.POST("/limits/:name/leases/:lid/release", u.releaseLease)
 	t.GET("/keys", u.keysPage)
 	t.POST("/keys", u.createKey)

@@ -72,7 +72,10 @@ func (u *UI) renderWebhooks(c *gin.Context, status int, vm webhooksVM, chosen []
 		u.internalError(c, err)
 		return
 	}
-	vm.Layout, vm.CreateURL = l, tenantPath(t.ID, "/webhooks")
+	vm.Layout = l
+	if !l.ReadOnly {
+		vm.CreateURL = tenantPath(t.ID, "/webhooks")
+	}
 	for _, e := range eps {
 		if vm.newID == strconv.FormatInt(e.ID, 10) {
 			vm.NewURL = e.URL
@@ -81,8 +84,11 @@ func (u *UI) renderWebhooks(c *gin.Context, status int, vm webhooksVM, chosen []
 		if slices.Contains(e.Events, webhooks.EventLimitRefusals) {
 			evs += fmt.Sprintf(" (limit.refusals at %d a minute)", e.RefusalThreshold)
 		}
-		vm.Rows = append(vm.Rows, webhookRow{URL: e.URL, Events: evs, Created: fmtTime(e.CreatedAt),
-			LogURL: webhookPath(t.ID, e.ID, ""), DeleteURL: webhookPath(t.ID, e.ID, "/delete")})
+		row := webhookRow{URL: e.URL, Events: evs, Created: fmtTime(e.CreatedAt), LogURL: webhookPath(t.ID, e.ID, "")}
+		if !l.ReadOnly {
+			row.DeleteURL = webhookPath(t.ID, e.ID, "/delete")
+		}
+		vm.Rows = append(vm.Rows, row)
 	}
 	for _, ev := range webhooks.Events {
 		vm.Events = append(vm.Events, eventChoice{Name: ev, Checked: slices.Contains(chosen, ev)})
@@ -174,11 +180,15 @@ func (u *UI) webhookLog(c *gin.Context) {
 		u.internalError(c, err)
 		return
 	}
-	vm := webhookLogVM{Layout: l, URL: ep.URL, Events: strings.Join(ep.Events, ", "), TestURL: webhookPath(t.ID, ep.ID, "/test"),
-		BackURL: tenantPath(t.ID, "/webhooks")}
+	vm := webhookLogVM{Layout: l, URL: ep.URL, Events: strings.Join(ep.Events, ", "), BackURL: tenantPath(t.ID, "/webhooks")}
+	if !l.ReadOnly {
+		vm.TestURL = webhookPath(t.ID, ep.ID, "/test")
+	}
 	for _, d := range ds {
-		r := deliveryRow{ID: d.ID, Event: d.Event, Created: fmtTime(d.CreatedAt), Attempts: d.Attempts, LastError: d.LastError,
-			ResendURL: webhookPath(t.ID, ep.ID, "/deliveries/"+d.ID+"/resend")}
+		r := deliveryRow{ID: d.ID, Event: d.Event, Created: fmtTime(d.CreatedAt), Attempts: d.Attempts, LastError: d.LastError}
+		if !l.ReadOnly {
+			r.ResendURL = webhookPath(t.ID, ep.ID, "/deliveries/"+d.ID+"/resend")
+		}
 		switch {
 		case d.DeliveredAt != nil:
 			r.State = "delivered " + fmtTime(*d.DeliveredAt)
