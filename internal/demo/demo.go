@@ -70,6 +70,7 @@ type Tenants interface {
 	CreateTenant(ctx context.Context, name string) (tenants.Tenant, error)
 	EnsureKey(ctx context.Context, tenantID int64, kind tenants.KeyKind, label, secret, actor string) (tenants.APIKey, error)
 	HasKey(ctx context.Context, tenantID int64, secret string) (bool, error)
+	KeysActive(ctx context.Context, tenantID int64, secrets ...string) (bool, error)
 	UpdateCaptchaSettings(ctx context.Context, tenantID int64, origins []string, difficulty int, actor string) error
 	Setting(ctx context.Context, key string) (string, error)
 	SetSettingIfAbsent(ctx context.Context, key, value string) (string, error)
@@ -248,9 +249,10 @@ func (x *Demo) prepared(ctx context.Context) bool {
 
 // ensure prepares the demo tenant (see the package documentation) and returns the keys.
 //
-// Once prepared, each call still checks that the tenant exists (a read by primary key, outside
-// the lock): a deleted tenant took the keys with it, so the demo drops what it knew and prepares
-// a new tenant, instead of handing out keys that no longer exist.
+// Once prepared, each call still checks that the tenant exists and its keys are not revoked
+// (reads outside the lock): a deleted tenant took the keys with it, so the demo drops what it
+// knew and prepares a new tenant, instead of handing out keys that no longer exist; a revoked key
+// switches the demo off, as it does before the demo is prepared (EnsureKey refuses it).
 func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
 	x.mu.Lock()
 	id, pk, sk, ready := x.tenantID, x.pk, x.sk, x.sk != "" && x.synced
@@ -258,6 +260,12 @@ func (x *Demo) ensure(ctx context.Context) (pk, sk string, err error) {
 	if ready {
 		_, err := x.deps.Tenants.Tenant(ctx, id)
 		if err == nil {
+			switch active, err := x.deps.Tenants.KeysActive(ctx, id, pk, sk); {
+			case err != nil:
+				return "", "", fmt.Errorf("demo: keys: %w", err)
+			case !active:
+				return "", "", fmt.Errorf("demo: a key of the demo was revoked: %w", tenants.ErrKeyRevoked)
+			}
 			return pk, sk, nil
 		}
 		if !errors.Is(err, tenants.ErrNotFound) {

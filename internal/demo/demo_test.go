@@ -339,10 +339,13 @@ func TestDemoRecoversFromTheDeletionOfItsTenant(t *testing.T) {
 			}
 		}
 	}
+	if res, body := s.get(t, "/demo"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("GET /demo with the demo's secret key revoked, in the process that prepared it: %d, want 503\n%s", res.StatusCode, body)
+	}
 	stop()
 	s, stop = startStack(t, cfg)
 	if res, body := s.get(t, "/demo"); res.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("GET /demo with the demo's secret key revoked: %d, want 503\n%s", res.StatusCode, body)
+		t.Fatalf("GET /demo with the demo's secret key revoked, after a restart: %d, want 503\n%s", res.StatusCode, body)
 	}
 	deleteTenant(s, first)
 	second := page(s, "after the deletion, same process")

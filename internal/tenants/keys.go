@@ -337,6 +337,22 @@ func (s *Service) HasKey(ctx context.Context, tenantID int64, secret string) (bo
 	return n > 0, nil
 }
 
+// KeysActive reports whether every one of secrets is a key of the tenant that is not revoked.
+func (s *Service) KeysActive(ctx context.Context, tenantID int64, secrets ...string) (bool, error) {
+	hashes := make([]string, len(secrets))
+	for i, secret := range secrets {
+		hashes[i] = s.hashKey(secret)
+	}
+	var n int64
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Model(&apiKeyRow{}).Where("tenant_id = ? AND hash IN ? AND revoked_at IS NULL", tenantID, hashes).Count(&n).Error
+	})
+	if err != nil {
+		return false, wrap("keys active", err)
+	}
+	return n == int64(len(secrets)), nil
+}
+
 // ListKeys returns a tenant's keys, revoked ones included, oldest first.
 func (s *Service) ListKeys(ctx context.Context, tenantID int64) ([]APIKey, error) {
 	var rows []apiKeyRow
