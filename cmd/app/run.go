@@ -28,6 +28,8 @@ commands:
   user list | remove EMAIL | passwd EMAIL
                                          list users, remove one (sessions end), or set a
                                          password read from stdin (sessions end)
+  backup PATH                            copy the SQLite database, consistent while it serves,
+                                         into a new file PATH (PostgreSQL: use pg_dump)
   healthcheck [--ready]                  probe the local server's /healthz (or /readyz)
 `
 
@@ -58,6 +60,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return adminCmd(ctx, cfg, cmd, args, stdin, stdout, stderr)
 	case "healthcheck":
 		return healthcheckCmd(ctx, cfg, args, stdout)
+	case "backup":
+		return backupCmd(ctx, cfg, args, stdout)
 	case "help", "-h", "--help":
 		_, _ = io.WriteString(stdout, usage)
 		return nil

@@ -106,7 +106,7 @@ func listen(cfg config.Config) (listeners, error) {
 	var ls listeners
 	var err error
 	if ls.http, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
-		return ls, fmt.Errorf("listen: %w", err)
+		return ls, fmt.Errorf("listen (LISTEN_ADDR): %w", err)
 	}
 	if cfg.MetricsAddr != "" {
 		if ls.metrics, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
@@ -146,7 +146,7 @@ func (a *App) Close() error {
 }
 
 // Open opens the configured database and makes sure its schema is the one this binary knows:
-// SQLite (or MIGRATE=auto, or migrate) migrates, PostgreSQL otherwise requires `app migrate`.
+// SQLite (or MIGRATE=auto, or migrate) migrates, PostgreSQL otherwise requires the migrate command.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) (*db.DB, error) {
 	d, _, err := open(ctx, cfg, log, migrate, false)
 	return d, err

@@ -51,9 +51,22 @@ const legacySecretQuery = "`SELECT value FROM settings WHERE key = 'secret_key'`
 // ErrLegacySecretDiffers is the refusal to start when the database holds a root secret an
 // earlier version stored there and the root secret in use is another: deleting the stored one
 // would lose, for good, the secret that every existing API key and session was made under.
+// legacySecretDiffers says how to keep it on each dialect.
 var ErrLegacySecretDiffers = errors.New("this database holds a root secret stored by an earlier version, and it differs from " +
-	"SECRET_KEY (or, on SQLite, the key file): to keep the API keys, sessions and webhook signing secrets made under it, " +
-	"set SECRET_KEY to the value of " + legacySecretQuery + "; to give them up, set SLUICE_DISCARD_LEGACY_SECRET=true and Sluice deletes the stored secret")
+	"the one in use")
+
+// legacySecretDiffers is ErrLegacySecretDiffers with the ways out on the database's dialect: on
+// PostgreSQL SECRET_KEY is the root secret, on SQLite the key file is (a SECRET_KEY other than
+// the file's is refused).
+func legacySecretDiffers(cfg config.Config, d *db.DB) error {
+	keep := "set SECRET_KEY to the value of " + legacySecretQuery
+	if d.Dialect == db.SQLite {
+		keep = "write the value of " + legacySecretQuery + " into the key file " + SecretFile(cfg.DatabaseURL) +
+			" in place of the one there (and unset SECRET_KEY, or set the same)"
+	}
+	return fmt.Errorf("%w: to keep the API keys, sessions and webhook signing secrets made under it, %s; "+
+		"to give them up, set SLUICE_DISCARD_LEGACY_SECRET=true and Sluice deletes the stored secret", ErrLegacySecretDiffers, keep)
+}
 
 // ErrSecretKeyRequired is the refusal to start on PostgreSQL without SECRET_KEY.
 var ErrSecretKeyRequired = errors.New("SECRET_KEY is required with PostgreSQL: set it to at least 32 random characters, " +
@@ -103,7 +116,7 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 	// Refused before anything is written: a key file written with a SECRET_KEY refused here
 	// would refuse the stored value the refusal tells the operator to set.
 	if root != "" && differs(root) {
-		return Secrets{}, "", ErrLegacySecretDiffers
+		return Secrets{}, "", legacySecretDiffers(cfg, d)
 	}
 	var err error
 	switch {
@@ -135,7 +148,7 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 		return Secrets{}, "", ErrSecretKeyRequired
 	}
 	if differs(root) { // the key file's
-		return Secrets{}, "", ErrLegacySecretDiffers
+		return Secrets{}, "", legacySecretDiffers(cfg, d)
 	}
 	return NewSecrets(root), legacy, nil
 }

@@ -52,17 +52,17 @@ func TestAStartThatCannotListenDoesNotMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	for _, addr := range []func(*config.Config){
-		func(c *config.Config) { c.ListenAddr = taken.Addr().String() },
-		func(c *config.Config) { c.MetricsAddr = taken.Addr().String() },
-		func(c *config.Config) { c.GRPCAddr = taken.Addr().String() },
+	for variable, addr := range map[string]func(*config.Config){
+		"LISTEN_ADDR":  func(c *config.Config) { c.ListenAddr = taken.Addr().String() },
+		"METRICS_ADDR": func(c *config.Config) { c.MetricsAddr = taken.Addr().String() },
+		"GRPC_ADDR":    func(c *config.Config) { c.GRPCAddr = taken.Addr().String() },
 	} {
 		cfg := apptest.Config(url)
 		cfg.MigrateAuto = true
 		addr(&cfg)
 		_, err := app.New(ctx, cfg, app.Options{Stdout: new(strings.Builder)})
-		if err == nil || !strings.Contains(err.Error(), "listen") {
-			t.Fatalf("a start on a taken address: %v, want a listen error", err)
+		if err == nil || !strings.Contains(err.Error(), "listen") || !strings.Contains(err.Error(), variable) {
+			t.Fatalf("a start on a taken address: %v, want a listen error naming %s", err, variable)
 		}
 		if v, err := p.GetDBVersion(ctx); err != nil || v != 14 {
 			t.Fatalf("the start that could not listen moved the schema from 14 to %d (%v)", v, err)

@@ -217,10 +217,16 @@ func TestLegacyStoredSecretIsNotDeletedForAnotherRootSecret(t *testing.T) {
 				t.Fatalf("%s: the stored secret is %q (%v), want it kept", when, v, err)
 			}
 		}
+		// The way to keep it is the dialect's: SECRET_KEY on PostgreSQL, the key file on SQLite
+		// (which refuses a SECRET_KEY other than the file's).
+		keep := "set SECRET_KEY to the value of"
+		if d.Dialect == db.SQLite {
+			keep = "into the key file " + app.SecretFile(cfg.DatabaseURL)
+		}
 		_, err := app.LoadSecrets(ctx, cfg, d, log)
 		if !errors.Is(err, app.ErrLegacySecretDiffers) || !strings.Contains(err.Error(), "SELECT value FROM settings") ||
-			!strings.Contains(err.Error(), "SLUICE_DISCARD_LEGACY_SECRET=true") {
-			t.Fatalf("another SECRET_KEY than the stored secret: %v", err)
+			!strings.Contains(err.Error(), "SLUICE_DISCARD_LEGACY_SECRET=true") || !strings.Contains(err.Error(), keep) {
+			t.Fatalf("another SECRET_KEY than the stored secret: %v; want the way out %q", err, keep)
 		}
 		stillStored("another SECRET_KEY")
 		if d.Dialect == db.SQLite {
@@ -230,8 +236,8 @@ func TestLegacyStoredSecretIsNotDeletedForAnotherRootSecret(t *testing.T) {
 			}
 			noKey := cfg
 			noKey.SecretKey = ""
-			if _, err := app.LoadSecrets(ctx, noKey, d, log); !errors.Is(err, app.ErrLegacySecretDiffers) {
-				t.Fatalf("a key file that differs from the stored secret: %v", err)
+			if _, err := app.LoadSecrets(ctx, noKey, d, log); !errors.Is(err, app.ErrLegacySecretDiffers) || !strings.Contains(err.Error(), keep) {
+				t.Fatalf("a key file that differs from the stored secret: %v; want the way out %q", err, keep)
 			}
 			stillStored("another key file")
 		}

@@ -123,7 +123,7 @@ func (d *DB) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("db: %w: database at version %d, newer than this binary knows (%d): run the release that migrated it, or a newer one", ErrSchemaNotCurrent, current, target)
 	}
 	if current != target {
-		return fmt.Errorf("db: %w: database at version %d, binary expects %d (run `app migrate` or set MIGRATE=auto)", ErrSchemaNotCurrent, current, target)
+		return fmt.Errorf("db: %w: database at version %d, binary expects %d (run the migrate command, e.g. `sluice migrate`, or set MIGRATE=auto)", ErrSchemaNotCurrent, current, target)
 	}
 	return nil
 }

@@ -190,6 +190,9 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			tenantID = &t.ID
 		}
 		u, err := s.CreateUser(ctx, *email, password, *operator, tenantID, actor, "")
+		if errors.Is(err, ErrConflict) {
+			return fmt.Errorf("a user with the email %q already exists (emails are compared ignoring case)", *email)
+		}
 		if err != nil {
 			return err
 		}

@@ -75,6 +75,16 @@ func TestCommandProblemsSayWhatIsWrongPlainly(t *testing.T) {
 				t.Errorf("%v: %v; want %q", c.args, err, c.want)
 			}
 		}
+		for _, email := range []string{"ann@acme.example", "Ann@Acme.example"} {
+			var stdout strings.Builder
+			err := e.svc.Command(e.ctx, "user", []string{"create", "--email", email, "--password-stdin", "--tenant", "acme"}, strings.NewReader("a-long-password-1\n"), &stdout)
+			if email == "ann@acme.example" && err != nil {
+				t.Fatal(err)
+			}
+			if want := `a user with the email "Ann@Acme.example" already exists (emails are compared ignoring case)`; email != "ann@acme.example" && (err == nil || err.Error() != want) {
+				t.Errorf("user create of a taken email: %v; want %q", err, want)
+			}
+		}
 		for _, c := range []struct {
 			args []string
 			want string

@@ -192,7 +192,7 @@ func (s *Service) createUser(ctx context.Context, email, password string, operat
 			return err
 		}
 		if n > 0 {
-			return ErrConflict
+			return fmt.Errorf("a user with this email exists: %w", ErrConflict)
 		}
 		if err := tx.Create(&row).Error; err != nil {
 			return err
