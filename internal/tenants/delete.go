@@ -74,7 +74,8 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 		return wrap("delete tenant", err)
 	}
 	for _, m := range members {
-		if err := s.RemoveUser(ctx, &id, m.ID, actor); err != nil {
+		// Unscoped, as an operator's removal on the Users page: the last admin goes too.
+		if err := s.RemoveUser(ctx, nil, m.ID, actor); err != nil {
 			return wrap("delete tenant", err)
 		}
 	}

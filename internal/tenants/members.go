@@ -31,6 +31,11 @@ const (
 // left to manage the server.
 var ErrLastOperator = apperr.New(apperr.Conflict, "the last operator cannot be removed, disabled or demoted")
 
+// ErrLastTenantAdmin refuses, on a tenant's own members page, to remove, disable or make a viewer
+// of its only active admin: nobody of the tenant could change it any more, nor undo this.
+var ErrLastTenantAdmin = apperr.New(apperr.Conflict, "the tenant's last admin cannot be removed, disabled or made a viewer here: "+
+	"make another member an admin first (an operator can still do it on the Users page)")
+
 // DefaultLinkTTL is how long an invite or a password reset link stays valid.
 const DefaultLinkTTL = 7 * 24 * time.Hour
 
@@ -369,6 +374,21 @@ func lastOperator(tx *gorm.DB, row userRow) (bool, error) {
 	return n == 0, err
 }
 
+// lastTenantAdmin returns ErrLastTenantAdmin when scope is set (a change made on the tenant's own
+// members page) and row is the tenant's only active admin.
+func lastTenantAdmin(tx *gorm.DB, scope *int64, row userRow) error {
+	if scope == nil || row.IsOperator || row.DisabledAt != nil || row.Role != string(RoleAdmin) {
+		return nil
+	}
+	var n int64
+	err := tx.Model(&userRow{}).Where("tenant_id = ? AND role = ? AND is_operator = ? AND disabled_at IS NULL AND id <> ?",
+		*scope, string(RoleAdmin), false, row.ID).Count(&n).Error
+	if err == nil && n == 0 {
+		err = ErrLastTenantAdmin
+	}
+	return err
+}
+
 // endSessions revokes every live session of user id but keep (a session ID, or "").
 func (s *Service) endSessions(tx *gorm.DB, id int64, keep string) error {
 	q := tx.Model(&adminSessionRow{}).Where("user_id = ? AND revoked_at IS NULL", id)
@@ -408,6 +428,11 @@ func (s *Service) SetRole(ctx context.Context, scope *int64, id int64, role Role
 				return err
 			} else if last {
 				return ErrLastOperator
+			}
+		}
+		if role != RoleAdmin {
+			if err := lastTenantAdmin(tx, scope, row); err != nil {
+				return err
 			}
 		}
 		before := describeRole(tx, roleName(row), row.TenantID)
@@ -465,6 +490,9 @@ func (s *Service) RemoveUser(ctx context.Context, scope *int64, id int64, actor 
 		} else if last {
 			return ErrLastOperator
 		}
+		if err := lastTenantAdmin(tx, scope, row); err != nil {
+			return err
+		}
 		if err := tx.Where("user_id = ?", id).Delete(&adminSessionRow{}).Error; err != nil {
 			return err
 		}
@@ -516,6 +544,9 @@ func (s *Service) SetDisabled(ctx context.Context, scope *int64, id int64, disab
 				return err
 			} else if last {
 				return ErrLastOperator
+			}
+			if err := lastTenantAdmin(tx, scope, row); err != nil {
+				return err
 			}
 			now := s.clock()
 			at, action = &now, "user.disable"

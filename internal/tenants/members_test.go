@@ -2,7 +2,9 @@ package tenants
 
 import (
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,6 +64,7 @@ func TestRolesRemovalAndDisablingEndSessions(t *testing.T) {
 		must(t, err)
 		b, err := e.svc.CreateUser(e.ctx, "b@example.com", "b-password-12", false, &acme.ID, "test", "")
 		must(t, err)
+		keepAnAdmin(t, e, acme.ID) // b is disabled below on acme's own page
 		if !a.CanChange(acme.ID) || a.CanChange(other.ID) {
 			t.Fatalf("an admin's reach: %+v", a)
 		}
@@ -93,6 +96,65 @@ func TestRolesRemovalAndDisablingEndSessions(t *testing.T) {
 		must(t, e.svc.SetDisabled(e.ctx, &acme.ID, b.ID, false, "x"))
 		_, err = e.svc.Login(e.ctx, "b@example.com", "b-password-12", "192.0.2.1")
 		must(t, err)
+	})
+}
+
+// keepAnAdmin adds an admin to the tenant, so that another can be removed, disabled or made a
+// viewer on the tenant's own members page (ErrLastTenantAdmin).
+func keepAnAdmin(t *testing.T, e *env, tenantID int64) {
+	t.Helper()
+	if _, err := e.svc.CreateUser(e.ctx, "keeper-"+strconv.FormatInt(tenantID, 10)+"@example.com", "keeper-password-1", false, &tenantID, "test", ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestATenantsLastAdminStaysOnItsOwnPage: on the tenant's own members page (scoped), its only
+// active admin cannot be made a viewer, disabled or removed (ErrLastTenantAdmin), so that no
+// admin can lock the tenant out of its own dashboard, while two admins demoting each other at
+// once leave one; with another admin, or unscoped (an operator's Users page), each works.
+func TestATenantsLastAdminStaysOnItsOwnPage(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		a, err := e.svc.CreateUser(e.ctx, "a@example.com", "a-password-12", false, &acme.ID, "test", "")
+		must(t, err)
+		v, err := e.svc.CreateUser(e.ctx, "v@example.com", "v-password-12", false, &acme.ID, "test", "")
+		must(t, err)
+		must(t, e.svc.SetRole(e.ctx, &acme.ID, v.ID, RoleViewer, &acme.ID, "user:a@example.com"))
+		wantErr(t, e.svc.SetRole(e.ctx, &acme.ID, a.ID, RoleViewer, &acme.ID, "user:a@example.com"), ErrLastTenantAdmin)
+		wantErr(t, e.svc.SetDisabled(e.ctx, &acme.ID, a.ID, true, "user:a@example.com"), ErrLastTenantAdmin)
+		wantErr(t, e.svc.RemoveUser(e.ctx, &acme.ID, a.ID, "user:a@example.com"), ErrLastTenantAdmin)
+		// A disabled admin is no admin to keep the tenant: disabling the other leaves none.
+		b, err := e.svc.CreateUser(e.ctx, "b@example.com", "b-password-12", false, &acme.ID, "test", "")
+		must(t, err)
+		must(t, e.svc.SetDisabled(e.ctx, &acme.ID, b.ID, true, "user:a@example.com"))
+		wantErr(t, e.svc.SetDisabled(e.ctx, &acme.ID, a.ID, true, "user:a@example.com"), ErrLastTenantAdmin)
+		must(t, e.svc.SetDisabled(e.ctx, &acme.ID, b.ID, false, "user:a@example.com"))
+
+		// a and b demote each other at once: one of them stays admin.
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, pair := range [][2]User{{a, b}, {b, a}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = e.svc.SetRole(e.ctx, &acme.ID, pair[1].ID, RoleViewer, &acme.ID, "user:"+pair[0].Email)
+			}()
+		}
+		wg.Wait()
+		admins := 0
+		for _, u := range []User{a, b} {
+			if got, _ := e.svc.User(e.ctx, u.ID); got.Role == RoleAdmin {
+				admins++
+			}
+		}
+		if admins != 1 || (errs[0] == nil) == (errs[1] == nil) {
+			t.Fatalf("two admins demoting each other at once: %d admins left (errors %v, %v); want one, and one refusal", admins, errs[0], errs[1])
+		}
+		last := a
+		if got, _ := e.svc.User(e.ctx, b.ID); got.Role == RoleAdmin {
+			last = b
+		}
+		must(t, e.svc.SetRole(e.ctx, nil, last.ID, RoleViewer, &acme.ID, "user:op@example.com")) // an operator may
 	})
 }
 
