@@ -234,7 +234,7 @@ func planResponse(out *rls.RateLimitResponse, planned *limiter.Decision) *rls.Ra
 	if planned.RetryAfter == nil {
 		return out
 	}
-	plan := limiter.HeaderSeconds(float64(*planned.RetryAfter))
+	plan := limiter.HeaderSeconds(float64(statedWait(*planned.RetryAfter)))
 	for _, h := range out.ResponseHeadersToAdd {
 		if h.Key == "retry-after" {
 			// A descriptor refused too: the longer wait, as every refusal's must pass.
@@ -627,8 +627,14 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 	return out, nil
 }
 
-// maxDurationSeconds is the longest google.protobuf.Duration: 10,000 years of 365.25 days.
-const maxDurationSeconds = 315_576_000_000
+// maxWaitMillis is the longest wait the answer states, in duration_until_reset and Retry-After
+// alike: the longest google.protobuf.Duration, 10,000 years of 365.25 days. A retryAfter may be up
+// to 10^15 ms (31,700 years; a deny override that never expires says that much), and
+// docs/envoy.md promises Retry-After is the longest duration_until_reset, so both use statedWait.
+const maxWaitMillis = 315_576_000_000 * 1000
+
+// statedWait is a retryAfter (ms) as the answer states it: at most maxWaitMillis.
+func statedWait(retryAfterMillis int64) int64 { return min(retryAfterMillis, maxWaitMillis) }
 
 // response builds the answer: per descriptor, its code, limit, remaining and time to wait.
 func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimitResponse {
@@ -639,10 +645,8 @@ func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimi
 			st.CurrentLimit = CurrentLimit(d.Definition)
 			st.LimitRemaining = clampUint32(math.Floor(d.Remaining))
 			if !d.OK && d.RetryAfter != nil {
-				// From the milliseconds themselves: a time.Duration holds 292 years, and a
-				// retryAfter may be up to 10^15 ms (31,700 years), more than the 10,000 years a
-				// protobuf Duration may hold: a longer wait is that most.
-				ms := min(*d.RetryAfter, maxDurationSeconds*1000)
+				// From the milliseconds themselves: a time.Duration holds only 292 years.
+				ms := statedWait(*d.RetryAfter)
 				st.DurationUntilReset = &durationpb.Duration{Seconds: ms / 1000, Nanos: int32(ms%1000) * 1_000_000}
 			}
 		}
@@ -677,7 +681,7 @@ func rateLimitHeaders(ok bool, results []limiter.Decision, unknown []bool) []*co
 			&core.HeaderValue{Key: "ratelimit", Value: limit})
 	}
 	if !ok && retry != nil {
-		hs = append(hs, &core.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(limiter.HeaderSeconds(float64(*retry)), 10)})
+		hs = append(hs, &core.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(limiter.HeaderSeconds(float64(statedWait(*retry))), 10)})
 	}
 	return hs
 }
