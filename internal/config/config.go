@@ -374,6 +374,9 @@ var options = []Option{
 			if !grpcHeaderRE.MatchString(v) || strings.HasPrefix(v, "grpc-") || strings.HasSuffix(v, "-bin") {
 				return errors.New("GRPC_KEY_HEADER must be a lower-case metadata header name such as authorization or x-sluice-key")
 			}
+			if grpcTransportHeaders[v] {
+				return fmt.Errorf("GRPC_KEY_HEADER %s is a header gRPC or HTTP/2 sets or drops itself, which can never carry the key: use authorization or a name of your own such as x-sluice-key", v)
+			}
 			c.GRPCKeyHeader = v
 			return nil
 		}},
@@ -489,6 +492,17 @@ var smtpAddressRE = regexp.MustCompile(`^[^\s@<>,;:"()\[\]\\]+@[^\s@<>,;:"()\[\]
 // grpcHeaderRE is a gRPC metadata key (lower case); gRPC's own "grpc-" keys and binary "-bin"
 // keys are refused beside it.
 var grpcHeaderRE = regexp.MustCompile(`^[a-z0-9_.-]+$`)
+
+// grpcTransportHeaders are the headers whose value a call's metadata cannot set: gRPC writes
+// content-type, te and user-agent itself (grpc-go's transport drops them from a call's metadata
+// and sends its own; Envoy's gRPC client sends its own user-agent), HTTP/2 replaces host with
+// :authority and
+// forbids the connection-specific ones (RFC 9113, 8.2.2). A key header among them would start
+// and then leave every call UNAUTHENTICATED. Pseudo-headers (":path") fail grpcHeaderRE.
+var grpcTransportHeaders = map[string]bool{
+	"content-type": true, "te": true, "user-agent": true, "host": true,
+	"connection": true, "keep-alive": true, "proxy-connection": true, "transfer-encoding": true, "upgrade": true,
+}
 
 // parseBytes reads the Go runtime's GOMEMLIMIT syntax: a whole number of bytes with an optional
 // B, KiB, MiB, GiB or TiB suffix, or "off" (TestGOMEMLIMITIsTheRuntimesSyntax compares the two).

@@ -205,6 +205,42 @@ func TestEnvoyServiceVariablesParse(t *testing.T) {
 	}
 }
 
+// TestGRPCKeyHeaderRefusesHeadersTheTransportOwns: a header that gRPC or HTTP/2 sets, rewrites or
+// drops can never carry the key, so every call would be UNAUTHENTICATED: such a name is refused
+// at start-up, naming the variable; names of one's own are accepted.
+func TestGRPCKeyHeaderRefusesHeadersTheTransportOwns(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		ok     bool
+	}{
+		{"authorization", true},
+		{"x-sluice-key", true},
+		{"x-user-agent", true},
+		{"content-type", false},
+		{"user-agent", false},
+		{"te", false},
+		{"host", false},
+		{"connection", false},
+		{"keep-alive", false},
+		{"proxy-connection", false},
+		{"transfer-encoding", false},
+		{"upgrade", false},
+		{":authority", false},
+		{":path", false},
+		{"grpc-status", false},
+	} {
+		_, err := FromEnv(env(map[string]string{"GRPC_KEY_HEADER": tc.header}))
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("GRPC_KEY_HEADER=%s: %v, want accepted", tc.header, err)
+		case !tc.ok && err == nil:
+			t.Errorf("GRPC_KEY_HEADER=%s was accepted", tc.header)
+		case !tc.ok && !strings.Contains(err.Error(), "GRPC_KEY_HEADER"):
+			t.Errorf("GRPC_KEY_HEADER=%s: %v, want the variable named", tc.header, err)
+		}
+	}
+}
+
 func TestStringNamesNoSecret(t *testing.T) {
 	c, err := FromEnv(env(map[string]string{"METRICS_TOKEN": "metrics-token-very-secret", "SLUICE_ADMIN_EMAIL": "a@b.c", "SLUICE_ADMIN_PASSWORD": "admin-password-secret"}))
 	if err != nil {

@@ -80,14 +80,16 @@ type Service struct {
 	opts   Options
 	log    *slog.Logger
 	// refusedWarnings keeps the warning about requests refused for their attributes to one a
-	// minute: a visitor can cause one per request.
-	refusedWarnings throttle
+	// minute per tenant and limit: a visitor can cause one per request.
+	refusedWarnings warningThrottle
 	// missingParentWarnings keeps the warning about requests refused because a limit's parent
-	// has no stored definition to one a minute: every request on such a limit causes one.
-	missingParentWarnings throttle
+	// has no stored definition to one a minute per tenant and limit: every request on such a
+	// limit causes one.
+	missingParentWarnings warningThrottle
 	// undecidableWarnings keeps the warning about requests refused because a stored limit
-	// cannot decide to one a minute: every request on such a limit causes one.
-	undecidableWarnings throttle
+	// cannot decide to one a minute per tenant and limit: every request on such a limit causes
+	// one.
+	undecidableWarnings warningThrottle
 }
 
 // throttle lets one event through per period and counts the ones it held back.
@@ -108,6 +110,53 @@ func (t *throttle) allow(now time.Time, period time.Duration) (ok bool, heldBack
 	}
 	heldBack, t.suppressed, t.next = t.suppressed, 0, now.Add(period)
 	return true, heldBack
+}
+
+// maxWarningKeys bounds a warningThrottle's memory: its keys are tenants' limit names, of which
+// tenants may store as many as they like.
+const maxWarningKeys = 1024
+
+// warningKey is what a warningThrottle throttles on its own: one tenant's limit.
+type warningKey struct {
+	tenantID int64
+	limit    string
+}
+
+// warningThrottle is a throttle per tenant and limit, so that one tenant's broken limit, however
+// busy, does not silence the warning about another's. It holds at most maxWarningKeys throttles:
+// when full, a new key first clears those whose period has passed (they would let their next
+// event through anyway; what they held back goes unreported), and while none has, the new keys
+// share one throttle (overflow), so that a warning still goes through once a period.
+type warningThrottle struct {
+	mu       sync.Mutex
+	byKey    map[warningKey]*throttle
+	overflow throttle
+}
+
+// allow is throttle.allow for key's own throttle.
+func (w *warningThrottle) allow(key warningKey, now time.Time, period time.Duration) (ok bool, heldBack int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.byKey[key]
+	if t == nil {
+		if len(w.byKey) >= maxWarningKeys {
+			// A scan of at most maxWarningKeys, only for a new key while full.
+			for k, old := range w.byKey {
+				if !now.Before(old.next) {
+					delete(w.byKey, k)
+				}
+			}
+		}
+		if len(w.byKey) >= maxWarningKeys {
+			return w.overflow.allow(now, period)
+		}
+		if w.byKey == nil {
+			w.byKey = map[warningKey]*throttle{}
+		}
+		t = &throttle{}
+		w.byKey[key] = t
+	}
+	return t.allow(now, period)
 }
 
 // New returns the service; it starts nothing.
@@ -182,7 +231,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if limiter.IsNotFound(err) {
 		return s.withUnknown(ctx, p.TenantID, reqs, plan)
 	}
-	if s.neverPasses(ctx, err) {
+	if s.neverPasses(ctx, p.TenantID, reqs, err) {
 		return overLimitAll(len(reqs)), nil
 	}
 	if err != nil {
@@ -234,7 +283,7 @@ func planResponse(out *rls.RateLimitResponse, planned *limiter.Decision) *rls.Ra
 	if planned.RetryAfter == nil {
 		return out
 	}
-	plan := limiter.HeaderSeconds(float64(*planned.RetryAfter))
+	plan := limiter.HeaderSeconds(float64(statedWait(*planned.RetryAfter)))
 	for _, h := range out.ResponseHeadersToAdd {
 		if h.Key == "retry-after" {
 			// A descriptor refused too: the longer wait, as every refusal's must pass.
@@ -295,7 +344,7 @@ func (s *Service) withUnknown(ctx context.Context, tenantID int64, reqs []limite
 		switch {
 		case limiter.IsNotFound(err):
 			return s.missingParent(ctx, tenantID, known, defs, len(reqs), err)
-		case s.neverPasses(ctx, err):
+		case s.neverPasses(ctx, tenantID, reqs, err):
 			return overLimitAll(len(reqs)), nil
 		case err != nil:
 			return nil, s.statusOf(ctx, err)
@@ -350,7 +399,7 @@ func (s *Service) missingParent(ctx context.Context, tenantID int64, known []lim
 				sd, err := s.engine.GetDefinition(ctx, tenantID, e.parent)
 				switch {
 				case limiter.IsNotFound(err):
-					if ok, heldBack := s.missingParentWarnings.allow(time.Now(), time.Minute); ok {
+					if ok, heldBack := s.missingParentWarnings.allow(warningKey{tenantID, e.limit}, time.Now(), time.Minute); ok {
 						s.log.WarnContext(ctx, "envoy rate limit service: request refused: a parent of its limit has no stored definition",
 							"tenant", tenantID, "limit", e.limit, "missing_parent", e.parent, "parent_of", e.namedBy,
 							"err", batchErr, "refused_since_last_warning", heldBack)
@@ -503,18 +552,23 @@ func LimitName(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) str
 // as a parent before that was refused): the request carries no configuration of its own, so the
 // stored definition is at fault, and failing every call on it would switch the limit (and its
 // children) off. Logged at most once a minute; put the definition again to mend it.
-func (s *Service) neverPasses(ctx context.Context, err error) bool {
+//
+// The warnings name the tenant and the limit of the descriptor the error is about (its field;
+// see descriptorField), which is the child when a parent is at fault, and are throttled per both.
+func (s *Service) neverPasses(ctx context.Context, tenantID int64, reqs []limiter.Request, err error) bool {
 	if errors.Is(err, limiter.ErrBadAttributes) {
-		if ok, heldBack := s.refusedWarnings.allow(time.Now(), time.Minute); ok {
+		limit := refusedLimit(reqs, err)
+		if ok, heldBack := s.refusedWarnings.allow(warningKey{tenantID, limit}, time.Now(), time.Minute); ok {
 			s.log.WarnContext(ctx, "envoy rate limit service: request refused: its descriptors cannot fill a parent's key",
-				"err", err, "refused_since_last_warning", heldBack)
+				"tenant", tenantID, "limit", limit, "err", err, "refused_since_last_warning", heldBack)
 		}
 		return true
 	}
 	if err != nil && apperr.From(err).Code == apperr.InvalidConfig {
-		if ok, heldBack := s.undecidableWarnings.allow(time.Now(), time.Minute); ok {
+		limit := refusedLimit(reqs, err)
+		if ok, heldBack := s.undecidableWarnings.allow(warningKey{tenantID, limit}, time.Now(), time.Minute); ok {
 			s.log.WarnContext(ctx, "envoy rate limit service: request refused: a stored limit cannot decide until its definition is put again",
-				"err", err, "refused_since_last_warning", heldBack)
+				"tenant", tenantID, "limit", limit, "err", err, "refused_since_last_warning", heldBack)
 		}
 		return true
 	}
@@ -578,6 +632,26 @@ func Attributes(entries []*rlcommon.RateLimitDescriptor_Entry) map[string]string
 	return attrs
 }
 
+// descriptorField is the place of descriptor i in the request, which the engine puts before the
+// field of an error about that descriptor's decision ("descriptors[1].attributes.org"), so that
+// refusedLimit can tell which descriptor's limit a refusal is about.
+func descriptorField(i int) string { return fmt.Sprintf("descriptors[%d].", i) }
+
+// refusedLimit is the limit of the descriptor among reqs whose field the engine's err names, or
+// "" when it names none.
+func refusedLimit(reqs []limiter.Request, err error) string {
+	var e *apperr.Error
+	if !errors.As(err, &e) {
+		return ""
+	}
+	for _, r := range reqs {
+		if r.Field != "" && strings.HasPrefix(e.Field, r.Field) { // the trailing "." tells [1] from [10]
+			return r.Name
+		}
+	}
+	return ""
+}
+
 // errHitsNeverFit: a hits_addend above limiter.MaxAmount, the largest count a decision may carry
 // and the largest capacity a limit may have, can never fit. A route can derive hits_addend from
 // the request, so it is refused (OVER_LIMIT), not failed, as a visitor's values are.
@@ -619,7 +693,8 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 			neverFits = true
 			continue
 		}
-		out[i] = limiter.Request{Name: name, Key: key, Count: float64(hits), Attributes: Attributes(d.GetEntries())}
+		out[i] = limiter.Request{Name: name, Key: key, Count: float64(hits), Attributes: Attributes(d.GetEntries()),
+			Field: descriptorField(i)}
 	}
 	if neverFits {
 		return nil, errHitsNeverFit
@@ -627,8 +702,14 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 	return out, nil
 }
 
-// maxDurationSeconds is the longest google.protobuf.Duration: 10,000 years of 365.25 days.
-const maxDurationSeconds = 315_576_000_000
+// maxWaitMillis is the longest wait the answer states, in duration_until_reset and Retry-After
+// alike: the longest google.protobuf.Duration, 10,000 years of 365.25 days. A retryAfter may be up
+// to 10^15 ms (31,700 years; a deny override that never expires says that much), and
+// docs/envoy.md promises Retry-After is the longest duration_until_reset, so both use statedWait.
+const maxWaitMillis = 315_576_000_000 * 1000
+
+// statedWait is a retryAfter (ms) as the answer states it: at most maxWaitMillis.
+func statedWait(retryAfterMillis int64) int64 { return min(retryAfterMillis, maxWaitMillis) }
 
 // response builds the answer: per descriptor, its code, limit, remaining and time to wait.
 func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimitResponse {
@@ -639,10 +720,8 @@ func response(ok bool, results []limiter.Decision, unknown []bool) *rls.RateLimi
 			st.CurrentLimit = CurrentLimit(d.Definition)
 			st.LimitRemaining = clampUint32(math.Floor(d.Remaining))
 			if !d.OK && d.RetryAfter != nil {
-				// From the milliseconds themselves: a time.Duration holds 292 years, and a
-				// retryAfter may be up to 10^15 ms (31,700 years), more than the 10,000 years a
-				// protobuf Duration may hold: a longer wait is that most.
-				ms := min(*d.RetryAfter, maxDurationSeconds*1000)
+				// From the milliseconds themselves: a time.Duration holds only 292 years.
+				ms := statedWait(*d.RetryAfter)
 				st.DurationUntilReset = &durationpb.Duration{Seconds: ms / 1000, Nanos: int32(ms%1000) * 1_000_000}
 			}
 		}
@@ -677,7 +756,7 @@ func rateLimitHeaders(ok bool, results []limiter.Decision, unknown []bool) []*co
 			&core.HeaderValue{Key: "ratelimit", Value: limit})
 	}
 	if !ok && retry != nil {
-		hs = append(hs, &core.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(limiter.HeaderSeconds(float64(*retry)), 10)})
+		hs = append(hs, &core.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(limiter.HeaderSeconds(float64(statedWait(*retry))), 10)})
 	}
 	return hs
 }

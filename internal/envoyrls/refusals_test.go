@@ -2,13 +2,79 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
+
+// startLogged is start on SQLite with the application's log in out.
+func startLogged(t *testing.T, out *testkit.SyncBuffer) *harness {
+	t.Helper()
+	cfg := apptest.Config(testkit.URL(t, "sqlite"))
+	cfg.GRPCAddr = "127.0.0.1:0"
+	return startWith(t, cfg, app.Options{Stdout: out})
+}
+
+// logLines are the lines of out that contain every one of parts.
+func logLines(out *testkit.SyncBuffer, parts ...string) []string {
+	var lines []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestRefusalWarningsAreThrottledPerTenantAndLimit: two tenants whose requests cannot fill a
+// parent's key each get their warning within one minute (one tenant's steady broken traffic does
+// not silence the other's), once each however many requests; the warning names the tenant and the
+// descriptor's limit (the child), not another descriptor's of the same request.
+func TestRefusalWarningsAreThrottledPerTenantAndLimit(t *testing.T) {
+	t.Parallel()
+	var out testkit.SyncBuffer
+	h := startLogged(t, &out)
+	h.defineOrgAndUser(t)
+	ctx := context.Background()
+	other, err := h.app.Tenants.CreateTenant(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherKey, err := h.app.Tenants.CreateKey(ctx, other.ID, tenants.KindSecret, "tests", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&harness{app: h.app, tenantID: other.ID}).defineOrgAndUser(t)
+	// The second descriptor's empty org cannot fill api.org.user's parent key "{org}".
+	req := request("api", descriptor("org", "acme"), descriptor("org", "", "user", "alice"))
+	for _, key := range []string{h.key, h.key, h.key, otherKey, otherKey} {
+		resp, err := h.call(t, "authorization", "Bearer "+key, req)
+		if err != nil || resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("%v, %v: want OVER_LIMIT", resp, err)
+		}
+	}
+	all := logLines(&out, "cannot fill a parent's key")
+	for _, tenant := range []int64{h.tenantID, other.ID} {
+		if got := logLines(&out, "cannot fill a parent's key", fmt.Sprintf("tenant=%d ", tenant), "limit=api.org.user "); len(got) != 1 {
+			t.Fatalf("warnings %q: want one naming tenant=%d and limit=api.org.user", all, tenant)
+		}
+	}
+	if len(all) != 2 {
+		t.Fatalf("warnings %q: want two, one per tenant", all)
+	}
+}
 
 // TestAStoredLimitThatCannotDecideRefusesTheRequest: a quota an earlier version stored with a
 // time zone this binary lacks cannot decide (the JSON API answers 400 invalid_config). Over gRPC
@@ -17,7 +83,10 @@ import (
 // and its children would be switched off. On both dialects.
 func TestAStoredLimitThatCannotDecideRefusesTheRequest(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, url string) {
-		h := start(t, url, false)
+		cfg := apptest.Config(url)
+		cfg.GRPCAddr = "127.0.0.1:0"
+		var out testkit.SyncBuffer
+		h := startWith(t, cfg, app.Options{Stdout: &out})
 		ctx := context.Background()
 		quota := limiter.Definition{Kind: limiter.Quota, Rate: 5, Calendar: "day", TimeZone: "UTC"}
 		if _, _, err := h.app.Engine.PutDefinition(ctx, h.tenantID, "api.org", quota, nil); err != nil {
@@ -42,6 +111,12 @@ func TestAStoredLimitThatCannotDecideRefusesTheRequest(t *testing.T) {
 			}
 			if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("%v: %v, want OVER_LIMIT", req.Descriptors[0].Entries, resp)
+			}
+		}
+		// One warning for each limit refused, naming the tenant, within the same minute.
+		for _, limit := range []string{"api.org", "api.org.user"} {
+			if got := logLines(&out, "cannot decide", fmt.Sprintf("tenant=%d ", h.tenantID), "limit="+limit+" "); len(got) != 1 {
+				t.Fatalf("warnings %q: want one naming limit=%s", logLines(&out, "cannot decide"), limit)
 			}
 		}
 	})
