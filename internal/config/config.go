@@ -495,10 +495,10 @@ var grpcHeaderRE = regexp.MustCompile(`^[a-z0-9_.-]+$`)
 
 // grpcTransportHeaders are the headers whose value a call's metadata cannot set: gRPC writes
 // content-type, te and user-agent itself (grpc-go's transport drops them from a call's metadata
-// and sends its own; Envoy's gRPC client sends its own user-agent), HTTP/2 replaces host with
-// :authority and
-// forbids the connection-specific ones (RFC 9113, 8.2.2). A key header among them would start
-// and then leave every call UNAUTHENTICATED. Pseudo-headers (":path") fail grpcHeaderRE.
+// and sends its own; Envoy's gRPC client sends its own user-agent), and HTTP/2 replaces host with
+// :authority and forbids the connection-specific ones (RFC 9113, 8.2.2). A key header among them
+// would start and then leave every call UNAUTHENTICATED. Pseudo-headers (":path") fail
+// grpcHeaderRE.
 var grpcTransportHeaders = map[string]bool{
 	"content-type": true, "te": true, "user-agent": true, "host": true,
 	"connection": true, "keep-alive": true, "proxy-connection": true, "transfer-encoding": true, "upgrade": true,
