@@ -369,7 +369,7 @@ var options = []Option{
 			c.GRPCAddr = v
 			return nil
 		}},
-	{Name: "GRPC_KEY_HEADER", Default: "authorization", Doc: "the gRPC metadata header carrying the tenant's secret key (`Bearer sk_live_…` or the bare key)",
+	{Name: "GRPC_KEY_HEADER", Default: "authorization", Doc: "the gRPC metadata header carrying the tenant's secret key (`Bearer sk_live_…` or the bare key); the headers gRPC or HTTP/2 set themselves (`content-type`, `user-agent`, `te`, `host`, the connection-specific ones), `grpc-*` and `*-bin` are refused",
 		parse: func(c *Config, v string) error {
 			if !grpcHeaderRE.MatchString(v) || strings.HasPrefix(v, "grpc-") || strings.HasSuffix(v, "-bin") {
 				return errors.New("GRPC_KEY_HEADER must be a lower-case metadata header name such as authorization or x-sluice-key")
