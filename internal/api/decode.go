@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -62,6 +64,10 @@ func decodeStrict(body []byte, dst any) error {
 	if !utf8.Valid(body) {
 		return badRequest("", "the request body is not valid UTF-8")
 	}
+	if loneSurrogate(body) {
+		// encoding/json decodes it as U+FFFD, so "\ud800" and "\udc00" would be one key.
+		return badRequest("", `the request body escapes a lone UTF-16 surrogate ("\ud800" without its pair), which is no character`)
+	}
 	if d, ok := dst.(*DecisionBody); ok && decodeDecisionFast(body, d) {
 		return nil
 	}
@@ -69,6 +75,41 @@ func decodeStrict(body []byte, dst any) error {
 		return err
 	}
 	return decodeReflect(body, dst)
+}
+
+// loneSurrogate reports whether a JSON text holds a \u escape of a UTF-16 surrogate that is not
+// one of a high-low pair. Backslashes occur only inside strings, so the whole text can be scanned
+// without parsing it; a body without "\u" (nearly every one) costs one search.
+func loneSurrogate(body []byte) bool {
+	if !bytes.Contains(body, []byte(`\u`)) {
+		return false
+	}
+	escaped := func(i int) (rune, bool) { // the \uXXXX at body[i:], if there is one
+		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		r, ok := escaped(i)
+		switch {
+		case !ok:
+			i++ // an escape of another kind ("\\" too): skip the character escaped
+		case utf16.IsSurrogate(r):
+			low, pair := escaped(i + 6)
+			if r >= 0xDC00 || !pair || low < 0xDC00 || low > 0xDFFF {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
 }
 
 // nullableMembers are the members of request bodies that the document types with "null"

@@ -334,8 +334,33 @@ func TestDeepNestingCostsLinearMemory(t *testing.T) {
 	}
 }
 
+// TestLoneSurrogatesAreRefused: a \u escape of a UTF-16 surrogate without its pair, which
+// encoding/json decodes as U+FFFD (so that every such key would be one key), is a 400; a pair, an
+// escaped backslash before "u", and U+FFFD itself are not.
+func TestLoneSurrogatesAreRefused(t *testing.T) {
+	for body, refused := range map[string]bool{
+		`{"key":"\ud800"}`:            true,
+		`{"key":"\uDC00"}`:            true,
+		`{"key":"a\ud83dz"}`:          true,
+		`{"key":"\ud83d\u0041"}`:      true,
+		`{"key":"\ude00\ud83d"}`:      true,
+		`{"key":"\ud83d"}`:            true,
+		`{"k\udbff":"x"}`:             true,
+		`{"key":"\ud83d\ude00"}`:      false,
+		`{"key":"\\ud800"}`:           false,
+		`{"key":"\ufffd"}`:            false,
+		`{"key":"\u0041\\\\ud800"}`: false,
+	} {
+		err := api.DecodeStrict([]byte(body), new(api.DecisionBody))
+		if got := err != nil && api.ProblemFor(err).Status == http.StatusBadRequest && strings.Contains(err.Error(), "surrogate"); got != refused {
+			t.Errorf("%s: %v; want refused for a lone surrogate: %v", body, err, refused)
+		}
+	}
+}
+
 // FuzzDecodeStrict checks the strict decoder directly: it never panics, and whatever it accepts
-// is a single JSON object that re-encodes and decodes to the same value.
+// is a single JSON object that re-encodes and decodes to the same value, with no U+FFFD the body
+// did not spell (a lone surrogate decoded as one).
 func FuzzDecodeStrict(f *testing.F) {
 	for _, b := range hostileBodies() {
 		if len(b) < 4096 {
@@ -345,6 +370,8 @@ func FuzzDecodeStrict(f *testing.F) {
 	f.Add([]byte(`{"kind":"token bucket","rate":10,"period":60000,"capacity":5}`))
 	f.Add([]byte(`{"limits":[{"name":"a","key":"b","count":1.5}],"throws":true}`))
 	f.Add([]byte(`{"key":"k","allKeys":false}`))
+	f.Add([]byte(`{"key":"\ud800"}`))
+	f.Add([]byte(`{"key":"\ud83d\ude00"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		targets := []func() any{
 			func() any { return new(api.DecisionBody) },
@@ -371,6 +398,9 @@ func FuzzDecodeStrict(f *testing.F) {
 			again, err := json.Marshal(dst)
 			if err != nil {
 				t.Fatalf("re-encode %T: %v", dst, err)
+			}
+			if spelled := bytes.Contains(body, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`)); !spelled && bytes.Contains(again, []byte("\uFFFD")) {
+				t.Fatalf("DecodeStrict(%q) into %T decoded a U+FFFD the body does not spell: %s", body, dst, again)
 			}
 			dst2 := newDst()
 			if err := api.DecodeStrict(again, dst2); err != nil {
