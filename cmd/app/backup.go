@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/config"
@@ -20,7 +22,17 @@ func backupCmd(ctx context.Context, cfg config.Config, args []string, stdout io.
 	if len(args) != 1 || args[0] == "" {
 		return fmt.Errorf("backup takes one argument, the new file to write\n%s", usage)
 	}
-	path := args[0]
+	// Absolute, so that SQLite never reads the name as a URI ("file:x.db?mode=memory").
+	path, err := filepath.Abs(args[0])
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if file, ok := strings.CutPrefix(cfg.DatabaseURL, "sqlite:"); ok {
+		// Opening a missing database creates it: a backup of that would be an empty one.
+		if _, err := os.Stat(file); err != nil {
+			return fmt.Errorf("backup: the database %s (DATABASE_URL): %w", file, err)
+		}
+	}
 	d, err := db.Open(ctx, cfg.DatabaseURL, db.Options{Logger: app.NewLogger(cfg, io.Discard)})
 	if err != nil {
 		return err

@@ -57,6 +57,24 @@ func TestBackupCopiesWhatTheWALHolds(t *testing.T) {
 	if _, err := cliWithStdin(env, "", "backup"); err == nil {
 		t.Fatal("backup without a path: no error")
 	}
+	// A name SQLite would read as a URI is a file name: the copy goes into it, mode 0600.
+	t.Chdir(dir)
+	if out := cliInProcess(t, env, "backup", "file:uri.db?mode=memory"); !strings.Contains(out, filepath.Join(dir, "file:uri.db?mode=memory")) {
+		t.Fatalf("backup to a URI-like name said %q", out)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "file:uri.db?mode=memory")); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the backup to a URI-like name: %v, %v; want the copy in that file, mode 0600", fi, err)
+	}
+	// A DATABASE_URL naming no database is refused, and creates none.
+	missing := filepath.Join(dir, "nowhere", "sluice.db")
+	if _, err := cliWithStdin(appEnv("sqlite:"+missing), "", "backup", filepath.Join(dir, "empty.db")); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Fatalf("backup of a database that does not exist: %v; want a refusal naming DATABASE_URL", err)
+	}
+	for _, p := range []string{missing, filepath.Join(dir, "empty.db")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("backup of a database that does not exist left %s: %v", p, err)
+		}
+	}
 
 	pgEnv := appEnv(testkit.URL(t, db.Postgres))
 	if _, err := cliWithStdin(pgEnv, "", "backup", filepath.Join(dir, "pg.db")); err == nil || !strings.Contains(err.Error(), "pg_dump") {

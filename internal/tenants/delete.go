@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -73,9 +74,11 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 	if err != nil {
 		return wrap("delete tenant", err)
 	}
+	membersListed(ctx)
 	for _, m := range members {
-		// Unscoped, as an operator's removal on the Users page: the last admin goes too.
-		if err := s.RemoveUser(ctx, nil, m.ID, actor); err != nil {
+		// Scoped: a member an operator moved to another tenant since the listing stays (and one
+		// removed meanwhile is gone already). The last admin goes too.
+		if err := s.removeUser(ctx, &id, m.ID, actor, false); err != nil && !errors.Is(err, ErrNotFound) {
 			return wrap("delete tenant", err)
 		}
 	}
@@ -138,6 +141,10 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 func (s *Service) cacheWait() time.Duration {
 	return max(s.authCacheTTL, DefaultAuthCacheTTL) + s.db.Retry.Budget
 }
+
+// membersListed runs between DeleteTenant's listing of the members and their removal: nothing,
+// but a variable so that this package's tests can act there.
+var membersListed = func(context.Context) {}
 
 // pauseForCaches waits d, or until ctx ends (ctx's error). A variable so that this package's
 // tests can pause without the wall clock.

@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -22,6 +23,10 @@ func withPause(ctx context.Context, pause func(ctx context.Context, d time.Durat
 	return context.WithValue(ctx, pauseKey{}, pause)
 }
 
+// listedKey carries, in the context given to DeleteTenant, what a test does once the members are
+// listed (membersListed).
+type listedKey struct{}
+
 // The tenants tests do not wait out the key caches on the wall clock (seconds per deletion): the
 // pause returns at once, or runs what the test put in the context (withPause). The other
 // packages' tests, the api's among them, wait for real.
@@ -32,6 +37,38 @@ func init() {
 		}
 		return ctx.Err()
 	}
+	membersListed = func(ctx context.Context) {
+		if then, ok := ctx.Value(listedKey{}).(func()); ok {
+			then()
+		}
+	}
+}
+
+// TestADeletionLeavesAMemberMovedAwayMeanwhile: a member an operator moves to another tenant
+// after the deletion listed the members (or removes) is not removed with the deleted tenant,
+// and the deletion finishes.
+func TestADeletionLeavesAMemberMovedAwayMeanwhile(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		doomed, kept := e.tenant(t, "doomed"), e.tenant(t, "kept")
+		moved, err := e.svc.CreateUser(e.ctx, "moved@example.com", "moved-password-1", false, &doomed.ID, "test", "")
+		must(t, err)
+		removed, err := e.svc.CreateUser(e.ctx, "removed@example.com", "removed-password-1", false, &doomed.ID, "test", "")
+		must(t, err)
+		_, err = e.svc.CreateUser(e.ctx, "stays@example.com", "stays-password-1", false, &doomed.ID, "test", "")
+		must(t, err)
+		ctx := context.WithValue(e.ctx, listedKey{}, func() {
+			must(t, e.svc.SetRole(e.ctx, nil, moved.ID, RoleViewer, &kept.ID, "user:op@example.com"))
+			must(t, e.svc.RemoveUser(e.ctx, nil, removed.ID, "user:op@example.com"))
+		})
+		must(t, e.svc.DeleteTenant(ctx, doomed.ID, "user:op@example.com"))
+		u, err := e.svc.User(e.ctx, moved.ID)
+		if err != nil || u.TenantID == nil || *u.TenantID != kept.ID {
+			t.Fatalf("the member moved to another tenant during the deletion: %+v, %v; want kept, in tenant %d", u, err, kept.ID)
+		}
+		if _, err := e.svc.UserByEmail(e.ctx, "stays@example.com"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("the deleted tenant's last member: %v; want removed", err)
+		}
+	})
 }
 
 // insertState gives tenant id n limit_state rows of limit "api", keys key-0 … key-(n-1).

@@ -480,6 +480,12 @@ func describeRole(tx *gorm.DB, role Role, tenant *int64) string {
 // otherwise); their sessions end at once. Removing the last active operator is ErrLastOperator.
 // Audited in the tenant's log and the server's.
 func (s *Service) RemoveUser(ctx context.Context, scope *int64, id int64, actor string) error {
+	return s.removeUser(ctx, scope, id, actor, true)
+}
+
+// removeUser is RemoveUser; keepAnAdmin false lets the tenant's last admin go (the tenant's
+// deletion).
+func (s *Service) removeUser(ctx context.Context, scope *int64, id int64, actor string, keepAnAdmin bool) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		row, err := memberOf(tx, scope, id)
 		if err != nil {
@@ -490,8 +496,10 @@ func (s *Service) RemoveUser(ctx context.Context, scope *int64, id int64, actor 
 		} else if last {
 			return ErrLastOperator
 		}
-		if err := lastTenantAdmin(tx, scope, row); err != nil {
-			return err
+		if keepAnAdmin {
+			if err := lastTenantAdmin(tx, scope, row); err != nil {
+				return err
+			}
 		}
 		if err := tx.Where("user_id = ?", id).Delete(&adminSessionRow{}).Error; err != nil {
 			return err
