@@ -258,7 +258,9 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 		return false, err
 	}
 	now := time.UnixMilli(nowMS)
-	update := map[string]any{"last_error": ""}
+	// last_status and last_error describe this attempt alone: one that got no answer has no
+	// status (NULL), not the status an earlier attempt got.
+	update := map[string]any{"last_error": "", "last_status": nil}
 	if status != 0 {
 		update["last_status"] = status
 	}
