@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -249,7 +250,13 @@ func (s *Service) checkURL(raw string) (string, error) {
 	if p := u.Port(); p != "" && !validPort(p) {
 		return "", invalid("url", "must have a port from 1 to 65535 (without leading zeros), or none for the scheme's own")
 	}
-	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !s.allowPrivate && !publicAddr(ip) {
+	ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]"))
+	if err != nil && !hostName.MatchString(u.Hostname()) {
+		// url.Parse takes any UTF-8 name (and escapes it when written back), which no resolver
+		// finds: every delivery would fail. The captcha origins refuse such hosts alike.
+		return "", invalid("url", "has an invalid host: a name must be ASCII letters, digits, hyphens, underscores and dots (write an international name in its xn-- form)")
+	}
+	if err == nil && !s.allowPrivate && !publicAddr(ip) {
 		return "", invalid("url", "must be a public address (the operator has not allowed private ones)")
 	}
 	u.Fragment = ""
@@ -260,6 +267,9 @@ func (s *Service) checkURL(raw string) (string, error) {
 	}
 	return out, nil
 }
+
+// hostName is what a receiver's name may be: what a resolver can look up.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?$`)
 
 // escapeQuery percent-encodes the bytes of a query that url.Parse keeps as typed but a request
 // line may not carry: spaces, control characters and every byte beyond ASCII. The rest (% escapes,

@@ -495,6 +495,26 @@ func TestAnEndpointURLIsBoundedAsStored(t *testing.T) {
 	})
 }
 
+// TestAnEndpointHostOutsideASCIIIsRefused: url.Parse takes a UTF-8 host name (typed, or
+// percent-encoded) and writes it back escaped, which no resolver finds: every delivery would
+// fail. It is refused as an invalid host, as the captcha origins refuse one.
+func TestAnEndpointHostOutsideASCIIIsRefused(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		s := newService(t, d, c, true)
+		tn := newTenant(t, d, "acme")
+		for _, raw := range []string{"https://ünï.example/h", "https://%C3%BCn%C3%AF.example/h", "https://exa*mple.com/"} {
+			_, _, err := s.CreateEndpoint(context.Background(), tn, raw, []string{EventKeyCreated})
+			if e := apperr.From(err); err == nil || e.Code != apperr.InvalidRequest || e.Field != "url" || !strings.Contains(e.Message, "invalid host") {
+				t.Errorf("%q: got %v, want invalid_request on url saying invalid host", raw, err)
+			}
+		}
+		if _, _, err := s.CreateEndpoint(context.Background(), tn, "https://xn--n-bga6a.example/h", []string{EventKeyCreated}); err != nil {
+			t.Fatalf("the name's xn-- form: %v", err)
+		}
+	})
+}
+
 // FuzzCheckURL: whatever a tenant types as an endpoint URL, checking it never panics, and what
 // it accepts is an absolute http(s) URL with a host, no credentials and, unless private
 // addresses are allowed, no literal address that is not public.
