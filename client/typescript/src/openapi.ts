@@ -836,7 +836,7 @@ export interface components {
             })[];
         };
         WebhookRequest: {
-            /** @description http or https, no credentials; a port, if given, from 1 to 65535 without leading zeros */
+            /** @description http or https, no credentials; a port, if given, from 1 to 65535 without leading zeros; a host that is an IP address or an ASCII name (letters, digits, hyphens, underscores, dots: write an international name in its xn-- form). At most 2048 characters as sent (maxLength), and at most 2048 characters as stored: the stored URL (WebhookEndpoint.url) drops the fragment and surrounding white space and percent-encodes spaces and characters outside ASCII (3 characters for each UTF-8 byte: an é becomes 6), so a URL within maxLength can still be refused as too long once escaped. */
             url: string;
             events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             /**
@@ -847,6 +847,7 @@ export interface components {
         };
         WebhookEndpoint: {
             id: number;
+            /** @description the URL as stored and requested: without the fragment, spaces and characters outside ASCII percent-encoded; at most 2048 characters (no maxLength here: an endpoint made by an earlier version of Sluice, which counted the URL as sent, may have a longer one) */
             url: string;
             events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             enabled: boolean;
@@ -872,6 +873,7 @@ export interface components {
             deliveredAt: string | null;
             /** Format: date-time */
             givenUpAt: string | null;
+            /** @description the HTTP status of the last attempt; null when it got no answer (lastError says why) or none was made yet */
             lastStatus: number | null;
             lastError: string;
         };
@@ -2594,7 +2596,7 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookEndpoint"];
                 };
             };
-            /** @description invalid_request: url (not http(s), credentials, a port outside 1-65535, a non-public address), events or refusalThreshold */
+            /** @description invalid_request: url (not http(s), credentials, a port outside 1-65535, a host that is not an IP address or an ASCII name, a non-public address, longer than 2048 characters as sent or once escaped), events or refusalThreshold */
             400: {
                 headers: {
                     [name: string]: unknown;
