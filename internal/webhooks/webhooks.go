@@ -364,7 +364,9 @@ func (s *Service) Enqueue(tx *gorm.DB, tenantID int64, event string, data any) e
 	return nil
 }
 
-// SendTest queues a webhook.test event to one endpoint, whatever it subscribes to.
+// SendTest queues a webhook.test event to one endpoint, whatever it subscribes to; none when
+// the endpoint has the most deliveries waiting (ErrOutboxFull). Callers on behalf of a client
+// spend SpendManual first.
 func (s *Service) SendTest(ctx context.Context, tenantID, endpointID int64) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		var r endpointRow
@@ -374,6 +376,9 @@ func (s *Service) SendTest(ctx context.Context, tenantID, endpointID int64) erro
 		}
 		if res.RowsAffected == 0 {
 			return ErrEndpointNotFound
+		}
+		if err := roomForManual(tx, r.TenantID, r.ID, ""); err != nil {
+			return err
 		}
 		now, err := s.nowIn(tx)
 		if err != nil {

@@ -367,7 +367,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Queue a webhook.test event to one endpoint */
+        /**
+         * Queue a webhook.test event to one endpoint
+         * @description Test events and resends are manual sendings, bounded per endpoint: at most 10 a minute (429), and none while the endpoint has 1000 deliveries waiting (409), so that no key can grow the outbox and the delivery log at will.
+         */
         post: operations["testWebhook"];
         delete?: never;
         options?: never;
@@ -410,7 +413,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Send a delivery again (same webhook-id, fresh 24 hours of retries) */
+        /**
+         * Send a delivery again (same webhook-id, fresh 24 hours of retries)
+         * @description Test events and resends are manual sendings, bounded per endpoint: at most 10 a minute (429), and none while the endpoint has 1000 deliveries waiting (409), so that no key can grow the outbox and the delivery log at will.
+         */
         post: operations["resendWebhookDelivery"];
         delete?: never;
         options?: never;
@@ -2792,9 +2798,29 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description conflict: the endpoint already has 1000 deliveries waiting (neither delivered nor given up), the most it may have; nothing was queued */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description rate_limited: this endpoint has had its 10 manual sendings (test events and resends together) of the last minute (a token bucket: a burst of 10, then one every 6 seconds); nothing was queued */
+            429: {
+                headers: {
+                    /** @description whole seconds, rounded up */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2957,9 +2983,29 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description conflict: the endpoint already has 1000 deliveries waiting (neither delivered nor given up), the most it may have; nothing was resent */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description rate_limited: this endpoint has had its 10 manual sendings (test events and resends together) of the last minute (a token bucket: a burst of 10, then one every 6 seconds); nothing was resent */
+            429: {
+                headers: {
+                    /** @description whole seconds, rounded up */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
