@@ -104,6 +104,10 @@ func TestWebhookRoutesManageEndpointsAndTheDeliveryLog(t *testing.T) {
 			{map[string]any{"url": "http://127.0.0.1:9/x", "events": []string{"key.created"}}, "url"}, // private, not allowed here
 			{map[string]any{"url": "http://[fd00::1]/x", "events": []string{"key.created"}}, "url"},
 			{map[string]any{"url": "gopher://example.com/", "events": []string{"key.created"}}, "url"},
+			// A host name outside ASCII, which no delivery would reach (write its xn-- form).
+			{map[string]any{"url": "https://ünï.example/h", "events": []string{"key.created"}}, "url"},
+			// 1,019 characters as sent, within maxLength, but 6,019 once escaped as stored.
+			{map[string]any{"url": "http://example.com/" + strings.Repeat("é", 1000), "events": []string{"key.created"}}, "url"},
 			{map[string]any{"url": "https://example.com/", "events": []string{"key.exploded"}}, "events"},
 			{map[string]any{"url": "https://example.com/"}, "events"},
 			{map[string]any{"url": "https://example.com/", "events": []string{"key.created"}, "secret": "mine"}, "secret"},
