@@ -105,9 +105,24 @@ func (s *Server) deleteWebhook(c *gin.Context) {
 	c.Status(http.StatusNoContent)
 }
 
+// manualSending spends one of the endpoint's manual sendings (a test event, a resend:
+// webhooks.SpendManual) once the endpoint is known to be the tenant's; ok false when it has
+// answered (404, or 429 with Retry-After).
+func (s *Server) manualSending(c *gin.Context, id int64) bool {
+	if _, err := s.webhooks.Endpoint(c.Request.Context(), tenantOf(c).TenantID, id); err != nil {
+		writeProblem(c, s.log, err)
+		return false
+	}
+	if err := webhooks.SpendManual(c.Request.Context(), s.engine, id); err != nil {
+		writeProblem(c, s.log, err)
+		return false
+	}
+	return true
+}
+
 func (s *Server) testWebhook(c *gin.Context) {
 	id, ok := s.webhookID(c)
-	if !ok {
+	if !ok || !s.manualSending(c, id) {
 		return
 	}
 	if err := s.webhooks.SendTest(c.Request.Context(), tenantOf(c).TenantID, id); err != nil {
@@ -146,7 +161,7 @@ func (s *Server) webhookDeliveries(c *gin.Context) {
 
 func (s *Server) resendWebhookDelivery(c *gin.Context) {
 	id, ok := s.webhookID(c)
-	if !ok {
+	if !ok || !s.manualSending(c, id) {
 		return
 	}
 	deliveryID := c.Param("deliveryId")

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
@@ -102,6 +104,10 @@ func TestWebhookRoutesManageEndpointsAndTheDeliveryLog(t *testing.T) {
 			{map[string]any{"url": "http://127.0.0.1:9/x", "events": []string{"key.created"}}, "url"}, // private, not allowed here
 			{map[string]any{"url": "http://[fd00::1]/x", "events": []string{"key.created"}}, "url"},
 			{map[string]any{"url": "gopher://example.com/", "events": []string{"key.created"}}, "url"},
+			// A host name outside ASCII, which no delivery would reach (write its xn-- form).
+			{map[string]any{"url": "https://ünï.example/h", "events": []string{"key.created"}}, "url"},
+			// 1,019 characters as sent, within maxLength, but 6,019 once escaped as stored.
+			{map[string]any{"url": "http://example.com/" + strings.Repeat("é", 1000), "events": []string{"key.created"}}, "url"},
 			{map[string]any{"url": "https://example.com/", "events": []string{"key.exploded"}}, "events"},
 			{map[string]any{"url": "https://example.com/"}, "events"},
 			{map[string]any{"url": "https://example.com/", "events": []string{"key.created"}, "secret": "mine"}, "secret"},
@@ -141,5 +147,61 @@ func TestWebhookRoutesManageEndpointsAndTheDeliveryLog(t *testing.T) {
 			t.Fatalf("delete: %v", r)
 		}
 		requireProblem(t, h.send(t, http.MethodGet, "/v1/webhooks/"+id+"/deliveries", a.key, nil), http.StatusNotFound, "not_found")
+	})
+}
+
+// TestManualWebhookSendingsAreBounded: an API key cannot grow an endpoint's outbox at will. Test
+// events and resends are at most webhooks.MaxManualPerMinute per endpoint (then 429 rate_limited
+// with Retry-After; another endpoint has its own), and none is queued while the endpoint has
+// webhooks.MaxWaitingPerEndpoint deliveries waiting (409 conflict).
+func TestManualWebhookSendingsAreBounded(t *testing.T) {
+	t.Parallel()
+	testkit.EachURL(t, func(t *testing.T, url string) {
+		frozen := time.Now()
+		h := startApp(t, url, app.Options{EngineNow: func() time.Time { return frozen }})
+		a := h.newTenant(t, "acme")
+		endpoint := func(path string) string {
+			created := requireJSON(t, h.send(t, http.MethodPost, "/v1/webhooks", a.key,
+				map[string]any{"url": "https://hooks.example.com" + path, "events": []string{"key.created"}}), http.StatusCreated)
+			return strconv.FormatInt(int64(created["id"].(float64)), 10)
+		}
+		busy, full := endpoint("/busy"), endpoint("/full")
+		for i := range webhooks.MaxManualPerMinute {
+			if r := h.send(t, http.MethodPost, "/v1/webhooks/"+busy+"/test", a.key, nil); r.status != http.StatusAccepted {
+				t.Fatalf("test event %d: %v", i+1, r)
+			}
+		}
+		ds := requireJSON(t, h.send(t, http.MethodGet, "/v1/webhooks/"+busy+"/deliveries", a.key, nil), http.StatusOK)["deliveries"].([]any)
+		resend := "/v1/webhooks/" + busy + "/deliveries/" + ds[0].(map[string]any)["id"].(string) + "/resend"
+		for _, path := range []string{"/v1/webhooks/" + busy + "/test", resend} {
+			r := h.send(t, http.MethodPost, path, a.key, nil)
+			p := requireProblem(t, r, http.StatusTooManyRequests, "rate_limited")
+			if wait, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || wait < 1 || wait > 60 {
+				t.Errorf("%s: Retry-After %q, want 1 to 60 seconds", path, r.header.Get("Retry-After"))
+			}
+			if !strings.Contains(p["detail"].(string), strconv.Itoa(webhooks.MaxManualPerMinute)) {
+				t.Errorf("%s: detail %q does not name the limit", path, p["detail"])
+			}
+		}
+		// An endpoint that is not the key's tenant's is not found, whatever its limit.
+		requireProblem(t, h.send(t, http.MethodPost, "/v1/webhooks/"+busy+"/test", h.newTenant(t, "other").key, nil), http.StatusNotFound, "not_found")
+
+		fullID, _ := strconv.ParseInt(full, 10, 64)
+		later := time.Now().Add(time.Hour).UnixMilli() // not due: the dispatcher leaves them waiting
+		rows := []map[string]any{{"id": "delivered", "tenant_id": a.id, "endpoint_id": fullID, "event": "key.created", "payload": "{}",
+			"created_at": later, "attempts": 1, "next_attempt_at": int64(math.MaxInt64), "delivered_at": later, "last_error": ""}}
+		for i := range webhooks.MaxWaitingPerEndpoint {
+			rows = append(rows, map[string]any{"id": "waiting-" + strconv.Itoa(i), "tenant_id": a.id, "endpoint_id": fullID, "event": "key.created",
+				"payload": "{}", "created_at": later, "attempts": 0, "next_attempt_at": later, "last_error": ""})
+		}
+		if err := h.db.Gorm.Table("webhook_deliveries").CreateInBatches(rows, 200).Error; err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{"/v1/webhooks/" + full + "/test", "/v1/webhooks/" + full + "/deliveries/delivered/resend"} {
+			p := requireProblem(t, h.send(t, http.MethodPost, path, a.key, nil), http.StatusConflict, "conflict")
+			if !strings.Contains(p["detail"].(string), strconv.Itoa(webhooks.MaxWaitingPerEndpoint)) {
+				t.Errorf("%s: detail %q does not name the bound", path, p["detail"])
+			}
+		}
 	})
 }

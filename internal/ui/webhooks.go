@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/webhooks"
 )
 
@@ -205,10 +206,27 @@ func (u *UI) webhookLog(c *gin.Context) {
 	u.render(c, http.StatusOK, webhookLogPage(vm))
 }
 
+// manualSending spends one of the endpoint's manual sendings (a test event, a resend:
+// webhooks.SpendManual); when none is left it answers with the error page (429, saying when to
+// try again) and returns the error.
+func (u *UI) manualSending(c *gin.Context, endpointID int64) error {
+	err := webhooks.SpendManual(c.Request.Context(), u.engine, endpointID)
+	if err != nil {
+		if e := apperr.From(err); e.RetryAfterMs != nil {
+			c.Header("Retry-After", strconv.FormatInt(limiter.HeaderSeconds(float64(*e.RetryAfterMs)), 10))
+		}
+		u.fail(c, err)
+	}
+	return err
+}
+
 func (u *UI) testWebhook(c *gin.Context) {
 	t := tenantOf(c)
 	ep, ok := u.endpointOf(c)
 	if !ok {
+		return
+	}
+	if err := u.manualSending(c, ep.ID); err != nil {
 		return
 	}
 	if err := u.webhooks.SendTest(c.Request.Context(), t.ID, ep.ID); err != nil {
@@ -222,6 +240,9 @@ func (u *UI) resendWebhook(c *gin.Context) {
 	t := tenantOf(c)
 	ep, ok := u.endpointOf(c)
 	if !ok {
+		return
+	}
+	if err := u.manualSending(c, ep.ID); err != nil {
 		return
 	}
 	if err := u.webhooks.Resend(c.Request.Context(), t.ID, ep.ID, c.Param("did")); err != nil {

@@ -118,7 +118,9 @@ func (s *Service) Deliveries(ctx context.Context, tenantID, endpointID int64, li
 }
 
 // Resend makes a delivery due now again, whatever its state: the same event, with the same
-// webhook-id (receivers deduplicate on it), and a fresh 24 hours of retries.
+// webhook-id (receivers deduplicate on it), and a fresh 24 hours of retries; unless that would
+// pass the endpoint's MaxWaitingPerEndpoint (ErrOutboxFull). Callers on behalf of a client spend
+// SpendManual first.
 func (s *Service) Resend(ctx context.Context, tenantID, endpointID int64, deliveryID string) error {
 	if !db.ComparableText(deliveryID) {
 		// No delivery has such an ID, and PostgreSQL refuses it in a query (an error, where
@@ -135,7 +137,12 @@ func (s *Service) Resend(ctx context.Context, tenantID, endpointID int64, delive
 		if res.Error == nil && res.RowsAffected == 0 {
 			return ErrDeliveryNotFound
 		}
-		return res.Error
+		if res.Error != nil {
+			return res.Error
+		}
+		// After the update, so that a delivery that is not there is not found whatever the
+		// endpoint's outbox holds; a refusal rolls the update back.
+		return roomForManual(tx, tenantID, endpointID, deliveryID)
 	})
 	if err != nil {
 		return fmt.Errorf("webhooks: resend: %w", err)
@@ -258,7 +265,9 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 		return false, err
 	}
 	now := time.UnixMilli(nowMS)
-	update := map[string]any{"last_error": ""}
+	// last_status and last_error describe this attempt alone: one that got no answer has no
+	// status (NULL), not the status an earlier attempt got.
+	update := map[string]any{"last_error": "", "last_status": nil}
 	if status != 0 {
 		update["last_status"] = status
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -650,4 +651,56 @@ func housekeepBehind(t *testing.T, ctx context.Context, s *Service, d *db.DB, ho
 	if err := <-housekept; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestLastStatusIsTheLastAttemptsOwn: after an attempt answered HTTP 500, a resend whose attempt
+// gets no answer (the receiver drops the connection) leaves no status in the delivery log, not
+// the 500 of the attempt before.
+func TestLastStatusIsTheLastAttemptsOwn(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		s := newService(t, d, c, true)
+		ctx := context.Background()
+		tenant := newTenant(t, d, "acme")
+		var requests atomic.Int32
+		r := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if requests.Add(1) == 1 {
+				w.WriteHeader(http.StatusInternalServerError)
+				return
+			}
+			conn, _, err := http.NewResponseController(w).Hijack() // no answer at all
+			if err == nil {
+				_ = conn.Close()
+			}
+		}))
+		t.Cleanup(r.Close)
+		ep, _, err := s.CreateEndpoint(ctx, tenant, r.URL+"/hooks", []string{EventKeyCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		emit(t, s, tenant, EventKeyCreated, map[string]string{"keyId": "k1"})
+		deliverDue(t, s)
+		last := func() Delivery {
+			t.Helper()
+			ds, err := s.Deliveries(ctx, tenant, ep.ID, 1)
+			if err != nil || len(ds) != 1 {
+				t.Fatalf("deliveries %v, %v", ds, err)
+			}
+			return ds[0]
+		}
+		if got := last(); got.LastStatus == nil || *got.LastStatus != http.StatusInternalServerError {
+			t.Fatalf("after the HTTP 500: last status %v, want 500", got.LastStatus)
+		}
+		if err := s.Resend(ctx, tenant, ep.ID, last().ID); err != nil {
+			t.Fatal(err)
+		}
+		deliverDue(t, s)
+		got := last()
+		if requests.Load() != 2 || got.LastError == "" || strings.HasPrefix(got.LastError, "HTTP ") {
+			t.Fatalf("%d requests, last error %q; want 2, the second without an answer", requests.Load(), got.LastError)
+		}
+		if got.LastStatus != nil {
+			t.Fatalf("after an attempt that got no answer (%q): last status %d, want none", got.LastError, *got.LastStatus)
+		}
+	})
 }

@@ -17,9 +17,12 @@ const (
 )
 
 // maxNearKeysPerMinute bounds the key.near_limit events one limit's minute may raise per
-// endpoint, across every flush of every instance (see nearSlot): of each flush's near keys, the
-// first maxNearKeysPerMinute (those most often near) are considered, in that order, while the
-// minute has slots left.
+// endpoint, across every flush of every instance (see nearSlot): each flush's near keys are
+// considered in order (those most often near first) while the minute has slots left. Only a key
+// that is sent an event takes a slot: one already alerted this hour is passed over and leaves
+// its place to the next, so that keys still near from earlier minutes cannot crowd out a key
+// that just went near. The keys passed over are at most those alerted in the hour's earlier
+// minutes (5 a minute), so a flush's work stays bounded.
 const maxNearKeysPerMinute = 5
 
 // LimitMinute is one limit's minute as the usage aggregator's flush reports it.
@@ -54,8 +57,8 @@ const alertRetention = 48 * time.Hour
 // ThresholdEvents writes, inside tx (the usage flush's transaction), the threshold events that
 // tenantID's minutes raise: limit.refusals to each enabled subscriber whose RefusalThreshold the
 // minute's refusals reached, at most once per endpoint, limit and minute; key.near_limit to each
-// enabled subscriber for each of the first few near keys, at most once per endpoint, limit, key
-// and hour, and for at most maxNearKeysPerMinute keys per endpoint, limit and minute. "At most"
+// enabled subscriber for each near key, at most once per endpoint, limit, key and hour, and for
+// at most maxNearKeysPerMinute keys per endpoint, limit and minute (counting the events sent). "At most"
 // holds across instances and flushes: the event's webhook_alerts rows and its delivery commit
 // together, and a second insert of the row does nothing.
 func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMinute) error {
@@ -96,8 +99,8 @@ func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMi
 				return err
 			}
 			hour := minute.Truncate(time.Hour)
-			for i, k := range m.NearKeys {
-				if i == maxNearKeysPerMinute || len(free) == 0 {
+			for _, k := range m.NearKeys {
+				if len(free) == 0 {
 					break
 				}
 				data := map[string]any{"limit": m.Name, "key": k.Key, "minute": minute.Format(time.RFC3339), "decisions": k.Decisions,

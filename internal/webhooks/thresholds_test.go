@@ -201,3 +201,52 @@ func TestReadmeNamesEveryMemberOfTheThresholdEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestNearLimitSlotsGoToKeysNotYetAlertedThisHour: keys already alerted this hour take none of a
+// minute's five places, however many of them a flush lists first. Minute 1: k1–k5 go near
+// (five events). Minute 2: k1–k5 are still near, listed first, and k6 goes near: k6 hears it.
+func TestNearLimitSlotsGoToKeysNotYetAlertedThisHour(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := &clock{}
+		c.advance(time.Hour)
+		s := newService(t, d, c, true)
+		ctx := context.Background()
+		tn := newTenant(t, d, "acme")
+		ep, _, err := s.CreateEndpoint(ctx, tn, "http://127.0.0.1:9/near", []string{EventKeyNearLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		near := func(keys ...string) []NearKey {
+			var out []NearKey
+			for _, k := range keys {
+				out = append(out, NearKey{Key: k, Decisions: 1})
+			}
+			return out
+		}
+		first := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+		for _, m := range []LimitMinute{
+			{Name: "api", Minute: first, NearKeys: near("k1", "k2", "k3", "k4", "k5")},
+			{Name: "api", Minute: first.Add(time.Minute), NearKeys: near("k1", "k2", "k3", "k4", "k5", "k6")},
+		} {
+			if err := d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, []LimitMinute{m}) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var bodies []string
+		if err := d.Gorm.Raw(`SELECT payload FROM webhook_deliveries WHERE endpoint_id = ? AND event = ?`, ep.ID, EventKeyNearLimit).Scan(&bodies).Error; err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, b := range bodies {
+			var p struct{ Data struct{ Key string } }
+			if err := json.Unmarshal([]byte(b), &p); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, p.Data.Key)
+		}
+		slices.Sort(keys)
+		if want := []string{"k1", "k2", "k3", "k4", "k5", "k6"}; !slices.Equal(keys, want) {
+			t.Fatalf("key.near_limit events for %q, want one each for %q", keys, want)
+		}
+	})
+}

@@ -17,11 +17,13 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 
@@ -49,7 +51,11 @@ var Events = []string{EventKeyCreated, EventKeyRevoked, EventDefinitionChanged, 
 // Bounds on what a tenant may configure.
 const (
 	MaxEndpointsPerTenant = 16
-	maxURLBytes           = 2048
+	// MaxURLLength bounds an endpoint's URL twice, in characters: as the tenant writes it, and
+	// as it is stored and shown, after checkURL's escaping (ASCII, so characters are bytes). The
+	// second can be the longer (a space or é is escaped to 3 or 6 characters) or the shorter (a
+	// fragment and surrounding white space are dropped), so neither bound implies the other.
+	MaxURLLength = 2048
 )
 
 // Endpoint is one tenant's webhook receiver.
@@ -223,15 +229,16 @@ func (s *Service) CreateEndpoint(ctx context.Context, tenantID int64, rawURL str
 
 // checkURL accepts http and https URLs with a host, no credentials and no impossible port;
 // unless private addresses are allowed, a literal IP address must be public (names are checked
-// when dialled, after DNS).
+// when dialled, after DNS). It returns the URL to store: ASCII, with spaces and other characters
+// a request line may not carry percent-encoded, without the fragment, at most MaxURLLength long.
 func (s *Service) checkURL(raw string) (string, error) {
-	if len(raw) > maxURLBytes {
-		return "", invalid("url", fmt.Sprintf("must be at most %d bytes", maxURLBytes))
-	}
 	if !db.ComparableText(raw) {
 		// url.Parse keeps a query's bytes as they are, and PostgreSQL refuses to store text
 		// that is not UTF-8 (an error where the tenant typed a wrong URL).
 		return "", invalid("url", "must be valid UTF-8 text without NUL characters")
+	}
+	if utf8.RuneCountInString(raw) > MaxURLLength {
+		return "", invalid("url", fmt.Sprintf("must be at most %d characters", MaxURLLength))
 	}
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Hostname() == "" {
@@ -243,11 +250,40 @@ func (s *Service) checkURL(raw string) (string, error) {
 	if p := u.Port(); p != "" && !validPort(p) {
 		return "", invalid("url", "must have a port from 1 to 65535 (without leading zeros), or none for the scheme's own")
 	}
-	u.Fragment = ""
-	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !s.allowPrivate && !publicAddr(ip) {
+	ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]"))
+	if err != nil && !hostName.MatchString(u.Hostname()) {
+		// url.Parse takes any UTF-8 name (and escapes it when written back), which no resolver
+		// finds: every delivery would fail. The captcha origins refuse such hosts alike.
+		return "", invalid("url", "has an invalid host: a name must be ASCII letters, digits, hyphens, underscores and dots (write an international name in its xn-- form)")
+	}
+	if err == nil && !s.allowPrivate && !publicAddr(ip) {
 		return "", invalid("url", "must be a public address (the operator has not allowed private ones)")
 	}
-	return u.String(), nil
+	u.Fragment = ""
+	u.RawQuery = escapeQuery(u.RawQuery)
+	out := u.String()
+	if len(out) > MaxURLLength {
+		return "", invalid("url", fmt.Sprintf("must be at most %d characters as stored: %d once escaped (a space or other character outside ASCII counts 3 for each of its UTF-8 bytes: é counts 6)", MaxURLLength, len(out)))
+	}
+	return out, nil
+}
+
+// hostName is what a receiver's name may be: what a resolver can look up.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?$`)
+
+// escapeQuery percent-encodes the bytes of a query that url.Parse keeps as typed but a request
+// line may not carry: spaces, control characters and every byte beyond ASCII. The rest (% escapes,
+// & and = included) is the receiver's business and kept as it is.
+func escapeQuery(q string) string {
+	var b strings.Builder
+	for i := range len(q) {
+		if c := q[i]; c <= ' ' || c >= 0x7f {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // validPort reports whether p (the digits url.Parse keeps after the host's colon, any number
@@ -328,7 +364,9 @@ func (s *Service) Enqueue(tx *gorm.DB, tenantID int64, event string, data any) e
 	return nil
 }
 
-// SendTest queues a webhook.test event to one endpoint, whatever it subscribes to.
+// SendTest queues a webhook.test event to one endpoint, whatever it subscribes to; none when
+// the endpoint has the most deliveries waiting (ErrOutboxFull). Callers on behalf of a client
+// spend SpendManual first.
 func (s *Service) SendTest(ctx context.Context, tenantID, endpointID int64) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		var r endpointRow
@@ -338,6 +376,9 @@ func (s *Service) SendTest(ctx context.Context, tenantID, endpointID int64) erro
 		}
 		if res.RowsAffected == 0 {
 			return ErrEndpointNotFound
+		}
+		if err := roomForManual(tx, r.TenantID, r.ID, ""); err != nil {
+			return err
 		}
 		now, err := s.nowIn(tx)
 		if err != nil {

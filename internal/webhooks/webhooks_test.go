@@ -444,6 +444,77 @@ func TestAnEndpointURLThatIsNotTextIsRefusedAsInvalid(t *testing.T) {
 	})
 }
 
+// TestAnEndpointURLIsBoundedAsStored: the URL stored and shown is ASCII (spaces and other
+// characters escaped, in the path and the query alike) and at most MaxURLLength characters, which
+// a URL as typed can pass when escaping makes it longer (a space counts 3, an é 6); and the URL as
+// typed is bounded in characters, not bytes (an é is one, as the OpenAPI document's maxLength
+// counts).
+func TestAnEndpointURLIsBoundedAsStored(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		s := newService(t, d, c, true)
+		tn := newTenant(t, d, "acme")
+		ctx := context.Background()
+		const base = "http://example.com/" // 19 characters
+		for _, tc := range []struct{ name, raw, stored string }{
+			{"spaces", base + " a b", base + "%20a%20b"},
+			{"a query's space and é", base + "?q=é a", base + "?q=%C3%A9%20a"},
+			// 1,119 characters, 2,219 bytes as typed; the fragment is not stored.
+			{"a long fragment of é", base + "#" + strings.Repeat("é", 1100), base},
+		} {
+			ep, _, err := s.CreateEndpoint(ctx, tn, tc.raw, []string{EventKeyCreated})
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			} else if ep.URL != tc.stored {
+				t.Errorf("%s: stored %q, want %q", tc.name, ep.URL, tc.stored)
+			}
+		}
+		for _, tc := range []struct{ name, raw, says string }{
+			// 1,119 characters as typed, 6,619 escaped.
+			{"1,100 é", base + strings.Repeat("é", 1100), "as stored"},
+			// 2,019 bytes as typed, 6,019 escaped.
+			{"1,000 é", base + strings.Repeat("é", 1000), "as stored"},
+			// 721 characters as typed, 2,121 escaped.
+			{"700 spaces", base + "a" + strings.Repeat(" ", 700) + "b", "as stored"},
+			{"2,049 characters as typed", base + "#" + strings.Repeat("x", MaxURLLength-len(base)), "at most 2048 characters"},
+		} {
+			_, _, err := s.CreateEndpoint(ctx, tn, tc.raw, []string{EventKeyCreated})
+			if e := apperr.From(err); err == nil || e.Code != apperr.InvalidRequest || e.Field != "url" || !strings.Contains(e.Message, tc.says) {
+				t.Errorf("%s: got %v, want invalid_request on url saying %q", tc.name, err, tc.says)
+			}
+		}
+		eps, err := s.Endpoints(ctx, tn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range eps {
+			if len(ep.URL) > MaxURLLength || strings.ContainsFunc(ep.URL, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+				t.Errorf("stored %.60q (%d bytes)", ep.URL, len(ep.URL))
+			}
+		}
+	})
+}
+
+// TestAnEndpointHostOutsideASCIIIsRefused: url.Parse takes a UTF-8 host name (typed, or
+// percent-encoded) and writes it back escaped, which no resolver finds: every delivery would
+// fail. It is refused as an invalid host, as the captcha origins refuse one.
+func TestAnEndpointHostOutsideASCIIIsRefused(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		s := newService(t, d, c, true)
+		tn := newTenant(t, d, "acme")
+		for _, raw := range []string{"https://ünï.example/h", "https://%C3%BCn%C3%AF.example/h", "https://exa*mple.com/"} {
+			_, _, err := s.CreateEndpoint(context.Background(), tn, raw, []string{EventKeyCreated})
+			if e := apperr.From(err); err == nil || e.Code != apperr.InvalidRequest || e.Field != "url" || !strings.Contains(e.Message, "invalid host") {
+				t.Errorf("%q: got %v, want invalid_request on url saying invalid host", raw, err)
+			}
+		}
+		if _, _, err := s.CreateEndpoint(context.Background(), tn, "https://xn--n-bga6a.example/h", []string{EventKeyCreated}); err != nil {
+			t.Fatalf("the name's xn-- form: %v", err)
+		}
+	})
+}
+
 // FuzzCheckURL: whatever a tenant types as an endpoint URL, checking it never panics, and what
 // it accepts is an absolute http(s) URL with a host, no credentials and, unless private
 // addresses are allowed, no literal address that is not public.
@@ -467,6 +538,9 @@ func FuzzCheckURL(f *testing.F) {
 		}
 		if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !publicAddr(ip) {
 			t.Fatalf("accepted the non-public address %q", raw)
+		}
+		if len(got) > MaxURLLength || strings.ContainsFunc(got, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+			t.Fatalf("accepted %q as %q: not ASCII without spaces, or longer than %d", raw, got, MaxURLLength)
 		}
 	})
 }

@@ -367,7 +367,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Queue a webhook.test event to one endpoint */
+        /**
+         * Queue a webhook.test event to one endpoint
+         * @description Test events and resends are manual sendings, bounded per endpoint: at most 10 a minute (429), and none while the endpoint has 1000 deliveries waiting (409), so that no key can grow the outbox and the delivery log at will.
+         */
         post: operations["testWebhook"];
         delete?: never;
         options?: never;
@@ -410,7 +413,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Send a delivery again (same webhook-id, fresh 24 hours of retries) */
+        /**
+         * Send a delivery again (same webhook-id, fresh 24 hours of retries)
+         * @description Test events and resends are manual sendings, bounded per endpoint: at most 10 a minute (429), and none while the endpoint has 1000 deliveries waiting (409), so that no key can grow the outbox and the delivery log at will.
+         */
         post: operations["resendWebhookDelivery"];
         delete?: never;
         options?: never;
@@ -836,7 +842,7 @@ export interface components {
             })[];
         };
         WebhookRequest: {
-            /** @description http or https, no credentials; a port, if given, from 1 to 65535 without leading zeros */
+            /** @description http or https, no credentials; a port, if given, from 1 to 65535 without leading zeros; a host that is an IP address or an ASCII name (letters, digits, hyphens, underscores, dots: write an international name in its xn-- form). At most 2048 characters as sent (maxLength), and at most 2048 characters as stored: the stored URL (WebhookEndpoint.url) drops the fragment and surrounding white space and percent-encodes spaces and characters outside ASCII (3 characters for each UTF-8 byte: an é becomes 6), so a URL within maxLength can still be refused as too long once escaped. */
             url: string;
             events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             /**
@@ -847,6 +853,7 @@ export interface components {
         };
         WebhookEndpoint: {
             id: number;
+            /** @description the URL as stored and requested: without the fragment, spaces and characters outside ASCII percent-encoded; at most 2048 characters (no maxLength here: an endpoint made by an earlier version of Sluice, which counted the URL as sent, may have a longer one) */
             url: string;
             events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             enabled: boolean;
@@ -872,6 +879,7 @@ export interface components {
             deliveredAt: string | null;
             /** Format: date-time */
             givenUpAt: string | null;
+            /** @description the HTTP status of the last attempt; null when it got no answer (lastError says why) or none was made yet */
             lastStatus: number | null;
             lastError: string;
         };
@@ -2594,7 +2602,7 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookEndpoint"];
                 };
             };
-            /** @description invalid_request: url (not http(s), credentials, a port outside 1-65535, a non-public address), events or refusalThreshold */
+            /** @description invalid_request: url (not http(s), credentials, a port outside 1-65535, a host that is not an IP address or an ASCII name, a non-public address, longer than 2048 characters as sent or once escaped), events or refusalThreshold */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2790,9 +2798,29 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description conflict: the endpoint already has 1000 deliveries waiting (neither delivered nor given up), the most it may have; nothing was queued */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description rate_limited: this endpoint has had its 10 manual sendings (test events and resends together) of the last minute (a token bucket: a burst of 10, then one every 6 seconds); nothing was queued */
+            429: {
+                headers: {
+                    /** @description whole seconds, rounded up */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2955,9 +2983,29 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description conflict: the endpoint already has 1000 deliveries waiting (neither delivered nor given up), the most it may have; nothing was resent */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload_too_large */
             413: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description rate_limited: this endpoint has had its 10 manual sendings (test events and resends together) of the last minute (a token bucket: a burst of 10, then one every 6 seconds); nothing was resent */
+            429: {
+                headers: {
+                    /** @description whole seconds, rounded up */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
