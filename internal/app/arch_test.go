@@ -33,7 +33,7 @@ var allowedImports = map[string][]string{
 	"internal/tenants":            {"internal/apperr", "internal/db", "internal/loop"},
 	"internal/captcha":            {"internal/apperr", "internal/db", "internal/loop", "internal/strictjson"},
 	"internal/usage":              {"internal/db", "internal/loop"},
-	"internal/webhooks":           {"internal/apperr", "internal/db", "internal/loop"},
+	"internal/webhooks":           {"internal/apperr", "internal/db", "internal/limiter", "internal/loop"},
 	"internal/metrics":            {"internal/db"},
 	"internal/api":                {"internal/apperr", "internal/captcha", "internal/db", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/strictjson", "internal/tenants", "internal/webhooks"},
 	"internal/ui":                 {"internal/apperr", "internal/captcha", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/mail", "internal/tenants", "internal/usage", "internal/webhooks"},

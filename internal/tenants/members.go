@@ -31,10 +31,10 @@ const (
 // left to manage the server.
 var ErrLastOperator = apperr.New(apperr.Conflict, "the last operator cannot be removed, disabled or demoted")
 
-// ErrLastTenantAdmin refuses, on a tenant's own members page, to remove, disable or make a viewer
-// of its only active admin: nobody of the tenant could change it any more, nor undo this.
-var ErrLastTenantAdmin = apperr.New(apperr.Conflict, "the tenant's last admin cannot be removed, disabled or made a viewer here: "+
-	"make another member an admin first (an operator can still do it on the Users page)")
+// ErrLastTenantAdmin refuses a tenant's member who would remove, disable or make a viewer of its
+// only active admin: nobody of the tenant could change it any more, nor undo this.
+var ErrLastTenantAdmin = apperr.New(apperr.Conflict, "the tenant's last admin cannot be removed, disabled or made a viewer "+
+	"by its members: make another member an admin first (an operator still can)")
 
 // DefaultLinkTTL is how long an invite or a password reset link stays valid.
 const DefaultLinkTTL = 7 * 24 * time.Hour
@@ -374,10 +374,24 @@ func lastOperator(tx *gorm.DB, row userRow) (bool, error) {
 	return n == 0, err
 }
 
-// lastTenantAdmin returns ErrLastTenantAdmin when scope is set (a change made on the tenant's own
-// members page) and row is the tenant's only active admin.
-func lastTenantAdmin(tx *gorm.DB, scope *int64, row userRow) error {
+// lastTenantAdmin returns ErrLastTenantAdmin when a member of the tenant (actor, named as the
+// dashboard names the user acting: "user:" and their email) changes, on the tenant's own page
+// (scope set), its only active admin. Operators, the command line and the tenant's deletion act
+// from outside the tenant and may. Two admins demoting each other at once are two transactions
+// that each read the other still an admin: serializable, one of them retries and is refused.
+func lastTenantAdmin(tx *gorm.DB, scope *int64, row userRow, actor string) error {
 	if scope == nil || row.IsOperator || row.DisabledAt != nil || row.Role != string(RoleAdmin) {
+		return nil
+	}
+	email, ok := strings.CutPrefix(actor, "user:")
+	if !ok {
+		return nil
+	}
+	var acting []userRow
+	if err := tx.Where("email = ?", email).Limit(1).Find(&acting).Error; err != nil {
+		return err
+	}
+	if len(acting) == 0 || acting[0].IsOperator {
 		return nil
 	}
 	var n int64
@@ -431,7 +445,7 @@ func (s *Service) SetRole(ctx context.Context, scope *int64, id int64, role Role
 			}
 		}
 		if role != RoleAdmin {
-			if err := lastTenantAdmin(tx, scope, row); err != nil {
+			if err := lastTenantAdmin(tx, scope, row, actor); err != nil {
 				return err
 			}
 		}
@@ -480,12 +494,6 @@ func describeRole(tx *gorm.DB, role Role, tenant *int64) string {
 // otherwise); their sessions end at once. Removing the last active operator is ErrLastOperator.
 // Audited in the tenant's log and the server's.
 func (s *Service) RemoveUser(ctx context.Context, scope *int64, id int64, actor string) error {
-	return s.removeUser(ctx, scope, id, actor, true)
-}
-
-// removeUser is RemoveUser; keepAnAdmin false lets the tenant's last admin go (the tenant's
-// deletion).
-func (s *Service) removeUser(ctx context.Context, scope *int64, id int64, actor string, keepAnAdmin bool) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		row, err := memberOf(tx, scope, id)
 		if err != nil {
@@ -496,10 +504,8 @@ func (s *Service) removeUser(ctx context.Context, scope *int64, id int64, actor 
 		} else if last {
 			return ErrLastOperator
 		}
-		if keepAnAdmin {
-			if err := lastTenantAdmin(tx, scope, row); err != nil {
-				return err
-			}
+		if err := lastTenantAdmin(tx, scope, row, actor); err != nil {
+			return err
 		}
 		if err := tx.Where("user_id = ?", id).Delete(&adminSessionRow{}).Error; err != nil {
 			return err
@@ -553,7 +559,7 @@ func (s *Service) SetDisabled(ctx context.Context, scope *int64, id int64, disab
 			} else if last {
 				return ErrLastOperator
 			}
-			if err := lastTenantAdmin(tx, scope, row); err != nil {
+			if err := lastTenantAdmin(tx, scope, row, actor); err != nil {
 				return err
 			}
 			now := s.clock()

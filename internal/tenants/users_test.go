@@ -219,7 +219,6 @@ func TestSessionStartsOnlyWithThePasswordStillChecked(t *testing.T) {
 		const addr = "198.51.100.7"
 		acme := e.tenant(t, "acme")
 		created, err := e.svc.CreateUser(e.ctx, "m@example.com", "m-password-01", false, &acme.ID, "test", "")
-		keepAnAdmin(t, e, acme.ID) // m is disabled and removed below on acme's own page
 		must(t, err)
 		sessions := func() int64 {
 			t.Helper()
@@ -345,7 +344,6 @@ func TestLoginIsAuditedByTheSessionItStarts(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		acme := e.tenant(t, "acme")
 		m, err := e.svc.CreateUser(e.ctx, "m@example.com", "m-password-01", false, &acme.ID, "test", "")
-		keepAnAdmin(t, e, acme.ID) // m is disabled below on acme's own page
 		must(t, err)
 		op, err := e.svc.CreateUser(e.ctx, "op@example.com", "op-password-01", true, nil, "test", "")
 		must(t, err)

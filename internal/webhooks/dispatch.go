@@ -132,17 +132,23 @@ func (s *Service) Resend(ctx context.Context, tenantID, endpointID int64, delive
 		if err != nil {
 			return err
 		}
-		res := tx.Model(&deliveryRow{}).Where("tenant_id = ? AND endpoint_id = ? AND id = ?", tenantID, endpointID, deliveryID).
-			Updates(map[string]any{"next_attempt_at": now, "delivered_at": nil, "given_up_at": nil, "attempts": 0, "created_at": now})
-		if res.Error == nil && res.RowsAffected == 0 {
+		var rows []deliveryRow
+		where := tx.Model(&deliveryRow{}).Where("tenant_id = ? AND endpoint_id = ? AND id = ?", tenantID, endpointID, deliveryID)
+		if err := where.Session(&gorm.Session{}).Select("delivered_at", "given_up_at").Find(&rows).Error; err != nil {
+			return err
+		}
+		if len(rows) == 0 {
 			return ErrDeliveryNotFound
 		}
-		if res.Error != nil {
-			return res.Error
+		// A delivery still waiting adds none to the outbox by being sent again at once, however
+		// many wait beside it (ordinary events may take an endpoint past the bound until
+		// housekeeping runs); one delivered or given up does.
+		if rows[0].DeliveredAt != nil || rows[0].GivenUpAt != nil {
+			if err := roomForManual(tx, tenantID, endpointID); err != nil {
+				return err
+			}
 		}
-		// After the update, so that a delivery that is not there is not found whatever the
-		// endpoint's outbox holds; a refusal rolls the update back.
-		return roomForManual(tx, tenantID, endpointID, deliveryID)
+		return where.Updates(map[string]any{"next_attempt_at": now, "delivered_at": nil, "given_up_at": nil, "attempts": 0, "created_at": now}).Error
 	})
 	if err != nil {
 		return fmt.Errorf("webhooks: resend: %w", err)

@@ -17,7 +17,8 @@ import (
 // test events a second, past the endpoint's MaxWaitingPerEndpoint until housekeeping next runs,
 // and each kept in the delivery log for KeepFinished once sent.
 //   - None is queued while the endpoint already has MaxWaitingPerEndpoint deliveries waiting
-//     (ErrOutboxFull): the outbox's bound then holds at every moment, not only after housekeeping.
+//     (ErrOutboxFull): manual sendings never take it past the bound (ordinary events may, until
+//     housekeeping next runs). A resend of a delivery still waiting adds none, and goes.
 //   - At most MaxManualPerMinute per endpoint (SpendManual), so that sent ones cannot pile up in
 //     the delivery log either.
 const MaxManualPerMinute = 10
@@ -55,12 +56,11 @@ func SpendManual(ctx context.Context, engine *limiter.Engine, endpointID int64) 
 }
 
 // roomForManual returns ErrOutboxFull when tenantID's endpoint endpointID has
-// MaxWaitingPerEndpoint deliveries waiting besides delivery except (a resend of a waiting
-// delivery adds none; "" for a new one).
-func roomForManual(tx *gorm.DB, tenantID, endpointID int64, except string) error {
+// MaxWaitingPerEndpoint deliveries waiting (or more: ordinary events are bounded by housekeeping).
+func roomForManual(tx *gorm.DB, tenantID, endpointID int64) error {
 	var n int64
-	err := tx.Model(&deliveryRow{}).Where("tenant_id = ? AND endpoint_id = ? AND delivered_at IS NULL AND given_up_at IS NULL AND id <> ?",
-		tenantID, endpointID, except).
+	err := tx.Model(&deliveryRow{}).Where("tenant_id = ? AND endpoint_id = ? AND delivered_at IS NULL AND given_up_at IS NULL",
+		tenantID, endpointID).
 		Count(&n).Error
 	if err != nil {
 		return err

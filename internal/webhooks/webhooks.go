@@ -256,6 +256,11 @@ func (s *Service) checkURL(raw string) (string, error) {
 		// finds: every delivery would fail. The captcha origins refuse such hosts alike.
 		return "", invalid("url", "has an invalid host: a name must be ASCII letters, digits, hyphens, underscores and dots (write an international name in its xn-- form)")
 	}
+	if err == nil && ip.Zone() != "" {
+		// Only a link-local address has one, and any text may follow its %: stored escaped, it
+		// would not parse again, and a receiver is reached by its address alone anyway.
+		return "", invalid("url", "must not name an IPv6 zone (the %… after a link-local address)")
+	}
 	if err == nil && !s.allowPrivate && !publicAddr(ip) {
 		return "", invalid("url", "must be a public address (the operator has not allowed private ones)")
 	}
@@ -377,7 +382,7 @@ func (s *Service) SendTest(ctx context.Context, tenantID, endpointID int64) erro
 		if res.RowsAffected == 0 {
 			return ErrEndpointNotFound
 		}
-		if err := roomForManual(tx, r.TenantID, r.ID, ""); err != nil {
+		if err := roomForManual(tx, r.TenantID, r.ID); err != nil {
 			return err
 		}
 		now, err := s.nowIn(tx)

@@ -520,14 +520,26 @@ func TestAnEndpointHostOutsideASCIIIsRefused(t *testing.T) {
 // addresses are allowed, no literal address that is not public.
 func FuzzCheckURL(f *testing.F) {
 	for _, s := range []string{"https://hooks.example.com/x", "http://127.0.0.1:9/", "http://[::ffff:10.0.0.1]/",
-		"https://u:p@example.com/", "ftp://x/", "//example.com", "http://[fe80::1%25eth0]/", "https://0x7f000001/", ""} {
+		"https://u:p@example.com/", "ftp://x/", "//example.com", "http://[fe80::1%25eth0]/", "https://0x7f000001/", "",
+		"http://[fe80::1%25é]:9/h", "http://example.com/ a b?q=é x#f"} {
 		f.Add(s)
 	}
 	s, err := NewService(nil, sealKey, Options{})
 	if err != nil {
 		f.Fatal(err)
 	}
+	private, err := NewService(nil, sealKey, Options{AllowPrivate: true})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, raw string) {
+		// What either accepts is stored, and accepted again as it is: a stored URL that did not
+		// parse again could never be delivered.
+		if got, err := private.checkURL(raw); err == nil {
+			if again, err := private.checkURL(got); err != nil || again != got {
+				t.Fatalf("accepted %q as %q, which gives %q, %v", raw, got, again, err)
+			}
+		}
 		got, err := s.checkURL(raw)
 		if err != nil {
 			return

@@ -369,7 +369,7 @@ export interface paths {
         put?: never;
         /**
          * Queue a webhook.test event to one endpoint
-         * @description Test events and resends are manual sendings, bounded per endpoint: at most 10 a minute (429), and none while the endpoint has 1000 deliveries waiting (409), so that no key can grow the outbox and the delivery log at will.
+         * @description Test events and resends are manual sendings, bounded per endpoint: at most 10 a minute (429; every one asked for of an endpoint of the tenant counts, even one then refused with 404 or 409), and none while the endpoint has 1000 deliveries waiting (409; a resend of a delivery still waiting adds none and goes), so that no key can grow the outbox and the delivery log at will.
          */
         post: operations["testWebhook"];
         delete?: never;
@@ -415,7 +415,7 @@ export interface paths {
         put?: never;
         /**
          * Send a delivery again (same webhook-id, fresh 24 hours of retries)
-         * @description Test events and resends are manual sendings, bounded per endpoint: at most 10 a minute (429), and none while the endpoint has 1000 deliveries waiting (409), so that no key can grow the outbox and the delivery log at will.
+         * @description Test events and resends are manual sendings, bounded per endpoint: at most 10 a minute (429; every one asked for of an endpoint of the tenant counts, even one then refused with 404 or 409), and none while the endpoint has 1000 deliveries waiting (409; a resend of a delivery still waiting adds none and goes), so that no key can grow the outbox and the delivery log at will.
          */
         post: operations["resendWebhookDelivery"];
         delete?: never;
