@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
-	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
@@ -40,39 +39,13 @@ func (s *Server) recordAudit(c *gin.Context, action, target, detail string) {
 	}
 }
 
-// auditDefinition records a definition change in the tenant's audit log inside the change's own
-// transaction, with the before and after that transaction saw: the entry and the
-// definition.changed event it queues are committed with the change or not at all.
-func (s *Server) auditDefinition(c *gin.Context) limiter.OnDefinitionChange {
+// auditTx records a change in the tenant's audit log inside the change's own transaction
+// (limiter.AuditTx); nil, recording nothing, on a server without an audit log.
+func (s *Server) auditTx() limiter.AuditTx {
 	if s.audit == nil {
 		return nil
 	}
-	actor := s.actor(c)
-	return func(tx *gorm.DB, ch limiter.DefinitionChange) error {
-		return s.audit.AuditTx(tx, &ch.TenantID, actor, ch.Action(), ch.Name, ch.Detail())
-	}
-}
-
-// auditOverride is auditDefinition for an override's change.
-func (s *Server) auditOverride(c *gin.Context) limiter.OnOverrideChange {
-	if s.audit == nil {
-		return nil
-	}
-	actor := s.actor(c)
-	return func(tx *gorm.DB, ch limiter.OverrideEdit) error {
-		return s.audit.AuditTx(tx, &ch.TenantID, actor, ch.Action(), ch.Target(), ch.Detail())
-	}
-}
-
-// auditReset is auditDefinition for a reset of key (nil: every key) of name.
-func (s *Server) auditReset(c *gin.Context, name string, key *string) limiter.OnReset {
-	if s.audit == nil {
-		return nil
-	}
-	actor, tenantID := s.actor(c), tenantOf(c).TenantID
-	return func(tx *gorm.DB) error {
-		return s.audit.AuditTx(tx, &tenantID, actor, "limit.reset", limiter.ResetTarget(name, key), "")
-	}
+	return s.audit.AuditTx
 }
 
 func (s *Server) putDefinition(c *gin.Context) {
@@ -91,7 +64,7 @@ func (s *Server) putDefinition(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	stored, _, err := s.engine.PutDefinition(c.Request.Context(), tenantOf(c).TenantID, name, def, s.auditDefinition(c))
+	stored, _, err := s.engine.PutDefinition(c.Request.Context(), tenantOf(c).TenantID, name, def, s.auditTx().DefinitionChange(s.actor(c), ""))
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
@@ -132,7 +105,7 @@ func (s *Server) deleteDefinition(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if err := s.engine.DeleteDefinition(c.Request.Context(), tenantOf(c).TenantID, name, s.auditDefinition(c)); err != nil {
+	if err := s.engine.DeleteDefinition(c.Request.Context(), tenantOf(c).TenantID, name, s.auditTx().DefinitionChange(s.actor(c), "")); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
@@ -154,7 +127,7 @@ func (s *Server) reset(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	if err := s.engine.Reset(c.Request.Context(), tenantOf(c).TenantID, name, key, s.auditReset(c, name, key)); err != nil {
+	if err := s.engine.Reset(c.Request.Context(), tenantOf(c).TenantID, name, key, s.auditTx().Reset(tenantOf(c).TenantID, s.actor(c), name, key)); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}

@@ -98,7 +98,7 @@ func (s *Server) putOverride(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
-	stored, _, err := s.engine.PutOverride(c.Request.Context(), tenantOf(c).TenantID, name, o, s.auditOverride(c))
+	stored, _, err := s.engine.PutOverride(c.Request.Context(), tenantOf(c).TenantID, name, o, s.auditTx().OverrideChange(s.actor(c)))
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
@@ -144,7 +144,7 @@ func (s *Server) deleteOverride(c *gin.Context) {
 		writeProblem(c, s.log, badRequest("match", limiter.MatchRule))
 		return
 	}
-	if err := s.engine.DeleteOverride(c.Request.Context(), tenantOf(c).TenantID, name, match, s.auditOverride(c)); err != nil {
+	if err := s.engine.DeleteOverride(c.Request.Context(), tenantOf(c).TenantID, name, match, s.auditTx().OverrideChange(s.actor(c))); err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"strconv"
+	"strings"
 
 	"gorm.io/gorm"
 )
@@ -100,6 +101,43 @@ type OnOverrideChange func(tx *gorm.DB, ch OverrideEdit) error
 
 // OnReset is OnDefinitionChange for Reset: called in its transaction once the state is deleted.
 type OnReset func(tx *gorm.DB) error
+
+// AuditTx writes one entry of a tenant's audit log inside another transaction
+// (tenants.Service.AuditTx). Its methods make the callbacks of PutDefinition, DeleteDefinition,
+// the overrides' changes and Reset that record each change by actor in the change's own
+// transaction, with the before and after that transaction saw: the entry and the event it queues
+// (definition.changed) commit with the change or not at all. A nil AuditTx records nothing.
+type AuditTx func(tx *gorm.DB, tenantID *int64, actor, action, target, detail string) error
+
+// DefinitionChange records a definition's change, with note after its detail.
+func (audit AuditTx) DefinitionChange(actor, note string) OnDefinitionChange {
+	if audit == nil {
+		return nil
+	}
+	return func(tx *gorm.DB, ch DefinitionChange) error {
+		return audit(tx, &ch.TenantID, actor, ch.Action(), ch.Name, strings.TrimSpace(ch.Detail()+" "+note))
+	}
+}
+
+// OverrideChange records an override's change.
+func (audit AuditTx) OverrideChange(actor string) OnOverrideChange {
+	if audit == nil {
+		return nil
+	}
+	return func(tx *gorm.DB, ch OverrideEdit) error {
+		return audit(tx, &ch.TenantID, actor, ch.Action(), ch.Target(), ch.Detail())
+	}
+}
+
+// Reset records tenantID's reset of key (nil: every key) of name.
+func (audit AuditTx) Reset(tenantID int64, actor, name string, key *string) OnReset {
+	if audit == nil {
+		return nil
+	}
+	return func(tx *gorm.DB) error {
+		return audit(tx, &tenantID, actor, "limit.reset", ResetTarget(name, key), "")
+	}
+}
 
 // ResetTarget is the audit log's name of what a reset of key (nil: every key) of name resets.
 func ResetTarget(name string, key *string) string {

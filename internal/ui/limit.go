@@ -288,7 +288,7 @@ func (u *UI) resetKey(c *gin.Context) {
 	}
 	t := tenantOf(c)
 	ctx := c.Request.Context()
-	if err := u.engine.Reset(ctx, t.ID, d.Name, &key, u.auditReset(c, d.Name, &key)); err != nil && !limiter.IsNotFound(err) {
+	if err := u.engine.Reset(ctx, t.ID, d.Name, &key, u.auditTx().Reset(t.ID, actor(c), d.Name, &key)); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
 	}
@@ -341,7 +341,7 @@ func (u *UI) deleteLimit(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if err := u.engine.DeleteDefinition(ctx, t.ID, d.Name, u.auditDefinition(c, "from the dashboard")); err != nil {
+	if err := u.engine.DeleteDefinition(ctx, t.ID, d.Name, u.auditTx().DefinitionChange(actor(c), "from the dashboard")); err != nil {
 		u.fail(c, err)
 		return
 	}
@@ -359,7 +359,7 @@ func (u *UI) resetAll(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if err := u.engine.Reset(ctx, t.ID, d.Name, nil, u.auditReset(c, d.Name, nil)); err != nil && !limiter.IsNotFound(err) {
+	if err := u.engine.Reset(ctx, t.ID, d.Name, nil, u.auditTx().Reset(t.ID, actor(c), d.Name, nil)); err != nil && !limiter.IsNotFound(err) {
 		u.internalError(c, err)
 		return
 	}
@@ -424,7 +424,7 @@ func (u *UI) enforce(c *gin.Context) {
 	def := d.Definition
 	def.Mode = limiter.Enforce
 	ctx := c.Request.Context()
-	if _, _, err := u.engine.PutDefinition(ctx, t.ID, d.Name, def, u.auditDefinition(c, "(switched from shadow to enforce)")); err != nil {
+	if _, _, err := u.engine.PutDefinition(ctx, t.ID, d.Name, def, u.auditTx().DefinitionChange(actor(c), "(switched from shadow to enforce)")); err != nil {
 		u.fail(c, err)
 		return
 	}

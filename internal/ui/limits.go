@@ -461,7 +461,7 @@ var errLimitMovedOn = errors.New("ui: the limit was created or deleted meanwhile
 // an edit re-create a limit deleted meanwhile.
 func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition) {
 	t := tenantOf(c)
-	audit := u.auditDefinition(c, "")
+	audit := u.auditTx().DefinitionChange(actor(c), "")
 	_, _, err := u.engine.PutDefinition(c.Request.Context(), t.ID, vm.Name, def, func(tx *gorm.DB, ch limiter.DefinitionChange) error {
 		if (ch.Before != nil) != vm.Editing {
 			return errLimitMovedOn
@@ -498,32 +498,9 @@ func (u *UI) saveLimit(c *gin.Context, vm limitFormVM, def limiter.Definition) {
 	redirect(c, limitPath(t.ID, vm.Name, "?msg=limit-saved"))
 }
 
-// auditDefinition records a definition change in the tenant's audit log inside the change's own
-// transaction, with the before and after that transaction saw (and note after them): the entry
-// and the definition.changed event it queues are committed with the change or not at all.
-func (u *UI) auditDefinition(c *gin.Context, note string) limiter.OnDefinitionChange {
-	who := actor(c)
-	return func(tx *gorm.DB, ch limiter.DefinitionChange) error {
-		detail := strings.TrimSpace(ch.Detail() + " " + note)
-		return u.tenants.AuditTx(tx, &ch.TenantID, who, ch.Action(), ch.Name, detail)
-	}
-}
-
-// auditOverride is auditDefinition for an override's change.
-func (u *UI) auditOverride(c *gin.Context) limiter.OnOverrideChange {
-	who := actor(c)
-	return func(tx *gorm.DB, ch limiter.OverrideEdit) error {
-		return u.tenants.AuditTx(tx, &ch.TenantID, who, ch.Action(), ch.Target(), ch.Detail())
-	}
-}
-
-// auditReset is auditDefinition for a reset of key (nil: every key) of name.
-func (u *UI) auditReset(c *gin.Context, name string, key *string) limiter.OnReset {
-	who, tenantID := actor(c), tenantOf(c).ID
-	return func(tx *gorm.DB) error {
-		return u.tenants.AuditTx(tx, &tenantID, who, "limit.reset", limiter.ResetTarget(name, key), "")
-	}
-}
+// auditTx records a change in the tenant's audit log inside the change's own transaction
+// (limiter.AuditTx).
+func (u *UI) auditTx() limiter.AuditTx { return u.tenants.AuditTx }
 
 // limitName reads :name; an invalid name cannot exist, so it is a 404.
 func (u *UI) storedLimit(c *gin.Context) (limiter.StoredDefinition, bool) {

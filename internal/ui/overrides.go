@@ -200,7 +200,7 @@ func (u *UI) saveOverride(c *gin.Context) {
 	}
 	t := tenantOf(c)
 	ctx := c.Request.Context()
-	_, _, err := u.engine.PutOverrideIf(ctx, t.ID, d.Name, o, vm.Editing, u.auditOverride(c))
+	_, _, err := u.engine.PutOverrideIf(ctx, t.ID, d.Name, o, vm.Editing, u.auditTx().OverrideChange(actor(c)))
 	if errors.Is(err, limiter.ErrOverrideNotFound) {
 		vm.FormErr = "This override was deleted while you edited it: nothing was saved. Add it again if you meant to."
 		u.renderOverrideForm(c, http.StatusConflict, d, vm)
@@ -241,7 +241,7 @@ func (u *UI) deleteOverride(c *gin.Context) {
 	t := tenantOf(c)
 	ctx := c.Request.Context()
 	match := c.PostForm("match")
-	err := u.engine.DeleteOverride(ctx, t.ID, d.Name, match, u.auditOverride(c))
+	err := u.engine.DeleteOverride(ctx, t.ID, d.Name, match, u.auditTx().OverrideChange(actor(c)))
 	switch {
 	case err != nil && apperr.From(err).Code == apperr.NotFound:
 		u.renderLimit(c, http.StatusNotFound, d, "That override no longer exists.")

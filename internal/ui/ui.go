@@ -249,7 +249,7 @@ func (u *UI) fail(c *gin.Context, err error) {
 
 // audit records what a dashboard request changed, after the change was committed in a
 // transaction of its own (holds, webhooks, sessions, tenants; definitions, overrides and resets
-// audit inside their own transaction: auditDefinition, auditOverride, auditReset). The change
+// audit inside their own transaction: limiter.AuditTx). The change
 // stands if the entry cannot be written, so that failure is logged at error level, naming the
 // entry, and never dropped silently; it reports whether the entry was written. ctx is the
 // request's, or the bootstrap's for an operator created at start (requestID ""); a client that
