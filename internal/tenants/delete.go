@@ -77,8 +77,8 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 	membersListed(ctx)
 	for _, m := range members {
 		// Scoped: a member an operator moved to another tenant since the listing stays (and one
-		// removed meanwhile is gone already).
-		if err := s.RemoveUser(ctx, &id, m.ID, actor); err != nil && !errors.Is(err, ErrNotFound) {
+		// removed meanwhile is gone already). The last admin goes too.
+		if err := s.removeUser(ctx, &id, m.ID, actor, false); err != nil && !errors.Is(err, ErrNotFound) {
 			return wrap("delete tenant", err)
 		}
 	}

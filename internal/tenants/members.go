@@ -376,9 +376,10 @@ func lastOperator(tx *gorm.DB, row userRow) (bool, error) {
 
 // lastTenantAdmin returns ErrLastTenantAdmin when a member of the tenant (actor, named as the
 // dashboard names the user acting: "user:" and their email) changes, on the tenant's own page
-// (scope set), its only active admin. Operators, the command line and the tenant's deletion act
-// from outside the tenant and may. Two admins demoting each other at once are two transactions
-// that each read the other still an admin: serializable, one of them retries and is refused.
+// (scope set), its only active admin. Operators and the command line act from outside the
+// tenant and may (the tenant's deletion sets the rule aside: removeUser). Two admins demoting, disabling or removing each other at once
+// are two transactions that each read the other still an admin: serializable, one of them
+// retries and is refused (a removed actor is no longer there to act).
 func lastTenantAdmin(tx *gorm.DB, scope *int64, row userRow, actor string) error {
 	if scope == nil || row.IsOperator || row.DisabledAt != nil || row.Role != string(RoleAdmin) {
 		return nil
@@ -391,7 +392,12 @@ func lastTenantAdmin(tx *gorm.DB, scope *int64, row userRow, actor string) error
 	if err := tx.Where("email = ?", email).Limit(1).Find(&acting).Error; err != nil {
 		return err
 	}
-	if len(acting) == 0 || acting[0].IsOperator {
+	if len(acting) == 0 {
+		// Removed since they asked (another admin removing them at the same moment, whom this
+		// change would leave last): nobody acts for a user who is gone.
+		return fmt.Errorf("the acting user no longer exists: %w", ErrUnauthorized)
+	}
+	if acting[0].IsOperator {
 		return nil
 	}
 	var n int64
@@ -494,6 +500,12 @@ func describeRole(tx *gorm.DB, role Role, tenant *int64) string {
 // otherwise); their sessions end at once. Removing the last active operator is ErrLastOperator.
 // Audited in the tenant's log and the server's.
 func (s *Service) RemoveUser(ctx context.Context, scope *int64, id int64, actor string) error {
+	return s.removeUser(ctx, scope, id, actor, true)
+}
+
+// removeUser is RemoveUser; keepAnAdmin false sets the last-admin rule aside (the tenant's
+// deletion, which removes every member whoever is left).
+func (s *Service) removeUser(ctx context.Context, scope *int64, id int64, actor string, keepAnAdmin bool) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		row, err := memberOf(tx, scope, id)
 		if err != nil {
@@ -504,8 +516,10 @@ func (s *Service) RemoveUser(ctx context.Context, scope *int64, id int64, actor 
 		} else if last {
 			return ErrLastOperator
 		}
-		if err := lastTenantAdmin(tx, scope, row, actor); err != nil {
-			return err
+		if keepAnAdmin {
+			if err := lastTenantAdmin(tx, scope, row, actor); err != nil {
+				return err
+			}
 		}
 		if err := tx.Where("user_id = ?", id).Delete(&adminSessionRow{}).Error; err != nil {
 			return err

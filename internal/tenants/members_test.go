@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -146,6 +147,38 @@ func TestATenantsLastAdminStaysOnItsOwnPage(t *testing.T) {
 		_, err = e.svc.CreateUser(e.ctx, "op@example.com", "op-password-123", true, nil, "test", "")
 		must(t, err)
 		must(t, e.svc.SetRole(e.ctx, &acme.ID, last.ID, RoleViewer, &acme.ID, "user:op@example.com")) // an operator may
+	})
+}
+
+// TestTwoAdminsRemovingEachOtherLeaveOne: two admins of a tenant each removing the other on its
+// page at the same moment leave one of them (the later transaction's actor is gone), as many
+// times as it is tried.
+func TestTwoAdminsRemovingEachOtherLeaveOne(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		for round := range 5 {
+			tn := e.tenant(t, "acme-"+strconv.Itoa(round))
+			var admins [2]User
+			for i := range admins {
+				u, err := e.svc.CreateUser(e.ctx, "admin"+strconv.Itoa(i)+"-"+strconv.Itoa(round)+"@example.com", "admin-password-1", false, &tn.ID, "test", "")
+				must(t, err)
+				admins[i] = u
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for i := range admins {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = e.svc.RemoveUser(e.ctx, &tn.ID, admins[1-i].ID, "user:"+admins[i].Email)
+				}()
+			}
+			wg.Wait()
+			left, err := e.svc.ListUsers(e.ctx, &tn.ID)
+			must(t, err)
+			if len(left) != 1 {
+				t.Fatalf("round %d: two admins removing each other left %d members (errors %v, %v); want one", round, len(left), errs[0], errs[1])
+			}
+		}
 	})
 }
 
