@@ -47,7 +47,9 @@ const (
 var DefaultChallengeIPLimit = limiter.Definition{Kind: limiter.TokenBucket, Rate: 60, Period: 60_000}
 
 // DefaultChallengeKeyLimit admits 6000 challenges per minute per publishable key (a burst of
-// 6000, 100 per second sustained), bounding what one leaked key can cost the server.
+// 6000, 100 per second sustained), bounding what one key, public by design, can cost the
+// server. The price (README): about a hundred addresses asking as fast as the per-IP limit lets
+// them spend it, and the key's visitors get 429 until they stop.
 var DefaultChallengeKeyLimit = limiter.Definition{Kind: limiter.TokenBucket, Rate: 6000, Period: 60_000}
 
 // sessions serves the anonymous-session endpoints.

@@ -38,7 +38,8 @@
 // which is always refused (ErrTestMode).
 //
 // The data object binds the challenge to one tenant and to the SHA-256 of one session ID (the
-// raw session ID never leaves the tenant's page and backend) and records the difficulty it was
+// challenge carries only the hash; the raw ID reaches Sluice in the challenge request's query and
+// the authorization's body, and is stored nowhere) and records the difficulty it was
 // issued at, so that a payload cannot be moved to another tenant or session and a stale
 // low-difficulty challenge can be refused after the tenant raised the difficulty.
 package captcha
