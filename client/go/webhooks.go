@@ -92,7 +92,9 @@ func (c *Client) DeleteWebhook(ctx context.Context, id int64) error {
 	return err
 }
 
-// SendTestWebhook queues a webhook.test event to one endpoint. It is not retried.
+// SendTestWebhook queues a webhook.test event to one endpoint. It is not retried. The server
+// takes at most 10 test events and resends a minute per endpoint (a 429 error with its
+// RetryAfter beyond that) and none while the endpoint has 1,000 deliveries waiting (409).
 func (c *Client) SendTestWebhook(ctx context.Context, id int64) error {
 	_, err := c.do(ctx, http.MethodPost, webhookPath(id, "/test"), nil, nil, consuming, nil)
 	return err
@@ -112,7 +114,8 @@ func (c *Client) WebhookDeliveries(ctx context.Context, id int64, limit int) ([]
 	return out.Deliveries, err
 }
 
-// ResendWebhookDelivery makes a delivery due again (same webhook-id). It is not retried.
+// ResendWebhookDelivery makes a delivery due again (same webhook-id). It is not retried, and is
+// bounded as SendTestWebhook is.
 func (c *Client) ResendWebhookDelivery(ctx context.Context, id int64, deliveryID string) error {
 	_, err := c.do(ctx, http.MethodPost, webhookPath(id, "/deliveries/"+url.PathEscape(deliveryID)+"/resend"), nil, nil, consuming, nil)
 	return err

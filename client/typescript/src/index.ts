@@ -560,7 +560,11 @@ export class Sluice {
     await this.#call("DELETE", webhookPath(id, ""), undefined, true, opts);
   }
 
-  /** Queues a webhook.test event to one endpoint. Never retried. */
+  /**
+   * Queues a webhook.test event to one endpoint. Never retried. The server takes at most 10 test
+   * events and resends a minute per endpoint (429 beyond that, with its retryAfter) and none while
+   * the endpoint has 1,000 deliveries waiting (409).
+   */
   async sendTestWebhook(id: number, opts?: CallOptions): Promise<void> {
     await this.#call("POST", webhookPath(id, "/test"), undefined, false, opts);
   }
@@ -572,7 +576,7 @@ export class Sluice {
       .deliveries;
   }
 
-  /** Makes a delivery due again (the same webhook-id, so receivers can deduplicate). Never retried. */
+  /** Makes a delivery due again (the same webhook-id, so receivers can deduplicate). Never retried; bounded as sendTestWebhook is. */
   async resendWebhookDelivery(id: number, deliveryId: string, opts?: CallOptions): Promise<void> {
     await this.#call("POST", webhookPath(id, `/deliveries/${encodeURIComponent(deliveryId)}/resend`), undefined, false, opts);
   }
