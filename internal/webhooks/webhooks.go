@@ -268,7 +268,7 @@ func (s *Service) checkURL(raw string) (string, error) {
 	u.RawQuery = escapeQuery(u.RawQuery)
 	out := u.String()
 	if len(out) > MaxURLLength {
-		return "", invalid("url", fmt.Sprintf("must be at most %d characters as stored: %d once escaped (a space or other character outside ASCII counts 3 for each of its UTF-8 bytes: é counts 6)", MaxURLLength, len(out)))
+		return "", invalid("url", fmt.Sprintf("must be at most %d characters as stored: %d once escaped (a space or other character outside ASCII counts 3 for each of its UTF-8 bytes, é 6, and so does a character a path may not carry as typed, such as { or |)", MaxURLLength, len(out)))
 	}
 	return out, nil
 }

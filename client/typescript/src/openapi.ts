@@ -842,7 +842,7 @@ export interface components {
             })[];
         };
         WebhookRequest: {
-            /** @description http or https, no credentials; a port, if given, from 1 to 65535 without leading zeros; a host that is an IP address or an ASCII name (letters, digits, hyphens, underscores, dots: write an international name in its xn-- form). At most 2048 characters as sent (maxLength), and at most 2048 characters as stored: the stored URL (WebhookEndpoint.url) drops the fragment and surrounding white space and percent-encodes spaces and characters outside ASCII (3 characters for each UTF-8 byte: an é becomes 6), so a URL within maxLength can still be refused as too long once escaped. */
+            /** @description http or https, no credentials; a port, if given, from 1 to 65535 without leading zeros; a host that is an IP address or an ASCII name (letters, digits, hyphens, underscores, dots: write an international name in its xn-- form). At most 2048 characters as sent (maxLength), and at most 2048 characters as stored: the stored URL (WebhookEndpoint.url) drops the fragment and surrounding white space and percent-encodes spaces, characters outside ASCII (3 characters for each UTF-8 byte: an é becomes 6) and, in the path, the ASCII characters a path may not carry as typed ({ } | ^ " < > \ and the backquote, 3 each), so a URL within maxLength can still be refused as too long once escaped. */
             url: string;
             events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             /**
@@ -853,7 +853,7 @@ export interface components {
         };
         WebhookEndpoint: {
             id: number;
-            /** @description the URL as stored and requested: without the fragment, spaces and characters outside ASCII percent-encoded; at most 2048 characters (no maxLength here: an endpoint made by an earlier version of Sluice, which counted the URL as sent, may have a longer one) */
+            /** @description the URL as stored and requested: without the fragment, spaces, characters outside ASCII and the ASCII characters a path may not carry as typed percent-encoded; at most 2048 characters (no maxLength here: an endpoint made by an earlier version of Sluice, which counted the URL as sent, may have a longer one) */
             url: string;
             events: ("key.created" | "key.revoked" | "definition.changed" | "tenant.quota_near" | "limit.refusals" | "key.near_limit")[];
             enabled: boolean;
