@@ -221,7 +221,8 @@ func (s *Server) decideWithPlan(c *gin.Context, reqs []limiter.Request, consume 
 		if plan != nil {
 			last := b.Results[len(b.Results)-1]
 			if !last.OK {
-				return problemAnswer(planRefusal(plan, last), requestID, map[string]string{})
+				own := b.Results[:len(b.Results)-1]
+				return problemAnswer(planRefusal(plan, last, own), requestID, rateLimitHeaderMap(own))
 			}
 			if b.OK && consume {
 				used = &last
@@ -371,7 +372,7 @@ func (s *Server) decideBulk(c *gin.Context) {
 			continue
 		}
 		if o.With != nil && !o.With.OK {
-			results[at[k]].Error = s.itemProblem(c, planRefusal(plan, *o.With))
+			results[at[k]].Error = s.itemProblem(c, planRefusal(plan, *o.With, []limiter.Decision{o.Decision}))
 			continue
 		}
 		if o.With != nil && o.Decision.OK {

@@ -101,7 +101,7 @@ func (s *Server) hold(c *gin.Context) {
 		h := r.(limiter.HoldResult)
 		used = nil // a retried transaction renders again
 		if h.With != nil && !h.With.OK {
-			return problemAnswer(planRefusal(plan, *h.With), requestID, map[string]string{})
+			return problemAnswer(planRefusal(plan, *h.With, h.Decision.Results), requestID, rateLimitHeaderMap(h.Decision.Results))
 		}
 		if h.With != nil && h.Decision.OK {
 			used = h.With

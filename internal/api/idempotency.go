@@ -164,7 +164,7 @@ func (s *Server) decideBulkIdempotent(c *gin.Context, key string, body []byte, r
 	for k := range reqs {
 		idems[k] = &limiter.Idempotency{Key: key, Part: at[k], Hash: hash, Render: func(b limiter.BatchDecision) limiter.Answer {
 			if plan != nil && !b.Results[1].OK { // the item's own problem, as in decideBulk
-				p := ProblemFor(planRefusal(plan, b.Results[1]))
+				p := ProblemFor(planRefusal(plan, b.Results[1], b.Results[:1]))
 				return jsonAnswer(http.StatusOK, BulkResult{Error: &p}, map[string]string{})
 			}
 			d := toDecisionResponse(b.Results[0])

@@ -51,9 +51,17 @@ func (s *Server) planGuard(c *gin.Context, n int) (*limiter.Request, error) {
 	return limiter.PlanRequest(tenantID, p.DecisionsPerSecond, n), nil
 }
 
-// planRefusal is tenant_quota_exceeded (429, with Retry-After) for a decision the plan refused.
-func planRefusal(plan *limiter.Request, d limiter.Decision) error {
-	return &apperr.Error{Code: apperr.TenantQuotaExceeded, RetryAfterMs: d.RetryAfter,
+// planRefusal is tenant_quota_exceeded (429, with Retry-After) for a decision the plan refused
+// (d), beside the tenant's own decisions in the same request (own): its wait is the longest of
+// the plan's and of own's refusals, as a batch's is, since retrying sooner is refused again.
+func planRefusal(plan *limiter.Request, d limiter.Decision, own []limiter.Decision) error {
+	wait := d.RetryAfter
+	for _, o := range own {
+		if !o.OK && o.RetryAfter != nil && (wait == nil || *o.RetryAfter > *wait) {
+			wait = o.RetryAfter
+		}
+	}
+	return &apperr.Error{Code: apperr.TenantQuotaExceeded, RetryAfterMs: wait,
 		Message: fmt.Sprintf("this tenant is over its plan's decision rate (%s per second); no limit of the tenant was consumed; retry later", perSecondText(plan.Config.Rate))}
 }
 

@@ -288,13 +288,14 @@ func (s *Service) MaxCount(ctx context.Context, tenantID int64, quota string) (i
 }
 
 // QuotaUsed is told, inside the transaction that created one more of quota, how many the tenant
-// now holds. When that is the first to reach NearQuotaPercent of the plan's max, it audits
+// now holds. When that is the first count to reach NearQuotaPercent of the plan's max (it is
+// again after a deletion took the count below; nothing remembers an earlier crossing), it audits
 // "plan.quota_near" and queues the EventQuotaNear webhook event in the same transaction.
 func (s *Service) QuotaUsed(tx *gorm.DB, tenantID int64, quota string, used, max int64) error {
 	if max <= 0 || !crossesNear(used, max) {
 		return nil
 	}
-	detail := fmt.Sprintf("%d of %d %s (%d%%)", used, max, quotaWords(quota), NearQuotaPercent)
+	detail := fmt.Sprintf("%d of %d %s (%d%%)", used, max, quotaWords(quota), used*100/max)
 	if err := s.audit(tx, &tenantID, "sluice", "plan.quota_near", quota, detail); err != nil {
 		return err
 	}
