@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/big"
 	"net"
 	"net/netip"
 	"net/url"
@@ -399,6 +400,11 @@ var options = []Option{
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil || n < 0 || n > 1_000_000_000 || n != n {
 				return errors.New("PLAN_DECISIONS_PER_SECOND must be a number from 0 (no limit) to 1000000000")
+			}
+			// ParseFloat reads a positive number below the smallest double ("1e-400") as 0, no
+			// limit, without an error.
+			if b, _, err := big.ParseFloat(v, 0, 64, big.ToNearestEven); n == 0 && (err != nil || b.Sign() != 0) {
+				return errors.New("PLAN_DECISIONS_PER_SECOND is too small to hold (it would read as 0, no limit): set 0 for no limit, or a larger rate")
 			}
 			c.PlanDecisionsPerSecond = n
 			return nil
