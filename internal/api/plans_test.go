@@ -321,33 +321,45 @@ func TestBulkDecisionsNearThePlanAreAudited(t *testing.T) {
 
 // TestAPlanRefusalWaitsForTheTenantsOwnRefusalsToo: a request the plan refuses beside one of the
 // tenant's own limits that refuses too, for longer, says the longer wait (retrying when the plan
-// admits again is refused again), and carries the tenant's limits' RateLimit headers as any
-// refusal does; a hold alike.
+// admits again is refused again) and, where an answer has headers, carries the tenant's limits'
+// RateLimit headers as any refusal does: a single limit, a check, a batch, a hold, a bulk item,
+// and a bulk item under an Idempotency-Key. The engine's clock stands still: nothing refills.
 func TestAPlanRefusalWaitsForTheTenantsOwnRefusalsToo(t *testing.T) {
-	eachDB(t, func(t *testing.T, h *harness) {
+	eachDBWithEngineClock(t, func(t *testing.T, h *harness, _ *engineClock) {
 		a := h.newTenant(t, "acme")
 		h.define(t, a.key, "tiny", map[string]any{"kind": "token bucket", "rate": 1, "period": 600_000})
 		h.define(t, a.key, "x", bucket10PerMinute)
 		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/tiny/limit", a.key, map[string]any{"key": "k"}), http.StatusOK)
 		setPlan(t, h, a.id, tenants.PlanSettings{DecisionsPerSecond: ptr(2.0)}) // a burst of 2
-		batch := map[string]any{"limits": []map[string]any{{"name": "tiny", "key": "k"}, {"name": "x", "key": "z"}}}
-		for range 2 { // the plan's burst, spent
+		for range 2 {                                                           // the plan's burst, spent
 			requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/x/limit", a.key, map[string]any{"key": "spend"}), http.StatusOK)
 		}
+		batch := map[string]any{"limits": []map[string]any{{"name": "tiny", "key": "k"}, {"name": "x", "key": "z"}}}
 		for _, c := range []struct {
 			path string
 			body any
 		}{
+			{"/v1/limits/tiny/limit", map[string]any{"key": "k"}},
+			{"/v1/limits/tiny/check", map[string]any{"key": "k"}},
 			{"/v1/limit", batch},
+			{"/v1/check", batch},
 			{"/v1/holds", map[string]any{"limits": []map[string]any{{"name": "tiny", "key": "k"}}, "ttl": 60_000}},
 		} {
 			r := h.send(t, http.MethodPost, c.path, a.key, c.body)
 			requireProblem(t, r, http.StatusTooManyRequests, "tenant_quota_exceeded")
-			if s, _ := strconv.Atoi(r.header.Get("Retry-After")); s < 500 {
-				t.Errorf("%s refused by the plan beside tiny (empty for about 600 s): Retry-After %q, want tiny's wait", c.path, r.header.Get("Retry-After"))
+			if s, _ := strconv.Atoi(r.header.Get("Retry-After")); s < 599 {
+				t.Errorf("%s refused by the plan beside tiny (empty for 600 s): Retry-After %q, want tiny's wait", c.path, r.header.Get("Retry-After"))
 			}
 			if !strings.Contains(r.header.Get("RateLimit"), `"tiny"`) {
 				t.Errorf("%s refused by the plan: RateLimit %q, want the tenant's limits' headers", c.path, r.header.Get("RateLimit"))
+			}
+		}
+		bulk := `{"decisions": [{"name": "tiny", "key": "k"}]}`
+		for _, idem := range [][]string{nil, {"bulk-1"}} {
+			r := sendIdem(t, h.url, "/v1/decisions", a.key, bulk, idem...)
+			item := requireJSON(t, r, http.StatusOK)["results"].([]any)[0].(map[string]any)["error"].(map[string]any)
+			if item["code"] != "tenant_quota_exceeded" || item["retryAfter"].(float64) < 599_000 {
+				t.Errorf("a bulk item refused by the plan beside tiny (Idempotency-Key %q): %v, want tiny's wait", idem, item)
 			}
 		}
 	})

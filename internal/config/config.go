@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/big"
 	"net"
 	"net/netip"
 	"net/url"
@@ -402,9 +401,9 @@ var options = []Option{
 				return errors.New("PLAN_DECISIONS_PER_SECOND must be a number from 0 (no limit) to 1000000000")
 			}
 			// ParseFloat reads a positive number below the smallest double ("1e-400") as 0, no
-			// limit, without an error.
-			if b, _, err := big.ParseFloat(v, 0, 64, big.ToNearestEven); n == 0 && (err != nil || b.Sign() != 0) {
-				return errors.New("PLAN_DECISIONS_PER_SECOND is too small to hold (it would read as 0, no limit): set 0 for no limit, or a larger rate")
+			// limit, without an error: no limit is written 0.
+			if n == 0 && v != "0" {
+				return errors.New("PLAN_DECISIONS_PER_SECOND reads as 0, no limit: set 0 for no limit, or a rate a double can hold (1e-400 is too small)")
 			}
 			c.PlanDecisionsPerSecond = n
 			return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"math/big"
 	"net/http"
 	"strconv"
 	"strings"
@@ -143,8 +142,10 @@ func parsePlanForm(c *gin.Context) (tenants.PlanSettings, map[string]string, map
 				errs[f.name] = "Decisions per second must be a number (0 for no limit), or empty for the default."
 				continue
 			}
-			if x == 0 && !isZero(v) {
-				errs[f.name] = "Decisions per second is too small to hold (it would read as 0, no limit): give 0 for no limit, or a larger rate."
+			if x == 0 && v != "0" {
+				// ParseFloat reads a positive number below the smallest double ("1e-400") as 0
+				// without an error: taken as written, it would be no limit.
+				errs[f.name] = "Decisions per second reads as 0, no limit: write 0 for no limit, or a rate a double can hold (1e-400 is too small)."
 				continue
 			}
 			own.DecisionsPerSecond = &x
@@ -196,12 +197,4 @@ func (u *UI) setTenantPlan(c *gin.Context) {
 		return
 	}
 	redirect(c, "/tenants/"+strconv.FormatInt(t.ID, 10)+"/manage?msg=plan-saved")
-}
-
-// isZero reports whether the number v, which strconv.ParseFloat read as 0, is zero: ParseFloat
-// reads a positive number below the smallest double ("1e-400") as 0 without an error, which a
-// plan's rate would take for "no limit".
-func isZero(v string) bool {
-	b, _, err := big.ParseFloat(v, 0, 64, big.ToNearestEven)
-	return err == nil && b.Sign() == 0
 }

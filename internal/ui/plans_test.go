@@ -105,10 +105,12 @@ func TestATinyPlanRateIsWrittenShort(t *testing.T) {
 		t.Error("the audit log does not write the plan's rate as 5e-324/s")
 	}
 	// Smaller still, it would read as 0, no limit: refused, the plan kept.
-	under := op.post(manage+"/plan", url.Values{"decisionsPerSecond": {"1e-400"}, "maxLimits": {""}, "maxKeys": {""}, "maxOverrides": {""}})
-	wantStatus(t, under, http.StatusUnprocessableEntity)
-	if msg := text(under.doc(t), "#decisionsPerSecond-error"); !strings.Contains(msg, "too small") {
-		t.Errorf("a rate that underflows to 0: error %q, want it refused as too small", msg)
+	for _, tiny := range []string{"1e-400", "1e-1000000000"} {
+		under := op.post(manage+"/plan", url.Values{"decisionsPerSecond": {tiny}, "maxLimits": {""}, "maxKeys": {""}, "maxOverrides": {""}})
+		wantStatus(t, under, http.StatusUnprocessableEntity)
+		if msg := text(under.doc(t), "#decisionsPerSecond-error"); !strings.Contains(msg, "write 0 for no limit") {
+			t.Errorf("a rate of %s, which reads as 0: error %q, want it refused", tiny, msg)
+		}
 	}
 	if v := op.get(manage).doc(t).Find("#plan-decisionsPerSecond").AttrOr("value", ""); v != "5e-324" {
 		t.Errorf("after the refused rate the plan form shows %q; want 5e-324 kept", v)
