@@ -631,7 +631,7 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 		return invalidRequest("key", KeyRule)
 	}
 	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
-		if err := e.stateWriterSettings(tx); err != nil {
+		if err := e.decisionSettings(tx, false); err != nil {
 			return err
 		}
 		// One key (or the global one) is reset whether or not the name has a stored definition

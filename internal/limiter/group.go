@@ -703,7 +703,7 @@ func (e *Engine) runGroupOrPart(t *turn, jobs []*job, part bool) {
 		})
 	} else {
 		err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
-			if err := e.decisionSettings(tx); err != nil {
+			if err := e.decisionSettings(tx, e.fastCommit); err != nil {
 				return err
 			}
 			return e.groupGorm(tx, jobs)
@@ -867,28 +867,20 @@ func (e *Engine) expireQueued(jobs []*job, now time.Time) ([]*job, time.Time) {
 	return kept, deadline
 }
 
-// decisionSettings starts a decision transaction through GORM on PostgreSQL as groupPgx starts
-// its own (pgSettingsFor): index lookups from the first statement (a sequential scan's predicate
-// lock on a whole table would conflict with every write to it), a bounded wait for row locks
-// and, under SLUICE_COMMIT=fast, an asynchronous commit. Nothing on SQLite.
-func (e *Engine) decisionSettings(tx *gorm.DB) error {
+// decisionSettings starts a transaction through GORM on PostgreSQL that decides or writes limit
+// state as groupPgx starts its own (pgSettingsFor): index lookups from the first statement (a
+// sequential scan's predicate lock on a whole table would conflict with every write to it), a
+// bounded wait for row locks and, with fastCommit, an asynchronous commit. Nothing on SQLite.
+// Decisions pass the engine's commit mode; the transactions outside the lanes that write state (a
+// reset, a definition's change or deletion, which delete its keys' state, an idempotency key's
+// claim) pass false, since definitions and audit records commit with them. Without the lock
+// timeout, such a transaction waiting behind a stalled holder's row lock kept the rows it had
+// already deleted locked, and every decision on them waiting, for its whole retry budget.
+func (e *Engine) decisionSettings(tx *gorm.DB, fastCommit bool) error {
 	if e.db.Dialect != db.Postgres {
 		return nil
 	}
-	return tx.Exec(pgSettingsFor(e.fastCommit)).Error
-}
-
-// stateWriterSettings starts a transaction outside the lanes that writes limit state (a reset, a
-// definition's change or deletion, which delete its keys' state, an idempotency key's claim) as
-// decisionSettings starts a decision's, but always with a durable commit: definitions and audit
-// records commit with them. Without the lock timeout, such a transaction waiting behind a
-// stalled holder's row lock kept the rows it had already deleted locked, and every decision on
-// them waiting, for its whole retry budget.
-func (e *Engine) stateWriterSettings(tx *gorm.DB) error {
-	if e.db.Dialect != db.Postgres {
-		return nil
-	}
-	return tx.Exec(pgSettingsFor(false)).Error
+	return tx.Exec(pgSettingsFor(fastCommit)).Error
 }
 
 // groupGorm is one attempt of a group through GORM (SQLite), in a transaction that

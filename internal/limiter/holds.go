@@ -213,7 +213,7 @@ func (e *Engine) runCloses(ctx context.Context, jobs []*job) []*job {
 			j.overage, j.extras = nil, nil
 		}
 		// Before the first statement: a hold's snapshots read limit_definitions.
-		if err := e.decisionSettings(tx); err != nil {
+		if err := e.decisionSettings(tx, e.fastCommit); err != nil {
 			return err
 		}
 		running, now := closes, int64(0)

@@ -169,7 +169,7 @@ func (e *Engine) EachIdempotent(ctx context.Context, tenantID int64, reqs []Requ
 // the serializable transactions let one through.
 func (e *Engine) ClaimIdempotencyKey(ctx context.Context, tenantID int64, key string, hash []byte) error {
 	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
-		if err := e.stateWriterSettings(tx); err != nil {
+		if err := e.decisionSettings(tx, false); err != nil {
 			return err
 		}
 		now, err := e.nowIn(tx)

@@ -128,7 +128,7 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	var out StoredDefinition
 	var created bool
 	err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
-		if err := e.stateWriterSettings(tx); err != nil {
+		if err := e.decisionSettings(tx, false); err != nil {
 			return err
 		}
 		now := e.wallClock().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
@@ -320,7 +320,7 @@ func (e *Engine) ListDefinitions(ctx context.Context, tenantID int64) ([]StoredD
 // ErrLimitNotFound. then, when not nil, is called in the same transaction once it is removed.
 func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string, then OnDefinitionChange) error {
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
-		if err := e.stateWriterSettings(tx); err != nil {
+		if err := e.decisionSettings(tx, false); err != nil {
 			return err
 		}
 		old, found, err := loadDefinition(tx, tenantID, name)
