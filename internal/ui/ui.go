@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -241,6 +242,9 @@ func (u *UI) fail(c *gin.Context, err error) {
 	case status == http.StatusNotFound:
 		u.NotFound(c)
 	case status >= 400 && status < 500:
+		if e.RetryAfterMs != nil { // a refusal that says when to try again (a 429)
+			c.Header("Retry-After", strconv.FormatInt(limiter.HeaderSeconds(float64(*e.RetryAfterMs)), 10))
+		}
 		u.render(c, status, errorPage(u.bareLayout(c, "Error"), status, "This cannot be done", e.Sentence()))
 	default:
 		u.internalError(c, err)

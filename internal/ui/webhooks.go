@@ -10,7 +10,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
-	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/webhooks"
 )
 
@@ -207,14 +206,11 @@ func (u *UI) webhookLog(c *gin.Context) {
 }
 
 // manualSending spends one of the endpoint's manual sendings (a test event, a resend:
-// webhooks.SpendManual); when none is left it answers with the error page (429, saying when to
-// try again) and returns the error.
+// webhooks.SpendManual); when none is left it answers with the error page (429, with
+// Retry-After) and returns the error.
 func (u *UI) manualSending(c *gin.Context, endpointID int64) error {
 	err := webhooks.SpendManual(c.Request.Context(), u.engine, endpointID)
 	if err != nil {
-		if e := apperr.From(err); e.RetryAfterMs != nil {
-			c.Header("Retry-After", strconv.FormatInt(limiter.HeaderSeconds(float64(*e.RetryAfterMs)), 10))
-		}
 		u.fail(c, err)
 	}
 	return err
