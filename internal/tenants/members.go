@@ -115,20 +115,30 @@ func (s *Service) auditUserChange(tx *gorm.DB, tenantID *int64, actor, action, t
 // or demoted since the request began), and is stored as the link's maker, so that losing that
 // right deletes the link (dropLinksMadeBy).
 func linkMaker(tx *gorm.DB, actor, kind string, tenantID *int64) (*int64, error) {
-	email, named := strings.CutPrefix(actor, "user:")
-	if !named {
-		return nil, nil
-	}
-	var row userRow
-	if err := first(tx, &row, "email = ?", email); errors.Is(err, ErrNotFound) {
-		return nil, ErrUnauthorized
-	} else if err != nil {
+	row, named, err := actingUser(tx, actor)
+	if err != nil || !named {
 		return nil, err
 	}
 	if !mayMakeLink(userFromRow(row), kind, tenantID) {
 		return nil, ErrUnauthorized
 	}
 	return &row.ID, nil
+}
+
+// actingUser is the user an audit actor names ("user:" and their email, as the dashboard names
+// the user acting), read in tx; named is false for an actor that names no user (the command line,
+// the system). A named user who no longer exists is ErrUnauthorized: nobody acts for them.
+func actingUser(tx *gorm.DB, actor string) (row userRow, named bool, err error) {
+	email, named := strings.CutPrefix(actor, "user:")
+	if !named {
+		return row, false, nil
+	}
+	if err := first(tx, &row, "email = ?", email); errors.Is(err, ErrNotFound) {
+		return row, true, ErrUnauthorized
+	} else if err != nil {
+		return row, true, err
+	}
+	return row, true, nil
 }
 
 // mayMakeLink reports whether u may make a one-time link of kind for tenantID (nil: an operator's
@@ -384,24 +394,17 @@ func lastTenantAdmin(tx *gorm.DB, scope *int64, row userRow, actor string) error
 	if scope == nil || row.IsOperator || row.DisabledAt != nil || row.Role != string(RoleAdmin) {
 		return nil
 	}
-	email, ok := strings.CutPrefix(actor, "user:")
-	if !ok {
-		return nil
+	// A member removed since they asked (another admin removing them at the same moment, whom
+	// this change would leave last) is refused: nobody acts for a user who is gone.
+	acting, named, err := actingUser(tx, actor)
+	if errors.Is(err, ErrUnauthorized) {
+		return fmt.Errorf("the acting user no longer exists: %w", err)
 	}
-	var acting []userRow
-	if err := tx.Where("email = ?", email).Limit(1).Find(&acting).Error; err != nil {
+	if err != nil || !named || acting.IsOperator {
 		return err
 	}
-	if len(acting) == 0 {
-		// Removed since they asked (another admin removing them at the same moment, whom this
-		// change would leave last): nobody acts for a user who is gone.
-		return fmt.Errorf("the acting user no longer exists: %w", ErrUnauthorized)
-	}
-	if acting[0].IsOperator {
-		return nil
-	}
 	var n int64
-	err := tx.Model(&userRow{}).Where("tenant_id = ? AND role = ? AND is_operator = ? AND disabled_at IS NULL AND id <> ?",
+	err = tx.Model(&userRow{}).Where("tenant_id = ? AND role = ? AND is_operator = ? AND disabled_at IS NULL AND id <> ?",
 		*scope, string(RoleAdmin), false, row.ID).Count(&n).Error
 	if err == nil && n == 0 {
 		err = ErrLastTenantAdmin
