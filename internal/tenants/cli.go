@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // parseFlags parses a subcommand's flags. What the flag package would print (the problem and the
@@ -158,9 +159,13 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 		if len(args) != 1 {
 			return errors.New("usage: sluice key revoke KEY (the secret or the key ID)")
 		}
-		k, err := s.RevokeKeyAnyTenant(ctx, args[0], actor)
+		k, revokedNow, err := s.RevokeKeyAnyTenant(ctx, args[0], actor)
 		if err != nil {
 			return err
+		}
+		if !revokedNow {
+			fmt.Fprintf(stdout, "key %s was already revoked (%s); nothing changed\n", k.ID, k.RevokedAt.Format(time.RFC3339))
+			return nil
 		}
 		fmt.Fprintf(stdout, "key %s revoked\n", k.ID)
 		return nil

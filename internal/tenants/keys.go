@@ -372,7 +372,7 @@ func (s *Service) RevokeKey(ctx context.Context, tenantID int64, keyID, actor st
 	if !validKeyID(keyID) {
 		return wrap("revoke key", ErrNotFound)
 	}
-	_, err := s.revokeKey(ctx, actor, func(tx *gorm.DB, row *apiKeyRow) error {
+	_, _, err := s.revokeKey(ctx, actor, func(tx *gorm.DB, row *apiKeyRow) error {
 		return first(tx, row, "id = ? AND tenant_id = ?", keyID, tenantID)
 	})
 	return wrap("revoke key", err)
@@ -381,37 +381,39 @@ func (s *Service) RevokeKey(ctx context.Context, tenantID int64, keyID, actor st
 // RevokeKeyAnyTenant is RevokeKey for the operator CLI, which knows neither the tenant nor,
 // often, the ID: it accepts the key's ID or the secret itself. A string that looks like a key
 // but fails the checksum is ErrInvalid (a typo must not be mistaken for "no such key").
-func (s *Service) RevokeKeyAnyTenant(ctx context.Context, secretOrID, actor string) (APIKey, error) {
+// revokedNow is false for a key that was revoked before, so the operator is not told they
+// revoked it.
+func (s *Service) RevokeKeyAnyTenant(ctx context.Context, secretOrID, actor string) (key APIKey, revokedNow bool, err error) {
 	var find func(tx *gorm.DB, row *apiKeyRow) error
 	switch {
 	case strings.HasPrefix(secretOrID, KindSecret.prefix()), strings.HasPrefix(secretOrID, KindPublishable.prefix()):
 		if _, err := ParseKey(secretOrID); err != nil {
-			return APIKey{}, wrap("revoke key", invalid("key", "not a valid API key (checksum or length wrong)"))
+			return APIKey{}, false, wrap("revoke key", invalid("key", "not a valid API key (checksum or length wrong)"))
 		}
 		hash := s.hashKey(secretOrID)
 		find = func(tx *gorm.DB, row *apiKeyRow) error { return first(tx, row, "hash = ?", hash) }
 	case validKeyID(secretOrID):
 		find = func(tx *gorm.DB, row *apiKeyRow) error { return first(tx, row, "id = ?", secretOrID) }
 	default:
-		return APIKey{}, wrap("revoke key", invalid("key", "expected a key ID (key_…) or an API key secret"))
+		return APIKey{}, false, wrap("revoke key", invalid("key", "expected a key ID (key_…) or an API key secret"))
 	}
-	row, err := s.revokeKey(ctx, actor, find)
+	row, revokedNow, err := s.revokeKey(ctx, actor, find)
 	if err != nil {
-		return APIKey{}, wrap("revoke key", err)
+		return APIKey{}, false, wrap("revoke key", err)
 	}
-	return keyFromRow(row), nil
+	return keyFromRow(row), revokedNow, nil
 }
 
-func (s *Service) revokeKey(ctx context.Context, actor string, find func(*gorm.DB, *apiKeyRow) error) (apiKeyRow, error) {
-	var row apiKeyRow
-	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
-		row = apiKeyRow{}
+func (s *Service) revokeKey(ctx context.Context, actor string, find func(*gorm.DB, *apiKeyRow) error) (row apiKeyRow, revokedNow bool, err error) {
+	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		row, revokedNow = apiKeyRow{}, false
 		if err := find(tx, &row); err != nil {
 			return err
 		}
 		if row.RevokedAt != nil {
 			return nil
 		}
+		revokedNow = true
 		now := s.clock()
 		err := tx.Model(&apiKeyRow{}).Where("id = ? AND tenant_id = ?", row.ID, row.TenantID).
 			Update("revoked_at", now).Error
@@ -427,7 +429,7 @@ func (s *Service) revokeKey(ctx context.Context, actor string, find func(*gorm.D
 	if err == nil {
 		s.forgetKey(row.Hash)
 	}
-	return row, err
+	return row, revokedNow, err
 }
 
 // Authenticate returns the principal of a valid, unrevoked key of the given kind. Malformed

@@ -189,28 +189,34 @@ func TestRevokeKeyAnyTenantAcceptsSecretOrID(t *testing.T) {
 		ka, secretA := e.key(t, a.ID, KindSecret)
 		kb, secretB := e.key(t, b.ID, KindPublishable)
 
-		got, err := e.svc.RevokeKeyAnyTenant(e.ctx, secretA, "cli")
+		got, revokedNow, err := e.svc.RevokeKeyAnyTenant(e.ctx, secretA, "cli")
 		must(t, err)
-		if got.ID != ka.ID || got.TenantID != a.ID || got.RevokedAt == nil {
-			t.Fatalf("revoked by secret: %+v", got)
+		if got.ID != ka.ID || got.TenantID != a.ID || got.RevokedAt == nil || !revokedNow {
+			t.Fatalf("revoked by secret: %+v, revoked now %v", got, revokedNow)
 		}
-		got, err = e.svc.RevokeKeyAnyTenant(e.ctx, kb.ID, "cli")
+		got, revokedNow, err = e.svc.RevokeKeyAnyTenant(e.ctx, kb.ID, "cli")
 		must(t, err)
-		if got.ID != kb.ID || got.TenantID != b.ID || got.RevokedAt == nil {
-			t.Fatalf("revoked by ID: %+v", got)
+		if got.ID != kb.ID || got.TenantID != b.ID || got.RevokedAt == nil || !revokedNow {
+			t.Fatalf("revoked by ID: %+v, revoked now %v", got, revokedNow)
+		}
+		// A second revocation changes nothing and says so: the operator did not revoke it now.
+		again, revokedNow, err := e.svc.RevokeKeyAnyTenant(e.ctx, kb.ID, "cli")
+		must(t, err)
+		if revokedNow || again.RevokedAt == nil || !again.RevokedAt.Equal(*got.RevokedAt) {
+			t.Fatalf("revoking a revoked key: %+v, revoked now %v; want its first revocation's time and not revoked now", again, revokedNow)
 		}
 		_, err = e.svc.Authenticate(e.ctx, secretA, KindSecret)
 		wantErr(t, err, ErrUnauthorized)
 		_, err = e.svc.Authenticate(e.ctx, secretB, KindPublishable)
 		wantErr(t, err, ErrUnauthorized)
 
-		_, err = e.svc.RevokeKeyAnyTenant(e.ctx, replaceAt(secretA, 35), "cli")
+		_, _, err = e.svc.RevokeKeyAnyTenant(e.ctx, replaceAt(secretA, 35), "cli")
 		wantErr(t, err, ErrInvalid)
-		_, err = e.svc.RevokeKeyAnyTenant(e.ctx, "whatever", "cli")
+		_, _, err = e.svc.RevokeKeyAnyTenant(e.ctx, "whatever", "cli")
 		wantErr(t, err, ErrInvalid)
-		_, err = e.svc.RevokeKeyAnyTenant(e.ctx, "key_0000000000000000", "cli")
+		_, _, err = e.svc.RevokeKeyAnyTenant(e.ctx, "key_0000000000000000", "cli")
 		wantErr(t, err, ErrNotFound)
-		_, err = e.svc.RevokeKeyAnyTenant(e.ctx, newKeySecret(KindSecret), "cli")
+		_, _, err = e.svc.RevokeKeyAnyTenant(e.ctx, newKeySecret(KindSecret), "cli")
 		wantErr(t, err, ErrNotFound)
 	})
 }
