@@ -33,7 +33,9 @@ func (s *Server) planUsed(c *gin.Context, plan *limiter.Request, d limiter.Decis
 // planGuard is the request that spends n decisions of the caller's plan decision rate, to add to
 // the tenant's own batch so that both are decided in one transaction, all or nothing (a refusal by
 // the plan consumes none of the tenant's limits, and a refusal by them none of the plan): nil when
-// the plan sets no rate. A batch larger than the plan's burst can never pass: that is the error.
+// the plan sets no rate. A batch larger than the plan's burst can never pass, whatever it waits:
+// that is 400 count_exceeds_capacity about its limits, as a count no limit can take is (a 429 with
+// a Retry-After would have clients retry it for ever).
 func (s *Server) planGuard(c *gin.Context, n int) (*limiter.Request, error) {
 	if s.plans == nil {
 		return nil, nil
@@ -44,9 +46,9 @@ func (s *Server) planGuard(c *gin.Context, n int) (*limiter.Request, error) {
 		return nil, err
 	}
 	if p.DecisionsPerSecond > 0 && float64(n) > limiter.PlanBurst(p.DecisionsPerSecond) {
-		wait := int64(1000)
-		return nil, &apperr.Error{Code: apperr.TenantQuotaExceeded, RetryAfterMs: &wait,
-			Message: fmt.Sprintf("%d decisions in one request are more than this tenant's plan admits at once (%s per second)", n, perSecondText(p.DecisionsPerSecond))}
+		return nil, &apperr.Error{Code: apperr.CountExceedsCapacity, Field: "limits",
+			Message: fmt.Sprintf("%d decisions in one request are more than this tenant's plan admits at once (%s per second), so no wait admits them: send fewer limits in one request, or have the plan raised",
+				n, perSecondText(p.DecisionsPerSecond))}
 	}
 	return limiter.PlanRequest(tenantID, p.DecisionsPerSecond, n), nil
 }

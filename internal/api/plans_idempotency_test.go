@@ -27,8 +27,8 @@ func TestThePlansRefusalsUnderAnIdempotencyKey(t *testing.T) {
 		}
 		batch := `{"limits":[{"name":"x","key":"v"},{"name":"x","key":"w"}]}`
 		tooLarge := sendIdem(t, h.url, "/v1/limit", a.key, batch, "k2")
-		if tooLarge.status != http.StatusTooManyRequests {
-			t.Fatalf("a batch of two under a burst of one: %s, want 429", tooLarge)
+		if tooLarge.status != http.StatusBadRequest {
+			t.Fatalf("a batch of two under a burst of one: %s, want 400", tooLarge)
 		}
 
 		setPlan(t, h, a.id, tenants.PlanSettings{})

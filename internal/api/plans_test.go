@@ -98,12 +98,23 @@ func TestNoisyTenantGets429WhileAnotherIsUnaffected(t *testing.T) {
 				t.Fatalf("the quiet tenant's decision %d: %v", i, d)
 			}
 		}
-		// A batch larger than the plan's burst can never pass: said at once.
+		// A batch larger than the plan's burst can never pass: said at once, as a request to change
+		// (400, no Retry-After that would have it retried for ever), on every route that takes one.
 		setPlan(t, h, noisy.id, tenants.PlanSettings{DecisionsPerSecond: ptr(2.0)})
 		three := []map[string]any{{"name": "api", "key": "x"}, {"name": "api", "key": "y"}, {"name": "api", "key": "z"}}
-		p := requireProblem(t, h.send(t, http.MethodPost, "/v1/limit", noisy.key, map[string]any{"limits": three}), http.StatusTooManyRequests, "tenant_quota_exceeded")
-		if !strings.Contains(p["detail"].(string), "3 decisions in one request") {
-			t.Fatalf("oversized batch: %v", p)
+		for _, path := range []string{"/v1/limit", "/v1/check", "/v1/holds"} {
+			body := map[string]any{"limits": three}
+			if path == "/v1/holds" {
+				body["ttl"] = 60000
+			}
+			res := h.send(t, http.MethodPost, path, noisy.key, body)
+			if ra := res.header.Get("Retry-After"); ra != "" {
+				t.Fatalf("POST %s of a batch no wait admits: Retry-After %q, want none", path, ra)
+			}
+			p := requireProblem(t, res, http.StatusBadRequest, "count_exceeds_capacity")
+			if p["field"] != "limits" || !strings.Contains(p["detail"].(string), "3 decisions in one request") {
+				t.Fatalf("POST %s of a batch larger than the plan's burst: %v", path, p)
+			}
 		}
 		// Back to the default plan: admitted again at once.
 		setPlan(t, h, noisy.id, tenants.PlanSettings{})
