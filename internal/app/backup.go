@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/db"
@@ -29,7 +28,7 @@ func Backup(ctx context.Context, cfg config.Config, path string) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("backup: %w", err)
 	}
-	if file, ok := strings.CutPrefix(cfg.DatabaseURL, "sqlite:"); ok {
+	if file, ok := db.SQLitePath(cfg.DatabaseURL); ok {
 		// Opening a missing database creates it: a backup of that would be an empty one.
 		if _, err := os.Stat(file); err != nil {
 			return "", fmt.Errorf("backup: the database %s (DATABASE_URL): %w", file, err)

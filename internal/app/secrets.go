@@ -74,7 +74,8 @@ var ErrSecretKeyRequired = errors.New("SECRET_KEY is required with PostgreSQL: s
 
 // SecretFile is where the SQLite default keeps its generated root secret: beside the database.
 func SecretFile(databaseURL string) string {
-	return strings.TrimPrefix(databaseURL, "sqlite:") + ".secret"
+	path, _ := db.SQLitePath(databaseURL)
+	return path + ".secret"
 }
 
 // LoadSecrets returns the server keys: from SECRET_KEY when set; on SQLite otherwise from the

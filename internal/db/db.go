@@ -51,6 +51,10 @@ type Options struct {
 	Retry        RetryPolicy
 }
 
+// SQLitePath is the database file of a sqlite:PATH database URL, and whether url is one: the
+// one place that reads the form, for the database, its generated secret's file and backups.
+func SQLitePath(url string) (path string, ok bool) { return strings.CutPrefix(url, "sqlite:") }
+
 // Open connects to url ("postgres://..." or "sqlite:PATH") and checks that it answers.
 func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	if opts.Logger == nil {
@@ -66,10 +70,10 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	}
 	d := &DB{Retry: opts.Retry, log: opts.Logger, url: url}
 	var err error
+	path, sqliteURL := SQLitePath(url)
 	switch {
-	case strings.HasPrefix(url, "sqlite:"):
+	case sqliteURL:
 		d.Dialect = SQLite
-		path := strings.TrimPrefix(url, "sqlite:")
 		if err := checkSQLitePath(path); err != nil {
 			return nil, err
 		}
