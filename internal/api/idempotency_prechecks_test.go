@@ -25,7 +25,7 @@ func TestARetryIsReplayedAfterThePlansBurstShrank(t *testing.T) {
 		requireReplay(t, first, again) // was: 429 tenant_quota_exceeded, not replayed
 		// A request with another key is new, and the smaller plan refuses it.
 		other := sendIdem(t, h.url, "/v1/limit", a.key, body, "retry-2")
-		requireProblem(t, other, 429, "tenant_quota_exceeded")
+		requireProblem(t, other, 400, "count_exceeds_capacity")
 	})
 }
 

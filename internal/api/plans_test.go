@@ -225,7 +225,8 @@ func TestTenantNearItsPlanQuotaReachesItsWebhook(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // TestHoldsSpendThePlansDecisions: a hold spends one decision of the tenant's plan per limit it
-// holds, all or nothing with the hold: a plan refusal is 429 tenant_quota_exceeded and holds
+// holds, all or nothing with the hold: a plan refusal is 429 tenant_quota_exceeded (a hold of more
+// limits than the plan admits at once, 400 count_exceeds_capacity) and holds
 // nothing, a hold refused by the tenant's own limit spends nothing of the plan, an admitted
 // hold's results do not show the plan, and a hold retried under its Idempotency-Key replays
 // without spending again. Another tenant holds on, unaffected. The plan is one decision per
@@ -248,7 +249,7 @@ func TestHoldsSpendThePlansDecisions(t *testing.T) {
 		setPlan(t, h, noisy.id, tenants.PlanSettings{DecisionsPerSecond: ptr(0.001)})
 
 		two := `{"limits":[{"name":"tokens","key":"a","count":1},{"name":"tokens","key":"b","count":1}],"ttl":60000}`
-		p := requireProblem(t, post(noisy.key, two, "two"), http.StatusTooManyRequests, "tenant_quota_exceeded")
+		p := requireProblem(t, post(noisy.key, two, "two"), http.StatusBadRequest, "count_exceeds_capacity")
 		if !strings.Contains(p["detail"].(string), "2 decisions in one request") {
 			t.Fatalf("a hold of more limits than the plan's burst: %v", p)
 		}
