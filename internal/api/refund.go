@@ -34,14 +34,22 @@ type ParentRefundResponse struct {
 }
 
 // refund gives tokens back (issue 15: "charge what was used, give back the rest"). It is not
-// audited: like a decision, it is traffic, not a change of configuration.
+// audited: like a decision, it is traffic, not a change of configuration. With an
+// Idempotency-Key its answer is stored in its transaction and a retry replays it, as a
+// decision's: a refund retried after a lost answer must not give the tokens back twice.
 func (s *Server) refund(c *gin.Context) {
 	name, ok := s.existingLimitName(c)
 	if !ok {
 		return
 	}
+	idemKey, err := idempotencyKeyOf(c)
+	if err != nil {
+		writeProblem(c, s.log, err)
+		return
+	}
 	var body RefundBody
-	if err := decodeJSON(c, &body); err != nil {
+	raw, err := decodeJSONRaw(c, &body, MaxBodyBytes)
+	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
@@ -61,11 +69,30 @@ func (s *Server) refund(c *gin.Context) {
 		}
 		req.Key = *body.Key
 	}
-	d, err := s.engine.Refund(c.Request.Context(), tenantOf(c).TenantID, req)
+	ctx, tenantID := c.Request.Context(), tenantOf(c).TenantID
+	if idemKey != "" {
+		req.Refund = true
+		render := func(b limiter.BatchDecision) limiter.Answer {
+			return jsonAnswer(http.StatusOK, refundResponse(b.Results[0]), map[string]string{})
+		}
+		r, err := s.engine.LimitIdempotent(ctx, tenantID, []limiter.Request{req}, idempotencyFor(c, idemKey, 0, raw, render))
+		if err != nil {
+			writeProblem(c, s.log, err)
+			return
+		}
+		writeAnswer(c, r.Answer, r.Replayed)
+		return
+	}
+	d, err := s.engine.Refund(ctx, tenantID, req)
 	if err != nil {
 		writeProblem(c, s.log, err)
 		return
 	}
+	c.JSON(http.StatusOK, refundResponse(d))
+}
+
+// refundResponse is a refund's answer.
+func refundResponse(d limiter.Decision) RefundResponse {
 	out := RefundResponse{Name: d.Name, Refunded: roundTokens(d.Refunded), Remaining: roundTokens(d.Remaining)}
 	if d.Key != "" {
 		k := d.Key
@@ -74,5 +101,5 @@ func (s *Server) refund(c *gin.Context) {
 	for _, p := range d.Parents {
 		out.Parents = append(out.Parents, ParentRefundResponse{Name: p.Name, Key: p.Key, Refunded: roundTokens(p.Refunded), Remaining: roundTokens(p.Remaining)})
 	}
-	c.JSON(http.StatusOK, out)
+	return out
 }

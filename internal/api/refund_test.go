@@ -2,7 +2,10 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/api"
 )
 
 // TestRefundOverHTTP: tokens taken come back (never above the limit), ancestors with them; bad
@@ -42,5 +45,33 @@ func TestRefundOverHTTP(t *testing.T) {
 			}
 		}
 		requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/nope/refund", a.key, map[string]any{"count": 1}), http.StatusNotFound, "limit_not_found")
+	})
+}
+
+// TestARefundRetriedUnderItsIdempotencyKeyGivesBackOnce: a refund retried with the same
+// Idempotency-Key (its answer lost) replays the first answer and gives nothing back again, so a
+// retry cannot admit more than was used; another key is another refund, and the same key on
+// another request is 422.
+func TestARefundRetriedUnderItsIdempotencyKeyGivesBackOnce(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "api", map[string]any{"kind": "fixed window", "rate": 10, "period": 3600000, "start": 0})
+		requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/api/limit", a.key, map[string]any{"key": "t", "count": 8}), http.StatusOK)
+
+		first := sendIdem(t, h.url, "/v1/limits/api/refund", a.key, `{"key":"t","count":3}`, "r1")
+		if first.status != http.StatusOK || !strings.Contains(string(first.body), `"refunded":3`) || !strings.Contains(string(first.body), `"remaining":5`) {
+			t.Fatalf("the refund: %s", first)
+		}
+		requireReplay(t, first, sendIdem(t, h.url, "/v1/limits/api/refund", a.key, `{"key":"t","count":3}`, "r1"))
+		v := requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/api/value?key=t", a.key, nil), http.StatusOK)
+		if v["value"] != 5.0 {
+			t.Fatalf("after a refund of 3 and its retry, the key holds %v, want 5 (given back once)", v["value"])
+		}
+		again := sendIdem(t, h.url, "/v1/limits/api/refund", a.key, `{"key":"t","count":3}`, "r2")
+		if again.status != http.StatusOK || again.header.Get(api.IdempotentReplayedHeader) != "" || !strings.Contains(string(again.body), `"remaining":8`) {
+			t.Fatalf("a refund under another key: %s, want 200 giving back 3 more", again)
+		}
+		requireProblem(t, sendIdem(t, h.url, "/v1/limits/api/refund", a.key, `{"key":"t","count":1}`, "r1"), http.StatusUnprocessableEntity, "idempotency_key_reused")
+		requireProblem(t, sendIdem(t, h.url, "/v1/limits/api/refund", a.key, `{"key":"t","count":1}`, "r3", "r4"), http.StatusBadRequest, "invalid_request")
 	})
 }
