@@ -173,7 +173,10 @@ func TestOverrideBadInputIsA400NamingTheFieldOrA404(t *testing.T) {
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "tomorrow"}, api.CodeInvalidRequest, "expiresAt"},
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2001-01-01T00:00:00Z"}, api.CodeInvalidRequest, "expiresAt"},
 			// Not RFC 3339, though Go's time.Parse takes them: a one-digit hour, a comma before
-			// the fraction.
+			// the fraction, an offset's hour past 23 or minute past 59.
+			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2030-01-01T00:00:00+00:60"}, api.CodeInvalidRequest, "expiresAt"},
+			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2030-01-01T00:00:00+24:00"}, api.CodeInvalidRequest, "expiresAt"},
+			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2030-01-01T00:00:00-24:59"}, api.CodeInvalidRequest, "expiresAt"},
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2030-01-01T5:00:00Z"}, api.CodeInvalidRequest, "expiresAt"},
 			{map[string]any{"match": "k", "action": "deny", "expiresAt": "2030-01-01T05:00:00,5Z"}, api.CodeInvalidRequest, "expiresAt"},
 			// The year 9999 where it was written, 10000 in UTC, as it would be answered.
