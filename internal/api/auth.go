@@ -16,10 +16,16 @@ var (
 	errBadKey = apperr.New(apperr.Unauthorized, "missing, malformed or revoked API key")
 )
 
-// authenticate requires "Authorization: Bearer <secret key>" and stores the principal.
+// authenticate requires "Authorization: Bearer <secret key>", once, and stores the principal.
+// Two Authorization headers are refused, not read as the first: they may name two tenants, and
+// which one a proxy or a client library put first is nobody's guess.
 func (s *Server) authenticate(c *gin.Context) {
-	h := c.GetHeader("Authorization")
-	scheme, secret, ok := strings.Cut(h, " ")
+	hs := c.Request.Header["Authorization"] // the canonical name: no lookup by textproto
+	if len(hs) != 1 {
+		writeProblem(c, s.log, errBadKey)
+		return
+	}
+	scheme, secret, ok := strings.Cut(hs[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		writeProblem(c, s.log, errBadKey)
 		return

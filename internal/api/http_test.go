@@ -426,6 +426,26 @@ func TestAuthenticationFailuresAre401(t *testing.T) {
 		}
 		// the scheme is case-insensitive
 		requireJSON(t, sendAuth(t, h.url, http.MethodGet, "/v1/limits/x", "bearer "+a.key, nil), http.StatusOK)
+
+		// Two Authorization headers are refused, not read as the first: here they name two
+		// tenants, and the first would have read b's limits.
+		b := h.newTenant(t, "beta")
+		for _, second := range []string{"Bearer " + a.key, "Bearer " + b.key, "garbage"} {
+			req, err := http.NewRequest(http.MethodGet, h.url+"/v1/limits", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Add("Authorization", "Bearer "+b.key)
+			req.Header.Add("Authorization", second)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = res.Body.Close()
+			if res.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("GET /v1/limits with two Authorization headers (b's key, then %q): %d, want 401", second[:min(len(second), 12)], res.StatusCode)
+			}
+		}
 	})
 }
 
