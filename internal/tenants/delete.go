@@ -42,7 +42,8 @@ func (s *Service) TenantTables(ctx context.Context) ([]string, error) {
 // column (limits, state, overrides, keys, members and their sessions, usage, webhooks and their
 // outbox, the tenant's audit log, …), and its plan's decision-rate row, which is the system
 // tenant's. It first suspends the tenant (its keys are refused everywhere, so nothing new
-// arrives) and removes its members (their sessions end), then waits cacheWait, so that no
+// arrives) and marks its deletion begun in the same transaction (from then on it cannot be
+// resumed, and nothing can be changed in it: changeableTenant), then removes its members (their sessions end), then waits cacheWait, so that no
 // instance's key cache still admits the tenant's keys and the requests admitted before have
 // written what they write (see cacheWait), then deletes the rest deleteBatch rows per
 // transaction, at the database's default isolation (the rows are nobody else's, and a
@@ -50,8 +51,8 @@ func (s *Service) TenantTables(ctx context.Context) ([]string, error) {
 // itself, in a serializable transaction that deletes the tenant's rows of every table once
 // more: what a request or a usage flush wrote during the batches (deleteLate). The deletion is
 // audited in the server's log, with the count of rows removed. An unknown tenant is ErrNotFound.
-// A deletion cut short (ctx ended, database down) leaves the tenant suspended; running it again
-// finishes it.
+// A deletion cut short (ctx ended, database down) leaves the tenant suspended and marked; running
+// it again finishes it.
 //
 // What it guarantees: once it returns, no row of the tenant is left that a transaction committed
 // before its last transaction began. A row can be written for the tenant after that only by a
@@ -67,7 +68,7 @@ func (s *Service) DeleteTenant(ctx context.Context, id int64, actor string) erro
 	if err != nil {
 		return wrap("delete tenant", err)
 	}
-	if err := s.SetSuspended(ctx, id, true, actor); err != nil {
+	if err := s.setSuspended(ctx, id, true, true, actor); err != nil {
 		return wrap("delete tenant", err)
 	}
 	members, err := s.ListUsers(ctx, &id)

@@ -279,3 +279,72 @@ func TestDeleteTenantDeletesWhatIsWrittenDuringItsBatches(t *testing.T) {
 		}
 	})
 }
+
+// TestATenantBeingDeletedCannotBeResumedOrChanged: once a deletion has begun (here, paused after
+// listing the members), the tenant reads as being deleted and every change in it is
+// ErrTenantBeingDeleted: a resume (which would let its keys decide again, half-deleted), a member
+// moved in from another tenant (who would be deleted with it, unaudited), a key, an invitation,
+// an account, a plan, a rename, its captcha settings. The member stays in their tenant, and the
+// deletion finishes. A deletion cut short leaves the tenant marked and suspended; deleting it
+// again finishes it.
+func TestATenantBeingDeletedCannotBeResumedOrChanged(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		doomed, kept := e.tenant(t, "doomed"), e.tenant(t, "kept")
+		_, err := e.svc.CreateUser(e.ctx, "admin@doomed.example", "admin-password-1", false, &doomed.ID, "test", "")
+		must(t, err)
+		bystander, err := e.svc.CreateUser(e.ctx, "bystander@kept.example", "bystander-password-1", false, &kept.ID, "test", "")
+		must(t, err)
+		const op = "user:op@example.com"
+		rate := 5.0
+		changes := map[string]func() error{
+			"resume": func() error { return e.svc.SetSuspended(e.ctx, doomed.ID, false, op) },
+			"a member moved in": func() error {
+				return e.svc.SetRole(e.ctx, nil, bystander.ID, RoleAdmin, &doomed.ID, op)
+			},
+			"a key": func() error { _, _, err := e.svc.CreateKey(e.ctx, doomed.ID, KindSecret, "late", op); return err },
+			"an invitation": func() error {
+				_, _, err := e.svc.CreateInvite(e.ctx, &doomed.ID, "late@doomed.example", RoleViewer, 0, op)
+				return err
+			},
+			"an account": func() error {
+				_, err := e.svc.CreateUser(e.ctx, "late@doomed.example", "late-password-1", false, &doomed.ID, op, "")
+				return err
+			},
+			"a plan":   func() error { return e.svc.SetPlan(e.ctx, doomed.ID, PlanSettings{DecisionsPerSecond: &rate}, op) },
+			"a rename": func() error { return e.svc.RenameTenant(e.ctx, doomed.ID, "undoomed", op) },
+			"captcha settings": func() error {
+				return e.svc.UpdateCaptchaSettings(e.ctx, doomed.ID, []string{"https://shop.example"}, MinCaptchaDifficulty, op)
+			},
+		}
+		tryAll := func() {
+			got, err := e.svc.Tenant(e.ctx, doomed.ID)
+			must(t, err)
+			if !got.Deleting || got.SuspendedAt == nil {
+				t.Errorf("the tenant during its deletion: %+v; want suspended and being deleted", got)
+			}
+			for what, change := range changes {
+				if err := change(); !errors.Is(err, ErrTenantBeingDeleted) {
+					t.Errorf("%s during the tenant's deletion: %v; want ErrTenantBeingDeleted", what, err)
+				}
+			}
+		}
+
+		// Cut short once the members are listed: the tenant stays marked.
+		cut := errors.New("cut short")
+		short := withPause(e.ctx, func(context.Context, time.Duration) error { return cut })
+		if err := e.svc.DeleteTenant(short, doomed.ID, op); !errors.Is(err, cut) {
+			t.Fatalf("the deletion cut short: %v", err)
+		}
+		tryAll()
+
+		// Deleting it again finishes it, refusing the same changes while it runs.
+		must(t, e.svc.DeleteTenant(context.WithValue(e.ctx, listedKey{}, tryAll), doomed.ID, op))
+		if _, err := e.svc.Tenant(e.ctx, doomed.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("the tenant after its deletion: %v; want ErrNotFound", err)
+		}
+		u, err := e.svc.User(e.ctx, bystander.ID)
+		if err != nil || u.TenantID == nil || *u.TenantID != kept.ID {
+			t.Fatalf("the other tenant's member after the deletion: %+v, %v; want kept in tenant %d", u, err, kept.ID)
+		}
+	})
+}

@@ -207,7 +207,7 @@ func (s *Service) EnsureKey(ctx context.Context, tenantID int64, kind KeyKind, l
 		case !errors.Is(err, ErrNotFound):
 			return err
 		}
-		if err := first(tx, &tenantRow{}, "id = ?", tenantID); err != nil {
+		if _, err := changeableTenant(tx, tenantID); err != nil {
 			return err
 		}
 		row = apiKeyRow{ID: id, TenantID: tenantID, Kind: string(kind), Label: label, Hash: hash, Hint: keyHint(secret), CreatedAt: s.clock()}
@@ -299,7 +299,7 @@ func (s *Service) CreateKey(ctx context.Context, tenantID int64, kind KeyKind, l
 		return APIKey{}, "", wrap("create key", err)
 	}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
-		if err := first(tx, &tenantRow{}, "id = ?", tenantID); err != nil {
+		if _, err := changeableTenant(tx, tenantID); err != nil {
 			return err
 		}
 		// The plan's count, in the creating transaction: two concurrent creations cannot both

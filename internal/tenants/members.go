@@ -198,7 +198,7 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 	var row userTokenRow
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		if tenantID != nil {
-			if err := first(tx, &tenantRow{}, "id = ?", *tenantID); err != nil {
+			if _, err := changeableTenant(tx, *tenantID); err != nil {
 				return err
 			}
 		}
@@ -440,7 +440,7 @@ func (s *Service) SetRole(ctx context.Context, scope *int64, id int64, role Role
 			return err
 		}
 		if tenant != nil {
-			if err := first(tx, &tenantRow{}, "id = ?", *tenant); errors.Is(err, ErrNotFound) {
+			if _, err := changeableTenant(tx, *tenant); errors.Is(err, ErrNotFound) {
 				return invalid("tenant", "choose an existing tenant for an admin or a viewer")
 			} else if err != nil {
 				return err

@@ -12,6 +12,7 @@ type tenantRow struct {
 	CaptchaDifficulty int        `gorm:"column:captcha_difficulty"`
 	CreatedAt         time.Time  `gorm:"column:created_at;autoCreateTime:false"`
 	SuspendedAt       *time.Time `gorm:"column:suspended_at"`
+	DeletingAt        *time.Time `gorm:"column:deleting_at"` // DeleteTenant has begun
 }
 
 func (tenantRow) TableName() string { return "tenants" }

@@ -225,7 +225,7 @@ func (s *Service) SetPlan(ctx context.Context, tenantID int64, own PlanSettings,
 		return wrap("set plan", err)
 	}
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
-		if err := first(tx, &tenantRow{}, "id = ?", tenantID); err != nil {
+		if _, err := changeableTenant(tx, tenantID); err != nil {
 			return err
 		}
 		old, err := s.readPlan(tx, tenantID)

@@ -38,6 +38,9 @@ var (
 	ErrUnauthorized = apperr.New(apperr.Unauthorized, "the credentials were not accepted")
 	// ErrTenantSuspended means the key is valid but an operator has suspended its tenant.
 	ErrTenantSuspended = apperr.New(apperr.TenantSuspended, "this tenant is suspended; its data is kept, and an operator can resume it")
+	// ErrTenantBeingDeleted refuses a change in a tenant whose deletion has begun (changeableTenant).
+	ErrTenantBeingDeleted = apperr.New(apperr.Conflict, "the tenant is being deleted: nothing can be changed in it, and it cannot be resumed; "+
+		"a deletion cut short is finished by deleting it again")
 )
 
 // DefaultFlushInterval is how often recorded key usage is written to the database. Writing

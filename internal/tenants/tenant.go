@@ -27,6 +27,9 @@ type Tenant struct {
 	// SuspendedAt is when an operator suspended the tenant (nil: active). A suspended tenant's
 	// API keys are refused with ErrTenantSuspended; its data is kept.
 	SuspendedAt *time.Time
+	// Deleting is true once its deletion has begun (DeleteTenant): it stays suspended, and
+	// nothing can be changed in it, until the deletion ends.
+	Deleting bool
 }
 
 // Captcha difficulty bounds: below the minimum the proof of work costs a bot nothing; above the
@@ -53,7 +56,23 @@ func tenantFromRow(r tenantRow) Tenant {
 		CaptchaDifficulty: r.CaptchaDifficulty,
 		CreatedAt:         utc(r.CreatedAt),
 		SuspendedAt:       utcPtr(r.SuspendedAt),
+		Deleting:          r.DeletingAt != nil,
 	}
+}
+
+// changeableTenant reads tenant id inside a transaction that changes something in it:
+// ErrNotFound for no such tenant, ErrTenantBeingDeleted once its deletion has begun, since what
+// the change made would be deleted with it (a member moved in, a key, a link, a plan), unaudited,
+// or would undo the deletion's suspension.
+func changeableTenant(tx *gorm.DB, id int64) (tenantRow, error) {
+	var row tenantRow
+	if err := first(tx, &row, "id = ?", id); err != nil {
+		return tenantRow{}, err
+	}
+	if row.DeletingAt != nil {
+		return tenantRow{}, ErrTenantBeingDeleted
+	}
+	return row, nil
 }
 
 // CreateTenant creates a tenant with the default captcha settings. The name must match
@@ -165,8 +184,8 @@ func (s *Service) RenameTenant(ctx context.Context, id int64, name, actor string
 		return wrap("rename tenant", invalid("name", "name must match %s", namePattern))
 	}
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
-		var old tenantRow
-		if err := first(tx, &old, "id = ?", id); err != nil {
+		old, err := changeableTenant(tx, id)
+		if err != nil {
 			return err
 		}
 		if old.Name == name {
@@ -187,11 +206,26 @@ func (s *Service) RenameTenant(ctx context.Context, id int64, name, actor string
 // server's. Suspension takes effect at once on this instance and, on PostgreSQL, on every
 // instance that listens (the key cache is dropped everywhere); at worst within the key cache's
 // TTL. Suspending a suspended tenant (or resuming an active one) changes nothing.
+// A tenant being deleted cannot be resumed (ErrTenantBeingDeleted).
 func (s *Service) SetSuspended(ctx context.Context, id int64, suspend bool, actor string) error {
+	return wrap("set suspended", s.setSuspended(ctx, id, suspend, false, actor))
+}
+
+// setSuspended is SetSuspended; with deleting (DeleteTenant's first step) it also marks the
+// tenant's deletion begun, in the same transaction.
+func (s *Service) setSuspended(ctx context.Context, id int64, suspend, deleting bool, actor string) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		var row tenantRow
 		if err := first(tx, &row, "id = ?", id); err != nil {
 			return err
+		}
+		if row.DeletingAt != nil && !suspend {
+			return ErrTenantBeingDeleted
+		}
+		if deleting && row.DeletingAt == nil {
+			if err := tx.Model(&tenantRow{}).Where("id = ?", id).Update("deleting_at", s.clock()).Error; err != nil {
+				return err
+			}
 		}
 		if (row.SuspendedAt != nil) == suspend {
 			return nil
@@ -215,7 +249,7 @@ func (s *Service) SetSuspended(ctx context.Context, id int64, suspend bool, acto
 	if err == nil {
 		s.forgetKey("")
 	}
-	return wrap("set suspended", err)
+	return err
 }
 
 // auditTenantAndServer records an operator's change of tenant id in the tenant's log and in the
@@ -243,8 +277,8 @@ func (s *Service) UpdateCaptchaSettings(ctx context.Context, tenantID int64, ori
 		return wrap("update captcha settings", invalid("difficulty", "difficulty must be between %d and %d", MinCaptchaDifficulty, MaxCaptchaDifficulty))
 	}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
-		var old tenantRow
-		if err := first(tx, &old, "id = ?", tenantID); err != nil {
+		old, err := changeableTenant(tx, tenantID)
+		if err != nil {
 			return err
 		}
 		res := tx.Model(&tenantRow{}).Where("id = ?", tenantID).Updates(map[string]any{

@@ -175,7 +175,7 @@ func (s *Service) createUser(ctx context.Context, email, password string, operat
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		row.ID, row.CreatedAt = 0, s.clock()
 		if tenantID != nil {
-			if err := first(tx, &tenantRow{}, "id = ?", *tenantID); err != nil {
+			if _, err := changeableTenant(tx, *tenantID); err != nil {
 				return err
 			}
 		}
