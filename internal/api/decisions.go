@@ -399,11 +399,12 @@ func (s *Server) itemProblem(c *gin.Context, err error) *Problem {
 func (s *Server) limitBatch(c *gin.Context) { s.decideBatch(c, true) }
 func (s *Server) checkBatch(c *gin.Context) { s.decideBatch(c, false) }
 
-// tooMany renders a refusal as 429 (throws: true) with Retry-After in whole seconds, rounded up.
-
+// errTooMany is a refusal as 429 rate_limited (throws: true; Retry-After in whole seconds,
+// rounded up), naming the limit whose refusal it is: an ancestor's when the wait is its.
 func errTooMany(d limiter.Decision) error {
-	return &apperr.Error{Code: apperr.RateLimited, Message: fmt.Sprintf("limit %q refused the request", d.Name),
-		Name: d.Name, RetryAfterMs: d.RetryAfter}
+	by := d.RefusedBy()
+	return &apperr.Error{Code: apperr.RateLimited, Message: fmt.Sprintf("limit %q refused the request", by),
+		Name: by, RetryAfterMs: d.RetryAfter}
 }
 
 // replayStored writes the answer stored under idemKey for this very request, if there is one,

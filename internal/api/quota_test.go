@@ -122,6 +122,23 @@ func TestNestedBudgetsOverHTTP(t *testing.T) {
 		if check["ok"] != true || len(check["parents"].([]any)) != 1 {
 			t.Fatalf("check: %v", check)
 		}
+
+		// A refusal thrown as 429 names the limit that refused: the org, whose budget is spent,
+		// not the team, which has room; and the team once it is the one without room.
+		thrown := requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/team/limit", a.key,
+			map[string]any{"key": "t5", "attributes": map[string]string{"org": "acme"}, "throws": true}), http.StatusTooManyRequests, api.CodeRateLimited)
+		if thrown["name"] != "org" || !strings.Contains(thrown["detail"].(string), `"org"`) {
+			t.Fatalf("the team's decision refused by its spent org, thrown: %v; want it named org", thrown)
+		}
+		for i, org := range []string{"o1", "o2", "o3", "o4"} { // 3+3+3+1: the team key's 10, no org spent
+			n := []float64{3, 3, 3, 1}[i]
+			requireJSON(t, h.send(t, http.MethodPost, "/v1/limits/team/limit", a.key, map[string]any{"key": "t7", "count": n, "attributes": map[string]string{"org": org}}), http.StatusOK)
+		}
+		thrown = requireProblem(t, h.send(t, http.MethodPost, "/v1/limits/team/limit", a.key,
+			map[string]any{"key": "t7", "attributes": map[string]string{"org": "o5"}, "throws": true}), http.StatusTooManyRequests, api.CodeRateLimited)
+		if thrown["name"] != "team" {
+			t.Fatalf("the team's spent key under an org with room, thrown: %v; want it named team", thrown)
+		}
 	})
 }
 

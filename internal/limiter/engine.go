@@ -258,6 +258,29 @@ type QuotaWindow struct {
 	Start, End, Now int64
 }
 
+// RefusedBy names the limit of a refused decision's family whose refusal it answers: its own,
+// unless an ancestor's wait is the family's RetryAfter (the longest, familyOutcome) or only
+// ancestors refused. A 429 names it, so that a client is told which budget to wait for.
+func (d Decision) RefusedBy() string {
+	if d.OK || (d.refused && d.retryFrom == nil) {
+		return d.Name
+	}
+	by := ""
+	var wait *int64
+	for _, p := range d.Parents {
+		if p.OK {
+			continue
+		}
+		if by == "" || (p.RetryAfter != nil && (wait == nil || *p.RetryAfter > *wait)) {
+			by, wait = p.Name, p.RetryAfter
+		}
+	}
+	if by == "" {
+		return d.Name
+	}
+	return by
+}
+
 // WithParents lists decisions followed by their ancestors' (for headers and reports).
 func WithParents(ds []Decision) []Decision {
 	n := len(ds)

@@ -596,7 +596,7 @@ export interface components {
             rate: number;
             /** @description milliseconds; required for every kind but quota (the calendar sets the window) and concurrency (leaseTtl does), where period must not be given */
             period?: number;
-            /** @description default rate; not for sliding windows */
+            /** @description default rate; not for sliding windows; 0 only with maxReserved (every decision must then reserve): without it 0 admits nothing and is 400 invalid_config */
             capacity?: number;
             /** @description how far reservations may go below zero; not for sliding windows */
             maxReserved?: number;
@@ -764,6 +764,7 @@ export interface components {
                 field?: string;
                 detail?: string;
             }[];
+            /** @description rate_limited: the limit whose refusal this is (an ancestor's, for a nested budget whose wait is the longest or that alone refused) */
             name?: string;
             /** @description ms; never 0, at most 1e15 (about 31,700 years) */
             retryAfter?: number;
@@ -910,7 +911,7 @@ export interface components {
             match: string;
             /** @description tokens per the definition's period, for the matched keys */
             rate?: number;
-            /** @description the most tokens a matched key holds (not for sliding windows) */
+            /** @description the most tokens a matched key holds (not for sliding windows); 0 only where a maxReserved applies (the override's or the definition's), as for a definition */
             capacity?: number;
             /** @description how far a matched key's reservation may go below zero (not for sliding windows) */
             maxReserved?: number;
@@ -1398,7 +1399,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key; session_not_authorized: an anonymous session that has not solved the captcha */
+            /** @description forbidden: a publishable key; session_not_authorized: an anonymous session that has not solved the captcha; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1521,7 +1522,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key; session_not_authorized: an anonymous session that has not solved the captcha */
+            /** @description forbidden: a publishable key; session_not_authorized: an anonymous session that has not solved the captcha; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1800,7 +1801,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key; session_not_authorized: an anonymous session that has not solved the captcha */
+            /** @description forbidden: a publishable key; session_not_authorized: an anonymous session that has not solved the captcha; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1921,7 +1922,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key; session_not_authorized: an anonymous session that has not solved the captcha */
+            /** @description forbidden: a publishable key; session_not_authorized: an anonymous session that has not solved the captcha; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2028,7 +2029,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a secret key in pk, or an Origin the tenant does not allow */
+            /** @description forbidden: a secret key in pk, or an Origin the tenant does not allow; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2111,7 +2112,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: origin not allowed or secret key */
+            /** @description forbidden: origin not allowed or secret key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3070,7 +3071,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3154,7 +3155,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3244,7 +3245,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: a publishable key */
+            /** @description forbidden: a publishable key; tenant_suspended: the key's tenant is suspended */
             403: {
                 headers: {
                     [name: string]: unknown;
