@@ -102,7 +102,12 @@ func metricsHandler(h http.Handler, token string) gin.HandlerFunc {
 		if token != "" {
 			// The scheme in any case and the token with the spaces around it trimmed, as the API
 			// takes them (RFC 9110: schemes are case-insensitive; several spaces may follow one).
-			scheme, got, _ := strings.Cut(c.GetHeader("Authorization"), " ")
+			// Exactly one Authorization header, as the API requires.
+			hs := c.Request.Header["Authorization"]
+			var scheme, got string
+			if len(hs) == 1 {
+				scheme, got, _ = strings.Cut(hs[0], " ")
+			}
 			got = strings.TrimSpace(got)
 			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				c.Header("WWW-Authenticate", `Bearer realm="metrics"`)

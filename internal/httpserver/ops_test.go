@@ -67,7 +67,7 @@ func newRouter(t *testing.T, o httpserver.Options) http.Handler {
 func do(h http.Handler, method, path string, body io.Reader, header ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, body)
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1])
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -131,6 +131,9 @@ func TestMetricsTokenIsRequiredWhenSet(t *testing.T) {
 	}
 	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Basic s3cret-s3cret-s3cret"); rec.Code != 401 {
 		t.Fatalf("GET /metrics with the token under another scheme: %d, want 401", rec.Code)
+	}
+	if rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer s3cret-s3cret-s3cret", "Authorization", "Bearer wrong"); rec.Code != 401 {
+		t.Fatalf("GET /metrics with two Authorization headers: %d, want 401 (one, as the API takes it)", rec.Code)
 	}
 	rec := do(h, "GET", "/metrics", nil, "Authorization", "Bearer s3cret-s3cret-s3cret")
 	if rec.Code != 200 {

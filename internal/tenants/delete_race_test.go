@@ -283,8 +283,8 @@ func TestDeleteTenantDeletesWhatIsWrittenDuringItsBatches(t *testing.T) {
 // TestATenantBeingDeletedCannotBeResumedOrChanged: once a deletion has begun (here, paused after
 // listing the members), the tenant reads as being deleted and every change in it is
 // ErrTenantBeingDeleted: a resume (which would let its keys decide again, half-deleted), a member
-// moved in from another tenant (who would be deleted with it, unaudited), a key, an invitation,
-// an account, a plan, a rename, its captcha settings. The member stays in their tenant, and the
+// moved in from another tenant (who would be deleted with it, unaudited), a key, an invitation
+// made or accepted, an account, a plan, a rename, its captcha settings. The member stays in their tenant, and the
 // deletion finishes. A deletion cut short leaves the tenant marked and suspended; deleting it
 // again finishes it.
 func TestATenantBeingDeletedCannotBeResumedOrChanged(t *testing.T) {
@@ -293,6 +293,8 @@ func TestATenantBeingDeletedCannotBeResumedOrChanged(t *testing.T) {
 		_, err := e.svc.CreateUser(e.ctx, "admin@doomed.example", "admin-password-1", false, &doomed.ID, "test", "")
 		must(t, err)
 		bystander, err := e.svc.CreateUser(e.ctx, "bystander@kept.example", "bystander-password-1", false, &kept.ID, "test", "")
+		must(t, err)
+		_, invitation, err := e.svc.CreateInvite(e.ctx, &doomed.ID, "invited@doomed.example", RoleViewer, 0, "test")
 		must(t, err)
 		const op = "user:op@example.com"
 		rate := 5.0
@@ -308,6 +310,10 @@ func TestATenantBeingDeletedCannotBeResumedOrChanged(t *testing.T) {
 			},
 			"an account": func() error {
 				_, err := e.svc.CreateUser(e.ctx, "late@doomed.example", "late-password-1", false, &doomed.ID, op, "")
+				return err
+			},
+			"an invitation accepted": func() error {
+				_, err := e.svc.AcceptInvite(e.ctx, invitation, "invited-password-1")
 				return err
 			},
 			"a plan":   func() error { return e.svc.SetPlan(e.ctx, doomed.ID, PlanSettings{DecisionsPerSecond: &rate}, op) },

@@ -298,7 +298,8 @@ func (s *Service) InviteByToken(ctx context.Context, token string) (Invite, erro
 // AcceptInvite uses an invite: it creates the user with the invite's email, tenant and role and
 // the given password (ErrInvalid, field "password", when too short or long), and marks the link
 // used. A link that is unknown, used or expired is ErrNotFound; an email taken meanwhile
-// ErrConflict. Audited as the new user ("user.join").
+// ErrConflict; an invitation to a tenant being deleted ErrTenantBeingDeleted. Audited as the new
+// user ("user.join").
 func (s *Service) AcceptInvite(ctx context.Context, token, password string) (User, error) {
 	if err := checkPassword("password", password); err != nil {
 		return User{}, wrap("accept invite", err)
@@ -309,6 +310,11 @@ func (s *Service) AcceptInvite(ctx context.Context, token, password string) (Use
 		inv, err := s.liveToken(tx, linkInvite, token)
 		if err != nil {
 			return err
+		}
+		if inv.TenantID != nil {
+			if _, err := changeableTenant(tx, *inv.TenantID); err != nil {
+				return err
+			}
 		}
 		var n int64
 		if err := tx.Model(&userRow{}).Where("email = ?", inv.Email).Count(&n).Error; err != nil {

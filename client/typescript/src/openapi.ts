@@ -3470,7 +3470,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description rate_limited: a limit refused; nothing is held; retryAfter is the largest among the refusals. tenant_quota_exceeded: the tenant's plan decision rate refused (each limit of the hold is one decision of the plan, taken all or nothing with the hold; a hold of more limits than the plan's burst is always refused); nothing is held and none of the tenant's limits is consumed */
+            /** @description rate_limited: a limit refused; nothing is held; retryAfter is the largest among the refusals. tenant_quota_exceeded: the tenant's plan decision rate refused (each limit of the hold is one decision of the plan, taken all or nothing with the hold; a hold of more limits than the plan's burst is 400 count_exceeds_capacity); nothing is held and none of the tenant's limits is consumed */
             429: {
                 headers: {
                     /** @description whole seconds, rounded up */
