@@ -87,7 +87,7 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 	case "tenant list":
 		ts, err := s.ListTenants(ctx)
 		for _, t := range ts {
-			fmt.Fprintf(stdout, "%d\t%s\t%s\n", t.ID, t.Name, map[bool]string{true: "suspended", false: "active"}[t.SuspendedAt != nil])
+			fmt.Fprintf(stdout, "%d\t%s\t%s\n", t.ID, t.Name, t.State())
 		}
 		return err
 	case "tenant rename", "tenant suspend", "tenant resume":

@@ -342,6 +342,11 @@ func TestATenantBeingDeletedCannotBeResumedOrChanged(t *testing.T) {
 			t.Fatalf("the deletion cut short: %v", err)
 		}
 		tryAll()
+		var list strings.Builder
+		must(t, e.svc.Command(e.ctx, "tenant", []string{"list"}, nil, &list))
+		if want := fmt.Sprintf("%d\tdoomed\tbeing deleted\n", doomed.ID); !strings.Contains(list.String(), want) {
+			t.Errorf("tenant list after a deletion cut short:\n%s\nwant the line %q", list.String(), want)
+		}
 
 		// Deleting it again finishes it, refusing the same changes while it runs.
 		must(t, e.svc.DeleteTenant(context.WithValue(e.ctx, listedKey{}, tryAll), doomed.ID, op))

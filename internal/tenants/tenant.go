@@ -60,6 +60,19 @@ func tenantFromRow(r tenantRow) Tenant {
 	}
 }
 
+// State is the tenant's state as the command line and the dashboard name it: "active",
+// "suspended", or "being deleted" (a deletion begun, and perhaps cut short: deleting it again
+// finishes it).
+func (t Tenant) State() string {
+	switch {
+	case t.Deleting:
+		return "being deleted"
+	case t.SuspendedAt != nil:
+		return "suspended"
+	}
+	return "active"
+}
+
 // changeableTenant reads tenant id inside a transaction that changes something in it:
 // ErrNotFound for no such tenant, ErrTenantBeingDeleted once its deletion has begun, since what
 // the change made would be deleted with it (a member moved in, a key, a link, a plan), unaudited,
