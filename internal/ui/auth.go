@@ -241,11 +241,15 @@ func (u *UI) requireTenant(c *gin.Context) {
 	c.Next()
 }
 
-// readOnlyReason says why user may not change tenant t, or "" when they may: a suspended tenant's
-// dashboard is read-only for its members, and a viewer's always is; operators still act on it.
-// The pages leave out the forms and links of a user it refuses (layoutVM.ReadOnly).
+// readOnlyReason says why user may not change tenant t, or "" when they may: a tenant being
+// deleted is read-only for everyone (what a change made would be deleted with it, its audit entry
+// too); a suspended tenant's dashboard is read-only for its members, and a viewer's always is;
+// operators still act on a suspended one. The pages leave out the forms and links of a user it
+// refuses (layoutVM.ReadOnly).
 func readOnlyReason(user tenants.User, t tenants.Tenant) string {
 	switch {
+	case t.Deleting:
+		return "This tenant is being deleted: nothing can be changed in it. An operator finishes the deletion by deleting it again from its Manage page."
 	case user.IsOperator:
 		return ""
 	case t.SuspendedAt != nil:

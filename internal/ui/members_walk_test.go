@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/gin-gonic/gin"
@@ -377,4 +378,64 @@ func changed(before, after string) string {
 		}
 	}
 	return strings.Join(out, "")
+}
+
+// TestATenantBeingDeletedIsOfferedToNoOneForChange: once a tenant's deletion has begun (here cut
+// short, so that it stays marked), even an operator is offered no change in its dashboard and
+// is refused one (403): what a change made would be deleted with the tenant, its audit entry too.
+func TestATenantBeingDeletedIsOfferedToNoOneForChange(t *testing.T) {
+	e := newEnv(t, func(c *config.Config, _ *app.Options) { c.WebhookAllowPrivate = true })
+	e.operator()
+	a := e.walkTenant(t, "acme")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.svc.DeleteTenant(ctx, a.ID, "test") }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := e.svc.Tenant(context.Background(), a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Deleting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waited a minute for the deletion to mark the tenant as being deleted")
+		}
+		time.Sleep(5 * time.Millisecond) // the poll's interval, not a guess at the ordering
+	}
+	cancel() // the deletion stops at its wait for the key caches, the tenant marked
+	if err := <-done; err == nil {
+		t.Fatal("the deletion cancelled during its wait finished")
+	}
+	op := e.login(opEmail, opPassword)
+	pages := 0
+	for _, ri := range dashboardRoutes(t, e) {
+		if !strings.HasPrefix(ri.Path, "/tenants/:tid/") || strings.HasPrefix(ri.Path, "/tenants/:tid/manage") {
+			continue
+		}
+		path := walkPath(ri.Path, a.ids)
+		if ri.Method != http.MethodGet {
+			if res := op.post(path, walkForm); res.StatusCode != http.StatusForbidden {
+				t.Errorf("an operator's POST %s in a tenant being deleted: status %d, want 403", path, res.StatusCode)
+			}
+			continue
+		}
+		res := op.get(path)
+		want := http.StatusOK
+		if changeOnlyPages[ri.Path] {
+			want = http.StatusForbidden
+		}
+		if res.StatusCode != want {
+			t.Errorf("an operator's GET %s in a tenant being deleted: status %d, want %d", path, res.StatusCode, want)
+			continue
+		}
+		if want == http.StatusOK {
+			pages++
+			offersNoChange(t, op, path, res)
+		}
+	}
+	if pages < 10 {
+		t.Fatalf("only %d pages read", pages)
+	}
 }
