@@ -1,15 +1,13 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // OverrideBody is the body of PUT /v1/limits/{name}/overrides: one override, created or
@@ -70,7 +68,7 @@ func (b OverrideBody) ToOverride() (limiter.Override, error) {
 		}
 	}
 	if b.ExpiresAt != nil {
-		t, err := parseDateTime(*b.ExpiresAt)
+		t, err := algo.ParseDateTime(*b.ExpiresAt)
 		if err != nil {
 			return o, badRequest("expiresAt", "expiresAt must be an RFC 3339 time, such as 2030-01-02T15:04:05Z")
 		}
@@ -149,18 +147,4 @@ func (s *Server) deleteOverride(c *gin.Context) {
 		return
 	}
 	c.Status(http.StatusNoContent)
-}
-
-// dateTime is RFC 3339's date-time (section 5.6), the document's "format": "date-time": Go's
-// time.Parse also takes a one-digit hour, a comma before the fraction and an offset of any two
-// digits' hours and minutes (+24:00, +00:60), which the document refuses, and refuses the
-// lower-case "t" and "z" it allows.
-var dateTime = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`)
-
-// parseDateTime reads an RFC 3339 date-time, as the document describes it.
-func parseDateTime(s string) (time.Time, error) {
-	if !dateTime.MatchString(s) {
-		return time.Time{}, fmt.Errorf("api: %q is not an RFC 3339 date-time", s)
-	}
-	return time.Parse(time.RFC3339Nano, strings.ToUpper(s))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/algo"
 )
 
 // overridesShown is how many overrides the limit page lists at a time (a "more" link pages on).
@@ -119,7 +120,7 @@ func parseOverrideForm(c *gin.Context) (map[string]string, limiter.Override, map
 	o := limiter.Override{Match: form.exact("match"), Action: limiter.Action(get("action"))}
 	o.Rate, o.Capacity, o.MaxReserved = float("rate"), float("capacity"), float("maxReserved")
 	if s := get("expiresAt"); s != "" {
-		t, err := time.Parse(time.RFC3339, s)
+		t, err := algo.ParseDateTime(s) // as the API reads it: no +24:00
 		if err != nil {
 			t, err = time.Parse("2006-01-02T15:04", s) // what a datetime-local field sends: read as UTC
 		}

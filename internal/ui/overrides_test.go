@@ -42,6 +42,14 @@ func TestOverridesAreAddedEditedAndDeletedOnTheLimitPage(t *testing.T) {
 		if d = bad.doc(t); !strings.Contains(text(d, "#expiresAt-error"), "2030-01-02T15:04:05Z") {
 			t.Fatalf("an expiry after the year 9999 in UTC:\n%s", bad.body)
 		}
+		// Offsets RFC 3339 and the API refuse, though Go's time.Parse reads them.
+		for _, at := range []string{"2030-01-01T00:00:00+24:00", "2030-01-01T00:00:00+00:60"} {
+			bad = c.post(tpath(tn, "/limits/api/overrides"), url.Values{"match": {"k"}, "action": {"deny"}, "expiresAt": {at}})
+			wantStatus(t, bad, http.StatusUnprocessableEntity)
+			if d = bad.doc(t); !strings.Contains(text(d, "#expiresAt-error"), "2030-01-02T15:04:05Z") {
+				t.Fatalf("an expiry at %s:\n%s", at, bad.body)
+			}
+		}
 		bad = c.post(tpath(tn, "/limits/api/overrides"), url.Values{"match": {"org:*:x"}, "capacity": {"5"}})
 		wantStatus(t, bad, http.StatusUnprocessableEntity)
 		if d = bad.doc(t); !strings.Contains(text(d, "#match-error"), `one "*" at the end`) || d.Find("#capacity").AttrOr("value", "") != "5" {
