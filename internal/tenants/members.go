@@ -81,12 +81,22 @@ func checkRole(role Role, tenantID *int64) error {
 	}
 }
 
+// checkPassword is the password rule: at least MinPasswordLen characters (runes), at most
+// maxPasswordLen bytes of UTF-8 (the bound only stops absurd inputs, and a login compares it
+// with the bytes typed: passwordMatches). Its message says both units, so that a password of
+// 400 "€" (1,200 bytes) is not told it breaks a rule of 1024 characters.
 func checkPassword(field, password string) error {
 	if n := utf8.RuneCountInString(password); n < MinPasswordLen || len(password) > maxPasswordLen {
-		return invalid(field, "password must be %d to %d characters", MinPasswordLen, maxPasswordLen)
+		return invalid(field, "password must be at least %d characters and at most %d bytes (a character outside ASCII takes 2 to 4)",
+			MinPasswordLen, maxPasswordLen)
 	}
 	return nil
 }
+
+// CheckPassword reports whether password meets the password rule (ErrInvalid for the field
+// "password" if not), for a form that reports it beside other problems before calling the
+// method that sets the password (which checks it again).
+func CheckPassword(password string) error { return checkPassword("password", password) }
 
 // newLinkToken returns a one-time link's token (256 random bits) and the hash that is stored.
 func newLinkToken() (token, hash string) {

@@ -164,8 +164,8 @@ func (s *Service) createUser(ctx context.Context, email, password string, operat
 	if err != nil {
 		return User{}, wrap("create user", err)
 	}
-	if n := utf8.RuneCountInString(password); n < MinPasswordLen || len(password) > maxPasswordLen {
-		return User{}, wrap("create user", invalid("password", "password must be %d to %d characters", MinPasswordLen, maxPasswordLen))
+	if err := checkPassword("password", password); err != nil {
+		return User{}, wrap("create user", err)
 	}
 	if operator == (tenantID != nil) {
 		return User{}, wrap("create user", invalid("operator", "a user is either an operator or a member of one tenant"))

@@ -186,7 +186,7 @@ func TestInvalidInputCarriesItsFieldAndAClientSafeMessage(t *testing.T) {
 		{func() error {
 			_, err := (&Service{}).CreateUser(context.Background(), "a@b.io", "short", true, nil, "test", "")
 			return err
-		}, "password", "password must be 10 to 1024 characters"},
+		}, "password", "password must be at least 10 characters and at most 1024 bytes (a character outside ASCII takes 2 to 4)"},
 		{func() error {
 			_, err := (&Service{}).CreateUser(context.Background(), "Ann <ann@b.io>", "0123456789", true, nil, "test", "")
 			return err

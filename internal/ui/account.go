@@ -180,7 +180,7 @@ func confirmationErrors(c *gin.Context, differ string) map[string]string {
 		return nil
 	}
 	errs := map[string]string{"confirm": differ}
-	if err := checkLength(c.PostForm("password")); err != nil {
+	if err := tenants.CheckPassword(c.PostForm("password")); err != nil {
 		errs["password"] = apperr.From(err).Sentence()
 	}
 	return errs
@@ -211,12 +211,4 @@ func (u *UI) linkDone(c *gin.Context, vm passwordVM, user tenants.User, err erro
 		}
 		redirect(c, "/")
 	}
-}
-
-// checkLength is the password rule, checked here only to report it beside a mismatch.
-func checkLength(password string) error {
-	if n := len([]rune(password)); n < tenants.MinPasswordLen || len(password) > 1024 {
-		return apperr.Invalid("password", "password must be 10 to 1024 characters")
-	}
-	return nil
 }

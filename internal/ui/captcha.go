@@ -162,12 +162,13 @@ func (u *UI) saveCaptchaSettings(c *gin.Context) {
 	if _, err := tenants.NormalizeOrigins(origins); err != nil {
 		vm.Errors["origins"] = apperr.From(err).Sentence()
 	}
-	difficulty, err := strconv.Atoi(vm.Difficulty)
-	if err != nil || difficulty < tenants.MinCaptchaDifficulty || difficulty > tenants.MaxCaptchaDifficulty {
+	d, ok := parseWhole(vm.Difficulty)
+	if !ok || d < tenants.MinCaptchaDifficulty || d > tenants.MaxCaptchaDifficulty {
 		vm.Errors["difficulty"] = fmt.Sprintf("Difficulty must be a whole number between %d and %d.", tenants.MinCaptchaDifficulty, tenants.MaxCaptchaDifficulty)
 	}
+	difficulty := int(d) // within the bounds when it is used
 	if len(vm.Errors) == 0 {
-		err = u.tenants.UpdateCaptchaSettings(c.Request.Context(), t.ID, origins, difficulty, actor(c))
+		err := u.tenants.UpdateCaptchaSettings(c.Request.Context(), t.ID, origins, difficulty, actor(c))
 		switch {
 		case errors.Is(err, tenants.ErrInvalid):
 			vm.Errors["origins"] = apperr.From(err).Sentence()

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -49,31 +50,82 @@ func (p postedForm) exact(f string) string {
 	return v
 }
 
-// float is field f as a finite number, in plain or exponent notation ("0.5", "1e-39", "2.5E+3");
-// nil when empty or when it does not parse.
+// float is field f as a finite number written as the API's JSON writes one (parseNumber); nil
+// when empty or when it does not parse.
 func (p postedForm) float(f string) *float64 {
 	s := p.text(f)
 	if s == "" {
 		return nil
 	}
-	v, err := strconv.ParseFloat(s, 64)
-	if len(s) > maxFieldLen || err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		p.errs[f] = "must be a number"
+	v, problem := parseNumber(s)
+	if problem != "" {
+		p.errs[f] = problem
 		return nil
 	}
 	return &v
 }
 
-// integer is field f as a whole number; nil when empty or when it does not parse.
+// integer is field f as a whole number written as the API's JSON writes one (parseWhole); nil
+// when empty or when it does not parse.
 func (p postedForm) integer(f string) *int64 {
 	s := p.text(f)
 	if s == "" {
 		return nil
 	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if len(s) > maxFieldLen || err != nil {
-		p.errs[f] = "must be a whole number"
+	v, ok := parseWhole(s)
+	if !ok {
+		p.errs[f] = errWhole
 		return nil
 	}
 	return &v
+}
+
+// The dashboard reads every number typed into a form as the API reads a number in its JSON body
+// (RFC 8259's grammar: an optional minus, decimal digits without a leading zero, an optional
+// fraction and exponent), so that the forms accept exactly what the API does. strconv's parsers
+// read more, Go's literals: "0x1p4" (16), "1_0" (10), "+5", "Inf", "007".
+var (
+	jsonNumber = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$`)
+	jsonWhole  = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)$`)
+)
+
+// The fields' messages when what was typed is not such a number.
+const (
+	errNumber = "must be a number written in decimal, such as 12, 0.5 or 2.5e3"
+	errWhole  = "must be a whole number written in decimal digits, such as 12"
+	// errUnderflow: a number other than 0 too close to 0 for a float64 reads as 0, which would
+	// silently change what was typed (a plan's 0 is no limit).
+	errUnderflow = "is too close to 0 for the server to hold: it would read as 0 (the smallest number above 0 is 5e-324)"
+)
+
+// parseNumber reads s as a finite float64 written as JSON writes numbers. problem is the field's
+// message when it is not one: not such a number (errNumber), longer than maxFieldLen, beyond a
+// float64's range, or a number other than 0 so close to 0 that it would read as 0
+// (errUnderflow: "2e-324"); a zero written any way ("0", "0.0", "-0", "0e5") is 0.
+func parseNumber(s string) (v float64, problem string) {
+	if len(s) > maxFieldLen || !jsonNumber.MatchString(s) {
+		return 0, errNumber
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, errNumber
+	}
+	if v == 0 {
+		mantissa, _, _ := strings.Cut(strings.ToLower(s), "e")
+		if strings.ContainsAny(mantissa, "123456789") {
+			return 0, errUnderflow
+		}
+		return 0, "" // not -0
+	}
+	return v, ""
+}
+
+// parseWhole reads s as an int64 written as JSON writes whole numbers: digits, an optional
+// minus, no leading zero, no fraction or exponent (the API's whole-number fields refuse those).
+func parseWhole(s string) (int64, bool) {
+	if len(s) > maxFieldLen || !jsonWhole.MatchString(s) {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v, err == nil
 }

@@ -281,9 +281,11 @@ func (u *UI) resetKey(c *gin.Context) {
 	if !ok {
 		return
 	}
-	key := c.PostForm("key")
-	if !limiter.ValidKey(key) {
-		u.renderLimit(c, http.StatusUnprocessableEntity, d, "Cannot reset: keys are 1 to 256 bytes of UTF-8.")
+	// An empty key is the limit's default (global) key, as in the API's reset and the page's
+	// lookup; a form without the field names no key and resets nothing.
+	key, named := c.GetPostForm("key")
+	if !named || (key != "" && !limiter.ValidKey(key)) {
+		u.renderLimit(c, http.StatusUnprocessableEntity, d, "Cannot reset: a key is 1 to 256 bytes of UTF-8, or empty for the default key.")
 		return
 	}
 	t := tenantOf(c)

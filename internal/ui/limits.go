@@ -211,7 +211,7 @@ func parseLimitForm(c *gin.Context) (map[string]string, limiter.Definition, map[
 		if s == "" {
 			return nil
 		}
-		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if v, ok := parseWhole(s); ok {
 			return &v
 		}
 		ms, err := limiter.ParseDuration(s)

@@ -32,7 +32,7 @@ func TestOverridesAreAddedEditedAndDeletedOnTheLimitPage(t *testing.T) {
 		bad := c.post(tpath(tn, "/limits/api/overrides"), url.Values{"match": {"org:*:x"}, "capacity": {"lots"}, "maxReserved": {"Inf"}, "expiresAt": {"soon"}})
 		wantStatus(t, bad, http.StatusUnprocessableEntity)
 		d := bad.doc(t)
-		if text(d, "#capacity-error") != "must be a number" || text(d, "#maxReserved-error") != "must be a number" || !strings.Contains(text(d, "#expiresAt-error"), "2030-01-02T15:04:05Z") ||
+		if text(d, "#capacity-error") != mustBeANumber || text(d, "#maxReserved-error") != mustBeANumber || !strings.Contains(text(d, "#expiresAt-error"), "2030-01-02T15:04:05Z") ||
 			d.Find("#capacity").AttrOr("value", "") != "lots" || d.Find("#match").AttrOr("value", "") != "org:*:x" {
 			t.Fatalf("parse errors:\n%s", bad.body)
 		}

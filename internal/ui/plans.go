@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -137,23 +138,22 @@ func parsePlanForm(c *gin.Context) (tenants.PlanSettings, map[string]string, map
 			continue
 		}
 		if f.name == "decisionsPerSecond" {
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-				errs[f.name] = "Decisions per second must be a number (0 for no limit), or empty for the default."
-				continue
+			x, problem := parseNumber(v)
+			switch problem {
+			case "":
+				own.DecisionsPerSecond = &x
+			case errUnderflow:
+				// A positive number below the smallest double reads as 0: taken as written, it
+				// would be no limit.
+				errs[f.name] = fmt.Sprintf("Decisions per second %q is too close to 0 for the server to hold and would read as 0, no limit: write 0 for no limit, or a rate of at least 5e-324.", v)
+			default:
+				errs[f.name] = "Decisions per second must be a number written in decimal, such as 20000 or 0.5 (0 for no limit), or empty for the default."
 			}
-			if x == 0 && v != "0" {
-				// ParseFloat reads a positive number below the smallest double ("1e-400") as 0
-				// without an error: taken as written, it would be no limit.
-				errs[f.name] = "Decisions per second reads as 0, no limit: write 0 for no limit, or a rate a double can hold (1e-400 is too small)."
-				continue
-			}
-			own.DecisionsPerSecond = &x
 			continue
 		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			errs[f.name] = "Must be a whole number (0 for no limit), or empty for the default."
+		n, ok := parseWhole(v)
+		if !ok {
+			errs[f.name] = "Must be a whole number written in decimal digits (0 for no limit), or empty for the default."
 			continue
 		}
 		switch f.name {

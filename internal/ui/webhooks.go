@@ -115,8 +115,8 @@ func (u *UI) createWebhook(c *gin.Context) {
 	var threshold []int64
 	var err error
 	if rawThreshold != "" {
-		n, perr := strconv.ParseInt(rawThreshold, 10, 64)
-		if perr != nil {
+		n, ok := parseWhole(rawThreshold)
+		if !ok {
 			n = 0 // CreateEndpoint refuses it with the field's message
 		}
 		threshold = append(threshold, n)
