@@ -30,6 +30,7 @@ type tenantRef struct {
 	ID        int64
 	Name      string
 	Suspended bool // read-only for its members until an operator resumes it
+	Deleting  bool // read-only for everyone: its deletion began
 }
 
 func (u *UI) bareLayout(c *gin.Context, title string) layoutVM {
@@ -45,7 +46,7 @@ func (u *UI) layout(c *gin.Context, title, nav string) (layoutVM, error) {
 	p := principalOf(c)
 	l.LoggedIn, l.Email, l.IsOperator, l.Nav = true, p.user.Email, p.user.IsOperator, nav
 	if t := tenantOf(c); t.ID != 0 {
-		l.Tenant = &tenantRef{ID: t.ID, Name: t.Name, Suspended: t.SuspendedAt != nil}
+		l.Tenant = &tenantRef{ID: t.ID, Name: t.Name, Suspended: t.SuspendedAt != nil, Deleting: t.Deleting}
 		l.Viewer, l.ReadOnly = !p.user.CanChange(t.ID), readOnlyReason(p.user, t) != ""
 	}
 	if p.user.IsOperator {

@@ -2,6 +2,8 @@ package ui_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -437,5 +439,28 @@ func TestATenantBeingDeletedIsOfferedToNoOneForChange(t *testing.T) {
 	}
 	if pages < 10 {
 		t.Fatalf("only %d pages read", pages)
+	}
+	// Its pages say so, and its Manage page offers only to delete it again, which finishes it.
+	if limits := op.get(walkPath("/tenants/:tid/limits", a.ids)).doc(t); limits.Find("#deleting-banner").Length() != 1 {
+		t.Error("a page of the tenant being deleted shows no banner saying so")
+	}
+	if list := op.get("/tenants").doc(t); !strings.Contains(list.Find(`tr[data-tenant="acme"]`).Text(), "being deleted") {
+		t.Error("the tenants list does not say the tenant is being deleted")
+	}
+	manage := op.get(fmt.Sprintf("/tenants/%d/manage", a.ID)).doc(t)
+	for _, gone := range []string{"#rename-tenant", "#resume-tenant", "#suspend-tenant", "form[action$='/manage/plan']"} {
+		if manage.Find(gone).Length() != 0 {
+			t.Errorf("the Manage page of a tenant being deleted offers %s", gone)
+		}
+	}
+	if manage.Find("#delete-tenant").Length() != 1 || manage.Find("#deletion-unfinished").Length() != 1 {
+		t.Error("the Manage page of a tenant being deleted does not offer to finish the deletion")
+	}
+	res := op.post(fmt.Sprintf("/tenants/%d/manage/delete", a.ID), url.Values{"confirm": {"acme"}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("deleting the tenant again: status %d, want 303", res.StatusCode)
+	}
+	if _, err := e.svc.Tenant(context.Background(), a.ID); !errors.Is(err, tenants.ErrNotFound) {
+		t.Fatalf("the tenant after its deletion was finished: %v, want not found", err)
 	}
 }

@@ -24,6 +24,7 @@ type tenantRow struct {
 	Created   string
 	URL       string
 	Suspended string // when, or "" for an active tenant
+	Deleting  bool   // its deletion began (and was perhaps cut short)
 	ManageURL string
 }
 
@@ -33,6 +34,9 @@ type tenantVM struct {
 	ID        int64
 	Name      string
 	Suspended string
+	// Deleting: the tenant's deletion began and was cut short (or still runs): nothing can be
+	// changed in it, so the page offers only to delete it again, which finishes it.
+	Deleting  bool
 	RenameURL string
 	StateURL  string
 	NewName   string
@@ -62,7 +66,7 @@ func (u *UI) renderTenants(c *gin.Context, status int, name, nameErr string) {
 	vm := tenantsVM{Layout: l, Name: name, NameErr: nameErr}
 	for _, t := range ts {
 		vm.Rows = append(vm.Rows, tenantRow{ID: t.ID, Name: t.Name, Created: fmtTime(t.CreatedAt), URL: tenantPath(t.ID, "/limits"),
-			Suspended: fmtTimePtr(t.SuspendedAt, ""), ManageURL: "/tenants/" + strconv.FormatInt(t.ID, 10) + "/manage"})
+			Suspended: fmtTimePtr(t.SuspendedAt, ""), Deleting: t.Deleting, ManageURL: "/tenants/" + strconv.FormatInt(t.ID, 10) + "/manage"})
 	}
 	u.render(c, status, tenantsPage(vm))
 }
@@ -118,7 +122,7 @@ func (u *UI) renderManageTenant(c *gin.Context, status int, t tenants.Tenant, vm
 		return
 	}
 	base := "/tenants/" + strconv.FormatInt(t.ID, 10) + "/manage"
-	vm.Layout, vm.ID, vm.Name, vm.Suspended = l, t.ID, t.Name, fmtTimePtr(t.SuspendedAt, "")
+	vm.Layout, vm.ID, vm.Name, vm.Suspended, vm.Deleting = l, t.ID, t.Name, fmtTimePtr(t.SuspendedAt, ""), t.Deleting
 	vm.RenameURL, vm.StateURL, vm.DeleteURL = base+"/rename", base+"/state", base+"/delete"
 	if vm.NewName == "" && vm.NameErr == "" {
 		vm.NewName = t.Name
