@@ -177,6 +177,18 @@ func TestOperationsVariablesParse(t *testing.T) {
 	if c, err := FromEnv(env(map[string]string{"PLAN_DECISIONS_PER_SECOND": "0"})); err != nil || c.PlanDecisionsPerSecond != 0 {
 		t.Fatalf("PLAN_DECISIONS_PER_SECOND=0 (no limit): %v %v", c.PlanDecisionsPerSecond, err)
 	}
+	for v, want := range map[string]float64{"0.0": 0, "0e5": 0, "20000": 20000, "0.5": 0.5, "2.5e3": 2500} {
+		if c, err := FromEnv(env(map[string]string{"PLAN_DECISIONS_PER_SECOND": v})); err != nil || c.PlanDecisionsPerSecond != want {
+			t.Errorf("PLAN_DECISIONS_PER_SECOND=%s: %v %v, want %v", v, c.PlanDecisionsPerSecond, err, want)
+		}
+	}
+	// Go's other literals, which ParseFloat takes, are not numbers as JSON (and the dashboard's
+	// plan form) write them.
+	for _, bad := range []string{"0x1p4", "1_0", "Inf", "NaN", "+5", ".5", "1.", "007", "1e-400", "-1"} {
+		if _, err := FromEnv(env(map[string]string{"PLAN_DECISIONS_PER_SECOND": bad})); err == nil || !strings.Contains(err.Error(), "PLAN_DECISIONS_PER_SECOND") {
+			t.Errorf("PLAN_DECISIONS_PER_SECOND=%q: %v, want refused", bad, err)
+		}
+	}
 	if c, err := FromEnv(env(map[string]string{"SWEEP_INTERVAL": "off"})); err != nil || c.SweepInterval != 0 {
 		t.Fatalf("SWEEP_INTERVAL=off: %v %v", c.SweepInterval, err)
 	}
