@@ -397,7 +397,7 @@ var options = []Option{
 		}},
 	{Name: "WEBHOOK_ALLOW_PRIVATE", Default: "false", Doc: "`true` lets webhook endpoints be loopback, private, link-local or other non-public addresses (checked after DNS); leave it off unless every receiver is on your own network",
 		parse: boolean("WEBHOOK_ALLOW_PRIVATE", func(c *Config) *bool { return &c.WebhookAllowPrivate })},
-	{Name: "PLAN_DECISIONS_PER_SECOND", Default: strconv.Itoa(DefaultPlanDecisionsPerSecond), Doc: "the default plan's most decisions per second per tenant, over all instances (a burst of one second's worth); `0`, the default, for no limit (the rate costs throughput across instances: set it on a shared instance); an operator sets a tenant's own plan on its dashboard page",
+	{Name: "PLAN_DECISIONS_PER_SECOND", Default: strconv.Itoa(DefaultPlanDecisionsPerSecond), Doc: "the default plan's most decisions per second per tenant, over all instances (a burst of one second's worth), a decimal number as JSON writes it (`20000`, `0.5`); `0`, the default, for no limit (the rate costs throughput across instances: set it on a shared instance); an operator sets a tenant's own plan on its dashboard page",
 		parse: func(c *Config, v string) error {
 			// Written as JSON writes a number (the dashboard's plan form reads it alike): not Go's
 			// other literals, which ParseFloat also takes (0x1p4, 1_0, Inf).
