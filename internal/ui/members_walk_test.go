@@ -288,6 +288,46 @@ func offersNoChange(t *testing.T, reader *client, path string, res response) {
 	})
 }
 
+// walkOfferingNoChange reads every page of tenant a's dashboard (the operator's Manage pages
+// aside) as c, who (named by who) may change nothing in it: each page that leads only to a change
+// is 403, every other one 200 offering no change (offersNoChange); with posts, every post is 403
+// too. It fails when fewer than ten pages were read.
+func walkOfferingNoChange(t *testing.T, e *env, c *client, a walkTenant, who string, posts bool) {
+	t.Helper()
+	pages := 0
+	for _, ri := range dashboardRoutes(t, e) {
+		if !strings.HasPrefix(ri.Path, "/tenants/:tid/") || strings.HasPrefix(ri.Path, "/tenants/:tid/manage") {
+			continue
+		}
+		path := walkPath(ri.Path, a.ids)
+		if ri.Method != http.MethodGet {
+			if !posts {
+				continue
+			}
+			if res := c.post(path, walkForm); res.StatusCode != http.StatusForbidden {
+				t.Errorf("%s: POST %s: status %d, want 403", who, path, res.StatusCode)
+			}
+			continue
+		}
+		res := c.get(path)
+		want := http.StatusOK
+		if changeOnlyPages[ri.Path] {
+			want = http.StatusForbidden
+		}
+		if res.StatusCode != want {
+			t.Errorf("%s: GET %s: status %d, want %d", who, path, res.StatusCode, want)
+			continue
+		}
+		if want == http.StatusOK {
+			pages++
+			offersNoChange(t, c, path, res)
+		}
+	}
+	if pages < 10 {
+		t.Fatalf("%s: only %d pages read", who, pages)
+	}
+}
+
 // TestASuspendedTenantsMembersAreOfferedNoChange: a suspended tenant's admin reads every page of
 // it (the pages that only lead to a change are 403) and is offered no change on any, while an
 // operator still is. On SQLite.
@@ -298,30 +338,7 @@ func TestASuspendedTenantsMembersAreOfferedNoChange(t *testing.T) {
 	if err := e.svc.SetSuspended(context.Background(), a.ID, true, "test"); err != nil {
 		t.Fatal(err)
 	}
-	admin := e.login("admin@acme.example", "admin-password-1")
-	pages := 0
-	for _, ri := range dashboardRoutes(t, e) {
-		if ri.Method != http.MethodGet || !strings.HasPrefix(ri.Path, "/tenants/:tid/") || strings.HasPrefix(ri.Path, "/tenants/:tid/manage") {
-			continue
-		}
-		path := walkPath(ri.Path, a.ids)
-		res := admin.get(path)
-		want := http.StatusOK
-		if changeOnlyPages[ri.Path] {
-			want = http.StatusForbidden
-		}
-		if res.StatusCode != want {
-			t.Errorf("the suspended tenant's admin GET %s: status %d, want %d", path, res.StatusCode, want)
-			continue
-		}
-		if want == http.StatusOK {
-			pages++
-			offersNoChange(t, admin, path, res)
-		}
-	}
-	if pages < 10 {
-		t.Fatalf("only %d pages read", pages)
-	}
+	walkOfferingNoChange(t, e, e.login("admin@acme.example", "admin-password-1"), a, "the suspended tenant's admin", false)
 	page := e.login(opEmail, opPassword).get(walkPath("/tenants/:tid/limits/:name", a.ids)).doc(t)
 	if page.Find("#edit-limit").Length() != 1 || page.Find("form[method=post]").Length() < 2 {
 		t.Fatal("an operator is offered no change on a suspended tenant's limit page")
@@ -411,35 +428,7 @@ func TestATenantBeingDeletedIsOfferedToNoOneForChange(t *testing.T) {
 		t.Fatal("the deletion cancelled during its wait finished")
 	}
 	op := e.login(opEmail, opPassword)
-	pages := 0
-	for _, ri := range dashboardRoutes(t, e) {
-		if !strings.HasPrefix(ri.Path, "/tenants/:tid/") || strings.HasPrefix(ri.Path, "/tenants/:tid/manage") {
-			continue
-		}
-		path := walkPath(ri.Path, a.ids)
-		if ri.Method != http.MethodGet {
-			if res := op.post(path, walkForm); res.StatusCode != http.StatusForbidden {
-				t.Errorf("an operator's POST %s in a tenant being deleted: status %d, want 403", path, res.StatusCode)
-			}
-			continue
-		}
-		res := op.get(path)
-		want := http.StatusOK
-		if changeOnlyPages[ri.Path] {
-			want = http.StatusForbidden
-		}
-		if res.StatusCode != want {
-			t.Errorf("an operator's GET %s in a tenant being deleted: status %d, want %d", path, res.StatusCode, want)
-			continue
-		}
-		if want == http.StatusOK {
-			pages++
-			offersNoChange(t, op, path, res)
-		}
-	}
-	if pages < 10 {
-		t.Fatalf("only %d pages read", pages)
-	}
+	walkOfferingNoChange(t, e, op, a, "an operator in a tenant being deleted", true)
 	// Its pages say so, and its Manage page offers only to delete it again, which finishes it.
 	if limits := op.get(walkPath("/tenants/:tid/limits", a.ids)).doc(t); limits.Find("#deleting-banner").Length() != 1 {
 		t.Error("a page of the tenant being deleted shows no banner saying so")
