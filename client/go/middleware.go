@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -53,9 +54,16 @@ func WithErrorHandler(fn func(w http.ResponseWriter, r *http.Request, err error)
 	return func(m *middleware) { m.onError = fn }
 }
 
-// WithLogger sets where the default error handler logs failures to reach Sluice (default
-// slog.Default()).
-func WithLogger(l *slog.Logger) MiddlewareOption { return func(m *middleware) { m.log = l } }
+// WithLogger sets where the middleware logs (default slog.Default()): the default error
+// handler's failures and a lease release that failed. nil logs nowhere.
+func WithLogger(l *slog.Logger) MiddlewareOption {
+	return func(m *middleware) {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		m.log = l
+	}
+}
 
 type middleware struct {
 	client  *Client
@@ -271,8 +279,10 @@ func KeyByHeader(name string) KeyFunc {
 
 // KeyByContextValue keys requests by a value the request's context carries under key: the
 // authenticated user an authentication middleware put there (so this middleware goes after
-// it). The value may be a string, a fmt.Stringer or an integer; a request without it (or with
-// an empty one) is refused (400), so an unauthenticated request never shares a key.
+// it). The value may be a string, a fmt.Stringer or an integer (of any type whose kind is a
+// string or an integer: a type UserID int64 is keyed by its number); a request without it (or
+// with an empty one, or a nil pointer or interface) is refused (400), so an unauthenticated
+// request never shares a key.
 func KeyByContextValue(key any) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		return KeyFromValue(r.Context().Value(key), key)
@@ -281,25 +291,49 @@ func KeyByContextValue(key any) KeyFunc {
 
 // KeyFromValue is the limit key KeyByContextValue makes of the value v found under key (nil: not
 // found), for the middleware of other routers (the Gin middleware's KeyByContextValue reads
-// gin's own keys with it).
+// gin's own keys with it). A fmt.Stringer is keyed by its String; any other value whose kind is a
+// string or an integer by its text. A nil v, a nil pointer (whose String method could not be
+// called) or a nil value of another nilable kind is "not found", as is an empty key.
 func KeyFromValue(v, key any) (string, error) {
-	var s string
-	switch v := v.(type) {
-	case nil:
+	if isNil(v) {
 		return "", fmt.Errorf("no %v in the request's context", key)
+	}
+	var s string
+	switch x := v.(type) {
 	case string:
-		s = v
+		s = x
 	case fmt.Stringer:
-		s = v.String()
-	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-		s = fmt.Sprint(v)
+		s = x.String()
 	default:
-		return "", fmt.Errorf("the request's %v is a %T, not a string, fmt.Stringer or integer", key, v)
+		rv := reflect.ValueOf(v)
+		switch rv.Kind() {
+		case reflect.String:
+			s = rv.String()
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			s = strconv.FormatInt(rv.Int(), 10)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			s = strconv.FormatUint(rv.Uint(), 10)
+		default:
+			return "", fmt.Errorf("the request's %v is a %T, not a string, fmt.Stringer or integer", key, v)
+		}
 	}
 	if s == "" {
 		return "", fmt.Errorf("the request's %v is empty", key)
 	}
 	return s, nil
+}
+
+// isNil reports whether v is nil or holds a nil pointer, map, slice, channel, function or
+// interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // KeyByClientIP keys requests by the client's address: the connection's peer, or, when the
