@@ -49,7 +49,10 @@ func WithLimitHandler(h http.Handler) MiddlewareOption { return func(m *middlewa
 // least 1) when the tenant's plan refused the decision, logged as a warning; 503 with
 // Retry-After: 1 when Sluice could not answer; and 500 when Sluice refused the decision itself,
 // or the client refused it before sending (ErrInvalidArgument: a malformed base URL or secret
-// key, say), both this server's configuration, logged as an error.
+// key, say), both this server's configuration, logged as an error. A request whose context was
+// cancelled while Sluice decided (its visitor hung up, or the server is shutting down) gets an
+// error wrapping context.Canceled, which the default answers 503 with Retry-After: 1 (unread by
+// a visitor who left), logged at debug level only, whatever the fail policy.
 func WithErrorHandler(fn func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
 	return func(m *middleware) { m.onError = fn }
 }
@@ -87,13 +90,19 @@ func ResultFromContext(ctx context.Context) (Result, bool) {
 // errKey marks a failure of the key or count function (the request's fault, not Sluice's).
 var errKey = errors.New("sluice middleware: no key for the request")
 
+// errRequestEnded marks a request whose context was cancelled while Sluice decided (its visitor
+// hung up, or the server is shutting down): no failure of Sluice's, nor a refusal.
+var errRequestEnded = errors.New("sluice: the request ended while Sluice decided")
+
 // Middleware limits each request with the limit name: it consumes one token (or CountFunc's) of
 // the request's key with Client.Limit, passes the IETF RateLimit-Policy and RateLimit headers
 // Sluice answered with on to the response, and refuses with 429, Retry-After and a problem body
 // (or WithLimitHandler's response). When Sluice cannot answer, the client's FailPolicy decides:
 // FailOpen lets the request through (without RateLimit headers), FailClosed answers 503. A
 // client WithBatching gets no headers to pass on (a bulk answer has none); Retry-After stays.
-// On a concurrency limit the lease the decision took is released when next returns.
+// On a concurrency limit the lease the decision took is released once next returns (or
+// panics), by a request sent in the background: the response does not wait for it (see
+// the README for when the slot is free).
 func Middleware(c *Client, name string, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	peer, _ := KeyByClientIP()
 	m := &middleware{client: c, name: name, key: peer, log: slog.Default()}
@@ -136,14 +145,15 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if cause := r.Context().Err(); errors.Is(cause, context.Canceled) {
 		// The request ended while Sluice decided: its visitor hung up, or the server is shutting
 		// down with the visitor still there. A lease the decision took is released at once, the
-		// handler does not run, and the error handler answers (unread if the visitor left).
+		// handler does not run, and the error handler answers (unread if the visitor left) with
+		// an error wrapping context.Canceled (and the decision's error, if any).
 		if err == nil {
 			if res.LeaseID != "" {
 				m.release(r, res.LeaseID)
 			}
-			err = fmt.Errorf("sluice: the request ended while Sluice decided: %w", cause)
+			err = cause
 		}
-		m.onError(w, r, err)
+		m.onError(w, r, fmt.Errorf("%w: %w", errRequestEnded, err))
 		return
 	}
 	if err != nil {
@@ -170,9 +180,11 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	if res.LeaseID != "" {
-		// A concurrency limit counts requests in flight: this one's slot is free once next has
-		// answered it (or panicked), not when the lease's TTL runs out.
-		defer m.release(r, res.LeaseID)
+		// A concurrency limit counts requests in flight: this one's slot is freed once next has
+		// returned (or panicked), not when the lease's TTL runs out. The release is sent in the
+		// background, so that the response (which net/http completes once this returns) never
+		// waits for Sluice: a slow or unreachable Sluice would delay every admitted request.
+		defer func() { go m.release(r, res.LeaseID) }()
 	}
 	next.ServeHTTP(w, r)
 }
@@ -195,11 +207,17 @@ func (m *middleware) decisionContext(req context.Context) (context.Context, cont
 
 // release ends the lease a request's decision took on a concurrency limit. The request's own
 // context may be done by now (its client gone): the release outlives it, bounded by the client's
-// timeout. It is not sent under an Idempotency-Key the request's context carries for its
-// decision (WithIdempotencyKey): that key names the decision, and Sluice refuses it on another
-// request (422). A failure is logged, not the request's: the lease expires at its TTL.
+// timeout (DefaultTimeout when the client has none). It is not sent under an Idempotency-Key the
+// request's context carries for its decision (WithIdempotencyKey): that key names the decision,
+// and Sluice refuses it on another request (422). A failure is logged, not the request's: the
+// lease expires at its TTL.
 func (m *middleware) release(r *http.Request, leaseID string) {
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), idempotencyKey{}, nil)
+	if m.client.timeout <= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
 	if err := m.client.ReleaseLease(ctx, leaseID); err != nil {
 		m.log.WarnContext(r.Context(), "sluice: the request's concurrency lease was not released; it ends at its TTL", "limit", m.name, "err", err)
 	}
@@ -218,6 +236,15 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request) {
 
 // fail is the default error handler.
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errRequestEnded) {
+		// Most likely a visitor who hung up (then nobody reads this); else a server shutting
+		// down. Not Sluice failing, whatever the fail policy: logged at debug level only.
+		m.log.DebugContext(r.Context(), "sluice: the request ended while Sluice decided; not run", "limit", m.name, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, map[string]any{"type": "about:blank", "title": "Service Unavailable",
+			"status": http.StatusServiceUnavailable, "detail": "the request ended before it was decided; retry later", "code": CodeUnavailable})
+		return
+	}
 	var e *Error
 	answered := errors.As(err, &e)
 	if errors.Is(err, errKey) || (answered && visitorsKeyRefused(e)) {
