@@ -65,7 +65,8 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // WithRetries sets how many times an idempotent call is retried after a 503 or a network error
-// (default DefaultRetries; 0 disables retries).
+// (default DefaultRetries; 0 disables retries: a keyed call is then sent once, not re-sent by
+// net/http's Transport either).
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
 // WithBackoff sets the first delay before a retry and the cap of the delays, which double on each
@@ -158,13 +159,14 @@ func (c *Client) decide(ctx context.Context, name, verb string, d Decision, retr
 		}
 	}
 	var w wireDecision
-	h, err := c.doKeyed(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik) // checkDecision checked the name
+	h, acted, err := c.doAttempts(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik) // checkDecision checked the name
 	if err != nil {
 		return c.fallbackOne(ctx, Item{Name: name, Decision: d}, err)
 	}
 	r := w.result()
 	r.RateLimitPolicy, r.RateLimit = h.Get("RateLimit-Policy"), h.Get("RateLimit")
 	r.Replayed = h.Get("Idempotent-Replayed") == "true"
+	r.ownReplay = r.Replayed && acted
 	return r, nil
 }
 
@@ -364,15 +366,23 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 // doKeyed is do with an Idempotency-Key header when idemKey is not "": the call is then retried
 // like an idempotent one (Sluice replays the first answer).
 func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any, idemKey string) (http.Header, error) {
+	h, _, err := c.doAttempts(ctx, method, path, q, body, retry, out, idemKey)
+	return h, err
+}
+
+// doAttempts is doKeyed, also reporting whether an earlier attempt of the call got no answer
+// from Sluice before the one answered (so may have been carried out: a replayed answer under
+// idemKey is then most likely that attempt's, the call's own).
+func (c *Client) doAttempts(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any, idemKey string) (http.Header, bool, error) {
 	retry = retry || idemKey != ""
 	if c.invalid != nil {
-		return nil, fmt.Errorf("sluice: %s %s: %w", method, path, c.invalid)
+		return nil, false, fmt.Errorf("sluice: %s %s: %w", method, path, c.invalid)
 	}
 	var payload []byte
 	if body != nil {
 		var err error
 		if payload, err = json.Marshal(body); err != nil { // e.g. a Rate of NaN or ±Inf
-			return nil, fmt.Errorf("sluice: %s %s: %w: encode the body: %w", method, path, ErrInvalidArgument, err)
+			return nil, false, fmt.Errorf("sluice: %s %s: %w: encode the body: %w", method, path, ErrInvalidArgument, err)
 		}
 	}
 	if c.timeout > 0 {
@@ -388,19 +398,19 @@ func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values,
 	for attempt := 0; ; attempt++ {
 		h, err := c.once(ctx, method, target, payload, out, idemKey)
 		if err == nil {
-			return h, nil
+			return h, mayHaveActed, nil
 		}
 		if mayHaveActed && method == http.MethodDelete && idemKey == "" && notFound(err) {
 			// The attempt whose answer was lost may have deleted it: what the caller wanted.
 			// Sluice's own 503 problem means it did nothing: a 404 after it is an error.
-			return http.Header{}, nil
+			return http.Header{}, mayHaveActed, nil
 		}
 		mayHaveActed = mayHaveActed || !sluiceAnswered(err)
 		if !retry || attempt >= c.retries || !retryable(err) || ctx.Err() != nil {
-			return nil, fmt.Errorf("sluice: %s %s: %w", method, path, err)
+			return nil, mayHaveActed, fmt.Errorf("sluice: %s %s: %w", method, path, err)
 		}
 		if werr := wait(ctx, c.retryDelay(ctx, attempt, err)); werr != nil {
-			return nil, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
+			return nil, mayHaveActed, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
 		}
 	}
 }
@@ -421,6 +431,11 @@ func (c *Client) once(ctx context.Context, method, target string, payload []byte
 	}
 	if idemKey != "" {
 		req.Header.Set("Idempotency-Key", idemKey)
+		// net/http's Transport re-sends a request with an Idempotency-Key header whose reused
+		// connection broke after it was sent, unseen by doAttempts (even with WithRetries(0)),
+		// which would take the replayed answer to the call's own lost attempt for another's.
+		// Without GetBody it cannot: every attempt is doAttempts'.
+		req.GetBody = nil
 	}
 	// Everything a request could be refused for before it leaves (its URL, its header values) is
 	// checked before this point, so an error of Do is the transport's: no answer.

@@ -160,10 +160,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.onError(w, r, err)
 		return
 	}
-	if res.OK && res.Replayed && res.LeaseID != "" {
+	if res.OK && res.Replayed && res.LeaseID != "" && !res.ownReplay {
 		// A decision replayed under the request's Idempotency-Key carries the lease of the
 		// attempt that made it, still running or ended: no slot of this request's. It is refused,
 		// not run beside that attempt (or after it, on no slot at all), and nothing is released.
+		// A replay after this call's own attempt got no answer (Client.Limit retried it) is that
+		// attempt's answer: its lease is this request's, used and released as any.
 		res.OK, res.LeaseID = false, ""
 	}
 	h := w.Header()

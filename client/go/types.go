@@ -145,6 +145,11 @@ type Result struct {
 	// acquired (release it with ReleaseLease when the work is done); "" and zero otherwise.
 	LeaseID        string
 	LeaseExpiresAt time.Time
+
+	// ownReplay is true when Replayed is after an earlier attempt of the same call got no answer
+	// (a retry of Limit under its Idempotency-Key): the answer replayed is, most likely, that
+	// attempt's, so the tokens and the lease are this call's (the middleware uses the lease).
+	ownReplay bool
 }
 
 // ParentResult is one ancestor's part in a decision.
