@@ -178,3 +178,6 @@ func TestTheResponseDoesNotWaitForTheLeasesRelease(t *testing.T) {
 		t.Fatalf("after the release: %+v, %v; want alice's slot free", r, err)
 	}
 }
+
+// loggerInto is a logger into l.
+func loggerInto(l *records) *slog.Logger { return slog.New(l) }
