@@ -365,15 +365,17 @@ export class Sluice {
         ),
       );
     }
+    requireMembers(a.data, "POST /v1/decisions", "the bulk answer", ["results"]);
     const results = (a.data as OkJSON<"/v1/decisions", "post">).results;
+    if (!Array.isArray(results)) throw new Error(`sluice: POST /v1/decisions: decode the answer: its "results" is not an array`);
     if (results.length !== decisions.length) {
       throw new Error(`sluice: bulk: ${results.length} results for ${decisions.length} decisions`);
     }
     return merge(
       await Promise.all(
         results.map(async (r, j): Promise<BulkResult> => {
-          if (!("error" in r)) {
-            const decided = result(r);
+          if (typeof r !== "object" || r === null || !("error" in r)) {
+            const decided = result(r, "POST /v1/decisions");
             // Sluice says it of the request as a whole: every item decided was replayed.
             if (a.headers.get("Idempotent-Replayed") === "true") decided.replayed = true;
             return decided;
@@ -434,7 +436,10 @@ export class Sluice {
       if (typeof it === "object" && it !== null && holdsLoneSurrogate(it)) throw loneSurrogate(`hold item ${i} (${it.name})`);
     });
     const a = await this.#call("POST", "/v1/holds", body, idempotent(opts), opts, true);
+    requireMembers(a.data, "POST /v1/holds", "the hold", ["holdId", "expiresAt", "results"]);
     const h = a.data as Schemas["Hold"] & { replayed?: true };
+    if (!Array.isArray(h.results)) throw new Error(`sluice: POST /v1/holds: decode the answer: its "results" is not an array`);
+    h.results.forEach((r) => requireMembers(r, "POST /v1/holds", "a decision", decisionMembers));
     if (a.headers.get("Idempotent-Replayed") === "true") h.replayed = true;
     return h;
   }
@@ -597,7 +602,7 @@ export class Sluice {
       if (throws && !r.ok) throw degradedRefusal(r, `POST ${limitPath(name)}${verb}`, err);
       return r;
     }
-    return withHeaders(result(a.data as OkJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post">), a.headers);
+    return withHeaders(result(a.data as OkJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post">, `POST ${limitPath(name)}${verb}`), a.headers);
   }
 
   async #batch(path: string, items: Item[], retry: boolean, opts?: BatchOptions): Promise<BatchResult> {
@@ -624,8 +629,10 @@ export class Sluice {
       }
       return { ok, retryAfter: waits.length ? Math.max(...waits) : null, results, degraded: true };
     }
+    requireMembers(a.data, `POST ${path}`, "the batch decision", ["ok", "retryAfter", "results"]);
     const w = a.data as OkJSON<"/v1/limit" | "/v1/check", "post">;
-    return withHeaders<BatchResult>({ ok: w.ok, retryAfter: w.retryAfter ?? null, results: w.results.map(result) }, a.headers);
+    if (!Array.isArray(w.results)) throw new Error(`sluice: POST ${path}: decode the answer: its "results" is not an array`);
+    return withHeaders<BatchResult>({ ok: w.ok, retryAfter: w.retryAfter ?? null, results: w.results.map((r) => result(r, `POST ${path}`)) }, a.headers);
   }
 
   /** Rethrows err unless the fail policy applies to it: a fallback exists and Sluice did not answer. */
@@ -709,7 +716,12 @@ export class Sluice {
       throw new NoAnswerError(`sluice: ${route}: ${(err as Error)?.message ?? String(err)}`, err);
     }
     if (resp.status >= 300) throw problem(resp, text, route);
-    if (resp.status === 204 || text === "") return { data: undefined, headers: resp.headers };
+    // 204 and 202 (a webhook test or resend queued) have no body; any other 2xx has JSON, and an
+    // empty one does not decode, as garbage does.
+    if (resp.status === 204 || (resp.status === 202 && text === "")) return { data: undefined, headers: resp.headers };
+    if (text === "") {
+      throw new Error(`sluice: ${route}: decode the answer (${resp.status}, ${resp.headers.get("Content-Type")}): the body is empty`);
+    }
     try {
       return { data: JSON.parse(text), headers: resp.headers };
     } catch (err) {
@@ -916,7 +928,29 @@ function sessionPath(id: string): string {
   return `/v1/sessions/${encodeURIComponent(id)}`;
 }
 
-function result(w: WireDecision): Result {
+/** The members the OpenAPI document requires of a decision. */
+const decisionMembers = ["ok", "retryAfter", "remaining", "name", "key"] as const;
+
+/**
+ * Throws the error of an answer that does not decode (route: the call's; what: the part of the
+ * answer) unless w is an object with every member of names, its ok (if named) a boolean: read as
+ * is, an answer of {} or null would be a refusal nobody made.
+ */
+function requireMembers(w: unknown, route: string, what: string, names: readonly string[]): void {
+  if (typeof w !== "object" || w === null || Array.isArray(w)) {
+    throw new Error(`sluice: ${route}: decode the answer: ${what} is ${JSON.stringify(w) ?? "missing"}, not an object`);
+  }
+  for (const n of names) {
+    if (!(n in w)) throw new Error(`sluice: ${route}: decode the answer: ${what} has no "${n}" member`);
+  }
+  if (names.includes("ok") && typeof (w as { ok?: unknown }).ok !== "boolean") {
+    throw new Error(`sluice: ${route}: decode the answer: ${what}'s "ok" is not a boolean`);
+  }
+}
+
+/** A decision of Sluice's answer (route: the call's) as a Result; one that does not decode throws. */
+function result(w: WireDecision, route: string): Result {
+  requireMembers(w, route, "a decision", decisionMembers);
   const r: Result = { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
   if (w.shadow) r.shadow = { ok: w.shadow.ok, retryAfter: w.shadow.retryAfter ?? null };
   if (w.parents !== undefined) r.parents = w.parents;

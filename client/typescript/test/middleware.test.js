@@ -428,3 +428,21 @@ test("a visitor who hangs up while Sluice decides frees its concurrency slot at 
   assert.ok(next.ok, `alice's next request is refused: ${JSON.stringify(next)}`);
   await client().releaseLease(next.leaseId);
 });
+
+test("a 200 answer from Sluice that does not decode ({} or an empty body) is a 503, not a refusal nor a 500", async () => {
+  const name = await bucket("undecodable", 100);
+  for (const body of ["{}", ""]) {
+    const garbled = async (input, init) => {
+      const r = await fetch(input, init);
+      if (r.status !== 200 || !String(input).endsWith("/limit")) return r;
+      await r.arrayBuffer();
+      return new Response(body, { status: 200, headers: { "Content-Type": "application/json" } });
+    };
+    const logged = [];
+    const url = await plain(rateLimit({ client: client({ fetch: garbled }), name, log: (m) => logged.push(m) }));
+    const r = await get(url);
+    assert.equal(r.status, 503, `answered 200 ${JSON.stringify(body)}: ${r.status} ${r.text}`);
+    assert.equal(r.headers.get("Retry-After"), "1");
+    assert.doesNotMatch(logged.join("\n"), /refused as invalid/);
+  }
+});
