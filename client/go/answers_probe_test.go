@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -78,5 +79,57 @@ func TestADecisionAnswerWithoutItsRequiredMembersDoesNotDecode(t *testing.T) {
 		if w := serve(h, "198.51.100.7:1"); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
 			t.Errorf("the middleware, Sluice answering 200 %s: %d (Retry-After %q) %q; want 503: no decision", body, w.Code, w.Header().Get("Retry-After"), w.Body)
 		}
+	}
+}
+
+// gatewayProxy is a reverse proxy in front of the real Sluice that answers decisions (…/limit)
+// itself with a gateway's 429: an HTML page and Retry-After: 7, as a rate limit in front of
+// Sluice would; everything else goes through.
+func gatewayProxy(t *testing.T) string {
+	t.Helper()
+	target, err := url.Parse(baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/limit") {
+			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte("<h1>429 Too Many Requests</h1>"))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestAGatewaysTooManyRequestsIsSluiceUnavailable: a 429 that is not Sluice's problem (a gateway
+// in front of it limiting this service) means Sluice was not asked: the fail policy applies
+// (open: admitted, degraded) and the middleware failing closed answers 503 with the gateway's
+// Retry-After, logged as Sluice unavailable; not a 500 "decision refused as invalid" logged as
+// an error (which dropped the Retry-After).
+func TestAGatewaysTooManyRequestsIsSluiceUnavailable(t *testing.T) {
+	ctx := testCtx(t)
+	proxy := gatewayProxy(t)
+	r, err := sluice.New(proxy, secretKey, sluice.WithFailPolicy(sluice.FailOpen)).Limit(ctx, "api", sluice.Decision{Key: "k"})
+	if err != nil || !r.OK || !r.Degraded {
+		t.Fatalf("fail open, a gateway's 429: %+v, %v; want admitted, degraded", r, err)
+	}
+	_, err = sluice.New(proxy, secretKey).Limit(ctx, "api", sluice.Decision{Key: "k"})
+	var e *sluice.Error
+	if !errors.As(err, &e) || e.Status != http.StatusTooManyRequests || e.Code != "" || e.RetryAfter != 7*time.Second {
+		t.Fatalf("fail closed, a gateway's 429: %v; want its *Error (429, no code, RetryAfter 7s)", err)
+	}
+	logs := &records{}
+	h := sluice.Middleware(sluice.New(proxy, secretKey), "api", sluice.WithLogger(loggerInto(logs)))(&okHandler{})
+	w := serve(h, "198.51.100.7:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "7" || p["code"] != sluice.CodeUnavailable {
+		t.Fatalf("the middleware failing closed, a gateway's 429: %d (Retry-After %q) %v; want 503, Retry-After 7", w.Code, w.Header().Get("Retry-After"), p)
+	}
+	if got := logs.at(slog.LevelError); got != "" {
+		t.Fatalf("a gateway's 429 was logged as an error:\n%s", got)
 	}
 }

@@ -3,7 +3,8 @@
 //
 // A Client makes typed calls to Sluice's JSON API (/v1) with a secret key. Problems Sluice
 // answers with are returned as *Error (use errors.As). When Sluice cannot answer (network
-// errors, timeouts, 5xx), decision calls follow the client's FailPolicy: FailClosed (the
+// errors, timeouts, 5xx, a gateway's 429 in front of it), decision calls follow the client's
+// FailPolicy: FailClosed (the
 // default) returns the error, FailOpen an allowed Result marked Degraded, and Fallback whatever
 // a function decides.
 package sluice

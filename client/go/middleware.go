@@ -47,7 +47,9 @@ func WithLimitHandler(h http.Handler) MiddlewareOption { return func(m *middlewa
 // when the request has no key Sluice can take (the key function failed, or Sluice refused the
 // key as too long or reserved); 429 tenant_quota_exceeded with Retry-After (whole seconds, at
 // least 1) when the tenant's plan refused the decision, logged as a warning; 503 with
-// Retry-After: 1 when Sluice could not answer; and 500 when Sluice refused the decision itself,
+// Retry-After (1, or what the failed answer asked for: a gateway's 429, say) when Sluice could
+// not answer (a 429 that is not Sluice's problem included: a gateway in front of it) or its
+// answer did not decode; and 500 when Sluice refused the decision itself,
 // or the client refused it before sending (ErrInvalidArgument: a malformed base URL or secret
 // key, say), both this server's configuration, logged as an error. A request whose context was
 // cancelled while Sluice decided (its visitor hung up, or the server is shutting down) gets an
@@ -267,7 +269,7 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, http.StatusTooManyRequests, p)
 		return
 	}
-	if errors.Is(err, ErrInvalidArgument) || (answered && e.Status < http.StatusInternalServerError) {
+	if errors.Is(err, ErrInvalidArgument) || (answered && e.Status < http.StatusInternalServerError && !gatewayRefused(e)) {
 		// Sluice answered that the decision itself is wrong (an unknown limit, a count over the
 		// capacity, a revoked key): a mistake of this server's configuration, not of the visitor.
 		m.log.ErrorContext(r.Context(), "sluice: the decision was refused as invalid", "limit", m.name, "err", err)
@@ -276,7 +278,11 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	m.log.WarnContext(r.Context(), "sluice: no decision; refusing the request (fail closed)", "limit", m.name, "err", err)
-	w.Header().Set("Retry-After", "1")
+	retryAfter := 1.0
+	if answered && e.RetryAfter > 0 { // a gateway's 429 or a 503 that asked for longer
+		retryAfter = max(math.Ceil(e.RetryAfter.Seconds()), 1)
+	}
+	w.Header().Set("Retry-After", strconv.FormatFloat(retryAfter, 'f', 0, 64))
 	writeProblem(w, http.StatusServiceUnavailable, map[string]any{"type": "about:blank", "title": "Service Unavailable",
 		"status": http.StatusServiceUnavailable, "detail": "the rate limiter is unavailable; retry later", "code": CodeUnavailable})
 }

@@ -1063,13 +1063,22 @@ function retryable(err: unknown): boolean {
 
 /**
  * Whether err means Sluice did not answer (rather than answered no): a NoAnswerError (a network
- * error, the client's timeout) or a 5xx. Nothing else is: not an error thrown before the request
+ * error, the client's timeout), a 5xx, or a 429 that is not Sluice's problem (gatewayRefused). Nothing else is: not an error thrown before the request
  * was sent (the caller's arguments, a body JSON cannot carry), nor an answer that did not decode.
  */
 function cannotAnswer(err: unknown, opts?: CallOptions): boolean {
   if (opts?.signal?.aborted) return false; // the caller gave up: its error, not Sluice's
-  if (err instanceof SluiceError) return err.status >= 500;
+  if (err instanceof SluiceError) return err.status >= 500 || gatewayRefused(err);
   return err instanceof NoAnswerError;
+}
+
+/**
+ * Whether err is a 429 that is not Sluice's problem (Sluice's own 429s are problems with a code):
+ * something in front of Sluice (a gateway, a load balancer) limiting this client, so that Sluice
+ * was never asked. The fail policy applies to it, as to a 5xx.
+ */
+function gatewayRefused(err: unknown): boolean {
+  return err instanceof SluiceError && err.status === 429 && err.code === "";
 }
 
 /**

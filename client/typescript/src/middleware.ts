@@ -79,7 +79,8 @@ export interface RateLimitOptions<Req extends RequestLike = RequestLike, Res ext
    * seconds, at least 1) when the tenant's plan refused the decision (its decisions per second),
    * reported to `log`; 500 when Sluice refused the decision itself as invalid (an unknown limit, a
    * revoked key: a mistake of this service's configuration, reported to `log`); 503 with
-   * Retry-After: 1 when Sluice could not answer and the fail policy is 'closed'.
+   * Retry-After (1 s, or what the failed answer asked for: a gateway's 429) when Sluice could not
+   * answer (a gateway's 429 in front of it included) and the fail policy is 'closed'.
    */
   onError?: (err: unknown, req: Req, res: Res, next: Next) => void | Promise<void>;
   /** Requests for which it returns true are not limited (health checks, say). */
@@ -214,7 +215,7 @@ function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e
     });
     return;
   }
-  if ((err instanceof SluiceError && err.status > 0 && err.status < 500) || err instanceof TypeError) {
+  if ((err instanceof SluiceError && err.status > 0 && err.status < 500 && !gatewayRefused(err)) || err instanceof TypeError) {
     // Sluice answered (or the client found) that the decision itself is wrong: this service's
     // mistake, not the visitor's.
     log?.(`sluice: the decision on limit ${name} was refused as invalid`, err);
@@ -222,8 +223,15 @@ function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e
     return;
   }
   log?.(`sluice: no decision on limit ${name}; refusing the request (fail closed)`, err);
-  res.setHeader("Retry-After", "1");
+  // 1 s, or what the failed answer asked for (a gateway's 429, a 503 asking for longer).
+  const wait = err instanceof SluiceError && err.retryAfter !== null && err.retryAfter > 0 ? Math.ceil(err.retryAfter / 1000) : 1;
+  res.setHeader("Retry-After", String(Math.max(wait, 1)));
   writeProblem(res, 503, { type: "about:blank", title: "Service Unavailable", status: 503, detail: "the rate limiter is unavailable; retry later", code: "unavailable" });
+}
+
+/** A 429 that is not Sluice's problem: a gateway in front of Sluice, which the client's fail policy handles as Sluice not answering. */
+function gatewayRefused(err: unknown): boolean {
+  return err instanceof SluiceError && err.status === 429 && err.code === "";
 }
 
 function writeProblem(res: ResponseLike, status: number, p: Record<string, unknown>): void {

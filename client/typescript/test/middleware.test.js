@@ -446,3 +446,22 @@ test("a 200 answer from Sluice that does not decode ({} or an empty body) is a 5
     assert.doesNotMatch(logged.join("\n"), /refused as invalid/);
   }
 });
+
+test("a gateway's 429 in front of Sluice is Sluice unavailable: the fail policy, or 503 with its Retry-After, not a 500", async () => {
+  const gateway = async (input, init) => {
+    if (!String(input).endsWith("/limit")) return fetch(input, init);
+    return new Response("<h1>429 Too Many Requests</h1>", { status: 429, headers: { "Content-Type": "text/html", "Retry-After": "7" } });
+  };
+  const r = await client({ fetch: gateway, failPolicy: "open" }).limit("api", { key: "k" });
+  assert.equal(r.ok, true, "fail open: admitted");
+  assert.equal(r.degraded, true);
+  const logged = [];
+  const closed = await plain(rateLimit({ client: client({ fetch: gateway }), name: "api", log: (m) => logged.push(m) }));
+  const refused = await get(closed);
+  assert.equal(refused.status, 503, refused.text);
+  assert.equal(refused.json.code, "unavailable");
+  assert.equal(refused.headers.get("Retry-After"), "7", "the gateway's Retry-After");
+  assert.doesNotMatch(logged.join("\n"), /refused as invalid/);
+  const open = await plain(rateLimit({ client: client({ fetch: gateway, failPolicy: "open" }), name: "api" }));
+  assert.equal((await get(open)).status, 200, "fail open: passed");
+});
