@@ -4,9 +4,9 @@
  * any server-side runtime that has it) and a secret key, which must never reach a browser.
  *
  * Problems Sluice answers with are thrown as {@link SluiceError}. When Sluice cannot answer
- * (a network error, the client's timeout, a 5xx), the decision calls follow the client's fail
- * policy: `'closed'` (the default) throws, `'open'` returns an allowed result marked `degraded`,
- * and a function decides whatever it likes.
+ * (a network error, the client's timeout, a 5xx, a gateway's 429 in front of it), the decision
+ * calls follow the client's fail policy: `'closed'` (the default) throws, `'open'` returns an
+ * allowed result marked `degraded`, and a function decides whatever it likes.
  */
 
 
