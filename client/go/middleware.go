@@ -13,6 +13,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 )
 
@@ -45,7 +47,9 @@ func WithLimitHandler(h http.Handler) MiddlewareOption { return func(m *middlewa
 // fallback returned an error), or Sluice answered with a problem (an unknown limit, a wrong
 // key, the tenant's plan over its decision rate). The default answers, as problem+json: 400
 // when the request has no key Sluice can take (the key function failed, or Sluice refused the
-// key as too long or reserved); 429 tenant_quota_exceeded with Retry-After (whole seconds, at
+// key as too long or reserved); 413 count_exceeds_capacity when the count function's count is
+// more than the limit can ever admit (the request's doing), logged as a warning at most once a
+// minute; 429 tenant_quota_exceeded with Retry-After (whole seconds, at
 // least 1) when the tenant's plan refused the decision, logged as a warning; 503 with
 // Retry-After (1, or what the failed answer asked for: a gateway's 429, say) when Sluice could
 // not answer (a 429 that is not Sluice's problem included: a gateway in front of it) or its
@@ -78,7 +82,15 @@ type middleware struct {
 	limited http.Handler
 	onError func(http.ResponseWriter, *http.Request, error)
 	log     *slog.Logger
+	// oversizedAt is when (Unix ns) the default error handler last logged a request costing
+	// more than the limit can ever admit: it does so at most once per oversizedLogEvery.
+	oversizedAt atomic.Int64
 }
+
+// oversizedLogEvery is how often at most the default error handler logs requests whose count
+// (WithCountFunc's, so the visitor's) is over what the limit can ever admit: the visitor decides
+// how many there are.
+const oversizedLogEvery = time.Minute
 
 type resultKey struct{}
 
@@ -256,6 +268,15 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 			"status": http.StatusBadRequest, "detail": "the request cannot be rate limited", "code": CodeInvalidRequest})
 		return
 	}
+	if answered && e.Code == CodeCountExceedsCapacity && m.count != nil {
+		// The count function's count (the visitor's request: its size, say) is more than the
+		// limit can ever admit: no retry will pass, and it is the request's doing, not Sluice's
+		// nor this server's configuration's.
+		m.logOversized(r, err)
+		writeProblem(w, http.StatusRequestEntityTooLarge, map[string]any{"type": "about:blank", "title": "Content Too Large",
+			"status": http.StatusRequestEntityTooLarge, "detail": "the request costs more than the rate limit can ever admit", "code": CodeCountExceedsCapacity, "name": m.name})
+		return
+	}
 	if answered && e.Code == CodeTenantQuotaExceeded {
 		// The tenant's plan (its decisions per second) refused: Sluice answered, and the answer
 		// is "not now", like the limit's own refusal; not a failure of this server.
@@ -285,6 +306,17 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	w.Header().Set("Retry-After", strconv.FormatFloat(retryAfter, 'f', 0, 64))
 	writeProblem(w, http.StatusServiceUnavailable, map[string]any{"type": "about:blank", "title": "Service Unavailable",
 		"status": http.StatusServiceUnavailable, "detail": "the rate limiter is unavailable; retry later", "code": CodeUnavailable})
+}
+
+// logOversized logs a request the limit refused as costing more than its capacity, at warning
+// level at most once per oversizedLogEvery (so that visitors cannot fill the log), else at debug.
+func (m *middleware) logOversized(r *http.Request, err error) {
+	now, last := time.Now().UnixNano(), m.oversizedAt.Load()
+	if (last == 0 || now-last >= int64(oversizedLogEvery)) && m.oversizedAt.CompareAndSwap(last, now) {
+		m.log.WarnContext(r.Context(), "sluice: a request costs more than the limit can ever admit; answering 413 (logged at most once a minute)", "limit", m.name, "err", err)
+		return
+	}
+	m.log.DebugContext(r.Context(), "sluice: a request costs more than the limit can ever admit; answering 413", "limit", m.name, "err", err)
 }
 
 // visitorsKeyRefused reports whether Sluice refused the request's key (too long, or under a

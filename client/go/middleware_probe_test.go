@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -181,3 +182,29 @@ func TestTheResponseDoesNotWaitForTheLeasesRelease(t *testing.T) {
 
 // loggerInto is a logger into l.
 func loggerInto(l *records) *slog.Logger { return slog.New(l) }
+
+// TestACountOverTheCapacityIsTheVisitors413: a count function's count (the visitor's request)
+// over what the limit can ever admit is answered 413 count_exceeds_capacity, and logged as a
+// warning at most once a minute, however many such requests come (it was a 500 and an error
+// logged per request: visitors could fill the error log).
+func TestACountOverTheCapacityIsTheVisitors413(t *testing.T) {
+	c := newClient(t)
+	name := limitName(t, "mw")
+	putLimit(t, c, name, 3)
+	logs := &records{}
+	h := sluice.Middleware(c, name, sluice.WithLogger(loggerInto(logs)), sluice.WithCountFunc(func(r *http.Request) (float64, error) {
+		return strconv.ParseFloat(r.Header.Get("X-Cost"), 64)
+	}))(&okHandler{})
+	for i := range 3 {
+		w := serve(h, "198.51.100.7:1", "X-Cost", "5")
+		if p := decodeProblem(t, w); w.Code != http.StatusRequestEntityTooLarge || p["code"] != sluice.CodeCountExceedsCapacity {
+			t.Fatalf("request %d costing 5 of a limit of 3: %d %v; want 413 count_exceeds_capacity", i+1, w.Code, p)
+		}
+	}
+	if got := logs.at(slog.LevelWarn); strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "WARN ") {
+		t.Fatalf("three requests over the capacity logged at warning level or above:\n%s\nwant one warning", got)
+	}
+	if w := serve(h, "198.51.100.7:1", "X-Cost", "2"); w.Code != http.StatusOK {
+		t.Fatalf("a request costing 2 of 3: %d %q", w.Code, w.Body)
+	}
+}
