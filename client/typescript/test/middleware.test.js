@@ -123,13 +123,17 @@ test("a header key, a count function and a handler that replaces the 429", async
   assert.equal((await get(url, { "X-Tenant": "d", "X-Cost": "lots" })).status, 400, "a count that is not a number");
   // Above 1e15 Sluice refuses any count (as the Go middleware, 400: the request's doing, not a 500).
   assert.equal((await get(url, { "X-Tenant": "d", "X-Cost": "2e15" })).status, 400, "a count above 1e15");
-  // A count Sluice refuses (over the capacity) is this service's mistake: 500.
+  // A count over what the limit can ever admit (its capacity) is the request's doing: 413,
+  // reported once a minute at most however many come (it was a 500 reported per request).
   const logged = [];
   const strict = await plain(rateLimit({ client: client(), name, key: keyByHeader("X-Tenant"), count: () => 4, log: (m) => logged.push(m) }));
-  const over = await get(strict, { "X-Tenant": "c" });
-  assert.equal(over.status, 500, over.text);
-  assert.equal(over.json.code, "internal");
-  assert.match(logged[0] ?? "", /refused as invalid/);
+  for (let i = 0; i < 3; i++) {
+    const over = await get(strict, { "X-Tenant": "c" });
+    assert.equal(over.status, 413, over.text);
+    assert.equal(over.json.code, "count_exceeds_capacity");
+  }
+  assert.equal(logged.length, 1, `reported: ${JSON.stringify(logged)}`);
+  assert.match(logged[0] ?? "", /can ever admit/);
 });
 
 test("the client's address: X-Forwarded-For only from trusted proxies", async () => {
