@@ -133,3 +133,23 @@ func TestAGatewaysTooManyRequestsIsSluiceUnavailable(t *testing.T) {
 		t.Fatalf("a gateway's 429 was logged as an error:\n%s", got)
 	}
 }
+
+// TestABatchWindowNoShorterThanTheTimeoutIsRefused: a batch window as long as the client's
+// timeout, or longer, would make every batched call run out of time waiting for its batch (and a
+// FailOpen client admit everything unasked): the client refuses every call with
+// ErrInvalidArgument, as it does a malformed base URL, whatever the fail policy.
+func TestABatchWindowNoShorterThanTheTimeoutIsRefused(t *testing.T) {
+	ctx := testCtx(t)
+	name := limitName(t, "b")
+	putLimit(t, newClient(t), name, 10)
+	for _, window := range []time.Duration{time.Second, 2 * time.Second} {
+		c := newClient(t, sluice.WithBatching(window, 10), sluice.WithTimeout(time.Second), sluice.WithFailPolicy(sluice.FailOpen))
+		if r, err := c.Limit(ctx, name, sluice.Decision{Key: "k"}); !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("a batch window of %v, a timeout of 1s, failing open: %+v, %v; want ErrInvalidArgument", window, r, err)
+		}
+	}
+	c := newClient(t, sluice.WithBatching(time.Millisecond, 10), sluice.WithTimeout(time.Second))
+	if r, err := c.Limit(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK {
+		t.Fatalf("a batch window of 1ms, a timeout of 1s: %+v, %v", r, err)
+	}
+}

@@ -31,7 +31,9 @@ const (
 // WithBatching merges concurrent Limit calls into one POST /v1/decisions request. The first call
 // of a batch waits up to window for others to join (DefaultBatchWindow when window <= 0); the
 // batch is sent when the window ends or as soon as it holds maxItems calls
-// (DefaultBatchMaxItems when maxItems <= 0, at most MaxBatchItems). Off by default.
+// (DefaultBatchMaxItems when maxItems <= 0, at most MaxBatchItems). Off by default. The window
+// counts against the call's timeout (WithTimeout): a window no shorter than the timeout is
+// refused (every call of the client fails with ErrInvalidArgument, see New).
 //
 // Each Limit call returns what it would have returned unbatched, with these differences:
 //   - Its Result carries no RateLimitPolicy and RateLimit headers (a bulk answer has none),

@@ -82,8 +82,9 @@ func WithFailPolicy(p FailPolicy) Option { return func(c *Client) { c.policy = p
 // New returns a client of the Sluice server at baseURL (e.g. "https://sluice.example.com")
 // authenticating with secretKey. A baseURL that is not an http or https URL with a host, or a
 // secretKey with a control character (a trailing newline, say: net/http refuses to send it),
-// makes every call of the client fail before sending anything, with an error wrapping
-// ErrInvalidArgument, whatever the FailPolicy.
+// or a batch window (WithBatching) no shorter than the timeout (WithTimeout), makes every call
+// of the client fail before sending anything, with an error wrapping ErrInvalidArgument,
+// whatever the FailPolicy.
 func New(baseURL, secretKey string, opts ...Option) *Client {
 	c := &Client{base: strings.TrimRight(baseURL, "/"), key: secretKey, http: http.DefaultClient,
 		timeout: DefaultTimeout, retries: DefaultRetries, backoff: DefaultBackoff, maxBackoff: DefaultMaxBackoff}
@@ -91,6 +92,10 @@ func New(baseURL, secretKey string, opts ...Option) *Client {
 		o(c)
 	}
 	c.invalid = checkClient(baseURL, secretKey)
+	if c.invalid == nil && c.batcher != nil && c.timeout > 0 && c.batcher.window >= c.timeout {
+		c.invalid = fmt.Errorf("%w: the batch window %v (WithBatching) is not shorter than the timeout %v (WithTimeout): every batched call would run out of time waiting for its batch to be sent",
+			ErrInvalidArgument, c.batcher.window, c.timeout)
+	}
 	return c
 }
 
