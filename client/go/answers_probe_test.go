@@ -153,3 +153,43 @@ func TestABatchWindowNoShorterThanTheTimeoutIsRefused(t *testing.T) {
 		t.Fatalf("a batch window of 1ms, a timeout of 1s: %+v, %v", r, err)
 	}
 }
+
+// TestABaseURLWithAQueryOrFragmentIsRefused: the routes are appended to the base URL, so after a
+// query or a fragment they would never reach the path (calls failed confusingly, or, failing
+// open, admitted unasked): every call is ErrInvalidArgument, whatever the fail policy.
+func TestABaseURLWithAQueryOrFragmentIsRefused(t *testing.T) {
+	ctx := testCtx(t)
+	for _, base := range []string{baseURL + "/?x=1", baseURL + "#f", baseURL + "?", baseURL + "/sluice?x=1#f"} {
+		c := sluice.New(base, secretKey, sluice.WithFailPolicy(sluice.FailOpen))
+		if r, err := c.Limit(ctx, "api", sluice.Decision{Key: "k"}); !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("base URL %q, failing open: %+v, %v; want ErrInvalidArgument", base, r, err)
+		}
+	}
+}
+
+// TestABaseURLWithAPathPrefixIsKept: a Sluice a reverse proxy serves under a path prefix is
+// reached with the prefix in the base URL, with or without a trailing slash.
+func TestABaseURLWithAPathPrefixIsKept(t *testing.T) {
+	ctx := testCtx(t)
+	target, err := url.Parse(baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/sluice/", http.StripPrefix("/sluice", httputil.NewSingleHostReverseProxy(target)))
+	proxy := httptest.NewServer(mux)
+	defer proxy.Close()
+	name := limitName(t, "b")
+	for _, base := range []string{proxy.URL + "/sluice", proxy.URL + "/sluice/"} {
+		c := sluice.New(base, secretKey)
+		if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.TokenBucket, Rate: 10, Period: 60_000}); err != nil {
+			t.Fatalf("base URL %q: Put: %v", base, err)
+		}
+		if r, err := c.Limit(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK {
+			t.Fatalf("base URL %q: Limit: %+v, %v", base, r, err)
+		}
+		if v, err := c.Value(ctx, name, "k"); err != nil || v.Value >= 10 {
+			t.Fatalf("base URL %q: Value: %+v, %v; want a token spent", base, v, err)
+		}
+	}
+}

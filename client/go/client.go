@@ -79,8 +79,10 @@ func WithBackoff(first, maximum time.Duration) Option {
 // WithFailPolicy sets what decision calls return when Sluice cannot answer (default FailClosed).
 func WithFailPolicy(p FailPolicy) Option { return func(c *Client) { c.policy = p } }
 
-// New returns a client of the Sluice server at baseURL (e.g. "https://sluice.example.com")
-// authenticating with secretKey. A baseURL that is not an http or https URL with a host, or a
+// New returns a client of the Sluice server at baseURL (e.g. "https://sluice.example.com", or
+// "https://example.com/sluice" for a Sluice a reverse proxy serves under a path prefix: the
+// routes, /v1/…, are appended to it) authenticating with secretKey. A baseURL that is not an
+// http or https URL with a host, that has a query or a fragment, or a
 // secretKey with a control character (a trailing newline, say: net/http refuses to send it),
 // or a batch window (WithBatching) no shorter than the timeout (WithTimeout), makes every call
 // of the client fail before sending anything, with an error wrapping ErrInvalidArgument,
@@ -105,6 +107,11 @@ func checkClient(baseURL, secretKey string) error {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return fmt.Errorf("%w: base URL %q: want an http or https URL with a host, such as https://sluice.example.com", ErrInvalidArgument, baseURL)
+	}
+	// The routes are appended to the base URL: after a query or a fragment they would be part
+	// of it, never of the path.
+	if strings.ContainsAny(baseURL, "?#") {
+		return fmt.Errorf("%w: base URL %q: want no query or fragment (a path prefix, such as https://example.com/sluice, is fine)", ErrInvalidArgument, baseURL)
 	}
 	// url.Parse takes any digits for a port; a dial of one out of range fails before anything
 	// is sent, which would read as Sluice not answering.
