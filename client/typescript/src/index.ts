@@ -195,7 +195,10 @@ export type FailPolicy = "closed" | "open" | Fallback;
 
 /** The options of a {@link Sluice} client. */
 export interface SluiceOptions {
-  /** E.g. "https://sluice.example.com". */
+  /**
+   * E.g. "https://sluice.example.com", or "https://example.com/sluice" for a Sluice a reverse
+   * proxy serves under a path prefix (the routes, /v1/…, are appended to it); no query or fragment.
+   */
   baseUrl: string;
   secretKey: string;
   /** Bounds each call, its retries included (default 10,000; 0: no bound; at most 2,147,483,647, setTimeout's limit). */
@@ -862,12 +865,22 @@ function webhookPath(id: number, rest: string): string {
   return `/v1/webhooks/${id}${rest}`;
 }
 
-/** Headers as a receiver has them: a fetch Headers, or Node's IncomingHttpHeaders. */
+/**
+ * Headers as a receiver has them: a fetch Headers, or a plain object such as Node's
+ * IncomingHttpHeaders (whose names are lower case) or one a framework built ({"Webhook-Id": …}):
+ * names are looked up whatever their case.
+ */
 export type HeadersLike = Headers | Record<string, string | string[] | undefined>;
 
+/** The value of the header name (lower case) in h, "" when absent; a plain object's names in any case. */
 function headerOf(h: HeadersLike, name: string): string {
   if (typeof (h as Headers).get === "function") return (h as Headers).get(name) ?? "";
-  const v = (h as Record<string, string | string[] | undefined>)[name];
+  const o = h as Record<string, string | string[] | undefined>;
+  let v = o[name];
+  if (v === undefined) {
+    const k = Object.keys(o).find((k) => k.toLowerCase() === name);
+    if (k !== undefined) v = o[k];
+  }
   return Array.isArray(v) ? (v[0] ?? "") : (v ?? "");
 }
 
@@ -1120,6 +1133,11 @@ function checkBaseUrl(baseUrl: unknown): string {
     throw new TypeError(`sluice: baseUrl ${JSON.stringify(baseUrl)} is not an http or https URL with a host (e.g. "https://sluice.example.com")`);
   }
   // fetch refuses these itself, before connecting: they would read as Sluice not answering.
+  // The routes are appended to baseUrl: after a query or a fragment they would be part of it,
+  // never of the path. A path prefix (a Sluice served by a reverse proxy under /sluice/) is kept.
+  if ((baseUrl as string).includes("?") || (baseUrl as string).includes("#")) {
+    throw new TypeError(`sluice: baseUrl ${JSON.stringify(baseUrl)} must have no query or fragment (a path prefix, such as "https://example.com/sluice", is fine)`);
+  }
   if (u.username !== "" || u.password !== "") {
     throw new TypeError("sluice: baseUrl must not carry credentials (user:password@): the secret key authenticates");
   }

@@ -937,3 +937,25 @@ test("a 200 answer without the members a decision requires, or with an empty bod
   // Any call's empty 200 (a value that resolved undefined).
   await undecodableOf(client({ fetch: rewritingFetch("", () => true) }).value(name, "k"), "value, answered an empty 200");
 });
+
+test("a baseUrl with a query or a fragment is refused at construction; a path prefix is kept", async () => {
+  for (const baseUrl of [`${sluice.baseUrl}/?x=1`, `${sluice.baseUrl}#f`, `${sluice.baseUrl}?`, `${sluice.baseUrl}/sluice?x=1#f`]) {
+    assert.throws(() => new Sluice({ baseUrl, secretKey: sluice.secretKey }), TypeError, baseUrl);
+  }
+  // A reverse proxy serving Sluice under /sluice/: it strips the prefix (and refuses what lacks it).
+  const proxied = [];
+  const underPrefix = (input, init) => {
+    const u = new URL(String(input));
+    if (!u.pathname.startsWith("/sluice/v1/")) return Promise.resolve(new Response("not found", { status: 404 }));
+    proxied.push(u.pathname);
+    return fetch(`${sluice.baseUrl}${u.pathname.slice("/sluice".length)}${u.search}`, init);
+  };
+  const name = limitName("prefix");
+  for (const baseUrl of ["http://gateway.test/sluice", "http://gateway.test/sluice/"]) {
+    const c = new Sluice({ baseUrl, secretKey: sluice.secretKey, fetch: underPrefix });
+    await putBucket(c, name, 10);
+    assert.equal((await c.limit(name, { key: "k" })).ok, true, baseUrl);
+    assert.ok((await c.value(name, "k")).value < 10, baseUrl);
+  }
+  assert.ok(proxied.length >= 6 && proxied.every((p) => p.startsWith("/sluice/v1/limits/")), JSON.stringify(proxied));
+});
