@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,23 +135,16 @@ func TestAGatewaysTooManyRequestsIsSluiceUnavailable(t *testing.T) {
 	}
 }
 
-// TestABatchWindowNoShorterThanTheTimeoutIsRefused: a batch window as long as the client's
-// timeout, or longer, would make every batched call run out of time waiting for its batch (and a
-// FailOpen client admit everything unasked): the client refuses every call with
-// ErrInvalidArgument, as it does a malformed base URL, whatever the fail policy.
-func TestABatchWindowNoShorterThanTheTimeoutIsRefused(t *testing.T) {
+// TestABatchWindowLongerThanTheTimeoutIsCut: a batch window as long as the client's timeout, or
+// longer, made every batched call run out of time waiting for its batch (and a FailOpen client
+// admit unasked): it is cut to half the timeout, so a lone call's batch is sent with time left.
+func TestABatchWindowLongerThanTheTimeoutIsCut(t *testing.T) {
 	ctx := testCtx(t)
 	name := limitName(t, "b")
 	putLimit(t, newClient(t), name, 10)
-	for _, window := range []time.Duration{time.Second, 2 * time.Second} {
-		c := newClient(t, sluice.WithBatching(window, 10), sluice.WithTimeout(time.Second), sluice.WithFailPolicy(sluice.FailOpen))
-		if r, err := c.Limit(ctx, name, sluice.Decision{Key: "k"}); !errors.Is(err, sluice.ErrInvalidArgument) {
-			t.Errorf("a batch window of %v, a timeout of 1s, failing open: %+v, %v; want ErrInvalidArgument", window, r, err)
-		}
-	}
-	c := newClient(t, sluice.WithBatching(time.Millisecond, 10), sluice.WithTimeout(time.Second))
-	if r, err := c.Limit(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK {
-		t.Fatalf("a batch window of 1ms, a timeout of 1s: %+v, %v", r, err)
+	c := newClient(t, sluice.WithBatching(time.Hour, 10), sluice.WithTimeout(4*time.Second))
+	if r, err := c.Limit(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK || r.Degraded {
+		t.Fatalf("a lone call, a batch window of an hour, a timeout of 4s: %+v, %v; want Sluice's admission", r, err)
 	}
 }
 
@@ -191,5 +185,70 @@ func TestABaseURLWithAPathPrefixIsKept(t *testing.T) {
 		if v, err := c.Value(ctx, name, "k"); err != nil || v.Value >= 10 {
 			t.Fatalf("base URL %q: Value: %+v, %v; want a token spent", base, v, err)
 		}
+	}
+}
+
+// firstAttemptHangs is a reverse proxy in front of the real Sluice before which the first
+// request of each route suffix it is given (…/check, …/limit) hangs, never forwarded, until its
+// client gives up; it counts the requests of each.
+type firstAttemptHangs struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func newFirstAttemptHangs(t *testing.T, suffixes ...string) *firstAttemptHangs {
+	t.Helper()
+	target, err := url.Parse(baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	p := &firstAttemptHangs{seen: map[string]int{}}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, s := range suffixes {
+			if strings.HasSuffix(r.URL.Path, s) {
+				p.mu.Lock()
+				p.seen[s]++
+				n := p.seen[s]
+				p.mu.Unlock()
+				if n == 1 {
+					// Read to the end: only then does the server watch the connection, and
+					// end r's context when the client hangs up.
+					_, _ = io.Copy(io.Discard, r.Body)
+					<-r.Context().Done()
+					return
+				}
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *firstAttemptHangs) count(suffix string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[suffix]
+}
+
+// TestAnAttemptTheHTTPClientsTimeoutEndedIsRetried: with WithHTTPClient(&http.Client{Timeout: …})
+// an attempt that runs out of that time got no answer, a network error like any: a call that may
+// be retried (Check) is retried while it has time left (it was not: the timeout's error is a
+// context.DeadlineExceeded, taken for the call's own); one that may not (Limit without an
+// Idempotency-Key) still is not.
+func TestAnAttemptTheHTTPClientsTimeoutEndedIsRetried(t *testing.T) {
+	ctx := testCtx(t)
+	name := limitName(t, "b")
+	putLimit(t, newClient(t), name, 10)
+	proxy := newFirstAttemptHangs(t, "/check", "/limit")
+	c := sluice.New(proxy.URL, secretKey, sluice.WithTimeout(20*time.Second), sluice.WithBackoff(time.Millisecond, time.Millisecond),
+		sluice.WithHTTPClient(&http.Client{Timeout: 1500 * time.Millisecond}))
+	if r, err := c.Check(ctx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK || proxy.count("/check") != 2 {
+		t.Fatalf("Check whose first attempt the http.Client's timeout ended: %+v, %v, %d attempts; want admitted on the second", r, err, proxy.count("/check"))
+	}
+	if r, err := c.Limit(ctx, name, sluice.Decision{Key: "k"}); err == nil || proxy.count("/limit") != 1 {
+		t.Fatalf("Limit (no Idempotency-Key) whose first attempt the http.Client's timeout ended: %+v, %v, %d attempts; want its error, sent once", r, err, proxy.count("/limit"))
 	}
 }

@@ -66,6 +66,7 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // WithRetries sets how many times an idempotent call is retried after a 503 or a network error
+// (an attempt the http.Client's own Timeout ended included, while the call has time left)
 // (default DefaultRetries; 0 disables retries: a keyed call is then sent once, not re-sent by
 // net/http's Transport either).
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
@@ -84,9 +85,8 @@ func WithFailPolicy(p FailPolicy) Option { return func(c *Client) { c.policy = p
 // routes, /v1/…, are appended to it) authenticating with secretKey. A baseURL that is not an
 // http or https URL with a host, that has a query or a fragment, or a
 // secretKey with a control character (a trailing newline, say: net/http refuses to send it),
-// or a batch window (WithBatching) no shorter than the timeout (WithTimeout), makes every call
-// of the client fail before sending anything, with an error wrapping ErrInvalidArgument,
-// whatever the FailPolicy.
+// makes every call of the client fail before sending anything, with an error wrapping
+// ErrInvalidArgument, whatever the FailPolicy.
 func New(baseURL, secretKey string, opts ...Option) *Client {
 	c := &Client{base: strings.TrimRight(baseURL, "/"), key: secretKey, http: http.DefaultClient,
 		timeout: DefaultTimeout, retries: DefaultRetries, backoff: DefaultBackoff, maxBackoff: DefaultMaxBackoff}
@@ -94,9 +94,11 @@ func New(baseURL, secretKey string, opts ...Option) *Client {
 		o(c)
 	}
 	c.invalid = checkClient(baseURL, secretKey)
-	if c.invalid == nil && c.batcher != nil && c.timeout > 0 && c.batcher.window >= c.timeout {
-		c.invalid = fmt.Errorf("%w: the batch window %v (WithBatching) is not shorter than the timeout %v (WithTimeout): every batched call would run out of time waiting for its batch to be sent",
-			ErrInvalidArgument, c.batcher.window, c.timeout)
+	if c.batcher != nil && c.timeout > 0 && c.batcher.window > c.timeout/2 {
+		// The window counts against each call's timeout: a longer one would leave a call that
+		// waits it out no time for its batch's request (or none at all: every batched call
+		// would run out of time, and a FailOpen client admit unasked).
+		c.batcher.window = c.timeout / 2
 	}
 	return c
 }
@@ -534,13 +536,15 @@ func noAnswer(err error) bool {
 }
 
 // retryable reports whether a failed attempt may succeed when repeated: Sluice failed closed
-// (503) or the request did not get an answer.
+// (503) or the request did not get an answer, an attempt the http.Client's own Timeout ended
+// included (its error is a context.DeadlineExceeded). Whether the call still has time is for
+// the caller to check (its context's Err): the call's own deadline or cancellation ends it.
 func retryable(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Status == http.StatusServiceUnavailable
 	}
-	return noAnswer(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return noAnswer(err) && !errors.Is(err, context.Canceled)
 }
 
 // retryDelay is how long to wait before retry number attempt+1 after err: the jittered backoff,
