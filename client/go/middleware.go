@@ -292,7 +292,8 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if errors.Is(err, ErrInvalidArgument) || (answered && e.Status < http.StatusInternalServerError && !gatewayRefused(e)) {
 		// Sluice answered that the decision itself is wrong (an unknown limit, a count over the
-		// capacity, a revoked key): a mistake of this server's configuration, not of the visitor.
+		// capacity without a count function, a revoked key): a mistake of this server's
+		// configuration, not of the visitor.
 		m.log.ErrorContext(r.Context(), "sluice: the decision was refused as invalid", "limit", m.name, "err", err)
 		writeProblem(w, http.StatusInternalServerError, map[string]any{"type": "about:blank", "title": "Internal Server Error",
 			"status": http.StatusInternalServerError, "detail": "internal error", "code": CodeInternal})
