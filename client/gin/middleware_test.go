@@ -291,3 +291,32 @@ func (l leaseReleases) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
+
+type ginUser struct{ id string }
+
+func (u *ginUser) String() string { return u.id }
+
+// TestGinANilUserIsNoUser: a nil pointer stored as the user (whose String has a pointer receiver)
+// is a request without one, 400, not a panic; a named integer type is keyed by its number.
+func TestGinANilUserIsNoUser(t *testing.T) {
+	name := limitName(t)
+	putLimit(t, baseURL, secretKey, name, 5)
+	type accountID int64
+	a := newApp(t, []gin.HandlerFunc{func(c *gin.Context) {
+		if c.GetHeader("X-Test-User") == "" {
+			c.Set("user", (*ginUser)(nil))
+		} else {
+			c.Set("user", accountID(42))
+		}
+	}}, sluicegin.Middleware(sluice.New(baseURL, secretKey), name, sluicegin.WithKeyFunc(sluicegin.KeyByContextValue("user"))))
+	w := a.get("192.0.2.1:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || a.handled != 0 {
+		t.Fatalf("a nil *ginUser: %d %v, handled %d times; want 400", w.Code, p, a.handled)
+	}
+	if w := a.get("192.0.2.1:1", "X-Test-User", "yes"); w.Code != http.StatusOK {
+		t.Fatalf("an accountID: %d %s", w.Code, w.Body.String())
+	}
+	if v, err := sluice.New(baseURL, secretKey).Value(testCtx(t), name, "42"); err != nil || v.Value >= 5 {
+		t.Fatalf("the key 42 holds %+v, %v; want a token spent", v, err)
+	}
+}
