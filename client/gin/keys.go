@@ -26,8 +26,9 @@ func KeyByHeader(name string) KeyFunc {
 
 // KeyByContextValue keys requests by what an earlier handler stored with c.Set(key, user): the
 // authenticated user, so this middleware goes after the authentication. The value may be a
-// string, a fmt.Stringer or an integer; a request without it (or with an empty one) is refused
-// (400), so unauthenticated requests never share a key.
+// string, a fmt.Stringer or an integer, also of a named type (sluice.KeyFromValue); a request
+// without it (or with an empty one, or a nil pointer or interface) is refused (400), so
+// unauthenticated requests never share a key.
 func KeyByContextValue(key any) KeyFunc {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(key)

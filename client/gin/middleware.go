@@ -65,7 +65,8 @@ func WithErrorHandler(fn func(c *gin.Context, err error)) Option {
 	}
 }
 
-// WithLogger sets where the default error handler logs failures (default slog.Default()).
+// WithLogger sets where the middleware logs (default slog.Default(); nil: nowhere), as
+// sluice.WithLogger.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.opts = append(c.opts, sluice.WithLogger(l)) }
 }

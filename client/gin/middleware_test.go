@@ -252,16 +252,71 @@ func ExampleMiddleware() {
 
 // TestGinReleasesTheConcurrencyLeaseOnceTheChainHasRun: on a concurrency limit of 1, requests
 // of one client one after another are all admitted (the middleware frees the request's slot
-// once the rest of the chain has run), not refused until the lease's TTL (a minute) ends.
+// once the rest of the chain has run), not refused until the lease's TTL (a minute) ends. The
+// release is sent in the background once the chain has run: each request waits for it.
 func TestGinReleasesTheConcurrencyLeaseOnceTheChainHasRun(t *testing.T) {
 	name := limitName(t)
 	if _, err := sluice.New(baseURL, secretKey).Put(testCtx(t), name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 60_000}); err != nil {
 		t.Fatal(err)
 	}
-	a := newApp(t, nil, sluicegin.Middleware(sluice.New(baseURL, secretKey), name))
+	net := leaseReleases{released: make(chan int, 4)}
+	a := newApp(t, nil, sluicegin.Middleware(sluice.New(baseURL, secretKey, sluice.WithHTTPClient(&http.Client{Transport: net})), name))
 	for i := range 3 {
 		if w := a.get("203.0.113.9:4444"); w.Code != http.StatusOK {
 			t.Fatalf("request %d: %d (Retry-After %q), want 200: the previous request's lease was not released", i+1, w.Code, w.Header().Get("Retry-After"))
 		}
+		select {
+		case status := <-net.released:
+			if status != http.StatusNoContent {
+				t.Fatalf("the release of request %d: status %d, want 204", i+1, status)
+			}
+		case <-testCtx(t).Done():
+			t.Fatalf("waited for the lease of request %d to be released", i+1)
+		}
+	}
+}
+
+// leaseReleases is a network that tells on released the status of each lease release once Sluice
+// has answered it (0: no answer).
+type leaseReleases struct{ released chan int }
+
+func (l leaseReleases) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if strings.HasPrefix(r.URL.Path, "/v1/leases/") && strings.HasSuffix(r.URL.Path, "/release") {
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+		}
+		l.released <- status
+	}
+	return resp, err
+}
+
+type ginUser struct{ id string }
+
+func (u *ginUser) String() string { return u.id }
+
+// TestGinANilUserIsNoUser: a nil pointer stored as the user (whose String has a pointer receiver)
+// is a request without one, 400, not a panic; a named integer type is keyed by its number.
+func TestGinANilUserIsNoUser(t *testing.T) {
+	name := limitName(t)
+	putLimit(t, baseURL, secretKey, name, 5)
+	type accountID int64
+	a := newApp(t, []gin.HandlerFunc{func(c *gin.Context) {
+		if c.GetHeader("X-Test-User") == "" {
+			c.Set("user", (*ginUser)(nil))
+		} else {
+			c.Set("user", accountID(42))
+		}
+	}}, sluicegin.Middleware(sluice.New(baseURL, secretKey), name, sluicegin.WithKeyFunc(sluicegin.KeyByContextValue("user"))))
+	w := a.get("192.0.2.1:1")
+	if p := decodeProblem(t, w); w.Code != http.StatusBadRequest || p["code"] != sluice.CodeInvalidRequest || a.handled != 0 {
+		t.Fatalf("a nil *ginUser: %d %v, handled %d times; want 400", w.Code, p, a.handled)
+	}
+	if w := a.get("192.0.2.1:1", "X-Test-User", "yes"); w.Code != http.StatusOK {
+		t.Fatalf("an accountID: %d %s", w.Code, w.Body.String())
+	}
+	if v, err := sluice.New(baseURL, secretKey).Value(testCtx(t), name, "42"); err != nil || v.Value >= 5 {
+		t.Fatalf("the key 42 holds %+v, %v; want a token spent", v, err)
 	}
 }

@@ -31,7 +31,9 @@ const (
 // WithBatching merges concurrent Limit calls into one POST /v1/decisions request. The first call
 // of a batch waits up to window for others to join (DefaultBatchWindow when window <= 0); the
 // batch is sent when the window ends or as soon as it holds maxItems calls
-// (DefaultBatchMaxItems when maxItems <= 0, at most MaxBatchItems). Off by default.
+// (DefaultBatchMaxItems when maxItems <= 0, at most MaxBatchItems). Off by default. The window
+// counts against each call's timeout (WithTimeout): one longer than half the timeout is cut to
+// half of it, so that a batch the window sends has time left for its request.
 //
 // Each Limit call returns what it would have returned unbatched, with these differences:
 //   - Its Result carries no RateLimitPolicy and RateLimit headers (a bulk answer has none),

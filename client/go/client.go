@@ -3,7 +3,8 @@
 //
 // A Client makes typed calls to Sluice's JSON API (/v1) with a secret key. Problems Sluice
 // answers with are returned as *Error (use errors.As). When Sluice cannot answer (network
-// errors, timeouts, 5xx), decision calls follow the client's FailPolicy: FailClosed (the
+// errors, timeouts, 5xx, a gateway's 429 in front of it), decision calls follow the client's
+// FailPolicy: FailClosed (the
 // default) returns the error, FailOpen an allowed Result marked Degraded, and Fallback whatever
 // a function decides.
 package sluice
@@ -65,7 +66,9 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // WithRetries sets how many times an idempotent call is retried after a 503 or a network error
-// (default DefaultRetries; 0 disables retries).
+// (an attempt the http.Client's own Timeout ended included, while the call has time left)
+// (default DefaultRetries; 0 disables retries: a keyed call is then sent once, not re-sent by
+// net/http's Transport either).
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
 // WithBackoff sets the first delay before a retry and the cap of the delays, which double on each
@@ -77,8 +80,10 @@ func WithBackoff(first, maximum time.Duration) Option {
 // WithFailPolicy sets what decision calls return when Sluice cannot answer (default FailClosed).
 func WithFailPolicy(p FailPolicy) Option { return func(c *Client) { c.policy = p } }
 
-// New returns a client of the Sluice server at baseURL (e.g. "https://sluice.example.com")
-// authenticating with secretKey. A baseURL that is not an http or https URL with a host, or a
+// New returns a client of the Sluice server at baseURL (e.g. "https://sluice.example.com", or
+// "https://example.com/sluice" for a Sluice a reverse proxy serves under a path prefix: the
+// routes, /v1/…, are appended to it) authenticating with secretKey. A baseURL that is not an
+// http or https URL with a host, that has a query or a fragment, or a
 // secretKey with a control character (a trailing newline, say: net/http refuses to send it),
 // makes every call of the client fail before sending anything, with an error wrapping
 // ErrInvalidArgument, whatever the FailPolicy.
@@ -89,6 +94,12 @@ func New(baseURL, secretKey string, opts ...Option) *Client {
 		o(c)
 	}
 	c.invalid = checkClient(baseURL, secretKey)
+	if c.batcher != nil && c.timeout > 0 && c.batcher.window > c.timeout/2 {
+		// The window counts against each call's timeout: a longer one would leave a call that
+		// waits it out no time for its batch's request (or none at all: every batched call
+		// would run out of time, and a FailOpen client admit unasked).
+		c.batcher.window = c.timeout / 2
+	}
 	return c
 }
 
@@ -98,6 +109,11 @@ func checkClient(baseURL, secretKey string) error {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return fmt.Errorf("%w: base URL %q: want an http or https URL with a host, such as https://sluice.example.com", ErrInvalidArgument, baseURL)
+	}
+	// The routes are appended to the base URL: after a query or a fragment they would be part
+	// of it, never of the path.
+	if strings.ContainsAny(baseURL, "?#") {
+		return fmt.Errorf("%w: base URL %q: want no query or fragment (a path prefix, such as https://example.com/sluice, is fine)", ErrInvalidArgument, baseURL)
 	}
 	// url.Parse takes any digits for a port; a dial of one out of range fails before anything
 	// is sent, which would read as Sluice not answering.
@@ -158,13 +174,14 @@ func (c *Client) decide(ctx context.Context, name, verb string, d Decision, retr
 		}
 	}
 	var w wireDecision
-	h, err := c.doKeyed(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik) // checkDecision checked the name
+	h, acted, err := c.doAttempts(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik) // checkDecision checked the name
 	if err != nil {
 		return c.fallbackOne(ctx, Item{Name: name, Decision: d}, err)
 	}
 	r := w.result()
 	r.RateLimitPolicy, r.RateLimit = h.Get("RateLimit-Policy"), h.Get("RateLimit")
 	r.Replayed = h.Get("Idempotent-Replayed") == "true"
+	r.ownReplay = r.Replayed && acted
 	return r, nil
 }
 
@@ -364,15 +381,23 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 // doKeyed is do with an Idempotency-Key header when idemKey is not "": the call is then retried
 // like an idempotent one (Sluice replays the first answer).
 func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any, idemKey string) (http.Header, error) {
+	h, _, err := c.doAttempts(ctx, method, path, q, body, retry, out, idemKey)
+	return h, err
+}
+
+// doAttempts is doKeyed, also reporting whether an earlier attempt of the call got no answer
+// from Sluice before the one answered (so may have been carried out: a replayed answer under
+// idemKey is then most likely that attempt's, the call's own).
+func (c *Client) doAttempts(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any, idemKey string) (http.Header, bool, error) {
 	retry = retry || idemKey != ""
 	if c.invalid != nil {
-		return nil, fmt.Errorf("sluice: %s %s: %w", method, path, c.invalid)
+		return nil, false, fmt.Errorf("sluice: %s %s: %w", method, path, c.invalid)
 	}
 	var payload []byte
 	if body != nil {
 		var err error
 		if payload, err = json.Marshal(body); err != nil { // e.g. a Rate of NaN or ±Inf
-			return nil, fmt.Errorf("sluice: %s %s: %w: encode the body: %w", method, path, ErrInvalidArgument, err)
+			return nil, false, fmt.Errorf("sluice: %s %s: %w: encode the body: %w", method, path, ErrInvalidArgument, err)
 		}
 	}
 	if c.timeout > 0 {
@@ -388,19 +413,19 @@ func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values,
 	for attempt := 0; ; attempt++ {
 		h, err := c.once(ctx, method, target, payload, out, idemKey)
 		if err == nil {
-			return h, nil
+			return h, mayHaveActed, nil
 		}
 		if mayHaveActed && method == http.MethodDelete && idemKey == "" && notFound(err) {
 			// The attempt whose answer was lost may have deleted it: what the caller wanted.
 			// Sluice's own 503 problem means it did nothing: a 404 after it is an error.
-			return http.Header{}, nil
+			return http.Header{}, mayHaveActed, nil
 		}
 		mayHaveActed = mayHaveActed || !sluiceAnswered(err)
 		if !retry || attempt >= c.retries || !retryable(err) || ctx.Err() != nil {
-			return nil, fmt.Errorf("sluice: %s %s: %w", method, path, err)
+			return nil, mayHaveActed, fmt.Errorf("sluice: %s %s: %w", method, path, err)
 		}
 		if werr := wait(ctx, c.retryDelay(ctx, attempt, err)); werr != nil {
-			return nil, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
+			return nil, mayHaveActed, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
 		}
 	}
 }
@@ -421,6 +446,11 @@ func (c *Client) once(ctx context.Context, method, target string, payload []byte
 	}
 	if idemKey != "" {
 		req.Header.Set("Idempotency-Key", idemKey)
+		// net/http's Transport re-sends a request with an Idempotency-Key header whose reused
+		// connection broke after it was sent, unseen by doAttempts (even with WithRetries(0)),
+		// which would take the replayed answer to the call's own lost attempt for another's.
+		// Without GetBody it cannot: every attempt is doAttempts'.
+		req.GetBody = nil
 	}
 	// Everything a request could be refused for before it leaves (its URL, its header values) is
 	// checked before this point, so an error of Do is the transport's: no answer.
@@ -506,13 +536,15 @@ func noAnswer(err error) bool {
 }
 
 // retryable reports whether a failed attempt may succeed when repeated: Sluice failed closed
-// (503) or the request did not get an answer.
+// (503) or the request did not get an answer, an attempt the http.Client's own Timeout ended
+// included (its error is a context.DeadlineExceeded). Whether the call still has time is for
+// the caller to check (its context's Err): the call's own deadline or cancellation ends it.
 func retryable(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Status == http.StatusServiceUnavailable
 	}
-	return noAnswer(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return noAnswer(err) && !errors.Is(err, context.Canceled)
 }
 
 // retryDelay is how long to wait before retry number attempt+1 after err: the jittered backoff,

@@ -10,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 )
 
@@ -44,18 +47,32 @@ func WithLimitHandler(h http.Handler) MiddlewareOption { return func(m *middlewa
 // fallback returned an error), or Sluice answered with a problem (an unknown limit, a wrong
 // key, the tenant's plan over its decision rate). The default answers, as problem+json: 400
 // when the request has no key Sluice can take (the key function failed, or Sluice refused the
-// key as too long or reserved); 429 tenant_quota_exceeded with Retry-After (whole seconds, at
+// key as too long or reserved); 413 count_exceeds_capacity when the count function's count is
+// more than the limit can ever admit (the request's doing), logged as a warning at most once a
+// minute; 429 tenant_quota_exceeded with Retry-After (whole seconds, at
 // least 1) when the tenant's plan refused the decision, logged as a warning; 503 with
-// Retry-After: 1 when Sluice could not answer; and 500 when Sluice refused the decision itself,
+// Retry-After (1, or what the failed answer asked for: a gateway's 429, say) when Sluice could
+// not answer (a 429 that is not Sluice's problem included: a gateway in front of it) or its
+// answer did not decode; and 500 when Sluice refused the decision itself,
 // or the client refused it before sending (ErrInvalidArgument: a malformed base URL or secret
-// key, say), both this server's configuration, logged as an error.
+// key, say), both this server's configuration, logged as an error. A request whose context was
+// cancelled while Sluice decided (its visitor hung up, or the server is shutting down) gets an
+// error wrapping context.Canceled, which the default answers 503 with Retry-After: 1 (unread by
+// a visitor who left), logged at debug level only, whatever the fail policy.
 func WithErrorHandler(fn func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
 	return func(m *middleware) { m.onError = fn }
 }
 
-// WithLogger sets where the default error handler logs failures to reach Sluice (default
-// slog.Default()).
-func WithLogger(l *slog.Logger) MiddlewareOption { return func(m *middleware) { m.log = l } }
+// WithLogger sets where the middleware logs (default slog.Default()): the default error
+// handler's failures and a lease release that failed. nil logs nowhere.
+func WithLogger(l *slog.Logger) MiddlewareOption {
+	return func(m *middleware) {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		m.log = l
+	}
+}
 
 type middleware struct {
 	client  *Client
@@ -65,7 +82,15 @@ type middleware struct {
 	limited http.Handler
 	onError func(http.ResponseWriter, *http.Request, error)
 	log     *slog.Logger
+	// oversizedAt is when (Unix ns) the default error handler last logged a request costing
+	// more than the limit can ever admit: it does so at most once per oversizedLogEvery.
+	oversizedAt atomic.Int64
 }
+
+// oversizedLogEvery is how often at most the default error handler logs requests whose count
+// (WithCountFunc's, so the visitor's) is over what the limit can ever admit: the visitor decides
+// how many there are.
+const oversizedLogEvery = time.Minute
 
 type resultKey struct{}
 
@@ -79,13 +104,19 @@ func ResultFromContext(ctx context.Context) (Result, bool) {
 // errKey marks a failure of the key or count function (the request's fault, not Sluice's).
 var errKey = errors.New("sluice middleware: no key for the request")
 
+// errRequestEnded marks a request whose context was cancelled while Sluice decided (its visitor
+// hung up, or the server is shutting down): no failure of Sluice's, nor a refusal.
+var errRequestEnded = errors.New("sluice: the request ended while Sluice decided")
+
 // Middleware limits each request with the limit name: it consumes one token (or CountFunc's) of
 // the request's key with Client.Limit, passes the IETF RateLimit-Policy and RateLimit headers
 // Sluice answered with on to the response, and refuses with 429, Retry-After and a problem body
 // (or WithLimitHandler's response). When Sluice cannot answer, the client's FailPolicy decides:
 // FailOpen lets the request through (without RateLimit headers), FailClosed answers 503. A
 // client WithBatching gets no headers to pass on (a bulk answer has none); Retry-After stays.
-// On a concurrency limit the lease the decision took is released when next returns.
+// On a concurrency limit the lease the decision took is released once next returns (or
+// panics), by a request sent in the background: the response does not wait for it (see
+// the README for when the slot is free).
 func Middleware(c *Client, name string, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	peer, _ := KeyByClientIP()
 	m := &middleware{client: c, name: name, key: peer, log: slog.Default()}
@@ -128,24 +159,27 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if cause := r.Context().Err(); errors.Is(cause, context.Canceled) {
 		// The request ended while Sluice decided: its visitor hung up, or the server is shutting
 		// down with the visitor still there. A lease the decision took is released at once, the
-		// handler does not run, and the error handler answers (unread if the visitor left).
+		// handler does not run, and the error handler answers (unread if the visitor left) with
+		// an error wrapping context.Canceled (and the decision's error, if any).
 		if err == nil {
 			if res.LeaseID != "" {
 				m.release(r, res.LeaseID)
 			}
-			err = fmt.Errorf("sluice: the request ended while Sluice decided: %w", cause)
+			err = cause
 		}
-		m.onError(w, r, err)
+		m.onError(w, r, fmt.Errorf("%w: %w", errRequestEnded, err))
 		return
 	}
 	if err != nil {
 		m.onError(w, r, err)
 		return
 	}
-	if res.OK && res.Replayed && res.LeaseID != "" {
+	if res.OK && res.Replayed && res.LeaseID != "" && !res.ownReplay {
 		// A decision replayed under the request's Idempotency-Key carries the lease of the
 		// attempt that made it, still running or ended: no slot of this request's. It is refused,
 		// not run beside that attempt (or after it, on no slot at all), and nothing is released.
+		// A replay after this call's own attempt got no answer (Client.Limit retried it) is that
+		// attempt's answer: its lease is this request's, used and released as any.
 		res.OK, res.LeaseID = false, ""
 	}
 	h := w.Header()
@@ -162,9 +196,11 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	if res.LeaseID != "" {
-		// A concurrency limit counts requests in flight: this one's slot is free once next has
-		// answered it (or panicked), not when the lease's TTL runs out.
-		defer m.release(r, res.LeaseID)
+		// A concurrency limit counts requests in flight: this one's slot is freed once next has
+		// returned (or panicked), not when the lease's TTL runs out. The release is sent in the
+		// background, so that the response (which net/http completes once this returns) never
+		// waits for Sluice: a slow or unreachable Sluice would delay every admitted request.
+		defer func() { go m.release(r, res.LeaseID) }()
 	}
 	next.ServeHTTP(w, r)
 }
@@ -187,11 +223,17 @@ func (m *middleware) decisionContext(req context.Context) (context.Context, cont
 
 // release ends the lease a request's decision took on a concurrency limit. The request's own
 // context may be done by now (its client gone): the release outlives it, bounded by the client's
-// timeout. It is not sent under an Idempotency-Key the request's context carries for its
-// decision (WithIdempotencyKey): that key names the decision, and Sluice refuses it on another
-// request (422). A failure is logged, not the request's: the lease expires at its TTL.
+// timeout (DefaultTimeout when the client has none). It is not sent under an Idempotency-Key the
+// request's context carries for its decision (WithIdempotencyKey): that key names the decision,
+// and Sluice refuses it on another request (422). A failure is logged, not the request's: the
+// lease expires at its TTL.
 func (m *middleware) release(r *http.Request, leaseID string) {
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), idempotencyKey{}, nil)
+	if m.client.timeout <= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
 	if err := m.client.ReleaseLease(ctx, leaseID); err != nil {
 		m.log.WarnContext(r.Context(), "sluice: the request's concurrency lease was not released; it ends at its TTL", "limit", m.name, "err", err)
 	}
@@ -210,11 +252,29 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request) {
 
 // fail is the default error handler.
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errRequestEnded) {
+		// Most likely a visitor who hung up (then nobody reads this); else a server shutting
+		// down. Not Sluice failing, whatever the fail policy: logged at debug level only.
+		m.log.DebugContext(r.Context(), "sluice: the request ended while Sluice decided; not run", "limit", m.name, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, map[string]any{"type": "about:blank", "title": "Service Unavailable",
+			"status": http.StatusServiceUnavailable, "detail": "the request ended before it was decided; retry later", "code": CodeUnavailable})
+		return
+	}
 	var e *Error
 	answered := errors.As(err, &e)
 	if errors.Is(err, errKey) || (answered && visitorsKeyRefused(e)) {
 		writeProblem(w, http.StatusBadRequest, map[string]any{"type": "about:blank", "title": "Bad Request",
 			"status": http.StatusBadRequest, "detail": "the request cannot be rate limited", "code": CodeInvalidRequest})
+		return
+	}
+	if answered && e.Code == CodeCountExceedsCapacity && m.count != nil {
+		// The count function's count (the visitor's request: its size, say) is more than the
+		// limit can ever admit: no retry will pass, and it is the request's doing, not Sluice's
+		// nor this server's configuration's.
+		m.logOversized(r, err)
+		writeProblem(w, http.StatusRequestEntityTooLarge, map[string]any{"type": "about:blank", "title": "Content Too Large",
+			"status": http.StatusRequestEntityTooLarge, "detail": "the request costs more than the rate limit can ever admit", "code": CodeCountExceedsCapacity, "name": m.name})
 		return
 	}
 	if answered && e.Code == CodeTenantQuotaExceeded {
@@ -230,18 +290,34 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, http.StatusTooManyRequests, p)
 		return
 	}
-	if errors.Is(err, ErrInvalidArgument) || (answered && e.Status < http.StatusInternalServerError) {
+	if errors.Is(err, ErrInvalidArgument) || (answered && e.Status < http.StatusInternalServerError && !gatewayRefused(e)) {
 		// Sluice answered that the decision itself is wrong (an unknown limit, a count over the
-		// capacity, a revoked key): a mistake of this server's configuration, not of the visitor.
+		// capacity without a count function, a revoked key): a mistake of this server's
+		// configuration, not of the visitor.
 		m.log.ErrorContext(r.Context(), "sluice: the decision was refused as invalid", "limit", m.name, "err", err)
 		writeProblem(w, http.StatusInternalServerError, map[string]any{"type": "about:blank", "title": "Internal Server Error",
 			"status": http.StatusInternalServerError, "detail": "internal error", "code": CodeInternal})
 		return
 	}
 	m.log.WarnContext(r.Context(), "sluice: no decision; refusing the request (fail closed)", "limit", m.name, "err", err)
-	w.Header().Set("Retry-After", "1")
+	retryAfter := 1.0
+	if answered && e.RetryAfter > 0 { // a gateway's 429 or a 503 that asked for longer
+		retryAfter = max(math.Ceil(e.RetryAfter.Seconds()), 1)
+	}
+	w.Header().Set("Retry-After", strconv.FormatFloat(retryAfter, 'f', 0, 64))
 	writeProblem(w, http.StatusServiceUnavailable, map[string]any{"type": "about:blank", "title": "Service Unavailable",
 		"status": http.StatusServiceUnavailable, "detail": "the rate limiter is unavailable; retry later", "code": CodeUnavailable})
+}
+
+// logOversized logs a request the limit refused as costing more than its capacity, at warning
+// level at most once per oversizedLogEvery (so that visitors cannot fill the log), else at debug.
+func (m *middleware) logOversized(r *http.Request, err error) {
+	now, last := time.Now().UnixNano(), m.oversizedAt.Load()
+	if (last == 0 || now-last >= int64(oversizedLogEvery)) && m.oversizedAt.CompareAndSwap(last, now) {
+		m.log.WarnContext(r.Context(), "sluice: a request costs more than the limit can ever admit; answering 413 (logged at most once a minute)", "limit", m.name, "err", err)
+		return
+	}
+	m.log.DebugContext(r.Context(), "sluice: a request costs more than the limit can ever admit; answering 413", "limit", m.name, "err", err)
 }
 
 // visitorsKeyRefused reports whether Sluice refused the request's key (too long, or under a
@@ -271,8 +347,10 @@ func KeyByHeader(name string) KeyFunc {
 
 // KeyByContextValue keys requests by a value the request's context carries under key: the
 // authenticated user an authentication middleware put there (so this middleware goes after
-// it). The value may be a string, a fmt.Stringer or an integer; a request without it (or with
-// an empty one) is refused (400), so an unauthenticated request never shares a key.
+// it). The value may be a string, a fmt.Stringer or an integer (of any type whose kind is a
+// string or an integer: a type UserID int64 is keyed by its number); a request without it (or
+// with an empty one, or a nil pointer or interface) is refused (400), so an unauthenticated
+// request never shares a key.
 func KeyByContextValue(key any) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		return KeyFromValue(r.Context().Value(key), key)
@@ -281,25 +359,49 @@ func KeyByContextValue(key any) KeyFunc {
 
 // KeyFromValue is the limit key KeyByContextValue makes of the value v found under key (nil: not
 // found), for the middleware of other routers (the Gin middleware's KeyByContextValue reads
-// gin's own keys with it).
+// gin's own keys with it). A fmt.Stringer is keyed by its String; any other value whose kind is a
+// string or an integer by its text. A nil v, a nil pointer (whose String method could not be
+// called) or a nil value of another nilable kind is "not found", as is an empty key.
 func KeyFromValue(v, key any) (string, error) {
-	var s string
-	switch v := v.(type) {
-	case nil:
+	if isNil(v) {
 		return "", fmt.Errorf("no %v in the request's context", key)
+	}
+	var s string
+	switch x := v.(type) {
 	case string:
-		s = v
+		s = x
 	case fmt.Stringer:
-		s = v.String()
-	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-		s = fmt.Sprint(v)
+		s = x.String()
 	default:
-		return "", fmt.Errorf("the request's %v is a %T, not a string, fmt.Stringer or integer", key, v)
+		rv := reflect.ValueOf(v)
+		switch rv.Kind() {
+		case reflect.String:
+			s = rv.String()
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			s = strconv.FormatInt(rv.Int(), 10)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			s = strconv.FormatUint(rv.Uint(), 10)
+		default:
+			return "", fmt.Errorf("the request's %v is a %T, not a string, fmt.Stringer or integer", key, v)
+		}
 	}
 	if s == "" {
 		return "", fmt.Errorf("the request's %v is empty", key)
 	}
 	return s, nil
+}
+
+// isNil reports whether v is nil or holds a nil pointer, map, slice, channel, function or
+// interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // KeyByClientIP keys requests by the client's address: the connection's peer, or, when the

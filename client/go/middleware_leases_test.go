@@ -91,7 +91,8 @@ func TestTheMiddlewareReleasesTheLeaseOfAVisitorWhoLeftMidDecision(t *testing.T)
 // refuses on another request (422), leaving the slot held for the lease's TTL.
 func TestTheMiddlewareReleasesALeaseOutsideTheRequestsIdempotencyKey(t *testing.T) {
 	ctx := testCtx(t)
-	c := newClient(t)
+	net := newLeaseReleases()
+	c := newClient(t, sluice.WithHTTPClient(&http.Client{Transport: net}))
 	name := limitName(t, "conc")
 	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 60_000}); err != nil {
 		t.Fatal(err)
@@ -107,6 +108,7 @@ func TestTheMiddlewareReleasesALeaseOutsideTheRequestsIdempotencyKey(t *testing.
 		if w.Code != http.StatusOK {
 			t.Fatalf("%s after the requests before it were answered: %d %s (a lease still held)", order, w.Code, w.Body)
 		}
+		net.waitReleased(t, order) // sent in the background once the handler returned
 	}
 }
 
@@ -235,7 +237,8 @@ func TestARequestCancelledWithItsVisitorStillThereIsAnswered(t *testing.T) {
 // once under a limit of 1.)
 func TestAReplayedLeaseRunsNothing(t *testing.T) {
 	ctx := testCtx(t)
-	c := newClient(t)
+	net := newLeaseReleases()
+	c := newClient(t, sluice.WithHTTPClient(&http.Client{Transport: net}))
 	name := limitName(t, "conc")
 	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 60_000}); err != nil {
 		t.Fatal(err)
@@ -281,7 +284,8 @@ func TestAReplayedLeaseRunsNothing(t *testing.T) {
 	if got := wait("order-1", first); got != http.StatusOK {
 		t.Fatalf("order-1: %d", got)
 	}
-	<-leave // closed: handlers from now on return at once
+	net.waitReleased(t, "order-1") // sent in the background once its handler returned
+	<-leave                        // closed: handlers from now on return at once
 	if got := wait("order-2", serve("order-2")); got != http.StatusOK {
 		t.Fatalf("order-2 after order-1 ended: %d, want 200", got)
 	}

@@ -482,9 +482,11 @@ func TestKeyByClientIPTrustsIPv4PeersOnlyThroughIPv4Entries(t *testing.T) {
 // TestMiddlewareReleasesItsConcurrencyLeaseWhenTheRequestIsAnswered: on a concurrency limit of 1
 // a request holds the key's one slot while its handler runs (a second request of the same key
 // meanwhile is refused) and frees it once answered, so requests one after another are all
-// admitted, not refused until the lease's TTL (a minute here) ends.
+// admitted, not refused until the lease's TTL (a minute here) ends. The release is sent in the
+// background once the handler returns: each request waits for the one before it to be released.
 func TestMiddlewareReleasesItsConcurrencyLeaseWhenTheRequestIsAnswered(t *testing.T) {
-	c, ctx := newClient(t), testCtx(t)
+	net := newLeaseReleases()
+	c, ctx := newClient(t, sluice.WithHTTPClient(&http.Client{Transport: net})), testCtx(t)
 	name := limitName(t, "inflight")
 	if _, err := c.Put(ctx, name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 60_000}); err != nil {
 		t.Fatal(err)
@@ -503,9 +505,11 @@ func TestMiddlewareReleasesItsConcurrencyLeaseWhenTheRequestIsAnswered(t *testin
 	if inner.Code != http.StatusTooManyRequests {
 		t.Fatalf("a request of the same key while the first ran: %d, want 429 (the one slot is the first's)", inner.Code)
 	}
+	net.waitReleased(t, "the first request")
 	for i := range 3 {
 		if next := serve(h, "192.0.2.9:1234"); next.Code != http.StatusOK {
 			t.Fatalf("request %d after the first was answered: %d (Retry-After %q), want 200: its lease was not released", i+2, next.Code, next.Header().Get("Retry-After"))
 		}
+		net.waitReleased(t, fmt.Sprintf("request %d", i+2))
 	}
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // FailPolicy decides what a decision call (Limit, Check, Batch, CheckBatch, Bulk) returns when
-// Sluice cannot answer: a network error, the client's timeout, or a 5xx answer (after the
-// retries the call allows). Problems that are the caller's (4xx: a bad request, a wrong key, an
+// Sluice cannot answer: a network error, the client's timeout, a 5xx answer (after the
+// retries the call allows), or a 429 that is not Sluice's problem (a gateway in front of it
+// limiting this client). Problems that are the caller's (4xx: a bad request, a wrong key, an
 // unknown limit) and a context the caller cancelled are always returned as errors: failing open
 // on them would hide a mistake. The zero FailPolicy is FailClosed.
 type FailPolicy struct {
@@ -33,18 +34,26 @@ var (
 func Fallback(fn FallbackFunc) FailPolicy { return FailPolicy{fallback: fn} }
 
 // cannotAnswer reports whether err means Sluice did not answer (rather than answered no): a
-// request that got no answer (a network error, the client's timeout) or a 5xx. Nothing else
-// is: not an error made before the request was sent (ErrInvalidArgument: the caller's arguments
-// or the client's configuration), nor an answer that did not decode.
+// request that got no answer (a network error, the client's timeout), a 5xx, or a 429 that is
+// not a problem of Sluice's (gatewayRefused). Nothing else is: not an error made before the
+// request was sent (ErrInvalidArgument: the caller's arguments or the client's configuration),
+// nor an answer that did not decode.
 func cannotAnswer(ctx context.Context, err error) bool {
 	if ctx.Err() != nil { // the caller gave up: its error, not Sluice's
 		return false
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Status >= http.StatusInternalServerError
+		return e.Status >= http.StatusInternalServerError || gatewayRefused(e)
 	}
 	return noAnswer(err)
+}
+
+// gatewayRefused reports whether e is a 429 that is not Sluice's problem (Sluice's own 429s are
+// problems with a code): something in front of Sluice (a gateway, a load balancer) limiting this
+// client, so that Sluice was never asked.
+func gatewayRefused(e *Error) bool {
+	return e.Status == http.StatusTooManyRequests && e.Code == ""
 }
 
 func (c *Client) fallbackOne(ctx context.Context, it Item, err error) (Result, error) {

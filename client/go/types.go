@@ -1,6 +1,10 @@
 package sluice
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
 
 // Kind is a limit's algorithm.
 type Kind string
@@ -145,6 +149,11 @@ type Result struct {
 	// acquired (release it with ReleaseLease when the work is done); "" and zero otherwise.
 	LeaseID        string
 	LeaseExpiresAt time.Time
+
+	// ownReplay is true when Replayed is after an earlier attempt of the same call got no answer
+	// (a retry of Limit under its Idempotency-Key): the answer replayed is, most likely, that
+	// attempt's, so the tokens and the lease are this call's (the middleware uses the lease).
+	ownReplay bool
 }
 
 // ParentResult is one ancestor's part in a decision.
@@ -247,6 +256,38 @@ func (w *wireShadow) result() *ShadowResult {
 	return &ShadowResult{OK: w.OK, RetryAfter: ms(w.RetryAfter)}
 }
 
+// UnmarshalJSON decodes a decision, refusing one without a member the OpenAPI document requires
+// of it: decoded as is, an answer of {} or null would read as a refusal nobody made.
+func (w *wireDecision) UnmarshalJSON(b []byte) error {
+	if err := requireMembers(b, "a decision", "ok", "retryAfter", "remaining", "name", "key"); err != nil {
+		return err
+	}
+	type plain wireDecision
+	return json.Unmarshal(b, (*plain)(w))
+}
+
+// requireMembers refuses b (what: its name, for the message) unless it is a JSON object with
+// every member of names, its "ok" (if named) a boolean.
+func requireMembers(b []byte, what string, names ...string) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if m == nil {
+		return fmt.Errorf("%s is null, not an object", what)
+	}
+	for _, n := range names {
+		v, ok := m[n]
+		if !ok {
+			return fmt.Errorf("%s has no %q member", what, n)
+		}
+		if n == "ok" && string(v) != "true" && string(v) != "false" {
+			return fmt.Errorf("%s's \"ok\" is %s, not a boolean", what, v)
+		}
+	}
+	return nil
+}
+
 func (w wireDecision) result() Result {
 	r := Result{OK: w.OK, RetryAfter: ms(w.RetryAfter), Remaining: w.Remaining, Name: w.Name, Shadow: w.Shadow.result(), Override: w.Override}
 	if w.Key != nil {
@@ -268,13 +309,48 @@ type wireBatch struct {
 	Results    []wireDecision `json:"results"`
 }
 
+// UnmarshalJSON decodes a batch's answer, refusing one without a member the OpenAPI document
+// requires of it.
+func (w *wireBatch) UnmarshalJSON(b []byte) error {
+	if err := requireMembers(b, "a batch decision", "ok", "retryAfter", "results"); err != nil {
+		return err
+	}
+	type plain wireBatch
+	return json.Unmarshal(b, (*plain)(w))
+}
+
 type wireBulk struct {
 	Results []wireBulkResult `json:"results"`
+}
+
+// UnmarshalJSON decodes a bulk answer, refusing one without its results.
+func (w *wireBulk) UnmarshalJSON(b []byte) error {
+	if err := requireMembers(b, "a bulk answer", "results"); err != nil {
+		return err
+	}
+	type plain wireBulk
+	return json.Unmarshal(b, (*plain)(w))
 }
 
 type wireBulkResult struct {
 	wireDecision
 	Error *Error `json:"error"`
+}
+
+// UnmarshalJSON decodes one result of a bulk answer: its problem, or else a decision (whose own
+// UnmarshalJSON, promoted, would otherwise decode the whole result and never the problem).
+func (w *wireBulkResult) UnmarshalJSON(b []byte) error {
+	var e struct {
+		Error *Error `json:"error"`
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return err
+	}
+	if e.Error != nil {
+		w.Error = e.Error
+		return nil
+	}
+	return json.Unmarshal(b, &w.wireDecision)
 }
 
 type wireList struct {

@@ -4,9 +4,9 @@
  * any server-side runtime that has it) and a secret key, which must never reach a browser.
  *
  * Problems Sluice answers with are thrown as {@link SluiceError}. When Sluice cannot answer
- * (a network error, the client's timeout, a 5xx), the decision calls follow the client's fail
- * policy: `'closed'` (the default) throws, `'open'` returns an allowed result marked `degraded`,
- * and a function decides whatever it likes.
+ * (a network error, the client's timeout, a 5xx, a gateway's 429 in front of it), the decision
+ * calls follow the client's fail policy: `'closed'` (the default) throws, `'open'` returns an
+ * allowed result marked `degraded`, and a function decides whatever it likes.
  */
 
 
@@ -195,7 +195,10 @@ export type FailPolicy = "closed" | "open" | Fallback;
 
 /** The options of a {@link Sluice} client. */
 export interface SluiceOptions {
-  /** E.g. "https://sluice.example.com". */
+  /**
+   * E.g. "https://sluice.example.com", or "https://example.com/sluice" for a Sluice a reverse
+   * proxy serves under a path prefix (the routes, /v1/…, are appended to it); no query or fragment.
+   */
   baseUrl: string;
   secretKey: string;
   /** Bounds each call, its retries included (default 10,000; 0: no bound; at most 2,147,483,647, setTimeout's limit). */
@@ -365,15 +368,17 @@ export class Sluice {
         ),
       );
     }
+    requireMembers(a.data, "POST /v1/decisions", "the bulk answer", ["results"]);
     const results = (a.data as OkJSON<"/v1/decisions", "post">).results;
+    if (!Array.isArray(results)) throw new Error(`sluice: POST /v1/decisions: decode the answer: its "results" is not an array`);
     if (results.length !== decisions.length) {
       throw new Error(`sluice: bulk: ${results.length} results for ${decisions.length} decisions`);
     }
     return merge(
       await Promise.all(
         results.map(async (r, j): Promise<BulkResult> => {
-          if (!("error" in r)) {
-            const decided = result(r);
+          if (typeof r !== "object" || r === null || !("error" in r)) {
+            const decided = result(r, "POST /v1/decisions");
             // Sluice says it of the request as a whole: every item decided was replayed.
             if (a.headers.get("Idempotent-Replayed") === "true") decided.replayed = true;
             return decided;
@@ -434,7 +439,10 @@ export class Sluice {
       if (typeof it === "object" && it !== null && holdsLoneSurrogate(it)) throw loneSurrogate(`hold item ${i} (${it.name})`);
     });
     const a = await this.#call("POST", "/v1/holds", body, idempotent(opts), opts, true);
+    requireMembers(a.data, "POST /v1/holds", "the hold", ["holdId", "expiresAt", "results"]);
     const h = a.data as Schemas["Hold"] & { replayed?: true };
+    if (!Array.isArray(h.results)) throw new Error(`sluice: POST /v1/holds: decode the answer: its "results" is not an array`);
+    h.results.forEach((r) => requireMembers(r, "POST /v1/holds", "a decision", decisionMembers));
     if (a.headers.get("Idempotent-Replayed") === "true") h.replayed = true;
     return h;
   }
@@ -597,7 +605,7 @@ export class Sluice {
       if (throws && !r.ok) throw degradedRefusal(r, `POST ${limitPath(name)}${verb}`, err);
       return r;
     }
-    return withHeaders(result(a.data as OkJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post">), a.headers);
+    return withHeaders(result(a.data as OkJSON<"/v1/limits/{name}/limit" | "/v1/limits/{name}/check", "post">, `POST ${limitPath(name)}${verb}`), a.headers);
   }
 
   async #batch(path: string, items: Item[], retry: boolean, opts?: BatchOptions): Promise<BatchResult> {
@@ -624,8 +632,10 @@ export class Sluice {
       }
       return { ok, retryAfter: waits.length ? Math.max(...waits) : null, results, degraded: true };
     }
+    requireMembers(a.data, `POST ${path}`, "the batch decision", ["ok", "retryAfter", "results"]);
     const w = a.data as OkJSON<"/v1/limit" | "/v1/check", "post">;
-    return withHeaders<BatchResult>({ ok: w.ok, retryAfter: w.retryAfter ?? null, results: w.results.map(result) }, a.headers);
+    if (!Array.isArray(w.results)) throw new Error(`sluice: POST ${path}: decode the answer: its "results" is not an array`);
+    return withHeaders<BatchResult>({ ok: w.ok, retryAfter: w.retryAfter ?? null, results: w.results.map((r) => result(r, `POST ${path}`)) }, a.headers);
   }
 
   /** Rethrows err unless the fail policy applies to it: a fallback exists and Sluice did not answer. */
@@ -709,7 +719,12 @@ export class Sluice {
       throw new NoAnswerError(`sluice: ${route}: ${(err as Error)?.message ?? String(err)}`, err);
     }
     if (resp.status >= 300) throw problem(resp, text, route);
-    if (resp.status === 204 || text === "") return { data: undefined, headers: resp.headers };
+    // 204 and 202 (a webhook test or resend queued) have no body; any other 2xx has JSON, and an
+    // empty one does not decode, as garbage does.
+    if (resp.status === 204 || (resp.status === 202 && text === "")) return { data: undefined, headers: resp.headers };
+    if (text === "") {
+      throw new Error(`sluice: ${route}: decode the answer (${resp.status}, ${resp.headers.get("Content-Type")}): the body is empty`);
+    }
     try {
       return { data: JSON.parse(text), headers: resp.headers };
     } catch (err) {
@@ -850,12 +865,22 @@ function webhookPath(id: number, rest: string): string {
   return `/v1/webhooks/${id}${rest}`;
 }
 
-/** Headers as a receiver has them: a fetch Headers, or Node's IncomingHttpHeaders. */
+/**
+ * Headers as a receiver has them: a fetch Headers, or a plain object such as Node's
+ * IncomingHttpHeaders (whose names are lower case) or one a framework built ({"Webhook-Id": …}):
+ * names are looked up whatever their case.
+ */
 export type HeadersLike = Headers | Record<string, string | string[] | undefined>;
 
+/** The value of the header name (lower case) in h, "" when absent; a plain object's names in any case. */
 function headerOf(h: HeadersLike, name: string): string {
   if (typeof (h as Headers).get === "function") return (h as Headers).get(name) ?? "";
-  const v = (h as Record<string, string | string[] | undefined>)[name];
+  const o = h as Record<string, string | string[] | undefined>;
+  let v = o[name];
+  if (v === undefined) {
+    const k = Object.keys(o).find((k) => k.toLowerCase() === name);
+    if (k !== undefined) v = o[k];
+  }
   return Array.isArray(v) ? (v[0] ?? "") : (v ?? "");
 }
 
@@ -916,7 +941,29 @@ function sessionPath(id: string): string {
   return `/v1/sessions/${encodeURIComponent(id)}`;
 }
 
-function result(w: WireDecision): Result {
+/** The members the OpenAPI document requires of a decision. */
+const decisionMembers = ["ok", "retryAfter", "remaining", "name", "key"] as const;
+
+/**
+ * Throws the error of an answer that does not decode (route: the call's; what: the part of the
+ * answer) unless w is an object with every member of names, its ok (if named) a boolean: read as
+ * is, an answer of {} or null would be a refusal nobody made.
+ */
+function requireMembers(w: unknown, route: string, what: string, names: readonly string[]): void {
+  if (typeof w !== "object" || w === null || Array.isArray(w)) {
+    throw new Error(`sluice: ${route}: decode the answer: ${what} is ${JSON.stringify(w) ?? "missing"}, not an object`);
+  }
+  for (const n of names) {
+    if (!(n in w)) throw new Error(`sluice: ${route}: decode the answer: ${what} has no "${n}" member`);
+  }
+  if (names.includes("ok") && typeof (w as { ok?: unknown }).ok !== "boolean") {
+    throw new Error(`sluice: ${route}: decode the answer: ${what}'s "ok" is not a boolean`);
+  }
+}
+
+/** A decision of Sluice's answer (route: the call's) as a Result; one that does not decode throws. */
+function result(w: WireDecision, route: string): Result {
+  requireMembers(w, route, "a decision", decisionMembers);
   const r: Result = { ok: w.ok, retryAfter: w.retryAfter ?? null, remaining: w.remaining, name: w.name, key: w.key ?? null };
   if (w.shadow) r.shadow = { ok: w.shadow.ok, retryAfter: w.shadow.retryAfter ?? null };
   if (w.parents !== undefined) r.parents = w.parents;
@@ -1029,13 +1076,22 @@ function retryable(err: unknown): boolean {
 
 /**
  * Whether err means Sluice did not answer (rather than answered no): a NoAnswerError (a network
- * error, the client's timeout) or a 5xx. Nothing else is: not an error thrown before the request
+ * error, the client's timeout), a 5xx, or a 429 that is not Sluice's problem (gatewayRefused). Nothing else is: not an error thrown before the request
  * was sent (the caller's arguments, a body JSON cannot carry), nor an answer that did not decode.
  */
 function cannotAnswer(err: unknown, opts?: CallOptions): boolean {
   if (opts?.signal?.aborted) return false; // the caller gave up: its error, not Sluice's
-  if (err instanceof SluiceError) return err.status >= 500;
+  if (err instanceof SluiceError) return err.status >= 500 || gatewayRefused(err);
   return err instanceof NoAnswerError;
+}
+
+/**
+ * Whether err is a 429 that is not Sluice's problem (Sluice's own 429s are problems with a code):
+ * something in front of Sluice (a gateway, a load balancer) limiting this client, so that Sluice
+ * was never asked. The fail policy applies to it, as to a 5xx.
+ */
+function gatewayRefused(err: unknown): boolean {
+  return err instanceof SluiceError && err.status === 429 && err.code === "";
 }
 
 /**
@@ -1077,6 +1133,11 @@ function checkBaseUrl(baseUrl: unknown): string {
     throw new TypeError(`sluice: baseUrl ${JSON.stringify(baseUrl)} is not an http or https URL with a host (e.g. "https://sluice.example.com")`);
   }
   // fetch refuses these itself, before connecting: they would read as Sluice not answering.
+  // The routes are appended to baseUrl: after a query or a fragment they would be part of it,
+  // never of the path. A path prefix (a Sluice served by a reverse proxy under /sluice/) is kept.
+  if ((baseUrl as string).includes("?") || (baseUrl as string).includes("#")) {
+    throw new TypeError(`sluice: baseUrl ${JSON.stringify(baseUrl)} must have no query or fragment (a path prefix, such as "https://example.com/sluice", is fine)`);
+  }
   if (u.username !== "" || u.password !== "") {
     throw new TypeError("sluice: baseUrl must not carry credentials (user:password@): the secret key authenticates");
   }

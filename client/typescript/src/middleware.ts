@@ -77,9 +77,11 @@ export interface RateLimitOptions<Req extends RequestLike = RequestLike, Res ext
    * key Sluice can take (the key or count function failed: a {@link KeyError}; or Sluice refused
    * the key, a SluiceError 400 of field "key"); 429 tenant_quota_exceeded with Retry-After (whole
    * seconds, at least 1) when the tenant's plan refused the decision (its decisions per second),
-   * reported to `log`; 500 when Sluice refused the decision itself as invalid (an unknown limit, a
+   * reported to `log`; 413 count_exceeds_capacity when the count function's count is more than
+   * the limit can ever admit (the request's doing), reported to `log` at most once a minute; 500 when Sluice refused the decision itself as invalid (an unknown limit, a
    * revoked key: a mistake of this service's configuration, reported to `log`); 503 with
-   * Retry-After: 1 when Sluice could not answer and the fail policy is 'closed'.
+   * Retry-After (1 s, or what the failed answer asked for: a gateway's 429) when Sluice could not
+   * answer (a gateway's 429 in front of it included) and the fail policy is 'closed'.
    */
   onError?: (err: unknown, req: Req, res: Res, next: Next) => void | Promise<void>;
   /** Requests for which it returns true are not limited (health checks, say). */
@@ -110,7 +112,10 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
   const count = options.count;
   const log = options.log === undefined ? (m: string, e: unknown) => console.warn(m, e) : options.log;
   const handler = options.handler ?? refuse;
-  const onError = options.onError ?? ((err: unknown, _req: Req, res: Res) => fail(err, res, name, log));
+  // When the default onError last reported a request costing more than the limit can ever
+  // admit (the count function's, so the visitor's doing): at most once a minute.
+  const oversized = { at: -Infinity };
+  const onError = options.onError ?? ((err: unknown, _req: Req, res: Res) => fail(err, res, name, log, count === undefined ? undefined : oversized));
 
   return async (req, res, next) => {
     try {
@@ -191,12 +196,34 @@ function refuse(_req: RequestLike, res: ResponseLike, _next: Next, r: Result): v
   writeProblem(res, 429, p);
 }
 
+/** How often at most the default onError reports requests costing more than the limit can ever admit. */
+const oversizedLogEveryMs = 60_000;
+
 /** The default onError. */
-function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e: unknown) => void) | null): void {
+function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e: unknown) => void) | null, oversized?: { at: number }): void {
   // Sluice refusing the key (too long, reserved) is the visitor's doing, as the key comes from the request.
   const keyRefused = err instanceof SluiceError && err.status === 400 && err.code === "invalid_request" && err.field === "key";
   if (err instanceof KeyError || keyRefused) {
     writeProblem(res, 400, { type: "about:blank", title: "Bad Request", status: 400, detail: "the request cannot be rate limited", code: "invalid_request" });
+    return;
+  }
+  if (oversized && err instanceof SluiceError && err.code === "count_exceeds_capacity") {
+    // The count function's count (the visitor's request: its size, say) is more than the limit
+    // can ever admit: no retry will pass, and it is the request's doing, not a mistake of this
+    // service's configuration. Reported at most once a minute: visitors decide how often.
+    const now = Date.now();
+    if (now - oversized.at >= oversizedLogEveryMs) {
+      oversized.at = now;
+      log?.(`sluice: a request costs more than limit ${name} can ever admit; answering 413 (reported at most once a minute)`, err);
+    }
+    writeProblem(res, 413, {
+      type: "about:blank",
+      title: "Content Too Large",
+      status: 413,
+      detail: "the request costs more than the rate limit can ever admit",
+      code: "count_exceeds_capacity",
+      name,
+    });
     return;
   }
   if (err instanceof SluiceError && err.code === "tenant_quota_exceeded") {
@@ -214,7 +241,7 @@ function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e
     });
     return;
   }
-  if ((err instanceof SluiceError && err.status > 0 && err.status < 500) || err instanceof TypeError) {
+  if ((err instanceof SluiceError && err.status > 0 && err.status < 500 && !gatewayRefused(err)) || err instanceof TypeError) {
     // Sluice answered (or the client found) that the decision itself is wrong: this service's
     // mistake, not the visitor's.
     log?.(`sluice: the decision on limit ${name} was refused as invalid`, err);
@@ -222,8 +249,15 @@ function fail(err: unknown, res: ResponseLike, name: string, log: ((m: string, e
     return;
   }
   log?.(`sluice: no decision on limit ${name}; refusing the request (fail closed)`, err);
-  res.setHeader("Retry-After", "1");
+  // 1 s, or what the failed answer asked for (a gateway's 429, a 503 asking for longer).
+  const wait = err instanceof SluiceError && err.retryAfter !== null && err.retryAfter > 0 ? Math.ceil(err.retryAfter / 1000) : 1;
+  res.setHeader("Retry-After", String(Math.max(wait, 1)));
   writeProblem(res, 503, { type: "about:blank", title: "Service Unavailable", status: 503, detail: "the rate limiter is unavailable; retry later", code: "unavailable" });
+}
+
+/** A 429 that is not Sluice's problem: a gateway in front of Sluice, which the client's fail policy handles as Sluice not answering. */
+function gatewayRefused(err: unknown): boolean {
+  return err instanceof SluiceError && err.status === 429 && err.code === "";
 }
 
 function writeProblem(res: ResponseLike, status: number, p: Record<string, unknown>): void {

@@ -894,3 +894,68 @@ test("a retried delete whose first answer was lost succeeds", async () => {
   const e = await problemOf(client(fast).deleteWebhook(hook.id));
   assert.equal(e.status, 404, "a first attempt answered 404 is still an error");
 });
+
+/**
+ * A fetch to the real Sluice whose 200 answers to requests whose path passes match get body in
+ * place of Sluice's (a proxy or a broken Sluice answering 200 with something else).
+ */
+function rewritingFetch(body, match = (path) => /\/(limit|check)$|^\/v1\/decisions$/.test(path)) {
+  return async (input, init) => {
+    const r = await fetch(input, init);
+    if (r.status !== 200 || !match(new URL(String(input)).pathname)) return r;
+    await r.arrayBuffer();
+    const headers = new Headers(r.headers);
+    headers.delete("Content-Length");
+    return new Response(body, { status: 200, headers });
+  };
+}
+
+/** Asserts that promise rejects with the error of an answer that does not decode, and returns it. */
+async function undecodableOf(promise, what) {
+  try {
+    await promise;
+  } catch (err) {
+    assert.ok(!(err instanceof SluiceError) && !(err instanceof NoAnswerError) && !(err instanceof TypeError), `${what}: ${err} (${err?.name})`);
+    assert.match(err.message, /decode the answer/, what);
+    return err;
+  }
+  assert.fail(`${what}: the call succeeded`);
+}
+
+test("a 200 answer without the members a decision requires, or with an empty body, does not decode, whatever the fail policy", async () => {
+  const name = limitName("undecodable");
+  await putBucket(client(), name, 100);
+  for (const body of ["{}", "null", "", '{"ok":null,"retryAfter":null,"remaining":1,"name":"x","key":null}', '{"ok":true,"retryAfter":null,"remaining":1,"key":null}']) {
+    for (const failPolicy of ["closed", "open"]) {
+      const c = client({ fetch: rewritingFetch(body), failPolicy });
+      await undecodableOf(c.limit(name, { key: "k" }), `limit, ${failPolicy}, answered ${JSON.stringify(body)}`);
+      await undecodableOf(c.check(name, { key: "k" }), `check, ${failPolicy}, answered ${JSON.stringify(body)}`);
+      await undecodableOf(c.batch([{ name, key: "k" }]), `batch, ${failPolicy}, answered ${JSON.stringify(body)}`);
+      await undecodableOf(c.bulk([{ name, key: "k" }]), `bulk, ${failPolicy}, answered ${JSON.stringify(body)}`);
+    }
+  }
+  // Any call's empty 200 (a value that resolved undefined).
+  await undecodableOf(client({ fetch: rewritingFetch("", () => true) }).value(name, "k"), "value, answered an empty 200");
+});
+
+test("a baseUrl with a query or a fragment is refused at construction; a path prefix is kept", async () => {
+  for (const baseUrl of [`${sluice.baseUrl}/?x=1`, `${sluice.baseUrl}#f`, `${sluice.baseUrl}?`, `${sluice.baseUrl}/sluice?x=1#f`]) {
+    assert.throws(() => new Sluice({ baseUrl, secretKey: sluice.secretKey }), TypeError, baseUrl);
+  }
+  // A reverse proxy serving Sluice under /sluice/: it strips the prefix (and refuses what lacks it).
+  const proxied = [];
+  const underPrefix = (input, init) => {
+    const u = new URL(String(input));
+    if (!u.pathname.startsWith("/sluice/v1/")) return Promise.resolve(new Response("not found", { status: 404 }));
+    proxied.push(u.pathname);
+    return fetch(`${sluice.baseUrl}${u.pathname.slice("/sluice".length)}${u.search}`, init);
+  };
+  const name = limitName("prefix");
+  for (const baseUrl of ["http://gateway.test/sluice", "http://gateway.test/sluice/"]) {
+    const c = new Sluice({ baseUrl, secretKey: sluice.secretKey, fetch: underPrefix });
+    await putBucket(c, name, 10);
+    assert.equal((await c.limit(name, { key: "k" })).ok, true, baseUrl);
+    assert.ok((await c.value(name, "k")).value < 10, baseUrl);
+  }
+  assert.ok(proxied.length >= 6 && proxied.every((p) => p.startsWith("/sluice/v1/limits/")), JSON.stringify(proxied));
+});

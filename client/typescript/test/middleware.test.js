@@ -123,13 +123,17 @@ test("a header key, a count function and a handler that replaces the 429", async
   assert.equal((await get(url, { "X-Tenant": "d", "X-Cost": "lots" })).status, 400, "a count that is not a number");
   // Above 1e15 Sluice refuses any count (as the Go middleware, 400: the request's doing, not a 500).
   assert.equal((await get(url, { "X-Tenant": "d", "X-Cost": "2e15" })).status, 400, "a count above 1e15");
-  // A count Sluice refuses (over the capacity) is this service's mistake: 500.
+  // A count over what the limit can ever admit (its capacity) is the request's doing: 413,
+  // reported once a minute at most however many come (it was a 500 reported per request).
   const logged = [];
   const strict = await plain(rateLimit({ client: client(), name, key: keyByHeader("X-Tenant"), count: () => 4, log: (m) => logged.push(m) }));
-  const over = await get(strict, { "X-Tenant": "c" });
-  assert.equal(over.status, 500, over.text);
-  assert.equal(over.json.code, "internal");
-  assert.match(logged[0] ?? "", /refused as invalid/);
+  for (let i = 0; i < 3; i++) {
+    const over = await get(strict, { "X-Tenant": "c" });
+    assert.equal(over.status, 413, over.text);
+    assert.equal(over.json.code, "count_exceeds_capacity");
+  }
+  assert.equal(logged.length, 1, `reported: ${JSON.stringify(logged)}`);
+  assert.match(logged[0] ?? "", /can ever admit/);
 });
 
 test("the client's address: X-Forwarded-For only from trusted proxies", async () => {
@@ -427,4 +431,41 @@ test("a visitor who hangs up while Sluice decides frees its concurrency slot at 
   const next = await client().limit(name, { key: "alice" });
   assert.ok(next.ok, `alice's next request is refused: ${JSON.stringify(next)}`);
   await client().releaseLease(next.leaseId);
+});
+
+test("a 200 answer from Sluice that does not decode ({} or an empty body) is a 503, not a refusal nor a 500", async () => {
+  const name = await bucket("undecodable", 100);
+  for (const body of ["{}", ""]) {
+    const garbled = async (input, init) => {
+      const r = await fetch(input, init);
+      if (r.status !== 200 || !String(input).endsWith("/limit")) return r;
+      await r.arrayBuffer();
+      return new Response(body, { status: 200, headers: { "Content-Type": "application/json" } });
+    };
+    const logged = [];
+    const url = await plain(rateLimit({ client: client({ fetch: garbled }), name, log: (m) => logged.push(m) }));
+    const r = await get(url);
+    assert.equal(r.status, 503, `answered 200 ${JSON.stringify(body)}: ${r.status} ${r.text}`);
+    assert.equal(r.headers.get("Retry-After"), "1");
+    assert.doesNotMatch(logged.join("\n"), /refused as invalid/);
+  }
+});
+
+test("a gateway's 429 in front of Sluice is Sluice unavailable: the fail policy, or 503 with its Retry-After, not a 500", async () => {
+  const gateway = async (input, init) => {
+    if (!String(input).endsWith("/limit")) return fetch(input, init);
+    return new Response("<h1>429 Too Many Requests</h1>", { status: 429, headers: { "Content-Type": "text/html", "Retry-After": "7" } });
+  };
+  const r = await client({ fetch: gateway, failPolicy: "open" }).limit("api", { key: "k" });
+  assert.equal(r.ok, true, "fail open: admitted");
+  assert.equal(r.degraded, true);
+  const logged = [];
+  const closed = await plain(rateLimit({ client: client({ fetch: gateway }), name: "api", log: (m) => logged.push(m) }));
+  const refused = await get(closed);
+  assert.equal(refused.status, 503, refused.text);
+  assert.equal(refused.json.code, "unavailable");
+  assert.equal(refused.headers.get("Retry-After"), "7", "the gateway's Retry-After");
+  assert.doesNotMatch(logged.join("\n"), /refused as invalid/);
+  const open = await plain(rateLimit({ client: client({ fetch: gateway, failPolicy: "open" }), name: "api" }));
+  assert.equal((await get(open)).status, 200, "fail open: passed");
 });

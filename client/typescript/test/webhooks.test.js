@@ -49,6 +49,10 @@ test("webhooks: create, receive a verified event, test, log, resend, delete", as
     await c.putLimit("ts.webhooks.one", { kind: "token bucket", rate: 1, period: 1000 });
     const d = await next("the definition.changed event");
     assert.equal(await verifyWebhook(hook.secret, d.headers, d.body), true, "a real delivery verifies");
+    // A plain object whose names are capitalised (as some frameworks hand them over) verifies too.
+    const capitalised = Object.fromEntries(Object.entries(d.headers).map(([k, v]) => [k.replace(/(^|-)([a-z])/g, (_, dash, c) => dash + c.toUpperCase()), v]));
+    assert.ok("Webhook-Signature" in capitalised && !("webhook-signature" in capitalised));
+    assert.equal(await verifyWebhook(hook.secret, capitalised, d.body), true, "a real delivery with capitalised header names verifies");
     assert.equal(JSON.parse(d.body.toString()).type, "definition.changed");
     assert.equal(await verifyWebhook(hook.secret, d.headers, Buffer.concat([d.body, Buffer.from(" ")])), false, "a tampered body");
     // No secret (an unset variable) verifies nothing, and says so rather than throwing.
