@@ -8,8 +8,8 @@ import (
 // idempotencyKey is the context key of WithIdempotencyKey.
 type idempotencyKey struct{}
 
-// WithIdempotencyKey returns a context under which Limit, Batch and Bulk (and the calls on holds
-// and leases: Hold, SettleHold, ReleaseHold, ReleaseLease, ExtendLease) send key as the
+// WithIdempotencyKey returns a context under which Limit, Batch, Bulk and Refund (and the calls
+// on holds and leases: Hold, SettleHold, ReleaseHold, ReleaseLease, ExtendLease) send key as the
 // Idempotency-Key header (1 to 255 printable ASCII characters; use a new one for each logical
 // request, such as the ID of the order being charged). Sluice stores the first answer in the
 // decision's own transaction and answers a retry with the same key and the same request, within

@@ -172,3 +172,47 @@ func TestRefundGivesBackWhatWasTaken(t *testing.T) {
 		t.Fatalf("a negative refund: %v", err)
 	}
 }
+
+// TestARefundIsRetriedOnlyUnderAnIdempotencyKey: a refund whose answer is lost is not retried
+// without a key (it may have given the tokens back); under WithIdempotencyKey it is, and Sluice
+// replays the first answer (Replayed), so the tokens come back once. Against the real server
+// through a proxy that loses the first answer.
+func TestARefundIsRetriedOnlyUnderAnIdempotencyKey(t *testing.T) {
+	ctx := testCtx(t)
+	direct := newClient(t)
+	name := limitName(t, "refund-keyed")
+	if _, err := direct.Put(ctx, name, sluice.Definition{Kind: sluice.FixedWindow, Rate: 10, Period: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.Limit(ctx, name, sluice.Decision{Key: "k", Count: sluice.Count(8)}); err != nil {
+		t.Fatal(err)
+	}
+	value := func() float64 {
+		t.Helper()
+		v, err := direct.Value(ctx, name, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Value
+	}
+	front, addr := newLosingFront(t)
+	c := sluice.New(addr, secretKey, sluice.WithRetries(2), sluice.WithBackoff(time.Millisecond, 4*time.Millisecond))
+
+	front.loseNext()
+	if _, err := c.Refund(ctx, name, sluice.Refund{Key: "k", Count: 1}); err == nil || front.seen.Load() != 1 {
+		t.Fatalf("a refund without a key whose answer was lost: %v after %d requests, want an error after 1 (never retried)", err, front.seen.Load())
+	}
+	if got := value(); got != 3 {
+		t.Fatalf("after the lost refund of 1: %v left, want 3 (it was made)", got)
+	}
+
+	front.loseNext()
+	keyed := sluice.WithIdempotencyKey(ctx, name+"-r1")
+	r, err := c.Refund(keyed, name, sluice.Refund{Key: "k", Count: 2})
+	if err != nil || front.seen.Load() != 2 || !r.Replayed || r.Refunded != 2 || r.Remaining != 5 {
+		t.Fatalf("a keyed refund whose answer was lost: %+v, %v after %d requests; want the first answer replayed (2 back, 5 left) after 2", r, err, front.seen.Load())
+	}
+	if got := value(); got != 5 {
+		t.Fatalf("after the keyed refund of 2 and its retry: %v left, want 5 (given back once)", got)
+	}
+}

@@ -27,19 +27,29 @@ type RefundResult struct {
 		Refunded  float64 `json:"refunded"`
 		Remaining float64 `json:"remaining"`
 	} `json:"parents"`
+	// Replayed is true when Sluice answered with the stored answer of an earlier refund under
+	// the same Idempotency-Key (WithIdempotencyKey): nothing was given back again.
+	Replayed bool `json:"-"`
 }
 
 // Refund gives tokens back to a stored limit (charge what was used, give back the rest): never
-// above the limit's maximum. It is never retried: when its answer is lost the tokens may already
-// be back, and a second refund could give back tokens another caller took since.
+// above the limit's maximum. Without an Idempotency-Key it is never retried: when its answer is
+// lost the tokens may already be back, and a second refund could give back tokens another caller
+// took since. Under WithIdempotencyKey it is retried like Limit: Sluice answers a retry with the
+// first answer (RefundResult.Replayed) and gives nothing back again.
 func (c *Client) Refund(ctx context.Context, name string, r Refund) (RefundResult, error) {
 	if err := checkDecision(name, Decision{Key: r.Key, Count: &r.Count, Attributes: r.Attributes}); err != nil {
 		return RefundResult{}, err
 	}
-	var out RefundResult
-	_, err := c.do(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+"/refund", nil, r, consuming, &out)
+	ik, err := idempotencyKeyOf(ctx)
 	if err != nil {
 		return RefundResult{}, err
 	}
+	var out RefundResult
+	h, err := c.doKeyed(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+"/refund", nil, r, consuming, &out, ik)
+	if err != nil {
+		return RefundResult{}, err
+	}
+	out.Replayed = h.Get("Idempotent-Replayed") == "true"
 	return out, nil
 }

@@ -226,7 +226,7 @@ export interface CallOptions {
    */
   timeoutMs?: number;
   /**
-   * limit, batch, bulk and the hold and lease calls only: sent as the Idempotency-Key header (1 to 255 printable ASCII
+   * limit, batch, bulk, refund and the hold and lease calls only: sent as the Idempotency-Key header (1 to 255 printable ASCII
    * characters; one per logical request, such as the ID of the order being charged). Sluice stores
    * the first answer in the decision's own transaction and answers a retry with the same key and
    * request within 24 hours with it (`replayed: true`), consuming nothing more; so these calls
@@ -416,13 +416,17 @@ export class Sluice {
   /**
    * Gives tokens back to a stored limit ("charge what was used, give back the rest"): count of
    * them to key (absent: the global key) and, through attributes, to the same decision's
-   * ancestors; never above a limit's maximum. Never retried: when the answer is lost the tokens
-   * may already be back.
+   * ancestors; never above a limit's maximum. Without opts.idempotencyKey never retried: when the
+   * answer is lost the tokens may already be back. With one it is retried like limit, and a replay
+   * of the first refund (`replayed: true`) gives nothing back again.
    */
-  async refund(name: string, body: BodyJSON<"/v1/limits/{name}/refund", "post">, opts?: CallOptions): Promise<OkJSON<"/v1/limits/{name}/refund", "post">> {
+  async refund(name: string, body: BodyJSON<"/v1/limits/{name}/refund", "post">, opts?: CallOptions): Promise<OkJSON<"/v1/limits/{name}/refund", "post"> & { replayed?: true }> {
     const bad = invalidItem({ name, count: body.count, key: body.key, attributes: body.attributes }, "refund");
     if (bad) throw bad;
-    return (await this.#call("POST", `${limitPath(name)}/refund`, body, false, opts)).data as OkJSON<"/v1/limits/{name}/refund", "post">;
+    const a = await this.#call("POST", `${limitPath(name)}/refund`, body, idempotent(opts), opts, true);
+    const r = a.data as OkJSON<"/v1/limits/{name}/refund", "post"> & { replayed?: true };
+    if (a.headers.get("Idempotent-Replayed") === "true") r.replayed = true;
+    return r;
   }
 
   /**

@@ -721,11 +721,17 @@ test("an idempotencyKey replays the first answer and makes consuming calls retry
   const [u2] = await c.bulk(bulk, { idempotencyKey: `bulk-${name}` });
   assert.ok(u1.ok && !u1.replayed && u2.replayed && u2.remaining === u1.remaining, JSON.stringify([u1, u2]));
   assert.ok(near((await c.value(name, "c")).value, 7), "one consumption of 3");
+  // A refund under a key gives back once: its retry replays the first answer.
+  const r1 = await c.refund(name, { key: "c", count: 2 }, { idempotencyKey: `refund-${name}` });
+  const r2 = await c.refund(name, { key: "c", count: 2 }, { idempotencyKey: `refund-${name}` });
+  assert.ok(r1.refunded === 2 && !r1.replayed && r2.replayed && r2.remaining === r1.remaining, JSON.stringify([r1, r2]));
+  assert.ok(near((await c.value(name, "c")).value, 9), "one refund of 2");
 
   for (const [call, run] of [
     ["limit", (u) => u.limit("x", {}, { idempotencyKey: "k-1" })],
     ["batch", (u) => u.batch([{ name: "x" }], { idempotencyKey: "k-1" })],
     ["bulk", (u) => u.bulk([{ name: "x" }], { idempotencyKey: "k-1" })],
+    ["refund", (u) => u.refund("x", { count: 1 }, { idempotencyKey: "k-1" })],
   ]) {
     const { c: u, f } = await unreachable();
     await noAnswerOf(run(u));
