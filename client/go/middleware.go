@@ -239,7 +239,9 @@ func (m *middleware) release(r *http.Request, leaseID string) {
 	}
 }
 
-// refuse is the default refusal: 429 with a problem body like Sluice's own.
+// refuse is the default refusal: 429 with a problem body like Sluice's own, but naming the limit
+// the middleware decides on: where that limit has parents (nested budgets) and one of them refused,
+// Sluice's own 429 would name that parent; the RateLimit headers name every limit of the family.
 func (m *middleware) refuse(w http.ResponseWriter, r *http.Request) {
 	res, _ := ResultFromContext(r.Context())
 	p := map[string]any{"type": "about:blank", "title": "Too Many Requests", "status": http.StatusTooManyRequests,

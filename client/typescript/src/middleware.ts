@@ -182,7 +182,11 @@ export function rateLimit<Req extends RequestLike = RequestLike, Res extends Res
   };
 }
 
-/** The default refusal: 429 with a problem body like Sluice's own. */
+/**
+ * The default refusal: 429 with a problem body like Sluice's own, but naming the limit the
+ * middleware decides on: where that limit has parents (nested budgets) and one of them refused,
+ * Sluice's own 429 would name that parent; the RateLimit headers name every limit of the family.
+ */
 function refuse(_req: RequestLike, res: ResponseLike, _next: Next, r: Result): void {
   const p: Record<string, unknown> = {
     type: "about:blank",
