@@ -369,13 +369,20 @@ func (s *Service) ListKeys(ctx context.Context, tenantID int64) ([]APIKey, error
 // key. A key of another tenant, or no key at all, is ErrNotFound. Revoking a revoked key is a
 // no-op. The "key.revoke" audit entry is written in the same transaction.
 func (s *Service) RevokeKey(ctx context.Context, tenantID int64, keyID, actor string) error {
+	_, err := s.RevokeKeyIfActive(ctx, tenantID, keyID, actor)
+	return err
+}
+
+// RevokeKeyIfActive is RevokeKey, also reporting whether this call revoked the key (false for a
+// key revoked before, which it leaves as it was), so that the dashboard does not say it did.
+func (s *Service) RevokeKeyIfActive(ctx context.Context, tenantID int64, keyID, actor string) (revokedNow bool, err error) {
 	if !validKeyID(keyID) {
-		return wrap("revoke key", ErrNotFound)
+		return false, wrap("revoke key", ErrNotFound)
 	}
-	_, _, err := s.revokeKey(ctx, actor, func(tx *gorm.DB, row *apiKeyRow) error {
+	_, revokedNow, err = s.revokeKey(ctx, actor, func(tx *gorm.DB, row *apiKeyRow) error {
 		return first(tx, row, "id = ? AND tenant_id = ?", keyID, tenantID)
 	})
-	return wrap("revoke key", err)
+	return revokedNow, wrap("revoke key", err)
 }
 
 // RevokeKeyAnyTenant is RevokeKey for the operator CLI, which knows neither the tenant nor,

@@ -125,8 +125,13 @@ func (u *UI) revokeKey(c *gin.Context) {
 		}
 		return
 	}
-	if err := u.tenants.RevokeKey(c.Request.Context(), t.ID, c.Param("kid"), actor(c)); err != nil {
+	revokedNow, err := u.tenants.RevokeKeyIfActive(c.Request.Context(), t.ID, c.Param("kid"), actor(c))
+	if err != nil {
 		u.fail(c, err)
+		return
+	}
+	if !revokedNow { // revoked before: from another tab, or a form sent twice
+		redirect(c, tenantPath(t.ID, "/keys?msg=key-already-revoked"))
 		return
 	}
 	redirect(c, tenantPath(t.ID, "/keys?msg=key-revoked"))

@@ -305,9 +305,19 @@ func TestCreatedKeyIsShownOnceAndWorks(t *testing.T) {
 	if _, err := e.svc.Authenticate(context.Background(), secret, tenants.KindSecret); err != nil {
 		t.Fatalf("an unconfirmed revoke revoked the key: %v", err)
 	}
-	wantStatus(t, c.post(tpath(tn, "/keys/"+id+"/revoke"), url.Values{"confirm": {"yes"}}), http.StatusSeeOther)
+	revoked := c.post(tpath(tn, "/keys/"+id+"/revoke"), url.Values{"confirm": {"yes"}})
+	wantStatus(t, revoked, http.StatusSeeOther)
+	if loc := revoked.Header.Get("Location"); !strings.HasSuffix(loc, "msg=key-revoked") {
+		t.Fatalf("revoking the key leads to %q, want the keys page saying it was revoked", loc)
+	}
 	if _, err := e.svc.Authenticate(context.Background(), secret, tenants.KindSecret); err == nil {
 		t.Fatal("revoked key still authenticates")
+	}
+	// Revoking it again (another tab, a form sent twice) changes nothing and says so.
+	again = c.post(tpath(tn, "/keys/"+id+"/revoke"), url.Values{"confirm": {"yes"}})
+	wantStatus(t, again, http.StatusSeeOther)
+	if loc := again.Header.Get("Location"); !strings.HasSuffix(loc, "msg=key-already-revoked") {
+		t.Fatalf("revoking the revoked key again leads to %q, want the keys page saying it was revoked before", loc)
 	}
 	if got := text(c.get(tpath(tn, "/keys")).doc(t), `tr[data-key-id="`+id+`"] .tag.danger`); got != "revoked" {
 		t.Fatalf("revoked key shows %q", got)
