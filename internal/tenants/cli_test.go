@@ -99,3 +99,18 @@ func TestCommandProblemsSayWhatIsWrongPlainly(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyRevokeSaysWhetherItRevoked: `key revoke` of an active key says it revoked it; of a key
+// revoked before, that it was already revoked and nothing changed.
+func TestKeyRevokeSaysWhetherItRevoked(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		tn := e.tenant(t, "acme")
+		k, _ := e.key(t, tn.ID, KindSecret)
+		for _, want := range []string{"key " + k.ID + " revoked\n", "key " + k.ID + " was already revoked ("} {
+			var stdout strings.Builder
+			if err := e.svc.Command(e.ctx, "key", []string{"revoke", k.ID}, nil, &stdout); err != nil || !strings.HasPrefix(stdout.String(), want) {
+				t.Fatalf("key revoke %s: %q, %v; want it to begin %q", k.ID, stdout.String(), err, want)
+			}
+		}
+	})
+}
