@@ -136,7 +136,7 @@ func (s *Server) answerCall(c *gin.Context, key string, body []byte, render func
 	var idem *limiter.Idempotency
 	if key != "" {
 		idem = idempotencyFor(c, key, 0, body, nil)
-		idem.RenderCall = render
+		idem.RenderCall = func(r any) limiter.Answer { return withCallID(c, render(r)) }
 		ctx = limiter.WithIdempotency(ctx, idem)
 	}
 	result, err := call(ctx)

@@ -31,7 +31,48 @@ const (
 	IdempotentReplayedHeader = "Idempotent-Replayed"
 	// maxIdempotencyKey is the longest Idempotency-Key.
 	maxIdempotencyKey = 255
+	// CallIDHeader is a client's ID of one call, the same on each of its retries, sent beside an
+	// Idempotency-Key: the answer stored under the key carries the ID the deciding request sent,
+	// so a replay tells a client whether it answers the call's own earlier attempt (whose answer
+	// was lost) or another call that used the same key (a visitor's retry holding the same
+	// concurrency slot, say). Without one the answer carries none.
+	CallIDHeader = "Sluice-Call-Id"
+	// maxCallID is the longest Sluice-Call-Id.
+	maxCallID = 64
 )
+
+// callIDOf reads the Sluice-Call-Id header: "" when absent, a 400 naming the header unless it
+// is one value of 1 to 64 letters, digits and "-._~" (it is written back in answers).
+func callIDOf(c *gin.Context) (string, error) {
+	vs := c.Request.Header.Values(CallIDHeader)
+	if len(vs) == 0 {
+		return "", nil
+	}
+	const rule = "Sluice-Call-Id must be one header of 1 to 64 letters, digits, '-', '.', '_' or '~'"
+	if len(vs) > 1 || len(vs[0]) == 0 || len(vs[0]) > maxCallID {
+		return "", badRequest(CallIDHeader, rule)
+	}
+	for _, r := range vs[0] {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' || r == '~') {
+			return "", badRequest(CallIDHeader, rule)
+		}
+	}
+	return vs[0], nil
+}
+
+// withCallID is answer a with the request's Sluice-Call-Id (checked by idempotencyKeyOf), to be
+// stored with it and so replayed with it.
+func withCallID(c *gin.Context, a limiter.Answer) limiter.Answer {
+	if id := c.Request.Header.Get(CallIDHeader); id != "" {
+		h := make(map[string]string, len(a.Header)+1)
+		for k, v := range a.Header {
+			h[k] = v
+		}
+		h[CallIDHeader] = id
+		a.Header = h
+	}
+	return a
+}
 
 // idempotencyKeyOf reads the Idempotency-Key header: "" when absent, a 400 naming the header
 // unless it is one value of 1 to 255 printable ASCII characters.
@@ -53,6 +94,9 @@ func idempotencyKeyOf(c *gin.Context) (string, error) {
 			return "", badRequest(IdempotencyKeyHeader, rule)
 		}
 	}
+	if _, err := callIDOf(c); err != nil {
+		return "", err
+	}
 	return k, nil
 }
 
@@ -67,7 +111,11 @@ func requestHash(c *gin.Context, body []byte) []byte {
 // idempotencyFor is the engine's idempotency record of a request with key and body; part tells
 // apart the items of one bulk request.
 func idempotencyFor(c *gin.Context, key string, part int, body []byte, render func(limiter.BatchDecision) limiter.Answer) *limiter.Idempotency {
-	return &limiter.Idempotency{Key: key, Part: part, Hash: requestHash(c, body), Render: render}
+	idem := &limiter.Idempotency{Key: key, Part: part, Hash: requestHash(c, body)}
+	if render != nil {
+		idem.Render = func(b limiter.BatchDecision) limiter.Answer { return withCallID(c, render(b)) }
+	}
+	return idem
 }
 
 // writeAnswer writes an answer rendered for an idempotent request (or replayed, marked so).

@@ -244,3 +244,56 @@ func TestConcurrentIdempotentRetriesThroughTwoInstancesConsumeOnce(t *testing.T)
 		concurrentHTTPRetries(t, []*harness{first, second}, a.key, fmt.Sprint("retry-", round))
 	}
 }
+
+// TestTheStoredAnswerCarriesTheDecidingCallsID: a Sluice-Call-Id sent beside an Idempotency-Key
+// is stored with the answer: the first answer carries it, and a replay carries the deciding
+// call's, not the retrying one's, so a client tells its own lost attempt's answer from another
+// call's (a hold's close alike). Without one the answer carries none; a malformed one is 400.
+func TestTheStoredAnswerCarriesTheDecidingCallsID(t *testing.T) {
+	eachDB(t, func(t *testing.T, h *harness) {
+		a := h.newTenant(t, "acme")
+		h.define(t, a.key, "x", bucket10PerMinute)
+		send := func(path, body, key, callID string) response {
+			t.Helper()
+			req, err := http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+a.key)
+			req.Header.Set(api.IdempotencyKeyHeader, key)
+			if callID != "" {
+				req.Header.Set(api.CallIDHeader, callID)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			raw, _ := io.ReadAll(res.Body)
+			return response{status: res.StatusCode, header: res.Header, body: raw}
+		}
+		first := send("/v1/limits/x/limit", `{"key":"u"}`, "k1", "call-A")
+		if first.status != http.StatusOK || first.header.Get(api.CallIDHeader) != "call-A" {
+			t.Fatalf("the first answer: %s, Sluice-Call-Id %q; want 200 carrying call-A", first, first.header.Get(api.CallIDHeader))
+		}
+		for _, retry := range []string{"call-A", "call-B", ""} {
+			again := send("/v1/limits/x/limit", `{"key":"u"}`, "k1", retry)
+			if again.header.Get(api.IdempotentReplayedHeader) != "true" || again.header.Get(api.CallIDHeader) != "call-A" {
+				t.Fatalf("a replay asked by call %q: %s, Sluice-Call-Id %q; want the replay carrying call-A", retry, again, again.header.Get(api.CallIDHeader))
+			}
+		}
+		if plain := send("/v1/limits/x/limit", `{"key":"v"}`, "k2", ""); plain.status != http.StatusOK || plain.header.Get(api.CallIDHeader) != "" {
+			t.Fatalf("an answer decided without a call ID: %s, Sluice-Call-Id %q; want none", plain, plain.header.Get(api.CallIDHeader))
+		}
+		hold := send("/v1/holds", `{"limits":[{"name":"x","key":"w","count":1}],"ttl":60000}`, "h1", "call-H")
+		if hold.status != http.StatusCreated || hold.header.Get(api.CallIDHeader) != "call-H" {
+			t.Fatalf("a hold: %s, Sluice-Call-Id %q; want 201 carrying call-H", hold, hold.header.Get(api.CallIDHeader))
+		}
+		for _, bad := range []string{"a b", strings.Repeat("x", 65), "é", "a,b"} {
+			p := requireProblem(t, send("/v1/limits/x/limit", `{"key":"u"}`, "k3", bad), http.StatusBadRequest, api.CodeInvalidRequest)
+			if p["field"] != api.CallIDHeader {
+				t.Fatalf("Sluice-Call-Id %q: %v; want 400 naming the header", bad, p)
+			}
+		}
+	})
+}

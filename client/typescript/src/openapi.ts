@@ -1026,6 +1026,8 @@ export interface components {
     parameters: {
         /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
         IdempotencyKey: string;
+        /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+        CallId: string;
     };
     requestBodies: never;
     headers: never;
@@ -1352,6 +1354,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path: {
                 name: string;
@@ -1379,7 +1383,7 @@ export interface operations {
                     "application/json": components["schemas"]["Decision"];
                 };
             };
-            /** @description invalid_request, invalid_config or count_exceeds_capacity; invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
+            /** @description invalid_request, invalid_config or count_exceeds_capacity; invalid_request with field Idempotency-Key for a malformed Idempotency-Key header (field Sluice-Call-Id for a malformed Sluice-Call-Id) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1756,6 +1760,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path?: never;
             cookie?: never;
@@ -1781,7 +1787,7 @@ export interface operations {
                     "application/json": components["schemas"]["BatchDecision"];
                 };
             };
-            /** @description invalid_request, invalid_config or count_exceeds_capacity (with field limits: more limits than the tenant's plan admits at once, which no wait admits); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
+            /** @description invalid_request, invalid_config or count_exceeds_capacity (with field limits: more limits than the tenant's plan admits at once, which no wait admits); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header (field Sluice-Call-Id for a malformed Sluice-Call-Id) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2429,6 +2435,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path?: never;
             cookie?: never;
@@ -2450,7 +2458,7 @@ export interface operations {
                     "application/json": components["schemas"]["BulkResponse"];
                 };
             };
-            /** @description invalid_request (the whole body); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
+            /** @description invalid_request (the whole body); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header (field Sluice-Call-Id for a malformed Sluice-Call-Id) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3291,6 +3299,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path: {
                 name: string;
@@ -3314,7 +3324,7 @@ export interface operations {
                     "application/json": components["schemas"]["Refund"];
                 };
             };
-            /** @description invalid_request: count (required, 0 to 1e15), key, attributes; invalid_config: a concurrency limit (release its lease instead); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header */
+            /** @description invalid_request: count (required, 0 to 1e15), key, attributes; invalid_config: a concurrency limit (release its lease instead); invalid_request with field Idempotency-Key for a malformed Idempotency-Key header (field Sluice-Call-Id for a malformed Sluice-Call-Id) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3389,6 +3399,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path?: never;
             cookie?: never;
@@ -3506,6 +3518,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path: {
                 id: string;
@@ -3613,6 +3627,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path: {
                 id: string;
@@ -3714,6 +3730,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path: {
                 id: string;
@@ -3815,6 +3833,8 @@ export interface operations {
             header?: {
                 /** @description Makes the decision (or the hold, settle, release, lease extension or refund) idempotent: a retry with the same key and the same request (method, path and body bytes) within 24 hours returns the first answer (same status, headers and body, plus `Idempotent-Replayed: true`) and consumes nothing more. The same key with a different request is 422 `idempotency_key_reused`. A retry sent while the first attempt is still being decided waits for it and replays its answer. Keys are per tenant and expire 24 hours after the decision. Only decisions are stored: 200s, and the 429s a decision itself makes (`rate_limited`, and `tenant_quota_exceeded` when the tenant's plan refused the decision), which a retry under the same key replays for the key's 24 hours (send a new key when you try again after `Retry-After`). A request refused before any decision stored nothing, and its retry is decided afresh: a 400 (`count_exceeds_capacity` with `field` `limits` for a batch larger than the tenant's plan admits at once, which no wait admits), a 404 `limit_not_found` or a 503. Anything but one header of 1 to 255 printable ASCII characters is 400 with `field` `Idempotency-Key`. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description With an Idempotency-Key: the client's ID of this call, the same on each of its own retries (1 to 64 letters, digits, '-', '.', '_' or '~'). The answer stored under the key carries, in its Sluice-Call-Id header, the ID the deciding request sent, and a replay carries that one: a client whose replayed answer carries its own ID answers its own earlier attempt (whose answer was lost); another ID (or none) means another call decided under the key. Not on POST /v1/decisions, whose answers carry none. Malformed: 400 with field Sluice-Call-Id. */
+                "Sluice-Call-Id"?: components["parameters"]["CallId"];
             };
             path: {
                 id: string;
