@@ -18,7 +18,7 @@ import (
 )
 
 // rewritingProxy is a reverse proxy in front of the real Sluice that replaces the body of every
-// 200 answer whose request path passes match with body (keeping its status and headers).
+// 200 or 201 answer whose request path passes match with body (keeping its status and headers).
 func rewritingProxy(t *testing.T, match func(path string) bool, body string) string {
 	t.Helper()
 	target, err := url.Parse(baseURL)
@@ -27,7 +27,7 @@ func rewritingProxy(t *testing.T, match func(path string) bool, body string) str
 	}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.ModifyResponse = func(resp *http.Response) error {
-		if resp.StatusCode != http.StatusOK || !match(resp.Request.URL.Path) {
+		if (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated) || !match(resp.Request.URL.Path) {
 			return nil
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -79,6 +79,28 @@ func TestADecisionAnswerWithoutItsRequiredMembersDoesNotDecode(t *testing.T) {
 		h := sluice.Middleware(sluice.New(proxy, secretKey), name, sluice.WithLogger(loggerInto(logs)))(&okHandler{})
 		if w := serve(h, "198.51.100.7:1"); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
 			t.Errorf("the middleware, Sluice answering 200 %s: %d (Retry-After %q) %q; want 503: no decision", body, w.Code, w.Header().Get("Retry-After"), w.Body)
+		}
+	}
+}
+
+// TestAHoldOrRefundAnswerWithoutItsRequiredMembersDoesNotDecode: a hold's or a refund's answer of
+// {} or null is an answer that does not decode, an error, as a decision's is: not a hold without
+// an ID or a refund of nothing (both were a zero value and no error).
+func TestAHoldOrRefundAnswerWithoutItsRequiredMembersDoesNotDecode(t *testing.T) {
+	ctx := testCtx(t)
+	name := limitName(t, "hr")
+	if _, err := newClient(t).Put(ctx, name, sluice.Definition{Kind: sluice.FixedWindow, Rate: 100, Period: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{`{}`, `null`, `{"holdId":"h","expiresAt":1}`, `{"name":"x","key":null,"refunded":1}`} {
+		c := sluice.New(rewritingProxy(t, func(p string) bool { return p == "/v1/holds" || strings.HasSuffix(p, "/refund") }, body), secretKey)
+		h, err := c.Hold(ctx, []sluice.HoldItem{{Name: name, Key: "k", Count: 1}}, time.Minute)
+		if err == nil || !strings.Contains(err.Error(), "decode the answer") {
+			t.Errorf("Hold answered 201 %s: %+v, %v; want an error: the answer does not decode", body, h, err)
+		}
+		r, err := c.Refund(ctx, name, sluice.Refund{Key: "k", Count: 1})
+		if err == nil || !strings.Contains(err.Error(), "decode the answer") {
+			t.Errorf("Refund answered 200 %s: %+v, %v; want an error: the answer does not decode", body, r, err)
 		}
 	}
 }

@@ -12,6 +12,8 @@ package sluice
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,14 +176,14 @@ func (c *Client) decide(ctx context.Context, name, verb string, d Decision, retr
 		}
 	}
 	var w wireDecision
-	h, acted, err := c.doAttempts(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik) // checkDecision checked the name
+	h, own, err := c.doAttempts(ctx, http.MethodPost, "/v1/limits/"+url.PathEscape(name)+verb, nil, d, retry, &w, ik) // checkDecision checked the name
 	if err != nil {
 		return c.fallbackOne(ctx, Item{Name: name, Decision: d}, err)
 	}
 	r := w.result()
 	r.RateLimitPolicy, r.RateLimit = h.Get("RateLimit-Policy"), h.Get("RateLimit")
 	r.Replayed = h.Get("Idempotent-Replayed") == "true"
-	r.ownReplay = r.Replayed && acted
+	r.ownReplay = r.Replayed && own
 	return r, nil
 }
 
@@ -385,9 +387,10 @@ func (c *Client) doKeyed(ctx context.Context, method, path string, q url.Values,
 	return h, err
 }
 
-// doAttempts is doKeyed, also reporting whether an earlier attempt of the call got no answer
-// from Sluice before the one answered (so may have been carried out: a replayed answer under
-// idemKey is then most likely that attempt's, the call's own).
+// doAttempts is doKeyed, also reporting, under an idemKey, whether the answer is this call's own:
+// every attempt of the call sends one random Sluice-Call-Id, which Sluice stores with the answer
+// it decides and replays with it, so a replay carrying it answers an earlier attempt of this
+// call (whose answer was lost), and one carrying another (or none) another call under the key.
 func (c *Client) doAttempts(ctx context.Context, method, path string, q url.Values, body any, retry bool, out any, idemKey string) (http.Header, bool, error) {
 	retry = retry || idemKey != ""
 	if c.invalid != nil {
@@ -409,11 +412,15 @@ func (c *Client) doAttempts(ctx context.Context, method, path string, q url.Valu
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
+	callID := ""
+	if idemKey != "" {
+		callID = newCallID()
+	}
 	mayHaveActed := false // an earlier attempt got no answer from Sluice, so may have been carried out
 	for attempt := 0; ; attempt++ {
-		h, err := c.once(ctx, method, target, payload, out, idemKey)
+		h, err := c.once(ctx, method, target, payload, out, idemKey, callID)
 		if err == nil {
-			return h, mayHaveActed, nil
+			return h, callID != "" && h.Get(callIDHeader) == callID, nil
 		}
 		if mayHaveActed && method == http.MethodDelete && idemKey == "" && notFound(err) {
 			// The attempt whose answer was lost may have deleted it: what the caller wanted.
@@ -430,7 +437,17 @@ func (c *Client) doAttempts(ctx context.Context, method, path string, q url.Valu
 	}
 }
 
-func (c *Client) once(ctx context.Context, method, target string, payload []byte, out any, idemKey string) (http.Header, error) {
+// callIDHeader carries a keyed call's ID (doAttempts).
+const callIDHeader = "Sluice-Call-Id"
+
+// newCallID is a random ID for one keyed call: 128 bits, URL-safe.
+func newCallID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand's Read never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func (c *Client) once(ctx context.Context, method, target string, payload []byte, out any, idemKey, callID string) (http.Header, error) {
 	var body io.Reader
 	if payload != nil {
 		body = bytes.NewReader(payload)
@@ -445,12 +462,13 @@ func (c *Client) once(ctx context.Context, method, target string, payload []byte
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if idemKey != "" {
-		req.Header.Set("Idempotency-Key", idemKey)
-		// net/http's Transport re-sends a request with an Idempotency-Key header whose reused
-		// connection broke after it was sent, unseen by doAttempts (even with WithRetries(0)),
-		// which would take the replayed answer to the call's own lost attempt for another's.
-		// Without GetBody it cannot: every attempt is doAttempts'.
-		req.GetBody = nil
+		// Under its lower-case name, which net/http writes as it is (header names are
+		// case-insensitive): its Transport re-sends a request whose header map holds an
+		// "Idempotency-Key" entry when a reused connection broke after it was sent, unseen by
+		// doAttempts (even with WithRetries(0), and for a call without a body, such as a lease's
+		// release); under this name every attempt is doAttempts', and redirects still work.
+		req.Header["idempotency-key"] = []string{idemKey}
+		req.Header.Set(callIDHeader, callID)
 	}
 	// Everything a request could be refused for before it leaves (its URL, its header values) is
 	// checked before this point, so an error of Do is the transport's: no answer.

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -54,11 +55,7 @@ func (c *Client) Hold(ctx context.Context, items []HoldItem, ttl time.Duration) 
 	if err != nil {
 		return Hold{}, err
 	}
-	var w struct {
-		HoldID    string         `json:"holdId"`
-		ExpiresAt int64          `json:"expiresAt"`
-		Results   []wireDecision `json:"results"`
-	}
+	var w wireHold
 	body := struct {
 		Limits []HoldItem `json:"limits"`
 		TTL    int64      `json:"ttl"`
@@ -131,4 +128,21 @@ func (c *Client) closeKeyed(ctx context.Context, method, path string, out any) e
 	}
 	_, err = c.doKeyed(ctx, method, path, nil, nil, consuming, out, ik)
 	return err
+}
+
+// wireHold is a hold's answer as Sluice sends it.
+type wireHold struct {
+	HoldID    string         `json:"holdId"`
+	ExpiresAt int64          `json:"expiresAt"`
+	Results   []wireDecision `json:"results"`
+}
+
+// UnmarshalJSON decodes a hold's answer, refusing one without a member the OpenAPI document
+// requires of it ({} or null would read as a hold with no ID).
+func (w *wireHold) UnmarshalJSON(b []byte) error {
+	if err := requireMembers(b, "a hold", "holdId", "expiresAt", "results"); err != nil {
+		return err
+	}
+	type plain wireHold
+	return json.Unmarshal(b, (*plain)(w))
 }

@@ -161,13 +161,16 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		// down with the visitor still there. A lease the decision took is released at once, the
 		// handler does not run, and the error handler answers (unread if the visitor left) with
 		// an error wrapping context.Canceled (and the decision's error, if any).
-		if err == nil {
-			if res.LeaseID != "" {
-				m.release(r, res.LeaseID)
-			}
-			err = cause
+		// A lease replayed from another call under the request's Idempotency-Key is that call's:
+		// not released here.
+		if err == nil && res.LeaseID != "" && (!res.Replayed || res.ownReplay) {
+			m.release(r, res.LeaseID)
 		}
-		m.onError(w, r, fmt.Errorf("%w: %w", errRequestEnded, err))
+		if err == nil {
+			m.onError(w, r, fmt.Errorf("%w: %w", errRequestEnded, cause))
+		} else {
+			m.onError(w, r, fmt.Errorf("%w: %w: %w", errRequestEnded, cause, err))
+		}
 		return
 	}
 	if err != nil {

@@ -109,3 +109,95 @@ func TestAReplayOfTheRequestsOwnLostAttemptIsItsOwn(t *testing.T) {
 		})
 	}
 }
+
+// TestAVisitorsRetryIsNotTakenForTheCallsOwnReplay: request A of a visitor holds the only slot of
+// a concurrency limit of 1 under its Idempotency-Key; the visitor retries it as B under the same
+// key, and B's first decision attempt gets a gateway's plain 503 (never forwarded), so Limit
+// retries it and Sluice replays A's admission. That replay is A's, not B's own: B is refused
+// (429), its handler does not run beside A's, and A's lease is not released by B. (When any
+// attempt without Sluice's answer made the replay the call's own, B ran beside A, 2 in flight
+// on a limit of 1, and its release freed A's slot.)
+func TestAVisitorsRetryIsNotTakenForTheCallsOwnReplay(t *testing.T) {
+	ctx := testCtx(t)
+	admin := newClient(t)
+	name := limitName(t, "conc")
+	if _, err := admin.Put(ctx, name, sluice.Definition{Kind: sluice.Concurrency, Rate: 1, LeaseTTL: 600_000}); err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var decisions atomic.Int32
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/limit") && decisions.Add(1) == 2 { // B's first attempt
+			http.Error(w, "503 Service Temporarily Unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(gateway.Close)
+	c := sluice.New(gateway.URL, secretKey, sluice.WithRetries(2))
+	inA, releaseA := make(chan struct{}), make(chan struct{})
+	var running, most atomic.Int32
+	h := sluice.Middleware(c, name, sluice.WithKeyFunc(sluice.KeyByHeader("X-User")))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := running.Add(1)
+		defer running.Add(-1)
+		if n > most.Load() {
+			most.Store(n)
+		}
+		if r.Header.Get("X-Attempt") == "A" {
+			close(inA)
+			<-releaseA
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(sluice.WithIdempotencyKey(r.Context(), "visit-1-"+name)))
+	})
+	doneA := make(chan *httptest.ResponseRecorder, 1)
+	go func() { doneA <- serve(app, "192.0.2.9:1", "X-User", "alice", "X-Attempt", "A") }()
+	select {
+	case <-inA:
+	case <-ctx.Done():
+		t.Fatal("waited for request A's handler to run")
+	}
+	b := serve(app, "192.0.2.9:1", "X-User", "alice", "X-Attempt", "B")
+	if b.Code != http.StatusTooManyRequests || most.Load() != 1 {
+		t.Fatalf("the visitor's retry B while A runs (%d decisions sent): %d %q, at most %d handlers in flight; want 429 and 1",
+			decisions.Load(), b.Code, b.Body, most.Load())
+	}
+	if r, err := admin.Check(ctx, name, sluice.Decision{Key: "alice"}); err != nil || r.OK {
+		t.Fatalf("while A runs, after B: %+v, %v; want alice's one slot still A's", r, err)
+	}
+	close(releaseA)
+	if a := <-doneA; a.Code != http.StatusOK {
+		t.Fatalf("request A: %d %q, want 200", a.Code, a.Body)
+	}
+}
+
+// TestAKeyedCallFollowsARedirect: a keyed call is kept from net/http's own re-sending without
+// losing what it does for any call: a 308 in front of Sluice (http to https, a moved host) is
+// followed with the body and the key, as an unkeyed call's is.
+func TestAKeyedCallFollowsARedirect(t *testing.T) {
+	ctx := testCtx(t)
+	name := limitName(t, "redirected")
+	if _, err := newClient(t).Put(ctx, name, sluice.Definition{Kind: sluice.TokenBucket, Rate: 10, Period: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	moved := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, baseURL+r.URL.RequestURI(), http.StatusPermanentRedirect)
+	}))
+	t.Cleanup(moved.Close)
+	c := sluice.New(moved.URL, secretKey)
+	for _, keyed := range []bool{false, true} {
+		callCtx := ctx
+		if keyed {
+			callCtx = sluice.WithIdempotencyKey(ctx, "redirect-"+name)
+		}
+		if r, err := c.Limit(callCtx, name, sluice.Decision{Key: "k"}); err != nil || !r.OK {
+			t.Fatalf("a decision (keyed %v) through a 308: %+v, %v; want it admitted", keyed, r, err)
+		}
+	}
+}

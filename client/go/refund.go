@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 )
@@ -52,4 +53,14 @@ func (c *Client) Refund(ctx context.Context, name string, r Refund) (RefundResul
 	}
 	out.Replayed = h.Get("Idempotent-Replayed") == "true"
 	return out, nil
+}
+
+// UnmarshalJSON decodes a refund's answer, refusing one without a member the OpenAPI document
+// requires of it ({} or null would read as a refund of nothing).
+func (r *RefundResult) UnmarshalJSON(b []byte) error {
+	if err := requireMembers(b, "a refund", "name", "key", "refunded", "remaining"); err != nil {
+		return err
+	}
+	type plain RefundResult
+	return json.Unmarshal(b, (*plain)(r))
 }

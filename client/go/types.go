@@ -150,9 +150,9 @@ type Result struct {
 	LeaseID        string
 	LeaseExpiresAt time.Time
 
-	// ownReplay is true when Replayed is after an earlier attempt of the same call got no answer
-	// (a retry of Limit under its Idempotency-Key): the answer replayed is, most likely, that
-	// attempt's, so the tokens and the lease are this call's (the middleware uses the lease).
+	// ownReplay is true when the answer replayed is an earlier attempt's of this very call (its
+	// Sluice-Call-Id, which Sluice stores with the answer, is this call's): the tokens and the
+	// lease are this call's (the middleware uses the lease), not another call's under the key.
 	ownReplay bool
 }
 

@@ -424,6 +424,7 @@ export class Sluice {
     const bad = invalidItem({ name, count: body.count, key: body.key, attributes: body.attributes }, "refund");
     if (bad) throw bad;
     const a = await this.#call("POST", `${limitPath(name)}/refund`, body, idempotent(opts), opts, true);
+    requireMembers(a.data, `POST ${limitPath(name)}/refund`, "the refund", ["name", "key", "refunded", "remaining"]);
     const r = a.data as OkJSON<"/v1/limits/{name}/refund", "post"> & { replayed?: true };
     if (a.headers.get("Idempotent-Replayed") === "true") r.replayed = true;
     return r;

@@ -942,6 +942,11 @@ test("a 200 answer without the members a decision requires, or with an empty bod
   }
   // Any call's empty 200 (a value that resolved undefined).
   await undecodableOf(client({ fetch: rewritingFetch("", () => true) }).value(name, "k"), "value, answered an empty 200");
+  // A refund's answer without its members (it was a refund of nothing, no error).
+  for (const body of ["{}", "null", '{"name":"x","key":null,"refunded":1}']) {
+    const c = client({ fetch: rewritingFetch(body, (path) => path.endsWith("/refund")) });
+    await undecodableOf(c.refund(name, { key: "k", count: 1 }), `refund, answered ${JSON.stringify(body)}`);
+  }
 });
 
 test("a baseUrl with a query or a fragment is refused at construction; a path prefix is kept", async () => {
