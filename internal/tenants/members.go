@@ -295,10 +295,17 @@ func (s *Service) liveToken(tx *gorm.DB, kind, token string) (userTokenRow, erro
 	return row, nil
 }
 
-// InviteByToken returns the live invite of token: ErrNotFound when it is unknown, used or expired.
+// InviteByToken returns the live invite of token: ErrNotFound when it is unknown, used or expired;
+// ErrTenantBeingDeleted when its tenant is being deleted (AcceptInvite would refuse it).
 func (s *Service) InviteByToken(ctx context.Context, token string) (Invite, error) {
 	var row userTokenRow
-	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) (err error) { row, err = s.liveToken(tx, linkInvite, token); return err })
+	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) (err error) {
+		if row, err = s.liveToken(tx, linkInvite, token); err != nil || row.TenantID == nil {
+			return err
+		}
+		_, err = changeableTenant(tx, *row.TenantID)
+		return err
+	})
 	if err != nil {
 		return Invite{}, wrap("invite", err)
 	}

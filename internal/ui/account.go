@@ -93,6 +93,10 @@ func (u *UI) linkPage(c *gin.Context, status int, vm passwordVM) {
 	u.render(c, status, passwordPage(vm))
 }
 
+// tenantClosed is what an invitation's page says once its tenant is being deleted: the invitee
+// needs no more than that (the operators' message says how to finish the deletion).
+const tenantClosed = "This invitation's tenant no longer accepts members."
+
 // linkFlow is a page one-time links open (an invitation's, a password reset's): its text, whose
 // link a token is, and what choosing the password does with the token.
 type linkFlow struct {
@@ -106,8 +110,12 @@ type linkFlow struct {
 func (l linkFlow) form(ctx context.Context, token string) (passwordVM, error) {
 	vm := passwordVM{Heading: l.heading, Action: l.action, Token: token, Intro: l.intro}
 	email, role, err := l.holder(ctx, token)
-	if errors.Is(err, tenants.ErrNotFound) {
+	switch {
+	case errors.Is(err, tenants.ErrNotFound):
 		vm.Disabled, vm.Intro = true, l.dead
+		return vm, nil
+	case errors.Is(err, tenants.ErrTenantBeingDeleted):
+		vm.Disabled, vm.Intro = true, tenantClosed
 		return vm, nil
 	}
 	vm.Email, vm.Role = email, string(role)
@@ -191,6 +199,9 @@ func (u *UI) linkDone(c *gin.Context, vm passwordVM, user tenants.User, err erro
 	switch {
 	case errors.Is(err, tenants.ErrNotFound) || errors.Is(err, tenants.ErrConflict):
 		vm.Disabled, vm.Intro = true, "This link was used meanwhile, or its account exists already."
+		u.linkPage(c, http.StatusNotFound, vm)
+	case errors.Is(err, tenants.ErrTenantBeingDeleted): // marked since the form was read
+		vm.Disabled, vm.Intro = true, tenantClosed
 		u.linkPage(c, http.StatusNotFound, vm)
 	case formError(err):
 		vm.Errs = apperr.Fields(err)

@@ -406,6 +406,10 @@ func TestATenantBeingDeletedIsOfferedToNoOneForChange(t *testing.T) {
 	e := newEnv(t, func(c *config.Config, _ *app.Options) { c.WebhookAllowPrivate = true })
 	e.operator()
 	a := e.walkTenant(t, "acme")
+	_, invitation, err := e.svc.CreateInvite(context.Background(), &a.ID, "late@acme.example", tenants.RoleViewer, 0, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.svc.DeleteTenant(ctx, a.ID, "test") }()
@@ -429,6 +433,16 @@ func TestATenantBeingDeletedIsOfferedToNoOneForChange(t *testing.T) {
 	}
 	op := e.login(opEmail, opPassword)
 	walkOfferingNoChange(t, e, op, a, "an operator in a tenant being deleted", true)
+	// An invitation made before opens on a page that says the tenant takes no members, plainly
+	// (a dead link's page, 404).
+	guest := e.client()
+	page := guest.get("/invite?token=" + url.QueryEscape(invitation))
+	if page.StatusCode != http.StatusNotFound || !strings.Contains(page.body, "no longer accepts members") || page.doc(t).Find("form button[type=submit]:not([disabled])").Length() != 0 {
+		t.Errorf("an invitation to the tenant being deleted: status %d\n%s\nwant a page saying it no longer accepts members, and no form to send", page.StatusCode, page.body)
+	}
+	if res := guest.post("/invite", url.Values{"token": {invitation}, "password": {"late-password-1"}, "confirm": {"late-password-1"}}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("accepting an invitation to the tenant being deleted: status %d, want 404", res.StatusCode)
+	}
 	// Its pages say so, and its Manage page offers only to delete it again, which finishes it.
 	if limits := op.get(walkPath("/tenants/:tid/limits", a.ids)).doc(t); limits.Find("#deleting-banner").Length() != 1 {
 		t.Error("a page of the tenant being deleted shows no banner saying so")
@@ -445,9 +459,16 @@ func TestATenantBeingDeletedIsOfferedToNoOneForChange(t *testing.T) {
 	if manage.Find("#delete-tenant").Length() != 1 || manage.Find("#deletion-unfinished").Length() != 1 {
 		t.Error("the Manage page of a tenant being deleted does not offer to finish the deletion")
 	}
+	// Deleting it again from the page while another deletion runs (started just before, so it
+	// most likely ends first): whichever ends second finds it gone, which is what was asked.
+	other := make(chan error, 1)
+	go func() { other <- e.svc.DeleteTenant(context.Background(), a.ID, "test") }()
 	res := op.post(fmt.Sprintf("/tenants/%d/manage/delete", a.ID), url.Values{"confirm": {"acme"}})
 	if res.StatusCode != http.StatusSeeOther {
-		t.Fatalf("deleting the tenant again: status %d, want 303", res.StatusCode)
+		t.Fatalf("deleting the tenant again beside another deletion of it: status %d, want 303", res.StatusCode)
+	}
+	if err := <-other; err != nil && !errors.Is(err, tenants.ErrNotFound) {
+		t.Fatalf("the other deletion: %v", err)
 	}
 	if _, err := e.svc.Tenant(context.Background(), a.ID); !errors.Is(err, tenants.ErrNotFound) {
 		t.Fatalf("the tenant after its deletion was finished: %v, want not found", err)

@@ -202,7 +202,9 @@ func (u *UI) deleteTenant(c *gin.Context) {
 		u.renderManageTenant(c, http.StatusUnprocessableEntity, t, tenantVM{DeleteErr: "Type the tenant's name to confirm the deletion."})
 		return
 	}
-	if err := u.tenants.DeleteTenant(c.Request.Context(), t.ID, actor(c)); err != nil {
+	// ErrNotFound now, after the tenant was read above, is another deletion of it that finished
+	// first (two operators, or "delete again" while one ran): the tenant is gone, as asked.
+	if err := u.tenants.DeleteTenant(c.Request.Context(), t.ID, actor(c)); err != nil && !errors.Is(err, tenants.ErrNotFound) {
 		u.fail(c, err)
 		return
 	}
