@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -53,11 +54,16 @@ func callIDOf(c *gin.Context) (string, error) {
 		return "", badRequest(CallIDHeader, rule)
 	}
 	for _, r := range vs[0] {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' || r == '~') {
+		if !callIDRune(r) {
 			return "", badRequest(CallIDHeader, rule)
 		}
 	}
 	return vs[0], nil
+}
+
+// callIDRune reports whether r may be in a Sluice-Call-Id: a letter, a digit, '-', '.', '_' or '~'.
+func callIDRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)
 }
 
 // withCallID is answer a with the request's Sluice-Call-Id (checked by idempotencyKeyOf), to be
