@@ -3,9 +3,12 @@ package api_test
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/api"
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // TestRefundOverHTTP: tokens taken come back (never above the limit), ancestors with them; bad
@@ -74,4 +77,43 @@ func TestARefundRetriedUnderItsIdempotencyKeyGivesBackOnce(t *testing.T) {
 		requireProblem(t, sendIdem(t, h.url, "/v1/limits/api/refund", a.key, `{"key":"t","count":1}`, "r1"), http.StatusUnprocessableEntity, "idempotency_key_reused")
 		requireProblem(t, sendIdem(t, h.url, "/v1/limits/api/refund", a.key, `{"key":"t","count":1}`, "r3", "r4"), http.StatusBadRequest, "invalid_request")
 	})
+}
+
+// TestConcurrentIdempotentRefundsThroughTwoInstancesGiveBackOnce: 32 copies of one refund under
+// one Idempotency-Key at once, through two instances on one PostgreSQL, give the tokens back
+// once: one is answered as decided, the others replay its answer.
+func TestConcurrentIdempotentRefundsThroughTwoInstancesGiveBackOnce(t *testing.T) {
+	t.Parallel()
+	url := testkit.URL(t, db.Postgres)
+	first, second := newHarness(t, url), newHarness(t, url)
+	a := first.newTenant(t, "acme")
+	defineFixed(t, first, a.key, "once", 100)
+	requireJSON(t, first.send(t, http.MethodPost, "/v1/limits/once/limit", a.key, map[string]any{"key": "hot", "count": 50}), http.StatusOK)
+	const n = 32
+	out := make([]response, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			out[i] = sendIdem(t, []*harness{first, second}[i%2].url, "/v1/limits/once/refund", a.key, `{"key":"hot","count":10}`, "refund-once")
+		})
+	}
+	close(start)
+	wg.Wait()
+	fresh := 0
+	for i, r := range out {
+		if r.status != http.StatusOK || !strings.Contains(string(r.body), `"refunded":10`) || !strings.Contains(string(r.body), `"remaining":60`) {
+			t.Fatalf("refund %d: %s, want the first refund's answer (10 back, 60 left)", i, r)
+		}
+		if r.header.Get(api.IdempotentReplayedHeader) == "" {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d of %d concurrent refunds under one key were answered as decided, want 1", fresh, n)
+	}
+	if v := valueOf(t, first, a.key, "/v1/limits/once/value?key=hot"); v != 60 {
+		t.Fatalf("after %d concurrent refunds of 10 under one key: %v left, want 60 (given back once)", n, v)
+	}
 }
