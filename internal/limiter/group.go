@@ -854,12 +854,12 @@ func (e *Engine) expireQueued(jobs []*job, now time.Time) ([]*job, time.Time) {
 	for _, j := range jobs {
 		if spent(j) {
 			j.err = fmt.Errorf("limiter: decide: %w", ErrUnavailable.Wrap(errors.New("queued for longer than the retry budget")))
-			close(j.done)
 			purpose := db.PurposeDecision // a 503 answered, counted as the transactions' give-ups are
 			if j.sweep {
 				purpose = db.PurposeSweep
 			}
-			e.db.GaveUp(purpose)
+			e.db.GaveUp(purpose) // counted before the caller hears of it, so it reads the count
+			close(j.done)
 			continue
 		}
 		kept = append(kept, j)
