@@ -359,3 +359,41 @@ func TestInvitingATakenEmailRevealsNoOtherAccount(t *testing.T) {
 		must(t, err)
 	})
 }
+
+// TestTwoLoginsReplacingOneSessionAtOnceRevokeAndAuditItOnce: two logins sent at once from a
+// browser that holds a live session (a form sent twice, two tabs) both start a session; the old
+// one is revoked, and its replacement audited once, not once per login.
+func TestTwoLoginsReplacingOneSessionAtOnceRevokeAndAuditItOnce(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		u, err := e.svc.CreateUser(e.ctx, "a@example.com", "member-password-1", false, &acme.ID, "test", "")
+		must(t, err)
+		old, _, err := e.svc.CreateAdminSession(e.ctx, u, time.Hour)
+		must(t, err)
+		errs := make(chan error, 2)
+		start := make(chan struct{})
+		for range 2 {
+			go func() {
+				<-start
+				_, _, err := e.svc.ReplaceAdminSession(e.ctx, old, u, u, time.Hour)
+				errs <- err
+			}()
+		}
+		close(start)
+		must(t, <-errs)
+		must(t, <-errs)
+		_, err = e.svc.AdminSession(e.ctx, old)
+		wantErr(t, err, ErrUnauthorized)
+		log, err := e.svc.AuditLog(e.ctx, acme.ID, 20)
+		must(t, err)
+		replaced := 0
+		for _, a := range log {
+			if a.Action == "logout" && strings.Contains(a.Detail, "replaced") {
+				replaced++
+			}
+		}
+		if replaced != 1 {
+			t.Fatalf("the old session's replacement audited %d times, want once: %+v", replaced, log)
+		}
+	})
+}

@@ -350,6 +350,27 @@ const adminSessionIDLen = 32
 // address Login was given): the entry exists if and only if the session does, and a login that
 // cannot be audited starts no session (the audit trail must not have holes).
 func (s *Service) CreateAdminSession(ctx context.Context, user User, ttl time.Duration) (string, time.Time, error) {
+	return s.createAdminSession(ctx, user, ttl, nil)
+}
+
+// ReplaceAdminSession is CreateAdminSession for a browser that holds session old, of oldUser (a
+// login as anyone, an invitation or reset link used while logged in): in the new session's
+// transaction, old is revoked and its logout audited as oldUser's, if it is still live then, so
+// that a saved copy of its cookie does not outlive it, and two logins sent at once revoke and
+// audit it once. The entry does not name the new session's user, who may be another tenant's.
+func (s *Service) ReplaceAdminSession(ctx context.Context, old string, oldUser, user User, ttl time.Duration) (string, time.Time, error) {
+	return s.createAdminSession(ctx, user, ttl, func(tx *gorm.DB) error {
+		res := tx.Model(&adminSessionRow{}).Where("id_hash = ? AND revoked_at IS NULL", hashSessionID(old)).Update("revoked_at", s.clock())
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error
+		}
+		return s.audit(tx, oldUser.TenantID, "user:"+oldUser.Email, "logout", fmt.Sprintf("user:%d", oldUser.ID),
+			"replaced by a new session in the same browser")
+	})
+}
+
+// createAdminSession is CreateAdminSession, running also, in its transaction, before (when not nil).
+func (s *Service) createAdminSession(ctx context.Context, user User, ttl time.Duration, before func(tx *gorm.DB) error) (string, time.Time, error) {
 	if ttl <= 0 {
 		return "", time.Time{}, wrap("create admin session", invalid("ttl", "ttl must be positive"))
 	}
@@ -368,6 +389,11 @@ func (s *Service) CreateAdminSession(ctx context.Context, user User, ttl time.Du
 			return fmt.Errorf("the password changed since it was checked: %w", ErrUnauthorized)
 		case current.DisabledAt != nil:
 			return fmt.Errorf("user disabled: %w", ErrUnauthorized)
+		}
+		if before != nil {
+			if err := before(tx); err != nil {
+				return err
+			}
 		}
 		if err := tx.Create(&row).Error; err != nil {
 			return err

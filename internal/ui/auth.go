@@ -93,26 +93,23 @@ func (u *UI) parseSession(token string) (sessionClaims, error) {
 // password check (or the creation, or the reset) returned it: a password changed since, a user
 // disabled or removed since, starts no session (tenants.ErrUnauthorized or ErrNotFound). A live
 // session the request carries (a login as someone else in the same browser, an invitation or
-// reset link opened while logged in) is revoked server-side once the new one exists, and audited
-// as its logout: the new cookie replaces it, and a saved copy of the old cookie must not outlive
-// it. The entry does not name the new session's user, who may be another tenant's.
+// reset link opened while logged in) is revoked server-side in the new one's transaction, and
+// audited as its logout (tenants.ReplaceAdminSession): the new cookie replaces it, and a saved
+// copy of the old cookie must not outlive it.
 func (u *UI) startSession(c *gin.Context, user tenants.User) error {
 	old, err := u.currentUser(c)
 	if err != nil && !errors.Is(err, errRefused) {
 		return err // the database cannot say whether the request's session is live
 	}
-	live := err == nil
-	id, expires, err := u.tenants.CreateAdminSession(c.Request.Context(), user, u.ttl)
+	var id string
+	var expires time.Time
+	if err == nil {
+		id, expires, err = u.tenants.ReplaceAdminSession(c.Request.Context(), old.sessionID, old.user, user, u.ttl)
+	} else {
+		id, expires, err = u.tenants.CreateAdminSession(c.Request.Context(), user, u.ttl)
+	}
 	if err != nil {
 		return err
-	}
-	if live {
-		err := u.tenants.RevokeAdminSession(c.Request.Context(), old.sessionID)
-		if err != nil && !errors.Is(err, tenants.ErrNotFound) { // not found: removed meanwhile
-			return err
-		}
-		u.auditRequest(c, old.user.TenantID, "user:"+old.user.Email, "logout", "user:"+strconv.FormatInt(old.user.ID, 10),
-			"replaced by a new session in the same browser")
 	}
 	tok, err := u.signSession(user.ID, id, expires)
 	if err != nil {
