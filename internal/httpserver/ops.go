@@ -60,7 +60,13 @@ func limitBody(max int64, owner func(c *gin.Context) ErrorRenderer) gin.HandlerF
 			return
 		}
 		if c.Request.Body != nil && c.Request.Body != http.NoBody {
-			c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, max)
+			// On a copy of the request: net/http keeps its own, whose body it wrapped to send
+			// "100 Continue" only once the handler reads it; with that body replaced it took a
+			// refusal's unread body for one to drain, and waited for the bytes a client honouring
+			// Expect: 100-continue holds back, until the read timeout, before answering.
+			r := c.Request.WithContext(c.Request.Context())
+			r.Body = http.MaxBytesReader(c.Writer, c.Request.Body, max)
+			c.Request = r
 		}
 		c.Next()
 	}

@@ -1,11 +1,13 @@
 package httpserver_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -200,5 +202,34 @@ func TestAPanickedRequestIsLoggedAndTimedLikeAnyOther(t *testing.T) {
 	rec := do(httpserver.MetricsHandler(m, ""), "GET", "/metrics", nil)
 	if !strings.Contains(rec.Body.String(), `sluice_decision_duration_seconds_count{route="/v1/panics",status="5xx"} 1`) {
 		t.Errorf("the panicked decision is not timed under 5xx:\n%s", rec.Body)
+	}
+}
+
+// TestARefusalIsAnsweredAtOnceToAClientWaitingFor100Continue: a client that sends
+// "Expect: 100-continue" holds its body back until the server asks for it; a route that refuses
+// without reading the body (here an unknown one) answers at once. (With the body limit replacing
+// net/http's own request body, the server took the unread body for one to drain and waited for
+// it until its read timeout: 15 s in production, the test's 60 s here.)
+func TestARefusalIsAnsweredAtOnceToAClientWaitingFor100Continue(t *testing.T) {
+	srv := httptest.NewUnstartedServer(newRouter(t, httpserver.Options{}))
+	srv.Config.ReadTimeout = time.Minute
+	srv.Start()
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /nope HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("waited 20 s for the answer to a refused request whose client waits for 100 Continue: %v", err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Fatalf("POST /nope: %d, want 404", res.StatusCode)
 	}
 }
