@@ -135,7 +135,9 @@ var (
 //
 // A browser reads an answer only when it carries Access-Control-Allow-Origin, so every answer to
 // an allowed origin carries it, refusals (400, 429, 503) included: the widget then shows the
-// problem instead of an opaque network error. The per-IP refusal comes before the tenant is
+// problem instead of an opaque network error. The exception is checkQuery's 400 for a malformed
+// query, answered before the tenant, and so its origins, are known (a widget's bug, not a
+// visitor's: it shows in the browser's developer tools). The per-IP refusal comes before the tenant is
 // known (it spares the database a key lookup); it names no tenant, so any origin may read it.
 func (s *sessions) challenge(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")

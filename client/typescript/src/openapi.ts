@@ -222,7 +222,7 @@ export interface paths {
         };
         /**
          * Fetch a captcha challenge (ALTCHA v2 proof of work) for one session
-         * @description Public: authenticated by the publishable key in pk. CORS limited to the tenant's allowed origins (Access-Control-Allow-Origin echoes an allowed Origin; Vary: Origin). Rate limited per client IP and per publishable key. Cache-Control: no-store. The challenge expires in 5 minutes and binds the tenant and SHA-256 of the session ID.
+         * @description Public: authenticated by the publishable key in pk. CORS limited to the tenant's allowed origins (Access-Control-Allow-Origin echoes an allowed Origin; Vary: Origin), refusals included, except a 400 for a malformed query (a parameter unknown, given twice or not well-formed), which is answered before the tenant is known and carries neither these headers nor Cache-Control: no-store: a browser sees it as a network error, the response in its developer tools. Rate limited per client IP and per publishable key. Cache-Control: no-store. The challenge expires in 5 minutes and binds the tenant and SHA-256 of the session ID.
          */
         get: operations["captchaChallenge"];
         put?: never;
