@@ -461,6 +461,13 @@ func TestStaticFilesAreServedWithLongCacheAndPagesCarryCSP(t *testing.T) {
 		if cc := res.Header.Get("Cache-Control"); !strings.Contains(cc, "max-age=31536000") {
 			t.Fatalf("%s: Cache-Control = %q", src, cc)
 		}
+		// Under another version (an old instance of a rolling deploy asked for a new one's URL)
+		// or none, the file is to be revalidated, not kept a year under that URL.
+		for _, other := range []string{strings.Split(src, "?")[0], strings.Split(src, "?")[0] + "?v=000000000000"} {
+			if cc := c.get(other).Header.Get("Cache-Control"); cc != "no-cache" {
+				t.Fatalf("%s: Cache-Control = %q, want no-cache", other, cc)
+			}
+		}
 	}
 	// The captcha widget is loaded by tenants' pages on other origins (module scripts need CORS);
 	// the dashboard's own assets are not offered cross-origin.

@@ -14,9 +14,10 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// staticFiles serves web/static under /static/ with year-long, immutable caching. Pages link
-// assets as /static/NAME?v=HASH (asset), so a new binary with changed files changes the URLs and
-// browsers never use a stale copy.
+// staticFiles serves web/static under /static/ with year-long, immutable caching under the URL
+// of the content served (/static/NAME?v=HASH, which pages link: url), so a new binary with
+// changed files changes the URLs and browsers never use a stale copy; any other URL of a file is
+// served to be revalidated (no-cache, ETag).
 type staticFiles struct {
 	fsys    fs.FS
 	version map[string]string // file name -> first 12 hex of its SHA-256
@@ -69,7 +70,14 @@ func (s *staticFiles) serve(c *gin.Context) {
 		c.String(http.StatusInternalServerError, "internal error")
 		return
 	}
-	c.Header("Cache-Control", "public, max-age=31536000, immutable")
+	// Immutable only under the URL of this very content: an old instance of a rolling deploy
+	// asked for a new ?v= (or a page without one, such as /docs's) must not have its copy kept a
+	// year under that URL; browsers revalidate those by the ETag.
+	if c.Query("v") == s.version[name] {
+		c.Header("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		c.Header("Cache-Control", "no-cache")
+	}
 	c.Header("ETag", `"`+s.version[name]+`"`)
 	if strings.HasPrefix(name, "altcha/") {
 		// Tenants' own pages load the widget from here as a module script, which browsers fetch
