@@ -291,3 +291,38 @@ func TestPostgresSessionsEndTransactionsLeftIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestAStatementCachedBeforeAColumnWasAddedIsRetried: a migration that adds a column to a table
+// (00026 did to tenants) while an instance runs changes the result type of its connections'
+// cached `SELECT *` statements; PostgreSQL then answers "cached plan must not change result type"
+// (0A000) once per connection, which pgx answers by dropping the statement. The transaction is
+// retried on the statement prepared anew, not failed (an older build answered those requests
+// 500 in a rolling upgrade).
+func TestAStatementCachedBeforeAColumnWasAddedIsRetried(t *testing.T) {
+	d, err := db.Open(context.Background(), testkit.URL(t, db.Postgres), db.Options{MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	ctx := context.Background()
+	if err := d.Gorm.Exec(`CREATE TABLE widgets (id BIGINT PRIMARY KEY, name TEXT NOT NULL); INSERT INTO widgets VALUES (1, 'a')`).Error; err != nil {
+		t.Fatal(err)
+	}
+	type widget struct {
+		ID   int64
+		Name string
+	}
+	read := func() error {
+		var w widget
+		return d.ReadOnly(ctx, func(tx *gorm.DB) error { return tx.Table("widgets").Where("id = ?", 1).Take(&w).Error })
+	}
+	if err := read(); err != nil { // prepares and caches the statement on the one connection
+		t.Fatal(err)
+	}
+	if err := d.Gorm.Exec(`ALTER TABLE widgets ADD COLUMN colour TEXT`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := read(); err != nil {
+		t.Fatalf("reading through a statement cached before a column was added: %v", err)
+	}
+}

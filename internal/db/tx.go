@@ -237,7 +237,8 @@ func IsLockTimeout(err error) bool {
 	return errors.As(err, &pg) && pg.Code == lockNotAvailable
 }
 
-// isRetryable reports errors that mean "another transaction got there first; try again".
+// isRetryable reports errors that mean "another transaction got there first; try again", and
+// the one that means "a statement cached on this connection is stale; prepare it again".
 func isRetryable(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
@@ -248,6 +249,9 @@ func isRetryable(err error) bool {
 			return true
 		case lockNotAvailable: // the server's lock_timeout ended a wait: contention
 			return true
+		case "0A000": // feature_not_supported; this one: a migration (a rolling upgrade's) changed
+			// a table a cached statement reads; pgx dropped the statement, and the retry prepares it anew
+			return strings.Contains(pg.Message, "cached plan must not change result type")
 		}
 		return false
 	}
