@@ -15,7 +15,7 @@ import (
 // configured database. What opening it logs (a root secret an earlier version stored, removed
 // or discarded) goes to stderr.
 func adminCmd(ctx context.Context, cfg config.Config, group string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	d, keys, err := app.OpenWithSecrets(ctx, cfg, app.NewLogger(cfg, stderr))
+	d, keys, err := app.OpenForCommand(ctx, cfg, app.NewLogger(cfg, stderr))
 	if err != nil {
 		return err
 	}

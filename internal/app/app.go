@@ -148,9 +148,22 @@ func (a *App) Close() error {
 // Open opens the configured database and makes sure its schema is the one this binary knows:
 // SQLite (or MIGRATE=auto, or migrate) migrates, PostgreSQL otherwise requires the migrate command.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) (*db.DB, error) {
-	d, _, err := open(ctx, cfg, log, migrate, false)
+	mode := serverSchema
+	if migrate {
+		mode = migrateSchema
+	}
+	d, _, err := open(ctx, cfg, log, mode, false)
 	return d, err
 }
+
+// schemaMode is what opening the database does to its schema.
+type schemaMode int
+
+const (
+	serverSchema  schemaMode = iota // SQLite or MIGRATE=auto migrates; otherwise it must be current
+	migrateSchema                   // the migrate command: migrate
+	commandSchema                   // the other commands: migrate a new database only (db.MigrateEmpty)
+)
 
 // OpenWithSecrets is Open for the server and the commands that need the server keys
 // (LoadSecrets): it reads them before it migrates, so that a start refused for its secret (none
@@ -158,15 +171,23 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool
 // instances of the release before expect it, instead of making them all not ready; and it
 // deletes an earlier version's stored copy only once the schema is right.
 func OpenWithSecrets(ctx context.Context, cfg config.Config, log *slog.Logger) (*db.DB, Secrets, error) {
-	return open(ctx, cfg, log, false, true)
+	return open(ctx, cfg, log, serverSchema, true)
 }
 
-func open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate, secrets bool) (*db.DB, Secrets, error) {
+// OpenForCommand is OpenWithSecrets for the tenant, key and user commands: they migrate only a
+// new database, whatever MIGRATE says, so that a newer release's command run beside an older
+// release's servers (its CLI in a new image, a `go run` after a pull) does not migrate the
+// schema under them and make them all not ready at once.
+func OpenForCommand(ctx context.Context, cfg config.Config, log *slog.Logger) (*db.DB, Secrets, error) {
+	return open(ctx, cfg, log, commandSchema, true)
+}
+
+func open(ctx context.Context, cfg config.Config, log *slog.Logger, mode schemaMode, secrets bool) (*db.DB, Secrets, error) {
 	d, err := db.Open(ctx, cfg.DatabaseURL, db.Options{Logger: log})
 	if err != nil {
 		return nil, Secrets{}, err
 	}
-	keys, err := prepare(ctx, cfg, d, log, migrate, secrets)
+	keys, err := prepare(ctx, cfg, d, log, mode, secrets)
 	if err != nil {
 		_ = d.Close()
 		return nil, Secrets{}, err
@@ -176,7 +197,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, migrate, sec
 
 // prepare is open's work on the opened database: the keys read (when secrets), the schema
 // migrated or checked, then an earlier version's stored secret deleted.
-func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, migrate, secrets bool) (Secrets, error) {
+func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, mode schemaMode, secrets bool) (Secrets, error) {
 	var keys Secrets
 	var legacy string
 	if secrets {
@@ -186,7 +207,10 @@ func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger,
 		}
 	}
 	schema := d.CheckSchema
-	if migrate || d.Dialect == db.SQLite || cfg.MigrateAuto {
+	switch {
+	case mode == commandSchema:
+		schema = d.MigrateEmpty
+	case mode == migrateSchema || d.Dialect == db.SQLite || cfg.MigrateAuto:
 		schema = d.Migrate
 	}
 	if err := schema(ctx); err != nil {

@@ -113,6 +113,23 @@ func (d *DB) Migrate(ctx context.Context) error {
 	}
 }
 
+// MigrateEmpty migrates a database no migration was applied to (a new one: no release can be
+// running on it) and otherwise is CheckSchema: for the command line, which must not move the
+// schema under a running release (its instances would all go not ready at once).
+func (d *DB) MigrateEmpty(ctx context.Context) error {
+	_, current, _, err := d.versions(ctx)
+	if err != nil {
+		return err
+	}
+	if current == 0 {
+		return d.Migrate(ctx)
+	}
+	if err := d.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("%w; commands migrate only a new database: start this release's server (on SQLite, or with MIGRATE=auto) or run its migrate command first", err)
+	}
+	return nil
+}
+
 // CheckSchema returns ErrSchemaNotCurrent unless the database is at exactly the latest version.
 func (d *DB) CheckSchema(ctx context.Context) error {
 	_, current, target, err := d.versions(ctx)

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/db"
+)
+
+// TestCommandsMigrateOnlyANewDatabase: a tenant, key or user command migrates a new database (the
+// walkthrough's first command may come before the server's start), but not one a release is
+// running on, whatever MIGRATE says: run beside the servers of the release before (a newer
+// image's CLI, a `go run` after a pull), it would have moved the schema under them and made them
+// all not ready at once. It says what to do instead, and leaves the schema as it was.
+func TestCommandsMigrateOnlyANewDatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cli.db")
+	env := appEnv("sqlite:"+path, "MIGRATE=auto")
+	cliInProcess(t, env, "tenant", "create", "acme") // a new database: migrated by the command
+
+	// The database of the release before: its last migration not applied (its record removed).
+	d, err := db.Open(context.Background(), "sqlite:"+path, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	version := func() int64 {
+		t.Helper()
+		var v int64
+		if err := d.Gorm.Raw(`SELECT MAX(version_id) FROM goose_db_version`).Scan(&v).Error; err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	latest := version()
+	if err := d.Gorm.Exec(`DELETE FROM goose_db_version WHERE version_id = ?`, latest).Error; err != nil {
+		t.Fatal(err)
+	}
+	out, err := cliWithStdin(env, "", "tenant", "list")
+	if err == nil || !strings.Contains(err.Error(), "commands migrate only a new database") {
+		t.Fatalf("tenant list on a database one migration behind: %q, %v; want refused, saying commands migrate only a new database", out, err)
+	}
+	if got := version(); got != latest-1 {
+		t.Fatalf("after the refused command the database is at version %d, want %d (not migrated)", got, latest-1)
+	}
+}
