@@ -129,7 +129,9 @@ func (s *Service) lookupKey(ctx context.Context, gen uint64, hash string) (keyLo
 		if err := first(tx, &t, "id = ?", k.row.TenantID); err != nil {
 			return err
 		}
-		k.suspended = t.SuspendedAt != nil
+		// A tenant being deleted is suspended by its deletion's first step; should a release that
+		// does not know the mark have resumed it (a rolling upgrade), its keys stay refused.
+		k.suspended = t.SuspendedAt != nil || t.DeletingAt != nil
 		return nil
 	})
 	if s.afterKeyRead != nil {

@@ -296,6 +296,7 @@ func TestATenantBeingDeletedCannotBeResumedOrChanged(t *testing.T) {
 		must(t, err)
 		_, invitation, err := e.svc.CreateInvite(e.ctx, &doomed.ID, "invited@doomed.example", RoleViewer, 0, "test")
 		must(t, err)
+		_, doomedSecret := e.key(t, doomed.ID, KindSecret)
 		const op = "user:op@example.com"
 		rate := 5.0
 		changes := map[string]func() error{
@@ -342,6 +343,13 @@ func TestATenantBeingDeletedCannotBeResumedOrChanged(t *testing.T) {
 			t.Fatalf("the deletion cut short: %v", err)
 		}
 		tryAll()
+		// Resumed behind its back (a release that does not know the mark, during a rolling
+		// upgrade): its keys stay refused.
+		must(t, e.db.Gorm.Exec(`UPDATE tenants SET suspended_at = NULL WHERE id = ?`, doomed.ID).Error)
+		e.svc.forgetKey("")
+		if _, err := e.svc.Authenticate(e.ctx, doomedSecret, KindSecret); !errors.Is(err, ErrTenantSuspended) {
+			t.Errorf("a key of the tenant being deleted, resumed behind the mark's back: %v; want ErrTenantSuspended", err)
+		}
 		var list strings.Builder
 		must(t, e.svc.Command(e.ctx, "tenant", []string{"list"}, nil, &list))
 		if want := fmt.Sprintf("%d\tdoomed\tbeing deleted\n", doomed.ID); !strings.Contains(list.String(), want) {
