@@ -32,6 +32,9 @@ func TestHeadIsAnsweredWhereverGetIs(t *testing.T) {
 		c.String(http.StatusOK, "hello")
 	})
 	r.POST("/only-post", func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	both := func(c *gin.Context) { c.String(http.StatusOK, "both") } // a route registering HEAD itself
+	r.GET("/both", both)
+	r.HEAD("/both", both)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +78,7 @@ func TestHeadIsAnsweredWhereverGetIs(t *testing.T) {
 	for _, tc := range []struct{ method, path, status, allow string }{
 		{http.MethodHead, "/only-post", "405", "Allow: POST\r\n"},
 		{http.MethodPost, "/hello", "405", "Allow: GET, HEAD\r\n"},
+		{http.MethodPost, "/both", "405", "Allow: GET, HEAD\r\n"}, // HEAD once
 		{http.MethodHead, "/nowhere", "404", ""},
 	} {
 		got := raw(tc.method, tc.path)

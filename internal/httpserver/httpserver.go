@@ -149,8 +149,9 @@ func NewRouter(o Options) (*gin.Engine, error) {
 		s.Register(r)
 	}
 	r.NoMethod(func(c *gin.Context) {
-		if allow := c.Writer.Header().Get("Allow"); slices.Contains(strings.Split(allow, ", "), http.MethodGet) {
-			c.Header("Allow", allow+", "+http.MethodHead) // headAsGet answers HEAD wherever GET is
+		// headAsGet answers HEAD wherever GET is; a route that registers HEAD itself lists it already.
+		if allow := strings.Split(c.Writer.Header().Get("Allow"), ", "); slices.Contains(allow, http.MethodGet) && !slices.Contains(allow, http.MethodHead) {
+			c.Header("Allow", strings.Join(append(allow, http.MethodHead), ", "))
 		}
 		if er := owner(c); er != nil {
 			er.MethodNotAllowed(c)
