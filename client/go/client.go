@@ -425,14 +425,14 @@ func (c *Client) doAttempts(ctx context.Context, method, path string, q url.Valu
 		if mayHaveActed && method == http.MethodDelete && idemKey == "" && notFound(err) {
 			// The attempt whose answer was lost may have deleted it: what the caller wanted.
 			// Sluice's own 503 problem means it did nothing: a 404 after it is an error.
-			return http.Header{}, mayHaveActed, nil
+			return http.Header{}, false, nil
 		}
 		mayHaveActed = mayHaveActed || !sluiceAnswered(err)
 		if !retry || attempt >= c.retries || !retryable(err) || ctx.Err() != nil {
-			return nil, mayHaveActed, fmt.Errorf("sluice: %s %s: %w", method, path, err)
+			return nil, false, fmt.Errorf("sluice: %s %s: %w", method, path, err)
 		}
 		if werr := wait(ctx, c.retryDelay(ctx, attempt, err)); werr != nil {
-			return nil, mayHaveActed, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
+			return nil, false, fmt.Errorf("sluice: %s %s: %w (while waiting to retry after: %w)", method, path, werr, err)
 		}
 	}
 }

@@ -161,16 +161,16 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		// down with the visitor still there. A lease the decision took is released at once, the
 		// handler does not run, and the error handler answers (unread if the visitor left) with
 		// an error wrapping context.Canceled (and the decision's error, if any).
+		if err != nil {
+			m.onError(w, r, fmt.Errorf("%w: %w: %w", errRequestEnded, cause, err))
+			return
+		}
 		// A lease replayed from another call under the request's Idempotency-Key is that call's:
 		// not released here.
-		if err == nil && res.LeaseID != "" && (!res.Replayed || res.ownReplay) {
+		if res.LeaseID != "" && (!res.Replayed || res.ownReplay) {
 			m.release(r, res.LeaseID)
 		}
-		if err == nil {
-			m.onError(w, r, fmt.Errorf("%w: %w", errRequestEnded, cause))
-		} else {
-			m.onError(w, r, fmt.Errorf("%w: %w: %w", errRequestEnded, cause, err))
-		}
+		m.onError(w, r, fmt.Errorf("%w: %w", errRequestEnded, cause))
 		return
 	}
 	if err != nil {
@@ -291,7 +291,7 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 		if e.RetryAfter > 0 {
 			p["retryAfter"] = int64(math.Ceil(float64(e.RetryAfter) / 1e6))
 		}
-		w.Header().Set("Retry-After", strconv.FormatFloat(max(math.Ceil(e.RetryAfter.Seconds()), 1), 'f', 0, 64))
+		w.Header().Set("Retry-After", retryAfterSeconds(e.RetryAfter))
 		writeProblem(w, http.StatusTooManyRequests, p)
 		return
 	}
@@ -305,13 +305,19 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	m.log.WarnContext(r.Context(), "sluice: no decision; refusing the request (fail closed)", "limit", m.name, "err", err)
-	retryAfter := 1.0
-	if answered && e.RetryAfter > 0 { // a gateway's 429 or a 503 that asked for longer
-		retryAfter = max(math.Ceil(e.RetryAfter.Seconds()), 1)
+	var wait time.Duration
+	if answered { // a gateway's 429 or a 503 that asked for longer than a second
+		wait = e.RetryAfter
 	}
-	w.Header().Set("Retry-After", strconv.FormatFloat(retryAfter, 'f', 0, 64))
+	w.Header().Set("Retry-After", retryAfterSeconds(wait))
 	writeProblem(w, http.StatusServiceUnavailable, map[string]any{"type": "about:blank", "title": "Service Unavailable",
 		"status": http.StatusServiceUnavailable, "detail": "the rate limiter is unavailable; retry later", "code": CodeUnavailable})
+}
+
+// retryAfterSeconds is a wait as the default error handler's Retry-After: whole seconds, rounded
+// up, at least 1.
+func retryAfterSeconds(wait time.Duration) string {
+	return strconv.FormatFloat(max(math.Ceil(wait.Seconds()), 1), 'f', 0, 64)
 }
 
 // logOversized logs a request the limit refused as costing more than its capacity, at warning
