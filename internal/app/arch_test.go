@@ -19,7 +19,7 @@ const module = "github.com/sluice-dev/sluice/"
 // (internal/app) and the command line see everything. A new package must be added here.
 var allowedImports = map[string][]string{
 	"internal/apperr":             {},
-	"internal/config":             {},
+	"internal/config":             {"internal/strictjson"},
 	"internal/loop":               {},
 	"internal/strictjson":         {},
 	"internal/procs":              {},
@@ -36,7 +36,7 @@ var allowedImports = map[string][]string{
 	"internal/webhooks":           {"internal/apperr", "internal/db", "internal/limiter", "internal/loop"},
 	"internal/metrics":            {"internal/db"},
 	"internal/api":                {"internal/apperr", "internal/captcha", "internal/db", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/strictjson", "internal/tenants", "internal/webhooks"},
-	"internal/ui":                 {"internal/apperr", "internal/captcha", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/mail", "internal/tenants", "internal/usage", "internal/webhooks"},
+	"internal/ui":                 {"internal/apperr", "internal/captcha", "internal/httpserver", "internal/limiter", "internal/limiter/algo", "internal/mail", "internal/strictjson", "internal/tenants", "internal/usage", "internal/webhooks"},
 	"internal/demo":               {"internal/apperr", "internal/httpserver", "internal/limiter", "internal/tenants"},
 	"internal/envoyrls":           {"internal/apperr", "internal/limiter", "internal/tenants"},
 	"internal/app":                {"*"},

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/strictjson"
 )
 
 // DefaultDatabaseURL is the zero-setup embedded database.
@@ -145,9 +147,6 @@ const defaultListenAddr = ":8080"
 func set(field func(c *Config) *string) func(c *Config, v string) error {
 	return func(c *Config, v string) error { *field(c) = v; return nil }
 }
-
-// decimalNumber is a number as JSON writes it.
-var decimalNumber = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$`)
 
 var options = []Option{
 	{Name: "DATABASE_URL", Default: DefaultDatabaseURL, Doc: "`postgres://…` or `sqlite:PATH`",
@@ -400,15 +399,14 @@ var options = []Option{
 	{Name: "PLAN_DECISIONS_PER_SECOND", Default: strconv.Itoa(DefaultPlanDecisionsPerSecond), Doc: "the default plan's most decisions per second per tenant, over all instances (a burst of one second's worth), a decimal number as JSON writes it (`20000`, `0.5`); `0`, the default, for no limit (the rate costs throughput across instances: set it on a shared instance); an operator sets a tenant's own plan on its dashboard page",
 		parse: func(c *Config, v string) error {
 			// Written as JSON writes a number (the dashboard's plan form reads it alike): not Go's
-			// other literals, which ParseFloat also takes (0x1p4, 1_0, Inf).
-			n, err := strconv.ParseFloat(v, 64)
-			if !decimalNumber.MatchString(v) || err != nil || n < 0 || n > 1_000_000_000 {
-				return fmt.Errorf("PLAN_DECISIONS_PER_SECOND must be a decimal number from 0 (no limit) to 1000000000, such as 20000 or 0.5: %q is not", v)
-			}
-			// ParseFloat reads a positive number below the smallest double ("1e-400") as 0, no
-			// limit, without an error; a 0 written any way ("0.0") is 0.
-			if mantissa, _, _ := strings.Cut(strings.ToLower(v), "e"); n == 0 && strings.ContainsAny(mantissa, "123456789") {
+			// other literals, which ParseFloat also takes (0x1p4, 1_0, Inf). A positive number
+			// below the smallest double ("1e-400") would read as 0, no limit: refused.
+			n, err := strictjson.ParseNumber(v)
+			if errors.Is(err, strictjson.ErrUnderflow) {
 				return fmt.Errorf("PLAN_DECISIONS_PER_SECOND=%s is too close to 0 for the server to hold and would read as 0, no limit: set 0 for no limit, or a rate of at least 5e-324", v)
+			}
+			if err != nil || n < 0 || n > 1_000_000_000 {
+				return fmt.Errorf("PLAN_DECISIONS_PER_SECOND must be a decimal number from 0 (no limit) to 1000000000, such as 20000 or 0.5: %q is not", v)
 			}
 			c.PlanDecisionsPerSecond = n
 			return nil

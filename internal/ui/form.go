@@ -1,12 +1,14 @@
 package ui
 
 import (
-	"math"
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-dev/sluice/internal/strictjson"
 )
 
 // maxFieldLen bounds each numeric form field; longer input is an error, not a parse attempt.
@@ -81,13 +83,10 @@ func (p postedForm) integer(f string) *int64 {
 }
 
 // The dashboard reads every number typed into a form as the API reads a number in its JSON body
-// (RFC 8259's grammar: an optional minus, decimal digits without a leading zero, an optional
-// fraction and exponent), so that the forms accept exactly what the API does. strconv's parsers
-// read more, Go's literals: "0x1p4" (16), "1_0" (10), "+5", "Inf", "007".
-var (
-	jsonNumber = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$`)
-	jsonWhole  = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)$`)
-)
+// (strictjson.ParseNumber; a whole number is its integer part: digits without a leading zero, an
+// optional minus), so that the forms accept exactly what the API does. strconv's parsers read
+// more, Go's literals: "0x1p4" (16), "1_0" (10), "+5", "Inf", "007".
+var jsonWhole = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)$`)
 
 // The fields' messages when what was typed is not such a number.
 const (
@@ -103,19 +102,15 @@ const (
 // float64's range, or a number other than 0 so close to 0 that it would read as 0
 // (errUnderflow: "2e-324"); a zero written any way ("0", "0.0", "-0", "0e5") is 0.
 func parseNumber(s string) (v float64, problem string) {
-	if len(s) > maxFieldLen || !jsonNumber.MatchString(s) {
+	if len(s) > maxFieldLen {
 		return 0, errNumber
 	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+	v, err := strictjson.ParseNumber(s)
+	switch {
+	case errors.Is(err, strictjson.ErrUnderflow):
+		return 0, errUnderflow
+	case err != nil:
 		return 0, errNumber
-	}
-	if v == 0 {
-		mantissa, _, _ := strings.Cut(strings.ToLower(s), "e")
-		if strings.ContainsAny(mantissa, "123456789") {
-			return 0, errUnderflow
-		}
-		return 0, "" // not -0
 	}
 	return v, ""
 }
