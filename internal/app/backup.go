@@ -14,7 +14,7 @@ import (
 
 // ErrBackupNeedsSQLite is Backup's refusal on PostgreSQL, whose own tools do it.
 var ErrBackupNeedsSQLite = errors.New("backup copies the SQLite database; on PostgreSQL use pg_dump " +
-	"(e.g. `pg_dump --format=custom \"$DATABASE_URL\" > sluice.dump`, the URL without the parameters only Sluice's driver knows, " +
+	"(e.g. `pg_dump --format=custom \"$DATABASE_URL\" > sluice.dump`, the URL without the parameters pg_dump refuses, " +
 	"such as idle_in_transaction_session_timeout) or your provider's backups")
 
 // Backup copies the SQLite database of cfg into the new file path with SQLite's VACUUM INTO: one
