@@ -30,6 +30,19 @@ func (l *records) Handle(_ context.Context, r slog.Record) error {
 func (l *records) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *records) WithGroup(string) slog.Handler      { return l }
 
+// count is how many records were logged at level exactly.
+func (l *records) count(level slog.Level) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.recs {
+		if r.Level == level {
+			n++
+		}
+	}
+	return n
+}
+
 // at is what was logged at level or above, one "LEVEL message" a line.
 func (l *records) at(level slog.Level) string {
 	l.mu.Lock()
