@@ -186,24 +186,31 @@ func TestMalformedIdempotencyKeyIsRejectedNamingTheHeader(t *testing.T) {
 	})
 }
 
-// concurrentHTTPRetries sends 32 copies of one request with one Idempotency-Key at once,
-// alternating between the instances, and checks that all got the first answer and the limit
-// counted once.
-func concurrentHTTPRetries(t *testing.T, hs []*harness, key, idemKey string) {
+// sendAtOnce posts n copies of body to path with the tenant's key and one Idempotency-Key, all
+// released at once, alternating between the instances, and returns their answers in order.
+func sendAtOnce(t *testing.T, hs []*harness, n int, path, key, body, idemKey string) []response {
 	t.Helper()
-	const n = 32
-	body := `{"key":"hot","count":1}`
 	out := make([]response, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			out[i] = sendIdem(t, hs[i%len(hs)].url, "/v1/limits/once/limit", key, body, idemKey)
+			out[i] = sendIdem(t, hs[i%len(hs)].url, path, key, body, idemKey)
 		})
 	}
 	close(start)
 	wg.Wait()
+	return out
+}
+
+// concurrentHTTPRetries sends 32 copies of one request with one Idempotency-Key at once,
+// alternating between the instances, and checks that all got the first answer and the limit
+// counted once.
+func concurrentHTTPRetries(t *testing.T, hs []*harness, key, idemKey string) {
+	t.Helper()
+	const n = 32
+	out := sendAtOnce(t, hs, n, "/v1/limits/once/limit", key, `{"key":"hot","count":1}`, idemKey)
 	fresh := 0
 	for i, r := range out {
 		if r.status != http.StatusOK {

@@ -3,7 +3,6 @@ package api_test
 import (
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/api"
@@ -90,17 +89,7 @@ func TestConcurrentIdempotentRefundsThroughTwoInstancesGiveBackOnce(t *testing.T
 	defineFixed(t, first, a.key, "once", 100)
 	requireJSON(t, first.send(t, http.MethodPost, "/v1/limits/once/limit", a.key, map[string]any{"key": "hot", "count": 50}), http.StatusOK)
 	const n = 32
-	out := make([]response, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			out[i] = sendIdem(t, []*harness{first, second}[i%2].url, "/v1/limits/once/refund", a.key, `{"key":"hot","count":10}`, "refund-once")
-		})
-	}
-	close(start)
-	wg.Wait()
+	out := sendAtOnce(t, []*harness{first, second}, n, "/v1/limits/once/refund", a.key, `{"key":"hot","count":10}`, "refund-once")
 	fresh := 0
 	for i, r := range out {
 		if r.status != http.StatusOK || !strings.Contains(string(r.body), `"refunded":10`) || !strings.Contains(string(r.body), `"remaining":60`) {
