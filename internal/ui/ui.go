@@ -272,15 +272,21 @@ func (u *UI) auditRequest(c *gin.Context, tenantID *int64, actor, action, target
 	return u.audit(c.Request.Context(), c.GetString(httpserver.RequestIDKey), tenantID, actor, action, target, detail)
 }
 
-// internalError logs the cause with the request ID and shows a page that says nothing more.
+// internalError logs the cause with the request ID and shows a page that says nothing more: 503
+// with Retry-After when the cause is the database out of reach (apperr.Unavailable, as the API
+// answers it), so that health checks and alerts tell an outage from a defect; 500 otherwise.
 func (u *UI) internalError(c *gin.Context, err error) {
 	id := c.GetString(httpserver.RequestIDKey)
-	u.log.ErrorContext(c.Request.Context(), "dashboard error", "request_id", id, "path", c.FullPath(), "err", err)
+	status, title, detail := http.StatusInternalServerError, "Something went wrong", "An internal error occurred (request "+id+"). It has been logged."
+	if apperr.From(err).Code == apperr.Unavailable {
+		status, title, detail = http.StatusServiceUnavailable, "Service unavailable", "The database cannot be reached right now (request "+id+"). Try again shortly."
+		c.Header("Retry-After", "5")
+	}
+	u.log.ErrorContext(c.Request.Context(), "dashboard error", "request_id", id, "path", c.FullPath(), "status", status, "err", err)
 	var buf bytes.Buffer
-	_ = errorPage(u.bareLayout(c, "Error"), http.StatusInternalServerError, "Something went wrong",
-		"An internal error occurred (request "+id+"). It has been logged.").Render(c.Request.Context(), &buf)
+	_ = errorPage(u.bareLayout(c, "Error"), status, title, detail).Render(c.Request.Context(), &buf)
 	c.Header("Cache-Control", "no-store")
-	c.Data(http.StatusInternalServerError, "text/html; charset=utf-8", buf.Bytes())
+	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
 	c.Abort()
 }
 
