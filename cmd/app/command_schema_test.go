@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +19,23 @@ import (
 func TestCommandsMigrateOnlyANewDatabase(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cli.db")
 	env := appEnv("sqlite:"+path, "MIGRATE=auto")
-	cliInProcess(t, env, "tenant", "create", "acme") // a new database: migrated by the command
+	// A new database: migrated by the command, which says so on stderr (a mistyped path would
+	// otherwise be a silent, separate database).
+	var stderr bytes.Buffer
+	if err := run(context.Background(), []string{"tenant", "create", "acme"}, envFunc(env), strings.NewReader(""), io.Discard, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "new, empty database") {
+		t.Fatalf("the command made a new database without a word on stderr:\n%s", stderr.String())
+	}
+	stderr.Reset()
+	cliInProcess(t, env, "tenant", "create", "other")
+	if err := run(context.Background(), []string{"tenant", "list"}, envFunc(env), strings.NewReader(""), io.Discard, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stderr.String(), "new, empty database") {
+		t.Fatalf("a command on the existing database warned that it is new:\n%s", stderr.String())
+	}
 
 	// The database of the release before: its last migration not applied (its record removed).
 	d, err := db.Open(context.Background(), "sqlite:"+path, db.Options{})
