@@ -299,6 +299,9 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		}
 	}()
 
+	if cfg.FastCommit && a.DB.Dialect == db.SQLite {
+		a.Log.WarnContext(ctx, "SLUICE_COMMIT=fast has no effect on SQLite: it has one mode (WAL, synchronous=NORMAL; see the README's commit modes)")
+	}
 	a.Metrics = metrics.New(metrics.Options{DB: a.DB, Version: Version})
 	a.Webhooks, err = newWebhooks(cfg, a.DB, keys, a.Log)
 	if err != nil {

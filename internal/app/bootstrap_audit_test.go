@@ -111,3 +111,17 @@ func TestBadAdminCredentialsRefuseTheStartBeforeTheDatabase(t *testing.T) {
 		}
 	}
 }
+
+// TestFastCommitOnSQLiteIsNotSilent: SLUICE_COMMIT=fast changes nothing on SQLite (one mode), and
+// the start says so at warning level rather than letting an operator believe it took effect.
+func TestFastCommitOnSQLiteIsNotSilent(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		out := new(testkit.SyncBuffer)
+		cfg := apptest.Config("sqlite:" + filepath.Join(t.TempDir(), "fast.db"))
+		cfg.FastCommit = fast
+		apptest.Start(t, cfg, app.Options{Stdout: out})
+		if warned := strings.Contains(out.String(), "SLUICE_COMMIT=fast has no effect on SQLite"); warned != fast {
+			t.Errorf("SLUICE_COMMIT fast=%v on SQLite: warned %v, want %v; the start's log:\n%s", fast, warned, fast, out.String())
+		}
+	}
+}
