@@ -94,6 +94,10 @@ type App struct {
 	idemSweep time.Duration // time between sweeps of expired idempotent answers
 	started   chan struct{} // closed once Run serves
 	listeners listeners     // bound by New, served by Run
+	// front answers on the HTTP listener from New's start: /healthz 200 and everything else 503
+	// while the database is opened and migrated (which may wait minutes for another instance's
+	// migration), the router once Run hands it over.
+	front *httpserver.Server
 }
 
 // listeners are the service's sockets, bound before the database is opened.
@@ -141,6 +145,7 @@ func (ls listeners) close() {
 
 // Close releases what New holds for an App that will not Run: its listeners and its database.
 func (a *App) Close() error {
+	_ = a.front.Close()
 	a.listeners.close()
 	return a.DB.Close()
 }
@@ -274,8 +279,10 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if a.listeners, err = listen(cfg); err != nil {
 		return nil, err
 	}
+	a.front = httpserver.Start(a.listeners.http)
 	defer func() {
 		if err != nil {
+			_ = a.front.Close()
 			a.listeners.close()
 		}
 	}()
@@ -450,7 +457,7 @@ const shutdownGrace = 20 * time.Second
 func (a *App) Run(ctx context.Context) error {
 	defer a.DB.Close() // last: everything below has stopped using it
 	tuneGC(a.Config)
-	l, metricsListener, grpcListener := a.listeners.http, a.listeners.metrics, a.listeners.grpc
+	metricsListener, grpcListener := a.listeners.metrics, a.listeners.grpc
 	base := a.BaseURL()
 	if a.Demo != nil {
 		a.Demo.AddOrigin(base) // the demo's tenant must allow the origin the page is really served from
@@ -488,6 +495,9 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 
+	// The router serves before the start is announced: whoever waits for the announcement (a
+	// person, a script, a test) finds every route answering.
+	a.front.Ready(a.Router)
 	a.Log.Info("starting", "config", a.Config.String())
 	fmt.Fprintf(a.stdout, "Sluice is listening on %s (database %s)\n", base, a.DB.Dialect)
 	if u := a.MetricsURL(); u != "" {
@@ -503,7 +513,7 @@ func (a *App) Run(ctx context.Context) error {
 		fmt.Fprintf(a.stdout, "No users yet. Set up the first operator (this link works once): %s%s\n", base, a.setupPath)
 	}
 	close(a.started)
-	err := httpserver.Serve(ctx, l, a.Router, shutdownGrace)
+	err := a.front.Run(ctx, shutdownGrace)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

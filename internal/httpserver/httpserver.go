@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -178,31 +177,4 @@ func MetricsHandler(m Metrics, token string) http.Handler {
 	r := gin.New()
 	r.GET("/metrics", metricsHandler(m.Handler(), token))
 	return r
-}
-
-// Serve runs h on l until ctx ends, then shuts down gracefully: it stops accepting, lets
-// in-flight requests finish (up to grace) and only then returns, so callers may close the
-// database afterwards. HEAD is answered wherever GET is (headAsGet).
-func Serve(ctx context.Context, l net.Listener, h http.Handler, grace time.Duration) error {
-	srv := &http.Server{
-		Handler:           headAsGet(h),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("httpserver: %w", err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("httpserver: shutdown: %w", err)
-	}
-	return nil
 }
