@@ -361,19 +361,42 @@ func normalizeOrigin(raw string) (string, error) {
 	case host == "":
 		return bad("missing host")
 	case strings.HasPrefix(u.Host, "["):
-		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() || a.Zone() != "" {
+		a, err := netip.ParseAddr(host)
+		if err != nil || !a.Is6() || a.Zone() != "" {
 			return bad("invalid IPv6 address")
 		}
+		if a.Is4In6() {
+			return bad("an IPv4 address is written as one, as browsers send it (http://" + a.Unmap().String() + ")")
+		}
+		host = "[" + a.String() + "]" // as a browser serialises it: lower case, zeros compressed
 	case !hostPattern.MatchString(host):
 		return bad("invalid host")
-	}
-	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
-			return bad("invalid port")
+	case endsInANumber(host):
+		// A browser reads such a host as an IPv4 address (127.1, 0x7f.0.0.1) and sends it as four
+		// decimal numbers: any other spelling would be saved and never match.
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is4() || a.String() != host {
+			return bad("an IPv4 address must be four decimal numbers without leading zeros, as browsers send it (such as 127.0.0.1)")
 		}
 	}
-	return withoutDefaultPort(u.Scheme + "://" + u.Host), nil
+	port := u.Port()
+	if port != "" || strings.HasSuffix(u.Host, ":") {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return bad("invalid port")
+		}
+		host += ":" + port
+	}
+	return withoutDefaultPort(u.Scheme + "://" + host), nil
+}
+
+// endsInANumber reports whether a host's last label is a number (decimal, or hexadecimal after
+// 0x), which makes browsers (the WHATWG URL standard) parse the whole host as an IPv4 address.
+func endsInANumber(host string) bool {
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if h, ok := strings.CutPrefix(last, "0x"); ok {
+		return strings.Trim(h, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 // withoutDefaultPort is an origin as browsers send it (RFC 6454): without its scheme's default

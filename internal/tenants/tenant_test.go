@@ -89,15 +89,21 @@ func TestNormalizeOriginsRefusesAnythingButSchemeHostPort(t *testing.T) {
 		"https://user:pw@example.com", "https://*.example.com", "https://exa mple.com", "https://example.com:0",
 		"https://example.com:65536", "https://example.com:", "https://example.com:08", "https://[::1%25eth0]",
 		"https://-bad.com", "https://", "null",
+		// IPv4 addresses a browser would send as 127.0.0.1: saved as written, they never matched
+		"http://127.1", "http://0x7f.0.0.1", "http://127.000.000.001", "http://2130706433", "http://[::ffff:127.0.0.1]",
+		"http://a.0x1f", "http://1.2.3.4.5", "http://a1.example.0x",
 	} {
 		if _, err := NormalizeOrigins([]string{bad}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("NormalizeOrigins(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
-	got, err := NormalizeOrigins([]string{" HTTPS://Sub.Example.COM:8443 ", "http://127.0.0.1", "https://shop.example:443", "http://[::1]:80", "http://x.example:443"})
+	got, err := NormalizeOrigins([]string{" HTTPS://Sub.Example.COM:8443 ", "http://127.0.0.1", "https://shop.example:443", "http://[::1]:80",
+		"http://x.example:443", "http://[0:0:0:0:0:0:0:1]:8080", "http://[2001:DB8:0:0::1]", "http://v4.example.9a"})
 	must(t, err)
-	// Browsers send no default port (RFC 6454): a saved one would never match.
-	if !slices.Equal(got, []string{"https://sub.example.com:8443", "http://127.0.0.1", "https://shop.example", "http://[::1]", "http://x.example:443"}) {
+	// Browsers send no default port (RFC 6454): a saved one would never match; and an IPv6
+	// address compressed, in lower case, as they serialise it.
+	if !slices.Equal(got, []string{"https://sub.example.com:8443", "http://127.0.0.1", "https://shop.example", "http://[::1]", "http://x.example:443",
+		"http://[::1]:8080", "http://[2001:db8::1]", "http://v4.example.9a"}) {
 		t.Fatalf("NormalizeOrigins = %q", got)
 	}
 	// An origin saved with its default port before it was dropped still matches.
