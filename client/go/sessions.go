@@ -11,8 +11,9 @@ import (
 type Authorization struct {
 	Authorized bool      `json:"authorized"`
 	ExpiresAt  time.Time `json:"expiresAt"`
-	// Token is an EdDSA JWT the browser may carry instead of its session ID (verify it with
-	// /.well-known/jwks.json).
+	// Token is an EdDSA JWT that proves the authorization offline (verify it with
+	// /.well-known/jwks.json; its subject is the SHA-256 of the session ID). It does not replace
+	// the session ID: decisions still take Request.Session, the ID itself.
 	Token string `json:"token"`
 }
 

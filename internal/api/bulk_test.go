@@ -39,6 +39,7 @@ func TestBulkDecidesEachItemOnItsOwnInOrder(t *testing.T) {
 			{"name": "x", "key": "alice"},
 			{"name": "inline", "config": map[string]any{"kind": "token bucket", "rate": 1, "period": 60_000}},
 			{"name": "x", "session": "AAAAAAAAAAAAAAAAAAAAAA"},
+			{"name": "nope", "session": "AAAAAAAAAAAAAAAAAAAAAA"},
 		})
 		want := []struct {
 			ok        any
@@ -52,7 +53,8 @@ func TestBulkDecidesEachItemOnItsOwnInOrder(t *testing.T) {
 			{true, 0, "", ""},
 			{false, 0, "", ""},
 			{true, 0, "", ""},
-			{nil, 0, api.CodeSessionNotAuthorized, ""},
+			{nil, 0, api.CodeSessionNotAuthorized, "decisions[6].session"},
+			{nil, 0, api.CodeLimitNotFound, "decisions[7].name"},
 		}
 		for i, w := range want {
 			r := res[i]

@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -160,12 +161,23 @@ func (s *Server) sessionKey(c *gin.Context, it item, sessionID, clientIP, field 
 	case it.Config != nil:
 		fallback = it.Config.IPFallback != nil && *it.Config.IPFallback
 	default:
-		return "", err
+		return "", inItem(field, "name", err)
 	}
 	if fallback {
 		return ipPrefixKey(clientIP), nil
 	}
-	return "", errSessionNotAuthorized
+	return "", inItem(field, "session", errSessionNotAuthorized)
+}
+
+// inItem is err about member of the batch or bulk item at prefix ("limits[1]."), so that the
+// client can tell which item it is about, as the decision's own problems say; err itself for a
+// lone decision (prefix ""), whose name is its path's.
+func inItem(prefix, member string, err error) error {
+	var e *apperr.Error
+	if prefix == "" || !errors.As(err, &e) {
+		return err
+	}
+	return e.WithField(prefix + member)
 }
 
 func (s *Server) decideOne(c *gin.Context, consume bool) {
