@@ -25,6 +25,15 @@ const (
 // minutes (5 a minute), so a flush's work stays bounded.
 const maxNearKeysPerMinute = 5
 
+// MaxThresholdEventsPerMinute bounds the threshold events (limit.refusals and key.near_limit
+// together) one endpoint is sent per minute, counted by the deliveries made in the minute, across
+// every limit, flush and instance. The bounds per limit above do not bound a tenant: inline
+// configs make any number of limits (a thousand a bulk request), and each could raise its own
+// events, which filled the outbox and held SQLite's writer for seconds inside the usage flush.
+// limit.refusals events are sent first, then key.near_limit; those past the bound are dropped
+// (and logged), not deferred.
+const MaxThresholdEventsPerMinute = 60
+
 // LimitMinute is one limit's minute as the usage aggregator's flush reports it.
 type LimitMinute struct {
 	Name    string
@@ -78,45 +87,97 @@ func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMi
 		return err
 	}
 	for _, r := range eps {
+		budget, err := thresholdBudget(tx, r, now)
+		if err != nil {
+			return err
+		}
+		dropped := 0
 		events := strings.Split(r.Events, ",")
-		for _, m := range minutes {
-			minute := m.Minute.UTC()
-			if slices.Contains(events, EventLimitRefusals) && m.Refused >= r.RefusalThreshold {
-				data := map[string]any{"limit": m.Name, "minute": minute.Format(time.RFC3339), "refused": m.Refused, "threshold": r.RefusalThreshold}
+		if slices.Contains(events, EventLimitRefusals) {
+			for _, m := range minutes {
+				if m.Refused < r.RefusalThreshold {
+					continue
+				}
+				minute := m.Minute.UTC()
 				alert := "refusals " + m.Name + " " + strconv.FormatInt(minute.UnixMilli(), 10)
-				if _, err := s.alertOnce(tx, r, alert, now, EventLimitRefusals, data); err != nil {
-					return err
+				if budget == 0 {
+					dropped++
+					continue
 				}
-			}
-			if !slices.Contains(events, EventKeyNearLimit) {
-				continue
-			}
-			if len(m.NearKeys) == 0 {
-				continue
-			}
-			free, err := freeNearSlots(tx, r, m.Name, minute)
-			if err != nil {
-				return err
-			}
-			hour := minute.Truncate(time.Hour)
-			for _, k := range m.NearKeys {
-				if len(free) == 0 {
-					break
-				}
-				data := map[string]any{"limit": m.Name, "key": k.Key, "minute": minute.Format(time.RFC3339), "decisions": k.Decisions,
-					"remainingBelow": "20% of the limit's maximum"}
-				alert := "near " + m.Name + " " + strconv.FormatInt(hour.UnixMilli(), 10) + " " + k.Key
-				sent, err := s.alertOnceNear(tx, r, alert, free[0], now, data)
+				data := map[string]any{"limit": m.Name, "minute": minute.Format(time.RFC3339), "refused": m.Refused, "threshold": r.RefusalThreshold}
+				sent, err := s.alertOnce(tx, r, alert, now, EventLimitRefusals, data)
 				if err != nil {
 					return err
 				}
 				if sent {
-					free = free[1:]
+					budget--
 				}
 			}
 		}
+		if slices.Contains(events, EventKeyNearLimit) {
+			for _, m := range minutes {
+				if len(m.NearKeys) == 0 {
+					continue
+				}
+				if budget == 0 {
+					dropped++
+					continue
+				}
+				sent, err := s.nearEvents(tx, r, m, now, budget)
+				if err != nil {
+					return err
+				}
+				budget -= sent
+			}
+		}
+		if dropped > 0 {
+			s.log.Warn("webhooks: threshold events past an endpoint's bound for the minute were not sent",
+				"tenant", r.TenantID, "endpoint", r.ID, "bound", MaxThresholdEventsPerMinute, "limits_passed_over", dropped)
+		}
 	}
 	return tx.Where("created_at < ?", now-alertRetention.Milliseconds()).Delete(&alertRow{}).Error
+}
+
+// thresholdBudget is how many more threshold events endpoint r may be sent in now's minute:
+// MaxThresholdEventsPerMinute less the deliveries of them made since the minute began (read in
+// the flush's serializable transaction, so two instances' flushes cannot both spend the last).
+func thresholdBudget(tx *gorm.DB, r endpointRow, now int64) (int, error) {
+	minute := now - now%time.Minute.Milliseconds()
+	var made int64
+	err := tx.Model(&deliveryRow{}).
+		Where("tenant_id = ? AND endpoint_id = ? AND created_at >= ? AND event IN ?", r.TenantID, r.ID, minute,
+			[]string{EventLimitRefusals, EventKeyNearLimit}).
+		Count(&made).Error
+	return max(0, MaxThresholdEventsPerMinute-int(made)), err
+}
+
+// nearEvents sends endpoint r the key.near_limit events of m's near keys, at most budget of them
+// and within the minute's free slots, and returns how many it sent.
+func (s *Service) nearEvents(tx *gorm.DB, r endpointRow, m LimitMinute, now int64, budget int) (int, error) {
+	minute := m.Minute.UTC()
+	free, err := freeNearSlots(tx, r, m.Name, minute)
+	if err != nil {
+		return 0, err
+	}
+	hour := minute.Truncate(time.Hour)
+	sent := 0
+	for _, k := range m.NearKeys {
+		if len(free) == 0 || sent == budget {
+			break
+		}
+		data := map[string]any{"limit": m.Name, "key": k.Key, "minute": minute.Format(time.RFC3339), "decisions": k.Decisions,
+			"remainingBelow": "20% of the limit's maximum"}
+		alert := "near " + m.Name + " " + strconv.FormatInt(hour.UnixMilli(), 10) + " " + k.Key
+		ok, err := s.alertOnceNear(tx, r, alert, free[0], now, data)
+		if err != nil {
+			return sent, err
+		}
+		if ok {
+			free = free[1:]
+			sent++
+		}
+	}
+	return sent, nil
 }
 
 // alertOnce enqueues event to endpoint r unless alert was already sent to it; sent is whether

@@ -250,3 +250,64 @@ func TestNearLimitSlotsGoToKeysNotYetAlertedThisHour(t *testing.T) {
 		}
 	})
 }
+
+// TestThresholdEventsAreAtMostABoundPerEndpointAndMinuteAcrossLimits: the bounds per limit do
+// not bound a tenant, whose inline configs make any number of limits; an endpoint is sent at most
+// MaxThresholdEventsPerMinute threshold events a minute whatever the number of limits, flushes
+// and instances (four flushes at once here), limit.refusals first; the next minute has its own.
+func TestThresholdEventsAreAtMostABoundPerEndpointAndMinuteAcrossLimits(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		c.advance(time.Minute - time.Duration(c.ms.Load()%60_000)*time.Millisecond + time.Second) // 1 s into a minute
+		s := newService(t, d, c, true)
+		ctx := context.Background()
+		tn := newTenant(t, d, "acme")
+		ep, _, err := s.CreateEndpoint(ctx, tn, "http://127.0.0.1:9/all", []string{EventLimitRefusals, EventKeyNearLimit}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits := 0
+		flush := func(n int) []LimitMinute {
+			ms := make([]LimitMinute, n)
+			for i := range ms {
+				limits++
+				ms[i] = LimitMinute{Name: fmt.Sprintf("inline-%d", limits), Minute: c.now().Truncate(time.Minute), Refused: 1,
+					NearKeys: []NearKey{{Key: "k", Decisions: 1}}}
+			}
+			return ms
+		}
+		count := func(event string) int {
+			var n int
+			if err := d.Gorm.Raw(`SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_id = ? AND event = ?`, ep.ID, event).Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			ms := flush(40) // each flush its own 40 limits: 160 refusals and 160 near keys in all
+			wg.Go(func() {
+				errs[i] = d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) })
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		refusals, near := count(EventLimitRefusals), count(EventKeyNearLimit)
+		if refusals+near != MaxThresholdEventsPerMinute {
+			t.Fatalf("one minute of 160 limits: %d limit.refusals + %d key.near_limit events, want %d in all", refusals, near, MaxThresholdEventsPerMinute)
+		}
+		// One flush alone sends its refusals before its near keys.
+		c.advance(time.Minute)
+		if err := d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, flush(45)) }); err != nil {
+			t.Fatal(err)
+		}
+		if r, n := count(EventLimitRefusals)-refusals, count(EventKeyNearLimit)-near; r != 45 || n != MaxThresholdEventsPerMinute-45 {
+			t.Fatalf("the next minute's flush of 45 limits: %d limit.refusals + %d key.near_limit events, want 45 + %d", r, n, MaxThresholdEventsPerMinute-45)
+		}
+	})
+}
