@@ -104,6 +104,8 @@ var analyticsMessages = map[string]struct{ panel, csv string }{
 		"limit names are 1 to 128 letters, digits and _ . : -"},
 	"range and limit": {"Unknown time range and limit name; showing the last hour of every limit. The ranges are hour, day and week.",
 		"unknown range (use hour, day or week) and limit name (1 to 128 letters, digits and _ . : -)"},
+	"query": {"The address's query is not well-formed; showing the last hour of every limit.",
+		`the query is not well-formed: give range and limit once each, separate them with "&", and percent-encode "%" and ";" in a value`},
 }
 
 // analyticsQuery reads ?range= and ?limit=; bad values fall back to the last hour and every
@@ -123,7 +125,13 @@ func analyticsCSVQuery(c *gin.Context) (analyticsRange, string, string) {
 // limit"), with the last hour and every limit in its place.
 func analyticsParams(c *gin.Context) (r analyticsRange, name, bad string) {
 	r = analyticsRanges[0]
-	if id := c.Query("range"); id != "" {
+	// Read strictly: c.Query drops a pair it cannot decode (?range=week%zz) and takes the first
+	// of two, and a CSV of another range than asked would be read as the one asked.
+	q, err := url.ParseQuery(c.Request.URL.RawQuery)
+	if err != nil || len(q["range"]) > 1 || len(q["limit"]) > 1 {
+		return r, "", "query"
+	}
+	if id := q.Get("range"); id != "" {
 		found := false
 		for _, ar := range analyticsRanges {
 			if ar.ID == id {
@@ -134,7 +142,7 @@ func analyticsParams(c *gin.Context) (r analyticsRange, name, bad string) {
 			bad = "range"
 		}
 	}
-	name = c.Query("limit")
+	name = q.Get("limit")
 	if name != "" && !limiter.ValidName(name) {
 		name = ""
 		if bad == "" {

@@ -149,6 +149,16 @@ func TestAnalyticsShowTopRefusedNearAndShadowKeysAndExportCSV(t *testing.T) {
 			if strings.Contains(r.body, "showing") || !strings.Contains(r.body, "use hour, day or week") {
 				t.Errorf("%s with an unknown range: %q; want it to say the ranges, not what it shows", csv, r.body)
 			}
+			// A pair Go's query parser cannot decode was dropped, and the second of two values
+			// ignored: the export fell back to the last hour of every limit and answered 200.
+			for _, q := range []string{"range=week%zz", "range=hour&limit=a%zzb", "range=week&limit=single;x", "range=day&range=week", "limit=api&limit=x"} {
+				r := c.get(tpath(acme, "/analytics/"+csv+"?"+q))
+				wantStatus(t, r, http.StatusBadRequest)
+				if !strings.Contains(r.body, "not well-formed") {
+					t.Errorf("%s?%s: %q; want it to say the query is not well-formed", csv, q, r.body)
+				}
+			}
 		}
+		wantStatus(t, c.get(tpath(acme, "/analytics?range=week%zz")), http.StatusBadRequest)
 	})
 }
