@@ -286,16 +286,16 @@ func ratioChart(points []usage.Point, title string) ratioVM {
 	var peak float64
 	for i, p := range points {
 		vm.RefusedTotal += p.Refused
-		vm.DecidedTotal += p.Allowed + p.Refused
-		if p.Allowed+p.Refused == 0 {
+		vm.DecidedTotal += decided(p)
+		if decided(p) == 0 {
 			continue
 		}
-		ratio := float64(p.Refused) / float64(p.Allowed+p.Refused)
+		ratio := float64(p.Refused) / float64(decided(p))
 		peak = max(peak, ratio)
 		h := ratio * plotH
 		x := padL + float64(i)*slot + (slot-w)/2
 		vm.Bars = append(vm.Bars, ratioBarVM{X: f1(x), Y: f1(base - h), W: f1(w), H: f1(h),
-			Tip: fmt.Sprintf("%s UTC: %.1f %% refused (%d of %d)", p.Start.Format("Jan 2 15:04"), ratio*100, p.Refused, p.Allowed+p.Refused)})
+			Tip: fmt.Sprintf("%s UTC: %.1f %% refused (%d of %d)", p.Start.Format("Jan 2 15:04"), ratio*100, p.Refused, decided(p))})
 	}
 	vm.HasRefusals = vm.RefusedTotal > 0
 	labelY := f1(chartH - 6)
@@ -311,6 +311,10 @@ func ratioChart(points []usage.Point, title string) ratioVM {
 	vm.Summary = fmt.Sprintf("%s: %.1f %% of %d decisions refused overall, at most %s in one bucket.", title, overall, vm.DecidedTotal, vm.Peak)
 	return vm
 }
+
+// decided is every decision of a bucket: those a shadow-mode limit would have refused were
+// decided too (and admitted), so a shadow-only limit's bucket is not "0 decisions".
+func decided(p usage.Point) int64 { return p.Allowed + p.Refused + p.ShadowRefused }
 
 // analyticsKeysCSV exports the three top-keys tables of the range as CSV.
 func (u *UI) analyticsKeysCSV(c *gin.Context) {
@@ -353,7 +357,7 @@ func (u *UI) analyticsRatioCSV(c *gin.Context) {
 		}
 		for _, p := range points {
 			ratio := ""
-			if d := p.Allowed + p.Refused; d > 0 {
+			if d := decided(p); d > 0 {
 				ratio = strconv.FormatFloat(float64(p.Refused)/float64(d), 'f', 4, 64)
 			}
 			rows = append(rows, []string{p.Start.Format(time.RFC3339), strconv.FormatInt(p.Allowed, 10), strconv.FormatInt(p.Refused, 10),

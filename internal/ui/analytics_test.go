@@ -126,6 +126,19 @@ func TestAnalyticsShowTopRefusedNearAndShadowKeysAndExportCSV(t *testing.T) {
 		if len(ratio) != 61 || strings.Join(last[1:], ",") != "6,3,0,0.3333" {
 			t.Fatalf("ratio CSV: %d rows, last %q; want 60 minutes and 6 allowed, 3 refused (ratio 0.3333) in the last", len(ratio), last)
 		}
+		// A would-be refusal was decided too (and admitted): it counts among the decisions, so
+		// that a shadow-only limit is not "0 decisions" and the ratio is of every decision.
+		all := readCSV(t, c.get(tpath(acme, "/analytics/ratio.csv?range=hour")))
+		if last := all[len(all)-1]; strings.Join(last[1:], ",") != "9,3,1,0.2308" {
+			t.Fatalf("ratio CSV of every limit: last %q; want 9 allowed, 3 refused, 1 shadow_refused (3 of 13: 0.2308)", last)
+		}
+		var summary string
+		c.get(tpath(acme, "/analytics?range=hour&limit=beta")).doc(t).Find("#analytics-panel svg[aria-label]").Each(func(_ int, s *goquery.Selection) {
+			summary += s.AttrOr("aria-label", "") + "\n"
+		})
+		if !strings.Contains(summary, "0.0 % of 4 decisions refused overall") {
+			t.Fatalf("beta's refusal chart: %q; want 0.0 %% of its 4 decisions", summary)
+		}
 
 		od := c.get(tpath(other, "/analytics?range=week")).doc(t)
 		if od.Find("#no-data").Length() != 1 || od.Find("tbody tr").Length() != 0 {
