@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/hostname"
 )
 
 // Tenant is one customer of the service; every limit, key and session belongs to exactly one.
@@ -371,7 +372,7 @@ func normalizeOrigin(raw string) (string, error) {
 		host = "[" + a.String() + "]" // as a browser serialises it: lower case, zeros compressed
 	case !hostPattern.MatchString(host):
 		return bad("invalid host")
-	case endsInANumber(host):
+	case hostname.EndsInANumber(host):
 		// A browser reads such a host as an IPv4 address (127.1, 0x7f.0.0.1) and sends it as four
 		// decimal numbers: any other spelling would be saved and never match.
 		if a, err := netip.ParseAddr(host); err != nil || !a.Is4() || a.String() != host {
@@ -387,16 +388,6 @@ func normalizeOrigin(raw string) (string, error) {
 		host += ":" + port
 	}
 	return withoutDefaultPort(u.Scheme + "://" + host), nil
-}
-
-// endsInANumber reports whether a host's last label is a number (decimal, or hexadecimal after
-// 0x), which makes browsers (the WHATWG URL standard) parse the whole host as an IPv4 address.
-func endsInANumber(host string) bool {
-	last := host[strings.LastIndexByte(host, '.')+1:]
-	if h, ok := strings.CutPrefix(last, "0x"); ok {
-		return strings.Trim(h, "0123456789abcdef") == ""
-	}
-	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 // withoutDefaultPort is an origin as browsers send it (RFC 6454): without its scheme's default

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
@@ -39,6 +40,32 @@ func TestAnEndpointURLWithAnImpossiblePortIsRefusedAsInvalid(t *testing.T) {
 				t.Errorf("%q: %v", raw, err)
 			} else if ep.URL != raw {
 				t.Errorf("%q stored as %q", raw, ep.URL)
+			}
+		}
+	})
+}
+
+// TestAnEndpointURLWithAnIPv4AddressInAnotherSpellingIsRefused: 127.1, 2130706433, 0x7f.0.0.1,
+// 0 and 127.000.000.001 are loopback to a browser and to some clients, and were stored as host
+// names that no check before the dial saw as addresses; only four decimal numbers are taken (and
+// checked as an address), whatever the operator allows.
+func TestAnEndpointURLWithAnIPv4AddressInAnotherSpellingIsRefused(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		for _, allowPrivate := range []bool{false, true} {
+			s := newService(t, d, newClock(), allowPrivate)
+			tn := newTenant(t, d, "acme-"+strconv.FormatBool(allowPrivate))
+			ctx := context.Background()
+			for _, raw := range []string{"http://127.1/h", "http://2130706433/h", "http://0x7f.0.0.1/h", "http://0/h", "http://127.000.000.001/h",
+				"http://017700000001/h", "https://hooks.example.0x10/h", "http://93.184.216.34.5/h"} {
+				_, _, err := s.CreateEndpoint(ctx, tn, raw, []string{EventKeyCreated})
+				if e := apperr.From(err); err == nil || e.Code != apperr.InvalidRequest || e.Field != "url" {
+					t.Errorf("allowPrivate %v, %q: %v; want invalid_request on url", allowPrivate, raw, err)
+				}
+			}
+			for _, raw := range []string{"https://93.184.216.34/h", "https://hooks9.example.com/h", "https://v4.example.9a/h"} {
+				if _, _, err := s.CreateEndpoint(ctx, tn, raw, []string{EventKeyCreated}); err != nil {
+					t.Errorf("allowPrivate %v, %q: %v", allowPrivate, raw, err)
+				}
 			}
 		}
 	})

@@ -29,6 +29,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/apperr"
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/hostname"
 )
 
 // The events an endpoint may subscribe to.
@@ -255,6 +256,11 @@ func (s *Service) checkURL(raw string) (string, error) {
 		// url.Parse takes any UTF-8 name (and escapes it when written back), which no resolver
 		// finds: every delivery would fail. The captcha origins refuse such hosts alike.
 		return "", invalid("url", "has an invalid host: a name must be ASCII letters, digits, hyphens, underscores and dots (write an international name in its xn-- form)")
+	}
+	if err != nil && hostname.EndsInANumber(u.Hostname()) {
+		// 127.1 or 2130706433 is an address to a browser and to some clients, and a name to
+		// others: only one spelling is checked as what it is.
+		return "", invalid("url", "has a host that is an IPv4 address in another spelling than four decimal numbers (such as 203.0.113.7); write it so")
 	}
 	if err == nil && ip.Zone() != "" {
 		// Only a link-local address has one, and any text may follow its %: stored escaped, it
