@@ -35,8 +35,21 @@ func TestUserAndTenantDeleteCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// --role makes a member a viewer in the creating transaction; it goes only with --tenant.
+	if _, err := cliWithStdin(env, "first-password-1\n", "user", "create", "--password-stdin", "--email", "v@acme.example", "--tenant", "acme", "--role", "viewer"); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]string{{"--operator", "--role", "viewer"}, {"--tenant", "acme", "--role", "operator"}, {"--tenant", "acme", "--role", "Viewer"}} {
+		args := append([]string{"user", "create", "--password-stdin", "--email", "x@acme.example"}, bad...)
+		if _, err := cliWithStdin(env, "first-password-1\n", args...); err == nil {
+			t.Fatalf("user create %v: accepted", bad)
+		}
+	}
 	list := cliInProcess(t, env, "user", "list")
-	for _, want := range []string{"\tm@acme.example\tadmin\tacme\tactive", "\top@example.com\toperator\t-\tactive"} {
+	if strings.Contains(list, "x@acme.example") {
+		t.Fatalf("a refused user create made the user:\n%s", list)
+	}
+	for _, want := range []string{"\tm@acme.example\tadmin\tacme\tactive", "\tv@acme.example\tviewer\tacme\tactive", "\top@example.com\toperator\t-\tactive"} {
 		if !strings.Contains(list, want) {
 			t.Fatalf("user list lacks %q:\n%s", want, list)
 		}

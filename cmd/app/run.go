@@ -23,8 +23,8 @@ commands:
   key create --tenant NAME [--label L] [--publishable]
                                          create an API key (the secret is printed once)
   key revoke KEY                         revoke a key by its secret or its ID
-  user create --email E --password-stdin [--operator | --tenant NAME]
-                                         create a dashboard user
+  user create --email E --password-stdin [--operator | --tenant NAME [--role admin|viewer]]
+                                         create a dashboard user (a member: admin unless --role)
   user list | remove EMAIL | passwd EMAIL
                                          list users, remove one (sessions end), or set a
                                          password read from stdin (sessions end)

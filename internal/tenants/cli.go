@@ -176,11 +176,18 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 		fromStdin := fs.Bool("password-stdin", false, "read the password from standard input (required)")
 		operator := fs.Bool("operator", false, "an operator (all tenants)")
 		tenantName := fs.String("tenant", "", "a member of this tenant")
+		role := fs.String("role", "", "the member's role: admin (the default) or viewer")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		if *email == "" || !*fromStdin || *operator == (*tenantName != "") {
-			return errors.New("usage: sluice user create --email E --password-stdin [--operator | --tenant NAME]")
+		if *email == "" || !*fromStdin || *operator == (*tenantName != "") || (*role != "" && *tenantName == "") {
+			return errors.New("usage: sluice user create --email E --password-stdin [--operator | --tenant NAME [--role admin|viewer]]")
+		}
+		if *role == "" {
+			*role = string(RoleAdmin)
+		}
+		if *role != string(RoleAdmin) && *role != string(RoleViewer) {
+			return fmt.Errorf("--role %q: a member's role is admin or viewer", *role)
 		}
 		password, err := readLine(stdin)
 		if err != nil {
@@ -194,7 +201,12 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			}
 			tenantID = &t.ID
 		}
-		u, err := s.CreateUser(ctx, *email, password, *operator, tenantID, actor, "")
+		var u User
+		if tenantID != nil {
+			u, err = s.CreateMember(ctx, *email, password, *tenantID, Role(*role), actor, "")
+		} else {
+			u, err = s.CreateUser(ctx, *email, password, true, nil, actor, "")
+		}
 		if errors.Is(err, ErrConflict) {
 			return fmt.Errorf("a user with the email %q already exists (emails are compared ignoring case)", *email)
 		}

@@ -148,7 +148,16 @@ func verifyPassword(encoded, password string) bool {
 // ("user.create", with note, if any, after the user's email and role) in the server's security
 // log and, for a tenant's member, the tenant's log, in the transaction that creates the user.
 func (s *Service) CreateUser(ctx context.Context, email, password string, operator bool, tenantID *int64, actor, note string) (User, error) {
-	return s.createUser(ctx, email, password, operator, tenantID, actor, note, false)
+	return s.createUser(ctx, email, password, operator, tenantID, RoleAdmin, actor, note, false)
+}
+
+// CreateMember is CreateUser of a member of tenantID with role (admin or viewer; ErrInvalid
+// otherwise), made with that role in one transaction.
+func (s *Service) CreateMember(ctx context.Context, email, password string, tenantID int64, role Role, actor, note string) (User, error) {
+	if err := checkRole(role, &tenantID); err != nil {
+		return User{}, wrap("create user", err)
+	}
+	return s.createUser(ctx, email, password, false, &tenantID, role, actor, note, false)
 }
 
 // CreateFirstOperator is CreateUser of an operator that succeeds only while the database has no
@@ -156,10 +165,10 @@ func (s *Service) CreateUser(ctx context.Context, email, password string, operat
 // transaction, so the setup links of two instances on one database, used at once, make one
 // operator, not two.
 func (s *Service) CreateFirstOperator(ctx context.Context, email, password, actor, note string) (User, error) {
-	return s.createUser(ctx, email, password, true, nil, actor, note, true)
+	return s.createUser(ctx, email, password, true, nil, RoleAdmin, actor, note, true)
 }
 
-func (s *Service) createUser(ctx context.Context, email, password string, operator bool, tenantID *int64, actor, note string, onlyFirst bool) (User, error) {
+func (s *Service) createUser(ctx context.Context, email, password string, operator bool, tenantID *int64, role Role, actor, note string, onlyFirst bool) (User, error) {
 	email, err := normalizeEmail(email)
 	if err != nil {
 		return User{}, wrap("create user", err)
@@ -171,7 +180,7 @@ func (s *Service) createUser(ctx context.Context, email, password string, operat
 		return User{}, wrap("create user", invalid("operator", "a user is either an operator or a member of one tenant"))
 	}
 	// Hashing is deliberately slow: do it once, outside the (retryable) transaction.
-	row := userRow{Email: email, PasswordHash: hashPassword(password), TenantID: tenantID, IsOperator: operator, Role: string(RoleAdmin)}
+	row := userRow{Email: email, PasswordHash: hashPassword(password), TenantID: tenantID, IsOperator: operator, Role: string(role)}
 	err = s.db.Serializable(ctx, func(tx *gorm.DB) error {
 		row.ID, row.CreatedAt = 0, s.clock()
 		if tenantID != nil {
