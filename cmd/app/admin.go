@@ -24,9 +24,28 @@ func adminCmd(ctx context.Context, cfg config.Config, group string, args []strin
 	if err != nil {
 		return err
 	}
-	err = svc.Command(ctx, group, args, stdin, stdout)
+	out := &checkedWriter{w: stdout}
+	err = svc.Command(ctx, group, args, stdin, out)
 	if errors.Is(err, tenants.ErrUnknownCommand) {
 		return fmt.Errorf("%w\n%s", err, usage)
 	}
+	if err == nil && out.err != nil {
+		// What the command did stands; a script must not read its lost output as success.
+		return fmt.Errorf("%s: the output could not be written (%w); the change was made", group, out.err)
+	}
 	return err
+}
+
+// checkedWriter remembers the first error of its writes.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/config"
@@ -13,6 +14,10 @@ import (
 func backupCmd(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
 	if len(args) != 1 || args[0] == "" {
 		return fmt.Errorf("backup takes one argument, the new file to write\n%s", usage)
+	}
+	if strings.HasPrefix(args[0], "-") {
+		// backup has no options: a mistyped one is not a file to make
+		return fmt.Errorf("backup: %q is not an option backup knows (it has none); write ./%s for a file of that name", args[0], args[0])
 	}
 	path, err := app.Backup(ctx, cfg, args[0])
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -124,9 +125,11 @@ func cliService(t *testing.T, env []string) (*tenants.Service, func()) {
 	return tenants.NewService(d, keys.Pepper, nil), func() { _ = d.Close() }
 }
 
-// TestHelpAndStrayFlagsDoNothing: help anywhere on the command line prints the usage and runs
-// nothing (`migrate --help` migrated, `tenant create --help` made a tenant called "--help"),
-// serve and migrate take no arguments, and a word starting with "-" is no name to act on.
+// TestHelpAndStrayFlagsDoNothing: help where a command or subcommand begins prints the usage and
+// runs nothing (`migrate --help` migrated, `tenant create --help` made a tenant called "--help"),
+// serve and migrate take no arguments, and a word starting with "-" is no name to act on. Further
+// on, -h is the subcommand's: a flag's value (`--label -h` made no key and printed the usage
+// where a script reads the secret, with success) or a flag it refuses.
 func TestHelpAndStrayFlagsDoNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "help.db")
 	env := appEnv("sqlite:" + path)
@@ -152,4 +155,46 @@ func TestHelpAndStrayFlagsDoNothing(t *testing.T) {
 	if list := strings.TrimSpace(cliInProcess(t, env, "tenant", "list")); strings.Count(list, "\n") != 0 || !strings.HasSuffix(list, "\tacme\tactive") {
 		t.Fatalf("tenant list after the refused commands:\n%s\nwant acme alone, active", list)
 	}
+	out := cliInProcess(t, env, "key", "create", "--tenant", "acme", "--label", "-h")
+	if !strings.HasPrefix(out, "sk_") {
+		t.Fatalf("key create --label -h printed %q; want the new key's secret first", out)
+	}
+	if keys := cliInProcess(t, env, "key", "list", "acme"); !strings.Contains(keys, "\t-h") {
+		t.Fatalf("key list after key create --label -h:\n%s\nwant a key labelled -h", keys)
+	}
+	if out, err := cliWithStdin(env, "", "key", "create", "--tenant", "acme", "-h"); err == nil || strings.Contains(out, "sk_") {
+		t.Fatalf("key create --tenant acme -h: %q, %v; want refused, no key", out, err)
+	}
+	if _, err := cliWithStdin(env, "", "backup", "--force"); err == nil || !strings.Contains(err.Error(), "not an option") {
+		t.Fatalf("backup --force: %v; want refused, not a file named --force", err)
+	}
+	if _, err := os.Stat("--force"); !os.IsNotExist(err) {
+		t.Fatalf("backup --force made a file named --force (stat: %v)", err)
+	}
 }
+
+// TestKeyCreateWhoseSecretCannotBeWrittenRevokesTheKey: a secret key's secret is shown once; a
+// key create whose output cannot be written (a full disk, a closed pipe) fails, and the key no
+// one has the secret of is revoked again rather than left active (it counted against the plan);
+// another command whose output is lost fails too, its change made.
+func TestKeyCreateWhoseSecretCannotBeWrittenRevokesTheKey(t *testing.T) {
+	env := appEnv("sqlite:" + filepath.Join(t.TempDir(), "full.db"))
+	cliInProcess(t, env, "tenant", "create", "acme")
+	err := run(context.Background(), []string{"key", "create", "--tenant", "acme"}, envFunc(env), strings.NewReader(""), failingWriter{}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "revoked again") {
+		t.Fatalf("key create with stdout failing: %v; want an error saying the key was revoked again", err)
+	}
+	keys := strings.TrimSpace(cliInProcess(t, env, "key", "list", "acme"))
+	if strings.Count(keys, "\n") != 0 || !strings.Contains(keys, "\trevoked") {
+		t.Fatalf("key list after the failed key create:\n%s\nwant its one key, revoked", keys)
+	}
+	err = run(context.Background(), []string{"tenant", "create", "other"}, envFunc(env), strings.NewReader(""), failingWriter{}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "could not be written") {
+		t.Fatalf("tenant create with stdout failing: %v; want an error", err)
+	}
+}
+
+// failingWriter is a stdout that cannot be written, as /dev/full.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/config"
@@ -38,11 +37,14 @@ commands:
 // tenant, key and user commands, whose stdout scripts read (a new key's secret), log to stderr.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cmd, args := command(args)
-	// Help anywhere on the line is help, and nothing else runs: `migrate --help` must not
-	// migrate, nor `tenant create --help` make a tenant called "--help".
-	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
-		_, _ = io.WriteString(stdout, usage)
-		return nil
+	// Help where a command or its subcommand would begin is help, and nothing else runs:
+	// `migrate --help` must not migrate, nor `tenant create --help` make a tenant called
+	// "--help". Further on, -h is the subcommand's to read: a flag (its parser refuses the line
+	// with its usage, on stderr) or a flag's value (`--label -h` is a label): printing the usage
+	// to stdout with success there handed a script reading a new key's secret the usage instead.
+	if helpAt(args, 0) || ((cmd == "tenant" || cmd == "key" || cmd == "user") && helpAt(args, 1)) {
+		_, err := io.WriteString(stdout, usage)
+		return err
 	}
 	if (cmd == "serve" || cmd == "migrate") && len(args) > 0 {
 		return fmt.Errorf("%s takes no arguments (got %q)\n%s", cmd, args[0], usage)
@@ -68,6 +70,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	default:
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}
+}
+
+// helpAt reports whether args[i] asks for help.
+func helpAt(args []string, i int) bool {
+	return i < len(args) && (args[i] == "-h" || args[i] == "-help" || args[i] == "--help")
 }
 
 // command splits the command line into its command (serve when there is none) and the

@@ -151,7 +151,14 @@ func (s *Service) Command(ctx context.Context, group string, args []string, stdi
 			return err
 		}
 		// The secret alone on stdout's first line, so scripts can capture it; shown only this once.
-		fmt.Fprintln(stdout, secret)
+		if _, werr := fmt.Fprintln(stdout, secret); werr != nil && kind == KindSecret {
+			// No one has the secret (stdout full, closed): a key no one can use must not stay
+			// active, nor count against the plan.
+			if _, _, rerr := s.RevokeKeyAnyTenant(ctx, k.ID, actor); rerr != nil {
+				return fmt.Errorf("key create: the secret could not be written (%w), and revoking key %s again failed (%w): revoke it", werr, k.ID, rerr)
+			}
+			return fmt.Errorf("key create: the secret could not be written (%w); key %s was revoked again, since no one has its secret", werr, k.ID)
+		}
 		fmt.Fprintf(stdout, "# key %s for tenant %q; store the secret now, it is not shown again\n", k.ID, t.Name)
 		return nil
 
