@@ -311,7 +311,7 @@ func TestEnvoyConfigWithAMistakeIsRejected(t *testing.T) {
 		"a field of another message":  {"stat_prefix: ingress", "stat_prefix: ingress\n          domain: examples"},
 		"an unknown @type":            {"filters.http.ratelimit.v3.RateLimit", "filters.http.ratelimit.v3.RateLimits"},
 		"a value out of range":        {"port_value: 9091", "port_value: 99999"},
-		"an enum that does not exist": {"DRAFT_VERSION_03", "DRAFT_VERSION_04"},
+		"an enum that does not exist": {"transport_api_version: V3", "transport_api_version: V4"},
 		// Inside a typed config (an Any), which the bootstrap's own validation does not enter.
 		"a required field left out": {"              domain: examples\n", ""},
 		"an action without its key": {"descriptor_key: path", "descriptor_key: \"\""},

@@ -682,12 +682,12 @@ func toRequests(req *rls.RateLimitRequest) ([]limiter.Request, error) {
 		if !limiter.ValidKey(key) {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: limit key (entry values joined with %q): %s", i, keySep, limiter.KeyRule)
 		}
-		hits := uint64(req.GetHitsAddend())
+		// The request's hits_addend is a plain number, whose 0 is "not set": 1. A descriptor's is
+		// a wrapper, set or not: set to 0 it asks whether the limit has room without counting
+		// (Envoy's reference service reads it so; a gateway peeks at a budget before routing).
+		hits := max(1, uint64(req.GetHitsAddend()))
 		if d.GetHitsAddend() != nil {
 			hits = d.GetHitsAddend().GetValue()
-		}
-		if hits == 0 {
-			hits = 1
 		}
 		if hits > limiter.MaxAmount {
 			neverFits = true

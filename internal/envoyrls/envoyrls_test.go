@@ -458,6 +458,18 @@ func TestDescriptorHitsAddendOverridesTheRequests(t *testing.T) {
 	if v := h.value(t, "api.user", "alice"); v != 6 {
 		t.Fatalf("value %v, want 6", v)
 	}
+	// A descriptor's hits_addend set to 0 asks without counting (the request's 0 is unset: 1).
+	req.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+	if resp := h.decide(t, req); resp.OverallCode != rls.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 6 {
+		t.Fatalf("a descriptor's hits_addend 0: %v, want OK with 6 remaining", resp)
+	}
+	req.Descriptors[0].HitsAddend, req.HitsAddend = nil, 0
+	if resp := h.decide(t, req); resp.Statuses[0].LimitRemaining != 5 {
+		t.Fatalf("the request's hits_addend 0: %v, want 1 counted (5 remaining)", resp)
+	}
+	if v := h.value(t, "api.user", "alice"); v != 5 {
+		t.Fatalf("value %v, want 5", v)
+	}
 }
 
 // defineOrgAndUser defines api.org (2 an hour) and api.org.user (10 an hour), whose parent is
