@@ -221,6 +221,11 @@ func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger,
 	if err := schema(ctx); err != nil {
 		return Secrets{}, err
 	}
+	if secrets {
+		if err := recordSecret(ctx, cfg, d, log, keys); err != nil {
+			return Secrets{}, err
+		}
+	}
 	return keys, dropLegacySecret(ctx, d, log, keys, legacy)
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,31 @@ func NewSecrets(root string) Secrets {
 // which is what a backup thief needs. It is moved out (SQLite) or deleted (PostgreSQL) once the
 // root secret in use is the same, never while it is the only copy.
 const legacySecretSetting = "secret_key"
+
+// fingerprintSetting holds the fingerprint of the root secret the database was last used with
+// (Secrets.fingerprint): enough to refuse a start with another secret, which would answer 401 to
+// every API key, print keys no server accepts (a command with a mistyped SECRET_KEY) or, on
+// SQLite, quietly generate a new secret for a database restored without its key file; nothing
+// the secret can be recovered from.
+const fingerprintSetting = "root_secret_fingerprint"
+
+// fingerprint is the root secret's fingerprint, as the database records it.
+func (s Secrets) fingerprint() string { return hex.EncodeToString(s.Derive("database-fingerprint")) }
+
+// ErrSecretDiffers is the refusal to start with a root secret other than the one the database
+// was last used with (its recorded fingerprint differs), unless SLUICE_ROTATE_SECRET.
+var ErrSecretDiffers = errors.New("the root secret in use is not the one this database was last used with (the fingerprint it " +
+	"keeps differs): every API key, dashboard session and webhook signing secret made under that one would be refused or unreadable")
+
+// secretDiffers is ErrSecretDiffers with the ways out.
+func secretDiffers(cfg config.Config) error {
+	where := "SECRET_KEY"
+	if cfg.SecretKey == "" {
+		where = "the key file " + SecretFile(cfg.DatabaseURL)
+	}
+	return fmt.Errorf("%w. Check %s (restored from the same backup as the database? the same on every instance and command?); "+
+		"to rotate the root secret on purpose (after a leak), start once with SLUICE_ROTATE_SECRET=true", ErrSecretDiffers, where)
+}
 
 // legacySecretQuery is how an operator reads the stored root secret, to copy it into SECRET_KEY.
 const legacySecretQuery = "`SELECT value FROM settings WHERE key = 'secret_key'`"
@@ -103,13 +129,25 @@ func LoadSecrets(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Log
 // table, a new one, holds none). Only the SQLite key file is written.
 func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, string, error) {
 	settings := tenants.NewService(d, nil, nil)
-	var legacy string
+	var legacy, recorded string
 	if d.Gorm.WithContext(ctx).Migrator().HasTable("settings") {
 		var err error
 		legacy, err = settings.Setting(ctx, legacySecretSetting)
 		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
 			return Secrets{}, "", fmt.Errorf("secret key: %w", err)
 		}
+		recorded, err = settings.Setting(ctx, fingerprintSetting)
+		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
+			return Secrets{}, "", fmt.Errorf("secret key: %w", err)
+		}
+	}
+	// recognised refuses a root secret whose fingerprint is not the recorded one (none recorded:
+	// a new database, or one an earlier version used, is recorded once the schema is right).
+	recognised := func(root string) error {
+		if recorded == "" || cfg.RotateSecret || NewSecrets(root).fingerprint() == recorded {
+			return nil
+		}
+		return secretDiffers(cfg)
 	}
 	// differs refuses a root secret other than the stored one, unless SLUICE_DISCARD_LEGACY_SECRET.
 	differs := func(root string) bool { return legacy != "" && legacy != root && !cfg.DiscardLegacySecret }
@@ -118,6 +156,12 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 	// would refuse the stored value the refusal tells the operator to set.
 	if root != "" && differs(root) {
 		return Secrets{}, "", legacySecretDiffers(cfg, d)
+	}
+	if root != "" {
+		// Checked before a key file is written with it, as the legacy refusal above.
+		if err := recognised(root); err != nil {
+			return Secrets{}, "", err
+		}
 	}
 	var err error
 	switch {
@@ -138,8 +182,19 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 		}
 	case root != "":
 	case d.Dialect == db.SQLite:
-		if root, err = keyFile(SecretFile(cfg.DatabaseURL), legacy); err != nil {
+		path := SecretFile(cfg.DatabaseURL)
+		if _, statErr := os.Stat(path); errors.Is(statErr, os.ErrNotExist) && recorded != "" && legacy == "" && !cfg.RotateSecret {
+			// Not generated anew: the database was used with a secret, and its file is gone
+			// (a backup restored without it).
+			return Secrets{}, "", fmt.Errorf("%w. Its key file %s is missing (a backup restored without it?): put the key file "+
+				"back beside the database, or set SECRET_KEY to that secret; to start with a new secret instead, start once with "+
+				"SLUICE_ROTATE_SECRET=true", ErrSecretDiffers, path)
+		}
+		if root, err = keyFile(path, legacy); err != nil {
 			return Secrets{}, "", fmt.Errorf("secret key: %w", err)
+		}
+		if err := recognised(root); err != nil {
+			return Secrets{}, "", err
 		}
 	case legacy != "":
 		return Secrets{}, "", fmt.Errorf("%w. This database holds a key generated by an earlier version: to keep its API keys "+
@@ -152,6 +207,39 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 		return Secrets{}, "", legacySecretDiffers(cfg, d)
 	}
 	return NewSecrets(root), legacy, nil
+}
+
+// recordSecret records the fingerprint of the root secret in use (keys') as the database's, once
+// its schema is right: the first start on a database records it; SLUICE_ROTATE_SECRET replaces
+// another; and a start that lost the race to record it to an instance with another secret is
+// refused as readSecrets would have refused it.
+func recordSecret(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, keys Secrets) error {
+	settings := tenants.NewService(d, nil, nil)
+	fp := keys.fingerprint()
+	if cfg.RotateSecret {
+		before, err := settings.Setting(ctx, fingerprintSetting)
+		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
+			return fmt.Errorf("secret key: %w", err)
+		}
+		if before == fp {
+			return nil
+		}
+		if err := settings.PutSetting(ctx, fingerprintSetting, fp); err != nil {
+			return fmt.Errorf("secret key: %w", err)
+		}
+		if before != "" {
+			log.WarnContext(ctx, "SLUICE_ROTATE_SECRET: the database now records the root secret in use; unset SLUICE_ROTATE_SECRET once every instance and command uses it")
+		}
+		return nil
+	}
+	got, err := settings.SetSettingIfAbsent(ctx, fingerprintSetting, fp)
+	if err != nil {
+		return fmt.Errorf("secret key: %w", err)
+	}
+	if got != fp {
+		return secretDiffers(cfg)
+	}
+	return nil
 }
 
 // dropLegacySecret deletes the root secret an earlier version stored (legacy, "" when none),

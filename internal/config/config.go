@@ -41,6 +41,9 @@ type Config struct {
 	// it differs from the one in use (SLUICE_DISCARD_LEGACY_SECRET); otherwise Sluice refuses to
 	// start rather than delete the only copy.
 	DiscardLegacySecret bool
+	// RotateSecret accepts a root secret other than the one the database was last used with, and
+	// records it as the database's (SLUICE_ROTATE_SECRET); otherwise such a start is refused.
+	RotateSecret bool
 	// FastCommit is SLUICE_COMMIT=fast: decisions on PostgreSQL commit without waiting for disk.
 	FastCommit bool
 	// DecisionLanes is SLUICE_DECISION_LANES: how many group transactions of decisions may be in
@@ -209,6 +212,8 @@ var options = []Option{
 		}},
 	{Name: "SLUICE_DISCARD_LEGACY_SECRET", Default: "false", Doc: "a root secret an earlier version stored in the database that differs from `SECRET_KEY` (or the SQLite key file) makes Sluice refuse to start; `true` deletes it instead (the API keys, sessions and webhook signing secrets made under it stop working)",
 		parse: boolean("SLUICE_DISCARD_LEGACY_SECRET", func(c *Config) *bool { return &c.DiscardLegacySecret })},
+	{Name: "SLUICE_ROTATE_SECRET", Default: "false", Doc: "a root secret other than the one the database was last used with (it keeps a fingerprint, never the secret) makes Sluice and its commands refuse to start; `true` accepts it and records it as the database's: a rotation after a leak (the API keys, sessions and webhook signing secrets made under the old one stop working). Unset it once every instance runs with the new secret",
+		parse: boolean("SLUICE_ROTATE_SECRET", func(c *Config) *bool { return &c.RotateSecret })},
 	{Name: "TRUSTED_PROXIES", Default: "(none)", Doc: "comma-separated IPs/CIDRs whose `X-Forwarded-For` is believed",
 		parse: func(c *Config, v string) error {
 			var errs []error
@@ -231,7 +236,7 @@ var options = []Option{
 			}
 			return nil
 		}},
-	{Name: "MIGRATE", Default: "", Doc: "`auto` migrates PostgreSQL at start-up (SQLite always migrates); unset, it does not; any other value is refused. The server binds `LISTEN_ADDR`, `METRICS_ADDR` and `GRPC_ADDR` first: a start that cannot listen is refused before it migrates (connections made meanwhile wait until it serves)",
+	{Name: "MIGRATE", Default: "", Doc: "`auto` migrates PostgreSQL at start-up (SQLite always migrates); unset, it does not; any other value is refused. The server binds `LISTEN_ADDR`, `METRICS_ADDR` and `GRPC_ADDR` first: a start that cannot listen is refused before it migrates (connections made meanwhile are answered: `/healthz` 200, every other route 503, until it serves)",
 		parse: func(c *Config, v string) error {
 			switch v {
 			case "":
@@ -685,9 +690,9 @@ func (c Config) String() string {
 		}
 		return "[redacted]"
 	}
-	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s discard_legacy_secret=%t metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t webhook_allow_private=%t smtp_addr=%q smtp_from=%q smtp_username=%q smtp_password=%s smtp_tls=%s",
+	return fmt.Sprintf("database=%s listen=%s base=%s trusted_proxies=%v log_level=%s migrate_auto=%t secret_key=%s discard_legacy_secret=%t rotate_secret=%t metrics_addr=%q metrics_token=%s sweep_interval=%s sweep_batch=%d pprof=%q demo=%t fast_commit=%t gogc=%d grpc_addr=%q grpc_key_header=%q grpc_allow_unknown=%t webhook_allow_private=%t smtp_addr=%q smtp_from=%q smtp_username=%q smtp_password=%s smtp_tls=%s",
 		RedactURL(c.DatabaseURL), c.ListenAddr, c.BaseURL, c.TrustedProxies, c.LogLevel, c.MigrateAuto,
-		secret(c.SecretKey), c.DiscardLegacySecret, c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown, c.WebhookAllowPrivate,
+		secret(c.SecretKey), c.DiscardLegacySecret, c.RotateSecret, c.MetricsAddr, secret(c.MetricsToken), c.SweepInterval, c.SweepBatch, c.PprofAddr, c.Demo, c.FastCommit, c.GCPercent, c.GRPCAddr, c.GRPCKeyHeader, c.GRPCAllowUnknown, c.WebhookAllowPrivate,
 		c.SMTPAddr, c.SMTPFrom, c.SMTPUsername, secret(c.SMTPPassword), c.SMTPTLS)
 }
 

@@ -43,6 +43,15 @@ func (s *Service) SetSettingIfAbsent(ctx context.Context, key, value string) (st
 	return row.Value, nil
 }
 
+// PutSetting stores value under key, replacing any value it had.
+func (s *Service) PutSetting(ctx context.Context, key, value string) error {
+	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
+		return tx.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "key"}}, DoUpdates: clause.AssignmentColumns([]string{"value"})}).
+			Create(&settingRow{Key: key, Value: value}).Error
+	})
+	return wrap("put setting", err)
+}
+
 // DeleteSetting removes a server-wide setting; deleting one that is absent is not an error.
 func (s *Service) DeleteSetting(ctx context.Context, key string) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
