@@ -264,13 +264,6 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// The first operator's credentials are checked before anything is migrated or listened on,
-	// so that a mistyped one refuses the start as the configuration's other errors do.
-	if cfg.AdminEmail != "" {
-		if err := tenants.CheckCredentials(cfg.AdminEmail, cfg.AdminPassword); err != nil {
-			return nil, fmt.Errorf("SLUICE_ADMIN_EMAIL / SLUICE_ADMIN_PASSWORD: %w", err)
-		}
-	}
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
 	}

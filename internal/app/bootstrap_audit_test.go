@@ -2,12 +2,8 @@ package app_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -83,32 +79,6 @@ func wantCreatedOnce(t *testing.T, a *app.App, entry string) {
 	}
 	if !slices.Equal(creations, []string{entry}) {
 		t.Fatalf("user.create entries %q, want only %q", creations, entry)
-	}
-}
-
-// TestBadAdminCredentialsRefuseTheStartBeforeTheDatabase: a mistyped SLUICE_ADMIN_EMAIL or a
-// short SLUICE_ADMIN_PASSWORD refuses the start naming the variable, before the database is
-// opened or migrated (no SQLite file is made; a shared PostgreSQL is not migrated under the
-// release still serving it).
-func TestBadAdminCredentialsRefuseTheStartBeforeTheDatabase(t *testing.T) {
-	for _, c := range []struct{ email, password, want string }{
-		{"not-an-address", "admin-password-1", "email"},
-		{"admin@example.com", "short", "password"},
-	} {
-		path := filepath.Join(t.TempDir(), "never.db")
-		cfg := apptest.Config("sqlite:" + path)
-		cfg.AdminEmail, cfg.AdminPassword = c.email, c.password
-		a, err := app.New(context.Background(), cfg, app.Options{Stdout: io.Discard})
-		if err == nil {
-			_ = a.Close()
-			t.Fatalf("%s / %s: the start was not refused", c.email, c.password)
-		}
-		if !strings.Contains(err.Error(), "SLUICE_ADMIN_EMAIL") || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s / %s: %v; want it to name SLUICE_ADMIN_EMAIL and the %s", c.email, c.password, err, c.want)
-		}
-		if _, statErr := os.Stat(path); !errors.Is(statErr, fs.ErrNotExist) {
-			t.Errorf("%s / %s: the refused start made the database file (%v)", c.email, c.password, statErr)
-		}
 	}
 }
 

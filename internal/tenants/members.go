@@ -98,16 +98,6 @@ func checkPassword(field, password string) error {
 // method that sets the password (which checks it again).
 func CheckPassword(password string) error { return checkPassword("password", password) }
 
-// CheckCredentials reports whether email and password would be accepted by CreateUser (ErrInvalid
-// naming the field if not), for a caller that must refuse them before it changes anything: the
-// server checks SLUICE_ADMIN_EMAIL and SLUICE_ADMIN_PASSWORD before it migrates the database.
-func CheckCredentials(email, password string) error {
-	if _, err := normalizeEmail(email); err != nil {
-		return err
-	}
-	return checkPassword("password", password)
-}
-
 // newLinkToken returns a one-time link's token (256 random bits) and the hash that is stored.
 func newLinkToken() (token, hash string) {
 	var b [32]byte
