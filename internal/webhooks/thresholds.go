@@ -30,8 +30,8 @@ const maxNearKeysPerMinute = 5
 // every limit, flush and instance. The bounds per limit above do not bound a tenant: inline
 // configs make any number of limits (a thousand a bulk request), and each could raise its own
 // events, which filled the outbox and held SQLite's writer for seconds inside the usage flush.
-// limit.refusals events are sent first, then key.near_limit; those past the bound are dropped
-// (and logged), not deferred.
+// Each flush sends its limit.refusals events first, then its key.near_limit; those past the bound
+// are dropped (the flush that reaches it logs a warning), not deferred.
 const MaxThresholdEventsPerMinute = 60
 
 // LimitMinute is one limit's minute as the usage aggregator's flush reports it.
@@ -87,23 +87,32 @@ func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMi
 		return err
 	}
 	for _, r := range eps {
+		events := strings.Split(r.Events, ",")
+		refusals, near := slices.Contains(events, EventLimitRefusals), slices.Contains(events, EventKeyNearLimit)
+		if !slices.ContainsFunc(minutes, func(m LimitMinute) bool {
+			return (refusals && m.Refused >= r.RefusalThreshold) || (near && len(m.NearKeys) > 0)
+		}) {
+			continue // nothing for it: no count of its deliveries (a read two instances' flushes would share)
+		}
 		budget, err := thresholdBudget(tx, r, now)
 		if err != nil {
 			return err
 		}
-		dropped := 0
-		events := strings.Split(r.Events, ",")
-		if slices.Contains(events, EventLimitRefusals) {
+		if budget == 0 {
+			continue // spent by an earlier flush of the minute, which said so
+		}
+		passedOver := false // events this flush would have sent past the bound it reached
+		if refusals {
 			for _, m := range minutes {
 				if m.Refused < r.RefusalThreshold {
 					continue
 				}
+				if budget == 0 {
+					passedOver = true
+					break
+				}
 				minute := m.Minute.UTC()
 				alert := "refusals " + m.Name + " " + strconv.FormatInt(minute.UnixMilli(), 10)
-				if budget == 0 {
-					dropped++
-					continue
-				}
 				data := map[string]any{"limit": m.Name, "minute": minute.Format(time.RFC3339), "refused": m.Refused, "threshold": r.RefusalThreshold}
 				sent, err := s.alertOnce(tx, r, alert, now, EventLimitRefusals, data)
 				if err != nil {
@@ -114,14 +123,14 @@ func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMi
 				}
 			}
 		}
-		if slices.Contains(events, EventKeyNearLimit) {
+		if near {
 			for _, m := range minutes {
 				if len(m.NearKeys) == 0 {
 					continue
 				}
 				if budget == 0 {
-					dropped++
-					continue
+					passedOver = true
+					break
 				}
 				sent, err := s.nearEvents(tx, r, m, now, budget)
 				if err != nil {
@@ -130,9 +139,11 @@ func (s *Service) ThresholdEvents(tx *gorm.DB, tenantID int64, minutes []LimitMi
 				budget -= sent
 			}
 		}
-		if dropped > 0 {
-			s.log.Warn("webhooks: threshold events past an endpoint's bound for the minute were not sent",
-				"tenant", r.TenantID, "endpoint", r.ID, "bound", MaxThresholdEventsPerMinute, "limits_passed_over", dropped)
+		if passedOver {
+			// Only the flush that spends the minute's last event gets here: at most once per
+			// endpoint and minute (twice if its transaction is retried).
+			s.log.Warn("webhooks: an endpoint reached its bound of threshold events for the minute; the minute's further ones are not sent",
+				"tenant", r.TenantID, "endpoint", r.ID, "bound", MaxThresholdEventsPerMinute)
 		}
 	}
 	return tx.Where("created_at < ?", now-alertRetention.Milliseconds()).Delete(&alertRow{}).Error

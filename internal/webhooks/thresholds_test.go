@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -308,6 +309,50 @@ func TestThresholdEventsAreAtMostABoundPerEndpointAndMinuteAcrossLimits(t *testi
 		}
 		if r, n := count(EventLimitRefusals)-refusals, count(EventKeyNearLimit)-near; r != 45 || n != MaxThresholdEventsPerMinute-45 {
 			t.Fatalf("the next minute's flush of 45 limits: %d limit.refusals + %d key.near_limit events, want 45 + %d", r, n, MaxThresholdEventsPerMinute-45)
+		}
+	})
+}
+
+// TestTheBoundsWarningComesOnlyFromTheFlushThatReachesIt: the warning that a minute's threshold
+// events went unsent comes from the flush that spends the last of the bound with more left to
+// send; flushes of the minute after it, sending nothing new (the same limits again), say nothing.
+func TestTheBoundsWarningComesOnlyFromTheFlushThatReachesIt(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		var logs testkit.SyncBuffer
+		s, err := NewService(d, sealKey, Options{AllowPrivate: true, Now: c.now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		tn := newTenant(t, d, "acme")
+		if _, _, err := s.CreateEndpoint(ctx, tn, "http://127.0.0.1:9/all", []string{EventLimitRefusals}, 1); err != nil {
+			t.Fatal(err)
+		}
+		limits := func(n int) []LimitMinute {
+			ms := make([]LimitMinute, n)
+			for i := range ms {
+				ms[i] = LimitMinute{Name: fmt.Sprintf("inline-%d", i), Minute: c.now().Truncate(time.Minute), Refused: 5}
+			}
+			return ms
+		}
+		flush := func(ms []LimitMinute) {
+			t.Helper()
+			if err := d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const warning = "reached its bound of threshold events"
+		flush(limits(MaxThresholdEventsPerMinute)) // exactly the bound: nothing passed over
+		flush(limits(MaxThresholdEventsPerMinute)) // the same again: all sent already
+		if strings.Contains(logs.String(), warning) {
+			t.Fatalf("a warning with nothing passed over:\n%s", logs.String())
+		}
+		c.advance(time.Minute)
+		flush(limits(MaxThresholdEventsPerMinute + 1))
+		flush(limits(MaxThresholdEventsPerMinute + 1))
+		if n := strings.Count(logs.String(), warning); n != 1 {
+			t.Fatalf("%d warnings after a flush past the bound and one more; want 1:\n%s", n, logs.String())
 		}
 	})
 }
