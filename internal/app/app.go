@@ -98,6 +98,8 @@ type App struct {
 	// while the database is opened and migrated (which may wait minutes for another instance's
 	// migration), the router once Run hands it over.
 	front *httpserver.Server
+	// frontMetrics is front for METRICS_ADDR (nil when off): a scrape during the start gets 503.
+	frontMetrics *httpserver.Server
 }
 
 // listeners are the service's sockets, bound before the database is opened.
@@ -145,9 +147,17 @@ func (ls listeners) close() {
 
 // Close releases what New holds for an App that will not Run: its listeners and its database.
 func (a *App) Close() error {
-	_ = a.front.Close()
+	a.closeFronts()
 	a.listeners.close()
 	return a.DB.Close()
+}
+
+// closeFronts stops the servers New started on the listeners (Close, or New failing).
+func (a *App) closeFronts() {
+	_ = a.front.Close()
+	if a.frontMetrics != nil {
+		_ = a.frontMetrics.Close()
+	}
 }
 
 // Open opens the configured database and makes sure its schema is the one this binary knows:
@@ -258,8 +268,10 @@ func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.LogLevel}))
 }
 
-// New builds every component; it starts nothing (Run does). On error everything built so far is
-// closed again.
+// New builds every component. It starts nothing but the starting answers on the HTTP and
+// metrics ports (httpserver.Starting: /healthz 200, everything else 503), so that a start waiting
+// for the database is live but not ready; Run starts the rest. On error everything built so far
+// is closed again.
 func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -277,10 +289,13 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 	if a.listeners, err = listen(cfg); err != nil {
 		return nil, err
 	}
-	a.front = httpserver.Start(a.listeners.http)
+	a.front = httpserver.Start(a.listeners.http, httpserver.Starting())
+	if a.listeners.metrics != nil {
+		a.frontMetrics = httpserver.Start(a.listeners.metrics, httpserver.Starting())
+	}
 	defer func() {
 		if err != nil {
-			_ = a.front.Close()
+			a.closeFronts()
 			a.listeners.close()
 		}
 	}()
@@ -477,7 +492,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if metricsListener != nil {
 		bg.start(ctx, "metrics listener", func(ctx context.Context) error {
-			return httpserver.Serve(ctx, metricsListener, httpserver.MetricsHandler(a.Metrics, a.Config.MetricsToken), 5*time.Second)
+			a.frontMetrics.Ready(httpserver.MetricsHandler(a.Metrics, a.Config.MetricsToken))
+			return a.frontMetrics.Run(ctx, 5*time.Second)
 		})
 	}
 

@@ -43,8 +43,13 @@ func TestAStartWaitingForTheMigrationLockIsLiveButNotReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	metricsPort, err := testkit.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := apptest.Config(dbURL)
 	cfg.ListenAddr = "127.0.0.1:" + strconv.Itoa(port)
+	cfg.MetricsAddr = "127.0.0.1:" + strconv.Itoa(metricsPort)
 	base := "http://" + cfg.ListenAddr
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -57,8 +62,15 @@ func TestAStartWaitingForTheMigrationLockIsLiveButNotReady(t *testing.T) {
 		a, err := app.New(ctx, cfg, app.Options{Stdout: io.Discard})
 		newDone <- started{a, err}
 	}()
+	ran := false
+	t.Cleanup(func() { // a test that fails before Run: New's wait ends (ctx), and what it built is closed
+		cancel()
+		if s := <-newDone; s.err == nil && !ran {
+			_ = s.a.Close()
+		}
+	})
 
-	get := func(path string) (*http.Response, map[string]any) {
+	getAt := func(base, path string) (*http.Response, map[string]any) {
 		t.Helper()
 		c := &http.Client{Timeout: 10 * time.Second}
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -70,10 +82,11 @@ func TestAStartWaitingForTheMigrationLockIsLiveButNotReady(t *testing.T) {
 				return res, body
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("GET %s: no answer within 60 s while the start waits for the migration lock: %v", path, err)
+				t.Fatalf("GET %s%s: no answer within 60 s while the start waits for the migration lock: %v", base, path, err)
 			}
 		}
 	}
+	get := func(path string) (*http.Response, map[string]any) { t.Helper(); return getAt(base, path) }
 	res, body := get("/healthz")
 	if res.StatusCode != http.StatusOK || body["status"] != "starting" {
 		t.Errorf("GET /healthz while waiting for the migration lock: %d %v; want 200 starting", res.StatusCode, body)
@@ -88,8 +101,12 @@ func TestAStartWaitingForTheMigrationLockIsLiveButNotReady(t *testing.T) {
 		t.Errorf("GET /v1/limits while waiting for the migration lock: %d %v %v; want a 503 unavailable problem with Retry-After",
 			res.StatusCode, res.Header, body)
 	}
+	if res, _ := getAt("http://"+cfg.MetricsAddr, "/metrics"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("GET /metrics on the metrics port while waiting for the migration lock: %d; want 503", res.StatusCode)
+	}
 	select {
 	case s := <-newDone:
+		newDone <- s
 		t.Fatalf("app.New returned while the migration lock was held: %v", s.err)
 	default:
 	}
@@ -98,9 +115,11 @@ func TestAStartWaitingForTheMigrationLockIsLiveButNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := testkit.Await(t, newDone, "app.New to migrate once the migration lock is released")
+	newDone <- s // for the cleanup
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
+	ran = true
 	runDone := make(chan error, 1)
 	go func() { runDone <- s.a.Run(ctx) }()
 	defer func() {

@@ -124,7 +124,7 @@ func (d *DB) MigrateEmpty(ctx context.Context) error {
 	if current == 0 {
 		// Said at warning level (LOG_LEVEL=warn still shows it): a mistyped DATABASE_URL makes a
 		// new, empty database here, and what the command changes there no server sees.
-		d.log.WarnContext(ctx, "DATABASE_URL names a new, empty database: making it; a server on another database will not see this command's change")
+		d.log.WarnContext(ctx, "DATABASE_URL names a new, empty database: making it (if a server already runs on another, it will not see this command's change)")
 		return d.Migrate(ctx)
 	}
 	if err := d.CheckSchema(ctx); err != nil {

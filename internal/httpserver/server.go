@@ -21,11 +21,11 @@ type Server struct {
 	errc    chan error // Serve's result: a failure to accept, or http.ErrServerClosed
 }
 
-// Start serves l at once with the starting answers, in the hardened server's timeouts.
-func Start(l net.Listener) *Server {
+// Start serves l at once with h (Starting, until Ready hands over another), in the hardened
+// server's timeouts.
+func Start(l net.Listener, h http.Handler) *Server {
 	s := &Server{errc: make(chan error, 1)}
-	starting := headAsGet(Starting())
-	s.handler.Store(&starting)
+	s.Ready(h)
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -77,9 +77,7 @@ func (s *Server) Close() error {
 
 // Serve runs h on l until ctx ends, then shuts down gracefully as Server.Run does.
 func Serve(ctx context.Context, l net.Listener, h http.Handler, grace time.Duration) error {
-	s := Start(l)
-	s.Ready(h)
-	return s.Run(ctx, grace)
+	return Start(l, h).Run(ctx, grace)
 }
 
 // StartingRetryAfter is the Retry-After, in seconds, of the starting answers.
@@ -87,11 +85,16 @@ const StartingRetryAfter = "5"
 
 // Starting is what a server answers before its handler is ready: /healthz 200 (the process is
 // alive), /readyz 503, and everything else 503 (problem+json, code unavailable, Retry-After),
-// each saying the server is starting.
+// each saying the server is starting, with the security headers every answer carries
+// (SecurityHeaders; the router's middleware is not there yet).
 func Starting() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
+		h.Set("X-Frame-Options", "DENY")
 		switch {
 		case r.Method == http.MethodGet && r.URL.Path == "/healthz":
 			h.Set("Content-Type", "application/json; charset=utf-8")

@@ -367,7 +367,7 @@ func normalizeOrigin(raw string) (string, error) {
 			return bad("invalid IPv6 address")
 		}
 		if a.Is4In6() {
-			return bad("an IPv4 address is written as one, as browsers send it (http://" + a.Unmap().String() + ")")
+			return bad("an IPv4-mapped IPv6 address is not taken (browsers send it in another form, [::ffff:7f00:1]); serve the page from the IPv4 address (" + a.Unmap().String() + ") and allow that")
 		}
 		host = "[" + a.String() + "]" // as a browser serialises it: lower case, zeros compressed
 	case !hostPattern.MatchString(host):

@@ -278,11 +278,17 @@ func (u *UI) auditRequest(c *gin.Context, tenantID *int64, actor, action, target
 func (u *UI) internalError(c *gin.Context, err error) {
 	id := c.GetString(httpserver.RequestIDKey)
 	status, title, detail := http.StatusInternalServerError, "Something went wrong", "An internal error occurred (request "+id+"). It has been logged."
+	level := slog.LevelError
 	if apperr.From(err).Code == apperr.Unavailable {
-		status, title, detail = http.StatusServiceUnavailable, "Service unavailable", "The database cannot be reached right now (request "+id+"). Try again shortly."
+		// The database out of reach, or the request's time spent waiting for it.
+		status, title, detail = http.StatusServiceUnavailable, "Service unavailable",
+			"Sluice could not reach its database in time (request "+id+"). Try again shortly."
 		c.Header("Retry-After", "5")
 	}
-	u.log.ErrorContext(c.Request.Context(), "dashboard error", "request_id", id, "path", c.FullPath(), "status", status, "err", err)
+	if errors.Is(err, context.Canceled) && c.Request.Context().Err() != nil {
+		level = slog.LevelInfo // the browser went away: no one reads this answer, and nothing is wrong
+	}
+	u.log.Log(c.Request.Context(), level, "dashboard error", "request_id", id, "path", c.FullPath(), "status", status, "err", err)
 	var buf bytes.Buffer
 	_ = errorPage(u.bareLayout(c, "Error"), status, title, detail).Render(c.Request.Context(), &buf)
 	c.Header("Cache-Control", "no-store")
