@@ -82,6 +82,10 @@ type Service struct {
 	// refusedWarnings keeps the warning about requests refused for their attributes to one a
 	// minute per tenant and limit: a visitor can cause one per request.
 	refusedWarnings warningThrottle
+	// failedCalls keeps the warning about calls that failed (a wrong key in Envoy's configuration,
+	// a malformed request) to one a minute per status code: with failure_mode_deny such calls
+	// refuse all traffic, and no decision is logged to say so.
+	failedCalls warningThrottle
 	// missingParentWarnings keeps the warning about requests refused because a limit's parent
 	// has no stored definition to one a minute per tenant and limit: every request on such a
 	// limit causes one.
@@ -178,7 +182,7 @@ const stopGrace = 10 * time.Second
 // Serve answers gRPC calls on l until ctx ends, then stops gracefully: no new calls, in-flight
 // ones finish (cut off after stopGrace). It returns nil on a clean stop.
 func (s *Service) Serve(ctx context.Context, l net.Listener) error {
-	g := grpc.NewServer(grpc.ForceServerCodecV2(lenientCodec{encoding.GetCodecV2(proto.Name)}), grpc.ChainUnaryInterceptor(s.recoverPanics))
+	g := grpc.NewServer(grpc.ForceServerCodecV2(lenientCodec{encoding.GetCodecV2(proto.Name)}), grpc.ChainUnaryInterceptor(s.logFailures, s.recoverPanics))
 	rls.RegisterRateLimitServiceServer(g, s)
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(l) }()
@@ -461,6 +465,20 @@ func (s *Service) recoverPanics(ctx context.Context, req any, _ *grpc.UnaryServe
 		}
 	}()
 	return next(ctx, req)
+}
+
+// logFailures warns that calls failed, at most once a minute for each status code (the calls it
+// held back counted in the next), naming the code and the status's message, never the key.
+// A call its caller gave up on (CANCELLED, DEADLINE_EXCEEDED) is not a failure of the service's.
+func (s *Service) logFailures(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	resp, err := next(ctx, req)
+	if code := status.Code(err); err != nil && code != codes.Canceled && code != codes.DeadlineExceeded {
+		if ok, heldBack := s.failedCalls.allow(warningKey{limit: code.String()}, time.Now(), time.Minute); ok {
+			s.log.WarnContext(ctx, "envoy rate limit service: a call failed", "code", code.String(),
+				"message", status.Convert(err).Message(), "failed_since_last_warning", heldBack)
+		}
+	}
+	return resp, err
 }
 
 // statusOf maps an error of the domain to a gRPC status. Whatever is not the caller's mistake

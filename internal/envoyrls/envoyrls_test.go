@@ -284,6 +284,34 @@ func TestTheKeyHeaderIsConfigurableAndTheAddressPrinted(t *testing.T) {
 	}
 }
 
+// TestFailedCallsAreLoggedOncePerMinuteAndCode: a call refused for its key (Envoy configured with
+// a wrong one, which with failure_mode_deny refuses all traffic) or for its request leaves a
+// warning naming the status code, at most one a minute for each code, never with the key.
+func TestFailedCallsAreLoggedOncePerMinuteAndCode(t *testing.T) {
+	t.Parallel()
+	cfg := apptest.Config("sqlite:" + t.TempDir() + "/sluice.db")
+	cfg.GRPCAddr = "127.0.0.1:0"
+	var out testkit.SyncBuffer
+	h := startWith(t, cfg, app.Options{Stdout: &out})
+	h.define(t, "api.user", 10)
+	req := request("api", descriptor("user", "alice"))
+	for range 3 {
+		_, err := h.call(t, "authorization", "Bearer sk_live_not-a-key", req)
+		requireCode(t, err, codes.Unauthenticated)
+		_, err = h.call(t, "authorization", "Bearer "+h.key, request(""))
+		requireCode(t, err, codes.InvalidArgument)
+	}
+	logs := out.String()
+	for _, code := range []string{"Unauthenticated", "InvalidArgument"} {
+		if n := strings.Count(logs, "a call failed\" code="+code); n != 1 {
+			t.Errorf("%d warnings for %s calls, want 1:\n%s", n, code, logs)
+		}
+	}
+	if strings.Contains(logs, "not-a-key") || strings.Contains(logs, h.key) {
+		t.Fatalf("a failed call's warning carries the key:\n%s", logs)
+	}
+}
+
 func TestWithoutGRPCAddrNothingListens(t *testing.T) {
 	t.Parallel()
 	a := apptest.Start(t, apptest.Config("sqlite:"+t.TempDir()+"/sluice.db"), app.Options{})
