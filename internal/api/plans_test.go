@@ -150,7 +150,7 @@ func TestPlanCountQuotasAre409OverHTTP(t *testing.T) {
 		// Keys have no API route; the quota holds for every way of creating one.
 		setPlan(t, h, a.id, tenants.PlanSettings{MaxKeys: ptr(int64(1))}) // the tenant holds one already
 		_, _, err := h.tenants.CreateKey(context.Background(), a.id, tenants.KindSecret, "second", "test")
-		if !strings.Contains(err.Error(), "at most 1 API key;") {
+		if !strings.Contains(err.Error(), "at most 1 API key; revoke one") {
 			t.Fatalf("a key past the plan: %v", err)
 		}
 		entries, err := h.tenants.AuditLog(context.Background(), a.id, 50)

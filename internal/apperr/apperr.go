@@ -218,5 +218,9 @@ func QuotaReached(what string, max int64) *Error {
 	if max == 1 {
 		what = strings.TrimSuffix(what, "s") // "1 override", "1 API key"
 	}
-	return &Error{Code: PlanQuotaReached, Message: fmt.Sprintf("the tenant's plan allows at most %d %s; delete one, or ask an operator for a larger plan", max, what)}
+	free := "delete one"
+	if strings.Contains(what, "API key") {
+		free = "revoke one" // revoked keys do not count, and keys are revoked, never deleted
+	}
+	return &Error{Code: PlanQuotaReached, Message: fmt.Sprintf("the tenant's plan allows at most %d %s; %s, or ask an operator for a larger plan", max, what, free)}
 }
