@@ -36,8 +36,9 @@ var (
 	// ErrUnauthorized means a credential (API key, password, admin session) was not accepted.
 	// It deliberately does not say why.
 	ErrUnauthorized = apperr.New(apperr.Unauthorized, "the credentials were not accepted")
-	// ErrTenantSuspended means the key is valid but an operator has suspended its tenant.
-	ErrTenantSuspended = apperr.New(apperr.TenantSuspended, "this tenant is suspended; its data is kept, and an operator can resume it")
+	// ErrTenantSuspended means the key is valid but an operator has suspended its tenant, or is
+	// deleting it (which suspends it first).
+	ErrTenantSuspended = apperr.New(apperr.TenantSuspended, "this tenant is suspended (its data is kept until an operator resumes it) or being deleted; its keys are refused")
 	// ErrTenantBeingDeleted refuses a change in a tenant whose deletion has begun (changeableTenant).
 	ErrTenantBeingDeleted = apperr.New(apperr.Conflict, "the tenant is being deleted: nothing can be changed in it, and it cannot be resumed; "+
 		"a deletion cut short is finished by deleting it again")
