@@ -256,13 +256,18 @@ func keyFromRow(r apiKeyRow) APIKey {
 	}
 }
 
+// invisible reports control characters and formatting ones (Unicode's Cf: bidirectional
+// overrides, zero-width spaces and joiners), which would make a label or an address shown on
+// the dashboard read as something else ("evil\u202Egnp.exe" shows as "evilexe.png").
+func invisible(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+
 func validLabel(label string) (string, error) {
 	label = strings.TrimSpace(label)
 	if !utf8.ValidString(label) || utf8.RuneCountInString(label) > maxLabelLen {
 		return "", invalid("label", "label must be valid UTF-8 of at most %d characters", maxLabelLen)
 	}
-	if strings.ContainsFunc(label, unicode.IsControl) {
-		return "", invalid("label", "label must not contain control characters")
+	if strings.ContainsFunc(label, invisible) {
+		return "", invalid("label", "label must not contain control or invisible formatting characters (such as a right-to-left override or a zero-width space)")
 	}
 	return label, nil
 }

@@ -101,6 +101,9 @@ func normalizeEmail(email string) (string, error) {
 	if e == "" || len(e) > maxEmailLen {
 		return "", invalid("email", "email must be 1 to %d characters", maxEmailLen)
 	}
+	if strings.ContainsFunc(e, invisible) {
+		return "", invalid("email", "email must not contain control or invisible formatting characters")
+	}
 	a, err := mail.ParseAddress(e)
 	if err != nil || a.Name != "" || a.Address != e || !strings.Contains(e, "@") {
 		return "", invalid("email", "email %q is not a plain address like name@example.com", e)
