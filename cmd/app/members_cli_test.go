@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -170,6 +171,18 @@ func TestHelpAndStrayFlagsDoNothing(t *testing.T) {
 	}
 	if _, err := os.Stat("--force"); !os.IsNotExist(err) {
 		t.Fatalf("backup --force made a file named --force (stat: %v)", err)
+	}
+}
+
+// TestVersionPrintsTheBuild: `version` says which build runs, as sluice_build_info does, without
+// any configuration (an environment that would not start still answers it).
+func TestVersionPrintsTheBuild(t *testing.T) {
+	out, err := cliWithStdin([]string{"DATABASE_URL=nonsense://"}, "", "version")
+	if err != nil || !regexp.MustCompile(`^sluice \S+ \(revision \S+, go\S+\)\n$`).MatchString(out) {
+		t.Fatalf("version: %q, %v; want sluice VERSION (revision REV, goX.Y)", out, err)
+	}
+	if _, err := cliWithStdin(nil, "", "version", "--short"); err == nil {
+		t.Fatal("version --short: accepted; version takes no arguments")
 	}
 }
 

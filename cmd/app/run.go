@@ -30,6 +30,7 @@ commands:
   backup PATH                            copy the SQLite database, consistent while it serves,
                                          into a new file PATH (PostgreSQL: use pg_dump)
   healthcheck [--ready]                  probe the local server's /healthz (or /readyz)
+  version                                print the build's version, revision and Go version
 `
 
 // run is the whole program: the command line. main and the end-to-end tests call it; `serve`
@@ -46,8 +47,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		_, err := io.WriteString(stdout, usage)
 		return err
 	}
-	if (cmd == "serve" || cmd == "migrate") && len(args) > 0 {
+	if (cmd == "serve" || cmd == "migrate" || cmd == "version") && len(args) > 0 {
 		return fmt.Errorf("%s takes no arguments (got %q)\n%s", cmd, args[0], usage)
+	}
+	if cmd == "version" { // needs no configuration
+		version, revision, goVersion := app.BuildInfo()
+		_, err := fmt.Fprintf(stdout, "sluice %s (revision %s, %s)\n", version, revision, goVersion)
+		return err
 	}
 	cfg, err := config.FromEnv(getenv)
 	if err != nil {

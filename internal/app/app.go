@@ -41,6 +41,9 @@ import (
 // reported by sluice_build_info; empty, the module version from the build info is used.
 var Version string
 
+// BuildInfo is the running build, as sluice_build_info reports it (metrics.Build).
+func BuildInfo() (version, revision, goVersion string) { return metrics.Build(Version) }
+
 // Options are what is not configuration: where start-up lines go, and the knobs tests turn to
 // move time or tighten limits without new environment variables. The zero value is production.
 type Options struct {

@@ -214,9 +214,10 @@ func (c *txCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// newBuildInfo is sluice_build_info{version, revision, goversion} 1.
-func newBuildInfo(version string) prometheus.Collector {
-	revision, goVersion := "unknown", "unknown"
+// Build names the running build: version (the one given, else the module's, else "(devel)"),
+// the VCS revision and the Go version ("unknown" when the binary does not say).
+func Build(version string) (v, revision, goVersion string) {
+	revision, goVersion = "unknown", "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		goVersion = bi.GoVersion
 		if version == "" {
@@ -231,6 +232,12 @@ func newBuildInfo(version string) prometheus.Collector {
 	if version == "" {
 		version = "(devel)"
 	}
+	return version, revision, goVersion
+}
+
+// newBuildInfo is sluice_build_info{version, revision, goversion} 1.
+func newBuildInfo(version string) prometheus.Collector {
+	version, revision, goVersion := Build(version)
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "sluice_build_info",
 		Help:        "Always 1; the labels say which build is running.",
