@@ -28,7 +28,8 @@ type Outcome struct {
 // engine picked, plus a second distinct one when the limit has two or more shards (the power of
 // two choices). It never mutates its inputs. A refusal writes nothing, except that with a
 // penalty a refusal by the limit itself starts one (PenaltyUntil): until then every decision
-// is refused, with retryAfter the time left. Refusals during a penalty do not renew it (a client
+// is refused, with retryAfter the time left. A refusal of count 0 (a gateway's look at the
+// balance) starts none. Refusals during a penalty do not renew it (a client
 // retrying when told to gets its answer), and a penalty never admits anything, so the limit
 // alone still bounds what is admitted.
 func Decide(def Definition, states []State, count float64, reserve bool, now, origin int64) Outcome {
@@ -49,7 +50,7 @@ func Decide(def Definition, states []State, count float64, reserve bool, now, or
 		}
 		return Outcome{RetryAfter: ra, Remaining: rem, Writes: make([]State, len(states)), Penalized: true}
 	}
-	if !d.OK && def.Penalty > 0 {
+	if !d.OK && def.Penalty > 0 && count > 0 { // a check of the balance (count 0) asks; it does not offend
 		d.PenaltyUntil = now + def.Penalty
 		d.RetryAfter = math.Max(d.RetryAfter, float64(def.Penalty))
 	}

@@ -124,6 +124,22 @@ func TestPenaltyRefusesForExactlyThePenaltyAfterTheRefusal(t *testing.T) {
 	}
 }
 
+// TestALookAtTheBalanceStartsNoPenalty: a decision of count 0 (Envoy's hits_addend 0: a gateway
+// looking at a budget) on a key in reservation debt is refused, as the key is past its limit,
+// but it consumed nothing and asked for nothing, so it starts no penalty; a count of 1 does.
+func TestALookAtTheBalanceStartsNoPenalty(t *testing.T) {
+	reserved := 100.0
+	def := Definition{Kind: TokenBucket, Rate: 10, Period: 10_000, MaxReserved: &reserved, Penalty: 600_000}.Normalized()
+	t0 := int64(1_700_000_000_000)
+	debt := []State{{Value: -5, TS: t0, Exists: true}}
+	if d := Decide(def, debt, 0, false, t0, 0); d.OK || d.PenaltyUntil != 0 || d.Penalized {
+		t.Fatalf("count 0 in debt: %+v; want refused, no penalty", d)
+	}
+	if d := Decide(def, debt, 1, false, t0, 0); d.OK || d.PenaltyUntil != t0+600_000 {
+		t.Fatalf("count 1 in debt: %+v; want refused with the penalty started", d)
+	}
+}
+
 func TestPenaltyValidation(t *testing.T) {
 	for _, tc := range []struct {
 		def  Definition
