@@ -32,10 +32,17 @@ func main() {
 	}()
 	// GOMAXPROCS unset: one P while the server is nearly idle, all of them once it is busy. Not
 	// for the short-lived commands (a container's healthcheck runs every 10 s).
-	if cmd, _ := command(os.Args[1:]); cmd == "serve" && procs.Enabled() {
+	cmd, _ := command(os.Args[1:])
+	if cmd == "serve" && procs.Enabled() {
 		t := time.NewTicker(procs.Interval)
 		defer t.Stop()
 		go procs.New().Run(ctx, t.C)
+	}
+	if cmd != "serve" {
+		// A write to a closed stdout pipe (`sluice key create … | head -0`) is then an error the
+		// command sees, not SIGPIPE ending the process before it can act on it (key create
+		// revokes a key whose secret no one received).
+		signal.Ignore(syscall.SIGPIPE)
 	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)

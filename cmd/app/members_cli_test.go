@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -204,6 +205,33 @@ func TestKeyCreateWhoseSecretCannotBeWrittenRevokesTheKey(t *testing.T) {
 	err = run(context.Background(), []string{"tenant", "create", "other"}, envFunc(env), strings.NewReader(""), failingWriter{}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "could not be written") {
 		t.Fatalf("tenant create with stdout failing: %v; want an error", err)
+	}
+}
+
+// TestKeyCreateIntoAClosedPipeRevokesTheKey: the real binary, its stdout a pipe no one reads
+// (`sluice key create … | true`): the write fails (SIGPIPE ended the process before it could
+// revoke the key, leaving it active, exit 141), the command exits 1 and the key is revoked.
+func TestKeyCreateIntoAClosedPipeRevokesTheKey(t *testing.T) {
+	bin := buildBinary(t)
+	env := appEnv("sqlite:" + filepath.Join(t.TempDir(), "pipe.db"))
+	cli(t, bin, env, "tenant", "create", "acme")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close() // the reader is gone before the command writes
+	cmd := exec.Command(bin, "key", "create", "--tenant", "acme")
+	cmd.Env, cmd.Stdout = env, w
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	_ = w.Close()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "revoked again") {
+		t.Fatalf("key create into a closed pipe: %v (exit %v), stderr %q; want exit 1 saying the key was revoked again", err, exit, stderr.String())
+	}
+	if keys := strings.TrimSpace(cli(t, bin, env, "key", "list", "acme")); !strings.Contains(keys, "\trevoked") || strings.Contains(keys, "\tactive") {
+		t.Fatalf("key list after key create into a closed pipe:\n%s\nwant its key revoked", keys)
 	}
 }
 
