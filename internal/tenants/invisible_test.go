@@ -12,7 +12,7 @@ import (
 func TestLabelsAndEmailsRefuseInvisibleCharacters(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		tn := e.tenant(t, "acme")
-		for _, bad := range []string{"evil\u202Egnp.exe", "zero\u200Bwidth", "joiner\u200D", "bom\uFEFF", "isolate\u2066x\u2069", "mark\u200F"} {
+		for _, bad := range []string{"evil\u202Egnp.exe", "zero\u200Bwidth", "word\u2060joiner", "bom\uFEFF", "isolate\u2066x\u2069", "mark\u200F"} {
 			if _, _, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, bad, "test"); !errors.Is(err, ErrInvalid) {
 				t.Errorf("a key labelled %q: %v; want ErrInvalid", bad, err)
 			}
@@ -22,8 +22,28 @@ func TestLabelsAndEmailsRefuseInvisibleCharacters(t *testing.T) {
 				t.Errorf("a user %q: %v; want ErrInvalid", bad, err)
 			}
 		}
-		if _, _, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, "Zürich – café 東京", "test"); err != nil {
-			t.Errorf("a label outside ASCII: %v", err)
+		for _, good := range []string{"Zürich – café 東京", "می\u200Cخواهم", "👩\u200D💻", "soft\u00ADhyphen"} {
+			if _, _, err := e.svc.CreateKey(e.ctx, tn.ID, KindSecret, good, "test"); err != nil {
+				t.Errorf("the label %q: %v", good, err)
+			}
+		}
+		if _, _, err := e.svc.CreateInvite(e.ctx, &tn.ID, "in\u202Evite@example.com", RoleViewer, 0, "test"); !errors.Is(err, ErrInvalid) {
+			t.Errorf("an invitation of a spoofing address: %v; want ErrInvalid", err)
+		}
+		// A user made before the rule is still found, logs in and can be removed.
+		old, err := e.svc.CreateUser(e.ctx, "plain@example.com", "a-long-password-1", true, nil, "test", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const earlier = "ad\u200Bmin@example.com"
+		if err := e.db.Gorm.Exec(`UPDATE users SET email = ? WHERE id = ?`, earlier, old.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if u, err := e.svc.UserByEmail(e.ctx, earlier); err != nil || u.ID != old.ID {
+			t.Errorf("UserByEmail of an address made before the rule: %+v, %v", u, err)
+		}
+		if _, err := e.svc.Login(e.ctx, earlier, "a-long-password-1", "test"); err != nil {
+			t.Errorf("login of an address made before the rule: %v", err)
 		}
 	})
 }

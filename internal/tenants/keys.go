@@ -256,18 +256,30 @@ func keyFromRow(r apiKeyRow) APIKey {
 	}
 }
 
-// invisible reports control characters and formatting ones (Unicode's Cf: bidirectional
-// overrides, zero-width spaces and joiners), which would make a label or an address shown on
-// the dashboard read as something else ("evil\u202Egnp.exe" shows as "evilexe.png").
-func invisible(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+// spoofing reports the characters that make a label or an address shown on the dashboard read as
+// something else: control characters, the bidirectional marks, embeddings, overrides and
+// isolates ("evil\u202Egnp.exe" shows as "evilexe.png"), and the zero-width space, word joiner
+// and byte order mark. Zero-width joiners and non-joiners are not among them: Persian and Indic
+// text and emoji sequences need them.
+func spoofing(r rune) bool {
+	switch {
+	case unicode.IsControl(r):
+		return true
+	case r == '\u061C', r == '\u200E', r == '\u200F', r >= '\u202A' && r <= '\u202E', r >= '\u2066' && r <= '\u2069':
+		return true // bidirectional marks, embeddings, overrides, isolates
+	case r == '\u200B', r == '\u2060', r == '\uFEFF':
+		return true // zero-width space, word joiner, byte order mark
+	}
+	return false
+}
 
 func validLabel(label string) (string, error) {
 	label = strings.TrimSpace(label)
 	if !utf8.ValidString(label) || utf8.RuneCountInString(label) > maxLabelLen {
 		return "", invalid("label", "label must be valid UTF-8 of at most %d characters", maxLabelLen)
 	}
-	if strings.ContainsFunc(label, invisible) {
-		return "", invalid("label", "label must not contain control or invisible formatting characters (such as a right-to-left override or a zero-width space)")
+	if strings.ContainsFunc(label, spoofing) {
+		return "", invalid("label", "label must not contain control characters or invisible bidirectional and zero-width marks (such as a right-to-left override or a zero-width space)")
 	}
 	return label, nil
 }

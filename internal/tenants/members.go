@@ -196,7 +196,7 @@ func linksDropped(n int64) string {
 // invite's maker (linkMaker): ErrUnauthorized when that user may no longer invite, and the
 // invite dies with their right to make it. Audited in the tenant's log and the server's.
 func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email string, role Role, ttl time.Duration, actor string) (Invite, string, error) {
-	email, err := normalizeEmail(email)
+	email, err := newEmail(email)
 	roleErr := checkRole(role, tenantID)
 	if err != nil || roleErr != nil {
 		return Invite{}, "", wrap("create invite", errors.Join(err, roleErr))

@@ -101,14 +101,23 @@ func normalizeEmail(email string) (string, error) {
 	if e == "" || len(e) > maxEmailLen {
 		return "", invalid("email", "email must be 1 to %d characters", maxEmailLen)
 	}
-	if strings.ContainsFunc(e, invisible) {
-		return "", invalid("email", "email must not contain control or invisible formatting characters")
-	}
 	a, err := mail.ParseAddress(e)
 	if err != nil || a.Name != "" || a.Address != e || !strings.Contains(e, "@") {
 		return "", invalid("email", "email %q is not a plain address like name@example.com", e)
 	}
 	return e, nil
+}
+
+// newEmail is normalizeEmail for an address a user or an invitation is made with: one holding a
+// character that makes it read as another on the dashboard (spoofing) is refused. Lookups
+// (login, UserByEmail) read addresses as normalizeEmail alone does, so that a user made before
+// the rule can still be found, logged in and removed.
+func newEmail(email string) (string, error) {
+	e, err := normalizeEmail(email)
+	if err == nil && strings.ContainsFunc(e, spoofing) {
+		return "", invalid("email", "email must not contain control characters or invisible bidirectional and zero-width marks")
+	}
+	return e, err
 }
 
 // hashPassword returns a PHC-style argon2id string: $argon2id$v=19$m=…,t=…,p=…$salt$hash.
@@ -172,7 +181,7 @@ func (s *Service) CreateFirstOperator(ctx context.Context, email, password, acto
 }
 
 func (s *Service) createUser(ctx context.Context, email, password string, operator bool, tenantID *int64, role Role, actor, note string, onlyFirst bool) (User, error) {
-	email, err := normalizeEmail(email)
+	email, err := newEmail(email)
 	if err != nil {
 		return User{}, wrap("create user", err)
 	}
