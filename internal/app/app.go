@@ -220,7 +220,7 @@ func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger,
 	var legacy string
 	if secrets {
 		var err error
-		if keys, legacy, err = readSecrets(ctx, cfg, d); err != nil {
+		if keys, legacy, err = readSecrets(ctx, cfg, d, mode == serverSchema); err != nil {
 			return Secrets{}, err
 		}
 	}
@@ -235,7 +235,7 @@ func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger,
 		return Secrets{}, err
 	}
 	if secrets {
-		if err := recordSecret(ctx, cfg, d, log, keys); err != nil {
+		if err := recordSecret(ctx, cfg, d, log, keys, mode == serverSchema); err != nil {
 			return Secrets{}, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/config"
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/tenants"
 	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
@@ -87,8 +88,8 @@ func TestASQLiteDatabaseWithoutItsKeyFileIsRefused(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := startOnce(t, cfg); !errors.Is(err, app.ErrSecretDiffers) {
-		t.Fatalf("a start without the key file: %v; want ErrSecretDiffers", err)
+	if err := startOnce(t, cfg); !errors.Is(err, app.ErrSecretMissing) {
+		t.Fatalf("a start without the key file: %v; want ErrSecretMissing", err)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("the refused start wrote a key file (%v)", err)
@@ -99,4 +100,84 @@ func TestASQLiteDatabaseWithoutItsKeyFileIsRefused(t *testing.T) {
 	if err := startOnce(t, cfg); err != nil {
 		t.Fatalf("with the key file put back: %v", err)
 	}
+}
+
+// TestAnUpgradedDatabaseRecordsOnlyASecretItsDataConfirms: a database an earlier release used has
+// no fingerprint, but API keys made under its root secret; the first process of this release
+// used to record whatever secret it had, so a mistyped one (a command, one misconfigured
+// instance) became the database's and locked out every correct instance. Now a secret is recorded
+// only when the data confirms it (a publishable key derived from it, a webhook secret that opens
+// with it); a webhook secret that does not open refuses it; and while nothing can tell, nothing is
+// recorded.
+func TestAnUpgradedDatabaseRecordsOnlyASecretItsDataConfirms(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		ctx := context.Background()
+		const right, wrong = "the-right-root-secret-0123456789abcdefg", "a-mistyped-root-secret-0123456789abcde"
+		cfg := apptest.Config(dbURL)
+		cfg.SecretKey = right
+		useSecret := func(secret string) config.Config {
+			c := cfg
+			c.SecretKey = secret
+			if path, ok := db.SQLitePath(dbURL); ok { // the key file holds the secret a process uses
+				if err := os.WriteFile(path+".secret", []byte(secret+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return c
+		}
+		// The earlier release's database: a tenant with a secret key, no fingerprint.
+		a := apptest.Start(t, useSecret(right), app.Options{})
+		tn, err := a.Tenants.CreateTenant(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := a.Tenants.CreateKey(ctx, tn.ID, tenants.KindSecret, "k", "test"); err != nil {
+			t.Fatal(err)
+		}
+		forget := func() {
+			t.Helper()
+			if err := a.DB.Gorm.Exec(`DELETE FROM settings WHERE key = 'root_secret_fingerprint'`).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		recorded := func() bool {
+			t.Helper()
+			var n int64
+			if err := a.DB.Gorm.Raw(`SELECT COUNT(*) FROM settings WHERE key = 'root_secret_fingerprint'`).Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		}
+		forget()
+		// A command, then a server, with the mistyped secret: nothing confirms it, nothing is recorded.
+		w := useSecret(wrong)
+		if _, _, err := app.OpenForCommand(ctx, w, app.NewLogger(w, io.Discard)); err != nil {
+			t.Fatalf("a command with an unconfirmed secret: %v", err)
+		}
+		if err := startOnce(t, w); err != nil {
+			t.Fatalf("a start with an unconfirmed secret: %v", err)
+		}
+		if recorded() {
+			t.Fatal("a secret nothing confirms was recorded as the database's")
+		}
+		// The right secret's publishable key confirms it: recorded; the mistyped one is refused.
+		if _, _, err := a.Tenants.CreateKey(ctx, tn.ID, tenants.KindPublishable, "widget", "test"); err != nil {
+			t.Fatal(err)
+		}
+		if err := startOnce(t, useSecret(right)); err != nil || !recorded() {
+			t.Fatalf("a start whose publishable key confirms its secret: %v, recorded %v", err, recorded())
+		}
+		if err := startOnce(t, useSecret(wrong)); !errors.Is(err, app.ErrSecretDiffers) {
+			t.Fatalf("the mistyped secret once the right one is recorded: %v; want ErrSecretDiffers", err)
+		}
+		// A webhook endpoint's secret that does not open refutes a secret, recorded or not.
+		forget()
+		if _, _, err := a.Webhooks.CreateEndpoint(ctx, tn.ID, "https://hooks.example.com/h", []string{"key.created"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := startOnce(t, useSecret(wrong)); !errors.Is(err, app.ErrSecretDiffers) || recorded() {
+			t.Fatalf("a start whose secret the webhook secrets refute: %v, recorded %v; want ErrSecretDiffers, nothing recorded", err, recorded())
+		}
+		useSecret(right)
+	})
 }

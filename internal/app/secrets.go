@@ -61,14 +61,23 @@ func (s Secrets) fingerprint() string { return hex.EncodeToString(s.Derive("data
 var ErrSecretDiffers = errors.New("the root secret in use is not the one this database was last used with (the fingerprint it " +
 	"keeps differs): every API key, dashboard session and webhook signing secret made under that one would be refused or unreadable")
 
+// ErrSecretMissing is the refusal to generate a new root secret for a SQLite database that
+// records the fingerprint of another: its key file is missing.
+var ErrSecretMissing = errors.New("the root secret is missing")
+
 // secretDiffers is ErrSecretDiffers with the ways out.
 func secretDiffers(cfg config.Config) error {
+	return fmt.Errorf("%w. %s", ErrSecretDiffers, secretDiffersAdvice(cfg))
+}
+
+// secretDiffersAdvice says where to look, and how to rotate on purpose.
+func secretDiffersAdvice(cfg config.Config) string {
 	where := "SECRET_KEY"
 	if cfg.SecretKey == "" {
 		where = "the key file " + SecretFile(cfg.DatabaseURL)
 	}
-	return fmt.Errorf("%w. Check %s (restored from the same backup as the database? the same on every instance and command?); "+
-		"to rotate the root secret on purpose (after a leak), start once with SLUICE_ROTATE_SECRET=true", ErrSecretDiffers, where)
+	return "Check " + where + " (restored from the same backup as the database? the same on every instance and command?); " +
+		"to rotate the root secret on purpose (after a leak), start the server once with SLUICE_ROTATE_SECRET=true"
 }
 
 // legacySecretQuery is how an operator reads the stored root secret, to copy it into SECRET_KEY.
@@ -117,7 +126,7 @@ func SecretFile(databaseURL string) string {
 // (dropLegacySecret) only once the schema is right: a start refused for its schema deletes
 // nothing either.
 func LoadSecrets(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger) (Secrets, error) {
-	keys, legacy, err := readSecrets(ctx, cfg, d)
+	keys, legacy, err := readSecrets(ctx, cfg, d, false)
 	if err != nil {
 		return Secrets{}, err
 	}
@@ -127,7 +136,11 @@ func LoadSecrets(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Log
 // readSecrets is LoadSecrets up to its refusals, deleting nothing: the keys, and the root secret
 // an earlier version stored in the database ("" when none; a database without the settings
 // table, a new one, holds none). Only the SQLite key file is written.
-func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, string, error) {
+//
+// serving is true for the server's start: only it honours SLUICE_ROTATE_SECRET (a command run with
+// the variable still set must not rotate the secret under the running servers).
+func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool) (Secrets, string, error) {
+	rotate := serving && cfg.RotateSecret
 	settings := tenants.NewService(d, nil, nil)
 	var legacy, recorded string
 	if d.Gorm.WithContext(ctx).Migrator().HasTable("settings") {
@@ -144,7 +157,7 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 	// recognised refuses a root secret whose fingerprint is not the recorded one (none recorded:
 	// a new database, or one an earlier version used, is recorded once the schema is right).
 	recognised := func(root string) error {
-		if recorded == "" || cfg.RotateSecret || NewSecrets(root).fingerprint() == recorded {
+		if recorded == "" || rotate || NewSecrets(root).fingerprint() == recorded {
 			return nil
 		}
 		return secretDiffers(cfg)
@@ -183,12 +196,12 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 	case root != "":
 	case d.Dialect == db.SQLite:
 		path := SecretFile(cfg.DatabaseURL)
-		if _, statErr := os.Stat(path); errors.Is(statErr, os.ErrNotExist) && recorded != "" && legacy == "" && !cfg.RotateSecret {
+		if _, statErr := os.Stat(path); errors.Is(statErr, os.ErrNotExist) && recorded != "" && legacy == "" && !rotate {
 			// Not generated anew: the database was used with a secret, and its file is gone
 			// (a backup restored without it).
-			return Secrets{}, "", fmt.Errorf("%w. Its key file %s is missing (a backup restored without it?): put the key file "+
-				"back beside the database, or set SECRET_KEY to that secret; to start with a new secret instead, start once with "+
-				"SLUICE_ROTATE_SECRET=true", ErrSecretDiffers, path)
+			return Secrets{}, "", fmt.Errorf("%w: this database was used with a root secret, and its key file %s is missing "+
+				"(a backup restored without it?). Put the key file back beside the database, or set SECRET_KEY to that secret; "+
+				"to start with a new secret instead, start the server once with SLUICE_ROTATE_SECRET=true", ErrSecretMissing, path)
 		}
 		if root, err = keyFile(path, legacy); err != nil {
 			return Secrets{}, "", fmt.Errorf("secret key: %w", err)
@@ -210,35 +223,66 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB) (Secrets, str
 }
 
 // recordSecret records the fingerprint of the root secret in use (keys') as the database's, once
-// its schema is right: the first start on a database records it; SLUICE_ROTATE_SECRET replaces
-// another; and a start that lost the race to record it to an instance with another secret is
-// refused as readSecrets would have refused it.
-func recordSecret(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, keys Secrets) error {
-	settings := tenants.NewService(d, nil, nil)
+// its schema is right. With none recorded yet (a new database, or one an earlier release used)
+// it is recorded only when nothing was made under a root secret yet (no API key, no webhook
+// endpoint: the first process's secret is the database's by definition) or the data confirms
+// it (a publishable key derived from it, a webhook signing secret that opens with it), so that a
+// mistyped SECRET_KEY on the first process after an upgrade does not become the database's and
+// lock out every correct one; a webhook secret that does not open with it refuses it. When the
+// data can say nothing either way, nothing is recorded and the check waits until it can. A
+// recorded fingerprint that differs refuses (another instance recorded its own since
+// readSecrets looked), unless the server starts with SLUICE_ROTATE_SECRET, which records this
+// one (and warns on every start while it is set).
+func recordSecret(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, keys Secrets, serving bool) error {
+	rotate := serving && cfg.RotateSecret
+	settings := tenants.NewService(d, keys.Pepper, nil)
 	fp := keys.fingerprint()
-	if cfg.RotateSecret {
-		before, err := settings.Setting(ctx, fingerprintSetting)
-		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
-			return fmt.Errorf("secret key: %w", err)
-		}
-		if before == fp {
-			return nil
-		}
+	recorded, err := settings.Setting(ctx, fingerprintSetting)
+	if err != nil && !errors.Is(err, tenants.ErrNotFound) {
+		return fmt.Errorf("secret key: %w", err)
+	}
+	if rotate {
+		log.WarnContext(ctx, "SLUICE_ROTATE_SECRET is set: any root secret is accepted and recorded as the database's; unset it once every instance and command uses the new one")
+	}
+	switch {
+	case recorded == fp:
+		return nil
+	case recorded != "" && rotate:
 		if err := settings.PutSetting(ctx, fingerprintSetting, fp); err != nil {
 			return fmt.Errorf("secret key: %w", err)
 		}
-		if before != "" {
-			log.WarnContext(ctx, "SLUICE_ROTATE_SECRET: the database now records the root secret in use; unset SLUICE_ROTATE_SECRET once every instance and command uses it")
-		}
+		log.WarnContext(ctx, "SLUICE_ROTATE_SECRET: the database now records the root secret in use")
 		return nil
+	case recorded != "":
+		return secretDiffers(cfg)
 	}
-	got, err := settings.SetSettingIfAbsent(ctx, fingerprintSetting, fp)
+	anyKey, keysConfirm, err := settings.RootSecretWitness(ctx)
 	if err != nil {
 		return fmt.Errorf("secret key: %w", err)
 	}
-	if got != fp {
-		return secretDiffers(cfg)
+	hooks, err := newWebhooks(cfg, d, keys, log)
+	if err != nil {
+		return err
 	}
+	anyEndpoint, opens, err := hooks.RootSecretWitness(ctx)
+	if err != nil {
+		return fmt.Errorf("secret key: %w", err)
+	}
+	switch {
+	case anyEndpoint && !opens && !rotate:
+		return fmt.Errorf("%w: the database's webhook signing secrets do not open with it. %s", ErrSecretDiffers, secretDiffersAdvice(cfg))
+	case rotate, !anyKey && !anyEndpoint, keysConfirm, opens:
+		got, err := settings.SetSettingIfAbsent(ctx, fingerprintSetting, fp)
+		if err != nil {
+			return fmt.Errorf("secret key: %w", err)
+		}
+		if got != fp {
+			return secretDiffers(cfg)
+		}
+		return nil
+	}
+	log.InfoContext(ctx, "the database records no root secret fingerprint yet, and nothing in it confirms the one in use "+
+		"(no publishable key or webhook endpoint made under it): it is recorded once something does")
 	return nil
 }
 

@@ -212,7 +212,7 @@ var options = []Option{
 		}},
 	{Name: "SLUICE_DISCARD_LEGACY_SECRET", Default: "false", Doc: "a root secret an earlier version stored in the database that differs from `SECRET_KEY` (or the SQLite key file) makes Sluice refuse to start; `true` deletes it instead (the API keys, sessions and webhook signing secrets made under it stop working)",
 		parse: boolean("SLUICE_DISCARD_LEGACY_SECRET", func(c *Config) *bool { return &c.DiscardLegacySecret })},
-	{Name: "SLUICE_ROTATE_SECRET", Default: "false", Doc: "a root secret other than the one the database was last used with (it keeps a fingerprint, never the secret) makes Sluice and its commands refuse to start; `true` accepts it and records it as the database's: a rotation after a leak (the API keys, sessions and webhook signing secrets made under the old one stop working). Unset it once every instance runs with the new secret",
+	{Name: "SLUICE_ROTATE_SECRET", Default: "false", Doc: "a root secret other than the one the database was last used with (it keeps a fingerprint, never the secret) makes Sluice and its commands refuse to start; `true` lets the server (not the commands) accept it and record it as the database's: a rotation after a leak (the API keys, sessions and webhook signing secrets made under the old one stop working). The server warns on every start while it is set: unset it once every instance runs with the new secret",
 		parse: boolean("SLUICE_ROTATE_SECRET", func(c *Config) *bool { return &c.RotateSecret })},
 	{Name: "TRUSTED_PROXIES", Default: "(none)", Doc: "comma-separated IPs/CIDRs whose `X-Forwarded-For` is believed",
 		parse: func(c *Config, v string) error {

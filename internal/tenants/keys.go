@@ -588,3 +588,29 @@ func (s *Service) PublishableKey(ctx context.Context, tenantID int64, keyID stri
 	}
 	return secret, nil
 }
+
+// RootSecretWitness says what the tenants' API keys tell of the root secret the service was
+// made with (its pepper): anyKey, whether any key exists (made under some root secret);
+// confirmed, whether a publishable key, derived from the pepper, hashes to what is stored for
+// it. A publishable key that does not is no proof of another secret (keys made before they
+// were derived do not), so the keys can confirm a root secret but never refute one.
+func (s *Service) RootSecretWitness(ctx context.Context) (anyKey, confirmed bool, err error) {
+	var rows []apiKeyRow
+	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		var n int64
+		if err := tx.Model(&apiKeyRow{}).Limit(1).Count(&n).Error; err != nil {
+			return err
+		}
+		anyKey = n > 0
+		return tx.Where("kind = ?", string(KindPublishable)).Order("created_at DESC").Limit(20).Find(&rows).Error
+	})
+	if err != nil {
+		return false, false, wrap("root secret witness", err)
+	}
+	for _, r := range rows {
+		if hmac.Equal([]byte(s.hashKey(s.publishableSecret(r.ID))), []byte(r.Hash)) {
+			return anyKey, true, nil
+		}
+	}
+	return anyKey, false, nil
+}

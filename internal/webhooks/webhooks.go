@@ -423,3 +423,19 @@ func (s *Service) insertDelivery(tx *gorm.DB, r endpointRow, event string, data 
 		Payload: string(body), CreatedAt: now, NextAttemptAt: now,
 	}).Error
 }
+
+// RootSecretWitness says what the webhook endpoints tell of the root secret the service was made
+// with (its sealing key): anyEndpoint, whether any exists; opens, whether the newest one's
+// signing secret opens with it. Sealing authenticates, so a secret that does not open is proof
+// of another root secret, and one that opens proof of this one.
+func (s *Service) RootSecretWitness(ctx context.Context) (anyEndpoint, opens bool, err error) {
+	var rows []endpointRow
+	err = s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		return tx.Order("id DESC").Limit(1).Find(&rows).Error
+	})
+	if err != nil || len(rows) == 0 {
+		return false, false, err
+	}
+	_, openErr := s.sealer.open(rows[0].SecretSealed)
+	return true, openErr == nil, nil
+}
