@@ -181,3 +181,44 @@ func TestAnUpgradedDatabaseRecordsOnlyASecretItsDataConfirms(t *testing.T) {
 		useSecret(right)
 	})
 }
+
+// TestASQLiteBackupOfAnEarlierReleaseWithoutItsKeyFileIsRefused: a backup taken before the
+// database recorded a fingerprint, restored without its key file, holds API keys made under a
+// secret no one has given: a new secret is not generated for it (every key would be refused), as
+// for a database that records one.
+func TestASQLiteBackupOfAnEarlierReleaseWithoutItsKeyFileIsRefused(t *testing.T) {
+	ctx := context.Background()
+	url := testkit.URL(t, db.SQLite)
+	cfg := apptest.Config(url)
+	cfg.SecretKey = ""
+	a, err := app.New(ctx, cfg, app.Options{Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, err := a.Tenants.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Tenants.CreateKey(ctx, tn.ID, tenants.KindSecret, "k", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DB.Gorm.Exec(`DELETE FROM settings WHERE key = 'root_secret_fingerprint'`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := app.SecretFile(url)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := app.OpenForCommand(ctx, cfg, app.NewLogger(cfg, io.Discard)); !errors.Is(err, app.ErrSecretMissing) {
+		t.Fatalf("a command on the restored backup: %v; want ErrSecretMissing", err)
+	}
+	if err := startOnce(t, cfg); !errors.Is(err, app.ErrSecretMissing) {
+		t.Fatalf("a start on the restored backup: %v; want ErrSecretMissing", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("a refused start wrote a key file (%v)", err)
+	}
+}

@@ -196,8 +196,10 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 	case root != "":
 	case d.Dialect == db.SQLite:
 		path := SecretFile(cfg.DatabaseURL)
-		if _, statErr := os.Stat(path); errors.Is(statErr, os.ErrNotExist) && recorded != "" && legacy == "" && !rotate {
-			// Not generated anew: the database was used with a secret, and its file is gone
+		_, statErr := os.Stat(path)
+		if errors.Is(statErr, os.ErrNotExist) && legacy == "" && !rotate && (recorded != "" || holdsKeys(ctx, d)) {
+			// Not generated anew: the database was used with a secret (it records one, or holds
+			// API keys made under one: a backup an earlier release took), and its file is gone
 			// (a backup restored without it).
 			return Secrets{}, "", fmt.Errorf("%w: this database was used with a root secret, and its key file %s is missing "+
 				"(a backup restored without it?). Put the key file back beside the database, or set SECRET_KEY to that secret; "+
@@ -220,6 +222,17 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 		return Secrets{}, "", legacySecretDiffers(cfg, d)
 	}
 	return NewSecrets(root), legacy, nil
+}
+
+// holdsKeys reports whether the database holds API keys (made under some root secret); a new
+// database, without the table yet, holds none. A failure to read reads as none: the start then
+// fails on the same database a moment later, saying why.
+func holdsKeys(ctx context.Context, d *db.DB) bool {
+	if !d.Gorm.WithContext(ctx).Migrator().HasTable("api_keys") {
+		return false
+	}
+	var n int64
+	return d.Gorm.WithContext(ctx).Table("api_keys").Limit(1).Count(&n).Error == nil && n > 0
 }
 
 // recordSecret records the fingerprint of the root secret in use (keys') as the database's, once
