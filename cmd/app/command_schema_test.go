@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"io"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/testkit"
 )
 
 // TestCommandsMigrateOnlyANewDatabase: a tenant, key or user command migrates a new database (the
@@ -61,5 +64,57 @@ func TestCommandsMigrateOnlyANewDatabase(t *testing.T) {
 	}
 	if got := version(); got != latest-1 {
 		t.Fatalf("after the refused command the database is at version %d, want %d (not migrated)", got, latest-1)
+	}
+}
+
+// TestAStopWhileWaitingForTheMigrationLockIsClean: a server asked to stop (SIGTERM) while it
+// waits for another instance's migration lock stops at once and cleanly, as a serving one does:
+// it exited 1 saying "context canceled", which an orchestrator counts as a failed container.
+func TestAStopWhileWaitingForTheMigrationLockIsClean(t *testing.T) {
+	dbURL := postgresForTest(t)
+	holder, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	conn, err := holder.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_lock(2139821120)`); err != nil { // the migrations' lock
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out testkit.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve"}, envFunc(appEnv(dbURL, "LOG_LEVEL=info")), strings.NewReader(""), &out, io.Discard)
+	}()
+	// Stopped once it is waiting: the migrations' lock is polled, so its wait shows as a session
+	// of the database's asking for it in pg_locks.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var waiting int
+		if err := conn.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE '%advisory%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not ask for the migration lock within 60 s")
+		}
+	}
+	cancel()
+	if err := testkit.Await(t, done, "the server to stop after its context ended"); err != nil {
+		t.Fatalf("a stop while waiting for the migration lock: %v; want a clean stop\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "stopped before serving") {
+		t.Fatalf("the stop was not logged:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "another session holds the migration lock") {
+		t.Fatalf("the wait for the migration lock was not logged:\n%s", out.String())
 	}
 }

@@ -94,6 +94,12 @@ func command(args []string) (string, []string) {
 
 func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	a, err := app.New(ctx, cfg, app.Options{Stdout: stdout})
+	if err != nil && ctx.Err() != nil {
+		// Asked to stop while starting (waiting for another instance's migration): a stop,
+		// not a failure, as it is once serving.
+		app.NewLogger(cfg, stdout).Info("stopped before serving", "err", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

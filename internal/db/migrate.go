@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -70,6 +71,21 @@ func (d *DB) versions(ctx context.Context) (*goose.Provider, int64, int64, error
 	return p, current, target, nil
 }
 
+// noteLockHolder says, when another session holds the migration lock Up is about to wait for,
+// that this start waits and for whom: a wait of minutes was otherwise silent. A lookup that fails
+// says nothing (Up reports what matters).
+func (d *DB) noteLockHolder(ctx context.Context) {
+	var pid int64
+	err := d.SQL.QueryRowContext(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND classid = $1 AND objid = $2 AND objsubid = 1
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1`,
+		migrationLockID>>32, migrationLockID&0xffffffff).Scan(&pid)
+	if err == nil {
+		d.log.WarnContext(ctx, "another session holds the migration lock (an instance migrating this database): waiting for it",
+			"holder_pid", pid, "lock_id", migrationLockID, "up_to", (migrationLockPollSeconds * migrationLockPolls * time.Second).String())
+	}
+}
+
 // Migrate applies every pending migration. It refuses a schema newer than this binary knows.
 //
 // Several processes may migrate one database at once: instances started together with
@@ -85,6 +101,9 @@ func (d *DB) Migrate(ctx context.Context) error {
 	p, current, target, err := d.versions(ctx)
 	if err != nil {
 		return err
+	}
+	if d.Dialect == Postgres {
+		d.noteLockHolder(ctx)
 	}
 	for {
 		if current > target {
