@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"io"
 	"path/filepath"
 	"strings"
@@ -72,19 +71,7 @@ func TestCommandsMigrateOnlyANewDatabase(t *testing.T) {
 // it exited 1 saying "context canceled", which an orchestrator counts as a failed container.
 func TestAStopWhileWaitingForTheMigrationLockIsClean(t *testing.T) {
 	dbURL := postgresForTest(t)
-	holder, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	conn, err := holder.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_lock(2139821120)`); err != nil { // the migrations' lock
-		t.Fatal(err)
-	}
+	conn, _ := testkit.HoldMigrationLock(t, dbURL) // as another instance's migration holds it
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out testkit.SyncBuffer

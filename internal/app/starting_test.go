@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -23,22 +22,7 @@ import (
 // until the wait ended, so the container's health check (3 s) failed throughout.
 func TestAStartWaitingForTheMigrationLockIsLiveButNotReady(t *testing.T) {
 	dbURL := testkit.NewDatabase(t)
-	holder, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	conn, err := holder.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// The lock the migrations take (internal/db: migrationLockID), held as another instance's
-	// migration would hold it.
-	const migrationLockID = 2139821120
-	if _, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_lock($1)`, migrationLockID); err != nil {
-		t.Fatal(err)
-	}
+	_, release := testkit.HoldMigrationLock(t, dbURL) // as another instance's migration holds it
 	port, err := testkit.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -111,9 +95,7 @@ func TestAStartWaitingForTheMigrationLockIsLiveButNotReady(t *testing.T) {
 	default:
 	}
 
-	if _, err := conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, migrationLockID); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	s := testkit.Await(t, newDone, "app.New to migrate once the migration lock is released")
 	newDone <- s // for the cleanup
 	if s.err != nil {

@@ -16,11 +16,11 @@ import (
 // ErrSchemaNotCurrent means the database schema is behind or ahead of this binary's migrations.
 var ErrSchemaNotCurrent = errors.New("database schema is not current")
 
-// migrationLockID is the PostgreSQL advisory lock (session level; advisory locks are per
+// MigrationLockID is the PostgreSQL advisory lock (session level; advisory locks are per
 // database) that Migrate holds while it reads which migrations are pending and applies them. It
 // is Sluice's own (crc32 of "sluice migrations") rather than goose's default, so that another
 // goose user of the same database never waits for Sluice's migrations nor Sluice for theirs.
-const migrationLockID int64 = 2139821120
+const MigrationLockID int64 = 2139821120
 
 // Waiting for the migration lock: polled every second, up to 600 times (10 minutes), since the
 // holder may be running a long migration; the caller's context ends the wait sooner. The lock is
@@ -43,7 +43,7 @@ func (d *DB) provider() (*goose.Provider, error) {
 	case SQLite:
 		dialect = goose.DialectSQLite3
 	case Postgres:
-		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrationLockID),
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(MigrationLockID),
 			lock.WithLockTimeout(migrationLockPollSeconds, migrationLockPolls))
 		if err != nil {
 			return nil, fmt.Errorf("db: migrations: lock: %w", err)
@@ -79,10 +79,10 @@ func (d *DB) noteLockHolder(ctx context.Context) {
 	err := d.SQL.QueryRowContext(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND classid = $1 AND objid = $2 AND objsubid = 1
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1`,
-		migrationLockID>>32, migrationLockID&0xffffffff).Scan(&pid)
+		MigrationLockID>>32, MigrationLockID&0xffffffff).Scan(&pid)
 	if err == nil {
 		d.log.WarnContext(ctx, "another session holds the migration lock (an instance migrating this database): waiting for it",
-			"holder_pid", pid, "lock_id", migrationLockID, "up_to", (migrationLockPollSeconds * migrationLockPolls * time.Second).String())
+			"holder_pid", pid, "lock_id", MigrationLockID, "up_to", (migrationLockPollSeconds * migrationLockPolls * time.Second).String())
 	}
 }
 
