@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -94,10 +95,10 @@ func command(args []string) (string, []string) {
 
 func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	a, err := app.New(ctx, cfg, app.Options{Stdout: stdout})
-	if err != nil && ctx.Err() != nil {
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// Asked to stop while starting (waiting for another instance's migration): a stop,
-		// not a failure, as it is once serving.
-		app.NewLogger(cfg, stdout).Info("stopped before serving", "err", err)
+		// not a failure, as it is once serving. Any other failure at that moment is one.
+		app.NewLogger(cfg, stdout).Warn("stopped before serving", "err", err)
 		return nil
 	}
 	if err != nil {

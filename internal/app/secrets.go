@@ -61,9 +61,14 @@ func (s Secrets) fingerprint() string { return hex.EncodeToString(s.Derive("data
 var ErrSecretDiffers = errors.New("the root secret in use is not the one this database was last used with (the fingerprint it " +
 	"keeps differs): every API key, dashboard session and webhook signing secret made under that one would be refused or unreadable")
 
-// ErrSecretMissing is the refusal to generate a new root secret for a SQLite database that
-// records the fingerprint of another: its key file is missing.
+// ErrSecretMissing is the refusal to generate a new root secret for a SQLite database used with
+// another (it records its fingerprint, or holds API keys or webhook endpoints made under it): its
+// key file is missing.
 var ErrSecretMissing = errors.New("the root secret is missing")
+
+// ErrSecretUnconfirmed is the refusal of a root secret that a database recording no fingerprint
+// refutes: its webhook signing secrets do not open with it, and nothing confirms it.
+var ErrSecretUnconfirmed = errors.New("the root secret in use is not the one this database's data was made under")
 
 // secretDiffers is ErrSecretDiffers with the ways out.
 func secretDiffers(cfg config.Config) error {
@@ -154,13 +159,27 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 			return Secrets{}, "", fmt.Errorf("secret key: %w", err)
 		}
 	}
-	// recognised refuses a root secret whose fingerprint is not the recorded one (none recorded:
-	// a new database, or one an earlier version used, is recorded once the schema is right).
+	// recognised refuses a root secret whose fingerprint is not the recorded one; with none
+	// recorded (a new database, or one an earlier version used), one the database's data refutes
+	// (witness). It runs before a key file is written and before the schema is migrated.
 	recognised := func(root string) error {
-		if recorded == "" || rotate || NewSecrets(root).fingerprint() == recorded {
+		switch {
+		case rotate:
 			return nil
+		case recorded != "" && NewSecrets(root).fingerprint() == recorded:
+			return nil
+		case recorded != "":
+			return secretDiffers(cfg)
 		}
-		return secretDiffers(cfg)
+		v, err := witness(ctx, cfg, d, NewSecrets(root))
+		if err != nil {
+			return fmt.Errorf("secret key: %w", err)
+		}
+		if v == refuted {
+			return fmt.Errorf("%w: the database's webhook signing secrets do not open with it, and none of its publishable keys "+
+				"was derived from it. %s", ErrSecretUnconfirmed, secretDiffersAdvice(cfg))
+		}
+		return nil
 	}
 	// differs refuses a root secret other than the stored one, unless SLUICE_DISCARD_LEGACY_SECRET.
 	differs := func(root string) bool { return legacy != "" && legacy != root && !cfg.DiscardLegacySecret }
@@ -197,10 +216,17 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 	case d.Dialect == db.SQLite:
 		path := SecretFile(cfg.DatabaseURL)
 		_, statErr := os.Stat(path)
-		if errors.Is(statErr, os.ErrNotExist) && legacy == "" && !rotate && (recorded != "" || holdsKeys(ctx, d)) {
+		missing := errors.Is(statErr, os.ErrNotExist) && legacy == "" && !rotate
+		made := false
+		if missing && recorded == "" {
+			if made, err = madeUnderASecret(ctx, d); err != nil {
+				return Secrets{}, "", fmt.Errorf("secret key: %w", err)
+			}
+		}
+		if missing && (recorded != "" || made) {
 			// Not generated anew: the database was used with a secret (it records one, or holds
-			// API keys made under one: a backup an earlier release took), and its file is gone
-			// (a backup restored without it).
+			// API keys or webhook endpoints made under one: a backup an earlier release took),
+			// and its file is gone (a backup restored without it).
 			return Secrets{}, "", fmt.Errorf("%w: this database was used with a root secret, and its key file %s is missing "+
 				"(a backup restored without it?). Put the key file back beside the database, or set SECRET_KEY to that secret; "+
 				"to start with a new secret instead, start the server once with SLUICE_ROTATE_SECRET=true", ErrSecretMissing, path)
@@ -224,28 +250,78 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 	return NewSecrets(root), legacy, nil
 }
 
-// holdsKeys reports whether the database holds API keys (made under some root secret); a new
-// database, without the table yet, holds none. A failure to read reads as none: the start then
-// fails on the same database a moment later, saying why.
-func holdsKeys(ctx context.Context, d *db.DB) bool {
+// verdict is what a database's data says of a root secret (witness).
+type verdict int
+
+const (
+	unknown     verdict = iota // its data can say nothing either way (API keys only: they are hashed)
+	nothingMade                // nothing in it was made under a root secret: the first one is its own
+	confirmed                  // a publishable key was derived from it, or a webhook secret opens with it
+	refuted                    // a webhook signing secret does not open with it, and nothing confirms it
+)
+
+// witness asks the database's data about the root secret keys come from: its publishable keys,
+// derived from it (they can confirm a secret, never refute one: keys made before they were
+// derived match no secret), and the newest webhook endpoint's signing secret, sealed with a key
+// derived from it (sealing authenticates, so it confirms or refutes). A confirmation wins over a
+// refutation: an endpoint older than a rotation made by hand under an earlier release no longer
+// opens, while the keys made since confirm the secret in use.
+func witness(ctx context.Context, cfg config.Config, d *db.DB, keys Secrets) (verdict, error) {
 	if !d.Gorm.WithContext(ctx).Migrator().HasTable("api_keys") {
-		return false
+		return nothingMade, nil
 	}
-	var n int64
-	return d.Gorm.WithContext(ctx).Table("api_keys").Limit(1).Count(&n).Error == nil && n > 0
+	anyKey, keysConfirm, err := tenants.NewService(d, keys.Pepper, nil).RootSecretWitness(ctx)
+	if err != nil {
+		return unknown, err
+	}
+	var anyEndpoint, opens bool
+	if d.Gorm.WithContext(ctx).Migrator().HasTable("webhook_endpoints") {
+		hooks, err := newWebhooks(cfg, d, keys, nil)
+		if err != nil {
+			return unknown, err
+		}
+		if anyEndpoint, opens, err = hooks.RootSecretWitness(ctx); err != nil {
+			return unknown, err
+		}
+	}
+	switch {
+	case keysConfirm || opens:
+		return confirmed, nil
+	case anyEndpoint:
+		return refuted, nil
+	case !anyKey:
+		return nothingMade, nil
+	}
+	return unknown, nil
+}
+
+// madeUnderASecret reports whether the database holds anything made under a root secret: API
+// keys or webhook endpoints (a new database, without the tables yet, holds neither).
+func madeUnderASecret(ctx context.Context, d *db.DB) (bool, error) {
+	for _, table := range []string{"api_keys", "webhook_endpoints"} {
+		if !d.Gorm.WithContext(ctx).Migrator().HasTable(table) {
+			continue
+		}
+		var n int64
+		if err := d.Gorm.WithContext(ctx).Table(table).Limit(1).Count(&n).Error; err != nil {
+			return false, err
+		}
+		if n > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // recordSecret records the fingerprint of the root secret in use (keys') as the database's, once
 // its schema is right. With none recorded yet (a new database, or one an earlier release used)
-// it is recorded only when nothing was made under a root secret yet (no API key, no webhook
-// endpoint: the first process's secret is the database's by definition) or the data confirms
-// it (a publishable key derived from it, a webhook signing secret that opens with it), so that a
-// mistyped SECRET_KEY on the first process after an upgrade does not become the database's and
-// lock out every correct one; a webhook secret that does not open with it refuses it. When the
-// data can say nothing either way, nothing is recorded and the check waits until it can. A
-// recorded fingerprint that differs refuses (another instance recorded its own since
-// readSecrets looked), unless the server starts with SLUICE_ROTATE_SECRET, which records this
-// one (and warns on every start while it is set).
+// it is recorded only when nothing was made under a root secret yet (the first process's secret
+// is the database's by definition) or the data confirms it (witness), so that a mistyped
+// SECRET_KEY on the first process after an upgrade does not become the database's and lock out
+// every correct one (readSecrets refused one the data refutes); when the data can say nothing
+// either way, nothing is recorded and the check waits until it can. A recorded fingerprint that
+// differs refuses (another instance recorded its own since readSecrets looked), unless the server
+// starts with SLUICE_ROTATE_SECRET, which records this one (and warns on every start while set).
 func recordSecret(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, keys Secrets, serving bool) error {
 	rotate := serving && cfg.RotateSecret
 	settings := tenants.NewService(d, keys.Pepper, nil)
@@ -269,22 +345,11 @@ func recordSecret(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Lo
 	case recorded != "":
 		return secretDiffers(cfg)
 	}
-	anyKey, keysConfirm, err := settings.RootSecretWitness(ctx)
+	v, err := witness(ctx, cfg, d, keys)
 	if err != nil {
 		return fmt.Errorf("secret key: %w", err)
 	}
-	hooks, err := newWebhooks(cfg, d, keys, log)
-	if err != nil {
-		return err
-	}
-	anyEndpoint, opens, err := hooks.RootSecretWitness(ctx)
-	if err != nil {
-		return fmt.Errorf("secret key: %w", err)
-	}
-	switch {
-	case anyEndpoint && !opens && !rotate:
-		return fmt.Errorf("%w: the database's webhook signing secrets do not open with it. %s", ErrSecretDiffers, secretDiffersAdvice(cfg))
-	case rotate, !anyKey && !anyEndpoint, keysConfirm, opens:
+	if rotate || v == nothingMade || v == confirmed {
 		got, err := settings.SetSettingIfAbsent(ctx, fingerprintSetting, fp)
 		if err != nil {
 			return fmt.Errorf("secret key: %w", err)

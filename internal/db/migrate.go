@@ -81,7 +81,7 @@ func (d *DB) noteLockHolder(ctx context.Context) {
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1`,
 		MigrationLockID>>32, MigrationLockID&0xffffffff).Scan(&pid)
 	if err == nil {
-		d.log.WarnContext(ctx, "another session holds the migration lock (an instance migrating this database): waiting for it",
+		d.log.InfoContext(ctx, "another session holds the migration lock (an instance migrating this database, or checking that nothing is pending): waiting for it",
 			"holder_pid", pid, "lock_id", MigrationLockID, "up_to", (migrationLockPollSeconds * migrationLockPolls * time.Second).String())
 	}
 }

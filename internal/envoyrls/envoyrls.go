@@ -469,11 +469,10 @@ func (s *Service) recoverPanics(ctx context.Context, req any, _ *grpc.UnaryServe
 
 // logFailures warns that calls failed, at most once a minute for each status code (the calls it
 // held back counted in the next), naming the code and the status's message, never the key.
-// A call its caller gave up on (CANCELLED, DEADLINE_EXCEEDED) is not a failure of the service's,
-// and UNAVAILABLE is logged with its cause where it is answered (statusOf).
+// A call its caller gave up on (CANCELLED, DEADLINE_EXCEEDED) is not a failure of the service's.
 func (s *Service) logFailures(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	resp, err := next(ctx, req)
-	if code := status.Code(err); err != nil && code != codes.Canceled && code != codes.DeadlineExceeded && code != codes.Unavailable {
+	if code := status.Code(err); err != nil && code != codes.Canceled && code != codes.DeadlineExceeded {
 		if ok, heldBack := s.failedCalls.allow(warningKey{limit: code.String()}, time.Now(), time.Minute); ok {
 			s.log.WarnContext(ctx, "envoy rate limit service: a call failed", "code", code.String(),
 				"message", status.Convert(err).Message(), "failed_since_last_warning", heldBack)

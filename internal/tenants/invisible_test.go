@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -44,6 +45,23 @@ func TestLabelsAndEmailsRefuseInvisibleCharacters(t *testing.T) {
 		}
 		if _, err := e.svc.Login(e.ctx, earlier, "a-long-password-1", "test"); err != nil {
 			t.Errorf("login of an address made before the rule: %v", err)
+		}
+		// A failed login as an unknown address with a right-to-left override is audited without it.
+		const spoofed = "admin\u202Emoc.live@example.com"
+		if _, err := e.svc.Login(e.ctx, spoofed, "whatever-password", "test"); !errors.Is(err, ErrUnauthorized) {
+			t.Fatalf("login as %q: %v; want ErrUnauthorized", spoofed, err)
+		}
+		if err := e.svc.AuditLockout(e.ctx, spoofed, "192.0.2.1", "login", "too many attempts", true); err != nil {
+			t.Fatal(err)
+		}
+		var actors []string
+		if err := e.db.Gorm.Raw(`SELECT actor FROM audit_log`).Scan(&actors).Error; err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range actors {
+			if strings.ContainsRune(a, '\u202E') {
+				t.Errorf("the audit log names an actor %q with a right-to-left override", a)
+			}
 		}
 	})
 }

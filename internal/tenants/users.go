@@ -301,7 +301,7 @@ func (s *Service) AuditLockout(ctx context.Context, email, clientAddr, limit, re
 // loginActor is how the audit log names the account of a login attempt: the normalized address,
 // or a placeholder when the text is not an address.
 func loginActor(email string) string {
-	if e, err := normalizeEmail(email); err == nil {
+	if e, err := newEmail(email); err == nil { // what anyone may type is not written with spoofing marks
 		return e
 	}
 	return "(not an email address)"
