@@ -235,7 +235,7 @@ func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger,
 		return Secrets{}, err
 	}
 	if secrets {
-		if err := recordSecret(ctx, cfg, d, log, keys, mode == serverSchema); err != nil {
+		if err := recordSecret(ctx, cfg, d, log, keys, mode == serverSchema, givesUpLegacy(cfg, legacy, string(keys.root))); err != nil {
 			return Secrets{}, err
 		}
 	}

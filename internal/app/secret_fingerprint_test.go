@@ -284,3 +284,93 @@ func TestASQLiteBackupOfAnEarlierReleaseWithoutItsKeyFileIsRefused(t *testing.T)
 		t.Fatalf("a refused start wrote a key file (%v)", err)
 	}
 }
+
+// withEndpoint makes a database (dbURL) holding a tenant's webhook endpoint sealed under root, as
+// an earlier release left it: no fingerprint, and the root secret it stored in its settings
+// (legacy; "" for none). The SQLite key file is removed.
+func withEndpoint(t *testing.T, dbURL, root, legacy string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := apptest.Config(dbURL)
+	cfg.SecretKey = root
+	a, err := app.New(ctx, cfg, app.Options{Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, err := a.Tenants.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Webhooks.CreateEndpoint(ctx, tn.ID, "https://hooks.example.com/h", []string{"key.created"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DB.Gorm.Exec(`DELETE FROM settings WHERE key = 'root_secret_fingerprint'`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if legacy != "" {
+		if err := a.DB.Gorm.Exec(`INSERT INTO settings (key, value) VALUES ('secret_key', ?)`, legacy).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if path, ok := db.SQLitePath(dbURL); ok {
+		if err := os.Remove(path + ".secret"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAStoredSecretTheDataRefutesIsNotWrittenIntoAKeyFile: on SQLite without SECRET_KEY or a key
+// file, an earlier release's stored secret is moved into the key file; one the database's
+// webhook secrets refute (an operator's later SECRET_KEY sealed them) is refused before the file
+// is written, not after (the file then held it, and the right SECRET_KEY was refused as
+// differing from it).
+func TestAStoredSecretTheDataRefutesIsNotWrittenIntoAKeyFile(t *testing.T) {
+	const sealedUnder, stored = "the-secret-that-sealed-0123456789abcdef", "a-stale-stored-secret-0123456789abcdef"
+	url := testkit.URL(t, db.SQLite)
+	withEndpoint(t, url, sealedUnder, stored)
+	cfg := apptest.Config(url)
+	cfg.SecretKey = ""
+	if err := startOnce(t, cfg); !errors.Is(err, app.ErrSecretUnconfirmed) {
+		t.Fatalf("a stored secret the webhook secrets refute: %v; want ErrSecretUnconfirmed", err)
+	}
+	if _, err := os.Stat(app.SecretFile(url)); !os.IsNotExist(err) {
+		t.Fatalf("the refused start wrote the stored secret into a key file (%v)", err)
+	}
+}
+
+// TestDiscardingTheStoredSecretGivesUpWhatWasMadeUnderIt: SLUICE_DISCARD_LEGACY_SECRET gives up the
+// secret an earlier release stored and what was made under it (README); webhook secrets that do
+// not open with the new secret are part of that, not a reason to refuse, and the new secret is
+// recorded as the database's.
+func TestDiscardingTheStoredSecretGivesUpWhatWasMadeUnderIt(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		const old, fresh = "the-old-stored-root-secret-0123456789ab", "the-fresh-root-secret-0123456789abcdefg"
+		withEndpoint(t, dbURL, old, old)
+		cfg := apptest.Config(dbURL)
+		cfg.SecretKey = fresh
+		if err := startOnce(t, cfg); !errors.Is(err, app.ErrLegacySecretDiffers) {
+			t.Fatalf("another SECRET_KEY than the stored one: %v; want ErrLegacySecretDiffers", err)
+		}
+		cfg.DiscardLegacySecret = true
+		if err := startOnce(t, cfg); err != nil {
+			t.Fatalf("SLUICE_DISCARD_LEGACY_SECRET with webhook endpoints made under the stored secret: %v", err)
+		}
+		cfg.DiscardLegacySecret = false
+		if err := startOnce(t, cfg); err != nil {
+			t.Fatalf("the fresh secret once the stored one is discarded: %v", err)
+		}
+		wrong := cfg
+		wrong.SecretKey = old
+		if path, ok := db.SQLitePath(dbURL); ok {
+			if err := os.WriteFile(path+".secret", []byte(old+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := startOnce(t, wrong); !errors.Is(err, app.ErrSecretDiffers) {
+			t.Fatalf("the discarded secret again: %v; want ErrSecretDiffers (the fresh one is recorded)", err)
+		}
+	})
+}

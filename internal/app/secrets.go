@@ -164,7 +164,7 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 	// (witness). It runs before a key file is written and before the schema is migrated.
 	recognised := func(root string) error {
 		switch {
-		case rotate:
+		case rotate, givesUpLegacy(cfg, legacy, root):
 			return nil
 		case recorded != "" && NewSecrets(root).fingerprint() == recorded:
 			return nil
@@ -231,6 +231,13 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 				"(a backup restored without it?). Put the key file back beside the database, or set SECRET_KEY to that secret; "+
 				"to start with a new secret instead, start the server once with SLUICE_ROTATE_SECRET=true", ErrSecretMissing, path)
 		}
+		if errors.Is(statErr, os.ErrNotExist) && legacy != "" {
+			// The stored secret is about to be written into the key file: checked first, so that
+			// a refused start leaves no file holding it.
+			if err := recognised(legacy); err != nil {
+				return Secrets{}, "", err
+			}
+		}
 		if root, err = keyFile(path, legacy); err != nil {
 			return Secrets{}, "", fmt.Errorf("secret key: %w", err)
 		}
@@ -250,6 +257,13 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 	return NewSecrets(root), legacy, nil
 }
 
+// givesUpLegacy reports whether the operator gave up the root secret an earlier version stored
+// (SLUICE_DISCARD_LEGACY_SECRET) for another, root: what was made under the stored one is given
+// up knowingly, so its data refuting root is no reason to refuse (as SLUICE_ROTATE_SECRET).
+func givesUpLegacy(cfg config.Config, legacy, root string) bool {
+	return cfg.DiscardLegacySecret && legacy != "" && legacy != root
+}
+
 // verdict is what a database's data says of a root secret (witness).
 type verdict int
 
@@ -267,15 +281,19 @@ const (
 // refutation: an endpoint older than a rotation made by hand under an earlier release no longer
 // opens, while the keys made since confirm the secret in use.
 func witness(ctx context.Context, cfg config.Config, d *db.DB, keys Secrets) (verdict, error) {
-	if !d.Gorm.WithContext(ctx).Migrator().HasTable("api_keys") {
-		return nothingMade, nil
+	if ok, err := tableExists(ctx, d, "api_keys"); err != nil || !ok {
+		return nothingMade, err
 	}
 	anyKey, keysConfirm, err := tenants.NewService(d, keys.Pepper, nil).RootSecretWitness(ctx)
 	if err != nil {
 		return unknown, err
 	}
 	var anyEndpoint, opens bool
-	if d.Gorm.WithContext(ctx).Migrator().HasTable("webhook_endpoints") {
+	endpoints, err := tableExists(ctx, d, "webhook_endpoints")
+	if err != nil {
+		return unknown, err
+	}
+	if endpoints {
 		hooks, err := newWebhooks(cfg, d, keys, nil)
 		if err != nil {
 			return unknown, err
@@ -299,18 +317,34 @@ func witness(ctx context.Context, cfg config.Config, d *db.DB, keys Secrets) (ve
 // keys or webhook endpoints (a new database, without the tables yet, holds neither).
 func madeUnderASecret(ctx context.Context, d *db.DB) (bool, error) {
 	for _, table := range []string{"api_keys", "webhook_endpoints"} {
-		if !d.Gorm.WithContext(ctx).Migrator().HasTable(table) {
-			continue
-		}
-		var n int64
-		if err := d.Gorm.WithContext(ctx).Table(table).Limit(1).Count(&n).Error; err != nil {
+		ok, err := tableExists(ctx, d, table)
+		if err != nil {
 			return false, err
 		}
-		if n > 0 {
+		if !ok {
+			continue
+		}
+		var one []int
+		if err := d.Gorm.WithContext(ctx).Raw(`SELECT 1 FROM ` + table + ` LIMIT 1`).Scan(&one).Error; err != nil {
+			return false, err
+		}
+		if len(one) > 0 {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// tableExists reports whether the database has table, with the error of a failed look (GORM's
+// Migrator().HasTable reads a failure as "no table", which here would read as a new database).
+func tableExists(ctx context.Context, d *db.DB, table string) (bool, error) {
+	q := `SELECT to_regclass(?) IS NOT NULL`
+	if d.Dialect == db.SQLite {
+		q = `SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?`
+	}
+	var ok bool
+	err := d.Gorm.WithContext(ctx).Raw(q, table).Scan(&ok).Error
+	return ok, err
 }
 
 // recordSecret records the fingerprint of the root secret in use (keys') as the database's, once
@@ -322,7 +356,7 @@ func madeUnderASecret(ctx context.Context, d *db.DB) (bool, error) {
 // either way, nothing is recorded and the check waits until it can. A recorded fingerprint that
 // differs refuses (another instance recorded its own since readSecrets looked), unless the server
 // starts with SLUICE_ROTATE_SECRET, which records this one (and warns on every start while set).
-func recordSecret(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, keys Secrets, serving bool) error {
+func recordSecret(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger, keys Secrets, serving, givenUp bool) error {
 	rotate := serving && cfg.RotateSecret
 	settings := tenants.NewService(d, keys.Pepper, nil)
 	fp := keys.fingerprint()
@@ -349,7 +383,7 @@ func recordSecret(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Lo
 	if err != nil {
 		return fmt.Errorf("secret key: %w", err)
 	}
-	if rotate || v == nothingMade || v == confirmed {
+	if rotate || givenUp || v == nothingMade || v == confirmed {
 		got, err := settings.SetSettingIfAbsent(ctx, fingerprintSetting, fp)
 		if err != nil {
 			return fmt.Errorf("secret key: %w", err)
