@@ -374,3 +374,50 @@ func TestDiscardingTheStoredSecretGivesUpWhatWasMadeUnderIt(t *testing.T) {
 		}
 	})
 }
+
+// TestAKeyFileOtherThanTheStoredSecretIsAskedToBeMended: on SQLite without SECRET_KEY, a key file
+// that differs from the secret an earlier release stored is refused as SECRET_KEY would be, with
+// the way to keep the stored one (ErrLegacySecretDiffers), before the data is asked: the data's
+// refusal advised a rotation, which gives up the very secret the data was made under.
+func TestAKeyFileOtherThanTheStoredSecretIsAskedToBeMended(t *testing.T) {
+	const stored = "the-stored-root-secret-0123456789abcdefg"
+	url := testkit.URL(t, db.SQLite)
+	withEndpoint(t, url, stored, stored)
+	if err := os.WriteFile(app.SecretFile(url), []byte("another-key-file-secret-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := apptest.Config(url)
+	cfg.SecretKey = ""
+	if err := startOnce(t, cfg); !errors.Is(err, app.ErrLegacySecretDiffers) {
+		t.Fatalf("a key file other than the stored secret: %v; want ErrLegacySecretDiffers", err)
+	}
+}
+
+// TestDiscardingTheStoredSecretDoesNotLiftARecordedFingerprint: SLUICE_DISCARD_LEGACY_SECRET gives
+// up a stored secret's data while nothing is recorded; once the database records a fingerprint,
+// another secret is refused whatever is given up (only SLUICE_ROTATE_SECRET lifts it), before
+// anything is written.
+func TestDiscardingTheStoredSecretDoesNotLiftARecordedFingerprint(t *testing.T) {
+	testkit.EachURL(t, func(t *testing.T, dbURL string) {
+		const recorded, other = "the-recorded-root-secret-0123456789abcd", "another-root-secret-0123456789abcdefgh"
+		withEndpoint(t, dbURL, recorded, "")
+		cfg := apptest.Config(dbURL)
+		cfg.SecretKey = recorded
+		if err := startOnce(t, cfg); err != nil { // records it: the endpoint opens with it
+			t.Fatal(err)
+		}
+		d := testkit.OpenURL(t, dbURL)
+		if err := d.Gorm.Exec(`INSERT INTO settings (key, value) VALUES ('secret_key', ?)`, recorded).Error; err != nil {
+			t.Fatal(err)
+		}
+		discard := cfg
+		discard.SecretKey, discard.DiscardLegacySecret = other, true
+		if err := startOnce(t, discard); !errors.Is(err, app.ErrSecretDiffers) {
+			t.Fatalf("another secret with SLUICE_DISCARD_LEGACY_SECRET on a database that records one: %v; want ErrSecretDiffers", err)
+		}
+		var legacy int64
+		if err := d.Gorm.Raw(`SELECT COUNT(*) FROM settings WHERE key = 'secret_key'`).Scan(&legacy).Error; err != nil || legacy != 1 {
+			t.Fatalf("the refused start deleted the stored secret (%d rows, %v)", legacy, err)
+		}
+	})
+}

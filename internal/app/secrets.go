@@ -148,7 +148,11 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 	rotate := serving && cfg.RotateSecret
 	settings := tenants.NewService(d, nil, nil)
 	var legacy, recorded string
-	if d.Gorm.WithContext(ctx).Migrator().HasTable("settings") {
+	hasSettings, err := tableExists(ctx, d, "settings")
+	if err != nil {
+		return Secrets{}, "", fmt.Errorf("secret key: %w", err)
+	}
+	if hasSettings {
 		var err error
 		legacy, err = settings.Setting(ctx, legacySecretSetting)
 		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
@@ -164,7 +168,7 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 	// (witness). It runs before a key file is written and before the schema is migrated.
 	recognised := func(root string) error {
 		switch {
-		case rotate, givesUpLegacy(cfg, legacy, root):
+		case rotate, recorded == "" && givesUpLegacy(cfg, legacy, root):
 			return nil
 		case recorded != "" && NewSecrets(root).fingerprint() == recorded:
 			return nil
@@ -195,7 +199,6 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 			return Secrets{}, "", err
 		}
 	}
-	var err error
 	switch {
 	case root != "" && d.Dialect == db.SQLite:
 		// One root secret for every process on the file: the key file is written with
@@ -240,6 +243,9 @@ func readSecrets(ctx context.Context, cfg config.Config, d *db.DB, serving bool)
 		}
 		if root, err = keyFile(path, legacy); err != nil {
 			return Secrets{}, "", fmt.Errorf("secret key: %w", err)
+		}
+		if differs(root) { // the key file's against the stored one first, as SECRET_KEY's is
+			return Secrets{}, "", legacySecretDiffers(cfg, d)
 		}
 		if err := recognised(root); err != nil {
 			return Secrets{}, "", err
