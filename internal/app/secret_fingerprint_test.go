@@ -198,31 +198,11 @@ func TestAnUpgradedDatabaseRecordsOnlyASecretItsDataConfirms(t *testing.T) {
 // webhook endpoints but no API keys, restored without its key file, is refused as missing its
 // secret rather than given a new one.
 func TestARefutedSecretLeavesNoKeyFileBehind(t *testing.T) {
-	ctx := context.Background()
 	url := testkit.URL(t, db.SQLite)
 	cfg := apptest.Config(url)
 	cfg.SecretKey = "the-right-root-secret-0123456789abcdefg"
-	a, err := app.New(ctx, cfg, app.Options{Stdout: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn, err := a.Tenants.CreateTenant(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := a.Webhooks.CreateEndpoint(ctx, tn.ID, "https://hooks.example.com/h", []string{"key.created"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.DB.Gorm.Exec(`DELETE FROM settings WHERE key = 'root_secret_fingerprint'`).Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
+	earlierReleaseDatabase(t, url, cfg.SecretKey, "", anEndpoint)
 	path := app.SecretFile(url)
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
 	wrong := cfg
 	wrong.SecretKey = "a-mistyped-root-secret-0123456789abcde"
 	if err := startOnce(t, wrong); !errors.Is(err, app.ErrSecretUnconfirmed) {
@@ -252,28 +232,9 @@ func TestASQLiteBackupOfAnEarlierReleaseWithoutItsKeyFileIsRefused(t *testing.T)
 	ctx := context.Background()
 	url := testkit.URL(t, db.SQLite)
 	cfg := apptest.Config(url)
-	cfg.SecretKey = ""
-	a, err := app.New(ctx, cfg, app.Options{Stdout: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn, err := a.Tenants.CreateTenant(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := a.Tenants.CreateKey(ctx, tn.ID, tenants.KindSecret, "k", "test"); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.DB.Gorm.Exec(`DELETE FROM settings WHERE key = 'root_secret_fingerprint'`).Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
+	cfg.SecretKey = "" // the zero-setup default: the secret was generated into the key file
+	earlierReleaseDatabase(t, url, "", "", aSecretKey)
 	path := app.SecretFile(url)
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
 	if _, _, err := app.OpenForCommand(ctx, cfg, app.NewLogger(cfg, io.Discard)); !errors.Is(err, app.ErrSecretMissing) {
 		t.Fatalf("a command on the restored backup: %v; want ErrSecretMissing", err)
 	}
@@ -285,10 +246,11 @@ func TestASQLiteBackupOfAnEarlierReleaseWithoutItsKeyFileIsRefused(t *testing.T)
 	}
 }
 
-// withEndpoint makes a database (dbURL) holding a tenant's webhook endpoint sealed under root, as
-// an earlier release left it: no fingerprint, and the root secret it stored in its settings
-// (legacy; "" for none). The SQLite key file is removed.
-func withEndpoint(t *testing.T, dbURL, root, legacy string) {
+// earlierReleaseDatabase makes, at dbURL, a database as an earlier release left it: a tenant
+// with what makes adds (made under root; "" for a generated one), no fingerprint, and the root
+// secret that release stored in its settings (legacy; "" for none). The SQLite key file is
+// removed.
+func earlierReleaseDatabase(t *testing.T, dbURL, root, legacy string, makes func(ctx context.Context, a *app.App, tenantID int64) error) {
 	t.Helper()
 	ctx := context.Background()
 	cfg := apptest.Config(dbURL)
@@ -301,7 +263,7 @@ func withEndpoint(t *testing.T, dbURL, root, legacy string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.Webhooks.CreateEndpoint(ctx, tn.ID, "https://hooks.example.com/h", []string{"key.created"}); err != nil {
+	if err := makes(ctx, a, tn.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.DB.Gorm.Exec(`DELETE FROM settings WHERE key = 'root_secret_fingerprint'`).Error; err != nil {
@@ -322,6 +284,18 @@ func withEndpoint(t *testing.T, dbURL, root, legacy string) {
 	}
 }
 
+// anEndpoint makes a webhook endpoint, whose signing secret is sealed under the root secret.
+func anEndpoint(ctx context.Context, a *app.App, tenantID int64) error {
+	_, _, err := a.Webhooks.CreateEndpoint(ctx, tenantID, "https://hooks.example.com/h", []string{"key.created"})
+	return err
+}
+
+// aSecretKey makes a secret API key, whose hash is peppered with the root secret.
+func aSecretKey(ctx context.Context, a *app.App, tenantID int64) error {
+	_, _, err := a.Tenants.CreateKey(ctx, tenantID, tenants.KindSecret, "k", "test")
+	return err
+}
+
 // TestAStoredSecretTheDataRefutesIsNotWrittenIntoAKeyFile: on SQLite without SECRET_KEY or a key
 // file, an earlier release's stored secret is moved into the key file; one the database's
 // webhook secrets refute (an operator's later SECRET_KEY sealed them) is refused before the file
@@ -330,7 +304,7 @@ func withEndpoint(t *testing.T, dbURL, root, legacy string) {
 func TestAStoredSecretTheDataRefutesIsNotWrittenIntoAKeyFile(t *testing.T) {
 	const sealedUnder, stored = "the-secret-that-sealed-0123456789abcdef", "a-stale-stored-secret-0123456789abcdef"
 	url := testkit.URL(t, db.SQLite)
-	withEndpoint(t, url, sealedUnder, stored)
+	earlierReleaseDatabase(t, url, sealedUnder, stored, anEndpoint)
 	cfg := apptest.Config(url)
 	cfg.SecretKey = ""
 	if err := startOnce(t, cfg); !errors.Is(err, app.ErrSecretUnconfirmed) {
@@ -348,7 +322,7 @@ func TestAStoredSecretTheDataRefutesIsNotWrittenIntoAKeyFile(t *testing.T) {
 func TestDiscardingTheStoredSecretGivesUpWhatWasMadeUnderIt(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, dbURL string) {
 		const old, fresh = "the-old-stored-root-secret-0123456789ab", "the-fresh-root-secret-0123456789abcdefg"
-		withEndpoint(t, dbURL, old, old)
+		earlierReleaseDatabase(t, dbURL, old, old, anEndpoint)
 		cfg := apptest.Config(dbURL)
 		cfg.SecretKey = fresh
 		if err := startOnce(t, cfg); !errors.Is(err, app.ErrLegacySecretDiffers) {
@@ -382,7 +356,7 @@ func TestDiscardingTheStoredSecretGivesUpWhatWasMadeUnderIt(t *testing.T) {
 func TestAKeyFileOtherThanTheStoredSecretIsAskedToBeMended(t *testing.T) {
 	const stored = "the-stored-root-secret-0123456789abcdefg"
 	url := testkit.URL(t, db.SQLite)
-	withEndpoint(t, url, stored, stored)
+	earlierReleaseDatabase(t, url, stored, stored, anEndpoint)
 	if err := os.WriteFile(app.SecretFile(url), []byte("another-key-file-secret-0123456789abcdef\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +374,7 @@ func TestAKeyFileOtherThanTheStoredSecretIsAskedToBeMended(t *testing.T) {
 func TestDiscardingTheStoredSecretDoesNotLiftARecordedFingerprint(t *testing.T) {
 	testkit.EachURL(t, func(t *testing.T, dbURL string) {
 		const recorded, other = "the-recorded-root-secret-0123456789abcd", "another-root-secret-0123456789abcdefgh"
-		withEndpoint(t, dbURL, recorded, "")
+		earlierReleaseDatabase(t, dbURL, recorded, "", anEndpoint)
 		cfg := apptest.Config(dbURL)
 		cfg.SecretKey = recorded
 		if err := startOnce(t, cfg); err != nil { // records it: the endpoint opens with it
