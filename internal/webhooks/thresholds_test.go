@@ -46,19 +46,7 @@ func TestThresholdEventsGoOnceWhenInstancesFlushTheSameMinuteAtOnce(t *testing.T
 		}
 		minute := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 		ms := []LimitMinute{{Name: "api", Minute: minute, Refused: 10, NearKeys: []NearKey{{Key: "alice", Decisions: 2}}}}
-		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		for i := range errs {
-			wg.Go(func() {
-				errs[i] = d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) })
-			})
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
+		flushThresholdsAtOnce(t, d, s, tn, ms, ms, ms, ms)
 		count := func(ep int64, event string) int64 {
 			var n int64
 			if err := d.Gorm.Raw(`SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_id = ? AND event = ?`, ep, event).Scan(&n).Error; err != nil {
@@ -127,26 +115,14 @@ func TestNearLimitEventsAreAtMostFivePerEndpointLimitAndMinuteAcrossFlushes(t *t
 		second, third := first.Add(time.Minute), first.Add(2*time.Minute)
 		for _, minute := range []time.Time{first, second} {
 			for range 3 {
-				ms := flush("api", minute)
-				if err := d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) }); err != nil {
-					t.Fatal(err)
-				}
+				flushThresholds(t, d, s, tn, flush("api", minute))
 			}
 		}
-		var wg sync.WaitGroup
-		errs := make([]error, 3)
-		for i := range errs {
-			ms := append(flush("api", third), flush("search", third)...)
-			wg.Go(func() {
-				errs[i] = d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) })
-			})
+		flushes := make([][]LimitMinute, 3)
+		for i := range flushes {
+			flushes[i] = append(flush("api", third), flush("search", third)...)
 		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
+		flushThresholdsAtOnce(t, d, s, tn, flushes...)
 		for _, ep := range eps {
 			for _, lm := range []struct {
 				name   string
@@ -229,9 +205,7 @@ func TestNearLimitSlotsGoToKeysNotYetAlertedThisHour(t *testing.T) {
 			{Name: "api", Minute: first, NearKeys: near("k1", "k2", "k3", "k4", "k5")},
 			{Name: "api", Minute: first.Add(time.Minute), NearKeys: near("k1", "k2", "k3", "k4", "k5", "k6")},
 		} {
-			if err := d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, []LimitMinute{m}) }); err != nil {
-				t.Fatal(err)
-			}
+			flushThresholds(t, d, s, tn, []LimitMinute{m})
 		}
 		var bodies []string
 		if err := d.Gorm.Raw(`SELECT payload FROM webhook_deliveries WHERE endpoint_id = ? AND event = ?`, ep.ID, EventKeyNearLimit).Scan(&bodies).Error; err != nil {
@@ -284,29 +258,15 @@ func TestThresholdEventsAreAtMostABoundPerEndpointAndMinuteAcrossLimits(t *testi
 			}
 			return n
 		}
-		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		for i := range errs {
-			ms := flush(40) // each flush its own 40 limits: 160 refusals and 160 near keys in all
-			wg.Go(func() {
-				errs[i] = d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) })
-			})
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
+		// Each flush its own 40 limits: 160 refusals and 160 near keys in all.
+		flushThresholdsAtOnce(t, d, s, tn, flush(40), flush(40), flush(40), flush(40))
 		refusals, near := count(EventLimitRefusals), count(EventKeyNearLimit)
 		if refusals+near != MaxThresholdEventsPerMinute {
 			t.Fatalf("one minute of 160 limits: %d limit.refusals + %d key.near_limit events, want %d in all", refusals, near, MaxThresholdEventsPerMinute)
 		}
 		// One flush alone sends its refusals before its near keys.
 		c.advance(time.Minute)
-		if err := d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, flush(45)) }); err != nil {
-			t.Fatal(err)
-		}
+		flushThresholds(t, d, s, tn, flush(45))
 		if r, n := count(EventLimitRefusals)-refusals, count(EventKeyNearLimit)-near; r != 45 || n != MaxThresholdEventsPerMinute-45 {
 			t.Fatalf("the next minute's flush of 45 limits: %d limit.refusals + %d key.near_limit events, want 45 + %d", r, n, MaxThresholdEventsPerMinute-45)
 		}
@@ -336,12 +296,7 @@ func TestTheBoundsWarningComesOnlyFromTheFlushThatReachesIt(t *testing.T) {
 			}
 			return ms
 		}
-		flush := func(ms []LimitMinute) {
-			t.Helper()
-			if err := d.Serializable(ctx, func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tn, ms) }); err != nil {
-				t.Fatal(err)
-			}
-		}
+		flush := func(ms []LimitMinute) { t.Helper(); flushThresholds(t, d, s, tn, ms) }
 		const warning = "reached its bound of threshold events"
 		flush(limits(MaxThresholdEventsPerMinute)) // exactly the bound: nothing passed over
 		flush(limits(MaxThresholdEventsPerMinute)) // the same again: all sent already
@@ -355,4 +310,32 @@ func TestTheBoundsWarningComesOnlyFromTheFlushThatReachesIt(t *testing.T) {
 			t.Fatalf("%d warnings after a flush past the bound and one more; want 1:\n%s", n, logs.String())
 		}
 	})
+}
+
+// flushThresholds writes the threshold events minutes raise for tenantID in a serializable
+// transaction of their own, as a usage flush does.
+func flushThresholds(t *testing.T, d *db.DB, s *Service, tenantID int64, minutes []LimitMinute) {
+	t.Helper()
+	if err := d.Serializable(context.Background(), func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tenantID, minutes) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flushThresholdsAtOnce runs flushThresholds for each of flushes at once, as instances whose
+// flushes of the same minutes meet.
+func flushThresholdsAtOnce(t *testing.T, d *db.DB, s *Service, tenantID int64, flushes ...[]LimitMinute) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(flushes))
+	for i, minutes := range flushes {
+		wg.Go(func() {
+			errs[i] = d.Serializable(context.Background(), func(tx *gorm.DB) error { return s.ThresholdEvents(tx, tenantID, minutes) })
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
