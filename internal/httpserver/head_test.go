@@ -41,7 +41,7 @@ func TestHeadIsAnsweredWhereverGetIs(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- httpserver.Serve(ctx, l, r, 10*time.Second) }()
+	go func() { served <- httpserver.Start(l, r).Run(ctx, 10*time.Second) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-served; err != nil {

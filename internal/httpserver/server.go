@@ -75,11 +75,6 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Serve runs h on l until ctx ends, then shuts down gracefully as Server.Run does.
-func Serve(ctx context.Context, l net.Listener, h http.Handler, grace time.Duration) error {
-	return Start(l, h).Run(ctx, grace)
-}
-
 // StartingRetryAfter is the Retry-After, in seconds, of the starting answers.
 const StartingRetryAfter = "5"
 
