@@ -129,6 +129,8 @@ func (s *Server) testWebhook(c *gin.Context) {
 		writeProblem(c, s.log, err)
 		return
 	}
+	// Audited as a resend is: both make Sluice call the endpoint's URL on request.
+	s.recordAudit(c, "webhook.test", strconv.FormatInt(id, 10), "")
 	c.Status(http.StatusAccepted)
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,20 @@ func TestWebhookRoutesManageEndpointsAndTheDeliveryLog(t *testing.T) {
 		deliveryID := ds[0].(map[string]any)["id"].(string)
 		if r := h.send(t, http.MethodPost, "/v1/webhooks/"+id+"/deliveries/"+deliveryID+"/resend", a.key, nil); r.status != http.StatusAccepted {
 			t.Fatalf("resend: %v", r)
+		}
+		// Both manual sendings are audited: each makes Sluice call the endpoint on request.
+		entries, err := h.tenants.AuditLog(context.Background(), a.id, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var manual []string
+		for _, e := range entries {
+			if e.Action == "webhook.test" || e.Action == "webhook.resend" {
+				manual = append(manual, e.Action+" "+e.Target)
+			}
+		}
+		if want := []string{"webhook.resend " + deliveryID, "webhook.test " + id}; !slices.Equal(manual, want) {
+			t.Fatalf("audited manual sendings, newest first: %q, want %q", manual, want)
 		}
 		for _, q := range []string{"?limit=0", "?limit=501", "?limit=ten", "?limit=", "?limit=%2B5"} {
 			requireProblem(t, h.send(t, http.MethodGet, "/v1/webhooks/"+id+"/deliveries"+q, a.key, nil), http.StatusBadRequest, "invalid_request")

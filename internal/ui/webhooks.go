@@ -229,6 +229,7 @@ func (u *UI) testWebhook(c *gin.Context) {
 		u.fail(c, err)
 		return
 	}
+	u.auditRequest(c, &t.ID, actor(c), "webhook.test", strconv.FormatInt(ep.ID, 10), ep.URL)
 	redirect(c, webhookPath(t.ID, ep.ID, "?msg=webhook-test"))
 }
 

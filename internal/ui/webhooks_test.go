@@ -123,7 +123,7 @@ func TestWebhooksPageAddsEndpointsShowsTheirLogAndDeletesWithConfirmation(t *tes
 	wantStatus(t, c.get(tpath(tn, "/webhooks/abc")), http.StatusNotFound)
 
 	audit := c.get(tpath(tn, "/audit")).body
-	for _, action := range []string{"webhook.create", "webhook.resend", "webhook.delete"} {
+	for _, action := range []string{"webhook.create", "webhook.test", "webhook.resend", "webhook.delete"} {
 		if !strings.Contains(audit, action) {
 			t.Errorf("audit log lacks %s", action)
 		}
