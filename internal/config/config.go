@@ -364,7 +364,7 @@ var options = []Option{
 			c.MemoryLimit = n
 			return nil
 		}},
-	{Name: "GRPC_ADDR", Default: "off", Doc: "where the Envoy rate limit service (gRPC `ShouldRateLimit`, docs/envoy.md) listens, `host:port` (`off` for none)",
+	{Name: "GRPC_ADDR", Default: "off", Doc: "where the Envoy rate limit service (gRPC `ShouldRateLimit`, docs/envoy.md) listens, `host:port` (`off` for none); it speaks cleartext HTTP/2 (h2c) and its calls carry a tenant's secret key, so bind it to loopback or a private network",
 		parse: func(c *Config, v string) error {
 			if v == "off" {
 				c.GRPCAddr = ""
