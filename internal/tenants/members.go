@@ -499,13 +499,28 @@ func (s *Service) SetRole(ctx context.Context, scope *int64, id int64, role Role
 		if err != nil {
 			return err
 		}
-		detail := row.Email + ": " + before + " → " + after + linksDropped(dropped)
-		if row.TenantID != nil && (tenant == nil || *tenant != *row.TenantID) {
-			if err := s.audit(tx, row.TenantID, actor, "user.role", userTarget(id), detail); err != nil {
+		detail := func(before, after string) string {
+			return row.Email + ": " + before + " → " + after + linksDropped(dropped)
+		}
+		if row.TenantID == nil || (tenant != nil && *tenant == *row.TenantID) {
+			return s.auditUserChange(tx, tenant, actor, "user.role", userTarget(id), detail(before, after))
+		}
+		// A move between tenants is in both tenants' logs, each naming only its own tenant (an
+		// admin of one may not learn the other's name); the server's log names both.
+		const elsewhere = "member of another tenant"
+		became := after // "operator"
+		if tenant != nil {
+			became = elsewhere
+		}
+		if err := s.audit(tx, row.TenantID, actor, "user.role", userTarget(id), detail(before, became)); err != nil {
+			return err
+		}
+		if tenant != nil {
+			if err := s.audit(tx, tenant, actor, "user.role", userTarget(id), detail(elsewhere, after)); err != nil {
 				return err
 			}
 		}
-		return s.auditUserChange(tx, tenant, actor, "user.role", userTarget(id), detail)
+		return s.audit(tx, nil, actor, "user.role", userTarget(id), detail(before, after))
 	})
 	return wrap("set role", err)
 }

@@ -78,6 +78,25 @@ func TestRolesRemovalAndDisablingEndSessions(t *testing.T) {
 			t.Fatalf("role change audited as %+v", log[0])
 		}
 
+		// An operator's move to another tenant is in both tenants' logs, each naming only itself.
+		must(t, e.svc.SetRole(e.ctx, nil, a.ID, RoleViewer, &other.ID, "x"))
+		wantDetail := func(tenantID int64, want string) {
+			t.Helper()
+			log, err := e.svc.AuditLog(e.ctx, tenantID, 1)
+			must(t, err)
+			if len(log) != 1 || log[0].Action != "user.role" || log[0].Detail != want {
+				t.Fatalf("the move audited as %+v, want %q", log, want)
+			}
+		}
+		wantDetail(acme.ID, "a@example.com: viewer of acme → member of another tenant")
+		wantDetail(other.ID, "a@example.com: member of another tenant → viewer of other")
+		security, err := e.svc.ServerAuditLog(e.ctx, 1)
+		must(t, err)
+		if len(security) != 1 || security[0].Detail != "a@example.com: viewer of acme → viewer of other" {
+			t.Fatalf("the move in the server's log: %+v", security)
+		}
+		must(t, e.svc.SetRole(e.ctx, nil, a.ID, RoleViewer, &acme.ID, "x"))
+
 		sa, _, err := e.svc.CreateAdminSession(e.ctx, a, time.Hour)
 		must(t, err)
 		sb, _, err := e.svc.CreateAdminSession(e.ctx, b, time.Hour)
