@@ -225,18 +225,45 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 			return err
 		}
 		now := s.clock()
+		replaced, err := clearInvites(tx, tenantID, email, now)
+		if err != nil {
+			return err
+		}
 		row = userTokenRow{TenantID: tenantID, Kind: linkInvite, TokenHash: hash, Email: email, Role: string(role),
 			CreatedBy: truncate(actor), CreatedByUserID: maker, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
-		return s.auditUserChange(tx, tenantID, actor, "user.invite", "invite:"+strconv.FormatInt(row.ID, 10),
-			fmt.Sprintf("%s as %s, expires %s", email, role, row.ExpiresAt.Format(time.RFC3339)))
+		detail := fmt.Sprintf("%s as %s, expires %s", email, role, row.ExpiresAt.Format(time.RFC3339))
+		if replaced > 0 {
+			detail += fmt.Sprintf("; replaces %d unused invite(s) to the address", replaced)
+		}
+		return s.auditUserChange(tx, tenantID, actor, "user.invite", "invite:"+strconv.FormatInt(row.ID, 10), detail)
 	})
 	if err != nil {
 		return Invite{}, "", wrap("create invite", err)
 	}
 	return inviteFromRow(row), token, nil
+}
+
+// clearInvites makes room for a new invite of email to tenantID (nil: the operators'), so that
+// invites cannot pile up: it deletes the unused invites to that address (one link per address,
+// the newest: an older one stops working) and returns how many, and it deletes the invites of
+// the same tenant that expired more than DefaultLinkTTL before now unused (the members page shows
+// an expired invite for that long).
+func clearInvites(tx *gorm.DB, tenantID *int64, email string, now time.Time) (int64, error) {
+	ofTenant := func() *gorm.DB {
+		q := tx.Where("kind = ? AND used_at IS NULL", linkInvite)
+		if tenantID == nil {
+			return q.Where("tenant_id IS NULL")
+		}
+		return q.Where("tenant_id = ?", *tenantID)
+	}
+	if err := ofTenant().Where("expires_at < ?", now.Add(-DefaultLinkTTL)).Delete(&userTokenRow{}).Error; err != nil {
+		return 0, err
+	}
+	res := ofTenant().Where("email = ?", email).Delete(&userTokenRow{})
+	return res.RowsAffected, res.Error
 }
 
 // emailTaken is CreateInvite's answer when existing already has the invited email: a conflict on

@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,66 @@ func TestInviteIsOneTimeHashedAndExpires(t *testing.T) {
 		wantErr(t, err, ErrNotFound)
 		_, err = e.svc.AcceptInvite(e.ctx, late, "late-password-1")
 		wantErr(t, err, ErrNotFound)
+	})
+}
+
+// TestInvitesCannotPileUp: a new invite to an address replaces the unused one (whose link then
+// fails; the audit entry says so), and invites that expired more than a link's lifetime ago are
+// deleted when the tenant next invites; one expired for less is still listed. Other tenants' and
+// the operators' invites are left alone.
+func TestInvitesCannotPileUp(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme, other := e.tenant(t, "acme"), e.tenant(t, "other")
+		invite := func(tenant *int64, email string) string {
+			t.Helper()
+			role := RoleViewer
+			if tenant == nil {
+				role = RoleOperator
+			}
+			_, token, err := e.svc.CreateInvite(e.ctx, tenant, email, role, time.Hour, "tester")
+			must(t, err)
+			return token
+		}
+		emails := func(tenant *int64) []string {
+			t.Helper()
+			invites, err := e.svc.ListInvites(e.ctx, tenant)
+			must(t, err)
+			var out []string
+			for _, inv := range invites {
+				out = append(out, inv.Email)
+			}
+			return out
+		}
+		first := invite(&acme.ID, "twice@example.com")
+		second := invite(&acme.ID, "twice@example.com")
+		_, err := e.svc.InviteByToken(e.ctx, first)
+		wantErr(t, err, ErrNotFound)
+		if _, err := e.svc.InviteByToken(e.ctx, second); err != nil {
+			t.Fatalf("the newer invite: %v", err)
+		}
+		if log, _ := e.svc.AuditLog(e.ctx, acme.ID, 1); len(log) != 1 || !strings.HasSuffix(log[0].Detail, "; replaces 1 unused invite(s) to the address") {
+			t.Fatalf("the second invite audited as %+v", log)
+		}
+
+		invite(&acme.ID, "old@example.com")
+		invite(&other.ID, "old@example.com")
+		invite(nil, "old-operator@example.com")
+		e.clock.Advance(time.Hour + DefaultLinkTTL) // all four expired, none for longer than DefaultLinkTTL
+		invite(&acme.ID, "recent@example.com")
+		if got := emails(&acme.ID); !slices.Equal(got, []string{"recent@example.com", "old@example.com", "twice@example.com"}) {
+			t.Fatalf("acme's invites after a week: %q", got)
+		}
+		e.clock.Advance(time.Minute)
+		invite(&acme.ID, "new@example.com")
+		if got := emails(&acme.ID); !slices.Equal(got, []string{"new@example.com", "recent@example.com"}) {
+			t.Fatalf("acme's invites once the old ones expired more than %v ago: %q", DefaultLinkTTL, got)
+		}
+		if got := emails(&other.ID); !slices.Equal(got, []string{"old@example.com"}) {
+			t.Fatalf("another tenant's invites: %q", got)
+		}
+		if got := emails(nil); !slices.Equal(got, []string{"old-operator@example.com"}) {
+			t.Fatalf("the operators' invites: %q", got)
+		}
 	})
 }
 

@@ -77,6 +77,9 @@ func TestInviteAndResetLinksAreEmailedWhenSMTPIsConfigured(t *testing.T) {
 		if text(page.doc(t), "#link-emailed") == "" || page.doc(t).Find("#link-email-error").Length() != 0 {
 			t.Fatalf("the page does not say the link was emailed:\n%s", page.body)
 		}
+		if note := text(page.doc(t), "#invite-note"); !strings.Contains(note, "is emailed") || strings.Contains(note, "no email") {
+			t.Fatalf("the invite form says %q with SMTP set", note)
+		}
 		msgs := srv.Messages()
 		if len(msgs) != 1 || len(msgs[0].To) != 1 || msgs[0].To[0] != "new@acme.example" || msgs[0].From != "sluice@example.com" {
 			t.Fatalf("received %+v, want one message to new@acme.example", msgs)
@@ -174,6 +177,9 @@ func TestNoEmailWithoutSMTP(t *testing.T) {
 	d := page.doc(t)
 	if d.Find("#link-emailed").Length() != 0 || d.Find("#link-email-error").Length() != 0 || strings.Contains(page.body, srv.Addr) {
 		t.Fatalf("the page speaks of an email with SMTP off:\n%s", page.body)
+	}
+	if note := text(d, "#invite-note"); !strings.Contains(note, "Sluice sends no email") {
+		t.Fatalf("the invite form says %q with SMTP off", note)
 	}
 	if n := len(srv.Messages()); n != 0 {
 		t.Fatalf("%d messages sent with SMTP off", n)

@@ -1,13 +1,16 @@
 package ui
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-dev/sluice/internal/apperr"
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/mail"
 	"github.com/sluice-dev/sluice/internal/tenants"
 )
@@ -28,6 +31,7 @@ type membersVM struct {
 	Email, Role       string
 	EmailErr, RoleErr string
 	FormErr           string
+	Emails            bool // SMTP is set: invites are emailed
 	// NewLink is a new invite's link, shown once (handed over by a one-time cookie); NewLinkMail
 	// what became of its email (mailOff, mailSent or mailFailed and why).
 	NewLink, NewLinkEmail, NewLinkMail string
@@ -77,7 +81,7 @@ func (u *UI) renderMembers(c *gin.Context, status int, vm membersVM) {
 	}
 	base := tenantPath(t.ID, "/members")
 	// A suspended tenant's members change nothing (requireTenant); operators still do.
-	vm.Layout, vm.CanChange, vm.InviteURL = l, !l.ReadOnly, base+"/invite"
+	vm.Layout, vm.CanChange, vm.InviteURL, vm.Emails = l, !l.ReadOnly, base+"/invite", u.mailer != nil
 	for _, m := range users {
 		id := strconv.FormatInt(m.ID, 10)
 		vm.Members = append(vm.Members, memberRow{ID: m.ID, Email: m.Email, Role: string(m.Role), Created: fmtTime(m.CreatedAt),
@@ -105,9 +109,61 @@ func (u *UI) membersPage(c *gin.Context) {
 	u.renderMembers(c, http.StatusOK, vm)
 }
 
+// maxInvitesPerDay bounds the invites a tenant's members make, each of which is emailed when
+// SMTP is set: without it one tenant's admin could have the operator's mail server send any
+// number of messages to any addresses. A token bucket per tenant (a burst of that many, then one
+// every 24h/maxInvitesPerDay) in the system tenant's key space, as the login limits; every invite
+// asked for counts, one then refused for its input too. Operators' invites do not count.
+const maxInvitesPerDay = 50
+
+var inviteCapacity = float64(maxInvitesPerDay)
+
+// inviteLimitName is the engine's limit of a tenant's invites, keyed by the tenant's ID.
+const inviteLimitName = "dashboard.invites"
+
+// spendInvite takes one of tenant tenantID's invites. When none is left, it answers the members
+// page with 429, Retry-After and why, and returns false.
+func (u *UI) spendInvite(c *gin.Context, tenantID int64, vm membersVM) bool {
+	if principalOf(c).user.IsOperator {
+		return true
+	}
+	def := limiter.Definition{Kind: limiter.TokenBucket, Rate: maxInvitesPerDay, Period: (24 * time.Hour).Milliseconds(), Capacity: &inviteCapacity}
+	d, err := u.engine.Limit(c.Request.Context(), systemTenant, limiter.Request{Name: inviteLimitName, Key: strconv.FormatInt(tenantID, 10), Count: 1, Config: &def})
+	if err != nil {
+		u.fail(c, err)
+		return false
+	}
+	if d.OK {
+		return true
+	}
+	wait := int64(1)
+	if d.RetryAfter != nil {
+		wait = max(1, limiter.HeaderSeconds(float64(*d.RetryAfter)))
+	}
+	c.Header("Retry-After", strconv.FormatInt(wait, 10))
+	vm.FormErr = fmt.Sprintf("A tenant's members may invite at most %d people a day; try again in %s.", maxInvitesPerDay, waitText(wait))
+	u.renderMembers(c, http.StatusTooManyRequests, vm)
+	return false
+}
+
+// waitText says a wait of seconds in the largest whole unit that does not round it down.
+func waitText(seconds int64) string {
+	switch {
+	case seconds < 120:
+		return strconv.FormatInt(seconds, 10) + " seconds"
+	case seconds < 2*3600:
+		return strconv.FormatInt((seconds+59)/60, 10) + " minutes"
+	default:
+		return strconv.FormatInt((seconds+3599)/3600, 10) + " hours"
+	}
+}
+
 func (u *UI) inviteMember(c *gin.Context) {
 	t := tenantOf(c)
 	email, role := c.PostForm("email"), c.PostForm("role")
+	if !u.spendInvite(c, t.ID, membersVM{Email: email, Role: role}) {
+		return
+	}
 	inv, token, err := u.tenants.CreateInvite(c.Request.Context(), &t.ID, email, tenants.Role(role), 0, actor(c))
 	if err != nil {
 		if !formError(err) {
