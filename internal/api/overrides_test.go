@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -145,6 +146,16 @@ func TestOverridesOverHTTP(t *testing.T) {
 		if entries, _ = h.tenants.AuditLog(context.Background(), a.id, 1); len(entries) != 1 || entries[0].Action != "override.update" ||
 			entries[0].Detail != "action=allow → rate=100" {
 			t.Fatalf("latest audit entry: %+v", entries)
+		}
+
+		// Deleting the limit deletes its overrides: its entry says what was deleted and counts them.
+		overrides := len(requireJSON(t, h.send(t, http.MethodGet, "/v1/limits/api/overrides", a.key, nil), http.StatusOK)["overrides"].([]any))
+		if r := h.send(t, http.MethodDelete, "/v1/limits/api", a.key, nil); r.status != http.StatusNoContent || overrides < 2 {
+			t.Fatalf("DELETE of a limit with %d overrides: %v", overrides, r)
+		}
+		want := fmt.Sprintf("fixed window rate=10 period=%d; its %d override(s) deleted with it", frozenWindow["period"], overrides)
+		if entries, _ = h.tenants.AuditLog(context.Background(), a.id, 1); len(entries) != 1 || entries[0].Action != "limit.delete" || entries[0].Detail != want {
+			t.Fatalf("the deletion's audit entry: %+v, want detail %q", entries, want)
 		}
 	})
 }

@@ -23,6 +23,8 @@ type DefinitionChange struct {
 	Name     string
 	Before   *Definition // nil: the change created the definition
 	After    *Definition // nil: the change deleted it
+	// OverridesDeleted is how many overrides a deletion deleted with the definition.
+	OverridesDeleted int64
 }
 
 // Action is the audit log's name of the change: limit.create, limit.update or limit.delete.
@@ -38,10 +40,17 @@ func (ch DefinitionChange) Action() string {
 }
 
 // Detail is the audit log's description of the change: the definition before and after
-// (AuditChange), or "" for a deletion.
+// (AuditChange), or for a deletion the definition deleted and how many overrides went with it
+// (they are not audited one by one: a limit may have a hundred thousand).
 func (ch DefinitionChange) Detail() string {
 	if ch.After == nil {
-		return ""
+		if ch.Before == nil {
+			return ""
+		}
+		if ch.OverridesDeleted > 0 {
+			return AuditDetail(*ch.Before) + "; its " + strconv.FormatInt(ch.OverridesDeleted, 10) + " override(s) deleted with it"
+		}
+		return AuditDetail(*ch.Before)
 	}
 	return AuditChange(ch.Before, *ch.After)
 }

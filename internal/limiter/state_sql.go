@@ -200,8 +200,9 @@ func selectOverrides(tx *gorm.DB, k defKey) ([]Override, error) {
 }
 
 // deleteOverrides deletes every override of one limit.
-func deleteOverrides(tx *gorm.DB, tenantID int64, name string) error {
-	return tx.Exec(sqlDeleteOverrides, tenantID, name).Error
+func deleteOverrides(tx *gorm.DB, tenantID int64, name string) (int64, error) {
+	res := tx.Exec(sqlDeleteOverrides, tenantID, name)
+	return res.RowsAffected, res.Error
 }
 
 // setOverridesVersion tags the limit's overrides with a new version (0: it has none).

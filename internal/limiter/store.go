@@ -333,7 +333,8 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		if err := tx.Where("tenant_id = ? AND name = ?", tenantID, name).Delete(&definitionRow{}).Error; err != nil {
 			return err
 		}
-		if err := deleteOverrides(tx, tenantID, name); err != nil {
+		overrides, err := deleteOverrides(tx, tenantID, name)
+		if err != nil {
 			return err
 		}
 		if err := deleteState(tx, tenantID, name, nil); err != nil {
@@ -342,7 +343,7 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		if then == nil {
 			return nil
 		}
-		return then(tx, DefinitionChange{TenantID: tenantID, Name: name, Before: &old.Definition})
+		return then(tx, DefinitionChange{TenantID: tenantID, Name: name, Before: &old.Definition, OverridesDeleted: overrides})
 	})
 	if err != nil {
 		return fmt.Errorf("limiter: delete definition: %w", err)

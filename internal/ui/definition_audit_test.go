@@ -94,6 +94,6 @@ func TestDashboardDefinitionChangesCommitWithTheirAuditEntryAndEvent(t *testing.
 		wantStatus(t, c.post(tpath(tn, "/limits/api/delete"), url.Values{"confirm": {"yes"}}), http.StatusSeeOther)
 		want("after the edit and deletion", created,
 			"limit.update api: token bucket rate=10 period=60000 → token bucket rate=20 period=60000",
-			"limit.delete api: from the dashboard")
+			"limit.delete api: token bucket rate=20 period=60000 (from the dashboard)")
 	})
 }

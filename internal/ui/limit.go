@@ -343,7 +343,7 @@ func (u *UI) deleteLimit(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if err := u.engine.DeleteDefinition(ctx, t.ID, d.Name, u.auditTx().DefinitionChange(actor(c), "from the dashboard")); err != nil {
+	if err := u.engine.DeleteDefinition(ctx, t.ID, d.Name, u.auditTx().DefinitionChange(actor(c), "(from the dashboard)")); err != nil {
 		u.fail(c, err)
 		return
 	}
