@@ -201,6 +201,16 @@ func TestOperatorUsersPageResetLinksDisablingAndTheLastOperator(t *testing.T) {
 	wantStatus(t, op2.get("/users"), http.StatusOK)
 	if u, _ := e.svc.UserByEmail(ctx, "op2@example.com"); !u.IsOperator {
 		t.Fatalf("the invited operator: %+v", u)
+	} else {
+		// An operator who makes themself a tenant's admin lands on that tenant's members page,
+		// not on the users page they may no longer see.
+		demoted := op2.post("/users/"+strconv.FormatInt(u.ID, 10)+"/role", url.Values{"role": {"admin"}, "tenant": {strconv.FormatInt(acme.ID, 10)}})
+		wantStatus(t, demoted, http.StatusSeeOther)
+		if loc := demoted.Header.Get("Location"); loc != tpath(acme, "/members?msg=role-changed") {
+			t.Fatalf("an operator's demotion of themself goes to %q", loc)
+		}
+		wantStatus(t, op2.get(demoted.Header.Get("Location")), http.StatusOK)
+		wantStatus(t, opc.post("/users/"+strconv.FormatInt(u.ID, 10)+"/role", url.Values{"role": {"operator"}}), http.StatusSeeOther)
 	}
 
 	pw := opc.post("/account/password", url.Values{"current": {"wrong"}, "password": {"short"}, "confirm": {"different"}})

@@ -123,7 +123,13 @@ func (u *UI) inviteUser(c *gin.Context) {
 
 func (u *UI) setUserRole(c *gin.Context) {
 	role := tenants.Role(c.PostForm("role"))
-	err := u.tenants.SetRole(c.Request.Context(), nil, memberID(c), role, tenantChoice(c, role), actor(c))
+	tenant := tenantChoice(c, role)
+	err := u.tenants.SetRole(c.Request.Context(), nil, memberID(c), role, tenant, actor(c))
+	if err == nil && tenant != nil && memberID(c) == principalOf(c).user.ID {
+		// An operator who made themself a tenant's member may no longer see the users page.
+		redirect(c, tenantPath(*tenant, "/members?msg=role-changed"))
+		return
+	}
 	u.userDone(c, err, "role-changed")
 }
 
