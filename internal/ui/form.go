@@ -91,7 +91,7 @@ var jsonWhole = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)$`)
 // The fields' messages when what was typed is not such a number.
 const (
 	errNumber = "must be a number written in decimal, such as 12, 0.5 or 2.5e3"
-	errWhole  = "must be a whole number written in decimal digits, such as 12"
+	errWhole  = "must be a whole number written in decimal digits without a leading zero, such as 12"
 	// errUnderflow: a number other than 0 too close to 0 for a float64 reads as 0, which would
 	// silently change what was typed (a plan's 0 is no limit).
 	errUnderflow = "is too close to 0 for the server to hold: it would read as 0 (the smallest number above 0 is 5e-324)"

@@ -16,7 +16,7 @@ import (
 // The messages of a number field whose text is not a number as the API's JSON writes one.
 const (
 	mustBeANumber      = "must be a number written in decimal, such as 12, 0.5 or 2.5e3"
-	mustBeAWholeNumber = "must be a whole number written in decimal digits, such as 12"
+	mustBeAWholeNumber = "must be a whole number written in decimal digits without a leading zero, such as 12"
 )
 
 // notJSONNumbers are texts strconv reads as numbers (Go literals and the like) that are no JSON

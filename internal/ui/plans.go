@@ -153,7 +153,7 @@ func parsePlanForm(c *gin.Context) (tenants.PlanSettings, map[string]string, map
 		}
 		n, ok := parseWhole(v)
 		if !ok {
-			errs[f.name] = "Must be a whole number written in decimal digits (0 for no limit), or empty for the default."
+			errs[f.name] = "Must be a whole number written in decimal digits without a leading zero, fraction or exponent (0 for no limit), or empty for the default."
 			continue
 		}
 		switch f.name {
