@@ -3,10 +3,12 @@
 // decisions by tenant, limit and result, decision latency, serializable-transaction retries and
 // give-ups, connection pool statistics, sweeper progress and build information.
 //
-// Label cardinality is bounded: the first MaxLabelValues distinct tenants and limit names seen
-// get their own label values, every later one is folded into "other". Limit names come from
-// tenants (and inline configs are free-form), so an unbounded label would let one tenant grow the
-// scrape without limit.
+// Label cardinality is bounded: the first MaxLabelValues distinct tenants seen get their own
+// label values, and so do the first MaxLabelValues limit names seen of each of those tenants;
+// every later one is folded into "other". Limit names come from tenants (and inline configs are
+// free-form), so an unbounded label would let one tenant grow the scrape without limit, and the
+// names are bounded per tenant so that one tenant's flood of names never takes another's room
+// (the system tenant's own limits, 0, included).
 package metrics
 
 import (
@@ -23,8 +25,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/db"
 )
 
-// DefaultMaxLabelValues is the default number of distinct tenant (and, separately, limit name)
-// label values before the rest are folded into OtherLabel.
+// DefaultMaxLabelValues is the default number of distinct tenant label values, and of limit name
+// label values per tenant, before the rest are folded into OtherLabel.
 const DefaultMaxLabelValues = 100
 
 // OtherLabel is the label value that stands for every tenant or name beyond the bound.
@@ -47,7 +49,7 @@ type Metrics struct {
 	sweepErrs prometheus.Counter
 	overage   *prometheus.CounterVec
 	tenants   *boundedLabels
-	names     *boundedLabels
+	names     *namesByTenant
 }
 
 // New builds the registry with every collector registered.
@@ -61,7 +63,7 @@ func New(o Options) *Metrics {
 			Name: "sluice_decisions_total",
 			Help: "Consuming limit decisions by tenant ID, limit name and result (allowed, refused, or shadow_refused: " +
 				"admitted only because the limit is in shadow mode; allowed + shadow_refused were admitted). " +
-				"Tenants and names beyond the first " + strconv.Itoa(o.MaxLabelValues) + " seen are counted as \"other\".",
+				"Tenants beyond the first " + strconv.Itoa(o.MaxLabelValues) + " seen, and each tenant's names beyond its first " + strconv.Itoa(o.MaxLabelValues) + ", are counted as \"other\".",
 		}, []string{"tenant", "name", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_decision_duration_seconds",
@@ -86,7 +88,7 @@ func New(o Options) *Metrics {
 			Help: "Amounts settled holds charged beyond what they held that their limit could not take (recorded, not enforced), by tenant ID and limit name.",
 		}, []string{"tenant", "name"}),
 		tenants: newBoundedLabels(o.MaxLabelValues),
-		names:   newBoundedLabels(o.MaxLabelValues),
+		names:   &namesByTenant{max: o.MaxLabelValues, of: map[string]*boundedLabels{}},
 	}
 	m.reg.MustRegister(m.decisions, m.latency, m.inFlight, m.swept, m.sweepErrs, m.overage,
 		collectors.NewGoCollector(),
@@ -112,13 +114,19 @@ func (m *Metrics) OnDecision(tenantID int64, name string, ok bool) {
 	if ok {
 		result = "allowed"
 	}
-	m.decisions.WithLabelValues(m.tenants.get(strconv.FormatInt(tenantID, 10)), m.names.get(name), result).Inc()
+	m.decisions.WithLabelValues(m.labels(tenantID, name, result)...).Inc()
+}
+
+// labels are the tenant and name label values of tenantID's limit name, bounded, then more.
+func (m *Metrics) labels(tenantID int64, name string, more ...string) []string {
+	tenant := m.tenants.get(strconv.FormatInt(tenantID, 10))
+	return append([]string{tenant, m.names.get(tenant, name)}, more...)
 }
 
 // OnShadowRefused counts one consumed decision that a limit in shadow mode would have refused
 // (and so admitted); it has the signature of limiter.Options.OnShadowRefused.
 func (m *Metrics) OnShadowRefused(tenantID int64, name string) {
-	m.decisions.WithLabelValues(m.tenants.get(strconv.FormatInt(tenantID, 10)), m.names.get(name), "shadow_refused").Inc()
+	m.decisions.WithLabelValues(m.labels(tenantID, name, "shadow_refused")...).Inc()
 }
 
 // ObserveDecision records the latency of one decision request. route is the route pattern (a
@@ -134,7 +142,7 @@ func (m *Metrics) DecisionInFlight(delta float64) { m.inFlight.Add(delta) }
 // OnHoldOverage counts an amount a settled hold charged beyond what its limit could take; it has
 // the signature of limiter.Options.OnHoldOverage.
 func (m *Metrics) OnHoldOverage(tenantID int64, name string, amount float64) {
-	m.overage.WithLabelValues(m.tenants.get(strconv.FormatInt(tenantID, 10)), m.names.get(name)).Add(amount)
+	m.overage.WithLabelValues(m.labels(tenantID, name)...).Add(amount)
 }
 
 // Swept records rows deleted by the sweeper from table.
@@ -186,6 +194,29 @@ func (b *boundedLabels) get(v string) string {
 	}
 	b.seen[v] = struct{}{}
 	return v
+}
+
+// namesByTenant bounds the name label values of each tenant label value separately. There are
+// at most MaxLabelValues + 1 tenant label values, so at most that many bounds.
+type namesByTenant struct {
+	mu  sync.RWMutex
+	max int
+	of  map[string]*boundedLabels // by tenant label value
+}
+
+func (n *namesByTenant) get(tenant, name string) string {
+	n.mu.RLock()
+	b := n.of[tenant]
+	n.mu.RUnlock()
+	if b == nil {
+		n.mu.Lock()
+		if b = n.of[tenant]; b == nil {
+			b = newBoundedLabels(n.max)
+			n.of[tenant] = b
+		}
+		n.mu.Unlock()
+	}
+	return b.get(name)
 }
 
 // txCollector reads the database's retry counters at scrape time, so the hot path pays nothing.

@@ -61,6 +61,30 @@ func TestDecisionLabelsAreBoundedAndTheRestFoldIntoOther(t *testing.T) {
 	}
 }
 
+// TestOneTenantsNamesTakeNoOtherTenantsRoom: names are bounded per tenant, so a tenant that
+// decides on many names (inline configs take any) leaves another tenant's names their own
+// label values, a later one's too.
+func TestOneTenantsNamesTakeNoOtherTenantsRoom(t *testing.T) {
+	m := metrics.New(metrics.Options{MaxLabelValues: 3})
+	m.OnDecision(2, "early", true)
+	for n := range 50 {
+		m.OnDecision(1, fmt.Sprint("flood", n), true)
+	}
+	m.OnDecision(2, "late", true)
+	m.OnDecision(0, "plan.decisions", false)
+	body := scrape(t, m)
+	for _, want := range []string{
+		`sluice_decisions_total{name="early",result="allowed",tenant="2"} 1`,
+		`sluice_decisions_total{name="late",result="allowed",tenant="2"} 1`,
+		`sluice_decisions_total{name="plan.decisions",result="refused",tenant="0"} 1`,
+		`sluice_decisions_total{name="other",result="allowed",tenant="1"} 47`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+}
+
 func TestScrapeShowsDatabaseRetriesPoolStatsBuildInfoAndLatency(t *testing.T) {
 	d := testkit.Open(t, db.SQLite)
 	m := metrics.New(metrics.Options{DB: d, Version: "v1.2.3"})
