@@ -223,6 +223,7 @@ func prepare(ctx context.Context, cfg config.Config, d *db.DB, log *slog.Logger,
 		if keys, legacy, err = readSecrets(ctx, cfg, d, mode == serverSchema); err != nil {
 			return Secrets{}, err
 		}
+		warnOpenKeyFile(cfg, d, log)
 	}
 	schema := d.CheckSchema
 	switch {

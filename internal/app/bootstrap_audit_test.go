@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -92,6 +93,24 @@ func TestFastCommitOnSQLiteIsNotSilent(t *testing.T) {
 		apptest.Start(t, cfg, app.Options{Stdout: out})
 		if warned := strings.Contains(out.String(), "SLUICE_COMMIT=fast has no effect on SQLite"); warned != fast {
 			t.Errorf("SLUICE_COMMIT fast=%v on SQLite: warned %v, want %v; the start's log:\n%s", fast, warned, fast, out.String())
+		}
+	}
+}
+
+// TestAKeyFileOthersCanReadIsWarnedOf: SQLite's key file holds the root secret, so a start
+// on one that other users can read (written by hand under umask 022, as restoring a backup may
+// be) warns, as the database file's own mode does; one readable by its owner alone does not.
+func TestAKeyFileOthersCanReadIsWarnedOf(t *testing.T) {
+	for _, mode := range []os.FileMode{0o600, 0o644} {
+		out := new(testkit.SyncBuffer)
+		cfg := apptest.Config("sqlite:" + filepath.Join(t.TempDir(), "key.db"))
+		if err := os.WriteFile(app.SecretFile(cfg.DatabaseURL), []byte(cfg.SecretKey+"\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		apptest.Start(t, cfg, app.Options{Stdout: out})
+		warned := strings.Contains(out.String(), "key file is readable by other users") && strings.Contains(out.String(), "chmod 600")
+		if want := mode == 0o644; warned != want {
+			t.Errorf("a key file of mode %04o: warned %v, want %v; the start's log:\n%s", mode, warned, want, out.String())
 		}
 	}
 }
