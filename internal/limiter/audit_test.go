@@ -60,8 +60,8 @@ func TestDefinitionChangeHookRunsInTheChangesTransaction(t *testing.T) {
 		want := []string{
 			"limit.create token bucket rate=10 period=1000 | stored [10]",
 			"limit.update token bucket rate=10 period=1000 → token bucket rate=20 period=1000 | stored [20]",
-			"limit.delete  | stored []",
-			"limit.delete  | stored []",
+			"limit.delete token bucket rate=10 period=1000 | stored []",
+			"limit.delete token bucket rate=10 period=1000 | stored []",
 		}
 		if len(seen) != len(want) {
 			t.Fatalf("the hook saw %q, want %q", seen, want)
