@@ -180,7 +180,7 @@ func (e *Error) root() *Error {
 }
 
 // UnavailableMessage is what a client is told when Sluice fails closed.
-const UnavailableMessage = "the decision could not be made safely; retry shortly"
+const UnavailableMessage = "the request could not be completed safely; retry shortly"
 
 // From reads the client-safe meaning of any error: an *Error found in its chain as it is, the
 // end of the request's context as Unavailable (the work was cut short, so it fails closed), and

@@ -20,8 +20,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/apperr"
 )
 
-// ErrUnavailable means a decision could not be made safely: the database is unreachable or
-// contention outlasted every retry. Callers must fail closed (HTTP 503), never open. The errors
+// ErrUnavailable means a request (a decision, a change) could not be completed safely: the
+// database is unreachable or contention outlasted every retry. Callers must fail closed (HTTP
+// 503), never open. The errors
 // Serializable returns are copies of it (errors.Is holds) whose cause says what happened.
 var ErrUnavailable = apperr.New(apperr.Unavailable, apperr.UnavailableMessage)
 

@@ -1093,7 +1093,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
@@ -1173,7 +1173,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
@@ -1257,7 +1257,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
@@ -1335,7 +1335,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
@@ -1659,7 +1659,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
@@ -1741,7 +1741,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
@@ -3106,7 +3106,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
@@ -3199,7 +3199,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
@@ -3280,7 +3280,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the decision could not be made safely (fails closed) */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
