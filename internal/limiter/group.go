@@ -1090,6 +1090,44 @@ type limitRef struct {
 	// numbersUntil, on a hold's decision, is when an override's expiry may change the key's
 	// numbers (algo.OverrideIndex.NumbersUntil), for what the hold records (algo.Taken.Until).
 	numbersUntil int64
+	after        afterOverride // under an override that sets numbers: what decides once it ends
+}
+
+// afterOverride is what decides a key once the override that sets its numbers ends: a wait
+// (retryAfter) the override's numbers put past that moment is not the key's wait, since a
+// decision then reads the same state under the next numbers.
+type afterOverride struct {
+	at   int64          // when the key's numbers may change (NumbersUntil); 0: never, by expiry
+	def  Definition     // the numbers from then on: the next override's, or the definition's
+	next *algo.Override // the override that applies from then, if any (an allow or a deny too)
+}
+
+// wait is the wait, in ms from now, of a decision out made under the override's numbers whose
+// own wait ends after a.at: from a.at the key is decided under a.def, reading the state the
+// decision left (states, or out's writes for a reservation it made). The key admits at the
+// later of a.at and when a.def admits, or at a.at under an allow, or when a deny then ends. (A
+// refusal that starts a penalty is told the longer of this and the penalty, as Decide tells it.)
+func (a afterOverride) wait(states []algo.State, out algo.Outcome, count float64, reserve bool, now, origin int64) float64 {
+	w := float64(a.at - now)
+	switch {
+	case a.next != nil && a.next.Action == algo.ActionAllow:
+		return w
+	case a.next != nil && a.next.Action == algo.ActionDeny:
+		return w + float64(a.next.DenyRetryAfter(a.at))
+	}
+	if out.OK { // a reservation: its work runs once the state it left is out of debt
+		left := slices.Clone(states)
+		for k, st := range out.Writes {
+			if st.Exists {
+				left[k] = st
+			}
+		}
+		states, count, reserve = left, 0, false
+	}
+	if then := algo.Decide(a.def, states, count, reserve, now, origin); !math.IsNaN(then.RetryAfter) {
+		w = math.Max(w, then.RetryAfter)
+	}
+	return w
 }
 
 // expand lists the limits a job decides: each request (its stored definition, or its inline
@@ -1118,6 +1156,12 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			ix := ovs[defKey{j.tenantID, name}]
 			if r.ov = ix.Lookup(key, now); r.ov != nil {
 				r.def = r.ov.Apply(d)
+				if until := ix.NumbersUntil(key, now); r.ov.Action == algo.ActionNone && until > 0 {
+					r.after = afterOverride{at: until, def: d}
+					if next := ix.Lookup(key, until); next != nil {
+						r.after.next, r.after.def = next, next.Apply(d)
+					}
+				}
 			}
 			if req.hold && !req.Refund {
 				r.numbersUntil = ix.NumbersUntil(key, now)
@@ -1464,6 +1508,9 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			continue
 		}
 		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
+		if r.after.at > 0 && !math.IsNaN(d.RetryAfter) && float64(now)+d.RetryAfter > float64(r.after.at) {
+			d.RetryAfter = r.after.wait(states, d, req.Count, req.Reserve, now, origin)
+		}
 		var retryAfter *int64
 		if !math.IsNaN(d.RetryAfter) {
 			ra := algo.RetryAfterMillis(d.RetryAfter)

@@ -1,0 +1,96 @@
+package limiter_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/db"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testkit"
+)
+
+// TestAWaitPastAnOverridesExpiryIsTheNumbersThen: an override's numbers decide a key only until
+// it expires, so a refusal (or a reservation) whose wait under them would end after that is told
+// the wait under the numbers that decide from then on: not too short (retried and refused again)
+// nor too long. At that wait the key admits, and a moment before it does not.
+func TestAWaitPastAnOverridesExpiryIsTheNumbersThen(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
+		ctx := context.Background()
+		check := func(name string, count float64) limiter.Decision {
+			t.Helper()
+			got, err := e.Check(ctx, tenant, limiter.Request{Name: name, Key: "k", Count: count})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		wantWait := func(what string, got limiter.Decision, ok bool, ms int64) {
+			t.Helper()
+			if got.OK != ok || got.RetryAfter == nil || *got.RetryAfter != ms {
+				t.Fatalf("%s: ok=%v, retryAfter %s; want ok=%v with retryAfter %d", what, got.OK, millis(got.RetryAfter), ok, ms)
+			}
+		}
+		expiresIn := func(ms int64) *int64 { at := clock.Now().UnixMilli() + ms; return &at }
+
+		// Too short before: 3 tokens at the override's 1/s is 3 s, but it ends after 1.5 s and
+		// the definition's 0.1/s then needs 30 s from the same state.
+		mustPut(t, e, "slow", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 10_000, Capacity: ptr(5.0)})
+		mustOverride(t, e, "slow", limiter.Override{Match: "k", Rate: ptr(10.0), ExpiresAt: expiresIn(1_500)})
+		if got := mustLimit(t, e, limiter.Request{Name: "slow", Key: "k", Count: 5}); !got.OK {
+			t.Fatalf("the first 5: %+v", got)
+		}
+		wantWait("slow: 3 more under an override ending in 1.5 s", mustLimit(t, e, limiter.Request{Name: "slow", Key: "k", Count: 3}), false, 30_000)
+
+		// Too long before: 3 tokens at the override's 0.1/s is 30 s, but it ends after 1 s and
+		// the definition's 1/s then needs 3 s.
+		mustPut(t, e, "fast", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 10_000})
+		mustOverride(t, e, "fast", limiter.Override{Match: "k", Rate: ptr(1.0), Capacity: ptr(10.0), ExpiresAt: expiresIn(1_000)})
+		if got := mustLimit(t, e, limiter.Request{Name: "fast", Key: "k", Count: 10}); !got.OK {
+			t.Fatalf("the first 10: %+v", got)
+		}
+		wantWait("fast: 3 more under an override ending in 1 s", mustLimit(t, e, limiter.Request{Name: "fast", Key: "k", Count: 3}), false, 3_000)
+
+		// A reservation under the override runs when the state it left is out of debt under the
+		// definition's numbers: -3 at 0.1/s is 30 s, not the override's 3 s.
+		mustPut(t, e, "later", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 10_000, Capacity: ptr(5.0), MaxReserved: ptr(5.0)})
+		mustOverride(t, e, "later", limiter.Override{Match: "k", Rate: ptr(10.0), ExpiresAt: expiresIn(1_500)})
+		if got := mustLimit(t, e, limiter.Request{Name: "later", Key: "k", Count: 5}); !got.OK {
+			t.Fatalf("the first 5: %+v", got)
+		}
+		wantWait("later: a reservation of 3 under an override ending in 1.5 s", mustLimit(t, e, limiter.Request{Name: "later", Key: "k", Count: 3, Reserve: true}), true, 30_000)
+
+		clock.Advance(2_999)
+		if got := check("fast", 3); got.OK {
+			t.Fatalf("fast, 1 ms before the wait it was told: %+v", got)
+		}
+		clock.Advance(1)
+		if got := mustLimit(t, e, limiter.Request{Name: "fast", Key: "k", Count: 3}); !got.OK {
+			t.Fatalf("fast, at the wait it was told: %+v", got)
+		}
+		clock.Advance(26_999) // 29,999 ms after the refusals
+		if got := check("slow", 3); got.OK {
+			t.Fatalf("slow, 1 ms before the wait it was told: %+v", got)
+		}
+		if got := check("later", 0); got.OK {
+			t.Fatalf("later, 1 ms before its reservation's time: %+v (still in debt)", got)
+		}
+		clock.Advance(1)
+		if got := mustLimit(t, e, limiter.Request{Name: "slow", Key: "k", Count: 3}); !got.OK {
+			t.Fatalf("slow, at the wait it was told: %+v", got)
+		}
+		if got := check("later", 0); !got.OK {
+			t.Fatalf("later, at its reservation's time: %+v", got)
+		}
+	})
+}
+
+// millis shows a retryAfter for a failure's message.
+func millis(ms *int64) string {
+	if ms == nil {
+		return "none"
+	}
+	return strconv.FormatInt(*ms, 10) + " ms"
+}
