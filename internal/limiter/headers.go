@@ -50,6 +50,8 @@ func RateLimitHeaders(ds []Decision) (policy, limit string) {
 		switch {
 		case d.RetryAfter != nil && !d.OK:
 			t = HeaderSeconds(float64(*d.RetryAfter))
+		case d.Window != nil && d.Remaining >= def.Max():
+			t = 0 // a quota whole already, as an untouched key or an allowed one is
 		case d.Window != nil:
 			t = HeaderSeconds(float64(d.Window.End - d.Window.Now))
 		case d.fullSet:

@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/db"
@@ -117,6 +118,16 @@ func TestAQuotasPolicyWindowIsTheCalendarsWhateverDecided(t *testing.T) {
 			if p, _ := limiter.RateLimitHeaders([]limiter.Decision{dec}); p != want {
 				t.Errorf("decision %d (%s, ok %v): RateLimit-Policy %q, want %q", i, dec.Key, dec.OK, p, want)
 			}
+		}
+		// A quota whole already has nothing to wait for: t is 0, not the window's end (which a
+		// key that used some waits for).
+		fresh := mustLimit(t, e, limiter.Request{Name: "q", Key: "fresh", Count: 0})
+		if _, l := limiter.RateLimitHeaders([]limiter.Decision{fresh}); l != `"q";r=2;t=0` {
+			t.Errorf("a look at a whole quota: RateLimit %q, want t=0", l)
+		}
+		used := mustLimit(t, e, limiter.Request{Name: "q", Key: "used", Count: 1})
+		if _, l := limiter.RateLimitHeaders([]limiter.Decision{used}); !strings.HasPrefix(l, `"q";r=1;t=`) || strings.HasSuffix(l, ";t=0") {
+			t.Errorf("a quota one used: RateLimit %q, want the window's end", l)
 		}
 	})
 }
