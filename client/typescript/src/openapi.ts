@@ -745,7 +745,7 @@ export interface components {
             windowStart?: number;
             /** @description quotas only: the end of the current calendar window, when the quota is whole again, ms since the epoch */
             resetAt?: number;
-            /** @description ms since the epoch when the key is full again if nothing more is consumed (every kind has one); null when the key is full already. Token bucket and gcra: ts + (max - value) * period / rate, rounded up; fixed window: the start of the window ceil((max - value) / rate) windows after the current one; sliding window: the start of the sub-interval resolution + 1 after the newest one with consumption. The maximum over shards. A running penalty is not counted (see penaltyUntil). */
+            /** @description ms since the epoch when the key is full again if nothing more is consumed (every kind has one); null when the key is full already. Token bucket and gcra: ts + (max - value) * period / rate, rounded up; fixed window: the start of the window ceil((max - value) / rate) windows after the current one; sliding window: the start of the sub-interval resolution + 1 after the newest one with consumption; quota: the end of its calendar window; concurrency: when the last lease in flight expires. The maximum over shards. A running penalty is not counted (see penaltyUntil). */
             fullAt: number | null;
             /** @description ms since the epoch when the key's running penalty ends; absent when none runs */
             penaltyUntil?: number;
