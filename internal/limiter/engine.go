@@ -59,6 +59,7 @@ type Engine struct {
 
 	afterIdempotentCommit func() // Options.AfterIdempotentCommit (test-only)
 	afterDecide           func() // test-only (export_test.go): runs first in beforeCommit
+	afterStateBatch       func() // test-only (export_test.go): runs after each batch of dropStateInBatches commits
 	takeOne               string // pgTakeOne; tests replace it (export_test.go)
 }
 
@@ -653,18 +654,29 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 	if key != nil && *key != "" && !ValidKey(*key) {
 		return invalidRequest("key", KeyRule)
 	}
+	if key == nil {
+		// Every key of a name that has neither a stored definition nor any state is not found;
+		// the first batch checks, and is audited.
+		err := e.dropStateInBatches(db.WithPurpose(ctx, db.PurposeDecision), tenantID, name, func(tx *gorm.DB, first bool) (bool, error) {
+			if !first {
+				return false, nil
+			}
+			if err := requireDefinitionOrState(tx, tenantID, name); err != nil || then == nil {
+				return false, err
+			}
+			return false, then(tx)
+		})
+		if err != nil {
+			return fmt.Errorf("limiter: reset: %w", err)
+		}
+		return nil
+	}
 	err := e.db.Serializable(db.WithPurpose(ctx, db.PurposeDecision), func(tx *gorm.DB) error {
 		if err := e.decisionSettings(tx, false); err != nil {
 			return err
 		}
 		// One key (or the global one) is reset whether or not the name has a stored definition
-		// or any state (idempotent: inline-config limits have neither until used); every key
-		// of a name that has neither is not found.
-		if key == nil {
-			if err := requireDefinitionOrState(tx, tenantID, name); err != nil {
-				return err
-			}
-		}
+		// or any state (idempotent: inline-config limits have neither until used).
 		if err := deleteState(tx, tenantID, name, key); err != nil || then == nil {
 			return err
 		}
@@ -676,6 +688,49 @@ func (e *Engine) Reset(ctx context.Context, tenantID int64, name string, key *st
 	return nil
 }
 
+// stateDropDutyCycle is the share of the time dropStateInBatches takes at most.
+const stateDropDutyCycle = 0.5
+
+// dropStateInBatches deletes every key's state of name (deleteState's work) in transactions of
+// about stateBatch rows (dropStateBatch), in key order, so that no transaction holds SQLite's write
+// lock, or a PostgreSQL transaction its rows, for long however many keys the limit has (one
+// transaction of millions of rows outlasted the retry budget every time, and stalled every other
+// decision on SQLite meanwhile). Each key is reset at one moment, all of its rows together;
+// different keys at different moments while it runs, so a key decided on after its batch keeps
+// that decision. each runs first in every batch's transaction (first for the first), and can
+// stop the batches (stop) or fail them.
+func (e *Engine) dropStateInBatches(ctx context.Context, tenantID int64, name string, each func(tx *gorm.DB, first bool) (stop bool, err error)) error {
+	after, first := "", true
+	for {
+		var last string
+		var more, stop bool
+		started := time.Now()
+		err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
+			if err := e.decisionSettings(tx, false); err != nil {
+				return err
+			}
+			var err error
+			if stop, err = each(tx, first); err != nil || stop {
+				return err
+			}
+			last, more, err = dropStateBatch(tx, tenantID, name, after, first)
+			return err
+		})
+		if err != nil || stop || !more {
+			return err
+		}
+		if e.afterStateBatch != nil {
+			e.afterStateBatch()
+		}
+		// Half the time at most: on SQLite the next batch would otherwise take the write lock
+		// back before a decision waiting for it looks again (it polls), and starve it.
+		if err := rest(ctx, time.Since(started), stateDropDutyCycle); err != nil {
+			return err
+		}
+		after, first = last, false
+	}
+}
+
 // requireDefinitionOrState returns ErrLimitNotFound when name has neither a stored definition
 // nor any state.
 func requireDefinitionOrState(tx *gorm.DB, tenantID int64, name string) error {
@@ -683,8 +738,8 @@ func requireDefinitionOrState(tx *gorm.DB, tenantID int64, name string) error {
 	if err != nil || ok {
 		return err
 	}
-	n, err := countState(tx, tenantID, name)
-	if err == nil && n == 0 {
+	some, err := anyState(tx, tenantID, name)
+	if err == nil && !some {
 		err = ErrLimitNotFound
 	}
 	return err

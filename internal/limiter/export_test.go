@@ -1,5 +1,7 @@
 package limiter
 
+import "testing"
+
 // Queued is how many decisions wait in the engine's lanes, with the one a lane's worker holds
 // while it waits for its turn (tests fill one group with it) and those an away group holds back.
 func (e *Engine) Queued() int {
@@ -20,6 +22,16 @@ func (e *Engine) Queued() int {
 // before anything is written (tests hold two instances' transactions open together with it).
 // A group decided in one round trip (plain token bucket decisions) calls it after its commit.
 func SetAfterDecide(e *Engine, f func()) { e.afterDecide = f }
+
+// SetAfterStateBatch makes e call f after each batch of a state drop (a reset of every key, a
+// deletion's state, a creation's over an inline config's) that more batches follow.
+func SetAfterStateBatch(e *Engine, f func()) { e.afterStateBatch = f }
+
+// SetStateBatch makes state drops delete n rows a transaction until the test ends.
+func SetStateBatch(t testing.TB, n int64) {
+	old := stateBatch.Swap(n)
+	t.Cleanup(func() { stateBatch.Store(old) })
+}
 
 // SetTakeOne makes e decide one-trip groups of one request with sql instead of pgTakeOne (tests
 // sabotage the statement to see the replay catch it).

@@ -495,13 +495,49 @@ func charges(results []Decision) [][]charge {
 // the hold's copy (holdSnapshots), and the close compares the numbers themselves too
 // (algo.Taken.GiveBack), which sees an override that expired meanwhile.
 func voidCharges(tx *gorm.DB, tenantID int64, name string, key *string) error {
-	var rows []struct {
-		HoldID  string
-		Idx     int
-		Charges string
-	}
+	return voidChargesOf(tx, tenantID, name, func(k string) bool { return key == nil || k == *key })
+}
+
+// chargeRow is a hold's limit whose charges may name a limit (chargesNaming).
+type chargeRow struct {
+	HoldID  string
+	Idx     int
+	Charges string
+}
+
+// chargesNaming reads the hold limits of the tenant whose charges may name limit name.
+func chargesNaming(tx *gorm.DB, tenantID int64, name string) ([]chargeRow, error) {
+	var rows []chargeRow
 	quoted, _ := json.Marshal(name) // a string: cannot fail
-	if err := tx.Raw(sqlChargesNaming, tenantID, `%"name":`+string(quoted)+`%`).Scan(&rows).Error; err != nil {
+	err := tx.Raw(sqlChargesNaming, tenantID, `%"name":`+string(quoted)+`%`).Scan(&rows).Error
+	return rows, err
+}
+
+// chargedKeys is the set of name's keys that open holds took from.
+func chargedKeys(tx *gorm.DB, tenantID int64, name string) (map[string]bool, error) {
+	rows, err := chargesNaming(tx, tenantID, name)
+	if err != nil {
+		return nil, err
+	}
+	keys := map[string]bool{}
+	for _, r := range rows {
+		var cs []charge
+		if json.Unmarshal([]byte(r.Charges), &cs) != nil {
+			continue
+		}
+		for _, c := range cs {
+			if c.Name == name && c.Took != nil {
+				keys[c.Key] = true
+			}
+		}
+	}
+	return keys, nil
+}
+
+// voidChargesOf is voidCharges of the keys of name that of reports.
+func voidChargesOf(tx *gorm.DB, tenantID int64, name string, of func(key string) bool) error {
+	rows, err := chargesNaming(tx, tenantID, name)
+	if err != nil {
 		return err
 	}
 	for _, r := range rows {
@@ -511,7 +547,7 @@ func voidCharges(tx *gorm.DB, tenantID int64, name string, key *string) error {
 		}
 		changed := false
 		for i, c := range cs {
-			if c.Name == name && (key == nil || c.Key == *key) && c.Took != nil {
+			if c.Name == name && of(c.Key) && c.Took != nil {
 				cs[i].Took, changed = nil, true
 			}
 		}

@@ -123,8 +123,11 @@ const (
 	sqlExtendLease      = "UPDATE leases SET expires_at = ? WHERE tenant_id = ? AND id = ?"
 	sqlDeleteNameLeases = "DELETE FROM leases WHERE tenant_id = ? AND name = ?"
 	sqlDeleteKeyLeases  = "DELETE FROM leases WHERE tenant_id = ? AND name = ? AND key = ?"
-	sqlSweepLeases      = "DELETE FROM leases WHERE (tenant_id, id) IN (SELECT tenant_id, id FROM leases WHERE expires_at <= ? LIMIT ?)"
-	sqlOpenLeases       = `SELECT id, key, created_at, expires_at FROM leases WHERE tenant_id = ? AND name = ? AND expires_at > ?
+	// The leases of a key range of a name, as dropStateBatch deletes its state.
+	sqlDeleteLeasesFrom  = "DELETE FROM leases WHERE tenant_id = ? AND name = ? AND key >= ?"
+	sqlDeleteLeasesAfter = "DELETE FROM leases WHERE tenant_id = ? AND name = ? AND key > ?"
+	sqlSweepLeases       = "DELETE FROM leases WHERE (tenant_id, id) IN (SELECT tenant_id, id FROM leases WHERE expires_at <= ? LIMIT ?)"
+	sqlOpenLeases        = `SELECT id, key, created_at, expires_at FROM leases WHERE tenant_id = ? AND name = ? AND expires_at > ?
 		ORDER BY created_at, id LIMIT ?`
 	sqlLeaseStats = "SELECT COUNT(*) AS n, MIN(created_at) AS oldest, COALESCE(SUM(CASE WHEN expires_at <= ? THEN 1 ELSE 0 END), 0) AS soon FROM leases WHERE tenant_id = ? AND name = ? AND expires_at > ?"
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 
@@ -51,7 +52,17 @@ const (
 	sqlDeleteState       = "DELETE FROM limit_state WHERE "
 	sqlDeleteNameState   = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ?"
 	sqlDeleteKeyState    = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ? AND key = ?"
-	sqlCountNameState    = "SELECT COUNT(*) FROM limit_state WHERE tenant_id = ? AND name = ?"
+	sqlAnyNameState      = "SELECT COUNT(*) FROM (SELECT 1 FROM limit_state WHERE tenant_id = ? AND name = ? LIMIT 1) one"
+	// A batch of a name's state in key order (dropStateBatch): the key a batch's rows end at (the
+	// OFFSET-th after a key, or from the first, >= ''), then every row of the keys from or after
+	// the first up to that one (upToKey; the last batch has no end), returning their keys when
+	// open holds took from the name (returningKey).
+	sqlStateKeyAtFrom   = "SELECT key FROM limit_state WHERE tenant_id = ? AND name = ? AND key >= ? ORDER BY key LIMIT 1 OFFSET ?"
+	sqlStateKeyAtAfter  = "SELECT key FROM limit_state WHERE tenant_id = ? AND name = ? AND key > ? ORDER BY key LIMIT 1 OFFSET ?"
+	sqlDeleteStateFrom  = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ? AND key >= ?"
+	sqlDeleteStateAfter = "DELETE FROM limit_state WHERE tenant_id = ? AND name = ? AND key > ?"
+	upToKey             = " AND key <= ?"
+	returningKey        = " RETURNING key"
 	// The newest rows first: a top-N sort of the limit's rows (a key's first row is its newest),
 	// cheaper than grouping every key first. No index on ts serves it: one slowed every decision
 	// write far more than it sped this up (docs/performance.md).
@@ -333,11 +344,55 @@ func deleteState(tx *gorm.DB, tenantID int64, name string, key *string) error {
 	return tx.Exec(sqlDeleteKeyState, tenantID, name, *key).Error
 }
 
-// countState counts the state rows of every key of name.
-func countState(tx *gorm.DB, tenantID int64, name string) (int64, error) {
+// stateBatch is how many state rows dropStateBatch deletes in one transaction (a few more when
+// the last key has several shards): tens of milliseconds of SQLite's write lock. Tests lower it
+// (export_test.go).
+var stateBatch = func() *atomic.Int64 { var n atomic.Int64; n.Store(20_000); return &n }()
+
+// dropStateBatch deletes the state of the next keys of name in key order after after (from the
+// first key when first), about stateBatch rows, with their leases and what open holds took from
+// them (deleteState's work, key range by key range): every row of a key goes in the same batch.
+// It returns the last key deleted and whether there may be more.
+func dropStateBatch(tx *gorm.DB, tenantID int64, name, after string, first bool) (last string, more bool, err error) {
+	keyAt, state, leases := sqlStateKeyAtAfter, sqlDeleteStateAfter, sqlDeleteLeasesAfter
+	if first {
+		keyAt, state, leases = sqlStateKeyAtFrom, sqlDeleteStateFrom, sqlDeleteLeasesFrom
+	}
+	args := []any{tenantID, name, after}
+	var ends []string
+	if err := tx.Raw(keyAt, tenantID, name, after, stateBatch.Load()-1).Scan(&ends).Error; err != nil {
+		return "", false, err
+	}
+	if more = len(ends) == 1; more {
+		last = ends[0]
+		state, leases, args = state+upToKey, leases+upToKey, append(args, last)
+	}
+	if err := tx.Exec(leases, args...).Error; err != nil {
+		return "", false, err
+	}
+	held, err := chargedKeys(tx, tenantID, name)
+	if err != nil || len(held) == 0 {
+		if err == nil {
+			err = tx.Exec(state, args...).Error
+		}
+		return last, more, err
+	}
+	var deleted []string
+	if err := tx.Raw(state+returningKey, args...).Scan(&deleted).Error; err != nil {
+		return "", false, err
+	}
+	gone := make(map[string]bool, len(deleted))
+	for _, k := range deleted {
+		gone[k] = held[k]
+	}
+	return last, more, voidChargesOf(tx, tenantID, name, func(key string) bool { return gone[key] })
+}
+
+// anyState reports whether name has any state row (one read, however many it has).
+func anyState(tx *gorm.DB, tenantID int64, name string) (bool, error) {
 	var n int64
-	err := tx.Raw(sqlCountNameState, tenantID, name).Scan(&n).Error
-	return n, err
+	err := tx.Raw(sqlAnyNameState, tenantID, name).Scan(&n).Error
+	return n > 0, err
 }
 
 // recentKeys lists up to n keys of name (a limit of shards shards) that have state, most

@@ -125,6 +125,12 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	if err != nil {
 		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
 	}
+	// A creation drops the state an inline config or a deleted definition left under the name:
+	// most of it in batches first, so that what its own transaction deletes is small however
+	// many keys were left (a replacement stops at the first batch's look).
+	if err := e.dropOrphanState(ctx, tenantID, name); err != nil {
+		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
+	}
 	var out StoredDefinition
 	var created bool
 	err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
@@ -318,6 +324,11 @@ func (e *Engine) ListDefinitions(ctx context.Context, tenantID int64) ([]StoredD
 
 // DeleteDefinition removes a definition with its overrides and all of its state, or returns
 // ErrLimitNotFound. then, when not nil, is called in the same transaction once it is removed.
+// The definition, its overrides, its leases and what open holds took from it go in that
+// transaction; its state after it, in batches (dropOrphanState): a limit of millions of keys
+// could not drop them in one transaction. What a batch could not delete (the request ended) is
+// an inline config's state as far as decisions go, swept after InlineStateTTL, or dropped by the
+// next creation of the name.
 func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string, then OnDefinitionChange) error {
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		if err := e.decisionSettings(tx, false); err != nil {
@@ -337,7 +348,10 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		if err != nil {
 			return err
 		}
-		if err := deleteState(tx, tenantID, name, nil); err != nil {
+		if err := deleteLeases(tx, tenantID, name, nil); err != nil {
+			return err
+		}
+		if err := voidCharges(tx, tenantID, name, nil); err != nil {
 			return err
 		}
 		if then == nil {
@@ -348,5 +362,17 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 	if err != nil {
 		return fmt.Errorf("limiter: delete definition: %w", err)
 	}
+	_ = e.dropOrphanState(ctx, tenantID, name) // the deletion is made; what is left is swept
 	return nil
+}
+
+// dropOrphanState deletes name's state in batches (dropStateInBatches) while name has no stored
+// definition: what a deleted definition left, or an inline config's. It stops when a definition
+// of name exists (its creation dropped what was left then, in its own transaction) and at the
+// first error.
+func (e *Engine) dropOrphanState(ctx context.Context, tenantID int64, name string) error {
+	return e.dropStateInBatches(ctx, tenantID, name, func(tx *gorm.DB, _ bool) (bool, error) {
+		_, found, err := loadDefinition(tx, tenantID, name)
+		return found, err
+	})
 }

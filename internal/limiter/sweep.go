@@ -111,6 +111,23 @@ func (e *Engine) Sweep(ctx context.Context, batch int) (deleted int, err error) 
 	return e.SweepPaced(ctx, batch, 1)
 }
 
+// rest waits after worked so that the work takes at most dutyCycle (0 < dutyCycle <= 1) of the
+// time, at most 5 s; it returns ctx's error if ctx ends first.
+func rest(ctx context.Context, worked time.Duration, dutyCycle float64) error {
+	if dutyCycle >= 1 {
+		return nil
+	}
+	pause := time.Duration(float64(worked) * (1 - dutyCycle) / dutyCycle)
+	t := time.NewTimer(min(pause, 5*time.Second))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // SweepPaced is Sweep that rests between batches so that the sweeper takes at most dutyCycle
 // (0 < dutyCycle <= 1) of one connection's time: a sweep over a large table must not starve the
 // decisions it shares the database with (measured: an unpaced sweep of 300,000 full rows cut
@@ -124,20 +141,7 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 	if dutyCycle <= 0 || dutyCycle > 1 {
 		dutyCycle = 1
 	}
-	rest := func(worked time.Duration) error {
-		if dutyCycle >= 1 {
-			return nil
-		}
-		pause := time.Duration(float64(worked) * (1 - dutyCycle) / dutyCycle)
-		t := time.NewTimer(min(pause, 5*time.Second))
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		}
-	}
+	rest := func(worked time.Duration) error { return rest(ctx, worked, dutyCycle) }
 	// Definitions seen by the scan; the deleting transaction reads them again.
 	scanDefs := definitionCache{}
 	var cursor *fullStateRow
