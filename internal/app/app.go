@@ -254,7 +254,7 @@ func DefaultPlan(cfg config.Config) tenants.Option {
 // server's, its audited changes write their webhook events to the outbox in the same
 // transaction (a running server delivers them), and its default plan is the configured one.
 func CommandTenants(cfg config.Config, d *db.DB, keys Secrets) (*tenants.Service, error) {
-	events, err := newWebhooks(cfg, d, keys, nil)
+	events, err := newWebhooks(cfg, d, keys, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -263,8 +263,20 @@ func CommandTenants(cfg config.Config, d *db.DB, keys Secrets) (*tenants.Service
 
 // newWebhooks is the webhooks service of the server and of the command line alike: both must
 // seal and open endpoints' signing secrets with the same derived key.
-func newWebhooks(cfg config.Config, d *db.DB, keys Secrets, log *slog.Logger) (*webhooks.Service, error) {
-	return webhooks.NewService(d, keys.Derive("webhook-secrets"), webhooks.Options{AllowPrivate: cfg.WebhookAllowPrivate, Logger: log})
+func newWebhooks(cfg config.Config, d *db.DB, keys Secrets, log *slog.Logger, onAttempt func(string)) (*webhooks.Service, error) {
+	return webhooks.NewService(d, keys.Derive("webhook-secrets"), webhooks.Options{AllowPrivate: cfg.WebhookAllowPrivate, Logger: log, OnAttempt: onAttempt})
+}
+
+// countedMailer is a mailer whose every message is counted, sent or not (sluice_emails_total).
+type countedMailer struct {
+	ui.LinkMailer
+	count func(sent bool)
+}
+
+func (m countedMailer) Send(ctx context.Context, msg mail.Message) error {
+	err := m.LinkMailer.Send(ctx, msg)
+	m.count(err == nil)
+	return err
 }
 
 // NewLogger is the process's logger: text lines at the configured level.
@@ -327,7 +339,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		a.Log.WarnContext(ctx, "SLUICE_COMMIT=fast has no effect on SQLite: it has one mode (WAL, synchronous=NORMAL; see the README's commit modes)")
 	}
 	a.Metrics = metrics.New(metrics.Options{DB: a.DB, Version: Version})
-	a.Webhooks, err = newWebhooks(cfg, a.DB, keys, a.Log)
+	a.Webhooks, err = newWebhooks(cfg, a.DB, keys, a.Log, a.Metrics.OnWebhookAttempt)
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +387,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *App, err error) 
 		if err != nil {
 			return nil, err
 		}
-		mailer = sender
+		mailer = countedMailer{sender, a.Metrics.OnEmail}
 	}
 	a.UI, err = ui.New(ui.Deps{
 		Tenants: a.Tenants, Engine: a.Engine, Usage: a.Usage, Captcha: a.Captcha, Webhooks: a.Webhooks, Logger: a.Log, Mailer: mailer,

@@ -314,7 +314,7 @@ func witness(ctx context.Context, cfg config.Config, d *db.DB, keys Secrets) (ve
 		return unknown, err
 	}
 	if endpoints {
-		hooks, err := newWebhooks(cfg, d, keys, nil)
+		hooks, err := newWebhooks(cfg, d, keys, nil, nil)
 		if err != nil {
 			return unknown, err
 		}

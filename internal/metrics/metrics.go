@@ -48,6 +48,8 @@ type Metrics struct {
 	swept     *prometheus.CounterVec
 	sweepErrs prometheus.Counter
 	overage   *prometheus.CounterVec
+	webhooks  *prometheus.CounterVec
+	emails    *prometheus.CounterVec
 	tenants   *boundedLabels
 	names     *namesByTenant
 }
@@ -87,10 +89,24 @@ func New(o Options) *Metrics {
 			Name: "sluice_hold_overage_total",
 			Help: "Amounts settled holds charged beyond what they held that their limit could not take (recorded, not enforced), by tenant ID and limit name.",
 		}, []string{"tenant", "name"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_webhook_attempts_total",
+			Help: "Webhook delivery attempts by outcome: delivered, failed (to be retried) or given_up (the last try failed).",
+		}, []string{"outcome"}),
+		emails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_emails_total",
+			Help: "Invite and password reset emails by outcome: sent, or failed (the link was shown on the page only).",
+		}, []string{"outcome"}),
 		tenants: newBoundedLabels(o.MaxLabelValues),
 		names:   &namesByTenant{max: o.MaxLabelValues, of: map[string]*boundedLabels{}},
 	}
-	m.reg.MustRegister(m.decisions, m.latency, m.inFlight, m.swept, m.sweepErrs, m.overage,
+	for _, o := range []string{"delivered", "failed", "given_up"} {
+		m.webhooks.WithLabelValues(o) // every outcome from the first scrape, at 0
+	}
+	for _, o := range []string{"sent", "failed"} {
+		m.emails.WithLabelValues(o)
+	}
+	m.reg.MustRegister(m.decisions, m.latency, m.inFlight, m.swept, m.sweepErrs, m.overage, m.webhooks, m.emails,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfo(o.Version))
@@ -143,6 +159,19 @@ func (m *Metrics) DecisionInFlight(delta float64) { m.inFlight.Add(delta) }
 // the signature of limiter.Options.OnHoldOverage.
 func (m *Metrics) OnHoldOverage(tenantID int64, name string, amount float64) {
 	m.overage.WithLabelValues(m.labels(tenantID, name)...).Add(amount)
+}
+
+// OnWebhookAttempt counts one webhook delivery attempt's outcome; it has the signature of
+// webhooks.Options.OnAttempt.
+func (m *Metrics) OnWebhookAttempt(outcome string) { m.webhooks.WithLabelValues(outcome).Inc() }
+
+// OnEmail counts one email sent, or one that could not be.
+func (m *Metrics) OnEmail(sent bool) {
+	outcome := "failed"
+	if sent {
+		outcome = "sent"
+	}
+	m.emails.WithLabelValues(outcome).Inc()
 }
 
 // Swept records rows deleted by the sweeper from table.

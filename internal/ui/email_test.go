@@ -2,8 +2,10 @@ package ui_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -80,6 +82,7 @@ func TestInviteAndResetLinksAreEmailedWhenSMTPIsConfigured(t *testing.T) {
 		if note := text(page.doc(t), "#invite-note"); !strings.Contains(note, "is emailed") || strings.Contains(note, "no email") {
 			t.Fatalf("the invite form says %q with SMTP set", note)
 		}
+		wantEmailsCounted(t, e, 1, 0)
 		msgs := srv.Messages()
 		if len(msgs) != 1 || len(msgs[0].To) != 1 || msgs[0].To[0] != "new@acme.example" || msgs[0].From != "sluice@example.com" {
 			t.Fatalf("received %+v, want one message to new@acme.example", msgs)
@@ -158,6 +161,7 @@ func TestAFailedEmailKeepsTheInvite(t *testing.T) {
 			if _, ok := e.lastAudit(acme, "user.invite_emailed"); ok {
 				t.Fatal("a failed email was audited as sent")
 			}
+			wantEmailsCounted(t, e, 0, 1)
 			guest := e.client()
 			wantStatus(t, guest.post("/invite", url.Values{"token": {tokenOf(t, shown)}, "password": {"new-password-1"}, "confirm": {"new-password-1"}}), http.StatusSeeOther)
 			wantStatus(t, guest.get(tpath(acme, "/limits")), http.StatusOK)
@@ -186,5 +190,17 @@ func TestNoEmailWithoutSMTP(t *testing.T) {
 	}
 	if _, ok := e.lastAudit(acme, "user.invite_emailed"); ok {
 		t.Fatal("an email audited with SMTP off")
+	}
+}
+
+// wantEmailsCounted checks what sluice_emails_total counted, sent and failed.
+func wantEmailsCounted(t *testing.T, e *env, sent, failed int) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	e.app.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for outcome, n := range map[string]int{"sent": sent, "failed": failed} {
+		if want := fmt.Sprintf("sluice_emails_total{outcome=%q} %d\n", outcome, n); !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("the metrics lack %q", want)
+		}
 	}
 }

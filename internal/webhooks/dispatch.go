@@ -278,6 +278,7 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 		update["last_status"] = status
 	}
 	ok = sendErr == nil && status >= 200 && status < 300
+	outcome := "delivered"
 	switch {
 	case ok:
 		update["delivered_at"] = now.UnixMilli()
@@ -292,8 +293,10 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 		if next.After(time.UnixMilli(d.CreatedAt).Add(retryWindow)) {
 			update["given_up_at"] = now.UnixMilli()
 			update["next_attempt_at"] = finishedNextAttempt
+			outcome = "given_up"
 		} else {
 			update["next_attempt_at"] = next.UnixMilli()
+			outcome = "failed"
 		}
 	}
 	res = s.db.Gorm.WithContext(ctx).Model(&deliveryRow{}).
@@ -305,6 +308,8 @@ func (s *Service) deliver(ctx context.Context, d deliveryRow) (ok bool, err erro
 	}
 	if res.RowsAffected == 0 {
 		s.log.Info("webhook delivery: outcome not recorded, the delivery was resent or claimed again meanwhile", "delivery", d.ID, "delivered", ok)
+	} else {
+		s.onAttempt(outcome)
 	}
 	return ok, nil
 }

@@ -704,3 +704,47 @@ func TestLastStatusIsTheLastAttemptsOwn(t *testing.T) {
 		}
 	})
 }
+
+// TestEveryRecordedAttemptIsReportedWithItsOutcome: OnAttempt hears each attempt whose outcome is
+// recorded (what sluice_webhook_attempts_total counts): a 2xx delivered, an error failed while the
+// delivery has time left to be retried, and given_up once its last try fails.
+func TestEveryRecordedAttemptIsReportedWithItsOutcome(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock()
+		var mu sync.Mutex
+		var outcomes []string
+		s, err := NewService(d, sealKey, Options{AllowPrivate: true, Now: c.now, OnAttempt: func(o string) {
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes = append(outcomes, o)
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenant := newTenant(t, d, "acme")
+		var fail atomic.Bool
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if fail.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(srv.Close)
+		if _, _, err := s.CreateEndpoint(context.Background(), tenant, srv.URL, []string{EventKeyCreated}); err != nil {
+			t.Fatal(err)
+		}
+		emit(t, s, tenant, EventKeyCreated, nil)
+		deliverDue(t, s)
+		fail.Store(true)
+		emit(t, s, tenant, EventKeyCreated, nil)
+		deliverDue(t, s)
+		c.advance(retryWindow)
+		deliverDue(t, s)
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"delivered", "failed", "given_up"}; !slices.Equal(outcomes, want) {
+			t.Fatalf("outcomes reported %q, want %q", outcomes, want)
+		}
+	})
+}

@@ -108,6 +108,9 @@ type Options struct {
 	// runs); time.Now when nil. Tests skew it to show that PostgreSQL's outbox does not read it.
 	Clock  func() time.Time
 	Logger *slog.Logger
+	// OnAttempt, when set, is told the outcome of every delivery attempt whose outcome is
+	// recorded: "delivered", "failed" (to be retried) or "given_up" (the last try failed).
+	OnAttempt func(outcome string)
 	// Interval is how often Run looks for due deliveries; default one second.
 	Interval time.Duration
 }
@@ -120,6 +123,7 @@ type Service struct {
 	testNow      func() time.Time // Options.Now: replaces every clock when set
 	clock        func() time.Time // this process's clock (Options.Clock)
 	log          *slog.Logger
+	onAttempt    func(outcome string) // Options.OnAttempt; never nil
 	client       *http.Client
 	interval     time.Duration
 	// lastHousekeeping is when (Unix ms, by now) housekeep last ran; 0 before it ever did.
@@ -142,8 +146,11 @@ func NewService(d *db.DB, sealKey []byte, opts Options) (*Service, error) {
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
 	}
+	if opts.OnAttempt == nil {
+		opts.OnAttempt = func(string) {}
+	}
 	return &Service{db: d, sealer: s, allowPrivate: opts.AllowPrivate, testNow: opts.Now, clock: opts.Clock, log: opts.Logger,
-		client: newClient(opts.AllowPrivate), interval: opts.Interval}, nil
+		onAttempt: opts.OnAttempt, client: newClient(opts.AllowPrivate), interval: opts.Interval}, nil
 }
 
 // wallClock is this process's time, for times no other instance reads: the test clock when
