@@ -207,6 +207,9 @@ type Decision struct {
 	// retryFrom is, when the family's RetryAfter is an ancestor's (familyOutcome), how that one
 	// jitters: the ancestor's own jitter, or none when a deny refused it.
 	retryFrom *retrySource
+	// ownRetryAfter is, on a limit with ancestors, this limit's own RetryAfter, where RetryAfter
+	// is the family's (familyOutcome): its RateLimit header entry describes the limit itself.
+	ownRetryAfter *int64
 	// Window is the calendar window a quota's decision counted in; nil for the other kinds.
 	Window *QuotaWindow
 	// Parents are the decisions on the limit's ancestors (nested budgets), breadth first: the
@@ -282,7 +285,9 @@ func (d Decision) RefusedBy() string {
 	return by
 }
 
-// WithParents lists decisions followed by their ancestors' (for headers and reports).
+// WithParents lists decisions followed by their ancestors', each with its own outcome (where a
+// decision with ancestors answers the family's), for the RateLimit headers: a limit whole
+// under a parent that refused reports itself whole, not the parent's wait.
 func WithParents(ds []Decision) []Decision {
 	n := len(ds)
 	for _, d := range ds {
@@ -293,6 +298,9 @@ func WithParents(ds []Decision) []Decision {
 	}
 	out := make([]Decision, 0, n)
 	for _, d := range ds {
+		if len(d.Parents) > 0 {
+			d.OK, d.RetryAfter = !d.refused, d.ownRetryAfter
+		}
 		out = append(out, d)
 		out = append(out, d.Parents...)
 	}

@@ -1621,6 +1621,7 @@ func familyOutcome(d *Decision) {
 	if len(d.Parents) == 0 {
 		return
 	}
+	d.ownRetryAfter = d.RetryAfter
 	for _, p := range d.Parents {
 		d.OK = d.OK && p.OK
 	}

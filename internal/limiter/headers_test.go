@@ -131,3 +131,26 @@ func TestAQuotasPolicyWindowIsTheCalendarsWhateverDecided(t *testing.T) {
 		}
 	})
 }
+
+// TestAChildsHeaderEntryIsItsOwn: a limit under a parent that refuses answers the family's
+// refusal, but its own RateLimit entry describes itself (here: 1 of 2 left, whole in a second),
+// not the parent's wait, as each limit of a /v1/limit batch keeps its own.
+func TestAChildsHeaderEntryIsItsOwn(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		c := newClock(1_700_000_000_000)
+		e := newEngine(t, d, c.opts())
+		mustPut(t, e, "org", limiter.Definition{Kind: limiter.FixedWindow, Rate: 1, Period: 3_600_000, Start: ptr(int64(0))})
+		mustPut(t, e, "user", limiter.Definition{Kind: limiter.TokenBucket, Rate: 2, Period: 2_000, Parents: []limiter.Parent{{Name: "org", Key: "acme"}}})
+		if got := mustLimit(t, e, limiter.Request{Name: "user", Key: "u", Count: 1}); !got.OK {
+			t.Fatalf("the first: %+v", got)
+		}
+		refused := mustLimit(t, e, limiter.Request{Name: "user", Key: "u", Count: 1})
+		if refused.OK || refused.RetryAfter == nil || *refused.RetryAfter < 1_000_000 {
+			t.Fatalf("the second, refused by the org's hour: ok=%v retryAfter %s", refused.OK, millis(refused.RetryAfter))
+		}
+		_, l := limiter.RateLimitHeaders(limiter.WithParents([]limiter.Decision{refused}))
+		if !strings.HasPrefix(l, `"user";r=1;t=1, "org";r=0;t=`) {
+			t.Fatalf("RateLimit %q: want the user's own entry (1 left, whole in 1 s), then the org's wait", l)
+		}
+	})
+}
