@@ -1093,29 +1093,25 @@ type limitRef struct {
 	after        afterOverride // under an override that sets numbers: what decides once it ends
 }
 
-// afterOverride is what decides a key once the override that sets its numbers ends: a wait
-// (retryAfter) the override's numbers put past that moment is not the key's wait, since a
-// decision then reads the same state under the next numbers.
+// afterOverride is what decides a key after the override that sets its numbers now ends: a wait
+// (retryAfter) those numbers put past that moment is not the key's wait, since a decision then
+// reads the same state under whatever decides from then on (another override, an allow or a
+// deny, the definition), and so on at each expiry after.
 type afterOverride struct {
-	at   int64          // when the key's numbers may change (NumbersUntil); 0: never, by expiry
-	def  Definition     // the numbers from then on: the next override's, or the definition's
-	next *algo.Override // the override that applies from then, if any (an allow or a deny too)
+	ix  *algo.OverrideIndex // the limit's overrides; nil: none of key's expires
+	key string
+	def Definition // the stored definition
+	at  int64      // the first expiry of an override that decides key (NumbersUntil)
 }
 
 // wait is the wait, in ms from now, of a decision out made under the override's numbers whose
-// own wait ends after a.at: from a.at the key is decided under a.def, reading the state the
-// decision left (states, or out's writes for a reservation it made). The key admits at the
-// later of a.at and when a.def admits, or at a.at under an allow, or when a deny then ends. (A
-// refusal that starts a penalty is told the longer of this and the penalty, as Decide tells it.)
+// own wait ends after a.at. Between each two expiries of the overrides that match the key, one
+// of them (or the definition) decides: the key is admitted at the first moment one of those
+// admits it, reading the state the decision left (states, or out's writes for a reservation it
+// made: its work runs once they are out of debt). A penalty the refusal starts (out.PenaltyUntil)
+// holds it off until its end but under an allow, which admits through penalties.
 func (a afterOverride) wait(states []algo.State, out algo.Outcome, count float64, reserve bool, now, origin int64) float64 {
-	w := float64(a.at - now)
-	switch {
-	case a.next != nil && a.next.Action == algo.ActionAllow:
-		return w
-	case a.next != nil && a.next.Action == algo.ActionDeny:
-		return w + float64(a.next.DenyRetryAfter(a.at))
-	}
-	if out.OK { // a reservation: its work runs once the state it left is out of debt
+	if out.OK {
 		left := slices.Clone(states)
 		for k, st := range out.Writes {
 			if st.Exists {
@@ -1124,10 +1120,31 @@ func (a afterOverride) wait(states []algo.State, out algo.Outcome, count float64
 		}
 		states, count, reserve = left, 0, false
 	}
-	if then := algo.Decide(a.def, states, count, reserve, now, origin); !math.IsNaN(then.RetryAfter) {
-		w = math.Max(w, then.RetryAfter)
+	moments := a.ix.Expiries(a.key, now)
+	for i, m := range moments {
+		admits := math.Inf(1) // when this stretch's rule admits the key, ms since the epoch
+		switch o := a.ix.Lookup(a.key, m); {
+		case o != nil && o.Action == algo.ActionAllow:
+			admits = float64(m)
+		case o != nil && o.Action == algo.ActionDeny:
+		default:
+			def := a.def
+			if o != nil {
+				def = o.Apply(def)
+			}
+			then := algo.Decide(def, states, count, reserve, now, origin)
+			switch {
+			case then.OK:
+				admits = math.Max(float64(m), float64(out.PenaltyUntil))
+			case !math.IsNaN(then.RetryAfter):
+				admits = math.Max(math.Max(float64(m), float64(now)+then.RetryAfter), float64(out.PenaltyUntil))
+			}
+		}
+		if i == len(moments)-1 || admits < float64(moments[i+1]) {
+			return admits - float64(now) // +Inf (never) is capped as every retryAfter is
+		}
 	}
-	return w
+	return float64(algo.MaxRetryAfter) // no override of key expires after now: not reached
 }
 
 // expand lists the limits a job decides: each request (its stored definition, or its inline
@@ -1157,10 +1174,7 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			if r.ov = ix.Lookup(key, now); r.ov != nil {
 				r.def = r.ov.Apply(d)
 				if until := ix.NumbersUntil(key, now); r.ov.Action == algo.ActionNone && until > 0 {
-					r.after = afterOverride{at: until, def: d}
-					if next := ix.Lookup(key, until); next != nil {
-						r.after.next, r.after.def = next, next.Apply(d)
-					}
+					r.after = afterOverride{ix: ix, key: key, def: d, at: until}
 				}
 			}
 			if req.hold && !req.Refund {

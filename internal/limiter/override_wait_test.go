@@ -87,6 +87,71 @@ func TestAWaitPastAnOverridesExpiryIsTheNumbersThen(t *testing.T) {
 	})
 }
 
+// TestAWaitPastOverridesFollowsEveryRuleToCome: the wait past an override's expiry follows each
+// rule that decides the key in turn (a deny until it ends, another override until it expires,
+// then the definition), and a penalty the refusal starts holds it off until its end. Each is told
+// exactly when it is admitted: refused 1 ms before, admitted then.
+func TestAWaitPastOverridesFollowsEveryRuleToCome(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
+		ctx := context.Background()
+		in := func(ms int64) *int64 { at := clock.Now().UnixMilli() + ms; return &at }
+		type step struct {
+			name  string
+			count float64
+			want  int64 // ms from now
+		}
+		var steps []step
+
+		// A penalty of 60 s: the definition's numbers would admit once the override ends (5 s).
+		mustPut(t, e, "pen", limiter.Definition{Kind: limiter.TokenBucket, Rate: 10, Period: 1_000, Capacity: ptr(10.0), Penalty: 60_000})
+		mustOverride(t, e, "pen", limiter.Override{Match: "k", Rate: ptr(0.01), ExpiresAt: in(5_000)})
+		// A deny decides after the override, for a second; the definition after it needs 30 s.
+		mustPut(t, e, "dn", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 10_000, Capacity: ptr(5.0)})
+		mustOverride(t, e, "dn", limiter.Override{Match: "k", Rate: ptr(10.0), ExpiresAt: in(1_000)})
+		mustOverride(t, e, "dn", limiter.Override{Match: "*", Action: limiter.ActionDeny, ExpiresAt: in(2_000)})
+		// A second override decides after the first, for a second: its 3 s end after it expires,
+		// and the definition after it needs 300 s.
+		mustPut(t, e, "ch", limiter.Definition{Kind: limiter.TokenBucket, Rate: 0.1, Period: 10_000, Capacity: ptr(5.0)})
+		mustOverride(t, e, "ch", limiter.Override{Match: "k", Rate: ptr(0.5), ExpiresAt: in(1_000)})
+		mustOverride(t, e, "ch", limiter.Override{Match: "*", Rate: ptr(10.0), ExpiresAt: in(2_000)})
+		for _, first := range []struct {
+			name  string
+			count float64
+		}{{"pen", 10}, {"dn", 5}, {"ch", 5}} {
+			if got := mustLimit(t, e, limiter.Request{Name: first.name, Key: "k", Count: first.count}); !got.OK {
+				t.Fatalf("%s: the first %v: %+v", first.name, first.count, got)
+			}
+		}
+		steps = append(steps, step{"dn", 3, 30_000}, step{"ch", 3, 300_000})
+		clock.Advance(1_000) // "pen": a second later; "dn" and "ch" asked at once, below
+		got := mustLimit(t, e, limiter.Request{Name: "pen", Key: "k", Count: 1})
+		if got.OK || got.RetryAfter == nil || *got.RetryAfter != 60_000 {
+			t.Fatalf("pen: ok=%v retryAfter %s, want the penalty's 60,000 ms", got.OK, millis(got.RetryAfter))
+		}
+		clock.Advance(-1_000)
+		for _, s := range steps {
+			got := mustLimit(t, e, limiter.Request{Name: s.name, Key: "k", Count: s.count})
+			if got.OK || got.RetryAfter == nil || *got.RetryAfter != s.want {
+				t.Fatalf("%s: ok=%v retryAfter %s, want %d ms", s.name, got.OK, millis(got.RetryAfter), s.want)
+			}
+		}
+		steps = append([]step{{"pen", 1, 61_000}}, steps...) // from the same start, a second later
+		start := clock.Now().UnixMilli()
+		for _, s := range steps {
+			clock.Set(start + s.want - 1)
+			if got, err := e.Check(ctx, tenant, limiter.Request{Name: s.name, Key: "k", Count: s.count}); err != nil || got.OK {
+				t.Fatalf("%s, 1 ms before the wait it was told: ok=%v, %v", s.name, got.OK, err)
+			}
+			clock.Set(start + s.want)
+			if got := mustLimit(t, e, limiter.Request{Name: s.name, Key: "k", Count: s.count}); !got.OK {
+				t.Fatalf("%s, at the wait it was told: refused, retryAfter %s", s.name, millis(got.RetryAfter))
+			}
+		}
+	})
+}
+
 // millis shows a retryAfter for a failure's message.
 func millis(ms *int64) string {
 	if ms == nil {

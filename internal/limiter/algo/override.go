@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -237,6 +238,19 @@ func (ix *OverrideIndex) NumbersUntil(key string, now int64) int64 {
 		return 0
 	}
 	return until
+}
+
+// Expiries lists in order the distinct times after now at which an override matching key and
+// active at now expires: the moments the overrides that decide key may change (none start later).
+func (ix *OverrideIndex) Expiries(key string, now int64) []int64 {
+	var at []int64
+	for _, o := range ix.Matching(key, now) {
+		if o.ExpiresAt != nil && !slices.Contains(at, *o.ExpiresAt) {
+			at = append(at, *o.ExpiresAt)
+		}
+	}
+	slices.Sort(at)
+	return at
 }
 
 // Matching lists every override whose match covers key and that is active at now, whichever
