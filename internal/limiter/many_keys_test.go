@@ -39,11 +39,12 @@ func nameRows(t *testing.T, d *db.DB, name string) int64 {
 	return n
 }
 
-// TestDroppingTheStateOfManyKeysTakesSeveralTransactions: resetting every key, deleting the
-// definition and creating one over an inline config's state each drop every row of a name with
-// more keys than one batch takes (they used to delete them in one transaction, which on a limit
-// of millions of keys outlasted the retry budget every time): afterwards no row of the name is
-// left, every key decides as a full one, and another name's row is untouched.
+// TestDroppingTheStateOfManyKeysTakesSeveralTransactions: resetting every key and creating a
+// definition over an inline config's state drop every row of a name with more keys than one
+// batch takes, batch by batch (they used to delete them in one transaction, which on a limit of
+// millions of keys outlasted the retry budget every time): afterwards no row of the name is left,
+// every key decides as a full one, and another name's row is untouched. A refused creation drops
+// nothing, and a deletion leaves such a state to the sweeper (and the next creation).
 func TestDroppingTheStateOfManyKeysTakesSeveralTransactions(t *testing.T) {
 	limiter.SetStateBatch(t, 5_000)
 	testkit.Each(t, func(t *testing.T, d *db.DB) {
@@ -97,13 +98,34 @@ func TestDroppingTheStateOfManyKeysTakesSeveralTransactions(t *testing.T) {
 		if n := nameRows(t, d, "gone"); n != 0 || spent("gone", "k000000") || spent("gone", fmt.Sprintf("k%06d", manyKeys-1)) {
 			t.Fatalf("a creation over %d keys an inline config left: %d rows left", manyKeys, n)
 		}
-		storeSpentKeys(t, d, "gone2", manyKeys, clock.Now().UnixMilli())
+		// A refused creation drops nothing: its dry run refuses it before any batch (here: a
+		// definition that is its own parent).
+		storeSpentKeys(t, d, "inline", manyKeys, clock.Now().UnixMilli())
+		bad := def
+		bad.Parents = []limiter.Parent{{Name: "inline", Key: "k"}}
+		if _, _, err := e.PutDefinition(ctx, tenant, "inline", bad, nil); err == nil {
+			t.Fatal("a definition that is its own parent was created")
+		}
+		if n := nameRows(t, d, "inline"); n != manyKeys {
+			t.Fatalf("a refused creation over %d keys an inline config left: %d rows left", manyKeys, n)
+		}
+
+		// A deletion of a definition with more rows than one batch leaves them (an inline config
+		// of the name reads them, and admits no more for it); a creation drops them.
 		mustPut(t, e, "gone2", def)
+		storeSpentKeys(t, d, "gone2", manyKeys, clock.Now().UnixMilli())
 		if err := e.DeleteDefinition(ctx, tenant, "gone2", nil); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
-		if n := nameRows(t, d, "gone2"); n != 0 || nameRows(t, d, "gone2.other") != 1 {
-			t.Fatalf("after the deletion: %d rows left", n)
+		if n := nameRows(t, d, "gone2"); n != manyKeys {
+			t.Fatalf("after the deletion: %d rows, want the %d left to be swept", n, manyKeys)
+		}
+		if got, err := e.Limit(ctx, tenant, limiter.Request{Name: "gone2", Key: "k000000", Count: 1, Config: &def}); err != nil || got.OK {
+			t.Fatalf("an inline config on a spent key the deletion left: ok=%v, %v", got.OK, err)
+		}
+		mustPut(t, e, "gone2", def)
+		if n := nameRows(t, d, "gone2"); n != 0 || spent("gone2", "k000000") || nameRows(t, d, "gone2.other") != 1 {
+			t.Fatalf("a creation over what the deletion left: %d rows left", n)
 		}
 	})
 }

@@ -388,6 +388,13 @@ func dropStateBatch(tx *gorm.DB, tenantID int64, name, after string, first bool)
 	return last, more, voidChargesOf(tx, tenantID, name, func(key string) bool { return gone[key] })
 }
 
+// manyState reports whether name has more state rows than one batch of dropStateBatch.
+func manyState(tx *gorm.DB, tenantID int64, name string) (bool, error) {
+	var keys []string
+	err := tx.Raw(sqlStateKeyAtFrom, tenantID, name, "", stateBatch.Load()).Scan(&keys).Error
+	return len(keys) > 0, err
+}
+
 // anyState reports whether name has any state row (one read, however many it has).
 func anyState(tx *gorm.DB, tenantID int64, name string) (bool, error) {
 	var n int64

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -125,114 +126,146 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	if err != nil {
 		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
 	}
-	// A creation drops the state an inline config or a deleted definition left under the name:
-	// most of it in batches first, so that what its own transaction deletes is small however
-	// many keys were left (a replacement stops at the first batch's look).
-	if err := e.dropOrphanState(ctx, tenantID, name); err != nil {
-		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
-	}
 	var out StoredDefinition
 	var created bool
-	err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
-		if err := e.decisionSettings(tx, false); err != nil {
-			return err
-		}
-		now := e.wallClock().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
-		old, found, err := loadDefinition(tx, tenantID, name)
-		if err != nil {
-			return err
-		}
-		created = !found
-		row := definitionRow{
-			TenantID: tenantID, Name: name, Kind: string(def.Kind), Rate: def.Rate, Period: def.Period,
-			Capacity: def.Capacity, MaxReserved: def.MaxReserved, Shards: def.Shards, Start: def.Start,
-			Jitter: def.Jitter, IPFallback: def.IPFallback, Mode: string(def.Mode), Penalty: def.Penalty,
-			LeaseTTL: def.LeaseTTL, CreatedAt: now, UpdatedAt: now,
-		}
-		if def.Kind == SlidingWindow {
-			row.Resolution = &def.Resolution
-		}
-		if def.Kind == Quota {
-			cal, zone := string(def.Calendar), def.TimeZone
-			row.Calendar, row.TimeZone = &cal, &zone
-			if def.Calendar == algo.Month {
-				row.AnchorDay = &def.AnchorDay
-			}
-		}
-		row.Parents = encodeParents(def.Parents)
-		if len(def.Parents) > 0 {
-			if err := checkParentGraph(tx, tenantID, name, def.Parents); err != nil {
+	// put is the change's transaction; with dry set it makes every check a creation makes and
+	// returns errDryRun instead of writing (or at once, when it would be a replacement).
+	put := func(dry bool) func(tx *gorm.DB) error {
+		return func(tx *gorm.DB) error {
+			if err := e.decisionSettings(tx, false); err != nil {
 				return err
 			}
-		}
-		if err := checkConcurrencyFamily(tx, tenantID, name, def); err != nil {
-			return err
-		}
-		if created {
-			after, err := e.countQuota(tx, tenantID, "limits", "limits", maxLimits, func() (n int64, err error) {
-				return n, countDefinitions(tx, tenantID, &n)
-			})
+			now := e.wallClock().UTC().Truncate(time.Microsecond) // PostgreSQL's precision, on both dialects
+			old, found, err := loadDefinition(tx, tenantID, name)
 			if err != nil {
 				return err
 			}
-			if err := tx.Create(&row).Error; err != nil {
-				return err
+			if dry && found {
+				return errDryRun
 			}
-			if err := after(); err != nil {
-				return err
-			}
-			// Every key of a new definition starts full: rows an inline config left under this
-			// name (24 hours at most) hold its numbers and its clock, not this definition's (a
-			// fixed window would roll at their ts instead of start, admitting twice its rate).
-			if err := deleteState(tx, tenantID, name, nil); err != nil {
-				return err
-			}
-			// A fresh tag: a hold on a limit of this name deleted before kept the old one's.
-			if err := newNumbersVersion(tx, tenantID, name); err != nil {
-				return err
-			}
-		} else {
-			row.CreatedAt, row.OverridesVersion = old.CreatedAt, old.OverridesVersion
-			// The sweeper takes updated_at for the definition's version (pgDeleteUnchanged):
-			// every change moves it forward, even on a clock that stands still or runs behind
-			// the last writer's.
-			if !row.UpdatedAt.After(old.UpdatedAt) {
-				row.UpdatedAt = old.UpdatedAt.Add(time.Microsecond)
-			}
-			if old.OverridesVersion != 0 {
-				if err := checkOverridesFit(tx, tenantID, name, def); err != nil {
-					return err
-				}
-			}
-			// Only override changes write overrides_version (the instances' tag of them).
-			if err := tx.Select("*").Omit("overrides_version").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
-				return err
-			}
-			if algo.StateShapeChanged(old.Definition, def) {
-				if err := deleteState(tx, tenantID, name, nil); err != nil {
-					return err
-				}
-			}
-			if algo.NumbersChanged(old.Definition, def) {
-				if err := newNumbersVersion(tx, tenantID, name); err != nil {
-					return err
-				}
-			}
+			created = !found
+			return e.writeDefinition(tx, tenantID, name, def, old, found, now, maxLimits, dry, then, &out)
 		}
-		out = row.toDomain()
-		if then == nil {
-			return nil
+	}
+	// A creation drops the state an inline config or a deleted definition left under the name
+	// in its own transaction. When that is more than one batch, most of it goes in batches
+	// first (dropOrphanState), once a dry run of the creation found nothing that refuses it (a
+	// refused creation must not drop the inline config's state; what changes between the dry
+	// run and the creation may still refuse it then).
+	if many, err := e.manyOrphanRows(ctx, tenantID, name); err != nil {
+		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
+	} else if many {
+		if err := e.db.Serializable(ctx, put(true)); !errors.Is(err, errDryRun) {
+			return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
 		}
-		ch := DefinitionChange{TenantID: tenantID, Name: name, After: &out.Definition}
-		if !created {
-			ch.Before = &old.Definition
+		if err := e.dropOrphanState(ctx, tenantID, name); err != nil {
+			return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
 		}
-		return then(tx, ch)
-	})
+	}
+	err = e.db.Serializable(ctx, put(false))
 	if err != nil {
 		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
 	}
 	return out, created, nil
+}
+
+// errDryRun ends PutDefinition's dry run: every check passed, nothing written.
+var errDryRun = errors.New("limiter: dry run")
+
+// writeDefinition is PutDefinition's transaction once the stored definition (old, when found)
+// is read: it checks the change, writes it, drops the state it makes meaningless and calls then;
+// with dry set it returns errDryRun once a creation's checks passed, before writing anything.
+func (e *Engine) writeDefinition(tx *gorm.DB, tenantID int64, name string, def Definition, old StoredDefinition, found bool, now time.Time,
+	maxLimits int64, dry bool, then OnDefinitionChange, out *StoredDefinition) error {
+	created := !found
+	row := definitionRow{
+		TenantID: tenantID, Name: name, Kind: string(def.Kind), Rate: def.Rate, Period: def.Period,
+		Capacity: def.Capacity, MaxReserved: def.MaxReserved, Shards: def.Shards, Start: def.Start,
+		Jitter: def.Jitter, IPFallback: def.IPFallback, Mode: string(def.Mode), Penalty: def.Penalty,
+		LeaseTTL: def.LeaseTTL, CreatedAt: now, UpdatedAt: now,
+	}
+	if def.Kind == SlidingWindow {
+		row.Resolution = &def.Resolution
+	}
+	if def.Kind == Quota {
+		cal, zone := string(def.Calendar), def.TimeZone
+		row.Calendar, row.TimeZone = &cal, &zone
+		if def.Calendar == algo.Month {
+			row.AnchorDay = &def.AnchorDay
+		}
+	}
+	row.Parents = encodeParents(def.Parents)
+	if len(def.Parents) > 0 {
+		if err := checkParentGraph(tx, tenantID, name, def.Parents); err != nil {
+			return err
+		}
+	}
+	if err := checkConcurrencyFamily(tx, tenantID, name, def); err != nil {
+		return err
+	}
+	if created {
+		after, err := e.countQuota(tx, tenantID, "limits", "limits", maxLimits, func() (n int64, err error) {
+			return n, countDefinitions(tx, tenantID, &n)
+		})
+		if err != nil {
+			return err
+		}
+		if dry {
+			return errDryRun
+		}
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		if err := after(); err != nil {
+			return err
+		}
+		// Every key of a new definition starts full: rows an inline config left under this
+		// name (24 hours at most) hold its numbers and its clock, not this definition's (a
+		// fixed window would roll at their ts instead of start, admitting twice its rate).
+		if err := deleteState(tx, tenantID, name, nil); err != nil {
+			return err
+		}
+		// A fresh tag: a hold on a limit of this name deleted before kept the old one's.
+		if err := newNumbersVersion(tx, tenantID, name); err != nil {
+			return err
+		}
+	} else {
+		row.CreatedAt, row.OverridesVersion = old.CreatedAt, old.OverridesVersion
+		// The sweeper takes updated_at for the definition's version (pgDeleteUnchanged):
+		// every change moves it forward, even on a clock that stands still or runs behind
+		// the last writer's.
+		if !row.UpdatedAt.After(old.UpdatedAt) {
+			row.UpdatedAt = old.UpdatedAt.Add(time.Microsecond)
+		}
+		if old.OverridesVersion != 0 {
+			if err := checkOverridesFit(tx, tenantID, name, def); err != nil {
+				return err
+			}
+		}
+		// Only override changes write overrides_version (the instances' tag of them).
+		if err := tx.Select("*").Omit("overrides_version").Where("tenant_id = ? AND name = ?", tenantID, name).Updates(&row).Error; err != nil {
+			return err
+		}
+		if algo.StateShapeChanged(old.Definition, def) {
+			if err := deleteState(tx, tenantID, name, nil); err != nil {
+				return err
+			}
+		}
+		if algo.NumbersChanged(old.Definition, def) {
+			if err := newNumbersVersion(tx, tenantID, name); err != nil {
+				return err
+			}
+		}
+	}
+	*out = row.toDomain()
+	if then == nil {
+		return nil
+	}
+	ch := DefinitionChange{TenantID: tenantID, Name: name, After: &out.Definition}
+	if !created {
+		ch.Before = &old.Definition
+	}
+	return then(tx, ch)
 }
 
 // checkParentGraph refuses parents that would make a limit its own ancestor or put more than
@@ -324,11 +357,12 @@ func (e *Engine) ListDefinitions(ctx context.Context, tenantID int64) ([]StoredD
 
 // DeleteDefinition removes a definition with its overrides and all of its state, or returns
 // ErrLimitNotFound. then, when not nil, is called in the same transaction once it is removed.
-// The definition, its overrides, its leases and what open holds took from it go in that
-// transaction; its state after it, in batches (dropOrphanState): a limit of millions of keys
-// could not drop them in one transaction. What a batch could not delete (the request ended) is
-// an inline config's state as far as decisions go, swept after InlineStateTTL, or dropped by the
-// next creation of the name.
+// A state of more rows than one batch of dropStateBatch (a limit of millions of keys could not
+// drop them in one transaction) is left behind, its leases and what open holds took from it
+// deleted: decisions read it as an inline config's (it admits nothing more), the sweeper deletes
+// it InlineStateTTL after its last write, and a creation of the name drops it first. (Deleting
+// it in batches after the deletion could delete what an inline config of the name decided
+// meanwhile.)
 func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name string, then OnDefinitionChange) error {
 	err := e.db.Serializable(ctx, func(tx *gorm.DB) error {
 		if err := e.decisionSettings(tx, false); err != nil {
@@ -348,10 +382,16 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		if err != nil {
 			return err
 		}
-		if err := deleteLeases(tx, tenantID, name, nil); err != nil {
+		many, err := manyState(tx, tenantID, name)
+		if err != nil {
 			return err
 		}
-		if err := voidCharges(tx, tenantID, name, nil); err != nil {
+		if !many {
+			err = deleteState(tx, tenantID, name, nil)
+		} else if err = deleteLeases(tx, tenantID, name, nil); err == nil {
+			err = voidCharges(tx, tenantID, name, nil)
+		}
+		if err != nil {
 			return err
 		}
 		if then == nil {
@@ -362,8 +402,21 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 	if err != nil {
 		return fmt.Errorf("limiter: delete definition: %w", err)
 	}
-	_ = e.dropOrphanState(ctx, tenantID, name) // the deletion is made; what is left is swept
 	return nil
+}
+
+// manyOrphanRows reports whether name has no stored definition and more state rows than one
+// batch of dropStateBatch.
+func (e *Engine) manyOrphanRows(ctx context.Context, tenantID int64, name string) (many bool, err error) {
+	err = e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
+		_, found, err := loadDefinition(tx, tenantID, name)
+		if err != nil || found {
+			return err
+		}
+		many, err = manyState(tx, tenantID, name)
+		return err
+	})
+	return many, err
 }
 
 // dropOrphanState deletes name's state in batches (dropStateInBatches) while name has no stored
