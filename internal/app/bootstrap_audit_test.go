@@ -108,7 +108,7 @@ func TestAKeyFileOthersCanReadIsWarnedOf(t *testing.T) {
 			t.Fatal(err)
 		}
 		apptest.Start(t, cfg, app.Options{Stdout: out})
-		warned := strings.Contains(out.String(), "key file is readable by other users") && strings.Contains(out.String(), "chmod 600")
+		warned := strings.Contains(out.String(), "key file is open to other users") && strings.Contains(out.String(), "chmod 600")
 		if want := mode == 0o644; warned != want {
 			t.Errorf("a key file of mode %04o: warned %v, want %v; the start's log:\n%s", mode, warned, want, out.String())
 		}

@@ -118,17 +118,18 @@ func SecretFile(databaseURL string) string {
 	return path + ".secret"
 }
 
-// warnOpenKeyFile warns when SQLite's key file is readable by other users, as the database
-// opened beside it warns of its own mode: the key file is the more sensitive of the two (it
-// signs sessions and peppers API key hashes), and one written by hand under umask 022 is 0644.
+// warnOpenKeyFile warns when SQLite's key file is open to other users (any group or other bit),
+// as the database opened beside it warns of its own mode: the key file is the more sensitive of
+// the two (it signs sessions and peppers API key hashes), and one written by hand under umask
+// 022 is 0644.
 func warnOpenKeyFile(cfg config.Config, d *db.DB, log *slog.Logger) {
 	if d.Dialect != db.SQLite {
 		return
 	}
 	path := SecretFile(cfg.DatabaseURL)
 	if info, err := os.Stat(path); err == nil && info.Mode().Perm()&0o077 != 0 {
-		log.Warn("the root secret's key file is readable by other users; whoever reads it can sign dashboard sessions and "+
-			"check guessed API keys: chmod 600 it", "path", path, "mode", fmt.Sprintf("%04o", info.Mode().Perm()))
+		log.Warn("the root secret's key file is open to other users (their read or write bits are set); whoever reads it "+
+			"can sign dashboard sessions and check guessed API keys: chmod 600 it", "path", path, "mode", fmt.Sprintf("%04o", info.Mode().Perm()))
 	}
 }
 

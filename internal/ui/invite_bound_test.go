@@ -13,7 +13,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/config"
 )
 
-// TestATenantsInvitesAreBounded: a tenant's admins may invite at most 50 people a day (each
+// TestATenantsInvitesAreBounded: a tenant's admins may invite 50 people at once, then one about
+// every 29 minutes (each
 // invite is emailed when SMTP is set); past that the members page answers 429 with Retry-After,
 // says why and keeps the form, and no invite is made. An operator's invite to the tenant is not
 // counted, and another tenant has its own allowance.
@@ -44,7 +45,7 @@ func TestATenantsInvitesAreBounded(t *testing.T) {
 		t.Errorf("Retry-After %q, want 1 to %d seconds", refused.Header.Get("Retry-After"), 24*3600/perDay)
 	}
 	d := refused.doc(t)
-	if msg := text(d, "#form-error"); !strings.Contains(msg, "at most 50 people a day") || d.Find("#invite-form #email").AttrOr("value", "") != "one-too-many@example.com" {
+	if msg := text(d, "#form-error"); !strings.Contains(msg, "invite 50 people at once, then one every 29 minutes") || d.Find("#invite-form #email").AttrOr("value", "") != "one-too-many@example.com" {
 		t.Fatalf("the refusal says %q and keeps %q", msg, d.Find("#invite-form #email").AttrOr("value", ""))
 	}
 	invites, err := e.svc.ListInvites(ctx, &acme.ID)

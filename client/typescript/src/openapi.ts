@@ -1659,7 +1659,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly */
+            /** @description unavailable: the request could not be completed safely (the database is out of reach or busy); retry shortly. A reset of allKeys that outlasts the request resets its first batches of keys and answers 503: send it again to reset the rest */
             503: {
                 headers: {
                     /** @description whole seconds: 1 */
