@@ -1108,8 +1108,10 @@ type afterOverride struct {
 // own wait ends after a.at. Between each two expiries of the overrides that match the key, one
 // of them (or the definition) decides: the key is admitted at the first moment one of those
 // admits it, reading the state the decision left (states, or out's writes for a reservation it
-// made: its work runs once they are out of debt). A penalty the refusal starts (out.PenaltyUntil)
-// holds it off until its end but under an allow, which admits through penalties.
+// made: its work runs once they are out of debt, by the refill of the numbers in force). A
+// penalty the refusal starts (out.PenaltyUntil) holds it off until its end but under an allow,
+// which admits through penalties. A client retries at the whole ms it is told (Ceil), and an
+// override has ended at its expiry.
 func (a afterOverride) wait(states []algo.State, out algo.Outcome, count float64, reserve bool, now, origin int64) float64 {
 	if out.OK {
 		left := slices.Clone(states)
@@ -1123,13 +1125,15 @@ func (a afterOverride) wait(states []algo.State, out algo.Outcome, count float64
 	moments := a.ix.Expiries(a.key, now)
 	for i, m := range moments {
 		admits := math.Inf(1) // when this stretch's rule admits the key, ms since the epoch
+		// A reservation's debt is paid back by the refill whatever admits or refuses decisions
+		// meanwhile: under an allow or a deny, the definition's numbers refill it.
 		switch o := a.ix.Lookup(a.key, m); {
-		case o != nil && o.Action == algo.ActionAllow:
+		case o != nil && o.Action == algo.ActionAllow && !out.OK:
 			admits = float64(m)
-		case o != nil && o.Action == algo.ActionDeny:
+		case o != nil && o.Action == algo.ActionDeny && !out.OK:
 		default:
 			def := a.def
-			if o != nil {
+			if o != nil && o.Action == algo.ActionNone {
 				def = o.Apply(def)
 			}
 			then := algo.Decide(def, states, count, reserve, now, origin)
@@ -1140,7 +1144,7 @@ func (a afterOverride) wait(states []algo.State, out algo.Outcome, count float64
 				admits = math.Max(math.Max(float64(m), float64(now)+then.RetryAfter), float64(out.PenaltyUntil))
 			}
 		}
-		if i == len(moments)-1 || admits < float64(moments[i+1]) {
+		if i == len(moments)-1 || math.Ceil(admits) < float64(moments[i+1]) {
 			return admits - float64(now) // +Inf (never) is capped as every retryAfter is
 		}
 	}
@@ -1522,7 +1526,8 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			continue
 		}
 		d := algo.Decide(def, states, req.Count, req.Reserve, now, origin)
-		if r.after.at > 0 && !math.IsNaN(d.RetryAfter) && float64(now)+d.RetryAfter > float64(r.after.at) {
+		// The client retries at the whole ms it is told, and an override has ended at its expiry.
+		if r.after.at > 0 && !math.IsNaN(d.RetryAfter) && now+algo.RetryAfterMillis(d.RetryAfter) >= r.after.at {
 			d.RetryAfter = r.after.wait(states, d, req.Count, req.Reserve, now, origin)
 		}
 		var retryAfter *int64

@@ -2,8 +2,11 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+
+	"gorm.io/gorm"
 
 	"github.com/sluice-dev/sluice/internal/db"
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -108,6 +111,15 @@ func TestDroppingTheStateOfManyKeysTakesSeveralTransactions(t *testing.T) {
 		}
 		if n := nameRows(t, d, "inline"); n != manyKeys {
 			t.Fatalf("a refused creation over %d keys an inline config left: %d rows left", manyKeys, n)
+		}
+		// Nor does one its caller's hook refuses in the creating transaction (the dashboard's
+		// "this limit was deleted while you edited it", a failed audit entry).
+		refuse := errors.New("refused by the hook")
+		if _, _, err := e.PutDefinition(ctx, tenant, "inline", def, func(*gorm.DB, limiter.DefinitionChange) error { return refuse }); !errors.Is(err, refuse) {
+			t.Fatalf("a creation its hook refuses: %v", err)
+		}
+		if n := nameRows(t, d, "inline"); n != manyKeys {
+			t.Fatalf("a creation its hook refused over %d keys an inline config left: %d rows left", manyKeys, n)
 		}
 
 		// A deletion of a definition with more rows than one batch leaves them (an inline config

@@ -116,15 +116,19 @@ func TestAWaitPastOverridesFollowsEveryRuleToCome(t *testing.T) {
 		mustPut(t, e, "ch", limiter.Definition{Kind: limiter.TokenBucket, Rate: 0.1, Period: 10_000, Capacity: ptr(5.0)})
 		mustOverride(t, e, "ch", limiter.Override{Match: "k", Rate: ptr(0.5), ExpiresAt: in(1_000)})
 		mustOverride(t, e, "ch", limiter.Override{Match: "*", Rate: ptr(10.0), ExpiresAt: in(2_000)})
+		// The override's own wait ends exactly at its expiry, when it no longer decides: the
+		// definition needs 30 s.
+		mustPut(t, e, "at", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 10_000, Capacity: ptr(5.0)})
+		mustOverride(t, e, "at", limiter.Override{Match: "k", Rate: ptr(10.0), ExpiresAt: in(3_000)})
 		for _, first := range []struct {
 			name  string
 			count float64
-		}{{"pen", 10}, {"dn", 5}, {"ch", 5}} {
+		}{{"pen", 10}, {"dn", 5}, {"ch", 5}, {"at", 5}} {
 			if got := mustLimit(t, e, limiter.Request{Name: first.name, Key: "k", Count: first.count}); !got.OK {
 				t.Fatalf("%s: the first %v: %+v", first.name, first.count, got)
 			}
 		}
-		steps = append(steps, step{"dn", 3, 30_000}, step{"ch", 3, 300_000})
+		steps = append(steps, step{"dn", 3, 30_000}, step{"ch", 3, 300_000}, step{"at", 3, 30_000})
 		clock.Advance(1_000) // "pen": a second later; "dn" and "ch" asked at once, below
 		got := mustLimit(t, e, limiter.Request{Name: "pen", Key: "k", Count: 1})
 		if got.OK || got.RetryAfter == nil || *got.RetryAfter != 60_000 {
@@ -148,6 +152,27 @@ func TestAWaitPastOverridesFollowsEveryRuleToCome(t *testing.T) {
 			if got := mustLimit(t, e, limiter.Request{Name: s.name, Key: "k", Count: s.count}); !got.OK {
 				t.Fatalf("%s, at the wait it was told: refused, retryAfter %s", s.name, millis(got.RetryAfter))
 			}
+		}
+	})
+}
+
+// TestAReservationsTimeIsItsRefillsWhateverDecidesAfter: a reservation made under an override
+// runs when its debt is paid back, by the refill of the numbers in force: a deny that decides
+// after the override (forever) refuses decisions, not the refill (it was told 10^15 ms).
+func TestAReservationsTimeIsItsRefillsWhateverDecidesAfter(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
+		mustPut(t, e, "r", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 1_000, Capacity: ptr(5.0), MaxReserved: ptr(5.0)})
+		at := clock.Now().UnixMilli() + 1_000
+		mustOverride(t, e, "r", limiter.Override{Match: "k", Rate: ptr(0.1), ExpiresAt: &at})
+		mustOverride(t, e, "r", limiter.Override{Match: "*", Action: limiter.ActionDeny})
+		if got := mustLimit(t, e, limiter.Request{Name: "r", Key: "k", Count: 5}); !got.OK {
+			t.Fatalf("the first 5: %+v", got)
+		}
+		got := mustLimit(t, e, limiter.Request{Name: "r", Key: "k", Count: 3, Reserve: true})
+		if !got.OK || got.RetryAfter == nil || *got.RetryAfter != 3_000 {
+			t.Fatalf("a reservation of 3: ok=%v retryAfter %s, want 3,000 ms (3 at the definition's 1/s)", got.OK, millis(got.RetryAfter))
 		}
 	})
 }

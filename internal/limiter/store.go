@@ -128,8 +128,8 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	}
 	var out StoredDefinition
 	var created bool
-	// put is the change's transaction; with dry set it makes every check a creation makes and
-	// returns errDryRun instead of writing (or at once, when it would be a replacement).
+	// put is the change's transaction; with dry set it is a creation's rehearsal, rolled back
+	// with errDryRun (at once, when it would be a replacement).
 	put := func(dry bool) func(tx *gorm.DB) error {
 		return func(tx *gorm.DB) error {
 			if err := e.decisionSettings(tx, false); err != nil {
@@ -174,7 +174,8 @@ var errDryRun = errors.New("limiter: dry run")
 
 // writeDefinition is PutDefinition's transaction once the stored definition (old, when found)
 // is read: it checks the change, writes it, drops the state it makes meaningless and calls then;
-// with dry set it returns errDryRun once a creation's checks passed, before writing anything.
+// with dry set it does all of that but drop a creation's orphan state, and returns errDryRun, so
+// that the transaction rolls back having found nothing (then included) that refuses it.
 func (e *Engine) writeDefinition(tx *gorm.DB, tenantID int64, name string, def Definition, old StoredDefinition, found bool, now time.Time,
 	maxLimits int64, dry bool, then OnDefinitionChange, out *StoredDefinition) error {
 	created := !found
@@ -210,9 +211,6 @@ func (e *Engine) writeDefinition(tx *gorm.DB, tenantID int64, name string, def D
 		if err != nil {
 			return err
 		}
-		if dry {
-			return errDryRun
-		}
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
@@ -222,8 +220,10 @@ func (e *Engine) writeDefinition(tx *gorm.DB, tenantID int64, name string, def D
 		// Every key of a new definition starts full: rows an inline config left under this
 		// name (24 hours at most) hold its numbers and its clock, not this definition's (a
 		// fixed window would roll at their ts instead of start, admitting twice its rate).
-		if err := deleteState(tx, tenantID, name, nil); err != nil {
-			return err
+		if !dry { // a dry run leaves them: it only asks whether the creation would be made
+			if err := deleteState(tx, tenantID, name, nil); err != nil {
+				return err
+			}
 		}
 		// A fresh tag: a hold on a limit of this name deleted before kept the old one's.
 		if err := newNumbersVersion(tx, tenantID, name); err != nil {
@@ -258,14 +258,19 @@ func (e *Engine) writeDefinition(tx *gorm.DB, tenantID int64, name string, def D
 		}
 	}
 	*out = row.toDomain()
-	if then == nil {
-		return nil
+	if then != nil {
+		ch := DefinitionChange{TenantID: tenantID, Name: name, After: &out.Definition}
+		if !created {
+			ch.Before = &old.Definition
+		}
+		if err := then(tx, ch); err != nil {
+			return err
+		}
 	}
-	ch := DefinitionChange{TenantID: tenantID, Name: name, After: &out.Definition}
-	if !created {
-		ch.Before = &old.Definition
+	if dry {
+		return errDryRun // everything written rolls back
 	}
-	return then(tx, ch)
+	return nil
 }
 
 // checkParentGraph refuses parents that would make a limit its own ancestor or put more than
