@@ -1105,7 +1105,7 @@ type afterOverride struct {
 }
 
 // wait is the wait, in ms from now, of a decision out made under the override's numbers whose
-// own wait ends after a.at. Between each two expiries of the overrides that match the key, one
+// own wait ends after a.at, or refused by a deny that ends at a.at. Between each two expiries of the overrides that match the key, one
 // of them (or the definition) decides: the key is admitted at the first moment one of those
 // admits it, reading the state the decision left (states, or out's writes for a reservation it
 // made: its work runs once they are out of debt, by the refill of the numbers in force). A
@@ -1177,8 +1177,11 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 			ix := ovs[defKey{j.tenantID, name}]
 			if r.ov = ix.Lookup(key, now); r.ov != nil {
 				r.def = r.ov.Apply(d)
-				if until := ix.NumbersUntil(key, now); r.ov.Action == algo.ActionNone && until > 0 {
+				switch until := ix.NumbersUntil(key, now); {
+				case r.ov.Action == algo.ActionNone && until > 0:
 					r.after = afterOverride{ix: ix, key: key, def: d, at: until}
+				case r.ov.Action == algo.ActionDeny && r.ov.ExpiresAt != nil:
+					r.after = afterOverride{ix: ix, key: key, def: d, at: *r.ov.ExpiresAt}
 				}
 			}
 			if req.hold && !req.Refund {
@@ -1493,9 +1496,15 @@ func decideJob(j *job, stored map[rowKey]fullStateRow, overlay map[rowKey]algo.S
 			continue
 		}
 		if r.ov != nil && r.ov.Action == algo.ActionDeny {
-			// Refused until the override expires; nothing read, nothing written. A shadow limit
+			// Refused until the override expires, and then as what decides from then on (another
+			// deny, the definition over the key's state, ...): nothing written. A shadow limit
 			// reports the refusal it would make.
 			ra := r.ov.DenyRetryAfter(now)
+			if r.after.ix != nil {
+				req := j.reqs[r.of]
+				states := j.statesOf(x, r, stored, overlay, local)
+				ra = algo.RetryAfterMillis(r.after.wait(states, algo.Outcome{}, req.Count, req.Reserve, now, algo.Origin(def, r.tenantID, r.name, r.key)))
+			}
 			dec := Decision{Name: r.name, Key: r.key, RetryAfter: &ra, Definition: def, denied: true, Window: quotaWindow(def, 0, 0, now)}
 			if def.IsShadow() {
 				dec.OK, dec.RetryAfter, dec.Shadow = true, nil, &ShadowOutcome{OK: false, RetryAfter: &ra}

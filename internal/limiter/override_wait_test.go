@@ -177,6 +177,46 @@ func TestAReservationsTimeIsItsRefillsWhateverDecidesAfter(t *testing.T) {
 	})
 }
 
+// TestADenysWaitIsWhatDecidesAfterIt: a key a deny refuses is told when what decides after the
+// deny admits it: the definition over the key's spent bucket, or a longer deny behind it (it was
+// told the deny's own expiry, and refused again then).
+func TestADenysWaitIsWhatDecidesAfterIt(t *testing.T) {
+	testkit.Each(t, func(t *testing.T, d *db.DB) {
+		clock := newClock(1_700_000_000_000)
+		e := newEngine(t, d, clock.opts())
+		in := func(ms int64) *int64 { at := clock.Now().UnixMilli() + ms; return &at }
+		mustPut(t, e, "empty", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 10_000, Capacity: ptr(5.0)})
+		if got := mustLimit(t, e, limiter.Request{Name: "empty", Key: "k", Count: 5}); !got.OK {
+			t.Fatalf("the first 5: %+v", got)
+		}
+		mustOverride(t, e, "empty", limiter.Override{Match: "k", Action: limiter.ActionDeny, ExpiresAt: in(2_000)})
+		mustPut(t, e, "longer", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 10_000, Capacity: ptr(5.0)})
+		mustOverride(t, e, "longer", limiter.Override{Match: "k", Action: limiter.ActionDeny, ExpiresAt: in(2_000)})
+		mustOverride(t, e, "longer", limiter.Override{Match: "*", Action: limiter.ActionDeny, ExpiresAt: in(60_000)})
+		mustPut(t, e, "alone", limiter.Definition{Kind: limiter.TokenBucket, Rate: 1, Period: 10_000, Capacity: ptr(5.0)})
+		mustOverride(t, e, "alone", limiter.Override{Match: "k", Action: limiter.ActionDeny, ExpiresAt: in(2_000)})
+		start := clock.Now().UnixMilli()
+		for _, c := range []struct {
+			name string
+			want int64
+		}{{"empty", 30_000}, {"longer", 60_000}, {"alone", 2_000}} {
+			clock.Set(start)
+			got := mustLimit(t, e, limiter.Request{Name: c.name, Key: "k", Count: 3})
+			if got.OK || got.RetryAfter == nil || *got.RetryAfter != c.want {
+				t.Fatalf("%s: ok=%v retryAfter %s, want %d ms", c.name, got.OK, millis(got.RetryAfter), c.want)
+			}
+			clock.Set(start + c.want - 1)
+			if again, err := e.Check(context.Background(), tenant, limiter.Request{Name: c.name, Key: "k", Count: 3}); err != nil || again.OK {
+				t.Fatalf("%s, 1 ms before the wait it was told: ok=%v, %v", c.name, again.OK, err)
+			}
+			clock.Set(start + c.want)
+			if again := mustLimit(t, e, limiter.Request{Name: c.name, Key: "k", Count: 3}); !again.OK {
+				t.Fatalf("%s, at the wait it was told: refused, retryAfter %s", c.name, millis(again.RetryAfter))
+			}
+		}
+	})
+}
+
 // millis shows a retryAfter for a failure's message.
 func millis(ms *int64) string {
 	if ms == nil {
