@@ -128,10 +128,8 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 	}
 	var out StoredDefinition
 	var created bool
-	// put is the change's transaction; with dry set it is a creation's rehearsal, rolled back
-	// with errDryRun (at once, when it would be a replacement).
-	put := func(dry bool) func(tx *gorm.DB) error {
-		return func(tx *gorm.DB) error {
+	for {
+		err = e.db.Serializable(ctx, func(tx *gorm.DB) error {
 			if err := e.decisionSettings(tx, false); err != nil {
 				return err
 			}
@@ -140,45 +138,37 @@ func (e *Engine) PutDefinition(ctx context.Context, tenantID int64, name string,
 			if err != nil {
 				return err
 			}
-			if dry && found {
-				return errDryRun
-			}
 			created = !found
-			return e.writeDefinition(tx, tenantID, name, def, old, found, now, maxLimits, dry, then, &out)
+			return e.writeDefinition(tx, tenantID, name, def, old, found, now, maxLimits, then, &out)
+		})
+		if !errors.Is(err, errManyOrphans) {
+			break
 		}
-	}
-	// A creation drops the state an inline config or a deleted definition left under the name
-	// in its own transaction. When that is more than one batch, most of it goes in batches
-	// first (dropOrphanState), once a dry run of the creation found nothing that refuses it (a
-	// refused creation must not drop the inline config's state; what changes between the dry
-	// run and the creation may still refuse it then).
-	if many, err := e.manyOrphanRows(ctx, tenantID, name); err != nil {
-		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
-	} else if many {
-		if err := e.db.Serializable(ctx, put(true)); !errors.Is(err, errDryRun) {
-			return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
-		}
+		// The creation would be made, but the state it drops is more than one transaction
+		// should delete: most of it goes in batches first, then the creation again.
 		if err := e.dropOrphanState(ctx, tenantID, name); err != nil {
 			return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
 		}
 	}
-	err = e.db.Serializable(ctx, put(false))
 	if err != nil {
 		return StoredDefinition{}, false, fmt.Errorf("limiter: put definition: %w", err)
 	}
 	return out, created, nil
 }
 
-// errDryRun ends PutDefinition's dry run: every check passed, nothing written.
-var errDryRun = errors.New("limiter: dry run")
+// errManyOrphans rolls back a creation that passed every check (its caller's hook included) but
+// would drop more state rows than one batch of dropStateBatch in its own transaction: what an
+// inline config or a deleted definition left under the name. Only then are they dropped in
+// batches (a refused creation must not drop an inline config's state; one refused by what
+// changes between the batches and the next try has dropped it all the same).
+var errManyOrphans = errors.New("limiter: the name's state is too large for the creating transaction")
 
 // writeDefinition is PutDefinition's transaction once the stored definition (old, when found)
-// is read: it checks the change, writes it, drops the state it makes meaningless and calls then;
-// with dry set it does all of that but drop a creation's orphan state, and returns errDryRun, so
-// that the transaction rolls back having found nothing (then included) that refuses it.
+// is read: it checks the change, writes it, drops the state it makes meaningless and calls then.
+// A creation over more state than one batch returns errManyOrphans last of all.
 func (e *Engine) writeDefinition(tx *gorm.DB, tenantID int64, name string, def Definition, old StoredDefinition, found bool, now time.Time,
-	maxLimits int64, dry bool, then OnDefinitionChange, out *StoredDefinition) error {
-	created := !found
+	maxLimits int64, then OnDefinitionChange, out *StoredDefinition) error {
+	created, many := !found, false
 	row := definitionRow{
 		TenantID: tenantID, Name: name, Kind: string(def.Kind), Rate: def.Rate, Period: def.Period,
 		Capacity: def.Capacity, MaxReserved: def.MaxReserved, Shards: def.Shards, Start: def.Start,
@@ -220,7 +210,10 @@ func (e *Engine) writeDefinition(tx *gorm.DB, tenantID int64, name string, def D
 		// Every key of a new definition starts full: rows an inline config left under this
 		// name (24 hours at most) hold its numbers and its clock, not this definition's (a
 		// fixed window would roll at their ts instead of start, admitting twice its rate).
-		if !dry { // a dry run leaves them: it only asks whether the creation would be made
+		if many, err = manyState(tx, tenantID, name); err != nil {
+			return err
+		}
+		if !many { // else errManyOrphans, below
 			if err := deleteState(tx, tenantID, name, nil); err != nil {
 				return err
 			}
@@ -267,8 +260,8 @@ func (e *Engine) writeDefinition(tx *gorm.DB, tenantID int64, name string, def D
 			return err
 		}
 	}
-	if dry {
-		return errDryRun // everything written rolls back
+	if many {
+		return errManyOrphans // everything written rolls back
 	}
 	return nil
 }
@@ -408,20 +401,6 @@ func (e *Engine) DeleteDefinition(ctx context.Context, tenantID int64, name stri
 		return fmt.Errorf("limiter: delete definition: %w", err)
 	}
 	return nil
-}
-
-// manyOrphanRows reports whether name has no stored definition and more state rows than one
-// batch of dropStateBatch.
-func (e *Engine) manyOrphanRows(ctx context.Context, tenantID int64, name string) (many bool, err error) {
-	err = e.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		_, found, err := loadDefinition(tx, tenantID, name)
-		if err != nil || found {
-			return err
-		}
-		many, err = manyState(tx, tenantID, name)
-		return err
-	})
-	return many, err
 }
 
 // dropOrphanState deletes name's state in batches (dropStateInBatches) while name has no stored
