@@ -1105,13 +1105,13 @@ type afterOverride struct {
 }
 
 // wait is the wait, in ms from now, of a decision out made under the override's numbers whose
-// own wait ends after a.at, or refused by a deny that ends at a.at. Between each two expiries of the overrides that match the key, one
-// of them (or the definition) decides: the key is admitted at the first moment one of those
-// admits it, reading the state the decision left (states, or out's writes for a reservation it
-// made: its work runs once they are out of debt, by the refill of the numbers in force). A
-// penalty the refusal starts (out.PenaltyUntil) holds it off until its end but under an allow,
-// which admits through penalties. A client retries at the whole ms it is told (Ceil), and an
-// override has ended at its expiry.
+// own wait ends after a.at, or refused by a deny that ends at a.at. Between each two expiries
+// of the overrides that match the key, one of them (or the definition) decides: the key is
+// admitted at the first moment one of those admits it, reading the state the decision left
+// (states, or out's writes for a reservation it made: its work runs once they are out of debt,
+// by the refill of the numbers in force). A penalty the refusal starts (out.PenaltyUntil) holds
+// it off until its end but under an allow, which admits through penalties. A client retries at
+// the whole ms it is told (Ceil), and an override has ended at its expiry.
 func (a afterOverride) wait(states []algo.State, out algo.Outcome, count float64, reserve bool, now, origin int64) float64 {
 	if out.OK {
 		left := slices.Clone(states)
@@ -1175,17 +1175,18 @@ func expand(j *job, defs map[defKey]Definition, ovs map[defKey]*algo.OverrideInd
 		}
 		if stored {
 			ix := ovs[defKey{j.tenantID, name}]
-			if r.ov = ix.Lookup(key, now); r.ov != nil {
+			if r.ov = ix.Lookup(key, now); r.ov != nil { // with none, no override's expiry matters
 				r.def = r.ov.Apply(d)
-				switch until := ix.NumbersUntil(key, now); {
+				until := ix.NumbersUntil(key, now)
+				if req.hold && !req.Refund {
+					r.numbersUntil = until
+				}
+				switch {
 				case r.ov.Action == algo.ActionNone && until > 0:
 					r.after = afterOverride{ix: ix, key: key, def: d, at: until}
 				case r.ov.Action == algo.ActionDeny && r.ov.ExpiresAt != nil:
 					r.after = afterOverride{ix: ix, key: key, def: d, at: *r.ov.ExpiresAt}
 				}
-			}
-			if req.hold && !req.Refund {
-				r.numbersUntil = ix.NumbersUntil(key, now)
 			}
 		}
 		if err := concurrencyMisuse(r.def, req); err != nil {

@@ -371,11 +371,11 @@ func dropStateBatch(tx *gorm.DB, tenantID int64, name, after string, first bool)
 		return "", false, err
 	}
 	held, err := chargedKeys(tx, tenantID, name)
-	if err != nil || len(held) == 0 {
-		if err == nil {
-			err = tx.Exec(state, args...).Error
-		}
-		return last, more, err
+	if err != nil {
+		return "", false, err
+	}
+	if len(held) == 0 { // no hold took from the name: no key to void charges of
+		return last, more, tx.Exec(state, args...).Error
 	}
 	var deleted []string
 	if err := tx.Raw(state+returningKey, args...).Scan(&deleted).Error; err != nil {

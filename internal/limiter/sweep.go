@@ -141,7 +141,6 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 	if dutyCycle <= 0 || dutyCycle > 1 {
 		dutyCycle = 1
 	}
-	rest := func(worked time.Duration) error { return rest(ctx, worked, dutyCycle) }
 	// Definitions seen by the scan; the deleting transaction reads them again.
 	scanDefs := definitionCache{}
 	var cursor *fullStateRow
@@ -209,7 +208,7 @@ func (e *Engine) SweepPaced(ctx context.Context, batch int, dutyCycle float64) (
 		if len(rows) < batch {
 			return deleted, nil
 		}
-		if err := rest(time.Since(started)); err != nil {
+		if err := rest(ctx, time.Since(started), dutyCycle); err != nil {
 			return deleted, fmt.Errorf("limiter: sweep: %w", err)
 		}
 	}
