@@ -75,6 +75,15 @@ func RateLimitHeaders(ds []Decision) (policy, limit string) {
 // refusal's t and Retry-After stop at the same 10^12 s.
 const maxHeaderSeconds = algo.MaxRetryAfter / 1000
 
+// WaitSeconds is a refusal's retryAfter (ms) in whole seconds to tell a person or a Retry-After
+// header: rounded up, at least 1 (a refusal asks to wait), 1 when it has none.
+func WaitSeconds(retryAfter *int64) int64 {
+	if retryAfter == nil {
+		return 1
+	}
+	return max(1, HeaderSeconds(float64(*retryAfter)))
+}
+
 // HeaderSeconds converts ms to whole seconds for a header, rounded up and clamped to
 // [0, 10^12].
 func HeaderSeconds(ms float64) int64 {

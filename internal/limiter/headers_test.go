@@ -154,3 +154,15 @@ func TestAChildsHeaderEntryIsItsOwn(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitSecondsRoundsUpAndIsAtLeastOne: what a refusal tells a person or a Retry-After header.
+func TestWaitSecondsRoundsUpAndIsAtLeastOne(t *testing.T) {
+	for _, c := range []struct {
+		ms   *int64
+		want int64
+	}{{nil, 1}, {ptr(int64(0)), 1}, {ptr(int64(1)), 1}, {ptr(int64(1000)), 1}, {ptr(int64(1001)), 2}, {ptr(int64(1e15)), 1e12}} {
+		if got := limiter.WaitSeconds(c.ms); got != c.want {
+			t.Errorf("WaitSeconds(%s) = %d, want %d", millis(c.ms), got, c.want)
+		}
+	}
+}

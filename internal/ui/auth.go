@@ -449,11 +449,7 @@ func (u *UI) payPasswordAttempt(c *gin.Context, email, addr string) (a passwordA
 		return passwordAttempt{}, 0, err
 	}
 	if !b.OK {
-		wait = 1
-		if b.RetryAfter != nil {
-			wait = max(1, (*b.RetryAfter+999)/1000)
-		}
-		return passwordAttempt{}, wait, nil
+		return passwordAttempt{}, limiter.WaitSeconds(b.RetryAfter), nil
 	}
 	return passwordAttempt{email: email, addr: addr, accountAddr: reqs[0].Key, limits: b.Results}, 0, nil
 }

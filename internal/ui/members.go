@@ -112,8 +112,9 @@ func (u *UI) membersPage(c *gin.Context) {
 // maxInvitesPerDay bounds the invites a tenant's members make, each of which is emailed when
 // SMTP is set: without it one tenant's admin could have the operator's mail server send any
 // number of messages to any addresses. A token bucket per tenant (a burst of that many, then one
-// every 24h/maxInvitesPerDay: up to twice that in the first day, that many a day after) in the system tenant's key space, as the login limits; every invite
-// asked for counts, one then refused for its input too. Operators' invites do not count.
+// every 24h/maxInvitesPerDay: up to twice that in the first day, that many a day after) in the
+// system tenant's key space, as the login limits; every invite asked for counts, one then
+// refused for its input too. Operators' invites do not count.
 const maxInvitesPerDay = 50
 
 var inviteCapacity = float64(maxInvitesPerDay)
@@ -136,10 +137,7 @@ func (u *UI) spendInvite(c *gin.Context, tenantID int64, vm membersVM) bool {
 	if d.OK {
 		return true
 	}
-	wait := int64(1)
-	if d.RetryAfter != nil {
-		wait = max(1, limiter.HeaderSeconds(float64(*d.RetryAfter)))
-	}
+	wait := limiter.WaitSeconds(d.RetryAfter)
 	c.Header("Retry-After", strconv.FormatInt(wait, 10))
 	vm.FormErr = fmt.Sprintf("A tenant's members may invite %d people at once, then one every %s; try again in %s.", maxInvitesPerDay,
 		waitText(int64((24 * time.Hour / maxInvitesPerDay).Seconds())), waitText(wait))

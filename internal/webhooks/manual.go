@@ -47,10 +47,7 @@ func SpendManual(ctx context.Context, engine *limiter.Engine, endpointID int64) 
 	if d.OK {
 		return nil
 	}
-	wait := int64(1)
-	if d.RetryAfter != nil {
-		wait = max(1, limiter.HeaderSeconds(float64(*d.RetryAfter)))
-	}
+	wait := limiter.WaitSeconds(d.RetryAfter)
 	return &apperr.Error{Code: apperr.RateLimited, Name: manualLimitName, RetryAfterMs: d.RetryAfter, Message: fmt.Sprintf(
 		"at most %d test events and resends a minute per endpoint; try again in %d seconds", MaxManualPerMinute, wait)}
 }
