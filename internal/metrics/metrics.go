@@ -130,19 +130,21 @@ func (m *Metrics) OnDecision(tenantID int64, name string, ok bool) {
 	if ok {
 		result = "allowed"
 	}
-	m.decisions.WithLabelValues(m.labels(tenantID, name, result)...).Inc()
+	tenant, name := m.labels(tenantID, name)
+	m.decisions.WithLabelValues(tenant, name, result).Inc()
 }
 
-// labels are the tenant and name label values of tenantID's limit name, bounded, then more.
-func (m *Metrics) labels(tenantID int64, name string, more ...string) []string {
-	tenant := m.tenants.get(strconv.FormatInt(tenantID, 10))
-	return append([]string{tenant, m.names.get(tenant, name)}, more...)
+// labels are the tenant and name label values of tenantID's limit name, bounded.
+func (m *Metrics) labels(tenantID int64, name string) (tenantLabel, nameLabel string) {
+	tenantLabel = m.tenants.get(strconv.FormatInt(tenantID, 10))
+	return tenantLabel, m.names.get(tenantLabel, name)
 }
 
 // OnShadowRefused counts one consumed decision that a limit in shadow mode would have refused
 // (and so admitted); it has the signature of limiter.Options.OnShadowRefused.
 func (m *Metrics) OnShadowRefused(tenantID int64, name string) {
-	m.decisions.WithLabelValues(m.labels(tenantID, name, "shadow_refused")...).Inc()
+	tenant, name := m.labels(tenantID, name)
+	m.decisions.WithLabelValues(tenant, name, "shadow_refused").Inc()
 }
 
 // ObserveDecision records the latency of one decision request. route is the route pattern (a
@@ -158,7 +160,8 @@ func (m *Metrics) DecisionInFlight(delta float64) { m.inFlight.Add(delta) }
 // OnHoldOverage counts an amount a settled hold charged beyond what its limit could take; it has
 // the signature of limiter.Options.OnHoldOverage.
 func (m *Metrics) OnHoldOverage(tenantID int64, name string, amount float64) {
-	m.overage.WithLabelValues(m.labels(tenantID, name)...).Add(amount)
+	tenant, name := m.labels(tenantID, name)
+	m.overage.WithLabelValues(tenant, name).Add(amount)
 }
 
 // OnWebhookAttempt counts one webhook delivery attempt's outcome; it has the signature of
