@@ -252,18 +252,20 @@ func (s *Service) CreateInvite(ctx context.Context, tenantID *int64, email strin
 // the same tenant that expired more than DefaultLinkTTL before now unused (the members page shows
 // an expired invite for that long).
 func clearInvites(tx *gorm.DB, tenantID *int64, email string, now time.Time) (int64, error) {
-	ofTenant := func() *gorm.DB {
-		q := tx.Where("kind = ? AND used_at IS NULL", linkInvite)
-		if tenantID == nil {
-			return q.Where("tenant_id IS NULL")
-		}
-		return q.Where("tenant_id = ?", *tenantID)
-	}
-	if err := ofTenant().Where("expires_at < ?", now.Add(-DefaultLinkTTL)).Delete(&userTokenRow{}).Error; err != nil {
+	if err := unusedInvites(tx, tenantID).Where("expires_at < ?", now.Add(-DefaultLinkTTL)).Delete(&userTokenRow{}).Error; err != nil {
 		return 0, err
 	}
-	res := ofTenant().Where("email = ?", email).Delete(&userTokenRow{})
+	res := unusedInvites(tx, tenantID).Where("email = ?", email).Delete(&userTokenRow{})
 	return res.RowsAffected, res.Error
+}
+
+// unusedInvites selects the unused invites of tenantID (nil: the operators').
+func unusedInvites(tx *gorm.DB, tenantID *int64) *gorm.DB {
+	q := tx.Where("kind = ? AND used_at IS NULL", linkInvite)
+	if tenantID == nil {
+		return q.Where("tenant_id IS NULL")
+	}
+	return q.Where("tenant_id = ?", *tenantID)
 }
 
 // emailTaken is CreateInvite's answer when existing already has the invited email: a conflict on
@@ -293,13 +295,7 @@ func emailTaken(tx *gorm.DB, existing userRow, maker *int64, tenantID *int64) er
 func (s *Service) ListInvites(ctx context.Context, tenantID *int64) ([]Invite, error) {
 	var rows []userTokenRow
 	err := s.db.ReadOnly(ctx, func(tx *gorm.DB) error {
-		q := tx.Where("kind = ? AND used_at IS NULL", linkInvite)
-		if tenantID == nil {
-			q = q.Where("tenant_id IS NULL")
-		} else {
-			q = q.Where("tenant_id = ?", *tenantID)
-		}
-		return q.Order("id DESC").Limit(1000).Find(&rows).Error
+		return unusedInvites(tx, tenantID).Order("id DESC").Limit(1000).Find(&rows).Error
 	})
 	if err != nil {
 		return nil, wrap("list invites", err)
@@ -392,14 +388,8 @@ func (s *Service) AcceptInvite(ctx context.Context, token, password string) (Use
 // RevokeInvite deletes an unused invite of tenantID (nil: an operator invite), audited.
 func (s *Service) RevokeInvite(ctx context.Context, tenantID *int64, id int64, actor string) error {
 	err := s.db.Serializable(ctx, func(tx *gorm.DB) error {
-		q := tx.Where("id = ? AND kind = ? AND used_at IS NULL", id, linkInvite)
-		if tenantID == nil {
-			q = q.Where("tenant_id IS NULL")
-		} else {
-			q = q.Where("tenant_id = ?", *tenantID)
-		}
 		var row userTokenRow
-		if err := q.Take(&row).Error; errors.Is(err, gorm.ErrRecordNotFound) {
+		if err := unusedInvites(tx, tenantID).Where("id = ?", id).Take(&row).Error; errors.Is(err, gorm.ErrRecordNotFound) {
 			return ErrNotFound
 		} else if err != nil {
 			return err
